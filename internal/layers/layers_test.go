@@ -1,0 +1,164 @@
+package layers
+
+import (
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// layer gives every package a level; a package may import only packages of a
+// strictly lower level (and its own subpackages' helpers listed as lower).
+// A new package must be added here, which is the point: its place in the
+// architecture is decided, not discovered.
+var layer = map[string]int{
+	"tensor":           0,
+	"mesh":             0,
+	"rng":              0,
+	"internal/layers":  0,
+	"plan":             0, // pure: see TestPlanIsPure
+	"device":           1,
+	"comm":             1,
+	"ops":              2,
+	"ops/asmgen":       2, // code generator (build-time only)
+	"comm/local":       2,
+	"comm/tcp":         2,
+	"data":             2,
+	"checkpoint":       2,
+	"model":            3,
+	"optim":            3,
+	"comm/commtest":    3,
+	"launch":           3,
+	"parallel/dp":      4,
+	"parallel/zero":    4,
+	"parallel/tp":      4,
+	"parallel/pp":      4,
+	"train":            5,
+	"cmd/trellis":      6,
+	"internal/testenv": 0,
+}
+
+const module = "trellis"
+
+// touchSources reads the module's directories and Go files so that the test
+// cache (which tracks files a test opens, not files go list reads) reruns
+// this test whenever an import could have changed.
+func touchSources(t *testing.T) {
+	t.Helper()
+	err := filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && p != "../.." {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(p, ".go") {
+			_, err = os.ReadFile(p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func goList(t *testing.T, args ...string) map[string][]string {
+	t.Helper()
+	touchSources(t)
+	cmd := exec.Command("go", append([]string{"list", "-f", "{{.ImportPath}}:{{join .Imports \" \"}}:{{join .Deps \" \"}}"}, args...)...)
+	cmd.Dir = "../.."
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	res := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		res[parts[0]] = append(strings.Fields(parts[1]), "|")
+		res[parts[0]] = append(res[parts[0]], strings.Fields(parts[2])...)
+	}
+	return res
+}
+
+func rel(p string) (string, bool) {
+	if p == module {
+		return "", true
+	}
+	if strings.HasPrefix(p, module+"/") {
+		return strings.TrimPrefix(p, module+"/"), true
+	}
+	return "", false
+}
+
+func level(p string) (int, bool) {
+	for q := p; q != ""; {
+		if l, ok := layer[q]; ok {
+			return l, true
+		}
+		i := strings.LastIndex(q, "/")
+		if i < 0 {
+			break
+		}
+		q = q[:i]
+	}
+	return 0, false
+}
+
+func TestImportDirection(t *testing.T) {
+	pkgs := goList(t, "./...")
+	names := make([]string, 0, len(pkgs))
+	for p := range pkgs {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	for _, p := range names {
+		rp, ok := rel(p)
+		if !ok {
+			continue
+		}
+		lp, ok := level(rp)
+		if !ok {
+			t.Errorf("package %s has no layer: add it to internal/layers", rp)
+			continue
+		}
+		for _, imp := range pkgs[p] {
+			if imp == "|" {
+				break // direct imports end here
+			}
+			ri, ok := rel(imp)
+			if !ok {
+				continue
+			}
+			li, ok := level(ri)
+			if !ok {
+				continue // reported on its own
+			}
+			if li >= lp && !strings.HasPrefix(ri, rp+"/") {
+				t.Errorf("%s (layer %d) imports %s (layer %d): imports must point to lower layers", rp, lp, ri, li)
+			}
+		}
+	}
+}
+
+// TestPlanIsPure holds DESIGN.md's rule that the planner depends on no
+// runtime package: its whole dependency closure is outside the module.
+func TestPlanIsPure(t *testing.T) {
+	pkgs := goList(t, "./plan/...")
+	for p, list := range pkgs {
+		deps := list
+		for i, d := range list {
+			if d == "|" {
+				deps = list[i+1:]
+				break
+			}
+		}
+		for _, d := range deps {
+			if rd, ok := rel(d); ok && !strings.HasPrefix(rd, "plan") {
+				t.Errorf("%s depends on %s; the planner must not depend on runtime packages", p, d)
+			}
+		}
+	}
+}
