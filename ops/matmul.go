@@ -1,0 +1,92 @@
+package ops
+
+import "fmt"
+
+// Layout says which operands of a matmul are stored transposed.
+type Layout uint8
+
+// The layouts training needs. With a linear layer y = x·Wᵀ, W (OC, C):
+//
+//	NN: C(M,N) = A(M,K)·B(K,N)      backward to the input:  dx += dy·W
+//	NT: C(M,N) = A(M,K)·B(N,K)ᵀ     forward:                y = x·Wᵀ
+//	TN: C(M,N) = A(K,M)ᵀ·B(K,N)     backward to the weight: dW += dyᵀ·x
+const (
+	NN Layout = iota
+	NT
+	TN
+)
+
+func (l Layout) String() string {
+	switch l {
+	case NN:
+		return "nn"
+	case NT:
+		return "nt"
+	case TN:
+		return "tn"
+	}
+	return fmt.Sprintf("layout(%d)", uint8(l))
+}
+
+// ParseLayout accepts nn, nt and tn.
+func ParseLayout(s string) (Layout, error) {
+	switch s {
+	case "nn":
+		return NN, nil
+	case "nt":
+		return NT, nil
+	case "tn":
+		return TN, nil
+	}
+	return 0, fmt.Errorf("ops: unknown layout %q (want nn, nt or tn)", s)
+}
+
+// MatMul computes C = op(A)·op(B) (accumulate false) or C += op(A)·op(B)
+// (accumulate true), with C (M,N) row-major with row stride ldc, and A, B
+// stored as Layout says with row strides lda, ldb:
+//
+//	NN: A (M,K) lda>=K, B (K,N) ldb>=N
+//	NT: A (M,K) lda>=K, B (N,K) ldb>=K
+//	TN: A (K,M) lda>=M, B (K,N) ldb>=N
+//
+// Strides let callers address one head of a (B,T,3C) QKV tensor without
+// copying. It uses k.Threads() goroutines.
+func (k *Kernels) MatMul(l Layout, m, n, kk int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool) {
+	matmulRef(l, m, n, kk, a, lda, b, ldb, c, ldc, accumulate)
+}
+
+// resolveISA maps a requested ISA to one this CPU runs.
+func resolveISA(req string) (string, error) {
+	switch req {
+	case "", "auto", "generic":
+		return "generic", nil
+	}
+	return "", fmt.Errorf("ops: unknown ISA %q (want auto, avx512, avx2 or generic)", req)
+}
+
+// matmulRef is the plain triple loop, the reference the fast paths are
+// tested against.
+func matmulRef(l Layout, m, n, kk int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool) {
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var s float32
+			for p := 0; p < kk; p++ {
+				var av, bv float32
+				switch l {
+				case NN:
+					av, bv = a[i*lda+p], b[p*ldb+j]
+				case NT:
+					av, bv = a[i*lda+p], b[j*ldb+p]
+				case TN:
+					av, bv = a[p*lda+i], b[p*ldb+j]
+				}
+				s += av * bv
+			}
+			if accumulate {
+				c[i*ldc+j] += s
+			} else {
+				c[i*ldc+j] = s
+			}
+		}
+	}
+}
