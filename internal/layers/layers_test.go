@@ -21,6 +21,7 @@ var layer = map[string]int{
 	"internal/layers":  0,
 	"plan":             0, // pure: see TestPlanIsPure
 	"device":           1,
+	"safetensors":      1,
 	"comm":             1,
 	"ops":              2,
 	"ops/asmgen":       2, // code generator (build-time only)
