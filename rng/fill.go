@@ -7,7 +7,7 @@ func (s Stream) FillUniform(dst []float32, lo uint64) {
 	for j := 0; j < len(dst); {
 		w := s.Block(i >> 2)
 		for q := i & 3; q < 4 && j < len(dst); q++ {
-			dst[j] = wordToUniform(w[q])
+			dst[j] = ToUniform(w[q])
 			j++
 			i++
 		}

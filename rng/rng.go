@@ -98,7 +98,7 @@ func (s Stream) Block(j uint64) [4]uint32 {
 func (s Stream) Uint32(i uint64) uint32 { return s.Block(i >> 2)[i&3] }
 
 // Uniform is the float32 in [0, 1) at index i (24 random bits).
-func (s Stream) Uniform(i uint64) float32 { return wordToUniform(s.Uint32(i)) }
+func (s Stream) Uniform(i uint64) float32 { return ToUniform(s.Uint32(i)) }
 
 // Normal is the standard normal value at index i (see the package comment).
 func (s Stream) Normal(i uint64) float64 {
@@ -111,7 +111,8 @@ func (s Stream) Normal(i uint64) float64 {
 	return z1
 }
 
-func wordToUniform(w uint32) float32 { return float32(w>>8) * (1.0 / (1 << 24)) }
+// ToUniform maps a random word to [0, 1) as Uniform does: (w>>8)·2⁻²⁴.
+func ToUniform(w uint32) float32 { return float32(w>>8) * (1.0 / (1 << 24)) }
 
 // boxMuller maps two words to two independent standard normals.
 func boxMuller(a, b uint32) (float64, float64) {

@@ -1,0 +1,41 @@
+package ops
+
+// geluScale is √(2/π).
+const geluScale = 0.7978845608028654
+
+// GELUForward applies GPT-2's tanh approximation of GELU elementwise:
+//
+//	out = ½·x·(1 + tanh(s·(x + 0.044715·x³))),   s = √(2/π)
+//
+//	out, inp (n)
+func GELUForward(k *Kernels, out, inp []float32, n int) {
+	k.Parallel(n/1024+1, func(lo, hi int) {
+		lo, hi = min(lo*1024, n), min(hi*1024, n)
+		o, x := out[lo:hi], inp[lo:hi]
+		x = x[:len(o)]
+		for i, v := range x {
+			th := tanh32(geluScale * (v + 0.044715*v*v*v))
+			o[i] = 0.5 * v * (1 + th)
+		}
+	})
+}
+
+// GELUBackward ACCUMULATES the gradient of GELUForward: with
+// u = s·(x + 0.044715·x³) and th = tanh(u),
+//
+//	dinp += dout·(½·(1+th) + ½·x·(1−th²)·s·(1 + 3·0.044715·x²))
+//
+//	dinp, inp, dout (n)
+func GELUBackward(k *Kernels, dinp, inp, dout []float32, n int) {
+	k.Parallel(n/1024+1, func(lo, hi int) {
+		lo, hi = min(lo*1024, n), min(hi*1024, n)
+		dx, x, dy := dinp[lo:hi], inp[lo:hi], dout[lo:hi]
+		x, dy = x[:len(dx)], dy[:len(dx)]
+		for i, v := range x {
+			v2 := v * v
+			th := tanh32(geluScale * (v + 0.044715*v2*v))
+			g := 0.5*(1+th) + 0.5*v*(1-th*th)*geluScale*(1+3*0.044715*v2)
+			dx[i] += dy[i] * g
+		}
+	})
+}

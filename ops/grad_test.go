@@ -1,0 +1,183 @@
+package ops
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"trellis/rng"
+)
+
+// gradCases builds, for kernels k, every kernel's finite-difference case.
+var gradCases = []struct {
+	name  string
+	build func(k *Kernels, r *rand.Rand) gradCase
+}{
+	{"encoder", func(k *Kernels, r *rand.Rand) gradCase {
+		B, T, C, V := 2, 3, 5, 4
+		inp := []int32{0, 3, 3, 1, 3, 0} // repeated tokens share dwte rows
+		wte, wpe := randn(r, V*C, 1), randn(r, T*C, 1)
+		dwte, dwpe := make([]float32, V*C), make([]float32, T*C)
+		out, w := make([]float32, B*T*C), randn(r, B*T*C, 1)
+		return gradCase{
+			vars:     []fdVar{{"wte", wte, dwte}, {"wpe", wpe, dwpe}},
+			loss:     func() float64 { EncoderForward(k, out, inp, wte, wpe, B, T, C); return probe(out, w) },
+			backward: func() { EncoderBackward(k, dwte, dwpe, w, inp, B, T, C) },
+		}
+	}},
+	{"layernorm", func(k *Kernels, r *rand.Rand) gradCase {
+		N, C := 5, 7
+		inp, g, b := randn(r, N*C, 2), randn(r, C, 1), randn(r, C, 1)
+		for i := range inp {
+			inp[i] += 0.5 // a non-zero mean
+		}
+		dinp, dg, db := make([]float32, N*C), make([]float32, C), make([]float32, C)
+		out, mean, rstd, w := make([]float32, N*C), make([]float32, N), make([]float32, N), randn(r, N*C, 1)
+		return gradCase{
+			vars: []fdVar{{"inp", inp, dinp}, {"weight", g, dg}, {"bias", b, db}},
+			loss: func() float64 { LayerNormForward(k, out, mean, rstd, inp, g, b, N, C); return probe(out, w) },
+			backward: func() {
+				LayerNormForward(k, out, mean, rstd, inp, g, b, N, C)
+				LayerNormBackward(k, dinp, dg, db, w, inp, g, mean, rstd, N, C)
+			},
+		}
+	}},
+	{"linear", func(k *Kernels, r *rand.Rand) gradCase {
+		N, C, OC := 4, 5, 3
+		inp, wt, bias := randn(r, N*C, 1), randn(r, OC*C, 1), randn(r, OC, 1)
+		dinp, dwt, dbias := make([]float32, N*C), make([]float32, OC*C), make([]float32, OC)
+		out, w := make([]float32, N*OC), randn(r, N*OC, 1)
+		return gradCase{
+			vars:     []fdVar{{"inp", inp, dinp}, {"weight", wt, dwt}, {"bias", bias, dbias}},
+			loss:     func() float64 { LinearForward(k, out, inp, wt, bias, N, C, OC); return probe(out, w) },
+			backward: func() { LinearBackward(k, dinp, dwt, dbias, w, inp, wt, N, C, OC) },
+		}
+	}},
+	{"linear+residual", func(k *Kernels, r *rand.Rand) gradCase {
+		N, C, OC := 3, 4, 6
+		res, inp, wt, bias := randn(r, N*OC, 1), randn(r, N*C, 1), randn(r, OC*C, 1), randn(r, OC, 1)
+		dres, dinp, dwt, dbias := make([]float32, N*OC), make([]float32, N*C), make([]float32, OC*C), make([]float32, OC)
+		out, w := make([]float32, N*OC), randn(r, N*OC, 1)
+		return gradCase{
+			vars: []fdVar{{"res", res, dres}, {"inp", inp, dinp}, {"weight", wt, dwt}, {"bias", bias, dbias}},
+			loss: func() float64 { LinearResidualForward(k, out, res, inp, wt, bias, N, C, OC); return probe(out, w) },
+			backward: func() {
+				AddInto(k, dres, w, N*OC)
+				LinearBackward(k, dinp, dwt, dbias, w, inp, wt, N, C, OC)
+			},
+		}
+	}},
+	{"bias", func(k *Kernels, r *rand.Rand) gradCase {
+		N, OC := 5, 40 // several channel chunks with 3 threads
+		res, bias := randn(r, N*OC, 1), randn(r, OC, 1)
+		dres, dbias := make([]float32, N*OC), make([]float32, OC)
+		out, w := make([]float32, N*OC), randn(r, N*OC, 1)
+		return gradCase{
+			vars:     []fdVar{{"res", res, dres}, {"bias", bias, dbias}},
+			loss:     func() float64 { BiasForward(k, out, res, bias, N, OC); return probe(out, w) },
+			backward: func() { AddInto(k, dres, w, N*OC); BiasBackward(k, dbias, w, N, OC) },
+		}
+	}},
+	{"residual", func(k *Kernels, r *rand.Rand) gradCase {
+		n := 2500 // more than one 1024-element chunk
+		a, b, da, db := randn(r, n, 1), randn(r, n, 1), make([]float32, n), make([]float32, n)
+		out, w := make([]float32, n), randn(r, n, 1)
+		return gradCase{
+			vars:     []fdVar{{"a", a, da}, {"b", b, db}},
+			loss:     func() float64 { ResidualForward(k, out, a, b, n); return probe(out, w) },
+			backward: func() { ResidualBackward(k, da, db, w, n) },
+			samples:  200,
+		}
+	}},
+	{"gelu", func(k *Kernels, r *rand.Rand) gradCase {
+		n := 1500
+		x, dx := randn(r, n, 2), make([]float32, n)
+		out, w := make([]float32, n), randn(r, n, 1)
+		return gradCase{
+			vars:     []fdVar{{"x", x, dx}},
+			loss:     func() float64 { GELUForward(k, out, x, n); return probe(out, w) },
+			backward: func() { GELUBackward(k, dx, x, w, n) },
+			eps:      3e-3,
+		}
+	}},
+	{"softmax", func(k *Kernels, r *rand.Rand) gradCase {
+		N, V := 4, 9
+		x, dx := randn(r, N*V, 2), make([]float32, N*V)
+		out, w := make([]float32, N*V), randn(r, N*V, 1)
+		return gradCase{
+			vars: []fdVar{{"x", x, dx}},
+			loss: func() float64 { SoftmaxForward(k, out, x, N, V); return probe(out, w) },
+			backward: func() {
+				SoftmaxForward(k, out, x, N, V)
+				SoftmaxBackward(k, dx, w, out, N, V)
+			},
+		}
+	}},
+	{"crossentropy", func(k *Kernels, r *rand.Rand) gradCase {
+		N, V := 6, 11
+		x, dx := randn(r, N*V, 2), make([]float32, N*V)
+		targets := []int32{0, 10, 3, 3, 7, 1}
+		probs, losses := make([]float32, N*V), make([]float32, N)
+		const dloss = 0.7
+		return gradCase{
+			vars: []fdVar{{"logits", x, dx}},
+			loss: func() float64 {
+				CrossEntropyForward(k, probs, losses, x, targets, N, V)
+				var s float64
+				for _, l := range losses {
+					s += float64(l)
+				}
+				return dloss * s / float64(N)
+			},
+			backward: func() {
+				CrossEntropyForward(k, probs, losses, x, targets, N, V)
+				CrossEntropyBackward(k, dx, probs, targets, dloss, N, V)
+			},
+		}
+	}},
+	{"attention", func(k *Kernels, r *rand.Rand) gradCase {
+		return attentionCase(k, r, 2, 5, 8, 2, 0)
+	}},
+	{"attention T=70 (two causal blocks)", func(k *Kernels, r *rand.Rand) gradCase {
+		return attentionCase(k, r, 1, 70, 8, 2, 300)
+	}},
+	{"dropout", func(k *Kernels, r *rand.Rand) gradCase {
+		n := 5000 // two chunks
+		x, dx := randn(r, n, 1), make([]float32, n)
+		out, w := make([]float32, n), randn(r, n, 1)
+		d := Dropout{Stream: rng.Key(3, "dropout"), Offset: 17, P: 0.3}
+		return gradCase{
+			vars:     []fdVar{{"x", x, dx}},
+			loss:     func() float64 { d.Forward(k, out, x, n); return probe(out, w) },
+			backward: func() { d.Backward(k, dx, w, n) },
+			samples:  400,
+		}
+	}},
+}
+
+func attentionCase(k *Kernels, r *rand.Rand, B, T, C, NH, samples int) gradCase {
+	qkv, dqkv := randn(r, B*T*3*C, 1), make([]float32, B*T*3*C)
+	att, out, w := make([]float32, B*NH*T*T), make([]float32, B*T*C), randn(r, B*T*C, 1)
+	scratch := make([]float32, AttentionScratchSize(k, B, T, NH))
+	return gradCase{
+		vars: []fdVar{{"qkv", qkv, dqkv}},
+		loss: func() float64 { AttentionForward(k, out, att, qkv, B, T, C, NH); return probe(out, w) },
+		backward: func() {
+			AttentionForward(k, out, att, qkv, B, T, C, NH)
+			AttentionBackward(k, dqkv, scratch, w, qkv, att, B, T, C, NH)
+		},
+		samples: samples,
+	}
+}
+
+// TestGradients is the finite-difference check of every backward, under
+// each thread count.
+func TestGradients(t *testing.T) {
+	for _, c := range gradCases {
+		for _, th := range threadCounts {
+			t.Run(c.name+"/threads="+string(rune('0'+th)), func(t *testing.T) {
+				k := newKernels(t, th)
+				checkGrads(t, c.build(k, rand.New(rand.NewPCG(42, uint64(th)))))
+			})
+		}
+	}
+}

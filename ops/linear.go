@@ -1,0 +1,91 @@
+package ops
+
+// LinearForward is a dense layer with weights in PyTorch's (out, in) layout:
+//
+//	out = inp·wᵀ + bias
+//
+//	out (N,OC)   inp (N,C)   w (OC,C)   bias (OC) or nil for none
+//
+// It fills each output row with the bias and accumulates the matmul on top.
+func LinearForward(k *Kernels, out, inp, w, bias []float32, N, C, OC int) {
+	BiasForward(k, out, nil, bias, N, OC)
+	k.MatMul(NT, N, OC, C, inp, C, w, C, out, OC, true)
+}
+
+// LinearResidualForward fuses a dense layer with the residual add that
+// follows it in a pre-LN block:
+//
+//	out = res + inp·wᵀ + bias
+//
+//	out, res (N,OC)   inp (N,C)   w (OC,C)   bias (OC) or nil
+//
+// out may alias res.
+func LinearResidualForward(k *Kernels, out, res, inp, w, bias []float32, N, C, OC int) {
+	BiasForward(k, out, res, bias, N, OC)
+	k.MatMul(NT, N, OC, C, inp, C, w, C, out, OC, true)
+}
+
+// LinearBackward ACCUMULATES the gradients of out = inp·wᵀ + bias:
+//
+//	dinp  += dout·w            (N,C)   skipped when dinp is nil
+//	dw    += doutᵀ·inp         (OC,C)
+//	dbias += Σ_rows dout       (OC)    skipped when dbias is nil
+//
+//	dout (N,OC)   inp (N,C)   w (OC,C)
+func LinearBackward(k *Kernels, dinp, dw, dbias, dout, inp, w []float32, N, C, OC int) {
+	if dinp != nil {
+		k.MatMul(NN, N, C, OC, dout, OC, w, C, dinp, C, true)
+	}
+	k.MatMul(TN, OC, C, N, dout, OC, inp, C, dw, C, true)
+	if dbias != nil {
+		BiasBackward(k, dbias, dout, N, OC)
+	}
+}
+
+// BiasForward broadcasts a bias over rows: out[n,:] = res[n,:] + bias, with
+// res = 0 when nil and bias = 0 when nil. out may alias res.
+//
+//	out, res (N,OC)   bias (OC)
+func BiasForward(k *Kernels, out, res, bias []float32, N, OC int) {
+	k.Parallel(N, func(lo, hi int) {
+		for n := lo; n < hi; n++ {
+			o := out[n*OC : n*OC+OC]
+			switch {
+			case res == nil && bias == nil:
+				clear(o)
+			case res == nil:
+				copy(o, bias[:OC])
+			case bias == nil:
+				copy(o, res[n*OC:n*OC+OC])
+			default:
+				r, b := res[n*OC:n*OC+OC], bias[:OC]
+				r, b = r[:len(o)], b[:len(o)]
+				for i := range o {
+					o[i] = r[i] + b[i]
+				}
+			}
+		}
+	})
+}
+
+// BiasBackward ACCUMULATES the bias gradient: dbias += Σ_n dout[n,:].
+// Threads split the channels and sum rows in order, so the result does not
+// depend on the thread count.
+//
+//	dbias (OC)   dout (N,OC)
+func BiasBackward(k *Kernels, dbias, dout []float32, N, OC int) {
+	chunks := min(k.Threads(), max(1, OC/16))
+	k.Parallel(chunks, func(lo, hi int) {
+		for c := lo; c < hi; c++ {
+			c0, c1 := c*OC/chunks, (c+1)*OC/chunks
+			g := dbias[c0:c1]
+			for n := 0; n < N; n++ {
+				d := dout[n*OC+c0 : n*OC+c1]
+				d = d[:len(g)]
+				for i := range g {
+					g[i] += d[i]
+				}
+			}
+		}
+	})
+}

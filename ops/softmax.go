@@ -1,0 +1,74 @@
+package ops
+
+import "math"
+
+// SoftmaxForward normalises each row of inp: out[n,:] = softmax(inp[n,:]),
+// computed as exp(x − max x) / Σ exp(x − max x). out may alias inp.
+//
+//	out, inp (N,V)
+func SoftmaxForward(k *Kernels, out, inp []float32, N, V int) {
+	k.Parallel(N, func(lo, hi int) {
+		for n := lo; n < hi; n++ {
+			softmaxRow(out[n*V:n*V+V], inp[n*V:n*V+V], 1)
+		}
+	})
+}
+
+// SoftmaxBackward ACCUMULATES the gradient of SoftmaxForward, given its
+// output y:
+//
+//	dinp[n,:] += y⊙(dout − Σ_v y[v]·dout[v])
+//
+//	dinp, dout, out (N,V)
+func SoftmaxBackward(k *Kernels, dinp, dout, out []float32, N, V int) {
+	k.Parallel(N, func(lo, hi int) {
+		for n := lo; n < hi; n++ {
+			y, dy, dx := out[n*V:n*V+V], dout[n*V:n*V+V], dinp[n*V:n*V+V]
+			dy, dx = dy[:len(y)], dx[:len(y)]
+			s := dot32(y, dy)
+			for i, p := range y {
+				dx[i] += p * (dy[i] - s)
+			}
+		}
+	})
+}
+
+// softmaxRow sets out = softmax(scale·in) for one row; out may alias in.
+// It returns log Σ exp(scale·in − max), the log of the normaliser relative
+// to the row maximum.
+func softmaxRow(out, in []float32, scale float32) (maxv float32, logZ float32) {
+	in = in[:len(out)]
+	m := float32(math.Inf(-1))
+	for _, v := range in {
+		m = max(m, v)
+	}
+	m *= scale
+	var s float32
+	for i, v := range in {
+		e := exp32(v*scale - m)
+		out[i] = e
+		s += e
+	}
+	inv := 1 / s
+	for i := range out {
+		out[i] *= inv
+	}
+	return m, float32(math.Log(float64(s)))
+}
+
+// dot32 is Σ a[i]·b[i] with four partial sums.
+func dot32(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
