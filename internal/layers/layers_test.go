@@ -17,6 +17,7 @@ import (
 var layer = map[string]int{
 	"tensor":           0,
 	"mesh":             0,
+	"config":           0,
 	"rng":              0,
 	"internal/layers":  0,
 	"plan":             0, // pure: see TestPlanIsPure
