@@ -1,0 +1,136 @@
+package model
+
+import (
+	"fmt"
+
+	"trellis/ops"
+)
+
+// Forward runs the whole forward pass of one micro-batch and returns the
+// mean cross-entropy loss over its B·T tokens. The activations the backward
+// pass needs are saved in s.
+func (m *GPT) Forward(p Params, s *Stash, b Batch) (float32, error) {
+	if err := m.Load(s, b); err != nil {
+		return 0, err
+	}
+	if err := m.EmbedForward(p, s); err != nil {
+		return 0, err
+	}
+	for l := 0; l < m.cfg.Layers; l++ {
+		if err := m.BlockForward(p, s, l); err != nil {
+			return 0, err
+		}
+	}
+	return m.HeadForward(p, s)
+}
+
+// weights fetches unit u's weights, wrapping the error.
+func weights(p Params, u int) ([]float32, error) {
+	w, err := p.Weights(u)
+	if err != nil {
+		return nil, fmt.Errorf("model: weights of unit %d: %w", u, err)
+	}
+	return w, nil
+}
+
+// EmbedForward computes Residual(0) = drop(wte[inputs] + wpe) for the
+// batch Load recorded (unit 0).
+func (m *GPT) EmbedForward(p Params, s *Stash) error {
+	w, err := weights(p, 0)
+	if err != nil {
+		return err
+	}
+	defer p.ReleaseWeights(0)
+	c := m.cfg
+	C, n := c.Hidden, s.b*s.t*c.Hidden
+	wte, wpe := w[:c.Vocab*C], w[c.Vocab*C:]
+	ops.EncoderForward(m.k, s.res[0][:n], s.inputs[:s.b*s.t], wte, wpe, s.b, s.t, C)
+	if m.useDropout(s) {
+		m.dropoutAt(s, m.drop.embd).Forward(m.k, s.res[0], s.res[0], n)
+	}
+	return nil
+}
+
+// BlockForward runs block l (unit l+1) from Residual(l) to Residual(l+1):
+//
+//	ln1 = LN₁(x); qkv = ln1·Wqkvᵀ + b; atty = Attn(qkv)
+//	res2 = x + drop(atty·Wprojᵀ + b)
+//	ln2 = LN₂(res2); fc = ln2·Wfcᵀ + b; fcg = GELU(fc)
+//	out = res2 + drop(fcg·Wfc2ᵀ + b)
+func (m *GPT) BlockForward(p Params, s *Stash, l int) error {
+	if l < 0 || l >= m.cfg.Layers {
+		return fmt.Errorf("model: block %d out of range [0, %d)", l, m.cfg.Layers)
+	}
+	w, err := weights(p, l+1)
+	if err != nil {
+		return err
+	}
+	defer p.ReleaseWeights(l + 1)
+	c, k := m.cfg, m.k
+	B, T, C := s.b, s.t, c.Hidden
+	BT := B * T
+	v, a := viewBlock(w, C), &s.layers[l]
+	x, out := s.res[l], s.res[l+1]
+	ops.LayerNormForward(k, a.ln1, a.ln1M, a.ln1R, x, v.ln1w, v.ln1b, BT, C)
+	ops.LinearForward(k, a.qkv, a.ln1, v.qkvw, v.qkvb, BT, C, 3*C)
+	ops.AttentionForward(k, a.atty, a.att, a.qkv, B, T, C, c.Heads)
+	m.residualBranch(s, a.res2, x, a.atty, v.projw, v.projb, C, l, false)
+	ops.LayerNormForward(k, a.ln2, a.ln2M, a.ln2R, a.res2, v.ln2w, v.ln2b, BT, C)
+	ops.LinearForward(k, a.fc, a.ln2, v.fcw, v.fcb, BT, C, 4*C)
+	ops.GELUForward(k, a.fcg, a.fc, BT*4*C)
+	m.residualBranch(s, out, a.res2, a.fcg, v.fc2w, v.fc2b, 4*C, l, true)
+	return nil
+}
+
+// residualBranch computes out = res + drop(inp·wᵀ + b), fused into one
+// matmul when there is no dropout.
+func (m *GPT) residualBranch(s *Stash, out, res, inp, w, b []float32, in, l int, mlp bool) {
+	BT, C := s.b*s.t, m.cfg.Hidden
+	if !m.useDropout(s) {
+		ops.LinearResidualForward(m.k, out, res, inp, w, b, BT, in, C)
+		return
+	}
+	site := m.drop.attn[l]
+	if mlp {
+		site = m.drop.mlp[l]
+	}
+	br := m.branch[:BT*C]
+	ops.LinearForward(m.k, br, inp, w, b, BT, in, C)
+	m.dropoutAt(s, site).Forward(m.k, br, br, BT*C)
+	ops.ResidualForward(m.k, out, res, br, BT*C)
+}
+
+// HeadForward applies the final LayerNorm (unit L+1) and the tied LM head
+// (unit 0) to Residual(L) and returns the mean cross-entropy loss:
+//
+//	lnf = LN_f(h); logits = lnf·wteᵀ; loss = mean CE(logits, targets)
+//
+// The softmax probabilities are saved for the backward pass.
+func (m *GPT) HeadForward(p Params, s *Stash) (float32, error) {
+	if err := m.finalNorm(p, s); err != nil {
+		return 0, err
+	}
+	w, err := weights(p, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer p.ReleaseWeights(0)
+	c := m.cfg
+	BT := s.b * s.t
+	probs := s.probs[:BT*c.Vocab]
+	m.k.MatMul(ops.NT, BT, c.Vocab, c.Hidden, s.lnf, c.Hidden, w[:c.Vocab*c.Hidden], c.Hidden, probs, c.Vocab, false)
+	return ops.CrossEntropyForward(m.k, probs, s.losses[:BT], probs, s.targets[:BT], BT, c.Vocab), nil
+}
+
+// finalNorm computes lnf = LN_f(Residual(L)) (unit L+1).
+func (m *GPT) finalNorm(p Params, s *Stash) error {
+	u := m.cfg.Layers + 1
+	w, err := weights(p, u)
+	if err != nil {
+		return err
+	}
+	defer p.ReleaseWeights(u)
+	C := m.cfg.Hidden
+	ops.LayerNormForward(m.k, s.lnf, s.lnfM, s.lnfR, s.res[m.cfg.Layers], w[:C], w[C:2*C], s.b*s.t, C)
+	return nil
+}

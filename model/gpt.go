@@ -1,0 +1,142 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+
+	"trellis/device"
+	"trellis/ops"
+	"trellis/rng"
+)
+
+// Options is everything New needs.
+type Options struct {
+	Model      Config
+	Kernels    *ops.Kernels
+	Device     *device.Device // where stashes (act) and backward scratch (workspace) are charged
+	MicroBatch int            // B, sequences per micro-batch
+	Seed       uint64         // keys the dropout masks
+}
+
+// Validate checks the options.
+func (o Options) Validate() error {
+	if err := o.Model.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case o.Kernels == nil:
+		return errors.New("model: Options.Kernels is nil")
+	case o.Device == nil:
+		return errors.New("model: Options.Device is nil")
+	case o.MicroBatch <= 0:
+		return fmt.Errorf("model: micro_batch=%d must be positive", o.MicroBatch)
+	}
+	return nil
+}
+
+// GPT runs the forward and backward passes of one model configuration for
+// micro-batches of B sequences of T tokens. It holds no parameters (they
+// come from a Params) and no activations (they live in a Stash); it owns the
+// backward scratch, so one GPT runs one pass at a time.
+type GPT struct {
+	cfg    Config
+	k      *ops.Kernels
+	dev    *device.Device
+	B      int
+	layout Layout
+
+	ws *device.Buffer // workspace, carved into the slices below
+	// dres is the gradient of the residual stream, updated in place from
+	// the head down to the embedding.
+	dres []float32 // (B,T,C)
+	dln  []float32 // (B,T,C) gradient of a LayerNorm's output
+	// big holds, in turn, dlogits (B,T,V) in the head, then dfc2in (B,T,4C)
+	// and dfc (B,T,4C) in the MLP, then dqkv (B,T,3C) and datty (B,T,C) in
+	// attention: their lifetimes do not overlap.
+	big     []float32 // (max(B·T·V, 8·B·T·C))
+	branch  []float32 // (B,T,C) a branch output before dropout, or its masked gradient; nil without dropout
+	scratch []float32 // attention backward scratch
+
+	drop dropoutKeys
+}
+
+// dropoutKeys are the streams of the dropout sites: the embedding, and
+// each block's attention and MLP outputs.
+type dropoutKeys struct {
+	embd      rng.Stream
+	attn, mlp []rng.Stream // (L)
+}
+
+// New builds a model runner and allocates its backward scratch on the
+// device (tag workspace).
+func New(o Options) (*GPT, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	c := o.Model
+	m := &GPT{cfg: c, k: o.Kernels, dev: o.Device, B: o.MicroBatch, layout: c.Layout()}
+	BTC := m.B * c.SeqLen * c.Hidden
+	scratch := ops.AttentionScratchSize(m.k, m.B, c.SeqLen, c.Heads)
+	big := max(m.B*c.SeqLen*c.Vocab, 8*BTC)
+	n := 2*BTC + big + scratch
+	if c.Dropout > 0 {
+		n += BTC
+	}
+	ws, err := o.Device.Alloc(device.Workspace, n)
+	if err != nil {
+		return nil, fmt.Errorf("model: backward scratch: %w", err)
+	}
+	m.ws = ws
+	buf := ws.Data
+	next := func(n int) []float32 {
+		s := buf[:n:n]
+		buf = buf[n:]
+		return s
+	}
+	m.dres, m.dln, m.big, m.scratch = next(BTC), next(BTC), next(big), next(scratch)
+	if c.Dropout > 0 {
+		m.branch = next(BTC)
+	}
+	m.drop.embd = rng.Key(o.Seed, "dropout.embd")
+	for l := 0; l < c.Layers; l++ {
+		m.drop.attn = append(m.drop.attn, rng.Key(o.Seed, fmt.Sprintf("dropout.h.%d.attn", l)))
+		m.drop.mlp = append(m.drop.mlp, rng.Key(o.Seed, fmt.Sprintf("dropout.h.%d.mlp", l)))
+	}
+	return m, nil
+}
+
+// Config is the model configuration.
+func (m *GPT) Config() Config { return m.cfg }
+
+// Layout is the parameter layout.
+func (m *GPT) Layout() Layout { return m.layout }
+
+// MicroBatch is B.
+func (m *GPT) MicroBatch() int { return m.B }
+
+// WorkspaceBytes is the size of the backward scratch.
+func (m *GPT) WorkspaceBytes() int64 { return m.ws.Bytes() }
+
+// DResidual is the gradient of the residual stream, (B,T,C). After
+// BlockBackward(l) it holds the gradient with respect to block l's input;
+// a pipeline stage writes the gradient it receives here before the
+// backward of its last block, and reads the one it sends after the
+// backward of its first.
+func (m *GPT) DResidual() []float32 { return m.dres }
+
+// Free returns the scratch to the device.
+func (m *GPT) Free() { m.ws.Free() }
+
+// dropoutAt is the dropout of a site for the stash's batch: keyed by
+// (seed, site, step), offset to the global index of the micro-batch's first
+// element.
+func (m *GPT) dropoutAt(s *Stash, site rng.Stream) ops.Dropout {
+	return ops.Dropout{
+		Stream: site.Sub(uint64(s.step)),
+		Offset: uint64(s.sample) * uint64(m.cfg.SeqLen*m.cfg.Hidden),
+		P:      float32(m.cfg.Dropout),
+	}
+}
+
+// useDropout says whether the stash's pass applies dropout.
+func (m *GPT) useDropout(s *Stash) bool { return m.cfg.Dropout > 0 && !s.eval }

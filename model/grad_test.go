@@ -1,0 +1,111 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+)
+
+// TestWholeModelGradient checks every parameter gradient of a tiny model
+// against central differences of the loss (float32 forward, float64
+// difference), with and without dropout. The measure, per tensor, is
+// max |analytic − numeric| / max |numeric|.
+func TestWholeModelGradient(t *testing.T) {
+	for _, dropout := range []float64{0, 0.2} {
+		cfg := tiny
+		cfg.Dropout = dropout
+		const B = 2
+		m, p, s, _ := setup(t, cfg, B, 2)
+		perturb(p.W, 0.3, 5)
+		batch := randomBatch(cfg, B, 3)
+		batch.Step = 4
+		const dloss = 0.5
+		if _, err := m.Forward(p, s, batch); err != nil {
+			t.Fatal(err)
+		}
+		p.ZeroGrads()
+		if err := m.Backward(p, s, dloss); err != nil {
+			t.Fatal(err)
+		}
+		loss := func() float64 {
+			_, err := m.Forward(p, s, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sum float64 // the per-token losses summed in float64
+			for _, v := range s.Losses() {
+				sum += float64(v)
+			}
+			return dloss * sum / float64(len(s.Losses()))
+		}
+		const eps = 3e-3
+		var worst float64
+		for _, u := range m.Layout().Units {
+			for _, tn := range u.Tensors {
+				var maxDiff, maxNum float64
+				for i := tn.Offset; i < tn.Offset+tn.Size; i++ {
+					x0 := p.W[i]
+					p.W[i] = x0 + eps
+					lp := loss()
+					p.W[i] = x0 - eps
+					lm := loss()
+					p.W[i] = x0
+					num := (lp - lm) / (float64(x0+eps) - float64(x0-eps))
+					maxNum = max(maxNum, math.Abs(num))
+					maxDiff = max(maxDiff, math.Abs(num-float64(p.G[i])))
+				}
+				e := maxDiff / maxNum
+				worst = max(worst, e)
+				if maxNum == 0 || e > 2e-3 {
+					t.Errorf("dropout=%v: %s: relative error %.3g (max |numeric| %.3g)", dropout, tn.Name, e, maxNum)
+				}
+			}
+		}
+		t.Logf("dropout=%v: worst relative error %.3g", dropout, worst)
+	}
+}
+
+// recorder is a Params that logs the calls the model makes.
+type recorder struct {
+	*FlatParams
+	log  []string
+	held map[int]int
+}
+
+func (r *recorder) Weights(u int) ([]float32, error) {
+	r.held[u]++
+	r.log = append(r.log, fmt.Sprintf("W%d", u))
+	return r.FlatParams.Weights(u)
+}
+func (r *recorder) ReleaseWeights(u int) { r.held[u]-- }
+func (r *recorder) Grads(u int) ([]float32, error) {
+	return r.FlatParams.Grads(u)
+}
+func (r *recorder) GradsDone(u int) error {
+	r.log = append(r.log, fmt.Sprintf("D%d", u))
+	return nil
+}
+
+func TestParamsProtocol(t *testing.T) {
+	cfg := Config{Layers: 3, Hidden: 8, Heads: 2, SeqLen: 4, Vocab: 7}
+	m, p, s, _ := setup(t, cfg, 1, 1)
+	r := &recorder{FlatParams: p, held: map[int]int{}}
+	if _, err := m.Forward(r, s, randomBatch(cfg, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Backward(r, s, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Forward: embedding, blocks, final LN, head. Backward: head, final LN
+	// (done), blocks L..1 (each done), embedding (done last).
+	want := "W0 W1 W2 W3 W4 W0 W0 W4 D4 W3 D3 W2 D2 W1 D1 D0"
+	if got := strings.Join(r.log, " "); got != want {
+		t.Errorf("call order\n got %s\nwant %s", got, want)
+	}
+	for u, n := range r.held {
+		if n != 0 {
+			t.Errorf("unit %d: %d more Weights than ReleaseWeights", u, n)
+		}
+	}
+}

@@ -1,0 +1,59 @@
+package model
+
+import (
+	"fmt"
+
+	"trellis/ops"
+)
+
+// EvalForward is Forward without dropout, for validation loss. A stash it
+// fills cannot be used for Backward.
+func (m *GPT) EvalForward(p Params, s *Stash, b Batch) (float32, error) {
+	b.Eval = true
+	return m.Forward(p, s, b)
+}
+
+// Logits writes into dst (V) the next-token logits after prefix, a single
+// sequence of 1..T tokens, without dropout:
+//
+//	logits = LN_f(h[n−1])·wteᵀ
+//
+// It recomputes the whole prefix (no key/value cache), using s as scratch;
+// s must not hold a forward pass whose backward is still to come.
+func (m *GPT) Logits(p Params, s *Stash, prefix []int32, dst []float32) error {
+	c := m.cfg
+	n := len(prefix)
+	if n < 1 || n > c.SeqLen {
+		return fmt.Errorf("model: prefix of %d tokens, want 1 to seq_len=%d", n, c.SeqLen)
+	}
+	if len(dst) != c.Vocab {
+		return fmt.Errorf("model: logits buffer of %d, want vocab=%d", len(dst), c.Vocab)
+	}
+	if s.buf == nil {
+		return fmt.Errorf("model: stash has been freed")
+	}
+	if err := m.checkTokens("prefix", prefix); err != nil {
+		return err
+	}
+	copy(s.inputs, prefix)
+	s.b, s.t, s.eval = 1, n, true
+	if err := m.EmbedForward(p, s); err != nil {
+		return err
+	}
+	for l := 0; l < c.Layers; l++ {
+		if err := m.BlockForward(p, s, l); err != nil {
+			return err
+		}
+	}
+	if err := m.finalNorm(p, s); err != nil {
+		return err
+	}
+	w, err := weights(p, 0)
+	if err != nil {
+		return err
+	}
+	defer p.ReleaseWeights(0)
+	C := c.Hidden
+	m.k.MatMul(ops.NT, 1, c.Vocab, C, s.lnf[(n-1)*C:n*C], C, w[:c.Vocab*C], C, dst, c.Vocab, false)
+	return nil
+}
