@@ -102,3 +102,33 @@ func TestResumeBitIdentical(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentRanks: DP ranks running as goroutines share one Loader and
+// read the same batches as one goroutine does.
+func TestConcurrentRanks(t *testing.T) {
+	const T, G, R = 8, 16, 4
+	l := countingLoader(t, 4000, T, 0.1, 11)
+	want := make([]int32, G*T)
+	if err := l.Batch(G, G, want, make([]int32, G*T)); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]int32, G*T)
+	errs := make(chan error, R)
+	for r := 0; r < R; r++ {
+		go func() {
+			s := Slice{GlobalBatch: G, MicroBatch: G / R, Rank: r, Ranks: R}
+			lo := r * (G / R) * T
+			errs <- l.Micro(Position{Sample: G}, s, got[lo:lo+(G/R)*T], make([]int32, (G/R)*T))
+		}()
+	}
+	for r := 0; r < R; r++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("token %d: concurrent %d, serial %d", i, got[i], want[i])
+		}
+	}
+}

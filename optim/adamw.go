@@ -120,7 +120,9 @@ func (o *AdamW) Steps() int { return o.step }
 // learning rate lr, using gradScale·grads as the gradient (pass
 // ClipScale's factor, or 1). Elements in the decay ranges use the configured
 // weight decay, the others none. The step count rises by one before the
-// update, so the first update has bias-correction step t = 1.
+// update, so the first update has bias-correction step t = 1. A NaN or Inf
+// gradient (or scale) would poison m and v: check the global norm first and
+// skip the step instead.
 func (o *AdamW) Step(lr, gradScale float64) {
 	o.step++
 	h := ops.AdamWHyper{
