@@ -1,0 +1,177 @@
+package checkpoint
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"trellis/safetensors"
+)
+
+// Index is the content of a step's index.json.
+type Index struct {
+	Version int    `json:"version"`
+	Step    int    `json:"step"`
+	World   int    `json:"world"`
+	Plan    string `json:"plan"`
+	// Meta is the caller's JSON, stored as given (compacted).
+	Meta    json.RawMessage        `json:"meta,omitempty"`
+	Tensors map[string]TensorEntry `json:"tensors"`
+	// Files lists one file per rank, in rank order.
+	Files []FileEntry `json:"files"`
+}
+
+// TensorEntry locates one global tensor across the ranks.
+type TensorEntry struct {
+	Shape []int             `json:"shape"`
+	DType safetensors.DType `json:"dtype"`
+	// Shards tile [0, numel) in order of Lo.
+	Shards []ShardEntry `json:"shards"`
+}
+
+// ShardEntry says that rank Rank holds elements [Lo, Hi).
+type ShardEntry struct {
+	Rank int   `json:"rank"`
+	Lo   int64 `json:"lo"`
+	Hi   int64 `json:"hi"`
+}
+
+// FileEntry is one rank file's name, size and SHA-256 (lower-case hex).
+type FileEntry struct {
+	Name   string `json:"name"`
+	Rank   int    `json:"rank"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// encodeIndex renders the index as indented JSON (map keys sorted, so the
+// output is deterministic).
+func encodeIndex(ix *Index) ([]byte, error) {
+	b, err := json.MarshalIndent(ix, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// DecodeIndex parses and validates index.json bytes: known version, no
+// unknown fields, one well-formed file entry per rank, and for every tensor
+// a valid dtype and shape and shards that tile [0, numel) exactly.
+func DecodeIndex(b []byte) (*Index, error) {
+	if len(b) > maxIndexSize {
+		return nil, fmt.Errorf("%d bytes exceeds the %d-byte limit", len(b), maxIndexSize)
+	}
+	var v struct {
+		Version int `json:"version"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, err
+	}
+	if v.Version != Version {
+		return nil, fmt.Errorf("format version %d, this build reads version %d", v.Version, Version)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	ix := &Index{}
+	if err := dec.Decode(ix); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, errors.New("trailing data after the JSON object")
+	}
+	if err := ix.validate(); err != nil {
+		return nil, err
+	}
+	return ix, nil
+}
+
+// validate checks everything but the files' contents.
+func (ix *Index) validate() error {
+	if ix.Step < 0 {
+		return fmt.Errorf("step %d is negative", ix.Step)
+	}
+	if ix.World < 1 || ix.World > maxWorld {
+		return fmt.Errorf("world %d is not in [1, %d]", ix.World, maxWorld)
+	}
+	if len(ix.Files) != ix.World {
+		return fmt.Errorf("%d files listed for world %d", len(ix.Files), ix.World)
+	}
+	for r, f := range ix.Files {
+		if err := f.validate(r, ix.World); err != nil {
+			return err
+		}
+	}
+	names := make([]string, 0, len(ix.Tensors))
+	for name := range ix.Tensors {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if err := ix.Tensors[name].validate(ix.World); err != nil {
+			return fmt.Errorf("tensor %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (f FileEntry) validate(rank, world int) error {
+	want := RankFileName(rank, world)
+	if f.Rank != rank || f.Name != want {
+		return fmt.Errorf("file %d is %q of rank %d, want %q", rank, f.Name, f.Rank, want)
+	}
+	if f.Size < 0 {
+		return fmt.Errorf("file %s: negative size %d", f.Name, f.Size)
+	}
+	if d, err := hex.DecodeString(f.SHA256); err != nil || len(d) != 32 || hex.EncodeToString(d) != f.SHA256 {
+		return fmt.Errorf("file %s: sha256 %q is not 64 lower-case hex digits", f.Name, f.SHA256)
+	}
+	return nil
+}
+
+func (t TensorEntry) validate(world int) error {
+	if !t.DType.Valid() {
+		return fmt.Errorf("unknown dtype %q", t.DType)
+	}
+	if t.Shape == nil {
+		return errors.New("missing shape")
+	}
+	n, err := numel(t.Shape)
+	if err != nil {
+		return err
+	}
+	return checkTiling(t.Shards, n, world)
+}
+
+// checkTiling requires shards sorted by Lo to cover [0, n) with no gap and
+// no overlap (a single [0, 0) shard for an empty tensor).
+func checkTiling(shards []ShardEntry, n int64, world int) error {
+	if len(shards) == 0 {
+		return errors.New("no shards")
+	}
+	if n == 0 && len(shards) != 1 {
+		return fmt.Errorf("%d shards of an empty tensor, want 1", len(shards))
+	}
+	at := int64(0)
+	for _, s := range shards {
+		if s.Rank < 0 || s.Rank >= world {
+			return fmt.Errorf("shard on rank %d of world %d", s.Rank, world)
+		}
+		if err := checkRange(s.Lo, s.Hi, n); err != nil {
+			return fmt.Errorf("rank %d: %w", s.Rank, err)
+		}
+		switch {
+		case s.Lo < at:
+			return fmt.Errorf("rank %d holds [%d, %d), overlapping [.., %d) held before it", s.Rank, s.Lo, s.Hi, at)
+		case s.Lo > at:
+			return fmt.Errorf("no rank holds [%d, %d)", at, s.Lo)
+		}
+		at = s.Hi
+	}
+	if at != n {
+		return fmt.Errorf("no rank holds [%d, %d)", at, n)
+	}
+	return nil
+}

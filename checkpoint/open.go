@@ -1,0 +1,226 @@
+package checkpoint
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"trellis/safetensors"
+)
+
+// Checkpoint is a verified step directory.
+type Checkpoint struct {
+	dir string
+	ix  *Index
+}
+
+// Latest returns the step directory that root's latest file names.
+func Latest(root string) (string, error) {
+	path := filepath.Join(root, LatestName)
+	b, err := readBounded(path, 4096)
+	if err != nil {
+		return "", fmt.Errorf("checkpoint: %w", err)
+	}
+	name := string(bytes.TrimSpace(b))
+	if _, ok := parseStep(name); !ok {
+		return "", fmt.Errorf("checkpoint: %s: %q is not a step directory name", path, name)
+	}
+	return filepath.Join(root, name), nil
+}
+
+// Open accepts a step directory, or a root whose latest names one, and
+// verifies index.json and the size and SHA-256 of every rank file before
+// returning.
+func Open(path string) (*Checkpoint, error) {
+	dir, err := resolve(path)
+	if err != nil {
+		return nil, err
+	}
+	indexPath := filepath.Join(dir, IndexName)
+	b, err := readBounded(indexPath, maxIndexSize)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	ix, err := DecodeIndex(b)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %s: %w", indexPath, err)
+	}
+	if n, ok := parseStep(filepath.Base(dir)); ok && n != ix.Step {
+		return nil, fmt.Errorf("checkpoint: %s: holds step %d, but the directory is named for step %d", indexPath, ix.Step, n)
+	}
+	for _, fe := range ix.Files {
+		if err := verifyFile(dir, fe); err != nil {
+			return nil, err
+		}
+	}
+	return &Checkpoint{dir: dir, ix: ix}, nil
+}
+
+// resolve maps a root to its latest step directory; a step directory (one
+// holding index.json) is returned as is.
+func resolve(path string) (string, error) {
+	if _, err := os.Stat(filepath.Join(path, IndexName)); err == nil {
+		return path, nil
+	}
+	if _, err := os.Stat(filepath.Join(path, LatestName)); err == nil {
+		dir, err := Latest(path)
+		if err != nil {
+			return "", err
+		}
+		// A crash while replacing a step of the same number leaves the
+		// complete older copy under the .replaced name.
+		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+			if _, err := os.Stat(filepath.Join(dir+replacedSuffix, IndexName)); err == nil {
+				return dir + replacedSuffix, nil
+			}
+		}
+		return dir, nil
+	}
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("checkpoint: %w", err)
+	}
+	return "", fmt.Errorf("checkpoint: %s: not a checkpoint (neither %s nor %s)", path, IndexName, LatestName)
+}
+
+// readBounded reads a small file, refusing one larger than limit.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
+	}
+	return b, nil
+}
+
+// verifyFile checks a rank file's size and SHA-256 against its entry.
+func verifyFile(dir string, fe FileEntry) error {
+	path := filepath.Join(dir, fe.Name)
+	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("checkpoint: %s: missing", path)
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if st.Size() != fe.Size {
+		return fmt.Errorf("checkpoint: %s: size %d bytes, %s says %d", path, st.Size(), IndexName, fe.Size)
+	}
+	sum, _, err := hashFile(path)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if sum != fe.SHA256 {
+		return fmt.Errorf("checkpoint: %s: checksum mismatch", path)
+	}
+	return nil
+}
+
+// Dir is the step directory.
+func (c *Checkpoint) Dir() string { return c.dir }
+
+// Index is the decoded index.json; treat it as read-only.
+func (c *Checkpoint) Index() *Index { return c.ix }
+
+// Step is the number of completed steps the checkpoint holds.
+func (c *Checkpoint) Step() int { return c.ix.Step }
+
+// World is the number of ranks that wrote it.
+func (c *Checkpoint) World() int { return c.ix.World }
+
+// Plan is the plan text it was saved under.
+func (c *Checkpoint) Plan() string { return c.ix.Plan }
+
+// Meta is the caller's JSON as committed (nil if none).
+func (c *Checkpoint) Meta() json.RawMessage { return c.ix.Meta }
+
+// DecodeMeta unmarshals the caller's JSON into dst.
+func (c *Checkpoint) DecodeMeta(dst any) error {
+	if c.ix.Meta == nil {
+		return fmt.Errorf("checkpoint: %s: no caller metadata", c.dir)
+	}
+	if err := json.Unmarshal(c.ix.Meta, dst); err != nil {
+		return fmt.Errorf("checkpoint: %s: meta: %w", filepath.Join(c.dir, IndexName), err)
+	}
+	return nil
+}
+
+// RequireSamePlan returns nil when the run's plan and world equal the
+// checkpoint's, and otherwise an error naming both plans (resuming under
+// another plan needs resharding, which is not supported yet).
+func (c *Checkpoint) RequireSamePlan(plan string, world int) error {
+	if c.ix.Plan == plan && c.ix.World == world {
+		return nil
+	}
+	return fmt.Errorf("checkpoint: %s was saved under plan %q (world %d), but this run uses plan %q (world %d): resuming under another plan (resharding) is not supported yet",
+		c.dir, c.ix.Plan, c.ix.World, plan, world)
+}
+
+// ReadRank returns the shards rank wrote, sorted by name. The file's bytes
+// are checked against the index again, so a change after Open is caught.
+func (c *Checkpoint) ReadRank(rank int) ([]Shard, error) {
+	if rank < 0 || rank >= c.ix.World {
+		return nil, fmt.Errorf("checkpoint: %s: rank %d not in world %d", c.dir, rank, c.ix.World)
+	}
+	fe := c.ix.Files[rank]
+	path := filepath.Join(c.dir, fe.Name)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if int64(len(b)) != fe.Size || sha256Hex(b) != fe.SHA256 {
+		return nil, fmt.Errorf("checkpoint: %s: checksum mismatch (changed since it was opened)", path)
+	}
+	f, err := safetensors.Parse(path, b)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	shards, err := decodeRank(f, c.ix.Step, rank, c.ix.World)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %s: %w", path, err)
+	}
+	return shards, nil
+}
+
+// ReadTensor assembles the whole named tensor from the ranks that hold it.
+func (c *Checkpoint) ReadTensor(name string) (Shard, error) {
+	t, ok := c.ix.Tensors[name]
+	if !ok {
+		return Shard{}, fmt.Errorf("checkpoint: %s: no tensor %q", c.dir, name)
+	}
+	n, _ := numel(t.Shape) // validated by DecodeIndex
+	size := int64(t.DType.Size())
+	out := Shard{Name: name, Shape: append([]int{}, t.Shape...), Lo: 0, Hi: n, DType: t.DType, Data: make([]byte, n*size)}
+	byRank := map[int]map[string]Shard{}
+	for _, se := range t.Shards {
+		held, ok := byRank[se.Rank]
+		if !ok {
+			shards, err := c.ReadRank(se.Rank)
+			if err != nil {
+				return Shard{}, err
+			}
+			held = map[string]Shard{}
+			for _, s := range shards {
+				held[s.Name] = s
+			}
+			byRank[se.Rank] = held
+		}
+		s, ok := held[name]
+		if !ok || s.Lo != se.Lo || s.Hi != se.Hi || s.DType != t.DType || !equalInts(s.Shape, t.Shape) {
+			return Shard{}, fmt.Errorf("checkpoint: %s: rank %d's file does not hold [%d, %d) of %q as the index says", c.dir, se.Rank, se.Lo, se.Hi, name)
+		}
+		copy(out.Data[se.Lo*size:], s.Data)
+	}
+	return out, nil
+}
