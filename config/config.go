@@ -55,7 +55,45 @@ func loadFile(dst any, path string) error {
 	if unknown := topUnknown(md.Undecoded()); len(unknown) > 0 {
 		return fmt.Errorf("%s: %s", path, unknownMsg(unknown))
 	}
+	return checkTables(md, reflect.TypeOf(dst), path)
+}
+
+// checkTables rejects a plain value given for a section (a struct or map
+// field), which the TOML decoder lets through silently for maps.
+func checkTables(md toml.MetaData, root reflect.Type, path string) error {
+	for _, k := range md.Keys() {
+		if t, ok := destType(root, k); ok && !isLeaf(t) && (t.Kind() == reflect.Struct || t.Kind() == reflect.Map) {
+			if typ := md.Type(k...); typ != "Hash" {
+				return fmt.Errorf("%s: %s is a section, not a value (%s given)", path, k, strings.ToLower(typ))
+			}
+		}
+	}
 	return nil
+}
+
+// destType follows key through structs and maps to the Go type it fills.
+func destType(t reflect.Type, key toml.Key) (reflect.Type, bool) {
+	for _, p := range key {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch {
+		case t.Kind() == reflect.Map:
+			t = t.Elem()
+		case t.Kind() == reflect.Struct && !isLeaf(t):
+			f, ok := lookup(t, p)
+			if !ok {
+				return nil, false
+			}
+			t = f.typ
+		default:
+			return nil, false
+		}
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t, true
 }
 
 // decode runs the TOML decoder, turning a panic inside it (malformed input

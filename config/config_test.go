@@ -104,6 +104,9 @@ func TestLoadFileErrors(t *testing.T) {
 		{"syntax", "[train]\nsteps = = 3\n", "job.toml:2: "},
 		{"overflow", "[train]\nsmall = 300\n", "job.toml:2: "},
 		{"bad duration", "[train]\ntimeout = \"soon\"\n", "job.toml:2: "},
+		{"value for a map section", "tags = 4\n", "job.toml: tags is a section, not a value (integer given)"},
+		{"value for a section", "model = 4\n", "job.toml:1: "},
+		{"section for a value", "[train.steps]\nx = 1\n", "job.toml"},
 	}
 	for _, c := range cases {
 		p := writeFile(t, c.text)
@@ -210,4 +213,15 @@ func FuzzLoad(f *testing.F) {
 		_ = Load(&d, p, []string{set})
 		_ = Dump(&d)
 	})
+}
+
+func TestInlineTables(t *testing.T) {
+	p := writeFile(t, "model = { layers = 3 }\ntags = { a = \"b\" }\n")
+	d := defaults()
+	if err := Load(&d, p, nil); err != nil {
+		t.Fatal(err)
+	}
+	if d.Model.Layers != 3 || d.Model.Hidden != 64 || d.Tags["a"] != "b" {
+		t.Errorf("got %+v", d)
+	}
 }
