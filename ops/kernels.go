@@ -19,41 +19,55 @@ type Config struct {
 	ISA string
 }
 
+// Validate checks the fields of cfg: Threads >= 0 and ISA one of the names
+// above. Whether the CPU runs the ISA is checked by New.
+func (cfg Config) Validate() error {
+	if cfg.Threads < 0 {
+		return fmt.Errorf("ops: threads=%d must be >= 0", cfg.Threads)
+	}
+	switch cfg.ISA {
+	case "", "auto", "avx512", "avx2", "generic":
+		return nil
+	}
+	return fmt.Errorf("ops: isa=%q is unknown (want auto, avx512, avx2 or generic)", cfg.ISA)
+}
+
 // Kernels runs kernels with a fixed thread count and ISA. It is safe for
 // concurrent use.
 type Kernels struct {
 	threads int
-	isa     string
+	impl    *gemmImpl
+	bufs    *gemmBuffers // shared with the Kernels Single returns
 }
 
 // New checks cfg and returns the kernels for this CPU.
 func New(cfg Config) (*Kernels, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	t := cfg.Threads
 	if t == 0 {
 		t = runtime.GOMAXPROCS(0)
-	}
-	if t < 0 {
-		return nil, fmt.Errorf("ops: threads=%d must be >= 0", cfg.Threads)
 	}
 	isa := cfg.ISA
 	if isa == "" || isa == "auto" {
 		isa = os.Getenv("TRELLIS_KERNELS")
 	}
-	isa, err := resolveISA(isa)
+	impl, err := resolveISA(isa)
 	if err != nil {
 		return nil, err
 	}
-	return &Kernels{threads: t, isa: isa}, nil
+	return &Kernels{threads: t, impl: impl, bufs: newGemmBuffers(impl)}, nil
 }
 
 // Threads is the number of goroutines a kernel may use.
 func (k *Kernels) Threads() int { return k.threads }
 
-// ISA names the matmul micro-kernels in use.
-func (k *Kernels) ISA() string { return k.isa }
+// ISA names the matmul micro-kernels in use: "avx512", "avx2" or "generic".
+func (k *Kernels) ISA() string { return k.impl.name }
 
 // Single returns kernels of the same ISA that run on the calling goroutine
-// only, for use inside Parallel.
+// only, for use inside Parallel. They share packing buffers with k.
 func (k *Kernels) Single() *Kernels {
 	if k.threads == 1 {
 		return k
@@ -67,7 +81,12 @@ func (k *Kernels) Single() *Kernels {
 // each, returning when all are done. With one thread (or n small) it runs
 // inline.
 func (k *Kernels) Parallel(n int, fn func(lo, hi int)) {
-	t := k.threads
+	parallel(k.threads, n, fn)
+}
+
+// parallel splits [0, n) into at most t contiguous chunks, runs fn on each
+// (the last on the calling goroutine) and waits for all.
+func parallel(t, n int, fn func(lo, hi int)) {
 	if t > n {
 		t = n
 	}

@@ -41,27 +41,27 @@ func ParseLayout(s string) (Layout, error) {
 	return 0, fmt.Errorf("ops: unknown layout %q (want nn, nt or tn)", s)
 }
 
-// MatMul computes C = op(A)·op(B) (accumulate false) or C += op(A)·op(B)
-// (accumulate true), with C (M,N) row-major with row stride ldc, and A, B
-// stored as Layout says with row strides lda, ldb:
-//
-//	NN: A (M,K) lda>=K, B (K,N) ldb>=N
-//	NT: A (M,K) lda>=K, B (N,K) ldb>=K
-//	TN: A (K,M) lda>=M, B (K,N) ldb>=N
-//
-// Strides let callers address one head of a (B,T,3C) QKV tensor without
-// copying. It uses k.Threads() goroutines.
-func (k *Kernels) MatMul(l Layout, m, n, kk int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool) {
-	matmulRef(l, m, n, kk, a, lda, b, ldb, c, ldc, accumulate)
-}
-
-// resolveISA maps a requested ISA to one this CPU runs.
-func resolveISA(req string) (string, error) {
+// resolveISA maps a requested ISA ("", "auto", "avx512", "avx2" or
+// "generic") to the micro-kernel this CPU runs: the best one for "" and
+// "auto", an error when the CPU lacks the one named.
+func resolveISA(req string) (*gemmImpl, error) {
 	switch req {
-	case "", "auto", "generic":
-		return "generic", nil
+	case "", "auto":
+		if impls := archImpls(); len(impls) > 0 {
+			return impls[0], nil
+		}
+		return genericImpl(), nil
+	case "generic":
+		return genericImpl(), nil
+	case "avx512", "avx2":
+		for _, g := range archImpls() {
+			if g.name == req {
+				return g, nil
+			}
+		}
+		return nil, fmt.Errorf("ops: isa=%q: this CPU (or build) does not support it", req)
 	}
-	return "", fmt.Errorf("ops: unknown ISA %q (want auto, avx512, avx2 or generic)", req)
+	return nil, fmt.Errorf("ops: unknown ISA %q (want auto, avx512, avx2 or generic)", req)
 }
 
 // matmulRef is the plain triple loop, the reference the fast paths are

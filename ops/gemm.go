@@ -1,0 +1,147 @@
+package ops
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// microKernel computes one mr×nr tile of C from packed panels:
+//
+//	C[i][j] (+)= Σ_{p<kc} a[p*mr+i] · b[p*nr+j],  0 <= i < mr, 0 <= j < nr,
+//
+// with C row-major with row stride ldc (elements). acc false overwrites C
+// without reading it; kc may be 0.
+type microKernel func(kc int, a, b, c *float32, ldc int, acc bool)
+
+// gemmImpl is one micro-kernel with the cache blocking of the driver that
+// feeds it.
+type gemmImpl struct {
+	name   string
+	mr, nr int         // micro-tile of C
+	kc     int         // depth of a packed slice of K (an A micro-panel kc×mr stays in L1)
+	mc     int         // rows of A one goroutine packs at a time; a multiple of mr
+	nc     int         // columns of a packed B block (kc×nc stays in L2); a multiple of nr
+	kernel microKernel // the micro-kernel
+	// transpose packs A for NN and NT, and B for NT.
+	transpose transposer
+	peak      func(d int) // runs d iterations of an FMA loop of peakFlops flops each
+	// peakFlops is the flop count of one iteration of peak.
+	peakFlops int
+}
+
+// minFlopsPerThread is the work below which MatMul adds no goroutine: one
+// more thread must get at least this many flops to pay for its start.
+const minFlopsPerThread = 4 << 20
+
+// gemmBuffers pools packing buffers of one gemmImpl: packed B blocks (shared
+// by a MatMul's goroutines) and per-goroutine scratch (a packed A block and
+// an edge tile).
+type gemmBuffers struct {
+	b       sync.Pool // *[]float32 of len kc*nc
+	scratch sync.Pool // *gemmScratch
+	impl    *gemmImpl
+}
+
+type gemmScratch struct {
+	a    []float32 // (mc/mr) packed A panels, each kc×mr
+	tile []float32 // (mr, nr) edge tile
+}
+
+func newGemmBuffers(g *gemmImpl) *gemmBuffers {
+	return &gemmBuffers{impl: g}
+}
+
+func (p *gemmBuffers) getB() *[]float32 {
+	if v, ok := p.b.Get().(*[]float32); ok {
+		return v
+	}
+	s := alignedFloats(p.impl.kc * p.impl.nc)
+	return &s
+}
+
+func (p *gemmBuffers) getScratch() *gemmScratch {
+	if v, ok := p.scratch.Get().(*gemmScratch); ok {
+		return v
+	}
+	g := p.impl
+	return &gemmScratch{a: alignedFloats(g.mc * g.kc), tile: alignedFloats(g.mr * g.nr)}
+}
+
+// alignedFloats returns a zeroed slice of n float32 starting on a 64-byte
+// boundary (one cache line, one zmm).
+func alignedFloats(n int) []float32 {
+	s := make([]float32, n+16)
+	off := int(uintptr(unsafe.Pointer(&s[0]))%64) / 4
+	if off != 0 {
+		off = 16 - off
+	}
+	return s[off : off+n : off+n]
+}
+
+// matmulCheck panics when the operands are too short for the shapes and
+// strides: the micro-kernels write through raw pointers, so this is the
+// line that keeps a caller's mistake from corrupting memory.
+func matmulCheck(l Layout, m, n, kk int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	if m < 0 || n < 0 || kk < 0 {
+		panic(fmt.Sprintf("ops: MatMul: negative size m=%d n=%d k=%d", m, n, kk))
+	}
+	ar, ac, br, bc := m, kk, kk, n // stored shapes of A and B
+	switch l {
+	case NN:
+	case NT:
+		br, bc = n, kk
+	case TN:
+		ar, ac = kk, m
+	default:
+		panic(fmt.Sprintf("ops: MatMul: unknown %v", l))
+	}
+	need := func(name string, s []float32, rows, cols, ld int) {
+		if rows == 0 || cols == 0 {
+			return
+		}
+		if ld < cols {
+			panic(fmt.Sprintf("ops: MatMul %v: ld%s=%d < %d columns", l, name, ld, cols))
+		}
+		if len(s) < (rows-1)*ld+cols {
+			panic(fmt.Sprintf("ops: MatMul %v: len(%s)=%d < %d for (%d,%d) with stride %d", l, name, len(s), (rows-1)*ld+cols, rows, cols, ld))
+		}
+	}
+	need("a", a, ar, ac, lda)
+	need("b", b, br, bc, ldb)
+	need("c", c, m, n, ldc)
+}
+
+// MatMul computes C = op(A)·op(B) (accumulate false) or C += op(A)·op(B)
+// (accumulate true), with C (M,N) row-major with row stride ldc, and A, B
+// stored as Layout says with row strides lda, ldb:
+//
+//	NN: A (M,K) lda>=K, B (K,N) ldb>=N
+//	NT: A (M,K) lda>=K, B (N,K) ldb>=K
+//	TN: A (K,M) lda>=M, B (K,N) ldb>=N
+//
+// Strides let callers address one head of a (B,T,3C) QKV tensor without
+// copying. With accumulate false C is never read (it may hold NaN). It uses
+// up to k.Threads() goroutines and is safe for concurrent use. It panics if
+// a slice is too short for its shape and stride.
+func (k *Kernels) MatMul(l Layout, m, n, kk int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool) {
+	matmulCheck(l, m, n, kk, a, lda, b, ldb, c, ldc)
+	if m == 0 || n == 0 {
+		return
+	}
+	if kk == 0 {
+		if !accumulate {
+			for i := 0; i < m; i++ {
+				clear(c[i*ldc : i*ldc+n])
+			}
+		}
+		return
+	}
+	t := k.threads
+	if w := 2 * m * n * kk / minFlopsPerThread; w < t {
+		t = max(w, 1)
+	}
+	g := gemm{impl: k.impl, bufs: k.bufs, threads: t, l: l, m: m, n: n, k: kk,
+		a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc}
+	g.run(accumulate)
+}

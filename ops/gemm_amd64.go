@@ -1,0 +1,44 @@
+package ops
+
+import "golang.org/x/sys/cpu"
+
+//go:generate go run ./asmgen -out gemm_amd64.s -stubs gemm_stub_amd64.go -pkg ops
+
+// archImpls returns the assembly micro-kernels this CPU runs, best first.
+// cpu.X86 reports AVX-512 and AVX only when the OS saves their registers.
+func archImpls() []*gemmImpl {
+	var out []*gemmImpl
+	if cpu.X86.HasAVX512F {
+		out = append(out, &gemmImpl{
+			name: "avx512", mr: 12, nr: 32, kc: 256, mc: 1032, nc: 512,
+			kernel: gemmAVX512_12x32, transpose: packTransposeAVX512, peak: fmaLoopAVX512, peakFlops: 24 * 16 * 2,
+		})
+	}
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		out = append(out, &gemmImpl{
+			name: "avx2", mr: 6, nr: 16, kc: 256, mc: 1032, nc: 512,
+			kernel: gemmAVX2_6x16, transpose: packTranspose, peak: fmaLoopAVX2, peakFlops: 12 * 8 * 2,
+		})
+	}
+	return out
+}
+
+// packTransposeAVX512 is packTranspose with the 16-column blocks of full
+// 12- and 32-row panels (the A and B panels of the AVX-512 kernel)
+// transposed in registers.
+func packTransposeAVX512(src []float32, ld, r0, c0, rows, cols int, dst []float32, w int) {
+	n16 := cols / 16
+	if n16 == 0 || rows != w || (w != 12 && w != 32) {
+		packTranspose(src, ld, r0, c0, rows, cols, dst, w)
+		return
+	}
+	_ = src[(r0+rows-1)*ld+c0+16*n16-1] // the asm stays inside src and dst
+	_ = dst[16*n16*w-1]
+	if w == 12 {
+		transposeAVX512_12x12(&src[r0*ld+c0], ld, &dst[0], n16)
+	} else {
+		transposeAVX512_16x32(&src[r0*ld+c0], ld, &dst[0], n16)
+		transposeAVX512_16x32(&src[(r0+16)*ld+c0], ld, &dst[16], n16)
+	}
+	packTranspose(src, ld, r0, c0+16*n16, rows, cols-16*n16, dst[16*n16*w:], w)
+}
