@@ -23,9 +23,8 @@ type gemmImpl struct {
 	mc     int         // rows of A one goroutine packs at a time; a multiple of mr
 	nc     int         // columns of a packed B block (kc×nc stays in L2); a multiple of nr
 	kernel microKernel // the micro-kernel
-	// transpose packs A for NN and NT, and B for NT.
-	transpose transposer
-	peak      func(d int) // runs d iterations of an FMA loop of peakFlops flops each
+	pack   packer      // copies A for TN and B for NN, TN; transposes the others
+	peak   func(d int) // runs d iterations of an FMA loop of peakFlops flops each
 	// peakFlops is the flop count of one iteration of peak.
 	peakFlops int
 }

@@ -11,13 +11,13 @@ func archImpls() []*gemmImpl {
 	if cpu.X86.HasAVX512F {
 		out = append(out, &gemmImpl{
 			name: "avx512", mr: 12, nr: 32, kc: 256, mc: 1032, nc: 512,
-			kernel: gemmAVX512_12x32, transpose: packTransposeAVX512, peak: fmaLoopAVX512, peakFlops: 24 * 16 * 2,
+			kernel: gemmAVX512_12x32, pack: packer{copy: packCopyAVX512, transpose: packTransposeAVX512}, peak: fmaLoopAVX512, peakFlops: 24 * 16 * 2,
 		})
 	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
 		out = append(out, &gemmImpl{
 			name: "avx2", mr: 6, nr: 16, kc: 256, mc: 1032, nc: 512,
-			kernel: gemmAVX2_6x16, transpose: packTranspose, peak: fmaLoopAVX2, peakFlops: 12 * 8 * 2,
+			kernel: gemmAVX2_6x16, pack: packer{copy: packCopy, transpose: packTranspose}, peak: fmaLoopAVX2, peakFlops: 12 * 8 * 2,
 		})
 	}
 	return out
@@ -41,4 +41,26 @@ func packTransposeAVX512(src []float32, ld, r0, c0, rows, cols int, dst []float3
 		transposeAVX512_16x32(&src[(r0+16)*ld+c0], ld, &dst[16], n16)
 	}
 	packTranspose(src, ld, r0, c0+16*n16, rows, cols-16*n16, dst[16*n16*w:], w)
+}
+
+// packCopyAVX512 is packCopy with the full panels of width 12 and 32 (the
+// A and B panels of the AVX-512 kernel) moved by generated code, in groups
+// of packGroup panels walked row by row.
+func packCopyAVX512(src []float32, ld, r0, c0, rows, cols int, dst []float32, w int) {
+	full := cols / w
+	if full == 0 || rows == 0 || (w != 12 && w != 32) {
+		packCopy(src, ld, r0, c0, rows, cols, dst, w)
+		return
+	}
+	_ = src[(r0+rows-1)*ld+c0+full*w-1] // the asm stays inside src and dst
+	_ = dst[full*w*rows-1]
+	for q := 0; q < full; q += packGroup {
+		n := min(packGroup, full-q)
+		if w == 12 {
+			copyPanelsAVX512_12(&src[r0*ld+c0+q*w], ld, &dst[q*w*rows], rows, n)
+		} else {
+			copyPanelsAVX512_32(&src[r0*ld+c0+q*w], ld, &dst[q*w*rows], rows, n)
+		}
+	}
+	packCopy(src, ld, r0, c0+full*w, rows, cols-full*w, dst[full*w*rows:], w)
 }

@@ -860,6 +860,82 @@ transposeAVX512_12x12_done:
 	VZEROUPPER
 	RET
 
+// func copyPanelsAVX512_12(src *float32, ld int, dst *float32, rows int, np int)
+// Requires: AVX, AVX512F
+TEXT ·copyPanelsAVX512_12(SB), NOSPLIT, $0-40
+	MOVQ   src+0(FP), SI
+	MOVQ   ld+8(FP), DX
+	MOVQ   dst+16(FP), DI
+	MOVQ   rows+24(FP), CX
+	MOVQ   np+32(FP), R8
+	SHLQ   $0x02, DX
+	IMUL3Q $0x00000030, CX, R9
+	MOVL   $0x00000fff, AX
+	KMOVW  AX, K1
+	TESTQ  CX, CX
+	JLE    copyPanelsAVX512_12_done
+	TESTQ  R8, R8
+	JLE    copyPanelsAVX512_12_done
+
+copyPanelsAVX512_12_row:
+	MOVQ SI, R10
+	MOVQ DI, R11
+	MOVQ R8, R12
+
+copyPanelsAVX512_12_panel:
+	VMOVUPS.Z (R10), K1, Z3
+	VMOVUPS   Z3, K1, (R11)
+	ADDQ      $0x00000030, R10
+	ADDQ      R9, R11
+	DECQ      R12
+	JNE       copyPanelsAVX512_12_panel
+	ADDQ      DX, SI
+	ADDQ      $0x00000030, DI
+	DECQ      CX
+	JNE       copyPanelsAVX512_12_row
+
+copyPanelsAVX512_12_done:
+	VZEROUPPER
+	RET
+
+// func copyPanelsAVX512_32(src *float32, ld int, dst *float32, rows int, np int)
+// Requires: AVX, AVX512F
+TEXT ·copyPanelsAVX512_32(SB), NOSPLIT, $0-40
+	MOVQ   src+0(FP), SI
+	MOVQ   ld+8(FP), DX
+	MOVQ   dst+16(FP), DI
+	MOVQ   rows+24(FP), CX
+	MOVQ   np+32(FP), R8
+	SHLQ   $0x02, DX
+	IMUL3Q $0x00000080, CX, R9
+	TESTQ  CX, CX
+	JLE    copyPanelsAVX512_32_done
+	TESTQ  R8, R8
+	JLE    copyPanelsAVX512_32_done
+
+copyPanelsAVX512_32_row:
+	MOVQ SI, R10
+	MOVQ DI, R11
+	MOVQ R8, R12
+
+copyPanelsAVX512_32_panel:
+	VMOVUPS (R10), Z0
+	VMOVUPS Z0, (R11)
+	VMOVUPS 64(R10), Z1
+	VMOVUPS Z1, 64(R11)
+	ADDQ    $0x00000080, R10
+	ADDQ    R9, R11
+	DECQ    R12
+	JNE     copyPanelsAVX512_32_panel
+	ADDQ    DX, SI
+	ADDQ    $0x00000080, DI
+	DECQ    CX
+	JNE     copyPanelsAVX512_32_row
+
+copyPanelsAVX512_32_done:
+	VZEROUPPER
+	RET
+
 // func fmaLoopAVX512(n int)
 // Requires: AVX, AVX512F
 TEXT ·fmaLoopAVX512(SB), NOSPLIT, $0-8

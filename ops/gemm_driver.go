@@ -67,7 +67,7 @@ func (g *gemm) run(accumulate bool) {
 						}
 						s := scratch[w]
 						if jc == 0 {
-							packABlock(g.l, g.a, g.lda, i0, i1-i0, pc, kc, s.a, im.mr, im.transpose)
+							packABlock(g.l, g.a, g.lda, i0, i1-i0, pc, kc, s.a, im.mr, im.pack)
 						}
 						g.block(s, *bp, i0, i1, j0, j1, jc, nc, kc, acc)
 					}
@@ -83,7 +83,7 @@ func (g *gemm) packBBlock(dst []float32, jc, nc, pc, kc int) {
 	nr := g.impl.nr
 	np := (nc + nr - 1) / nr
 	parallel(g.threads, np, func(lo, hi int) {
-		packBPanels(g.l, g.b, g.ldb, pc, kc, jc+lo*nr, min(nc, hi*nr)-lo*nr, dst[lo*nr*kc:hi*nr*kc], nr, g.impl.transpose)
+		packBPanels(g.l, g.b, g.ldb, pc, kc, jc+lo*nr, min(nc, hi*nr)-lo*nr, dst[lo*nr*kc:hi*nr*kc], nr, g.impl.pack)
 	})
 }
 

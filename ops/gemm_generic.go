@@ -7,7 +7,7 @@ import "unsafe"
 func genericImpl() *gemmImpl {
 	return &gemmImpl{
 		name: "generic", mr: 2, nr: 4, kc: 256, mc: 1024, nc: 512,
-		kernel: gemmGeneric2x4, transpose: packTranspose, peak: fmaLoopGeneric, peakFlops: 16,
+		kernel: gemmGeneric2x4, pack: packer{copy: packCopy, transpose: packTranspose}, peak: fmaLoopGeneric, peakFlops: 16,
 	}
 }
 

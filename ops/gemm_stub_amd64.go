@@ -16,6 +16,12 @@ func transposeAVX512_16x32(src *float32, ld int, dst *float32, n int)
 // transposeAVX512_12x12 writes dst[c*12 + r] = src[r*ld + c] for r < 12, c < 16*n.
 func transposeAVX512_12x12(src *float32, ld int, dst *float32, n int)
 
+// copyPanelsAVX512_12 writes dst[q*12*rows + r*12 + j] = src[r*ld + q*12 + j] for r < rows, q < np, j < 12.
+func copyPanelsAVX512_12(src *float32, ld int, dst *float32, rows int, np int)
+
+// copyPanelsAVX512_32 writes dst[q*32*rows + r*32 + j] = src[r*ld + q*32 + j] for r < rows, q < np, j < 32.
+func copyPanelsAVX512_32(src *float32, ld int, dst *float32, rows int, np int)
+
 // fmaLoopAVX512 runs n iterations of 24 independent 16-lane FMAs (768 flops each iteration).
 func fmaLoopAVX512(n int)
 

@@ -4,13 +4,13 @@ package ops
 // ceil(rows/mr) micro-panels of kc×mr floats: dst[q*mr*kc + p*mr + i] =
 // op(A)[i0+q*mr+i, p0+p], zero past the last row. op(A) is A for NN and
 // NT (A stored (M,K)) and Aᵀ for TN (A stored (K,M)).
-func packABlock(l Layout, a []float32, lda, i0, rows, p0, kc int, dst []float32, mr int, tr transposer) {
+func packABlock(l Layout, a []float32, lda, i0, rows, p0, kc int, dst []float32, mr int, pk packer) {
 	if l == TN {
-		packCopy(a, lda, p0, i0, kc, rows, dst, mr)
+		pk.copy(a, lda, p0, i0, kc, rows, dst, mr)
 		return
 	}
 	for q := 0; q*mr < rows; q++ {
-		tr(a, lda, i0+q*mr, p0, min(mr, rows-q*mr), kc, dst[q*mr*kc:(q+1)*mr*kc], mr)
+		pk.transpose(a, lda, i0+q*mr, p0, min(mr, rows-q*mr), kc, dst[q*mr*kc:(q+1)*mr*kc], mr)
 	}
 }
 
@@ -18,18 +18,22 @@ func packABlock(l Layout, a []float32, lda, i0, rows, p0, kc int, dst []float32,
 // into ceil(cols/nr) micro-panels of kc×nr floats: dst[q*nr*kc + p*nr + j]
 // = op(B)[p0+p, j0+q*nr+j], zero past the last column. op(B) is B for NN
 // and TN (B stored (K,N)) and Bᵀ for NT (B stored (N,K)).
-func packBPanels(l Layout, b []float32, ldb, p0, kc, j0, cols int, dst []float32, nr int, tr transposer) {
+func packBPanels(l Layout, b []float32, ldb, p0, kc, j0, cols int, dst []float32, nr int, pk packer) {
 	if l != NT {
-		packCopy(b, ldb, p0, j0, kc, cols, dst, nr)
+		pk.copy(b, ldb, p0, j0, kc, cols, dst, nr)
 		return
 	}
 	for q := 0; q*nr < cols; q++ {
-		tr(b, ldb, j0+q*nr, p0, min(nr, cols-q*nr), kc, dst[q*nr*kc:(q+1)*nr*kc], nr)
+		pk.transpose(b, ldb, j0+q*nr, p0, min(nr, cols-q*nr), kc, dst[q*nr*kc:(q+1)*nr*kc], nr)
 	}
 }
 
-// transposer is packTranspose or a faster version of it.
-type transposer func(src []float32, ld, r0, c0, rows, cols int, dst []float32, w int)
+// packer holds a gemmImpl's two ways of packing, both with the contract of
+// packCopy and packTranspose (which are the pure-Go ones).
+type packer struct {
+	copy      func(src []float32, ld, r0, c0, rows, cols int, dst []float32, w int)
+	transpose func(src []float32, ld, r0, c0, rows, cols int, dst []float32, w int)
+}
 
 // packCopy packs the (rows, cols) block of src at (r0, c0) into
 // ceil(cols/w) panels of rows×w floats: dst[q*w*rows + r*w + j] =

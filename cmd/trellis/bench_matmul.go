@@ -1,16 +1,146 @@
 package main
 
 import (
-	"errors"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"trellis/ops"
 )
 
-// newBenchMatmulCmd is a placeholder until its issue lands.
-func newBenchMatmulCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "matmul",
-		Short: "Measure matmul GFLOP/s",
-		RunE:  func(*cobra.Command, []string) error { return errors.New("matmul: not implemented yet") },
+// benchMatmulConfig is what `trellis bench matmul` measures.
+type benchMatmulConfig struct {
+	M, K, N  int
+	Layout   string
+	Threads  int
+	ISA      string
+	Duration time.Duration
+	JSON     bool
+}
+
+// Validate names the first bad field and its rule.
+func (c benchMatmulConfig) Validate() error {
+	switch {
+	case c.M < 1 || c.K < 1 || c.N < 1:
+		return fmt.Errorf("bench matmul: m=%d k=%d n=%d must all be >= 1", c.M, c.K, c.N)
+	case c.Threads < 0:
+		return fmt.Errorf("bench matmul: threads=%d must be >= 0 (0: all CPUs)", c.Threads)
+	case c.Duration <= 0:
+		return fmt.Errorf("bench matmul: time=%v must be > 0", c.Duration)
 	}
+	if _, err := ops.ParseLayout(c.Layout); err != nil {
+		return fmt.Errorf("bench matmul: layout: %w", err)
+	}
+	return nil
+}
+
+// matmulResult is the --json output.
+type matmulResult struct {
+	GFLOPS     float64 `json:"gflops"`      // median over repeats of 2·m·n·k / seconds
+	PeakGFLOPS float64 `json:"peak_gflops"` // FMA loop of the same ISA on the same threads
+	ISA        string  `json:"isa"`
+	Threads    int     `json:"threads"`
+	M          int     `json:"m"`
+	K          int     `json:"k"`
+	N          int     `json:"n"`
+	Layout     string  `json:"layout"`
+	Seconds    float64 `json:"seconds"` // median seconds of one matmul
+	Repeats    int     `json:"repeats"`
+}
+
+func newBenchMatmulCmd() *cobra.Command {
+	cfg := benchMatmulConfig{M: 1024, K: 768, N: 3072, Layout: "nn", Threads: 1, ISA: "auto", Duration: 3 * time.Second}
+	c := &cobra.Command{
+		Use:   "matmul",
+		Short: "Measure matmul GFLOP/s against this CPU's FMA peak",
+		Long: `Measure C(M,N) = op(A)·op(B) with the ops kernels: nn is A(M,K)·B(K,N),
+nt is A(M,K)·B(N,K)ᵀ, tn is A(K,M)ᵀ·B(K,N). Repeats run for about --time;
+the median rate is reported with the FMA-loop peak of the same ISA and
+thread count, measured by this binary.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			res, err := runBenchMatmul(cfg)
+			if err != nil {
+				return err
+			}
+			return printMatmulResult(cmd.OutOrStdout(), res, cfg.JSON)
+		},
+	}
+	f := c.Flags()
+	f.IntVar(&cfg.M, "m", cfg.M, "rows of C")
+	f.IntVar(&cfg.K, "k", cfg.K, "inner dimension")
+	f.IntVar(&cfg.N, "n", cfg.N, "columns of C")
+	f.StringVar(&cfg.Layout, "layout", cfg.Layout, "nn, nt or tn")
+	f.IntVar(&cfg.Threads, "threads", cfg.Threads, "goroutines (0: all CPUs)")
+	f.StringVar(&cfg.ISA, "isa", cfg.ISA, "auto, avx512, avx2 or generic")
+	f.DurationVar(&cfg.Duration, "time", cfg.Duration, "how long to repeat the matmul")
+	f.BoolVar(&cfg.JSON, "json", false, `print {"gflops":..,"peak_gflops":..,...}`)
+	return c
+}
+
+// runBenchMatmul times repeats of at least 50 ms (several matmuls each
+// when one is shorter) until cfg.Duration has passed and at least five
+// ran, then measures the FMA peak.
+func runBenchMatmul(cfg benchMatmulConfig) (matmulResult, error) {
+	if err := cfg.Validate(); err != nil {
+		return matmulResult{}, err
+	}
+	l, _ := ops.ParseLayout(cfg.Layout)
+	k, err := ops.New(ops.Config{Threads: cfg.Threads, ISA: cfg.ISA})
+	if err != nil {
+		return matmulResult{}, fmt.Errorf("bench matmul: %w", err)
+	}
+	m, kk, n := cfg.M, cfg.K, cfg.N
+	lda, ldb := kk, n
+	switch l {
+	case ops.NT:
+		ldb = kk
+	case ops.TN:
+		lda = m
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	a, b, c := randFloats(r, m*kk), randFloats(r, kk*n), make([]float32, m*n)
+	call := func() { k.MatMul(l, m, n, kk, a, lda, b, ldb, c, n, false) }
+
+	start := time.Now()
+	call() // warm up: page in, fill the buffer pools
+	per := max(1, int(50*time.Millisecond/max(time.Since(start), time.Microsecond)))
+	var secs []float64
+	for begin := time.Now(); len(secs) < 5 || time.Since(begin) < cfg.Duration; {
+		t0 := time.Now()
+		for i := 0; i < per; i++ {
+			call()
+		}
+		secs = append(secs, time.Since(t0).Seconds()/float64(per))
+	}
+	sort.Float64s(secs)
+	med := secs[len(secs)/2]
+	return matmulResult{
+		GFLOPS:     2 * float64(m) * float64(n) * float64(kk) / med / 1e9,
+		PeakGFLOPS: k.PeakGFLOPS(max(cfg.Duration/4, 200*time.Millisecond)),
+		ISA:        k.ISA(), Threads: k.Threads(), M: m, K: kk, N: n, Layout: l.String(),
+		Seconds: med, Repeats: len(secs),
+	}, nil
+}
+
+func randFloats(r *rand.Rand, n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = 2*r.Float32() - 1
+	}
+	return s
+}
+
+func printMatmulResult(w io.Writer, res matmulResult, asJSON bool) error {
+	if asJSON {
+		return json.NewEncoder(w).Encode(res)
+	}
+	_, err := fmt.Fprintf(w, "matmul %s m=%d k=%d n=%d, %s, %d thread(s): %.1f GFLOP/s (median of %d, %.3g ms each); FMA peak %.1f GFLOP/s (%.0f%%)\n",
+		res.Layout, res.M, res.K, res.N, res.ISA, res.Threads, res.GFLOPS, res.Repeats, res.Seconds*1e3, res.PeakGFLOPS, 100*res.GFLOPS/res.PeakGFLOPS)
+	return err
 }

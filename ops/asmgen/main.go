@@ -27,6 +27,8 @@ func main() {
 	}
 	transpose16("transposeAVX512_16x32", 16, 32)
 	transpose16("transposeAVX512_12x12", 12, 12)
+	copyPanels("copyPanelsAVX512_12", 12)
+	copyPanels("copyPanelsAVX512_32", 32)
 	fmaLoop("fmaLoopAVX512", 16, 24)
 	fmaLoop("fmaLoopAVX2", 8, 12)
 	Generate()
@@ -269,6 +271,59 @@ func transpose16(name string, rows, w int) {
 	ADDQ(U32(16*w*4), dst)
 	DECQ(n)
 	JNE(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+// copyPanels emits a function that copies rows rows of np*w floats, src
+// with row stride ld (elements), into np panels of rows×w floats:
+// dst[q*w*rows + r*w + j] = src[r*ld + q*w + j]. It walks src row by row.
+// A width of 12 moves 12 lanes of a zmm under mask K1 (loads past the
+// panel are suppressed, so it never reads beyond src's last row).
+func copyPanels(name string, w int) {
+	TEXT(name, NOSPLIT, "func(src *float32, ld int, dst *float32, rows, np int)")
+	Doc(fmt.Sprintf("%s writes dst[q*%d*rows + r*%d + j] = src[r*ld + q*%d + j] for r < rows, q < np, j < %d.", name, w, w, w, w))
+	src, ld, dst, rows, np := reg.RSI, reg.RDX, reg.RDI, reg.RCX, reg.R8
+	stride, s, d, q := reg.R9, reg.R10, reg.R11, reg.R12
+	Load(Param("src"), src)
+	Load(Param("ld"), ld)
+	Load(Param("dst"), dst)
+	Load(Param("rows"), rows)
+	Load(Param("np"), np)
+	SHLQ(U8(2), ld)
+	IMUL3Q(U32(w*4), rows, stride)
+
+	if w%16 != 0 {
+		MOVL(U32(1<<(w%16)-1), reg.EAX)
+		KMOVW(reg.EAX, reg.K1)
+	}
+	TESTQ(rows, rows)
+	JLE(LabelRef(name + "_done"))
+	TESTQ(np, np)
+	JLE(LabelRef(name + "_done"))
+	Label(name + "_row")
+	MOVQ(src, s)
+	MOVQ(dst, d)
+	MOVQ(np, q)
+	Label(name + "_panel")
+	for v := 0; v < w/16; v++ {
+		VMOVUPS(Mem{Base: s, Disp: 64 * v}, vec(tile{lanes: 16}, v))
+		VMOVUPS(vec(tile{lanes: 16}, v), Mem{Base: d, Disp: 64 * v})
+	}
+	if w%16 != 0 {
+		x := vec(tile{lanes: 16}, 3)
+		VMOVUPS_Z(Mem{Base: s, Disp: 64 * (w / 16)}, reg.K1, x)
+		VMOVUPS(x, reg.K1, Mem{Base: d, Disp: 64 * (w / 16)})
+	}
+	ADDQ(U32(w*4), s)
+	ADDQ(stride, d)
+	DECQ(q)
+	JNE(LabelRef(name + "_panel"))
+	ADDQ(ld, src)
+	ADDQ(U32(w*4), dst)
+	DECQ(rows)
+	JNE(LabelRef(name + "_row"))
 	Label(name + "_done")
 	VZEROUPPER()
 	RET()
