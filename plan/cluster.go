@@ -1,0 +1,173 @@
+package plan
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Accel describes one device (a GPU, or a CPU core used as a rank).
+// Bandwidths are bytes per second, times seconds, FLOP rates FLOP/s.
+type Accel struct {
+	Name string
+	// Peak is the dense peak FLOP/s of matrix products per precision; a
+	// precision the device lacks (fp8 on an A100) is absent or 0. For fp32 it
+	// is the rate fp32 training's matrix products run at (TF32 tensor cores
+	// on NVIDIA parts since Ampere).
+	Peak map[Precision]float64
+	// Memory is the device's memory in bytes (as the driver reports it).
+	Memory int64
+	// Reserved is memory the runtime holds outside the training state: the
+	// CUDA context, library workspaces and communicator buffers.
+	Reserved int64
+	// MemBW is the peak memory bandwidth.
+	MemBW float64
+	// GEMMEff is the fraction of Peak the largest matrix products reach
+	// (a tuned library on a square 8192 GEMM); GEMMKnee is the dimension at
+	// which a GEMM's efficiency is half of that along that dimension (tile
+	// and pipeline fill effects, see gemmEfficiency).
+	GEMMEff  float64
+	GEMMKnee float64
+	// AttnEff is the fraction of Peak a fused (flash) attention kernel
+	// reaches in its forward pass; its backward runs at 80% of that.
+	AttnEff float64
+	// MemEff is the fraction of MemBW memory-bound kernels reach.
+	MemEff float64
+	// KernelGap is the idle time between two dependent kernels (launch
+	// latency not hidden by asynchronous launch).
+	KernelGap float64
+}
+
+// Link is one class of interconnect, per device and per direction.
+type Link struct {
+	BW      float64 // achievable bus bandwidth per device, bytes/s (what nccl-tests' busbw reaches)
+	Latency float64 // per message step, seconds (the α of the α–β model)
+}
+
+// Cluster is a machine of identical nodes.
+type Cluster struct {
+	Name           string
+	Accel          Accel
+	DevicesPerNode int
+	Intra          Link // between devices of one node (NVLink/NVSwitch, shared memory)
+	Inter          Link // between nodes, per device (one NIC rail per GPU on DGX systems)
+}
+
+// Validate names the first field that breaks a rule.
+func (c Cluster) Validate() error {
+	a := c.Accel
+	pos := []struct {
+		k string
+		v float64
+	}{{"devices_per_node", float64(c.DevicesPerNode)}, {"device.memory", float64(a.Memory)},
+		{"device.mem_bw", a.MemBW}, {"device.gemm_efficiency", a.GEMMEff}, {"device.attn_efficiency", a.AttnEff},
+		{"device.mem_efficiency", a.MemEff}, {"intra.bw", c.Intra.BW}, {"inter.bw", c.Inter.BW}}
+	for _, p := range pos {
+		if !(p.v > 0) || math.IsInf(p.v, 1) {
+			return fmt.Errorf("plan: cluster %s: %s=%g: must be positive and finite", c.Name, p.k, p.v)
+		}
+	}
+	for _, p := range []struct {
+		k string
+		v float64
+	}{{"device.gemm_efficiency", a.GEMMEff}, {"device.attn_efficiency", a.AttnEff}, {"device.mem_efficiency", a.MemEff}} {
+		if p.v > 1 {
+			return fmt.Errorf("plan: cluster %s: %s=%g: a fraction of peak is at most 1", c.Name, p.k, p.v)
+		}
+	}
+	nonneg := []struct {
+		k string
+		v float64
+	}{{"device.reserved", float64(a.Reserved)}, {"device.gemm_knee", a.GEMMKnee}, {"device.kernel_gap", a.KernelGap},
+		{"intra.latency", c.Intra.Latency}, {"inter.latency", c.Inter.Latency}}
+	for _, p := range nonneg {
+		if !(p.v >= 0) || math.IsInf(p.v, 1) {
+			return fmt.Errorf("plan: cluster %s: %s=%g: must be finite and not negative", c.Name, p.k, p.v)
+		}
+	}
+	if a.Reserved >= a.Memory {
+		return fmt.Errorf("plan: cluster %s: device.reserved=%d: must be less than device.memory=%d", c.Name, a.Reserved, a.Memory)
+	}
+	for _, p := range []Precision{FP32, BF16, FP16, FP8} {
+		if v := a.Peak[p]; !(v >= 0) || math.IsInf(v, 1) {
+			return fmt.Errorf("plan: cluster %s: device.peak_tflops.%s=%g: must be finite and not negative", c.Name, p, v/tera)
+		}
+	}
+	if a.Memory > 1<<50 {
+		return fmt.Errorf("plan: cluster %s: device.memory=%d: more than a PiB per device", c.Name, a.Memory)
+	}
+	if len(c.supported()) == 0 {
+		return fmt.Errorf("plan: cluster %s: device.peak_tflops: no precision has a positive peak", c.Name)
+	}
+	return nil
+}
+
+// supported lists the precisions the device has a peak for.
+func (c Cluster) supported() []Precision {
+	var ps []Precision
+	for _, p := range []Precision{BF16, FP16, FP8, FP32} {
+		if c.Accel.Peak[p] > 0 {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+const (
+	gib  = 1 << 30
+	mib  = 1 << 20
+	tera = 1e12
+	giga = 1e9
+	us   = 1e-6
+)
+
+func peaks(fp32, bf16, fp8 float64) map[Precision]float64 {
+	m := map[Precision]float64{FP32: fp32 * tera, BF16: bf16 * tera, FP16: bf16 * tera}
+	if fp8 > 0 {
+		m[FP8] = fp8 * tera
+	}
+	return m
+}
+
+// clusterPresets are DGX-class nodes: 8 GPUs on an NVSwitch, one InfiniBand
+// rail per GPU. Peaks are NVIDIA's dense (no sparsity) figures; memory is
+// what nvidia-smi reports; link bandwidths are the bus bandwidths NCCL
+// reaches (about 77-82% of the NVLink line rate per direction, about 90% of
+// the NIC's), latencies per ring step. docs/PLANNER.md gives the sources.
+func clusterPresets() []Cluster {
+	a100 := Accel{Name: "A100-SXM4-80GB", Peak: peaks(156, 312, 0), Memory: 81920 * mib, Reserved: 3 * gib / 2,
+		MemBW: 2039 * giga, GEMMEff: 0.72, GEMMKnee: 96, AttnEff: 0.60, MemEff: 0.80, KernelGap: 2 * us}
+	h100 := Accel{Name: "H100-SXM5-80GB", Peak: peaks(494.7, 989.4, 1978.9), Memory: 81559 * mib, Reserved: 3 * gib / 2,
+		MemBW: 3350 * giga, GEMMEff: 0.60, GEMMKnee: 128, AttnEff: 0.50, MemEff: 0.80, KernelGap: 2 * us}
+	h200 := h100
+	h200.Name, h200.Memory, h200.MemBW = "H200-SXM5-141GB", 143771*mib, 4800*giga
+	return []Cluster{
+		{Name: "dgx-a100", Accel: a100, DevicesPerNode: 8,
+			Intra: Link{BW: 230 * giga, Latency: 4 * us}, Inter: Link{BW: 23 * giga, Latency: 8 * us}},
+		{Name: "dgx-h100", Accel: h100, DevicesPerNode: 8,
+			Intra: Link{BW: 360 * giga, Latency: 4 * us}, Inter: Link{BW: 45 * giga, Latency: 8 * us}},
+		{Name: "dgx-h200", Accel: h200, DevicesPerNode: 8,
+			Intra: Link{BW: 360 * giga, Latency: 4 * us}, Inter: Link{BW: 45 * giga, Latency: 8 * us}},
+	}
+}
+
+// ClusterPreset returns a built-in cluster by name.
+func ClusterPreset(name string) (Cluster, error) {
+	var names []string
+	for _, c := range clusterPresets() {
+		if c.Name == name {
+			return c, nil
+		}
+		names = append(names, c.Name)
+	}
+	return Cluster{}, fmt.Errorf("plan: no cluster preset %q (have %s)", name, strings.Join(names, ", "))
+}
+
+// ClusterPresetNames lists the built-in clusters.
+func ClusterPresetNames() []string {
+	var names []string
+	for _, c := range clusterPresets() {
+		names = append(names, c.Name)
+	}
+	return names
+}

@@ -1,0 +1,216 @@
+package plan
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// clusterFile is the on-disk form of a Cluster, in TOML or JSON, with human
+// units (GiB, GB/s, TFLOP/s, µs). Every field may be omitted when base names
+// a preset to start from; otherwise the ones marked required must be given.
+//
+//	name = "my-cluster"
+//	base = "dgx-h100"          # optional: start from a preset
+//	devices_per_node = 8       # required without base
+//	[device]
+//	name = "H100"
+//	memory_gib = 80            # required without base
+//	reserved_gib = 1.5
+//	mem_bw_gbps = 3350         # required without base
+//	peak_tflops = { bf16 = 989.4, fp16 = 989.4, fp8 = 1978.9, fp32 = 494.7 }   # required without base
+//	gemm_efficiency = 0.72     # default 0.7
+//	gemm_knee = 128            # default 64
+//	attn_efficiency = 0.5      # default 0.7 × gemm_efficiency
+//	mem_efficiency = 0.8       # default 0.8
+//	kernel_gap_us = 2          # default 0
+//	[intra]                    # required without base
+//	bw_gbps = 360
+//	latency_us = 4
+//	[inter]                    # required without base
+//	bw_gbps = 45
+//	latency_us = 8
+type clusterFile struct {
+	Name           string      `toml:"name" json:"name"`
+	Base           string      `toml:"base" json:"base"`
+	DevicesPerNode *int        `toml:"devices_per_node" json:"devices_per_node"`
+	Device         *deviceFile `toml:"device" json:"device"`
+	Intra          *linkFile   `toml:"intra" json:"intra"`
+	Inter          *linkFile   `toml:"inter" json:"inter"`
+}
+
+type deviceFile struct {
+	Name       string             `toml:"name" json:"name"`
+	MemoryGiB  *float64           `toml:"memory_gib" json:"memory_gib"`
+	Reserved   *float64           `toml:"reserved_gib" json:"reserved_gib"`
+	MemBWGBps  *float64           `toml:"mem_bw_gbps" json:"mem_bw_gbps"`
+	PeakTFLOPs map[string]float64 `toml:"peak_tflops" json:"peak_tflops"`
+	GEMMEff    *float64           `toml:"gemm_efficiency" json:"gemm_efficiency"`
+	GEMMKnee   *float64           `toml:"gemm_knee" json:"gemm_knee"`
+	AttnEff    *float64           `toml:"attn_efficiency" json:"attn_efficiency"`
+	MemEff     *float64           `toml:"mem_efficiency" json:"mem_efficiency"`
+	KernelGap  *float64           `toml:"kernel_gap_us" json:"kernel_gap_us"`
+}
+
+type linkFile struct {
+	BWGBps    *float64 `toml:"bw_gbps" json:"bw_gbps"`
+	LatencyUS *float64 `toml:"latency_us" json:"latency_us"`
+}
+
+// ParseClusterFile reads a cluster description in TOML, or in JSON when the
+// text starts with '{'. Unknown keys are errors naming them; the result is
+// validated.
+func ParseClusterFile(data []byte) (Cluster, error) {
+	var f clusterFile
+	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '{' {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&f); err != nil {
+			return Cluster{}, fmt.Errorf("plan: cluster file: %w", err)
+		}
+	} else {
+		md, err := toml.Decode(string(data), &f)
+		if err != nil {
+			return Cluster{}, fmt.Errorf("plan: cluster file: %w", err)
+		}
+		if u := md.Undecoded(); len(u) > 0 {
+			keys := make([]string, len(u))
+			for i, k := range u {
+				keys[i] = k.String()
+			}
+			sort.Strings(keys)
+			return Cluster{}, fmt.Errorf("plan: cluster file: unknown keys %s", strings.Join(keys, ", "))
+		}
+	}
+	c, err := f.build()
+	if err != nil {
+		return Cluster{}, err
+	}
+	return c, c.Validate()
+}
+
+func (f clusterFile) build() (Cluster, error) {
+	var c Cluster
+	haveBase := f.Base != ""
+	if haveBase {
+		b, err := ClusterPreset(f.Base)
+		if err != nil {
+			return c, fmt.Errorf("plan: cluster file: base: %w", err)
+		}
+		c = b
+		c.Accel.Peak = copyPeaks(b.Accel.Peak)
+	} else {
+		c.Accel = Accel{GEMMEff: 0.7, GEMMKnee: 64, MemEff: 0.8}
+	}
+	c.Name = pick(f.Name, c.Name, "cluster")
+	if f.DevicesPerNode != nil {
+		c.DevicesPerNode = *f.DevicesPerNode
+	} else if !haveBase {
+		return c, fmt.Errorf("plan: cluster file: devices_per_node is required (or give base)")
+	}
+	if f.Device == nil && !haveBase {
+		return c, fmt.Errorf("plan: cluster file: [device] is required (or give base)")
+	}
+	if f.Device != nil {
+		if err := f.Device.apply(&c.Accel, haveBase); err != nil {
+			return c, err
+		}
+	}
+	for _, l := range []struct {
+		name string
+		f    *linkFile
+		dst  *Link
+	}{{"intra", f.Intra, &c.Intra}, {"inter", f.Inter, &c.Inter}} {
+		if l.f == nil {
+			if !haveBase {
+				return c, fmt.Errorf("plan: cluster file: [%s] is required (or give base)", l.name)
+			}
+			continue
+		}
+		if err := l.f.apply(l.name, l.dst, haveBase); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+func pick(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func copyPeaks(m map[Precision]float64) map[Precision]float64 {
+	out := make(map[Precision]float64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func (d *deviceFile) apply(a *Accel, haveBase bool) error {
+	a.Name = pick(d.Name, a.Name, "device")
+	req := []struct {
+		key string
+		v   *float64
+	}{{"memory_gib", d.MemoryGiB}, {"mem_bw_gbps", d.MemBWGBps}}
+	for _, r := range req {
+		if r.v == nil && !haveBase {
+			return fmt.Errorf("plan: cluster file: device.%s is required (or give base)", r.key)
+		}
+	}
+	if d.MemoryGiB != nil {
+		a.Memory = int64(*d.MemoryGiB * gib)
+	}
+	if d.Reserved != nil {
+		a.Reserved = int64(*d.Reserved * gib)
+	}
+	if d.MemBWGBps != nil {
+		a.MemBW = *d.MemBWGBps * giga
+	}
+	if d.PeakTFLOPs == nil && !haveBase {
+		return fmt.Errorf("plan: cluster file: device.peak_tflops is required (or give base)")
+	}
+	if d.PeakTFLOPs != nil {
+		a.Peak = map[Precision]float64{}
+		for k, v := range d.PeakTFLOPs {
+			var p Plan
+			if err := p.Set("precision", k); err != nil {
+				return fmt.Errorf("plan: cluster file: device.peak_tflops: %w", err)
+			}
+			a.Peak[p.Precision] = v * tera
+		}
+	}
+	setF(&a.GEMMEff, d.GEMMEff, 1)
+	setF(&a.GEMMKnee, d.GEMMKnee, 1)
+	setF(&a.MemEff, d.MemEff, 1)
+	setF(&a.KernelGap, d.KernelGap, us)
+	if d.AttnEff != nil {
+		a.AttnEff = *d.AttnEff
+	} else if !haveBase || d.GEMMEff != nil {
+		a.AttnEff = 0.7 * a.GEMMEff
+	}
+	return nil
+}
+
+func setF(dst *float64, v *float64, unit float64) {
+	if v != nil {
+		*dst = *v * unit
+	}
+}
+
+func (l *linkFile) apply(name string, dst *Link, haveBase bool) error {
+	if l.BWGBps == nil && !haveBase {
+		return fmt.Errorf("plan: cluster file: %s.bw_gbps is required (or give base)", name)
+	}
+	setF(&dst.BW, l.BWGBps, giga)
+	setF(&dst.Latency, l.LatencyUS, us)
+	return nil
+}

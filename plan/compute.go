@@ -1,0 +1,209 @@
+package plan
+
+import "math"
+
+// kernels turns work into seconds on one device for one precision.
+type kernels struct {
+	a    Accel
+	peak float64 // FLOP/s of matrix products
+	e    float64 // bytes per activation element
+	mem  float64 // achievable memory bandwidth, bytes/s
+	fp8  bool    // GEMMs quantise their operands to fp8
+	// hi is the kernels that stay in 16-bit under fp8: the attention core
+	// and the output layer (Transformer Engine's default recipe); k itself
+	// otherwise.
+	hi *kernels
+}
+
+func newKernels(a Accel, p Precision) kernels {
+	k := kernels{a: a, peak: a.Peak[p], e: actBytes(p), mem: a.MemBW * a.MemEff, fp8: p == FP8}
+	if k.fp8 {
+		h := newKernels(a, BF16)
+		k.hi = &h
+	}
+	return k
+}
+
+// high is the kernels for work that fp8 leaves in 16-bit.
+func (k kernels) high() kernels {
+	if k.hi != nil {
+		return *k.hi
+	}
+	return k
+}
+
+// gemmEfficiency is the fraction of peak an (m×k)·(k×n) product reaches:
+//
+//	η = η_max · m/(m+κ) · n/(n+κ) · k/(k+κ)
+//
+// η_max is the best a tuned library reaches (Accel.GEMMEff) and κ
+// (Accel.GEMMKnee) is the dimension at which a factor is one half: small
+// dimensions leave tiles partly empty, waves of tiles unbalanced across the
+// multiprocessors and the k-loop's prologue and epilogue unamortised, so a
+// small GEMM runs further from peak than a large one.
+func (k kernels) gemmEfficiency(m, n, kk float64) float64 {
+	q := k.a.GEMMKnee
+	return k.a.GEMMEff * m / (m + q) * n / (n + q) * kk / (kk + q)
+}
+
+// gemm is the time of `count` independent (m×k)·(k×n) products (a batched
+// GEMM when count > 1): the larger of the compute time at the size-dependent
+// efficiency and the time to stream the operands (roofline), plus one
+// kernel gap.
+func (k kernels) gemm(count, m, n, kk float64) float64 {
+	flops := 2 * m * n * kk * count
+	compute := flops / (k.peak * k.gemmEfficiency(m, n, kk))
+	memory := k.e * (m*kk + kk*n + m*n) * count / k.mem
+	return math.Max(compute, memory) + k.a.KernelGap
+}
+
+// gemmFB is the forward and backward time of a linear layer Y = X·W with
+// X (m×k), W (k×n): forward m×n×k; backward dX = dY·Wᵀ (m×k×n) and
+// dW = Xᵀ·dY (k×n×m), twice the forward FLOPs.
+//
+// In fp8 each GEMM first quantises its operands: the forward reads the bf16
+// input and weight and writes them as fp8 twice (row- and column-major, the
+// second for the backward), 3 bytes per element moved besides the 2 read;
+// the backward does the same for the output gradient.
+func (k kernels) gemmFB(m, n, kk float64) (fwd, bwd float64) {
+	fwd, bwd = k.gemm(1, m, n, kk), k.gemm(1, m, kk, n)+k.gemm(1, kk, n, m)
+	if k.fp8 {
+		fwd += k.stream(5*(m*kk+kk*n), 2)
+		bwd += k.stream(5*m*n, 1)
+	}
+	return fwd, bwd
+}
+
+// stream is a memory-bound kernel moving `bytes`: bytes / (β_mem·η_mem)
+// plus `kernels` kernel gaps.
+func (k kernels) stream(bytes, kernels float64) float64 {
+	return bytes/k.mem + kernels*k.a.KernelGap
+}
+
+// passTime is compute seconds for one micro-batch through a part of the
+// model on one device.
+type passTime struct {
+	fwd, bwd float64 // forward; backward (without recomputation)
+	rc       float64 // recomputation done during the backward
+}
+
+func (a passTime) add(b passTime) passTime {
+	return passTime{a.fwd + b.fwd, a.bwd + b.bwd, a.rc + b.rc}
+}
+
+func (a passTime) scale(f float64) passTime { return passTime{a.fwd * f, a.bwd * f, a.rc * f} }
+
+func (a passTime) total() float64 { return a.fwd + a.bwd + a.rc }
+
+// layerCompute is the compute time of one transformer layer for one
+// micro-batch of T = mbs·seq/cp tokens on one of t tensor ranks: the four
+// linear layers, the attention core and the memory-bound element-wise work.
+func (j Job) layerCompute(p Plan, k kernels) passTime {
+	m := j.Model
+	T := j.tokens(p)
+	h, f, d := float64(m.Hidden), float64(m.FFN), float64(m.HD())
+	a, kv, t := float64(m.Heads), float64(m.KVHeads), float64(p.TP)
+	up := f / t
+	if m.gated() {
+		up = 2 * f / t
+	}
+	var lt passTime
+	for _, g := range [4][2]float64{{(a + 2*kv) * d / t, h}, {h, a * d / t}, {up, h}, {h, f / t}} {
+		fw, bw := k.gemmFB(T, g[0], g[1])
+		lt.fwd += fw
+		lt.bwd += bw
+	}
+	core := j.attentionCore(p, k)
+	ew := j.elementwise(p, k)
+	lt = lt.add(core).add(ew)
+	switch p.Recompute {
+	case RecomputeFull:
+		lt.rc = lt.fwd
+	case RecomputeSelective:
+		if !p.Flash {
+			lt.rc = core.fwd
+		}
+	}
+	return lt
+}
+
+// attentionCore is softmax(QKᵀ/√d)·V for one micro-batch: b·a/t heads of
+// s/cp queries against s keys (context parallelism splits the queries and
+// streams the keys). Materialised: two batched GEMMs forward and four
+// backward over the full s×s scores (masked, not skipped), plus the fused
+// scale-mask-softmax and GPT's attention dropout streaming the scores
+// through memory. Flash: 4·b·(a/t)·s_q·s·d FLOPs halved by causal block
+// skipping, at Accel.AttnEff of peak forward and 80% of that backward,
+// whose five products are 2.5× the forward's FLOPs.
+func (j Job) attentionCore(p Plan, k kernels) passTime {
+	k = k.high()
+	m := j.Model
+	heads := float64(p.MBS) * float64(m.Heads) / float64(p.TP)
+	sq, sk, d := float64(j.Seq)/float64(p.CP), float64(j.Seq), float64(m.HD())
+	if p.Flash {
+		flops := 4 * heads * sq * sk * d * 0.5
+		eff := k.peak * k.a.AttnEff
+		return passTime{fwd: flops/eff + k.a.KernelGap, bwd: 2.5*flops/(0.8*eff) + k.a.KernelGap}
+	}
+	scores := heads * sq * sk
+	fwdBytes, bwdBytes := 2*k.e, 3*k.e // softmax: read+write; backward: read P, dP, write dS
+	if m.Dropout {
+		fwdBytes += 2*k.e + 1 // read, write, mask
+		bwdBytes += 2*k.e + 1
+	}
+	fwd := k.gemm(heads, sq, sk, d) + k.gemm(heads, sq, d, sk) + k.stream(scores*fwdBytes, 2)
+	bwd := k.gemm(heads, sk, d, sq) + k.gemm(heads, sq, sk, d) + k.gemm(heads, sq, d, sk) +
+		k.gemm(heads, sk, d, sq) + k.stream(scores*bwdBytes, 2)
+	return passTime{fwd: fwd, bwd: bwd}
+}
+
+// elementwise is the memory-bound work of one layer: two norms (read and
+// write h per token each), two residual adds (read 2h, write h; GPT's
+// fused bias-dropout-add also writes an h-byte mask), the activation
+// function (GELU reads and writes f; SwiGLU reads 2f and writes f) and
+// rotary embeddings on q and k (Llama). Norms and residuals run on all T
+// tokens on every tensor rank unless sequence parallelism splits them; the
+// rest is split by tp. The backward moves about twice the forward's bytes.
+func (j Job) elementwise(p Plan, k kernels) passTime {
+	m := j.Model
+	h, f, d := float64(m.Hidden), float64(m.FFN), float64(m.HD())
+	t := float64(p.TP)
+	repl := 4*h*k.e + 2*3*h*k.e
+	if m.Dropout {
+		repl += 2 * h
+	}
+	if p.SP {
+		repl /= t
+	}
+	split := 2 * f * k.e
+	kern := 5.0
+	if m.gated() {
+		split = 3*f*k.e + 2*float64(m.Heads+m.KVHeads)*d*k.e
+		kern = 6
+	}
+	bytes := j.tokens(p) * (repl + split/t)
+	return passTime{fwd: k.stream(bytes, kern), bwd: k.stream(2*bytes, 2*kern)}
+}
+
+// embedCompute is the first stage's embedding lookup (write T·h) and its
+// backward (a scatter-add into the table's gradient).
+func (j Job) embedCompute(p Plan, k kernels) passTime {
+	bytes := j.tokens(p) * float64(j.Model.Hidden) * k.e
+	return passTime{fwd: k.stream(2*bytes, 1), bwd: k.stream(3*bytes, 1)}
+}
+
+// headCompute is the last stage's final norm, output layer (T×V/t×h) and
+// vocab-parallel cross-entropy in fp32 (forward reads the logits and writes
+// fp32 softmax; backward reads it and writes the logits' gradient).
+func (j Job) headCompute(p Plan, k kernels) passTime {
+	k = k.high()
+	m := j.Model
+	T, h, vt := j.tokens(p), float64(m.Hidden), float64(m.Vocab)/float64(p.TP)
+	fw, bw := k.gemmFB(T, vt, h)
+	norm := T * h * k.e * 2
+	ce := T * vt
+	return passTime{
+		fwd: fw + k.stream(norm+ce*(k.e+4), 3),
+		bwd: bw + k.stream(2*norm+ce*(4+k.e), 3),
+	}
+}

@@ -1,0 +1,135 @@
+package plan
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+)
+
+// Table renders a search result for people: the job, the ranked plans with
+// their memory and time breakdowns and MFU, and the rejection counts.
+func (j Job) Table(r Result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "model    %s\n", j.Model)
+	fmt.Fprintf(&b, "cluster  %s: %d × %s (%d per node, %s each)\n", j.Cluster.Name, j.Devices,
+		j.Cluster.Accel.Name, j.Cluster.DevicesPerNode, GiB(j.Cluster.Accel.Memory))
+	fmt.Fprintf(&b, "job      seq %d, global batch %d sequences (%d tokens)\n\n", j.Seq, j.GlobalBatch, j.Seq*j.GlobalBatch)
+	if len(r.Plans) == 0 {
+		b.WriteString("no plan fits.\n")
+	} else {
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "#\tstep s\tcompute\tcomm\tbubble\tmisc\tMFU\tHFU\tTFLOP/s\ttokens/s\tmem GiB\tparam\tgrad\toptim\tact\tother\t")
+		for i, e := range r.Plans {
+			m, t := e.Memory, e.Time
+			fmt.Fprintf(tw, "%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f%%\t%.1f%%\t%.0f\t%.4g\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n",
+				i+1, t.Step, t.Compute, t.CommExposed, t.Bubble, t.Misc, 100*e.MFU, 100*e.HFU, e.TFLOPsPerDevice,
+				e.TokensPerS, gibf(m.Total), gibf(m.Param), gibf(m.Grad), gibf(m.Optim), gibf(m.Act), gibf(m.Other))
+		}
+		tw.Flush()
+		b.WriteString("\n")
+		for i, e := range r.Plans {
+			fmt.Fprintf(&b, "%d  %s\n", i+1, e.Plan.Short())
+		}
+	}
+	fmt.Fprintf(&b, "\nevaluated %d plans, %d fit in %s", r.Evaluated, r.Fitting, GiB(j.Cluster.Accel.Memory))
+	if len(r.Rejected) > 0 {
+		b.WriteString("; rejected:\n")
+		for _, k := range r.RejectedReasons() {
+			fmt.Fprintf(&b, "  %9d  %s\n", r.Rejected[k], k)
+		}
+	} else {
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func gibf(b int64) float64 { return float64(b) / gib }
+
+// Explain says, in numbers, what p costs and why it is rejected or slower
+// than best (best may be nil).
+func (j Job) Explain(p Plan, best *Estimate) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "plan %s\n", p)
+	if err := j.Check(p); err != nil {
+		fmt.Fprintf(&b, "rejected: %v\n", err)
+		return b.String()
+	}
+	e := j.estimate(p, place(p, j.Cluster.DevicesPerNode))
+	j.explainMemory(&b, e)
+	j.explainTime(&b, e)
+	if best != nil {
+		explainVersus(&b, e, *best)
+	}
+	return b.String()
+}
+
+func (j Job) explainMemory(b *strings.Builder, e Estimate) {
+	m, p := e.Memory, e.Plan
+	if m.Fits() {
+		fmt.Fprintf(b, "fits: %s of %s on stage %d (the most loaded device)\n", GiB(m.Total), GiB(m.Budget), m.Stage)
+	} else {
+		fmt.Fprintf(b, "rejected: %s\n", e.Why())
+	}
+	P := j.stageParams(p, m.Stage)
+	shards := p.DP * p.CP
+	w, k := weightBytes(p.Precision), optimBytes(p.Precision)
+	fmt.Fprintf(b, "  parameters  %10s  %.4g params on the stage × %g B%s\n", GiB(m.Param), P, w, shardNote(p.ZeRO >= 3, shards))
+	fmt.Fprintf(b, "  gradients   %10s  × %g B%s\n", GiB(m.Grad), w, shardNote(p.ZeRO >= 2, shards))
+	fmt.Fprintf(b, "  optimizer   %10s  × %g B (Adam m, v%s)%s\n", GiB(m.Optim), k, masterNote(p.Precision), shardNote(p.ZeRO >= 1, shards))
+	fmt.Fprintf(b, "  activations %10s  %s per micro-batch × %s in flight (%s, stage %d of %d), recompute=%s, sp=%s, flash=%s\n",
+		GiB(m.Act), GiB(m.ActPerMicroBatch), trimFloat(m.InFlight), p.Schedule, m.Stage, p.PP, p.Recompute, onOff(p.SP), onOff(p.Flash))
+	fmt.Fprintf(b, "  other       %10s  runtime %s, workspace %s, buffers %s\n", GiB(m.Other), GiB(m.Reserved), GiB(m.Workspace), GiB(m.Buffers))
+}
+
+func shardNote(sharded bool, n int) string {
+	if sharded && n > 1 {
+		return fmt.Sprintf(" / %d (ZeRO shards over dp·cp)", n)
+	}
+	return ""
+}
+
+func masterNote(p Precision) string {
+	if p == FP32 {
+		return ""
+	}
+	return ", fp32 master"
+}
+
+func (j Job) explainTime(b *strings.Builder, e Estimate) {
+	t, p := e.Time, e.Plan
+	fmt.Fprintf(b, "step %.3f s: %.1f%% MFU, %.1f%% HFU, %.0f TFLOP/s per device, %.4g tokens/s\n",
+		t.Step, 100*e.MFU, 100*e.HFU, e.TFLOPsPerDevice, e.TokensPerS)
+	fmt.Fprintf(b, "  compute     %8.3f s  %d micro-batches × %.4f s on stage %d (recompute=%s adds %.0f%% FLOPs)\n",
+		t.Compute, t.MicroBatches, t.Compute/float64(t.MicroBatches), t.SlowStage, p.Recompute, 100*(e.HWFLOPs/e.ModelFLOPs-1))
+	fmt.Fprintf(b, "  comm        %8.3f s  exposed: tp %.3f, cp %.3f, pp %.3f, dp/zero %.3f\n", t.CommExposed, t.TP, t.CP, t.PP, t.DP)
+	fmt.Fprintf(b, "  bubble      %8.3f s  (pp-1)/vpp = %d/%d stage times of %.4f s; %.1f%% of the step\n",
+		t.Bubble, p.PP-1, p.VPP, t.StageTime, 100*t.Bubble/t.Step)
+	fmt.Fprintf(b, "  misc        %8.3f s  optimizer step (memory-bound)\n", t.Misc)
+}
+
+func explainVersus(b *strings.Builder, e, best Estimate) {
+	if e.Plan == best.Plan {
+		b.WriteString("this is the best plan found.\n")
+		return
+	}
+	fmt.Fprintf(b, "versus the best plan %s (%.3f s):\n", best.Plan.Short(), best.Time.Step)
+	d := e.Time.Step/best.Time.Step - 1
+	if d >= 0 {
+		fmt.Fprintf(b, "  %.1f%% slower", 100*d)
+	} else {
+		fmt.Fprintf(b, "  %.1f%% faster (but the best fits and this one does not)", -100*d)
+	}
+	parts := []struct {
+		name string
+		a, b float64
+	}{{"compute", e.Time.Compute, best.Time.Compute}, {"tp comm", e.Time.TP, best.Time.TP},
+		{"cp comm", e.Time.CP, best.Time.CP}, {"pp comm", e.Time.PP, best.Time.PP},
+		{"dp/zero comm", e.Time.DP, best.Time.DP}, {"bubble", e.Time.Bubble, best.Time.Bubble}, {"misc", e.Time.Misc, best.Time.Misc}}
+	b.WriteString(":")
+	for _, q := range parts {
+		if diff := q.a - q.b; diff > 1e-4*best.Time.Step || diff < -1e-4*best.Time.Step {
+			fmt.Fprintf(b, " %s %+.3f s;", q.name, diff)
+		}
+	}
+	b.WriteString("\n")
+}

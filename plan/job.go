@@ -1,0 +1,124 @@
+package plan
+
+import "fmt"
+
+// Job is what is being planned: a model, a cluster, how many of its devices,
+// the sequence length and the global batch (in sequences) of one step.
+type Job struct {
+	Model       Model
+	Cluster     Cluster
+	Devices     int
+	Seq         int
+	GlobalBatch int
+}
+
+// Validate checks the job on its own (not a plan).
+func (j Job) Validate() error {
+	if err := j.Model.Validate(); err != nil {
+		return err
+	}
+	if err := j.Cluster.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case j.Devices < 1 || j.Devices > 1<<24:
+		return fmt.Errorf("plan: devices=%d: want 1..%d", j.Devices, 1<<24)
+	case j.Seq < 1 || j.Seq > 1<<24:
+		return fmt.Errorf("plan: seq=%d: want 1..%d", j.Seq, 1<<24)
+	case j.GlobalBatch < 1 || j.GlobalBatch > 1<<24:
+		return fmt.Errorf("plan: global batch=%d: want 1..%d", j.GlobalBatch, 1<<24)
+	case j.Model.Family == GPT && j.Seq > j.Model.MaxSeq:
+		return fmt.Errorf("plan: seq=%d exceeds the %d learned positions of %s", j.Seq, j.Model.MaxSeq, j.Model.Name)
+	}
+	return nil
+}
+
+// MicroBatches is the number of micro-batches each data-parallel replica
+// runs per step: m = GlobalBatch / (DP·MBS).
+func (j Job) MicroBatches(p Plan) int { return j.GlobalBatch / (p.DP * p.MBS) }
+
+// Check validates p for this job: Plan.Validate, then every rule that
+// involves the model, the cluster, the sequence or the batch. The error
+// names the keys and the rule, e.g. "tp=3 does not divide heads=8".
+func (j Job) Check(p Plan) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	if r := j.rule(p); r.key != "" {
+		return invalid("%s", r.msg)
+	}
+	return nil
+}
+
+// violation is a broken rule: key groups it in Result.Rejected, msg says it
+// with the numbers.
+type violation struct{ key, msg string }
+
+func broken(key, format string, args ...any) violation {
+	return violation{key: key, msg: fmt.Sprintf(format, args...)}
+}
+
+// Keys of Result.Rejected: the rule a candidate broke.
+const (
+	rejDevices     = "devices: dp·tp·pp·cp is not the device count"
+	rejHeads       = "heads: tp does not divide heads"
+	rejKVHeads     = "kv_heads: tp does not divide kv_heads"
+	rejFFN         = "ffn: tp does not divide ffn"
+	rejSeq         = "seq: 2·cp does not divide seq"
+	rejLayers      = "layers: pp·vpp does not divide layers"
+	rejBatch       = "batch: dp·mbs does not divide the global batch"
+	rejSP          = "sp: tp does not divide the tokens per cp rank"
+	rejSPTP        = "sp: sp=on needs tp>1"
+	rejInterleaved = "schedule: interleaved needs pp to divide the micro-batches"
+	rejPrecision   = "precision: not supported by the device"
+	rejMemory      = "memory: over the device budget"
+)
+
+// rule returns the first model-dependent rule p breaks (key "" if none).
+func (j Job) rule(p Plan) violation {
+	if r := j.shapeRule(p.TP, p.CP, p.PP); r.key != "" {
+		return r
+	}
+	m := j.Model
+	switch {
+	case p.Devices() != j.Devices:
+		return broken(rejDevices, "dp·tp·pp·cp = %d·%d·%d·%d = %d, but the job has %d devices", p.DP, p.TP, p.PP, p.CP, p.Devices(), j.Devices)
+	case m.Layers%(p.PP*p.VPP) != 0:
+		return broken(rejLayers, "pp·vpp = %d·%d does not divide layers=%d", p.PP, p.VPP, m.Layers)
+	case j.GlobalBatch%(p.DP*p.MBS) != 0:
+		return broken(rejBatch, "dp·mbs = %d·%d does not divide the global batch %d", p.DP, p.MBS, j.GlobalBatch)
+	}
+	return j.stepRule(p)
+}
+
+// stepRule checks the rules of sp, the schedule and the precision, once
+// the shape, vpp and mbs are known to be valid.
+func (j Job) stepRule(p Plan) violation {
+	switch {
+	case p.SP && (j.Seq/p.CP)%p.TP != 0:
+		return broken(rejSP, "sp=on needs tp=%d to divide the %d tokens per cp rank", p.TP, j.Seq/p.CP)
+	case p.Schedule == Interleaved && j.MicroBatches(p)%p.PP != 0:
+		return broken(rejInterleaved, "schedule=interleaved needs pp=%d to divide the %d micro-batches", p.PP, j.MicroBatches(p))
+	case !(j.Cluster.Accel.Peak[p.Precision] > 0):
+		return broken(rejPrecision, "precision=%s: %s has no %s peak", p.Precision, j.Cluster.Accel.Name, p.Precision)
+	}
+	return violation{}
+}
+
+// shapeRule checks the rules that involve only tp, cp and pp.
+func (j Job) shapeRule(tp, cp, pp int) violation {
+	m := j.Model
+	switch {
+	case m.Heads%tp != 0:
+		return broken(rejHeads, "tp=%d does not divide heads=%d", tp, m.Heads)
+	case m.KVHeads%tp != 0:
+		return broken(rejKVHeads, "tp=%d does not divide kv_heads=%d", tp, m.KVHeads)
+	case m.FFN%tp != 0:
+		return broken(rejFFN, "tp=%d does not divide ffn=%d", tp, m.FFN)
+	case cp > 1 && j.Seq%(2*cp) != 0:
+		return broken(rejSeq, "cp=%d needs seq=%d divisible by 2·cp (two causal-balanced chunks per rank)", cp, j.Seq)
+	case m.Layers%pp != 0:
+		return broken(rejLayers, "pp=%d does not divide layers=%d", pp, m.Layers)
+	}
+	return violation{}
+}

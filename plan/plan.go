@@ -1,0 +1,339 @@
+// Package plan is Trellis's planner: a cost model of per-device memory and
+// step time for training a decoder-only transformer under a parallel plan,
+// and a search over plans for a cluster. It is pure: no I/O, no goroutines,
+// and it imports no other Trellis package, so the engine can share its Plan
+// type without pulling the planner's dependencies (and vice versa).
+//
+// The objective it implements is the seed's
+//
+//	min over plans  T_step = T_compute + T_comm,exposed + T_bubble + T_misc
+//	subject to      M_param + M_grad + M_optim + M_act + M_other ≤ M_budget
+//
+// docs/PLANNER.md derives every term and holds the predictions against
+// published figures.
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Schedule is a pipeline schedule.
+type Schedule string
+
+// The pipeline schedules.
+const (
+	GPipe       Schedule = "gpipe"       // all forwards, then all backwards (Huang et al. 2018)
+	OneFOneB    Schedule = "1f1b"        // one forward, one backward (PipeDream-Flush)
+	Interleaved Schedule = "interleaved" // 1F1B over vpp model chunks per rank (Narayanan et al. 2021)
+)
+
+// Recompute is an activation recomputation policy.
+type Recompute string
+
+// The recomputation policies.
+const (
+	RecomputeNone      Recompute = "none"      // keep every activation
+	RecomputeSelective Recompute = "selective" // recompute the attention core (Korthikanti et al. 2022)
+	RecomputeFull      Recompute = "full"      // keep each layer's input, recompute the layer
+)
+
+// Precision is the training precision. Every precision other than fp32 keeps
+// fp32 master weights and fp32 Adam moments (mixed precision).
+type Precision string
+
+// The precisions.
+const (
+	FP32 Precision = "fp32"
+	BF16 Precision = "bf16"
+	FP16 Precision = "fp16" // with dynamic loss scaling
+	FP8  Precision = "fp8"  // fp8 GEMMs, bf16 weights and activations elsewhere
+)
+
+// DefaultOrder is the rank order used when none is given: tp varies fastest,
+// so TP groups are consecutive ranks inside a node (as in package mesh).
+const DefaultOrder = "tp-cp-dp-pp"
+
+// Plan is one way to split a training step over devices. Its text form is
+// shared by `trellis plan` and `trellis train --parallel`:
+//
+//	dp=8,tp=8,pp=4,cp=1,vpp=2,zero=1,sp=on,mbs=1,schedule=interleaved,recompute=selective,precision=bf16,flash=on,order=tp-cp-dp-pp
+//
+// Devices() = DP·TP·PP·CP.
+type Plan struct {
+	DP  int // data-parallel replicas
+	TP  int // tensor-parallel ranks (Megatron column/row split)
+	PP  int // pipeline stages
+	CP  int // context-parallel ranks (sequence split inside attention)
+	VPP int // virtual stages (model chunks) per pipeline rank; >1 only with Interleaved
+
+	ZeRO      int       // 0: replicated; 1: optimizer states sharded; 2: + gradients; 3: + parameters
+	SP        bool      // sequence parallelism in the non-tensor-parallel regions (needs TP>1)
+	MBS       int       // micro-batch size in sequences
+	Schedule  Schedule  // pipeline schedule
+	Recompute Recompute // activation recomputation
+	Precision Precision // training precision
+	Flash     bool      // IO-aware (FlashAttention-style) attention: no s×s score matrix in memory
+	Order     string    // axes fastest-varying first, e.g. "tp-cp-dp-pp"
+}
+
+// Default is the plan that every key of the text form falls back to:
+// one device, no sharding, micro-batch 1, 1F1B, no recomputation, bf16,
+// flash attention on (the IO-aware kernel is both faster and smaller than
+// materialising the score matrix, so it is the sensible default), and
+// tp-fastest rank order.
+func Default() Plan {
+	return Plan{DP: 1, TP: 1, PP: 1, CP: 1, VPP: 1, ZeRO: 0, SP: false, MBS: 1,
+		Schedule: OneFOneB, Recompute: RecomputeNone, Precision: BF16, Flash: true, Order: DefaultOrder}
+}
+
+// Devices is the number of devices the plan occupies: DP·TP·PP·CP.
+func (p Plan) Devices() int { return p.DP * p.TP * p.PP * p.CP }
+
+// Keys lists the keys of the text form in canonical order.
+func Keys() []string {
+	return []string{"dp", "tp", "pp", "cp", "vpp", "zero", "sp", "mbs", "schedule", "recompute", "precision", "flash", "order"}
+}
+
+// String is the canonical text form: every key, in Keys order. Parse
+// inverts it exactly.
+func (p Plan) String() string {
+	var b strings.Builder
+	for i, k := range Keys() {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(p.Get(k))
+	}
+	return b.String()
+}
+
+// Short is the text form without the keys whose value is the default.
+func (p Plan) Short() string {
+	d := Default()
+	var parts []string
+	for _, k := range Keys() {
+		if v := p.Get(k); v != d.Get(k) || k == "dp" || k == "tp" || k == "pp" {
+			parts = append(parts, k+"="+v)
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// Get returns the text of one key's value ("" for an unknown key).
+func (p Plan) Get(key string) string {
+	switch key {
+	case "dp":
+		return strconv.Itoa(p.DP)
+	case "tp":
+		return strconv.Itoa(p.TP)
+	case "pp":
+		return strconv.Itoa(p.PP)
+	case "cp":
+		return strconv.Itoa(p.CP)
+	case "vpp":
+		return strconv.Itoa(p.VPP)
+	case "zero":
+		return strconv.Itoa(p.ZeRO)
+	case "sp":
+		return onOff(p.SP)
+	case "mbs":
+		return strconv.Itoa(p.MBS)
+	case "schedule":
+		return string(p.Schedule)
+	case "recompute":
+		return string(p.Recompute)
+	case "precision":
+		return string(p.Precision)
+	case "flash":
+		return onOff(p.Flash)
+	case "order":
+		return p.Order
+	}
+	return ""
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// Parse reads the text form: comma-separated key=value pairs, any subset of
+// Keys in any order; a missing key takes its value from Default. Unknown
+// keys, repeated keys and bad values are errors that name them. The empty
+// string is the default plan. Parse checks the syntax of each value, not the
+// rules between keys: call Validate for those.
+func Parse(s string) (Plan, error) {
+	p := Default()
+	_, err := parseInto(&p, s)
+	return p, err
+}
+
+// parseInto sets the keys named in s on p and returns which were set.
+func parseInto(p *Plan, s string) (map[string]bool, error) {
+	seen := map[string]bool{}
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return seen, nil
+	}
+	for _, item := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(item, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !ok {
+			return seen, fmt.Errorf("plan: %q is not key=value", strings.TrimSpace(item))
+		}
+		if seen[k] {
+			return seen, fmt.Errorf("plan: key %q given twice", k)
+		}
+		if err := p.Set(k, v); err != nil {
+			return seen, err
+		}
+		seen[k] = true
+	}
+	return seen, nil
+}
+
+// Set assigns one key from its text value.
+func (p *Plan) Set(key, val string) error {
+	switch key {
+	case "dp", "tp", "pp", "cp", "vpp", "zero", "mbs":
+		n, err := strconv.Atoi(val)
+		if err != nil {
+			return fmt.Errorf("plan: %s=%q is not an integer", key, val)
+		}
+		*p.intField(key) = n
+	case "sp", "flash":
+		b, err := parseOnOff(key, val)
+		if err != nil {
+			return err
+		}
+		if key == "sp" {
+			p.SP = b
+		} else {
+			p.Flash = b
+		}
+	case "schedule":
+		return setEnum(&p.Schedule, key, val, GPipe, OneFOneB, Interleaved)
+	case "recompute":
+		return setEnum(&p.Recompute, key, val, RecomputeNone, RecomputeSelective, RecomputeFull)
+	case "precision":
+		return setEnum(&p.Precision, key, val, FP32, BF16, FP16, FP8)
+	case "order":
+		if err := checkOrder(val); err != nil {
+			return err
+		}
+		p.Order = val
+	default:
+		return fmt.Errorf("plan: unknown key %q (known: %s)", key, strings.Join(Keys(), ", "))
+	}
+	return nil
+}
+
+func (p *Plan) intField(key string) *int {
+	switch key {
+	case "dp":
+		return &p.DP
+	case "tp":
+		return &p.TP
+	case "pp":
+		return &p.PP
+	case "cp":
+		return &p.CP
+	case "vpp":
+		return &p.VPP
+	case "zero":
+		return &p.ZeRO
+	}
+	return &p.MBS
+}
+
+func parseOnOff(key, val string) (bool, error) {
+	switch val {
+	case "on", "true":
+		return true, nil
+	case "off", "false":
+		return false, nil
+	}
+	return false, fmt.Errorf("plan: %s=%q: want on or off", key, val)
+}
+
+func setEnum[T ~string](dst *T, key, val string, allowed ...T) error {
+	names := make([]string, len(allowed))
+	for i, a := range allowed {
+		if string(a) == val {
+			*dst = a
+			return nil
+		}
+		names[i] = string(a)
+	}
+	return fmt.Errorf("plan: %s=%q: want one of %s", key, val, strings.Join(names, ", "))
+}
+
+// checkOrder accepts a permutation of tp, cp, dp, pp joined by "-".
+func checkOrder(s string) error {
+	parts := strings.Split(s, "-")
+	got := append([]string(nil), parts...)
+	sort.Strings(got)
+	if strings.Join(got, ",") != "cp,dp,pp,tp" {
+		return fmt.Errorf("plan: order=%q: want the four axes tp, cp, dp, pp joined by '-', each once (e.g. %s)", s, DefaultOrder)
+	}
+	return nil
+}
+
+// ErrInvalid is matched (errors.Is) by every error Validate returns.
+var ErrInvalid = errors.New("invalid plan")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("plan: %s: %w", fmt.Sprintf(format, args...), ErrInvalid)
+}
+
+// Validate checks the rules between keys that hold for any model. Rules that
+// involve the model, sequence or batch are in Job.Check.
+func (p Plan) Validate() error {
+	for _, k := range []string{"dp", "tp", "pp", "cp", "vpp", "mbs"} {
+		if v := *p.intField(k); v < 1 {
+			return invalid("%s=%d: must be at least 1", k, v)
+		}
+	}
+	if p.ZeRO < 0 || p.ZeRO > 3 {
+		return invalid("zero=%d: must be 0, 1, 2 or 3", p.ZeRO)
+	}
+	var q Plan
+	for _, k := range []string{"schedule", "recompute", "precision", "order"} {
+		if err := q.Set(k, p.Get(k)); err != nil {
+			return fmt.Errorf("%w: %w", err, ErrInvalid)
+		}
+	}
+	switch {
+	case p.SP && p.TP == 1:
+		return invalid("sp=on needs tp>1 (sequence parallelism splits the regions tensor parallelism replicates)")
+	case p.Schedule == Interleaved && p.PP == 1:
+		return invalid("schedule=interleaved needs pp>1")
+	case p.Schedule == Interleaved && p.VPP < 2:
+		return invalid("schedule=interleaved needs vpp>=2 (with vpp=1 it is 1f1b)")
+	case p.VPP > 1 && p.Schedule != Interleaved:
+		return invalid("vpp=%d needs schedule=interleaved", p.VPP)
+	}
+	return nil
+}
+
+// MarshalText writes the canonical text form, so a Plan is a string in
+// TOML and JSON configuration.
+func (p Plan) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText parses the text form (missing keys take their defaults).
+func (p *Plan) UnmarshalText(b []byte) error {
+	q, err := Parse(string(b))
+	if err != nil {
+		return err
+	}
+	*p = q
+	return nil
+}

@@ -1,0 +1,105 @@
+package plan
+
+// The JSON form of a search, as `trellis plan --json` prints it. Bytes and
+// seconds throughout; global batch in sequences.
+
+// ReportJSON is the top-level object.
+type ReportJSON struct {
+	Model     ModelJSON      `json:"model"`
+	Plans     []EstimateJSON `json:"plans"`
+	Evaluated int            `json:"evaluated"`
+	Rejected  map[string]int `json:"rejected"`
+}
+
+// ModelJSON names the model and its exact parameter count.
+type ModelJSON struct {
+	Name   string `json:"name"`
+	Params int64  `json:"params"`
+}
+
+// PlanJSON is a plan's keys.
+type PlanJSON struct {
+	DP        int    `json:"dp"`
+	TP        int    `json:"tp"`
+	PP        int    `json:"pp"`
+	CP        int    `json:"cp"`
+	VPP       int    `json:"vpp"`
+	ZeRO      int    `json:"zero"`
+	SP        bool   `json:"sp"`
+	MBS       int    `json:"mbs"`
+	Schedule  string `json:"schedule"`
+	Recompute string `json:"recompute"`
+	Precision string `json:"precision"`
+	Flash     bool   `json:"flash"`
+	Order     string `json:"order"`
+}
+
+// MemoryJSON is the per-device memory, bytes.
+type MemoryJSON struct {
+	Param  int64 `json:"param"`
+	Grad   int64 `json:"grad"`
+	Optim  int64 `json:"optim"`
+	Act    int64 `json:"act"`
+	Other  int64 `json:"other"`
+	Total  int64 `json:"total"`
+	Budget int64 `json:"budget"`
+}
+
+// TimeJSON is the step time, seconds.
+type TimeJSON struct {
+	Compute     float64 `json:"compute"`
+	CommExposed float64 `json:"comm_exposed"`
+	Bubble      float64 `json:"bubble"`
+	Misc        float64 `json:"misc"`
+	Step        float64 `json:"step"`
+}
+
+// EstimateJSON is one ranked plan.
+type EstimateJSON struct {
+	Plan              PlanJSON   `json:"plan"`
+	Memory            MemoryJSON `json:"memory"`
+	Time              TimeJSON   `json:"time"`
+	TFLOPsPerDevice   float64    `json:"tflops_per_device"`
+	HWTFLOPsPerDevice float64    `json:"hw_tflops_per_device"`
+	MFU               float64    `json:"mfu"`
+	HFU               float64    `json:"hfu"`
+	TokensPerS        float64    `json:"tokens_per_s"`
+}
+
+// JSON converts a plan.
+func (p Plan) JSON() PlanJSON {
+	return PlanJSON{DP: p.DP, TP: p.TP, PP: p.PP, CP: p.CP, VPP: p.VPP, ZeRO: p.ZeRO, SP: p.SP, MBS: p.MBS,
+		Schedule: string(p.Schedule), Recompute: string(p.Recompute), Precision: string(p.Precision),
+		Flash: p.Flash, Order: p.Order}
+}
+
+// JSON converts an estimate.
+func (e Estimate) JSON() EstimateJSON {
+	m, t := e.Memory, e.Time
+	return EstimateJSON{
+		Plan: e.Plan.JSON(),
+		Memory: MemoryJSON{Param: m.Param, Grad: m.Grad, Optim: m.Optim, Act: m.Act, Other: m.Other,
+			Total: m.Total, Budget: m.Budget},
+		Time: TimeJSON{Compute: t.Compute, CommExposed: t.CommExposed, Bubble: t.Bubble, Misc: t.Misc,
+			Step: t.Step},
+		TFLOPsPerDevice: e.TFLOPsPerDevice, HWTFLOPsPerDevice: e.HWTFLOPsPerDevice,
+		MFU: e.MFU, HFU: e.HFU, TokensPerS: e.TokensPerS,
+	}
+}
+
+// Report builds the JSON form of a search result.
+func (j Job) Report(r Result) ReportJSON {
+	out := ReportJSON{
+		Model:     ModelJSON{Name: j.Model.Name, Params: j.Model.Params()},
+		Plans:     make([]EstimateJSON, 0, len(r.Plans)),
+		Evaluated: r.Evaluated,
+		Rejected:  map[string]int{},
+	}
+	for _, e := range r.Plans {
+		out.Plans = append(out.Plans, e.JSON())
+	}
+	for k, v := range r.Rejected {
+		out.Rejected[k] = v
+	}
+	return out
+}

@@ -1,0 +1,208 @@
+package plan
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Search enumerates every valid plan for the job (all factorisations
+// dp·tp·pp·cp of the device count, every vpp, schedule, ZeRO stage,
+// micro-batch size, sp, recompute, flash, supported precision and every
+// rank order that places the groups differently), computes the memory of
+// each, drops those over the budget and ranks the rest by step time.
+// Options.Fix pins keys; pinning all of them evaluates one plan.
+//
+// Result.Evaluated counts complete plans whose memory was computed;
+// Result.Rejected counts candidates by the rule that cut them, at the point
+// where the search cut them: a (tp, cp, pp) shape that breaks a
+// divisibility rule counts once, not once per plan it would have led to.
+//
+// Two pruning rules keep the search exact but small: rank orders that put
+// every group on the same nodes as an earlier order are one plan (their
+// costs are identical), and fp16 is searched only when pinned (every cost
+// equals bf16's). ZeRO stages above 0 are searched only when dp·cp > 1
+// (with one replica there is nothing to shard).
+func (j Job) Search(o Options) (Result, error) {
+	if err := j.Validate(); err != nil {
+		return Result{}, err
+	}
+	if err := o.Fix.check(); err != nil {
+		return Result{}, err
+	}
+	s := searcher{job: j, fix: o.Fix, top: o.top(), res: Result{Rejected: map[string]int{}}}
+	N := j.Devices
+	for _, tp := range divisors(N) {
+		for _, cp := range divisors(N / tp) {
+			for _, pp := range divisors(N / tp / cp) {
+				s.shape(tp, cp, pp, N/(tp*cp*pp))
+			}
+		}
+	}
+	return s.res, nil
+}
+
+// check rejects pinned values that no plan could have.
+func (f Fix) check() error {
+	p := f.plan
+	for _, k := range []string{"dp", "tp", "pp", "cp", "vpp", "mbs"} {
+		if f.keys[k] && *p.intField(k) < 1 {
+			return fmt.Errorf("plan: --fix %s=%d: must be at least 1", k, *p.intField(k))
+		}
+	}
+	if f.keys["zero"] && (p.ZeRO < 0 || p.ZeRO > 3) {
+		return fmt.Errorf("plan: --fix zero=%d: must be 0, 1, 2 or 3", p.ZeRO)
+	}
+	return nil
+}
+
+type searcher struct {
+	job Job
+	fix Fix
+	top int
+	res Result
+}
+
+func (s *searcher) reject(key string, n int) {
+	if n > 0 {
+		s.res.Rejected[key] += n
+	}
+}
+
+type schedOpt struct {
+	s Schedule
+	v int
+}
+
+type orderOpt struct {
+	order string
+	pl    placement
+}
+
+// shape searches every plan with the given dp, tp, pp, cp.
+func (s *searcher) shape(tp, cp, pp, dp int) {
+	j, f := s.job, s.fix
+	if !f.allowsInt("tp", tp) || !f.allowsInt("cp", cp) || !f.allowsInt("pp", pp) || !f.allowsInt("dp", dp) {
+		return
+	}
+	if v := j.shapeRule(tp, cp, pp); v.key != "" {
+		s.reject(v.key, 1)
+		return
+	}
+	if j.GlobalBatch%dp != 0 {
+		s.reject(rejBatch, 1)
+		return
+	}
+	if tp == 1 && f.Pinned("sp") && f.plan.SP {
+		s.reject(rejSPTP, 1)
+		return
+	}
+	base := Default()
+	base.DP, base.TP, base.PP, base.CP = dp, tp, pp, cp
+	orders := s.orders(base)
+	scheds := s.schedules(pp)
+	for _, prec := range s.precisions() {
+		for _, mbs := range divisors(j.GlobalBatch / dp) {
+			if !f.allowsInt("mbs", mbs) {
+				continue
+			}
+			for _, sp := range s.bools("sp", tp > 1) {
+				p := base
+				p.Precision, p.MBS, p.SP = prec, mbs, sp
+				if sp && (j.Seq/cp)%tp != 0 {
+					s.reject(rejSP, 1)
+					continue
+				}
+				s.kernelChoices(p, orders, scheds)
+			}
+		}
+	}
+}
+
+// kernelChoices searches recompute × flash × schedule × zero × order for a
+// plan whose shape, precision, mbs and sp are set. The layer cost depends
+// on recompute, flash and the order only, so it is computed once per
+// (recompute, flash, order) and only if some plan fits.
+func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt) {
+	j, f := s.job, s.fix
+	m := j.GlobalBatch / (p.DP * p.MBS)
+	lcs := make([]layerCost, len(orders))
+	for _, rc := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
+		if !f.allows("recompute", string(rc)) {
+			continue
+		}
+		for _, flash := range s.bools("flash", true) {
+			if rc == RecomputeSelective && flash && !f.Pinned("recompute") {
+				continue // the same plan as recompute=none: flash keeps no attention core
+			}
+			p.Recompute, p.Flash = rc, flash
+			have := false
+			for _, so := range scheds {
+				p.Schedule, p.VPP = so.s, so.v
+				zs := s.zeros(p.DP * p.CP)
+				if so.s == Interleaved && m%p.PP != 0 {
+					s.reject(rejInterleaved, len(zs)*len(orders))
+					continue
+				}
+				for _, z := range zs {
+					p.ZeRO = z
+					mem := j.Memory(p)
+					s.res.Evaluated += len(orders)
+					if !mem.Fits() {
+						s.reject(rejMemory, len(orders))
+						continue
+					}
+					s.res.Fitting += len(orders)
+					for i, o := range orders {
+						p.Order = o.order
+						if !have {
+							for k, oo := range orders {
+								lcs[k] = j.layerCost(p, oo.pl)
+							}
+							have = true
+						}
+						s.push(j.finish(p, o.pl, lcs[i], mem))
+					}
+				}
+			}
+		}
+	}
+}
+
+// finish completes an estimate whose memory and layer cost are known.
+func (j Job) finish(p Plan, pl placement, lc layerCost, mem Memory) Estimate {
+	e := Estimate{Plan: p, Memory: mem, Time: j.stepTime(p, pl, lc)}
+	e.ModelFLOPs, e.HWFLOPs = j.FLOPs(p)
+	n := float64(j.Devices)
+	e.TFLOPsPerDevice = e.ModelFLOPs / e.Time.Step / n / tera
+	e.HWTFLOPsPerDevice = e.HWFLOPs / e.Time.Step / n / tera
+	peak := j.Cluster.Accel.Peak[p.Precision] / tera
+	e.MFU, e.HFU = e.TFLOPsPerDevice/peak, e.HWTFLOPsPerDevice/peak
+	e.TokensPerS = float64(j.GlobalBatch) * float64(j.Seq) / e.Time.Step
+	return e
+}
+
+// push keeps the best s.top plans, fastest first (ties: less memory, then
+// the canonical text).
+func (s *searcher) push(e Estimate) {
+	ps := s.res.Plans
+	if len(ps) == s.top && !better(e, ps[len(ps)-1]) {
+		return
+	}
+	i := sort.Search(len(ps), func(i int) bool { return better(e, ps[i]) })
+	if len(ps) < s.top {
+		ps = append(ps, Estimate{})
+	}
+	copy(ps[i+1:], ps[i:len(ps)-1])
+	ps[i] = e
+	s.res.Plans = ps
+}
+
+func better(a, b Estimate) bool {
+	if a.Time.Step != b.Time.Step {
+		return a.Time.Step < b.Time.Step
+	}
+	if a.Memory.Total != b.Memory.Total {
+		return a.Memory.Total < b.Memory.Total
+	}
+	return a.Plan.String() < b.Plan.String()
+}

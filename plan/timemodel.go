@@ -1,0 +1,219 @@
+package plan
+
+import "math"
+
+// Time is the predicted step time in seconds, split as the seed's
+//
+//	T_step = T_compute + T_comm,exposed + T_bubble + T_misc
+type Time struct {
+	Compute, CommExposed, Bubble, Misc, Step float64
+
+	MicroBatches int     // m, per data-parallel replica
+	StageTime    float64 // one micro-batch's forward and backward on the slowest stage
+	SlowStage    int     // which stage that is
+	// Exposed communication per step, by axis (they add up to CommExposed).
+	TP, CP, PP, DP float64
+	Optimizer      float64 // part of Misc: the memory-bound optimizer step
+}
+
+// layerCost is one transformer layer for one micro-batch on one device:
+// its compute and its exposed tensor- and context-parallel communication.
+// It depends on tp, cp, mbs, sp, recompute, flash, precision and where the
+// tp and cp groups sit, not on dp, pp, vpp, the schedule or ZeRO.
+type layerCost struct {
+	k       kernels
+	compute passTime
+	tp, cp  float64
+}
+
+func (j Job) layerCost(p Plan, pl placement) layerCost {
+	k := newKernels(j.Cluster.Accel, p.Precision)
+	lc := layerCost{k: k, compute: j.layerCompute(p, k)}
+	lc.tp, lc.cp = j.layerComm(p, pl, j.attentionCore(p, k))
+	return lc
+}
+
+// stageCost is one micro-batch through one pipeline stage on one device.
+type stageCost struct {
+	compute passTime
+	tp, cp  float64 // exposed tensor- and context-parallel communication
+	pp      float64 // exposed point-to-point transfers
+	zero    float64 // exposed per-micro-batch ZeRO-2/3 communication
+}
+
+func (s stageCost) total() float64 { return s.compute.total() + s.tp + s.cp + s.pp + s.zero }
+
+// layerComm is the exposed communication of one layer for one micro-batch.
+// Tensor parallelism: two collectives per pass on the T·h·e activation
+// (all-reduces, or all-gather + reduce-scatter under sequence parallelism:
+// the same bytes), in the forward, the backward and a full recomputation;
+// they sit between dependent GEMMs, so none is hidden. Context parallelism:
+// a ring of cp-1 steps, each passing a block of K and V (2·T·kv/t·d·e) while
+// the attention of the previous block computes, so only the excess is
+// exposed; the backward passes K, V and their gradients.
+func (j Job) layerComm(p Plan, pl placement, core passTime) (tp, cp float64) {
+	c := j.Cluster
+	m := j.Model
+	S := j.tokens(p) * float64(m.Hidden) * actBytes(p.Precision)
+	passes := 2.0
+	if p.Recompute == RecomputeFull {
+		passes = 3
+	}
+	var per float64
+	if p.SP {
+		per = c.allGather(S, pl.tp) + c.reduceScatter(S, pl.tp)
+	} else {
+		per = c.allReduce(S, pl.tp)
+	}
+	tp = 2 * per * passes
+	if p.CP > 1 {
+		n := float64(p.CP)
+		kvBytes := 2 * j.tokens(p) * float64(m.KVHeads) / float64(p.TP) * float64(m.HD()) * actBytes(p.Precision)
+		l := c.link(pl.cp)
+		fwd := (n - 1) * math.Max(0, p2p(kvBytes, l)-core.fwd/n)
+		bwd := (n - 1) * math.Max(0, p2p(2*kvBytes, l)-core.bwd/n)
+		cp = fwd + bwd
+		if p.Recompute == RecomputeFull {
+			cp += fwd
+		}
+	}
+	return tp, cp
+}
+
+// stage costs one micro-batch through stage s: its L/pp layers, the
+// embedding on the first stage and the output layer and loss on the last,
+// their tensor-parallel collectives (vocab-parallel embedding: one
+// all-reduce or reduce-scatter; output layer under sequence parallelism:
+// all-gather forward, reduce-scatter backward; the loss: three small
+// all-reduces), pipeline transfers (pipeComm) and per-micro-batch ZeRO
+// traffic.
+func (j Job) stage(p Plan, pl placement, lc layerCost, s int) stageCost {
+	c, k, layer := j.Cluster, lc.k, lc.compute
+	nl := float64(j.Model.Layers / p.PP)
+	var sc stageCost
+	sc.compute = layer.scale(nl)
+	sc.tp, sc.cp = lc.tp*nl, lc.cp*nl
+	S := j.tokens(p) * float64(j.Model.Hidden) * actBytes(p.Precision)
+	if s == 0 {
+		sc.compute = sc.compute.add(j.embedCompute(p, k))
+		sc.tp += c.allReduce(S, pl.tp)
+	}
+	if s == p.PP-1 {
+		sc.compute = sc.compute.add(j.headCompute(p, k))
+		sc.tp += 3 * c.allReduce(4*j.tokens(p), pl.tp)
+		if p.SP {
+			sc.tp += 2 * c.allGather(S, pl.tp)
+		}
+	}
+	if p.PP > 1 {
+		sc.pp = j.pipeComm(p, pl, layer)
+	}
+	sc.zero = j.zeroPerMicroBatch(p, pl, layer, sc, s)
+	return sc
+}
+
+// pipeComm is the exposed point-to-point traffic of one micro-batch on one
+// stage: each of the vpp chunks receives an activation in the forward and a
+// gradient in the backward (2·vpp transfers of boundaryBytes). 1F1B and
+// GPipe exchange them synchronously between the two neighbours, so they
+// sit on the critical path; the interleaved schedule posts them
+// asynchronously and computes another chunk meanwhile, so only a
+// transfer's excess over one chunk's forward (or backward) is exposed.
+func (j Job) pipeComm(p Plan, pl placement, layer passTime) float64 {
+	t := p2p(j.boundaryBytes(p), j.Cluster.link(pl.pp))
+	v := float64(p.VPP)
+	if p.Schedule != Interleaved {
+		return 2 * v * t
+	}
+	chunk := layer.scale(float64(j.Model.Layers) / float64(p.PP*p.VPP))
+	return v * (math.Max(0, t-chunk.fwd) + math.Max(0, t-chunk.bwd-chunk.rc))
+}
+
+// zeroPerMicroBatch is the exposed ZeRO traffic each micro-batch repeats.
+// ZeRO-2 reduce-scatters the stage's gradients after every micro-batch's
+// backward (it keeps no full gradient to accumulate into), hidden behind
+// that backward except the last bucket. ZeRO-3 all-gathers each layer's
+// parameters before its forward and again before its backward, and
+// reduce-scatters its gradients after; the next layer's gather is
+// prefetched behind the current layer's compute, so only the excess of
+// communication over compute is exposed, plus the first unit's gather.
+func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCost, s int) float64 {
+	c := j.Cluster
+	w := weightBytes(p.Precision)
+	switch p.ZeRO {
+	case 2:
+		P := j.stageParams(p, s)
+		bucket := c.reduceScatter(math.Min(P, bucketParams)*w, pl.dp)
+		return math.Max(bucket, c.reduceScatter(P*w, pl.dp)-sc.compute.bwd-sc.compute.rc)
+	case 3:
+		nl := float64(j.Model.Layers / p.PP)
+		unit := j.Model.layerParamsTP(float64(p.TP)) * w
+		ag, rs := c.allGather(unit, pl.dp), c.reduceScatter(unit, pl.dp)
+		perLayerTP := sc.tp / nl
+		exposed := nl * (math.Max(0, ag-layer.fwd-perLayerTP/3) + math.Max(0, ag+rs-layer.bwd-layer.rc))
+		first := ag
+		if s == 0 || s == p.PP-1 {
+			first = math.Max(ag, c.allGather(float64(j.Model.Vocab)*float64(j.Model.Hidden)/float64(p.TP)*w, pl.dp))
+		}
+		return exposed + first
+	}
+	return 0
+}
+
+// stepComm is the data-parallel traffic done once per step, and what of it
+// is exposed. ZeRO-0 all-reduces the gradients and ZeRO-1 reduce-scatters
+// them, bucket by bucket as the last micro-batch's backward produces them,
+// so all but the last bucket hide behind that backward (and, on stage s of
+// a pipeline, behind the s backward steps of the drain that follow it
+// elsewhere). ZeRO-1/2 then all-gather the updated parameters, hidden
+// behind the next step's first forward except the first bucket. A tied
+// embedding's gradient is all-reduced between the first and last stages.
+func (j Job) stepComm(p Plan, pl placement, first, last stageCost) float64 {
+	c := j.Cluster
+	w := weightBytes(p.Precision)
+	exposed := 0.0
+	for _, s := range []int{0, p.PP - 1} {
+		sc := first
+		if s != 0 {
+			sc = last
+		}
+		P := j.stageParams(p, s)
+		bucket := math.Min(P, bucketParams) * w
+		window := sc.compute.bwd + sc.compute.rc
+		slack := float64(s) * (last.compute.bwd + last.compute.rc)
+		var e float64
+		switch p.ZeRO {
+		case 0:
+			e = math.Max(c.allReduce(bucket, pl.dp), c.allReduce(P*w, pl.dp)-window-slack)
+		case 1:
+			e = math.Max(c.reduceScatter(bucket, pl.dp), c.reduceScatter(P*w, pl.dp)-window-slack)
+		}
+		if p.ZeRO == 1 || p.ZeRO == 2 {
+			e += math.Max(c.allGather(bucket, pl.dp), c.allGather(P*w, pl.dp)-first.compute.fwd)
+		}
+		exposed = math.Max(exposed, e)
+	}
+	if p.PP > 1 && j.Model.Tied {
+		emb := float64(j.Model.Vocab) * float64(j.Model.Hidden) / float64(p.TP) * w
+		exposed += c.allReduce(emb, group{n: 2, k: min(2, pl.pp.k)})
+	}
+	return exposed
+}
+
+// optimizerTime is the memory-bound optimizer step over the parameters
+// this device updates (its ZeRO shard when zero≥1): AdamW reads the
+// gradient, reads and writes the fp32 master weight and both moments and
+// writes the working copy (2+8+8+8+2 = 28 bytes in mixed precision), and
+// global-norm clipping and zeroing the gradients read and write them once
+// more (+4): 32 bytes per parameter; fp32 moves 36.
+func (j Job) optimizerTime(p Plan, k kernels) float64 {
+	P := math.Max(j.stageParams(p, 0), j.stageParams(p, p.PP-1))
+	if p.ZeRO >= 1 {
+		P /= float64(p.DP * p.CP)
+	}
+	bytes := 32.0
+	if p.Precision == FP32 {
+		bytes = 36
+	}
+	return k.stream(P*bytes, 4)
+}
