@@ -65,7 +65,8 @@ func (j Job) Evaluate(p Plan) (Estimate, error) {
 
 // estimate assumes p passed Check.
 func (j Job) estimate(p Plan, pl placement) Estimate {
-	return j.finish(p, pl, j.layerCost(p, pl), j.Memory(p))
+	sp := j.shapeParams(p.TP, p.PP)
+	return j.finish(p, pl, j.layerCost(p, pl), j.memory(p, sp), sp)
 }
 
 // stepTime composes the pipeline: with m micro-batches and stage times t_s
@@ -77,14 +78,14 @@ func (j Job) estimate(p Plan, pl placement) Estimate {
 //	T_step = m·max_s t_s + (pp-1)/vpp · mean_s t_s + DP exposed + optimizer
 //
 // GPipe's bubble equals 1F1B's; it differs in memory.
-func (j Job) stepTime(p Plan, pl placement, lc layerCost) Time {
-	first := j.stage(p, pl, lc, 0)
+func (j Job) stepTime(p Plan, pl placement, lc layerCost, sp shapeParams) Time {
+	first := j.stage(p, pl, lc, sp, 0)
 	last, mid := first, first
 	if p.PP > 1 {
-		last = j.stage(p, pl, lc, p.PP-1)
+		last = j.stage(p, pl, lc, sp, p.PP-1)
 	}
 	if p.PP > 2 {
-		mid = j.stage(p, pl, lc, 1) // every middle stage is alike
+		mid = j.stage(p, pl, lc, sp, 1) // every middle stage is alike
 	}
 	slow, slowStage := first, 0
 	if last.total() > first.total() {
@@ -100,10 +101,10 @@ func (j Job) stepTime(p Plan, pl placement, lc layerCost) Time {
 	}
 	t.Compute = m * slow.compute.total()
 	t.TP, t.CP, t.PP = m*slow.tp, m*slow.cp, m*slow.pp
-	t.DP = m*slow.zero + j.stepComm(p, pl, first, last)
+	t.DP = m*slow.zero + j.stepComm(p, pl, sp, first, last)
 	t.CommExposed = t.TP + t.CP + t.PP + t.DP
 	t.Bubble = float64(p.PP-1) / float64(p.VPP) * mean
-	t.Optimizer = j.optimizerTime(p, lc.k)
+	t.Optimizer = j.optimizerTime(p, sp, lc.k)
 	t.Misc = t.Optimizer
 	t.Step = t.Compute + t.CommExposed + t.Bubble + t.Misc
 	return t

@@ -57,23 +57,47 @@ func actBytes(p Precision) float64 { return weightBytes(p) }
 // output layer is a second copy when the two stages differ, as in
 // Megatron).
 func (j Job) stageParams(p Plan, stage int) float64 {
+	return j.shapeParams(p.TP, p.PP).stage(p, stage)
+}
+
+// shapeParams are the parameter counts that depend on tp and pp only,
+// computed once per shape.
+type shapeParams struct {
+	first, mid, last float64 // one device of stage 0, of a middle stage, of stage pp-1
+	layer            float64 // one layer on one tensor rank
+	vocab            float64 // V·h/t: a vocab-parallel embedding or output layer shard
+}
+
+func (sp shapeParams) stage(p Plan, s int) float64 {
+	switch s {
+	case p.PP - 1:
+		return sp.last
+	case 0:
+		return sp.first
+	}
+	return sp.mid
+}
+
+func (j Job) shapeParams(tp, pp int) shapeParams {
 	m := j.Model
-	t := float64(p.TP)
-	n := float64(m.Layers/p.PP) * m.layerParamsTP(t)
-	vh := float64(m.Vocab) * float64(m.Hidden) / t
-	if stage == 0 {
-		n += vh
-		if m.Family == GPT {
-			n += float64(m.MaxSeq) * float64(m.Hidden)
-		}
+	t := float64(tp)
+	sp := shapeParams{layer: m.layerParamsTP(t), vocab: float64(m.Vocab) * float64(m.Hidden) / t}
+	sp.mid = float64(m.Layers/pp) * sp.layer
+	sp.first = sp.mid + sp.vocab
+	if m.Family == GPT {
+		sp.first += float64(m.MaxSeq) * float64(m.Hidden)
 	}
-	if stage == p.PP-1 {
-		n += float64(m.normParams())
-		if !m.Tied || p.PP > 1 {
-			n += vh
-		}
+	head := float64(m.normParams())
+	if !m.Tied || pp > 1 {
+		head += sp.vocab
 	}
-	return n
+	if pp == 1 {
+		sp.first += head
+		sp.last = sp.first
+	} else {
+		sp.last = sp.mid + head
+	}
+	return sp
 }
 
 // layerParamsTP counts one layer's parameters on one of t tensor ranks.
@@ -143,22 +167,23 @@ func (j Job) inFlight(p Plan, stage int) float64 {
 // Memory predicts the peak memory of the most loaded device under p: the
 // larger of the first and last pipeline stages (the first holds the most
 // micro-batches in flight, the last the output layer and the logits).
-func (j Job) Memory(p Plan) Memory {
-	first := j.stageMemory(p, 0)
+func (j Job) Memory(p Plan) Memory { return j.memory(p, j.shapeParams(p.TP, p.PP)) }
+
+func (j Job) memory(p Plan, sp shapeParams) Memory {
+	a := j.activations(p)
+	first := j.stageMemory(p, sp, a, 0)
 	if p.PP == 1 {
 		return first
 	}
-	if last := j.stageMemory(p, p.PP-1); last.Total > first.Total {
+	if last := j.stageMemory(p, sp, a, p.PP-1); last.Total > first.Total {
 		return last
 	}
 	return first
 }
 
-func (j Job) stageMemory(p Plan, stage int) Memory {
+func (j Job) stageMemory(p Plan, sp shapeParams, a actSizes, stage int) Memory {
 	mem := Memory{Stage: stage, Budget: j.Cluster.Accel.Memory}
-	P := j.stageParams(p, stage)
-	modelStates(&mem, P, p)
-	a := j.activations(p)
+	modelStates(&mem, sp.stage(p, stage), p)
 	mem.InFlight = j.inFlight(p, stage)
 	perMB := a.layer * float64(j.Model.Layers/p.PP)
 	if stage == 0 {
@@ -177,7 +202,7 @@ func (j Job) stageMemory(p Plan, stage int) Memory {
 	mem.Act = ceil(perMB*mem.InFlight + head*headMBs + a.working)
 	mem.Reserved = j.Cluster.Accel.Reserved
 	mem.Workspace = ceil(j.workspace(p, stage))
-	mem.Buffers = ceil(j.buffers(p, stage))
+	mem.Buffers = ceil(j.buffers(p, sp, stage))
 	mem.Other = mem.Reserved + mem.Workspace + mem.Buffers
 	mem.Total = mem.Param + mem.Grad + mem.Optim + mem.Act + mem.Other
 	return mem
@@ -210,16 +235,16 @@ const bucketParams = 40e6
 // gradients of the unit being reduced (a unit is one layer, or the
 // embedding/output layer when larger); pipelines keep a send and a receive
 // buffer of one boundary activation per direction.
-func (j Job) buffers(p Plan, stage int) float64 {
+func (j Job) buffers(p Plan, sp shapeParams, stage int) float64 {
 	w := weightBytes(p.Precision)
 	b := 0.0
 	switch p.ZeRO {
 	case 2:
-		b += 2 * math.Min(bucketParams, j.stageParams(p, stage)) * w
+		b += 2 * math.Min(bucketParams, sp.stage(p, stage)) * w
 	case 3:
-		unit := j.Model.layerParamsTP(float64(p.TP))
+		unit := sp.layer
 		if stage == 0 || stage == p.PP-1 {
-			unit = math.Max(unit, float64(j.Model.Vocab)*float64(j.Model.Hidden)/float64(p.TP))
+			unit = math.Max(unit, sp.vocab)
 		}
 		b += 3 * unit * w
 	}

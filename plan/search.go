@@ -99,6 +99,7 @@ func (s *searcher) shape(tp, cp, pp, dp int) {
 	base := Default()
 	base.DP, base.TP, base.PP, base.CP = dp, tp, pp, cp
 	orders := s.orders(base)
+	params := j.shapeParams(tp, pp)
 	scheds := s.schedules(pp)
 	for _, prec := range s.precisions() {
 		for _, mbs := range divisors(j.GlobalBatch / dp) {
@@ -112,7 +113,7 @@ func (s *searcher) shape(tp, cp, pp, dp int) {
 					s.reject(rejSP, 1)
 					continue
 				}
-				s.kernelChoices(p, orders, scheds)
+				s.kernelChoices(p, orders, scheds, params)
 			}
 		}
 	}
@@ -122,7 +123,7 @@ func (s *searcher) shape(tp, cp, pp, dp int) {
 // plan whose shape, precision, mbs and sp are set. The layer cost depends
 // on recompute, flash and the order only, so it is computed once per
 // (recompute, flash, order) and only if some plan fits.
-func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt) {
+func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt, sp shapeParams) {
 	j, f := s.job, s.fix
 	m := j.GlobalBatch / (p.DP * p.MBS)
 	lcs := make([]layerCost, len(orders))
@@ -145,7 +146,7 @@ func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt) {
 				}
 				for _, z := range zs {
 					p.ZeRO = z
-					mem := j.Memory(p)
+					mem := j.memory(p, sp)
 					s.res.Evaluated += len(orders)
 					if !mem.Fits() {
 						s.reject(rejMemory, len(orders))
@@ -160,7 +161,7 @@ func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt) {
 							}
 							have = true
 						}
-						s.push(j.finish(p, o.pl, lcs[i], mem))
+						s.push(j.finish(p, o.pl, lcs[i], mem, sp))
 					}
 				}
 			}
@@ -169,8 +170,8 @@ func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt) {
 }
 
 // finish completes an estimate whose memory and layer cost are known.
-func (j Job) finish(p Plan, pl placement, lc layerCost, mem Memory) Estimate {
-	e := Estimate{Plan: p, Memory: mem, Time: j.stepTime(p, pl, lc)}
+func (j Job) finish(p Plan, pl placement, lc layerCost, mem Memory, sp shapeParams) Estimate {
+	e := Estimate{Plan: p, Memory: mem, Time: j.stepTime(p, pl, lc, sp)}
 	e.ModelFLOPs, e.HWFLOPs = j.FLOPs(p)
 	n := float64(j.Devices)
 	e.TFLOPsPerDevice = e.ModelFLOPs / e.Time.Step / n / tera

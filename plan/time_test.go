@@ -154,9 +154,10 @@ func TestTimeMechanisms(t *testing.T) {
 func meanStage(t *testing.T, j Job, p Plan) float64 {
 	pl := place(p, j.Cluster.DevicesPerNode)
 	lc := j.layerCost(p, pl)
+	sp := j.shapeParams(p.TP, p.PP)
 	sum := 0.0
 	for s := 0; s < p.PP; s++ {
-		sum += j.stage(p, pl, lc, s).total()
+		sum += j.stage(p, pl, lc, sp, s).total()
 	}
 	return sum / float64(p.PP)
 }

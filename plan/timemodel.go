@@ -20,16 +20,27 @@ type Time struct {
 // its compute and its exposed tensor- and context-parallel communication.
 // It depends on tp, cp, mbs, sp, recompute, flash, precision and where the
 // tp and cp groups sit, not on dp, pp, vpp, the schedule or ZeRO.
+// It also carries the embedding's and the output layer's costs, which
+// depend on the same keys.
 type layerCost struct {
-	k       kernels
-	compute passTime
-	tp, cp  float64
+	k               kernels
+	compute         passTime
+	tp, cp          float64
+	embed, head     passTime
+	embedTP, headTP float64
 }
 
 func (j Job) layerCost(p Plan, pl placement) layerCost {
 	k := newKernels(j.Cluster.Accel, p.Precision)
-	lc := layerCost{k: k, compute: j.layerCompute(p, k)}
+	lc := layerCost{k: k, compute: j.layerCompute(p, k), embed: j.embedCompute(p, k), head: j.headCompute(p, k)}
 	lc.tp, lc.cp = j.layerComm(p, pl, j.attentionCore(p, k))
+	c := j.Cluster
+	S := j.tokens(p) * float64(j.Model.Hidden) * actBytes(p.Precision)
+	lc.embedTP = c.allReduce(S, pl.tp)
+	lc.headTP = 3 * c.allReduce(4*j.tokens(p), pl.tp)
+	if p.SP {
+		lc.headTP += 2 * c.allGather(S, pl.tp)
+	}
 	return lc
 }
 
@@ -87,28 +98,24 @@ func (j Job) layerComm(p Plan, pl placement, core passTime) (tp, cp float64) {
 // all-gather forward, reduce-scatter backward; the loss: three small
 // all-reduces), pipeline transfers (pipeComm) and per-micro-batch ZeRO
 // traffic.
-func (j Job) stage(p Plan, pl placement, lc layerCost, s int) stageCost {
-	c, k, layer := j.Cluster, lc.k, lc.compute
+func (j Job) stage(p Plan, pl placement, lc layerCost, sp shapeParams, s int) stageCost {
+	layer := lc.compute
 	nl := float64(j.Model.Layers / p.PP)
 	var sc stageCost
 	sc.compute = layer.scale(nl)
 	sc.tp, sc.cp = lc.tp*nl, lc.cp*nl
-	S := j.tokens(p) * float64(j.Model.Hidden) * actBytes(p.Precision)
 	if s == 0 {
-		sc.compute = sc.compute.add(j.embedCompute(p, k))
-		sc.tp += c.allReduce(S, pl.tp)
+		sc.compute = sc.compute.add(lc.embed)
+		sc.tp += lc.embedTP
 	}
 	if s == p.PP-1 {
-		sc.compute = sc.compute.add(j.headCompute(p, k))
-		sc.tp += 3 * c.allReduce(4*j.tokens(p), pl.tp)
-		if p.SP {
-			sc.tp += 2 * c.allGather(S, pl.tp)
-		}
+		sc.compute = sc.compute.add(lc.head)
+		sc.tp += lc.headTP
 	}
 	if p.PP > 1 {
 		sc.pp = j.pipeComm(p, pl, layer)
 	}
-	sc.zero = j.zeroPerMicroBatch(p, pl, layer, sc, s)
+	sc.zero = j.zeroPerMicroBatch(p, pl, layer, sc, sp, s)
 	return sc
 }
 
@@ -137,23 +144,23 @@ func (j Job) pipeComm(p Plan, pl placement, layer passTime) float64 {
 // reduce-scatters its gradients after; the next layer's gather is
 // prefetched behind the current layer's compute, so only the excess of
 // communication over compute is exposed, plus the first unit's gather.
-func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCost, s int) float64 {
+func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCost, sp shapeParams, s int) float64 {
 	c := j.Cluster
 	w := weightBytes(p.Precision)
 	switch p.ZeRO {
 	case 2:
-		P := j.stageParams(p, s)
+		P := sp.stage(p, s)
 		bucket := c.reduceScatter(math.Min(P, bucketParams)*w, pl.dp)
 		return math.Max(bucket, c.reduceScatter(P*w, pl.dp)-sc.compute.bwd-sc.compute.rc)
 	case 3:
 		nl := float64(j.Model.Layers / p.PP)
-		unit := j.Model.layerParamsTP(float64(p.TP)) * w
+		unit := sp.layer * w
 		ag, rs := c.allGather(unit, pl.dp), c.reduceScatter(unit, pl.dp)
 		perLayerTP := sc.tp / nl
 		exposed := nl * (math.Max(0, ag-layer.fwd-perLayerTP/3) + math.Max(0, ag+rs-layer.bwd-layer.rc))
 		first := ag
 		if s == 0 || s == p.PP-1 {
-			first = math.Max(ag, c.allGather(float64(j.Model.Vocab)*float64(j.Model.Hidden)/float64(p.TP)*w, pl.dp))
+			first = math.Max(ag, c.allGather(sp.vocab*w, pl.dp))
 		}
 		return exposed + first
 	}
@@ -168,7 +175,7 @@ func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCos
 // elsewhere). ZeRO-1/2 then all-gather the updated parameters, hidden
 // behind the next step's first forward except the first bucket. A tied
 // embedding's gradient is all-reduced between the first and last stages.
-func (j Job) stepComm(p Plan, pl placement, first, last stageCost) float64 {
+func (j Job) stepComm(p Plan, pl placement, sp shapeParams, first, last stageCost) float64 {
 	c := j.Cluster
 	w := weightBytes(p.Precision)
 	exposed := 0.0
@@ -177,7 +184,7 @@ func (j Job) stepComm(p Plan, pl placement, first, last stageCost) float64 {
 		if s != 0 {
 			sc = last
 		}
-		P := j.stageParams(p, s)
+		P := sp.stage(p, s)
 		bucket := math.Min(P, bucketParams) * w
 		window := sc.compute.bwd + sc.compute.rc
 		slack := float64(s) * (last.compute.bwd + last.compute.rc)
@@ -194,7 +201,7 @@ func (j Job) stepComm(p Plan, pl placement, first, last stageCost) float64 {
 		exposed = math.Max(exposed, e)
 	}
 	if p.PP > 1 && j.Model.Tied {
-		emb := float64(j.Model.Vocab) * float64(j.Model.Hidden) / float64(p.TP) * w
+		emb := sp.vocab * w
 		exposed += c.allReduce(emb, group{n: 2, k: min(2, pl.pp.k)})
 	}
 	return exposed
@@ -206,8 +213,8 @@ func (j Job) stepComm(p Plan, pl placement, first, last stageCost) float64 {
 // writes the working copy (2+8+8+8+2 = 28 bytes in mixed precision), and
 // global-norm clipping and zeroing the gradients read and write them once
 // more (+4): 32 bytes per parameter; fp32 moves 36.
-func (j Job) optimizerTime(p Plan, k kernels) float64 {
-	P := math.Max(j.stageParams(p, 0), j.stageParams(p, p.PP-1))
+func (j Job) optimizerTime(p Plan, sp shapeParams, k kernels) float64 {
+	P := math.Max(sp.first, sp.last)
 	if p.ZeRO >= 1 {
 		P /= float64(p.DP * p.CP)
 	}
