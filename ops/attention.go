@@ -20,8 +20,7 @@ const attnBlock = 64
 // The (b,h) pairs run in parallel, each with single-threaded matmuls that
 // read qkv through strides (no permute).
 func AttentionForward(k *Kernels, out, att, qkv []float32, B, T, C, NH int) {
-	g := attnGeom{T: T, C: C, NH: NH, HS: C / NH}
-	g.scale = float32(1 / math.Sqrt(float64(g.HS)))
+	g := newAttnGeom(k, T, C, NH)
 	forEachHead(k, B*NH, func(ks *Kernels, w, bh int) {
 		g.headForward(ks, out, att, qkv, bh)
 	})
@@ -36,8 +35,7 @@ func AttentionForward(k *Kernels, out, att, qkv []float32, B, T, C, NH int) {
 //	dqkv (B,T,3C)   dout (B,T,C)   qkv (B,T,3C)   att (B,NH,T,T)
 //	scratch: AttentionScratchSize(k, B, T, NH) floats, overwritten
 func AttentionBackward(k *Kernels, dqkv, scratch, dout, qkv, att []float32, B, T, C, NH int) {
-	g := attnGeom{T: T, C: C, NH: NH, HS: C / NH}
-	g.scale = float32(1 / math.Sqrt(float64(g.HS)))
+	g := newAttnGeom(k, T, C, NH)
 	per := min(attnBlock, T) * T
 	forEachHead(k, B*NH, func(ks *Kernels, w, bh int) {
 		g.headBackward(ks, dqkv, scratch[w*per:(w+1)*per], dout, qkv, att, bh)
@@ -68,7 +66,13 @@ func forEachHead(k *Kernels, n int, fn func(ks *Kernels, w, bh int)) {
 
 type attnGeom struct {
 	T, C, NH, HS int
-	scale        float32
+	scale        float32 // 1/√HS
+	simd         bool
+}
+
+func newAttnGeom(k *Kernels, T, C, NH int) attnGeom {
+	HS := C / NH
+	return attnGeom{T: T, C: C, NH: NH, HS: HS, scale: float32(1 / math.Sqrt(float64(HS))), simd: k.simd()}
 }
 
 // slices returns the head's Q, K, V (row stride 3C), its output or output
@@ -88,7 +92,7 @@ func (g attnGeom) headForward(k *Kernels, out, att, qkv []float32, bh int) {
 		k.MatMul(NT, i1-i0, i1, HS, q[i0*C3:], C3, kk, C3, a[i0*T:], T, false)
 		for i := i0; i < i1; i++ {
 			row := a[i*T : i*T+T]
-			softmaxRow(row[:i+1], row[:i+1], g.scale)
+			softmaxRow(g.simd, row[:i+1], row[:i+1], g.scale)
 			clear(row[i+1:])
 		}
 		// Y[i0:i1] = P[i0:i1, 0:i1]·V[0:i1]
@@ -110,10 +114,8 @@ func (g attnGeom) headBackward(k *Kernels, dqkv, dp, dout, qkv, att []float32, b
 		for i := i0; i < i1; i++ {
 			p := a[i*T : i*T+i+1]
 			d := dp[(i-i0)*T : (i-i0)*T+i1]
-			s := dot32(p, d[:i+1])
-			for j, pj := range p {
-				d[j] = g.scale * pj * (d[j] - s)
-			}
+			s := rowDot(g.simd, p, d[:i+1])
+			rowSoftmaxGrad(g.simd, d[:i+1], p, s, g.scale)
 			clear(d[i+1:])
 		}
 		// dQ[i0:i1] += dS·K[0:i1]

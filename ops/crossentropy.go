@@ -12,11 +12,12 @@ package ops
 //
 //	probs, logits (N,V)   losses (N)   targets (N), each in [0, V)
 func CrossEntropyForward(k *Kernels, probs, losses, logits []float32, targets []int32, N, V int) float32 {
+	v := k.simd()
 	k.Parallel(N, func(lo, hi int) {
 		for n := lo; n < hi; n++ {
 			row := logits[n*V : n*V+V]
 			lt := row[targets[n]]
-			m, logZ := softmaxRow(probs[n*V:n*V+V], row, 1)
+			m, logZ := softmaxRow(v, probs[n*V:n*V+V], row, 1)
 			losses[n] = logZ + m - lt
 		}
 	})
@@ -35,13 +36,11 @@ func CrossEntropyForward(k *Kernels, probs, losses, logits []float32, targets []
 //	dlogits, probs (N,V)   targets (N)
 func CrossEntropyBackward(k *Kernels, dlogits, probs []float32, targets []int32, dloss float32, N, V int) {
 	g := dloss / float32(N)
+	v := k.simd()
 	k.Parallel(N, func(lo, hi int) {
 		for n := lo; n < hi; n++ {
-			d, p := dlogits[n*V:n*V+V], probs[n*V:n*V+V]
-			p = p[:len(d)]
-			for i := range d {
-				d[i] += p[i] * g
-			}
+			d := dlogits[n*V : n*V+V]
+			rowAxpy(v, d, probs[n*V:n*V+V], g)
 			d[targets[n]] -= g
 		}
 	})

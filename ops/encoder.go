@@ -30,10 +30,10 @@ func EncoderForward(k *Kernels, out []float32, inp []int32, wte, wpe []float32, 
 // summed by one goroutine in (b,t) order: the result does not depend on
 // the thread count.
 func EncoderBackward(k *Kernels, dwte, dwpe, dout []float32, inp []int32, B, T, C int) {
-	chunks := min(k.Threads(), max(1, C/16))
+	chunks := colChunks(k.Threads(), C)
 	k.Parallel(chunks, func(lo, hi int) {
 		for w := lo; w < hi; w++ {
-			c0, c1 := w*C/chunks, (w+1)*C/chunks
+			c0, c1 := colChunk(w, chunks, C)
 			for bt := 0; bt < B*T; bt++ {
 				t := bt % T
 				ix := int(inp[bt])

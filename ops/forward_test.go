@@ -55,8 +55,8 @@ func naiveAttention(qkv []float32, B, T, C, NH int) []float64 {
 func TestAttentionForwardMatchesDefinition(t *testing.T) {
 	cases := []struct{ B, T, C, NH int }{{2, 5, 8, 2}, {1, 70, 12, 3}, {2, 130, 8, 1}}
 	for _, c := range cases {
-		for _, th := range threadCounts {
-			k := newKernels(t, th)
+		for _, kc := range kernelConfigs {
+			k := newKernelsConfig(t, kc)
 			r := rand.New(rand.NewPCG(5, 6))
 			qkv := randn(r, c.B*c.T*3*c.C, 1)
 			out, att := make([]float32, c.B*c.T*c.C), make([]float32, c.B*c.NH*c.T*c.T)
@@ -65,7 +65,7 @@ func TestAttentionForwardMatchesDefinition(t *testing.T) {
 			}
 			AttentionForward(k, out, att, qkv, c.B, c.T, c.C, c.NH)
 			if d := maxAbsDiff(out, naiveAttention(qkv, c.B, c.T, c.C, c.NH)); d > 1e-5 {
-				t.Errorf("%+v threads=%d: max |out − reference| = %.3g", c, th, d)
+				t.Errorf("%+v %s: max |out − reference| = %.3g", c, configName(kc), d)
 			}
 			for row := 0; row < c.B*c.NH*c.T; row++ {
 				i := row % c.T
@@ -237,10 +237,13 @@ func TestBackwardThreadIndependent(t *testing.T) {
 		EncoderBackward(k, dwte, dwpe, dy, inp, 1, N, C)
 		return [][]float32{out, dx, dg, db, dbias, dwte, dwpe}
 	}
-	one, many := run(1), run(2)
-	for i := range one {
-		if !slices.Equal(one[i], many[i]) {
-			t.Errorf("result %d differs between 1 and 2 threads", i)
+	one := run(1)
+	for _, th := range []int{2, 3, 5} {
+		many := run(th)
+		for i := range one {
+			if !slices.Equal(one[i], many[i]) {
+				t.Errorf("result %d differs between 1 and %d threads", i, th)
+			}
 		}
 	}
 }

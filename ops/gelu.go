@@ -9,14 +9,10 @@ const geluScale = 0.7978845608028654
 //
 //	out, inp (n)
 func GELUForward(k *Kernels, out, inp []float32, n int) {
+	v := k.simd()
 	k.Parallel(n/1024+1, func(lo, hi int) {
 		lo, hi = min(lo*1024, n), min(hi*1024, n)
-		o, x := out[lo:hi], inp[lo:hi]
-		x = x[:len(o)]
-		for i, v := range x {
-			th := tanh32(geluScale * (v + 0.044715*v*v*v))
-			o[i] = 0.5 * v * (1 + th)
-		}
+		geluForwardRange(v, out[lo:hi], inp[lo:hi])
 	})
 }
 
@@ -27,15 +23,9 @@ func GELUForward(k *Kernels, out, inp []float32, n int) {
 //
 //	dinp, inp, dout (n)
 func GELUBackward(k *Kernels, dinp, inp, dout []float32, n int) {
+	v := k.simd()
 	k.Parallel(n/1024+1, func(lo, hi int) {
 		lo, hi = min(lo*1024, n), min(hi*1024, n)
-		dx, x, dy := dinp[lo:hi], inp[lo:hi], dout[lo:hi]
-		x, dy = x[:len(dx)], dy[:len(dx)]
-		for i, v := range x {
-			v2 := v * v
-			th := tanh32(geluScale * (v + 0.044715*v2*v))
-			g := 0.5*(1+th) + 0.5*v*(1-th*th)*geluScale*(1+3*0.044715*v2)
-			dx[i] += dy[i] * g
-		}
+		geluBackwardRange(v, dinp[lo:hi], inp[lo:hi], dout[lo:hi])
 	})
 }

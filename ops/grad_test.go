@@ -173,10 +173,10 @@ func attentionCase(k *Kernels, r *rand.Rand, B, T, C, NH, samples int) gradCase 
 // each thread count.
 func TestGradients(t *testing.T) {
 	for _, c := range gradCases {
-		for _, th := range threadCounts {
-			t.Run(c.name+"/threads="+string(rune('0'+th)), func(t *testing.T) {
-				k := newKernels(t, th)
-				checkGrads(t, c.build(k, rand.New(rand.NewPCG(42, uint64(th)))))
+		for i, kc := range kernelConfigs {
+			t.Run(c.name+"/"+configName(kc), func(t *testing.T) {
+				k := newKernelsConfig(t, kc)
+				checkGrads(t, c.build(k, rand.New(rand.NewPCG(42, uint64(i)))))
 			})
 		}
 	}

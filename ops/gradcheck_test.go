@@ -120,13 +120,27 @@ func probe(out, w []float32) float64 {
 	return s
 }
 
-// threadCounts are the kernel configurations every test runs under: one
-// thread (inline) and three (uneven splits).
-var threadCounts = []int{1, 3}
+// kernelConfigs are the kernel configurations every test runs under: the
+// pure-Go path, the CPU's best ISA on one thread (inline), and on three
+// (uneven splits).
+var kernelConfigs = []Config{{Threads: 1, ISA: "generic"}, {Threads: 1}, {Threads: 3}}
+
+func configName(c Config) string {
+	isa := c.ISA
+	if isa == "" {
+		isa = "auto"
+	}
+	return fmt.Sprintf("%s/threads=%d", isa, c.Threads)
+}
 
 func newKernels(t testing.TB, threads int) *Kernels {
 	t.Helper()
-	k, err := New(Config{Threads: threads})
+	return newKernelsConfig(t, Config{Threads: threads})
+}
+
+func newKernelsConfig(t testing.TB, c Config) *Kernels {
+	t.Helper()
+	k, err := New(c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,30 +14,13 @@ const LayerNormEps = 1e-5
 //
 //	out, inp (N,C)   w, b (C)   mean, rstd (N)
 func LayerNormForward(k *Kernels, out, mean, rstd, inp, w, b []float32, N, C int) {
+	v := k.simd()
 	k.Parallel(N, func(lo, hi int) {
 		for n := lo; n < hi; n++ {
 			x := inp[n*C : n*C+C]
-			m := sum32(x) / float32(C)
-			var v0, v1, v2, v3 float32
-			i := 0
-			for ; i+4 <= len(x); i += 4 {
-				d0, d1, d2, d3 := x[i]-m, x[i+1]-m, x[i+2]-m, x[i+3]-m
-				v0 += d0 * d0
-				v1 += d1 * d1
-				v2 += d2 * d2
-				v3 += d3 * d3
-			}
-			for ; i < len(x); i++ {
-				d := x[i] - m
-				v0 += d * d
-			}
-			s := float32(1 / math.Sqrt(float64((v0+v1+v2+v3)/float32(C))+LayerNormEps))
-			o := out[n*C : n*C+C]
-			o = o[:len(x)]
-			w, b := w[:len(x)], b[:len(x)]
-			for i, xv := range x {
-				o[i] = (xv-m)*s*w[i] + b[i]
-			}
+			m := rowSum(v, x) / float32(C)
+			s := float32(1 / math.Sqrt(float64(rowSqDev(v, x, m)/float32(C))+LayerNormEps))
+			lnOutRow(v, out[n*C:n*C+C], x, w, b, m, s)
 			mean[n], rstd[n] = m, s
 		}
 	})
@@ -54,45 +37,23 @@ func LayerNormForward(k *Kernels, out, mean, rstd, inp, w, b []float32, N, C int
 // dw and db are summed over rows in row order by threads that split the
 // channels, so the result does not depend on the thread count.
 func LayerNormBackward(k *Kernels, dinp, dw, db, dout, inp, w, mean, rstd []float32, N, C int) {
+	v := k.simd()
 	k.Parallel(N, func(lo, hi int) {
 		for n := lo; n < hi; n++ {
-			layerNormBackwardRow(dinp[n*C:n*C+C], dout[n*C:n*C+C], inp[n*C:n*C+C], w, mean[n], rstd[n])
+			dy, x := dout[n*C:n*C+C], inp[n*C:n*C+C]
+			g, gx := lnBwdSumsRow(v, dy, x, w, mean[n], rstd[n])
+			lnBwdDxRow(v, dinp[n*C:n*C+C], dy, x, w, mean[n], rstd[n], g/float32(C), gx/float32(C))
 		}
 	})
-	chunks := min(k.Threads(), max(1, C/16))
+	chunks := colChunks(k.Threads(), C)
 	k.Parallel(chunks, func(lo, hi int) {
 		for c := lo; c < hi; c++ {
-			c0, c1 := c*C/chunks, (c+1)*C/chunks
+			c0, c1 := colChunk(c, chunks, C)
 			for n := 0; n < N; n++ {
-				m, s := mean[n], rstd[n]
-				d := dout[n*C+c0 : n*C+c1]
-				x := inp[n*C+c0 : n*C+c1]
-				gw, gb := dw[c0:c1], db[c0:c1]
-				x, gw, gb = x[:len(d)], gw[:len(d)], gb[:len(d)]
-				for i, dv := range d {
-					gw[i] += dv * (x[i] - m) * s
-					gb[i] += dv
-				}
+				lnBwdParamsRow(v, dw[c0:c1], db[c0:c1], dout[n*C+c0:n*C+c1], inp[n*C+c0:n*C+c1], mean[n], rstd[n])
 			}
 		}
 	})
-}
-
-func layerNormBackwardRow(dx, dy, x, w []float32, m, s float32) {
-	dx, x, w = dx[:len(dy)], x[:len(dy)], w[:len(dy)]
-	var g, gx float32
-	for i, d := range dy {
-		gi := w[i] * d
-		g += gi
-		gx += gi * (x[i] - m) * s
-	}
-	c := float32(len(dy))
-	g /= c
-	gx /= c
-	for i, d := range dy {
-		xh := (x[i] - m) * s
-		dx[i] += s * (w[i]*d - g - xh*gx)
-	}
 }
 
 // sum32 adds x with four partial sums.

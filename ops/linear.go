@@ -74,17 +74,13 @@ func BiasForward(k *Kernels, out, res, bias []float32, N, OC int) {
 //
 //	dbias (OC)   dout (N,OC)
 func BiasBackward(k *Kernels, dbias, dout []float32, N, OC int) {
-	chunks := min(k.Threads(), max(1, OC/16))
+	v := k.simd()
+	chunks := colChunks(k.Threads(), OC)
 	k.Parallel(chunks, func(lo, hi int) {
 		for c := lo; c < hi; c++ {
-			c0, c1 := c*OC/chunks, (c+1)*OC/chunks
-			g := dbias[c0:c1]
+			c0, c1 := colChunk(c, chunks, OC)
 			for n := 0; n < N; n++ {
-				d := dout[n*OC+c0 : n*OC+c1]
-				d = d[:len(g)]
-				for i := range g {
-					g[i] += d[i]
-				}
+				rowAxpy(v, dbias[c0:c1], dout[n*OC+c0:n*OC+c1], 1)
 			}
 		}
 	})

@@ -28,12 +28,9 @@ func ResidualBackward(k *Kernels, da, db, dout []float32, n int) {
 //
 //	dst, src (n)
 func AddInto(k *Kernels, dst, src []float32, n int) {
+	v := k.simd()
 	k.Parallel(n/1024+1, func(lo, hi int) {
 		lo, hi = min(lo*1024, n), min(hi*1024, n)
-		d, s := dst[lo:hi], src[lo:hi]
-		s = s[:len(d)]
-		for i := range d {
-			d[i] += s[i]
-		}
+		rowAxpy(v, dst[lo:hi], src[lo:hi], 1)
 	})
 }

@@ -7,9 +7,10 @@ import "math"
 //
 //	out, inp (N,V)
 func SoftmaxForward(k *Kernels, out, inp []float32, N, V int) {
+	v := k.simd()
 	k.Parallel(N, func(lo, hi int) {
 		for n := lo; n < hi; n++ {
-			softmaxRow(out[n*V:n*V+V], inp[n*V:n*V+V], 1)
+			softmaxRow(v, out[n*V:n*V+V], inp[n*V:n*V+V], 1)
 		}
 	})
 }
@@ -33,26 +34,13 @@ func SoftmaxBackward(k *Kernels, dinp, dout, out []float32, N, V int) {
 	})
 }
 
-// softmaxRow sets out = softmax(scale·in) for one row; out may alias in.
-// It returns log Σ exp(scale·in − max), the log of the normaliser relative
-// to the row maximum.
-func softmaxRow(out, in []float32, scale float32) (maxv float32, logZ float32) {
-	in = in[:len(out)]
-	m := float32(math.Inf(-1))
-	for _, v := range in {
-		m = max(m, v)
-	}
-	m *= scale
-	var s float32
-	for i, v := range in {
-		e := exp32(v*scale - m)
-		out[i] = e
-		s += e
-	}
-	inv := 1 / s
-	for i := range out {
-		out[i] *= inv
-	}
+// softmaxRow sets out = softmax(scale·in) for one non-empty row (scale >
+// 0); out may alias in. It returns the maximum of scale·in and
+// log Σ exp(scale·in − max), the log of the normaliser relative to it.
+func softmaxRow(v bool, out, in []float32, scale float32) (maxv float32, logZ float32) {
+	m := rowMax(v, in[:len(out)]) * scale
+	s := rowExp(v, out, in, scale, m)
+	rowScale(v, out, 1/s)
 	return m, float32(math.Log(float64(s)))
 }
 

@@ -43,13 +43,11 @@ func Philox4x32(ctr [4]uint32, key [2]uint32) [4]uint32 {
 	c0, c1, c2, c3 := ctr[0], ctr[1], ctr[2], ctr[3]
 	k0, k1 := key[0], key[1]
 	for r := 0; r < rounds; r++ {
-		if r > 0 {
-			k0 += weylA
-			k1 += weylB
-		}
 		hi0, lo0 := bits.Mul32(mulA, c0)
 		hi1, lo1 := bits.Mul32(mulB, c2)
 		c0, c1, c2, c3 = hi1^c1^k0, lo1, hi0^c3^k1, lo0
+		k0 += weylA // the key schedule: bumped after every round
+		k1 += weylB
 	}
 	return [4]uint32{c0, c1, c2, c3}
 }

@@ -151,3 +151,15 @@ func BenchmarkFillNormal(b *testing.B) {
 		s.FillNormal(d, uint64(i), 0, 0.02)
 	}
 }
+
+func BenchmarkPhilox(b *testing.B) {
+	s := Key(1, "bench")
+	var acc uint32
+	for i := 0; i < b.N; i++ {
+		w := s.Block(uint64(i))
+		acc ^= w[0] ^ w[3]
+	}
+	if acc == 42 {
+		b.Log(acc)
+	}
+}

@@ -1,0 +1,454 @@
+// Command vecgen generates the AVX-512 assembly of package ops's vector
+// kernels with avo: GELU, the exponential of softmax rows, LayerNorm rows
+// and small BLAS-1 loops. Every function handles n elements, n a multiple
+// of 16; the Go wrappers in ops/vec.go do the tails. Run it through
+// `go generate ./ops`.
+package main
+
+import (
+	"fmt"
+	"math"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+func main() {
+	ConstraintExpr("amd64")
+	hoisted = map[float32]reg.VecVirtual{}
+	geluForward()
+	geluBackward()
+	expRow()
+	maxRow()
+	sumRow()
+	sqDevRow()
+	scaleRow()
+	dotRow()
+	axpy()
+	softmaxGrad()
+	lnOut()
+	lnBwdSums()
+	lnBwdDx()
+	lnBwdParams()
+	Generate()
+}
+
+// text starts a function; constants hoisted for the previous one are
+// forgotten.
+func text(name, signature string) {
+	TEXT(name, NOSPLIT, signature)
+	Pragma("noescape")
+	hoisted = map[float32]reg.VecVirtual{}
+}
+
+// consts caches broadcast constants by value.
+var consts = map[float32]Mem{}
+
+// hoisted holds the constants broadcast once before the current
+// function's loop.
+var hoisted map[float32]reg.VecVirtual
+
+// hoist broadcasts constants into registers before a loop, so that bcast
+// inside the loop finds them there.
+func hoist(vs ...float32) {
+	hoisted = map[float32]reg.VecVirtual{}
+	for _, v := range vs {
+		hoisted[v] = bcast(v)
+	}
+}
+
+// bcast returns a zmm register holding v in every lane: a hoisted one, or
+// a fresh broadcast from memory.
+func bcast(v float32) reg.VecVirtual {
+	if z, ok := hoisted[v]; ok {
+		return z
+	}
+	m, ok := consts[v]
+	if !ok {
+		// The bits, not F32(v): avo prints 1.0 as $(1), which the
+		// assembler reads as the integer 1.
+		m = ConstData(fmt.Sprintf("vc%d", len(consts)), U32(math.Float32bits(v)))
+		consts[v] = m
+	}
+	z := ZMM()
+	VBROADCASTSS(m, z)
+	return z
+}
+
+// param broadcasts a float32 argument to a zmm register.
+func param(name string) reg.VecVirtual {
+	x := XMM()
+	Load(Param(name), x)
+	z := ZMM()
+	VBROADCASTSS(x, z)
+	return z
+}
+
+// ptr loads a pointer argument.
+func ptr(name string) reg.GPVirtual { return Load(Param(name), GP64()).(reg.GPVirtual) }
+
+// loop emits `for ; n > 0; n -= 16 { body(); ptrs += 64 }` with n the
+// argument "n".
+func loop(name string, ptrs []reg.GPVirtual, body func()) {
+	n := Load(Param("n"), GP64())
+	TESTQ(n, n)
+	JE(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	body()
+	for _, p := range ptrs {
+		ADDQ(U32(64), p)
+	}
+	SUBQ(U32(16), n)
+	JNE(LabelRef(name + "_loop"))
+	Label(name + "_done")
+}
+
+func mem(p reg.GPVirtual) Mem { return Mem{Base: p} }
+
+func load(p reg.GPVirtual) reg.VecVirtual {
+	z := ZMM()
+	VMOVUPS(mem(p), z)
+	return z
+}
+
+func copyZ(src reg.VecVirtual) reg.VecVirtual {
+	z := ZMM()
+	VMOVAPS(src, z)
+	return z
+}
+
+func zeroZ() reg.VecVirtual {
+	z := ZMM()
+	VPXORD(z, z, z)
+	return z
+}
+
+// GELU's constants: s = √(2/π), k = 0.044715.
+const (
+	geluS = 0.7978845608028654
+	geluK = 0.044715
+)
+
+// geluParts returns, for x in a register, x² and th = tanh(s·(x + k·x³)).
+func geluParts(x reg.VecVirtual) (x2, th reg.VecVirtual) {
+	x2 = ZMM()
+	VMULPS(x, x, x2)
+	t := copyZ(x2)
+	VFMADD213PS(bcast(geluS), bcast(geluS*geluK), t) // t = s·k·x² + s
+	VMULPS(x, t, t)                                  // u = x·t
+	return x2, tanh(t)
+}
+
+// tanhP and tanhQ are the numerator and denominator coefficients of
+// Eigen's rational tanh, highest degree first.
+var (
+	tanhP = []float32{-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
+		1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03}
+	tanhQ = []float32{1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03}
+)
+
+const tanhClamp = 7.90531110763549805
+
+// geluConsts are the constants of geluParts and tanh.
+func geluConsts() []float32 {
+	c := []float32{geluS, geluS * geluK, tanhClamp, -tanhClamp}
+	c = append(c, tanhP...)
+	return append(c, tanhQ...)
+}
+
+// tanh emits Eigen's rational tanh approximation of u (clamped to ±7.905):
+// x·P(x²)/Q(x²).
+func tanh(u reg.VecVirtual) reg.VecVirtual {
+	x := ZMM()
+	VMINPS(bcast(tanhClamp), u, x)
+	VMAXPS(bcast(-tanhClamp), x, x)
+	x2 := ZMM()
+	VMULPS(x, x, x2)
+	p := copyZ(bcast(tanhP[0]))
+	for _, c := range tanhP[1:] {
+		VFMADD213PS(bcast(c), x2, p) // p = x²·p + c
+	}
+	VMULPS(x, p, p)
+	q := copyZ(bcast(tanhQ[0]))
+	for _, c := range tanhQ[1:] {
+		VFMADD213PS(bcast(c), x2, q)
+	}
+	th := ZMM()
+	VDIVPS(q, p, th) // th = p/q
+	return th
+}
+
+func geluForward() {
+	text("geluFwdAVX512", "func(out, x *float32, n int)")
+	Doc("geluFwdAVX512 sets out[i] = ½·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) for i < n (n a multiple of 16).")
+	po, px := ptr("out"), ptr("x")
+	hoist(append(geluConsts(), 0.5)...)
+	loop("geluFwd", []reg.GPVirtual{po, px}, func() {
+		x := load(px)
+		_, th := geluParts(x)
+		hx := ZMM()
+		VMULPS(bcast(0.5), x, hx)
+		VFMADD213PS(hx, hx, th) // th = hx·th + hx
+		VMOVUPS(th, mem(po))
+	})
+	VZEROUPPER()
+	RET()
+}
+
+func geluBackward() {
+	text("geluBwdAVX512", "func(dx, x, dy *float32, n int)")
+	Doc("geluBwdAVX512 accumulates dx[i] += dy[i]·GELU'(x[i]) for i < n (n a multiple of 16).")
+	pdx, px, pdy := ptr("dx"), ptr("x"), ptr("dy")
+	hoist(append(geluConsts(), 1, 3*geluS*geluK, 0.5)...)
+	loop("geluBwd", []reg.GPVirtual{pdx, px, pdy}, func() {
+		x := load(px)
+		x2, th := geluParts(x)
+		a := copyZ(th)
+		VFNMADD213PS(bcast(1), th, a)                       // a = 1 − th²
+		VFMADD213PS(bcast(geluS), bcast(3*geluS*geluK), x2) // x2 = 3sk·x² + s
+		VMULPS(x2, a, a)
+		hx := ZMM()
+		VMULPS(bcast(0.5), x, hx)
+		VMULPS(hx, a, a)                        // a = ½x(1−th²)·s(1+3k·x²)
+		VFMADD213PS(bcast(0.5), bcast(0.5), th) // th = ½·th + ½
+		VADDPS(a, th, th)                       // th = GELU'(x)
+		d := load(pdx)
+		VFMADD231PS(mem(pdy), th, d) // d += th·dy
+		VMOVUPS(d, mem(pdx))
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// expPoly are the coefficients of Cephes expf's polynomial, highest first.
+var expPoly = []float32{1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1}
+
+// expConsts are the constants of exp.
+func expConsts() []float32 {
+	return append([]float32{-87.3, 88.7, 1.44269504088896341, 0.693359375, -2.12194440e-4, 1}, expPoly...)
+}
+
+// exp emits e^t (Cephes expf: t = n·ln2 + r, |r| <= ln2/2, a degree-7
+// polynomial for e^r, scaled by 2^n with VSCALEFPS), for t clamped to
+// [-87.3, 88.7].
+func exp(t reg.VecVirtual) reg.VecVirtual {
+	VMAXPS(bcast(-87.3), t, t)
+	VMINPS(bcast(88.7), t, t)
+	n := ZMM()
+	VMULPS(bcast(1.44269504088896341), t, n)
+	VRNDSCALEPS(U8(0), n, n)                  // n = round(t·log₂e)
+	VFNMADD231PS(bcast(0.693359375), n, t)    // r = t − n·c1
+	VFNMADD231PS(bcast(-2.12194440e-4), n, t) // r −= n·c2
+	p := copyZ(bcast(expPoly[0]))
+	for _, c := range expPoly[1:] {
+		VFMADD213PS(bcast(c), t, p) // p = r·p + c
+	}
+	r2 := ZMM()
+	VMULPS(t, t, r2)
+	VFMADD213PS(t, r2, p) // p = r²·p + r
+	VADDPS(bcast(1), p, p)
+	e := ZMM()
+	VSCALEFPS(n, p, e) // e = p·2ⁿ
+	return e
+}
+
+func expRow() {
+	text("expRowAVX512", "func(out, in *float32, n int, scale, shift float32, sums *float32)")
+	Doc("expRowAVX512 sets out[i] = exp(in[i]·scale − shift) for i < n (n a multiple of 16) and writes the 16 lane sums of out to sums.")
+	po, pi := ptr("out"), ptr("in")
+	scale, shift := param("scale"), param("shift")
+	acc := zeroZ()
+	hoist(expConsts()...)
+	loop("expRow", []reg.GPVirtual{po, pi}, func() {
+		t := load(pi)
+		VFMSUB213PS(shift, scale, t) // t = scale·t − shift
+		e := exp(t)
+		VMOVUPS(e, mem(po))
+		VADDPS(e, acc, acc)
+	})
+	VMOVUPS(acc, mem(ptr("sums")))
+	VZEROUPPER()
+	RET()
+}
+
+func maxRow() {
+	text("maxRowAVX512", "func(x *float32, n int, out *float32)")
+	Doc("maxRowAVX512 writes the 16 lane maxima of x[0:n] to out (n a positive multiple of 16).")
+	px := ptr("x")
+	acc := load(px)
+	loop("maxRow", []reg.GPVirtual{px}, func() {
+		VMAXPS(mem(px), acc, acc)
+	})
+	VMOVUPS(acc, mem(ptr("out")))
+	VZEROUPPER()
+	RET()
+}
+
+func sumRow() {
+	text("sumRowAVX512", "func(x *float32, n int, sums *float32)")
+	Doc("sumRowAVX512 writes the 16 lane sums of x[0:n] to sums (n a multiple of 16).")
+	px := ptr("x")
+	acc := zeroZ()
+	loop("sumRow", []reg.GPVirtual{px}, func() {
+		VADDPS(mem(px), acc, acc)
+	})
+	VMOVUPS(acc, mem(ptr("sums")))
+	VZEROUPPER()
+	RET()
+}
+
+func sqDevRow() {
+	text("sqDevRowAVX512", "func(x *float32, n int, m float32, sums *float32)")
+	Doc("sqDevRowAVX512 writes the 16 lane sums of (x[i]−m)² over i < n to sums (n a multiple of 16).")
+	px := ptr("x")
+	m := param("m")
+	acc := zeroZ()
+	loop("sqDevRow", []reg.GPVirtual{px}, func() {
+		d := load(px)
+		VSUBPS(m, d, d)
+		VFMADD231PS(d, d, acc)
+	})
+	VMOVUPS(acc, mem(ptr("sums")))
+	VZEROUPPER()
+	RET()
+}
+
+func scaleRow() {
+	text("scaleRowAVX512", "func(x *float32, n int, a float32)")
+	Doc("scaleRowAVX512 sets x[i] *= a for i < n (n a multiple of 16).")
+	px := ptr("x")
+	a := param("a")
+	loop("scaleRow", []reg.GPVirtual{px}, func() {
+		v := ZMM()
+		VMULPS(mem(px), a, v)
+		VMOVUPS(v, mem(px))
+	})
+	VZEROUPPER()
+	RET()
+}
+
+func dotRow() {
+	text("dotRowAVX512", "func(a, b *float32, n int, sums *float32)")
+	Doc("dotRowAVX512 writes the 16 lane sums of a[i]·b[i] over i < n to sums (n a multiple of 16).")
+	pa, pb := ptr("a"), ptr("b")
+	acc := zeroZ()
+	loop("dotRow", []reg.GPVirtual{pa, pb}, func() {
+		v := load(pa)
+		VFMADD231PS(mem(pb), v, acc)
+	})
+	VMOVUPS(acc, mem(ptr("sums")))
+	VZEROUPPER()
+	RET()
+}
+
+func axpy() {
+	text("axpyAVX512", "func(y, x *float32, n int, a float32)")
+	Doc("axpyAVX512 sets y[i] += a·x[i] for i < n (n a multiple of 16).")
+	py, px := ptr("y"), ptr("x")
+	a := param("a")
+	loop("axpy", []reg.GPVirtual{py, px}, func() {
+		v := load(py)
+		VFMADD231PS(mem(px), a, v)
+		VMOVUPS(v, mem(py))
+	})
+	VZEROUPPER()
+	RET()
+}
+
+func softmaxGrad() {
+	text("softmaxGradAVX512", "func(d, p *float32, n int, s, scale float32)")
+	Doc("softmaxGradAVX512 sets d[i] = scale·p[i]·(d[i] − s) for i < n (n a multiple of 16).")
+	pd, pp := ptr("d"), ptr("p")
+	s, scale := param("s"), param("scale")
+	loop("softmaxGrad", []reg.GPVirtual{pd, pp}, func() {
+		v := load(pd)
+		VSUBPS(s, v, v)
+		VMULPS(mem(pp), v, v)
+		VMULPS(scale, v, v)
+		VMOVUPS(v, mem(pd))
+	})
+	VZEROUPPER()
+	RET()
+}
+
+func lnOut() {
+	text("lnOutAVX512", "func(out, x, w, b *float32, n int, m, s float32)")
+	Doc("lnOutAVX512 sets out[i] = (x[i]−m)·s·w[i] + b[i] for i < n (n a multiple of 16).")
+	po, px, pw, pb := ptr("out"), ptr("x"), ptr("w"), ptr("b")
+	m, s := param("m"), param("s")
+	loop("lnOut", []reg.GPVirtual{po, px, pw, pb}, func() {
+		v := load(px)
+		VSUBPS(m, v, v)
+		VMULPS(s, v, v)
+		bb := load(pb)
+		VFMADD231PS(mem(pw), v, bb) // bb = v·w + b
+		VMOVUPS(bb, mem(po))
+	})
+	VZEROUPPER()
+	RET()
+}
+
+func lnBwdSums() {
+	text("lnBwdSumsAVX512", "func(dy, x, w *float32, n int, m, s float32, sums *float32)")
+	Doc("lnBwdSumsAVX512 writes to sums[0:16] the lane sums of g = w·dy and to sums[16:32] those of g·(x−m)·s, over i < n (n a multiple of 16).")
+	pdy, px, pw := ptr("dy"), ptr("x"), ptr("w")
+	m, s := param("m"), param("s")
+	ag, agx := zeroZ(), zeroZ()
+	loop("lnBwdSums", []reg.GPVirtual{pdy, px, pw}, func() {
+		g := load(pdy)
+		VMULPS(mem(pw), g, g)
+		VADDPS(g, ag, ag)
+		xh := load(px)
+		VSUBPS(m, xh, xh)
+		VMULPS(s, xh, xh)
+		VFMADD231PS(xh, g, agx)
+	})
+	out := ptr("sums")
+	VMOVUPS(ag, Mem{Base: out})
+	VMOVUPS(agx, Mem{Base: out, Disp: 64})
+	VZEROUPPER()
+	RET()
+}
+
+func lnBwdDx() {
+	text("lnBwdDxAVX512", "func(dx, dy, x, w *float32, n int, m, s, gmean, gxmean float32)")
+	Doc("lnBwdDxAVX512 sets dx[i] += s·(w[i]·dy[i] − gmean − (x[i]−m)·s·gxmean) for i < n (n a multiple of 16).")
+	pdx, pdy, px, pw := ptr("dx"), ptr("dy"), ptr("x"), ptr("w")
+	m, s, g, gx := param("m"), param("s"), param("gmean"), param("gxmean")
+	loop("lnBwdDx", []reg.GPVirtual{pdx, pdy, px, pw}, func() {
+		xh := load(px)
+		VSUBPS(m, xh, xh)
+		VMULPS(s, xh, xh)
+		t := load(pdy)
+		VMULPS(mem(pw), t, t)
+		VSUBPS(g, t, t)
+		VFNMADD231PS(gx, xh, t) // t −= x̂·gx
+		d := load(pdx)
+		VFMADD231PS(s, t, d) // d += s·t
+		VMOVUPS(d, mem(pdx))
+	})
+	VZEROUPPER()
+	RET()
+}
+
+func lnBwdParams() {
+	text("lnBwdParamsAVX512", "func(dw, db, dy, x *float32, n int, m, s float32)")
+	Doc("lnBwdParamsAVX512 sets dw[i] += dy[i]·(x[i]−m)·s and db[i] += dy[i] for i < n (n a multiple of 16).")
+	pdw, pdb, pdy, px := ptr("dw"), ptr("db"), ptr("dy"), ptr("x")
+	m, s := param("m"), param("s")
+	loop("lnBwdParams", []reg.GPVirtual{pdw, pdb, pdy, px}, func() {
+		dy := load(pdy)
+		b := load(pdb)
+		VADDPS(dy, b, b)
+		VMOVUPS(b, mem(pdb))
+		xh := load(px)
+		VSUBPS(m, xh, xh)
+		VMULPS(s, xh, xh)
+		w := load(pdw)
+		VFMADD231PS(xh, dy, w)
+		VMOVUPS(w, mem(pdw))
+	})
+	VZEROUPPER()
+	RET()
+}
