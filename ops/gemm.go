@@ -6,25 +6,36 @@ import (
 	"unsafe"
 )
 
-// microKernel computes one mr×nr tile of C from packed panels:
+// microKernel computes one tile of at most mr×nr of C:
 //
-//	C[i][j] (+)= Σ_{p<kc} a[p*mr+i] · b[p*nr+j],  0 <= i < mr, 0 <= j < nr,
+//	C[i][j] (+)= Σ_{p<kc} a[p*sa + i] · b[p*sb + j],  i < rows, j < cols,
 //
-// with C row-major with row stride ldc (elements). acc false overwrites C
-// without reading it; kc may be 0.
-type microKernel func(kc int, a, b, c *float32, ldc int, acc bool)
+// with C row-major with row stride ldc; strides are in elements. A is a
+// packed micro-panel (sa = mr) or, read in place, rows of Aᵀ (sa = lda); B
+// a packed micro-panel (sb = nr) or rows of B (sb = ldb). rows is fixed by
+// the kernel (gemmImpl.kernels[rows]); cols < nr only where the impl is
+// masked. acc false overwrites C without reading it; kc may be 0.
+type microKernel func(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
 
-// gemmImpl is one micro-kernel with the cache blocking of the driver that
-// feeds it.
+// gemmImpl is a family of micro-kernels with the cache blocking of the
+// driver that feeds it.
 type gemmImpl struct {
 	name   string
-	mr, nr int         // micro-tile of C
-	kc     int         // depth of a packed slice of K (an A micro-panel kc×mr stays in L1)
-	mc     int         // rows of A one goroutine packs at a time; a multiple of mr
-	nc     int         // columns of a packed B block (kc×nc stays in L2); a multiple of nr
-	kernel microKernel // the micro-kernel
-	pack   packer      // copies A for TN and B for NN, TN; transposes the others
-	peak   func(d int) // runs d iterations of an FMA loop of peakFlops flops each
+	mr, nr int // largest tile of C
+	kc     int // depth of a packed slice of K (an A micro-panel kc×mr stays in L1)
+	mc     int // rows of A one goroutine packs at a time; a multiple of mr
+	nc     int // columns of a packed B block (kc×nc stays in L2); a multiple of nr
+	// kernels[r] computes r rows, r = 1..mr; a nil entry means: pad to mr.
+	kernels []microKernel
+	// rowKernels[r] are kernels reading A's rows in place: their terms are
+	// a[i*sa + p] (sa = lda), for NN and NT without packing A.
+	rowKernels []microKernel
+	// masked kernels handle cols < nr themselves, and may read A and B in
+	// place: A when n <= directA, B (NN, TN) when m <= directB.
+	masked           bool
+	directA, directB int
+	pack             packer      // copies A for TN and B for NN, TN; transposes the others
+	peak             func(d int) // runs d iterations of an FMA loop of peakFlops flops each
 	// peakFlops is the flop count of one iteration of peak.
 	peakFlops int
 }
@@ -43,8 +54,9 @@ type gemmBuffers struct {
 }
 
 type gemmScratch struct {
-	a    []float32 // (mc/mr) packed A panels, each kc×mr
-	tile []float32 // (mr, nr) edge tile
+	a     []float32 // (mc/mr) packed A panels, each kc×mr
+	bedge []float32 // (kc, nr) the padded last panel of an in-place B
+	tile  []float32 // (mr, nr) edge tile
 }
 
 func newGemmBuffers(g *gemmImpl) *gemmBuffers {
@@ -64,7 +76,7 @@ func (p *gemmBuffers) getScratch() *gemmScratch {
 		return v
 	}
 	g := p.impl
-	return &gemmScratch{a: alignedFloats(g.mc * g.kc), tile: alignedFloats(g.mr * g.nr)}
+	return &gemmScratch{a: alignedFloats(g.mc * g.kc), bedge: alignedFloats(g.kc * g.nr), tile: alignedFloats(g.mr * g.nr)}
 }
 
 // alignedFloats returns a zeroed slice of n float32 starting on a 64-byte

@@ -11,13 +11,21 @@ func archImpls() []*gemmImpl {
 	if cpu.X86.HasAVX512F {
 		out = append(out, &gemmImpl{
 			name: "avx512", mr: 12, nr: 32, kc: 256, mc: 1032, nc: 512,
-			kernel: gemmAVX512_12x32, pack: packer{copy: packCopyAVX512, transpose: packTransposeAVX512}, peak: fmaLoopAVX512, peakFlops: 24 * 16 * 2,
+			kernels: []microKernel{nil, gemmAVX512_1x32, gemmAVX512_2x32, gemmAVX512_3x32, gemmAVX512_4x32,
+				gemmAVX512_5x32, gemmAVX512_6x32, gemmAVX512_7x32, gemmAVX512_8x32, gemmAVX512_9x32,
+				gemmAVX512_10x32, gemmAVX512_11x32, gemmAVX512_12x32},
+			rowKernels: []microKernel{nil, gemmAVX512_1x32r, gemmAVX512_2x32r, gemmAVX512_3x32r, gemmAVX512_4x32r,
+				gemmAVX512_5x32r, gemmAVX512_6x32r, gemmAVX512_7x32r, gemmAVX512_8x32r, gemmAVX512_9x32r,
+				gemmAVX512_10x32r, gemmAVX512_11x32r, gemmAVX512_12x32r},
+			masked: true, directA: 64, directB: 64,
+			pack: packer{copy: packCopyAVX512, transpose: packTransposeAVX512}, peak: fmaLoopAVX512, peakFlops: 24 * 16 * 2,
 		})
 	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
 		out = append(out, &gemmImpl{
 			name: "avx2", mr: 6, nr: 16, kc: 256, mc: 1032, nc: 512,
-			kernel: gemmAVX2_6x16, pack: packer{copy: packCopy, transpose: packTranspose}, peak: fmaLoopAVX2, peakFlops: 12 * 8 * 2,
+			kernels: []microKernel{6: gemmAVX2_6x16},
+			pack:    packer{copy: packCopy, transpose: packTranspose}, peak: fmaLoopAVX2, peakFlops: 12 * 8 * 2,
 		})
 	}
 	return out

@@ -13,10 +13,13 @@ package ops
 //	jr: the B micro-panels of the block, streamed from L2
 //
 // Packing reads A and B in any Layout and stride, so one micro-kernel
-// serves NN, NT and TN. The goroutines split the rows of C when there are
-// enough, otherwise the B micro-panels (each then packs all of the few rows
-// of A). Edge tiles are computed into a scratch tile and added to (or copied
-// into) C, so C outside the (M,N) block, and C when accumulate is false, is
+// serves NN, NT and TN. Operands the micro-kernels can read in place (A
+// by rows or rows of Aᵀ; rows of B for NN and TN) are not packed when they
+// would be reused too little to repay it. The goroutines split the rows of
+// C when there are enough, otherwise the B micro-panels (each then packs
+// all of the few rows of A). Edges: kernels with fewer rows and lane masks
+// where the impl has them, otherwise a scratch tile added to (or copied
+// into) C; C outside the (M,N) block, and C when accumulate is false, is
 // never read.
 type gemm struct {
 	impl    *gemmImpl
@@ -30,17 +33,37 @@ type gemm struct {
 	ldb     int
 	c       []float32
 	ldc     int
+	// aDirect and bDirect say that A and op(B) (NN, TN) are read in place
+	// instead of packed.
+	aDirect, bDirect bool
+}
+
+// pass is one (ic, pc, jc) step of the loops: rows [ic, ic+mcb), depth
+// [pc, pc+kc), columns [jc, jc+nc), with B packed in bp (unless direct).
+type pass struct {
+	ic, mcb, pc, kc, jc, nc int
+	acc                     bool
+	splitM                  bool
+	bp                      []float32
 }
 
 func (g *gemm) run(accumulate bool) {
 	im := g.impl
 	t := g.threads
-	bp := g.bufs.getB()
-	defer g.bufs.b.Put(bp)
-	scratch := make([]*gemmScratch, t)
-	for w := range scratch {
-		scratch[w] = g.bufs.getScratch()
-		defer g.bufs.scratch.Put(scratch[w])
+	g.aDirect = im.masked && g.n <= im.directA && (g.l == TN || im.rowKernels != nil)
+	g.bDirect = im.masked && g.l != NT && g.m <= im.directB
+	var bp []float32
+	if !g.bDirect {
+		buf := g.bufs.getB()
+		defer g.bufs.b.Put(buf)
+		bp = *buf
+	}
+	var local [8]*gemmScratch
+	scratch := local[:0]
+	for range t {
+		s := g.bufs.getScratch()
+		defer g.bufs.scratch.Put(s)
+		scratch = append(scratch, s)
 	}
 	mp := (g.m + im.mr - 1) / im.mr
 	splitM := t > 1 && mp >= 2*t
@@ -49,63 +72,93 @@ func (g *gemm) run(accumulate bool) {
 		step *= t
 	}
 	for ic := 0; ic < g.m; ic += step {
-		mcb := min(step, g.m-ic)
 		for pc := 0; pc < g.k; pc += im.kc {
-			kc := min(im.kc, g.k-pc)
-			acc := accumulate || pc > 0
 			for jc := 0; jc < g.n; jc += im.nc {
-				nc := min(im.nc, g.n-jc)
-				g.packBBlock(*bp, jc, nc, pc, kc)
-				np := (nc + im.nr - 1) / im.nr
-				parallel(t, t, func(lo, hi int) {
-					for w := lo; w < hi; w++ {
-						i0, i1, j0, j1 := ic, ic+mcb, w*np/t, (w+1)*np/t
-						if splitM {
-							mpb := (mcb + im.mr - 1) / im.mr
-							i0, i1 = ic+w*mpb/t*im.mr, min(ic+mcb, ic+(w+1)*mpb/t*im.mr)
-							j0, j1 = 0, np
-						}
-						s := scratch[w]
-						if jc == 0 {
-							packABlock(g.l, g.a, g.lda, i0, i1-i0, pc, kc, s.a, im.mr, im.pack)
-						}
-						g.block(s, *bp, i0, i1, j0, j1, jc, nc, kc, acc)
-					}
-				})
+				p := pass{ic: ic, mcb: min(step, g.m-ic), pc: pc, kc: min(im.kc, g.k-pc),
+					jc: jc, nc: min(im.nc, g.n-jc), acc: accumulate || pc > 0, splitM: splitM, bp: bp}
+				if t == 1 { // no goroutines, no closures
+					g.packB(p, 0, 1)
+					g.work(scratch[0], p, 0, 1)
+					continue
+				}
+				parallel(t, t, func(lo, hi int) { g.packB(p, lo, t) })
+				parallel(t, t, func(lo, hi int) { g.work(scratch[lo], p, lo, t) })
 			}
 		}
 	}
 }
 
-// packBBlock packs op(B)[pc:pc+kc, jc:jc+nc] into micro-panels, the
-// goroutines splitting the panels between them.
-func (g *gemm) packBBlock(dst []float32, jc, nc, pc, kc int) {
+// packB packs goroutine w's share (of t) of the B micro-panels of pass p.
+func (g *gemm) packB(p pass, w, t int) {
+	if g.bDirect {
+		return
+	}
 	nr := g.impl.nr
-	np := (nc + nr - 1) / nr
-	parallel(g.threads, np, func(lo, hi int) {
-		packBPanels(g.l, g.b, g.ldb, pc, kc, jc+lo*nr, min(nc, hi*nr)-lo*nr, dst[lo*nr*kc:hi*nr*kc], nr, g.impl.pack)
-	})
+	np := (p.nc + nr - 1) / nr
+	lo, hi := w*np/t, (w+1)*np/t
+	if lo < hi {
+		packBPanels(g.l, g.b, g.ldb, p.pc, p.kc, p.jc+lo*nr, min(p.nc, hi*nr)-lo*nr, p.bp[lo*nr*p.kc:hi*nr*p.kc], nr, g.impl.pack)
+	}
 }
 
-// block computes C[i0:i1, jc+j0*nr : jc+j1*nr] (+)= packed A rows ×
-// packed B micro-panels [j0, j1), clipped to the nc columns of the block.
-func (g *gemm) block(s *gemmScratch, bp []float32, i0, i1, j0, j1, jc, nc, kc int, acc bool) {
+// work runs goroutine w's share (of t) of pass p: its rows of C when the
+// rows are split, otherwise its B micro-panels against all rows. It packs
+// its rows of A on the first column block.
+func (g *gemm) work(s *gemmScratch, p pass, w, t int) {
 	im := g.impl
-	mr, nr := im.mr, im.nr
+	np := (p.nc + im.nr - 1) / im.nr
+	i0, i1, j0, j1 := p.ic, p.ic+p.mcb, w*np/t, (w+1)*np/t
+	if p.splitM {
+		mpb := (p.mcb + im.mr - 1) / im.mr
+		i0, i1 = p.ic+w*mpb/t*im.mr, min(p.ic+p.mcb, p.ic+(w+1)*mpb/t*im.mr)
+		j0, j1 = 0, np
+	}
+	if p.jc == 0 && !g.aDirect {
+		packABlock(g.l, g.a, g.lda, i0, i1-i0, p.pc, p.kc, s.a, im.mr, im.pack)
+	}
+	g.block(s, p, i0, i1, j0, j1)
+}
+
+// block computes C[i0:i1, jc+j0*nr : jc+j1*nr] (+)= A rows × B
+// micro-panels [j0, j1) of pass p, clipped to the block's nc columns.
+func (g *gemm) block(s *gemmScratch, p pass, i0, i1, j0, j1 int) {
+	im := g.impl
+	mr, nr, kc := im.mr, im.nr, p.kc
+	edge := -1 // an in-place B's last, narrow panel: padded into s.bedge
+	if g.bDirect && j1*nr > p.nc && j0 < j1 {
+		edge = j1 - 1
+		packBPanels(g.l, g.b, g.ldb, p.pc, kc, p.jc+edge*nr, p.nc-edge*nr, s.bedge, nr, im.pack)
+	}
 	for ir := 0; i0+ir*mr < i1; ir++ {
-		apan := s.a[ir*mr*kc : (ir+1)*mr*kc]
 		rows := min(mr, i1-i0-ir*mr)
+		apan, sa, kern := s.a[ir*mr*kc:], mr, im.kernels[rows]
+		switch {
+		case g.aDirect && g.l == TN: // rows of Aᵀ in place
+			apan, sa = g.a[p.pc*g.lda+i0+ir*mr:], g.lda
+		case g.aDirect: // rows of A in place
+			apan, sa, kern = g.a[(i0+ir*mr)*g.lda+p.pc:], g.lda, im.rowKernels[rows]
+		}
 		crow := (i0 + ir*mr) * g.ldc
 		for j := j0; j < j1; j++ {
-			bpan := bp[j*nr*kc : (j+1)*nr*kc]
-			cols := min(nr, nc-j*nr)
-			ci := crow + jc + j*nr
-			if rows == mr && cols == nr {
-				im.kernel(kc, &apan[0], &bpan[0], &g.c[ci], g.ldc, acc)
+			cols := min(nr, p.nc-j*nr)
+			var bpan []float32
+			sb := nr
+			switch {
+			case j == edge:
+				bpan = s.bedge
+			case g.bDirect:
+				bpan, sb = g.b[p.pc*g.ldb+p.jc+j*nr:], g.ldb
+			default:
+				bpan = p.bp[j*nr*kc:]
+			}
+			ci := crow + p.jc + j*nr
+			if kern != nil && (cols == nr || im.masked) {
+				kern(kc, &apan[0], sa, &bpan[0], sb, &g.c[ci], g.ldc, cols, p.acc)
 				continue
 			}
-			im.kernel(kc, &apan[0], &bpan[0], &s.tile[0], nr, false)
-			mergeTile(s.tile, nr, rows, cols, g.c[ci:], g.ldc, acc)
+			// Packed panels are zero-padded: compute the full tile aside.
+			im.kernels[mr](kc, &apan[0], sa, &bpan[0], sb, &s.tile[0], nr, nr, false)
+			mergeTile(s.tile, nr, rows, cols, g.c[ci:], g.ldc, p.acc)
 		}
 	}
 }

@@ -7,19 +7,22 @@ import "unsafe"
 func genericImpl() *gemmImpl {
 	return &gemmImpl{
 		name: "generic", mr: 2, nr: 4, kc: 256, mc: 1024, nc: 512,
-		kernel: gemmGeneric2x4, pack: packer{copy: packCopy, transpose: packTranspose}, peak: fmaLoopGeneric, peakFlops: 16,
+		kernels: []microKernel{2: gemmGeneric2x4}, pack: packer{copy: packCopy, transpose: packTranspose}, peak: fmaLoopGeneric, peakFlops: 16,
 	}
 }
 
 // gemmGeneric2x4 is the microKernel for 2×4 tiles in plain Go: eight
 // scalar accumulators, which with the six operands of a k step fit the 16
 // SSE registers (a 4×4 tile spills and runs at two thirds of the speed).
-func gemmGeneric2x4(kc int, pa, pb, pc *float32, ldc int, acc bool) {
-	a := unsafe.Slice(pa, 2*kc)
-	b := unsafe.Slice(pb, 4*kc)
+func gemmGeneric2x4(kc int, pa *float32, sa int, pb *float32, sb int, pc *float32, ldc int, _ int, acc bool) {
+	if kc == 0 {
+		sa, sb = 0, 0
+	}
+	a := unsafe.Slice(pa, max(kc-1, 0)*sa+2)
+	b := unsafe.Slice(pb, max(kc-1, 0)*sb+4)
 	var c00, c01, c02, c03, c10, c11, c12, c13 float32
 	for p := 0; p < kc; p++ {
-		av, bv := a[2*p:2*p+2:2*p+2], b[4*p:4*p+4:4*p+4]
+		av, bv := a[sa*p:sa*p+2:sa*p+2], b[sb*p:sb*p+4:sb*p+4]
 		a0, a1 := av[0], av[1]
 		b0, b1, b2, b3 := bv[0], bv[1], bv[2], bv[3]
 		c00 += a0 * b0

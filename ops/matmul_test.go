@@ -9,9 +9,10 @@ import (
 	"time"
 )
 
-// testImpls returns every micro-kernel this CPU runs, generic always
-// included, each with its real blocking and with a tiny one that puts many
-// block edges (kc, mc, nc) inside small matrices.
+// testImpls returns every micro-kernel family this CPU runs, generic
+// always included, each with its real blocking and with a tiny one that
+// puts many block edges (kc, mc, nc) inside small matrices; masked ones
+// also with in-place operands never and always used.
 func testImpls() []*gemmImpl {
 	var out []*gemmImpl
 	for _, g := range append(archImpls(), genericImpl()) {
@@ -19,6 +20,12 @@ func testImpls() []*gemmImpl {
 		tiny.name += "/tiny"
 		tiny.kc, tiny.mc, tiny.nc = 5, 2*g.mr, 2*g.nr
 		out = append(out, g, &tiny)
+		if g.masked {
+			packed, direct := tiny, *g
+			packed.name, packed.directA, packed.directB = g.name+"/tiny-packed", -1, -1
+			direct.name, direct.directA, direct.directB = g.name+"/direct", 1<<30, 1<<30
+			out = append(out, &packed, &direct)
+		}
 	}
 	return out
 }
