@@ -9,26 +9,23 @@ type kernels struct {
 	e    float64 // bytes per activation element
 	mem  float64 // achievable memory bandwidth, bytes/s
 	fp8  bool    // GEMMs quantise their operands to fp8
-	// hi is the kernels that stay in 16-bit under fp8: the attention core
-	// and the output layer (Transformer Engine's default recipe); k itself
-	// otherwise.
-	hi *kernels
+	// hiPeak is the peak of the work that stays in 16-bit under fp8: the
+	// attention core and the output layer (Transformer Engine's default
+	// recipe); peak itself otherwise.
+	hiPeak float64
 }
 
 func newKernels(a Accel, p Precision) kernels {
-	k := kernels{a: a, peak: a.Peak[p], e: actBytes(p), mem: a.MemBW * a.MemEff, fp8: p == FP8}
+	k := kernels{a: a, peak: a.Peak[p], e: actBytes(p), mem: a.MemBW * a.MemEff, fp8: p == FP8, hiPeak: a.Peak[p]}
 	if k.fp8 {
-		h := newKernels(a, BF16)
-		k.hi = &h
+		k.hiPeak = a.Peak[BF16]
 	}
 	return k
 }
 
 // high is the kernels for work that fp8 leaves in 16-bit.
 func (k kernels) high() kernels {
-	if k.hi != nil {
-		return *k.hi
-	}
+	k.peak, k.fp8 = k.hiPeak, false
 	return k
 }
 
@@ -95,10 +92,42 @@ func (a passTime) scale(f float64) passTime { return passTime{a.fwd * f, a.bwd *
 
 func (a passTime) total() float64 { return a.fwd + a.bwd + a.rc }
 
-// layerCompute is the compute time of one transformer layer for one
-// micro-batch of T = mbs·seq/cp tokens on one of t tensor ranks: the four
-// linear layers, the attention core and the memory-bound element-wise work.
-func (j Job) layerCompute(p Plan, k kernels) passTime {
+// computeParts are the compute times that depend on tp, cp, mbs, sp,
+// flash and the precision, not on recomputation or placement: one layer
+// (without recomputation), its attention core, the embedding and the
+// output layer.
+type computeParts struct {
+	k           kernels
+	layer, core passTime
+	embed, head passTime
+}
+
+func (j Job) computeParts(p Plan) computeParts {
+	k := newKernels(j.Cluster.Accel, p.Precision)
+	c := computeParts{k: k, core: j.attentionCore(p, k), embed: j.embedCompute(p, k), head: j.headCompute(p, k)}
+	c.layer = j.layerLinear(p, k).add(c.core).add(j.elementwise(p, k))
+	return c
+}
+
+// withRecompute adds the recomputation a policy does during the backward:
+// full repeats the layer's forward, selective the materialised attention
+// core (nothing under flash).
+func (c computeParts) withRecompute(p Plan) passTime {
+	lt := c.layer
+	switch p.Recompute {
+	case RecomputeFull:
+		lt.rc = lt.fwd
+	case RecomputeSelective:
+		if !p.Flash {
+			lt.rc = c.core.fwd
+		}
+	}
+	return lt
+}
+
+// layerLinear is the four linear layers of one transformer layer for one
+// micro-batch of T = mbs·seq/cp tokens on one of t tensor ranks.
+func (j Job) layerLinear(p Plan, k kernels) passTime {
 	m := j.Model
 	T := j.tokens(p)
 	h, f, d := float64(m.Hidden), float64(m.FFN), float64(m.HD())
@@ -112,17 +141,6 @@ func (j Job) layerCompute(p Plan, k kernels) passTime {
 		fw, bw := k.gemmFB(T, g[0], g[1])
 		lt.fwd += fw
 		lt.bwd += bw
-	}
-	core := j.attentionCore(p, k)
-	ew := j.elementwise(p, k)
-	lt = lt.add(core).add(ew)
-	switch p.Recompute {
-	case RecomputeFull:
-		lt.rc = lt.fwd
-	case RecomputeSelective:
-		if !p.Flash {
-			lt.rc = core.fwd
-		}
 	}
 	return lt
 }

@@ -129,14 +129,21 @@ func (e Estimate) Why() string {
 	}
 	s := fmt.Sprintf("needs %s > %s: %s %s", GiB(m.Total), GiB(m.Budget), big.name, GiB(big.v))
 	if big.name == "activations" {
-		s += fmt.Sprintf(" (%s keeps %s micro-batches on stage %d, %s each)",
-			e.Plan.Schedule, trimFloat(m.InFlight), m.Stage, GiB(m.ActPerMicroBatch))
+		s += fmt.Sprintf(" (%s keeps %s on stage %d, %s each)",
+			e.Plan.Schedule, microBatches(m.InFlight), m.Stage, GiB(m.ActPerMicroBatch))
 	}
 	return s
 }
 
 // GiB formats bytes as GiB with one decimal.
 func GiB(b int64) string { return fmt.Sprintf("%.1f GiB", float64(b)/gib) }
+
+func microBatches(x float64) string {
+	if x == 1 {
+		return "1 micro-batch"
+	}
+	return trimFloat(x) + " micro-batches"
+}
 
 func trimFloat(x float64) string {
 	if x == math.Trunc(x) {

@@ -21,7 +21,7 @@ func (j Job) Table(r Result) string {
 		fmt.Fprintln(tw, "#\tstep s\tcompute\tcomm\tbubble\tmisc\tMFU\tHFU\tTFLOP/s\ttokens/s\tmem GiB\tparam\tgrad\toptim\tact\tother\t")
 		for i, e := range r.Plans {
 			m, t := e.Memory, e.Time
-			fmt.Fprintf(tw, "%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f%%\t%.1f%%\t%.0f\t%.4g\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n",
+			fmt.Fprintf(tw, "%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f%%\t%.1f%%\t%.4g\t%.4g\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n",
 				i+1, t.Step, t.Compute, t.CommExposed, t.Bubble, t.Misc, 100*e.MFU, 100*e.HFU, e.TFLOPsPerDevice,
 				e.TokensPerS, gibf(m.Total), gibf(m.Param), gibf(m.Grad), gibf(m.Optim), gibf(m.Act), gibf(m.Other))
 		}
@@ -78,6 +78,9 @@ func (j Job) explainMemory(b *strings.Builder, e Estimate) {
 	fmt.Fprintf(b, "  optimizer   %10s  × %g B (Adam m, v%s)%s\n", GiB(m.Optim), k, masterNote(p.Precision), shardNote(p.ZeRO >= 1, shards))
 	fmt.Fprintf(b, "  activations %10s  %s per micro-batch × %s in flight (%s, stage %d of %d), recompute=%s, sp=%s, flash=%s\n",
 		GiB(m.Act), GiB(m.ActPerMicroBatch), trimFloat(m.InFlight), p.Schedule, m.Stage, p.PP, p.Recompute, onOff(p.SP), onOff(p.Flash))
+	if extra := m.Act - int64(float64(m.ActPerMicroBatch)*m.InFlight); extra > m.Act/100 {
+		fmt.Fprintf(b, "              %10s  of it beyond those: one layer being recomputed, or GPipe's logits of every micro-batch\n", GiB(extra))
+	}
 	fmt.Fprintf(b, "  other       %10s  runtime %s, workspace %s, buffers %s\n", GiB(m.Other), GiB(m.Reserved), GiB(m.Workspace), GiB(m.Buffers))
 }
 
@@ -99,8 +102,8 @@ func (j Job) explainTime(b *strings.Builder, e Estimate) {
 	t, p := e.Time, e.Plan
 	fmt.Fprintf(b, "step %.3f s: %.1f%% MFU, %.1f%% HFU, %.0f TFLOP/s per device, %.4g tokens/s\n",
 		t.Step, 100*e.MFU, 100*e.HFU, e.TFLOPsPerDevice, e.TokensPerS)
-	fmt.Fprintf(b, "  compute     %8.3f s  %d micro-batches × %.4f s on stage %d (recompute=%s adds %.0f%% FLOPs)\n",
-		t.Compute, t.MicroBatches, t.Compute/float64(t.MicroBatches), t.SlowStage, p.Recompute, 100*(e.HWFLOPs/e.ModelFLOPs-1))
+	fmt.Fprintf(b, "  compute     %8.3f s  %s × %.4f s on stage %d (recompute=%s adds %.0f%% FLOPs)\n",
+		t.Compute, microBatches(float64(t.MicroBatches)), t.Compute/float64(t.MicroBatches), t.SlowStage, p.Recompute, 100*(e.HWFLOPs/e.ModelFLOPs-1))
 	fmt.Fprintf(b, "  comm        %8.3f s  exposed: tp %.3f, cp %.3f, pp %.3f, dp/zero %.3f\n", t.CommExposed, t.TP, t.CP, t.PP, t.DP)
 	fmt.Fprintf(b, "  bubble      %8.3f s  (pp-1)/vpp = %d/%d stage times of %.4f s; %.1f%% of the step\n",
 		t.Bubble, p.PP-1, p.VPP, t.StageTime, 100*t.Bubble/t.Step)
@@ -114,6 +117,10 @@ func explainVersus(b *strings.Builder, e, best Estimate) {
 	}
 	fmt.Fprintf(b, "versus the best plan %s (%.3f s):\n", best.Plan.Short(), best.Time.Step)
 	d := e.Time.Step/best.Time.Step - 1
+	if d >= 0 && d < 5e-4 {
+		fmt.Fprintf(b, "  as fast (within 0.05%%); ranked below it by memory (%s vs %s) or by name\n", GiB(e.Memory.Total), GiB(best.Memory.Total))
+		return
+	}
 	if d >= 0 {
 		fmt.Fprintf(b, "  %.1f%% slower", 100*d)
 	} else {

@@ -119,19 +119,21 @@ func (s *searcher) shape(tp, cp, pp, dp int) {
 	}
 }
 
-// kernelChoices searches recompute × flash × schedule × zero × order for a
-// plan whose shape, precision, mbs and sp are set. The layer cost depends
-// on recompute, flash and the order only, so it is computed once per
-// (recompute, flash, order) and only if some plan fits.
+// kernelChoices searches flash × recompute × schedule × zero × order for a
+// plan whose shape, precision, mbs and sp are set. The compute parts depend
+// on flash only, the layer cost on recompute and the order too, so each is
+// computed once per such combination, and only if some plan fits.
 func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt, sp shapeParams) {
 	j, f := s.job, s.fix
 	m := j.GlobalBatch / (p.DP * p.MBS)
 	lcs := make([]layerCost, len(orders))
-	for _, rc := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
-		if !f.allows("recompute", string(rc)) {
-			continue
-		}
-		for _, flash := range s.bools("flash", true) {
+	for _, flash := range s.bools("flash", true) {
+		var parts computeParts
+		haveParts := false
+		for _, rc := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
+			if !f.allows("recompute", string(rc)) {
+				continue
+			}
 			if rc == RecomputeSelective && flash && !f.Pinned("recompute") {
 				continue // the same plan as recompute=none: flash keeps no attention core
 			}
@@ -156,8 +158,11 @@ func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt, s
 					for i, o := range orders {
 						p.Order = o.order
 						if !have {
+							if !haveParts {
+								parts, haveParts = j.computeParts(p), true
+							}
 							for k, oo := range orders {
-								lcs[k] = j.layerCost(p, oo.pl)
+								lcs[k] = j.layerCostFrom(parts, p, oo.pl)
 							}
 							have = true
 						}

@@ -222,7 +222,7 @@ func TestExplain(t *testing.T) {
 		plan string
 		want []string
 	}{
-		{"dp=8,tp=8,recompute=none,flash=off", []string{"rejected: needs", "activations", "1f1b keeps 1 micro-batches", "versus the best plan"}},
+		{"dp=8,tp=8,recompute=none,flash=off", []string{"rejected: needs", "activations", "1f1b keeps 1 micro-batch on stage 0", "versus the best plan"}},
 		{"dp=64", []string{"rejected: needs", "optimizer"}},
 		{"dp=3", []string{"rejected:", "but the job has 64 devices"}},
 		{"dp=2,tp=8,pp=4,zero=1,recompute=full", []string{"fits:", "% slower", "bubble", "recompute=full adds"}},

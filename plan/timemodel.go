@@ -31,9 +31,14 @@ type layerCost struct {
 }
 
 func (j Job) layerCost(p Plan, pl placement) layerCost {
-	k := newKernels(j.Cluster.Accel, p.Precision)
-	lc := layerCost{k: k, compute: j.layerCompute(p, k), embed: j.embedCompute(p, k), head: j.headCompute(p, k)}
-	lc.tp, lc.cp = j.layerComm(p, pl, j.attentionCore(p, k))
+	return j.layerCostFrom(j.computeParts(p), p, pl)
+}
+
+// layerCostFrom adds recomputation and the placement's communication to
+// computed parts.
+func (j Job) layerCostFrom(cp computeParts, p Plan, pl placement) layerCost {
+	lc := layerCost{k: cp.k, compute: cp.withRecompute(p), embed: cp.embed, head: cp.head}
+	lc.tp, lc.cp = j.layerComm(p, pl, cp.core)
 	c := j.Cluster
 	S := j.tokens(p) * float64(j.Model.Hidden) * actBytes(p.Precision)
 	lc.embedTP = c.allReduce(S, pl.tp)
