@@ -30,14 +30,26 @@ type gemmImpl struct {
 	// rowKernels[r] are kernels reading A's rows in place: their terms are
 	// a[i*sa + p] (sa = lda), for NN and NT without packing A.
 	rowKernels []microKernel
-	// masked kernels handle cols < nr themselves, and may read A and B in
-	// place: A when n <= directA, B (NN, TN) when m <= directB.
-	masked           bool
-	directA, directB int
-	pack             packer      // copies A for TN and B for NN, TN; transposes the others
-	peak             func(d int) // runs d iterations of an FMA loop of peakFlops flops each
+	// masked kernels handle cols < nr themselves, and may read operands in
+	// place (see direct).
+	masked bool
+	direct directRule
+	pack   packer      // copies A for TN and B for NN, TN; transposes the others
+	peak   func(d int) // runs d iterations of an FMA loop of peakFlops flops each
 	// peakFlops is the flop count of one iteration of peak.
 	peakFlops int
+}
+
+// directRule says when a masked gemmImpl reads an operand in place rather
+// than packing it: packing costs about one copy per element and pays when
+// the packed panels are reused often; in place, rows of Aᵀ (TN) read a
+// scattered line per k step, while rows of A (NN, NT, through rowKernels)
+// and of B (NN, TN) stream. Measured on the shapes of matmul_bench_test.go.
+type directRule struct {
+	a     int // A in place (NN, NT) when n <= a
+	aTN   int // Aᵀ's rows in place (TN) when n <= aTN
+	bM    int // B in place (NN, TN) when m <= bM ...
+	bSize int // ... or when B has at most bSize elements
 }
 
 // minFlopsPerThread is the work below which MatMul adds no goroutine: one

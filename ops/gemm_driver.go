@@ -50,8 +50,13 @@ type pass struct {
 func (g *gemm) run(accumulate bool) {
 	im := g.impl
 	t := g.threads
-	g.aDirect = im.masked && g.n <= im.directA && (g.l == TN || im.rowKernels != nil)
-	g.bDirect = im.masked && g.l != NT && g.m <= im.directB
+	switch g.l {
+	case TN:
+		g.aDirect = im.masked && g.n <= im.direct.aTN
+	default:
+		g.aDirect = im.rowKernels != nil && g.n <= im.direct.a
+	}
+	g.bDirect = im.masked && g.l != NT && (g.m <= im.direct.bM || g.k*g.n <= im.direct.bSize)
 	var bp []float32
 	if !g.bDirect {
 		buf := g.bufs.getB()

@@ -22,8 +22,8 @@ func testImpls() []*gemmImpl {
 		out = append(out, g, &tiny)
 		if g.masked {
 			packed, direct := tiny, *g
-			packed.name, packed.directA, packed.directB = g.name+"/tiny-packed", -1, -1
-			direct.name, direct.directA, direct.directB = g.name+"/direct", 1<<30, 1<<30
+			packed.name, packed.direct = g.name+"/tiny-packed", directRule{-1, -1, -1, -1}
+			direct.name, direct.direct = g.name+"/direct", directRule{1 << 30, 1 << 30, 1 << 30, 1 << 30}
 			out = append(out, &packed, &direct)
 		}
 	}
