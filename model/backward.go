@@ -62,8 +62,7 @@ func (m *GPT) HeadBackward(p Params, s *Stash, dloss float32) error {
 	dlogits := m.big[:BT*V]
 	clear(dlogits)
 	ops.CrossEntropyBackward(m.k, dlogits, s.probs, s.targets, dloss, BT, V)
-	clear(m.dln)
-	ops.LinearBackward(m.k, m.dln, g[:V*C], nil, dlogits, s.lnf, w[:V*C], BT, C, V)
+	ops.LinearBackwardSet(m.k, m.dln, g[:V*C], nil, dlogits, s.lnf, w[:V*C], BT, C, V)
 	p.ReleaseWeights(0)
 
 	u := c.Layers + 1
@@ -106,23 +105,18 @@ func (m *GPT) BlockBackward(p Params, s *Stash, l int) error {
 	// becomes d(res2) when LN₂'s gradient is added to it.
 	dfcg, dfc := m.big[:4*BTC], m.big[4*BTC:8*BTC]
 	dbr := m.branchGrad(s, m.drop.mlp[l])
-	clear(dfcg)
-	ops.LinearBackward(k, dfcg, dv.fc2w, dv.fc2b, dbr, a.fcg, v.fc2w, BT, 4*C, C)
-	clear(dfc)
-	ops.GELUBackward(k, dfc, a.fc, dfcg, BT*4*C)
-	clear(m.dln)
-	ops.LinearBackward(k, m.dln, dv.fcw, dv.fcb, dfc, a.ln2, v.fcw, BT, C, 4*C)
+	ops.LinearBackwardSet(k, dfcg, dv.fc2w, dv.fc2b, dbr, a.fcg, v.fc2w, BT, 4*C, C)
+	ops.GELUBackwardSet(k, dfc, a.fc, dfcg, BT*4*C)
+	ops.LinearBackwardSet(k, m.dln, dv.fcw, dv.fcb, dfc, a.ln2, v.fcw, BT, C, 4*C)
 	ops.LayerNormBackward(k, m.dres, dv.ln2w, dv.ln2b, m.dln, a.res2, v.ln2w, a.ln2M, a.ln2R, BT, C)
 
 	// Attention branch: res2 = x + drop(atty·Wprojᵀ + b). dres becomes d(x).
 	dqkv, datty := m.big[:3*BTC], m.big[4*BTC:5*BTC]
 	dbr = m.branchGrad(s, m.drop.attn[l])
-	clear(datty)
-	ops.LinearBackward(k, datty, dv.projw, dv.projb, dbr, a.atty, v.projw, BT, C, C)
+	ops.LinearBackwardSet(k, datty, dv.projw, dv.projb, dbr, a.atty, v.projw, BT, C, C)
 	clear(dqkv)
 	ops.AttentionBackward(k, dqkv, m.scratch, datty, a.qkv, a.att, B, T, C, c.Heads)
-	clear(m.dln)
-	ops.LinearBackward(k, m.dln, dv.qkvw, dv.qkvb, dqkv, a.ln1, v.qkvw, BT, C, 3*C)
+	ops.LinearBackwardSet(k, m.dln, dv.qkvw, dv.qkvb, dqkv, a.ln1, v.qkvw, BT, C, 3*C)
 	ops.LayerNormBackward(k, m.dres, dv.ln1w, dv.ln1b, m.dln, s.res[l], v.ln1w, a.ln1M, a.ln1R, BT, C)
 	return gradsDone(p, u)
 }

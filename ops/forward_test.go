@@ -247,3 +247,29 @@ func TestBackwardThreadIndependent(t *testing.T) {
 		}
 	}
 }
+
+// The Set variants must equal their accumulating twins applied to a zero
+// buffer, whatever the buffer held before.
+func TestSetVariants(t *testing.T) {
+	for _, kc := range kernelConfigs {
+		k := newKernelsConfig(t, kc)
+		r := rand.New(rand.NewPCG(21, 22))
+		N, C, OC := 7, 37, 19
+		inp, w, dout := randn(r, N*C, 1), randn(r, OC*C, 1), randn(r, N*OC, 1)
+		acc, set := make([]float32, N*C), randn(r, N*C, 5) // garbage to be overwritten
+		dw1, dw2, db1, db2 := make([]float32, OC*C), make([]float32, OC*C), make([]float32, OC), make([]float32, OC)
+		LinearBackward(k, acc, dw1, db1, dout, inp, w, N, C, OC)
+		LinearBackwardSet(k, set, dw2, db2, dout, inp, w, N, C, OC)
+		if !slices.Equal(acc, set) || !slices.Equal(dw1, dw2) || !slices.Equal(db1, db2) {
+			t.Errorf("%s: LinearBackwardSet differs from LinearBackward into zeros", configName(kc))
+		}
+		n := 1000
+		x, dy := randn(r, n, 2), randn(r, n, 1)
+		acc, set = make([]float32, n), randn(r, n, 5)
+		GELUBackward(k, acc, x, dy, n)
+		GELUBackwardSet(k, set, x, dy, n)
+		if !slices.Equal(acc, set) {
+			t.Errorf("%s: GELUBackwardSet differs from GELUBackward into zeros", configName(kc))
+		}
+	}
+}

@@ -26,6 +26,19 @@ func GELUBackward(k *Kernels, dinp, inp, dout []float32, n int) {
 	v := k.simd()
 	k.Parallel(n/1024+1, func(lo, hi int) {
 		lo, hi = min(lo*1024, n), min(hi*1024, n)
-		geluBackwardRange(v, dinp[lo:hi], inp[lo:hi], dout[lo:hi])
+		geluBackwardRange(v, dinp[lo:hi], inp[lo:hi], dout[lo:hi], true)
+	})
+}
+
+// GELUBackwardSet is GELUBackward except that it SETS
+// dinp = dout·GELU'(inp) instead of accumulating: for a dinp buffer that
+// holds nothing yet.
+//
+//	dinp, inp, dout (n)
+func GELUBackwardSet(k *Kernels, dinp, inp, dout []float32, n int) {
+	v := k.simd()
+	k.Parallel(n/1024+1, func(lo, hi int) {
+		lo, hi = min(lo*1024, n), min(hi*1024, n)
+		geluBackwardRange(v, dinp[lo:hi], inp[lo:hi], dout[lo:hi], false)
 	})
 }

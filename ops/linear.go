@@ -42,6 +42,16 @@ func LinearBackward(k *Kernels, dinp, dw, dbias, dout, inp, w []float32, N, C, O
 	}
 }
 
+// LinearBackwardSet is LinearBackward except that it SETS dinp = dout·w
+// instead of accumulating into it (dw and dbias still ACCUMULATE). Use it
+// when dinp holds nothing yet: it saves zeroing the buffer first.
+//
+//	dinp (N,C)   dw (OC,C)   dbias (OC) or nil   dout (N,OC)   inp (N,C)   w (OC,C)
+func LinearBackwardSet(k *Kernels, dinp, dw, dbias, dout, inp, w []float32, N, C, OC int) {
+	k.MatMul(NN, N, C, OC, dout, OC, w, C, dinp, C, false)
+	LinearBackward(k, nil, dw, dbias, dout, inp, w, N, C, OC)
+}
+
 // BiasForward broadcasts a bias over rows: out[n,:] = res[n,:] + bias, with
 // res = 0 when nil and bias = 0 when nil. out may alias res.
 //

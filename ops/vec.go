@@ -181,18 +181,27 @@ func geluForwardRange(v bool, out, x []float32) {
 	}
 }
 
-// geluBackwardRange sets dx += dy·GELU'(x) elementwise.
-func geluBackwardRange(v bool, dx, x, dy []float32) {
+// geluBackwardRange sets dx += dy·GELU'(x) elementwise (accumulate) or
+// dx = dy·GELU'(x).
+func geluBackwardRange(v bool, dx, x, dy []float32, accumulate bool) {
 	x, dy = x[:len(dx)], dy[:len(dx)]
 	n := vecLen(v, len(dx))
 	if n > 0 {
-		geluBwdAVX512(&dx[0], &x[0], &dy[0], n)
+		if accumulate {
+			geluBwdAVX512(&dx[0], &x[0], &dy[0], n)
+		} else {
+			geluBwdSetAVX512(&dx[0], &x[0], &dy[0], n)
+		}
 	}
 	for i := n; i < len(dx); i++ {
 		xv := x[i]
 		x2 := xv * xv
 		th := tanh32(geluScale * (xv + 0.044715*x2*xv))
 		g := 0.5*(1+th) + 0.5*xv*(1-th*th)*geluScale*(1+3*0.044715*x2)
-		dx[i] += dy[i] * g
+		if accumulate {
+			dx[i] += dy[i] * g
+		} else {
+			dx[i] = dy[i] * g
+		}
 	}
 }

@@ -137,9 +137,9 @@ TEXT ·geluBwdAVX512(SB), NOSPLIT, $0-32
 	VBROADCASTSS vc15<>+0(SB), Z17
 	MOVQ         n+24(FP), BX
 	TESTQ        BX, BX
-	JE           geluBwd_done
+	JE           geluBwdAVX512_done
 
-geluBwd_loop:
+geluBwdAVX512_loop:
 	VMOVUPS      (CX), Z18
 	VMULPS       Z18, Z18, Z19
 	VMOVAPS      Z19, Z20
@@ -176,9 +176,9 @@ geluBwd_loop:
 	ADDQ         $0x00000040, CX
 	ADDQ         $0x00000040, DX
 	SUBQ         $0x00000010, BX
-	JNE          geluBwd_loop
+	JNE          geluBwdAVX512_loop
 
-geluBwd_done:
+geluBwdAVX512_done:
 	VZEROUPPER
 	RET
 
@@ -187,6 +187,76 @@ GLOBL vc16<>(SB), RODATA|NOPTR, $4
 
 DATA vc17<>+0(SB)/4, $0x3ddb33b6
 GLOBL vc17<>(SB), RODATA|NOPTR, $4
+
+// func geluBwdSetAVX512(dx *float32, x *float32, dy *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·geluBwdSetAVX512(SB), NOSPLIT, $0-32
+	MOVQ         dx+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         dy+16(FP), DX
+	VBROADCASTSS vc0<>+0(SB), Z0
+	VBROADCASTSS vc1<>+0(SB), Z1
+	VBROADCASTSS vc2<>+0(SB), Z2
+	VBROADCASTSS vc3<>+0(SB), Z3
+	VBROADCASTSS vc4<>+0(SB), Z4
+	VBROADCASTSS vc5<>+0(SB), Z5
+	VBROADCASTSS vc6<>+0(SB), Z6
+	VBROADCASTSS vc7<>+0(SB), Z7
+	VBROADCASTSS vc8<>+0(SB), Z8
+	VBROADCASTSS vc9<>+0(SB), Z9
+	VBROADCASTSS vc10<>+0(SB), Z10
+	VBROADCASTSS vc11<>+0(SB), Z11
+	VBROADCASTSS vc12<>+0(SB), Z12
+	VBROADCASTSS vc13<>+0(SB), Z13
+	VBROADCASTSS vc14<>+0(SB), Z14
+	VBROADCASTSS vc16<>+0(SB), Z15
+	VBROADCASTSS vc17<>+0(SB), Z16
+	VBROADCASTSS vc15<>+0(SB), Z17
+	MOVQ         n+24(FP), BX
+	TESTQ        BX, BX
+	JE           geluBwdSetAVX512_done
+
+geluBwdSetAVX512_loop:
+	VMOVUPS      (CX), Z18
+	VMULPS       Z18, Z18, Z19
+	VMOVAPS      Z19, Z20
+	VFMADD213PS  Z0, Z1, Z20
+	VMULPS       Z18, Z20, Z20
+	VMINPS       Z2, Z20, Z20
+	VMAXPS       Z3, Z20, Z20
+	VMULPS       Z20, Z20, Z21
+	VMOVAPS      Z4, Z22
+	VFMADD213PS  Z5, Z21, Z22
+	VFMADD213PS  Z6, Z21, Z22
+	VFMADD213PS  Z7, Z21, Z22
+	VFMADD213PS  Z8, Z21, Z22
+	VFMADD213PS  Z9, Z21, Z22
+	VFMADD213PS  Z10, Z21, Z22
+	VMULPS       Z20, Z22, Z22
+	VMOVAPS      Z11, Z20
+	VFMADD213PS  Z12, Z21, Z20
+	VFMADD213PS  Z13, Z21, Z20
+	VFMADD213PS  Z14, Z21, Z20
+	VDIVPS       Z20, Z22, Z20
+	VMOVAPS      Z20, Z21
+	VFNMADD213PS Z15, Z20, Z21
+	VFMADD213PS  Z0, Z16, Z19
+	VMULPS       Z19, Z21, Z21
+	VMULPS       Z17, Z18, Z18
+	VMULPS       Z18, Z21, Z21
+	VFMADD213PS  Z17, Z17, Z20
+	VADDPS       Z21, Z20, Z20
+	VMULPS       (DX), Z20, Z20
+	VMOVUPS      Z20, (AX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, DX
+	SUBQ         $0x00000010, BX
+	JNE          geluBwdSetAVX512_loop
+
+geluBwdSetAVX512_done:
+	VZEROUPPER
+	RET
 
 // func expRowAVX512(out *float32, in *float32, n int, scale float32, shift float32, sums *float32)
 // Requires: AVX, AVX512F, SSE

@@ -5,8 +5,9 @@ package ops
 // haveAVX512 is false off amd64: the vector kernels below are never called.
 const haveAVX512 = false
 
-func geluFwdAVX512(out, x *float32, n int)    { panic("ops: no AVX-512") }
-func geluBwdAVX512(dx, x, dy *float32, n int) { panic("ops: no AVX-512") }
+func geluFwdAVX512(out, x *float32, n int)       { panic("ops: no AVX-512") }
+func geluBwdSetAVX512(dx, x, dy *float32, n int) { panic("ops: no AVX-512") }
+func geluBwdAVX512(dx, x, dy *float32, n int)    { panic("ops: no AVX-512") }
 func expRowAVX512(out, in *float32, n int, scale, shift float32, s *float32) {
 	panic("ops: no AVX-512")
 }

@@ -14,6 +14,11 @@ func geluFwdAVX512(out *float32, x *float32, n int)
 //go:noescape
 func geluBwdAVX512(dx *float32, x *float32, dy *float32, n int)
 
+// geluBwdSetAVX512 sets dx[i] = dy[i]·GELU'(x[i]) for i < n (n a multiple of 16).
+//
+//go:noescape
+func geluBwdSetAVX512(dx *float32, x *float32, dy *float32, n int)
+
 // expRowAVX512 sets out[i] = exp(in[i]·scale − shift) for i < n (n a multiple of 16) and writes the 16 lane sums of out to sums.
 //
 //go:noescape

@@ -18,7 +18,8 @@ func main() {
 	ConstraintExpr("amd64")
 	hoisted = map[float32]reg.VecVirtual{}
 	geluForward()
-	geluBackward()
+	geluBackward("geluBwdAVX512", true)
+	geluBackward("geluBwdSetAVX512", false)
 	expRow()
 	maxRow()
 	sumRow()
@@ -196,12 +197,17 @@ func geluForward() {
 	RET()
 }
 
-func geluBackward() {
-	text("geluBwdAVX512", "func(dx, x, dy *float32, n int)")
-	Doc("geluBwdAVX512 accumulates dx[i] += dy[i]·GELU'(x[i]) for i < n (n a multiple of 16).")
+// geluBackward emits dx (+)= dy·GELU'(x).
+func geluBackward(name string, accumulate bool) {
+	text(name, "func(dx, x, dy *float32, n int)")
+	if accumulate {
+		Doc(name + " accumulates dx[i] += dy[i]·GELU'(x[i]) for i < n (n a multiple of 16).")
+	} else {
+		Doc(name + " sets dx[i] = dy[i]·GELU'(x[i]) for i < n (n a multiple of 16).")
+	}
 	pdx, px, pdy := ptr("dx"), ptr("x"), ptr("dy")
 	hoist(append(geluConsts(), 1, 3*geluS*geluK, 0.5)...)
-	loop("geluBwd", []reg.GPVirtual{pdx, px, pdy}, func() {
+	loop(name, []reg.GPVirtual{pdx, px, pdy}, func() {
 		x := load(px)
 		x2, th := geluParts(x)
 		a := copyZ(th)
@@ -213,9 +219,14 @@ func geluBackward() {
 		VMULPS(hx, a, a)                        // a = ½x(1−th²)·s(1+3k·x²)
 		VFMADD213PS(bcast(0.5), bcast(0.5), th) // th = ½·th + ½
 		VADDPS(a, th, th)                       // th = GELU'(x)
-		d := load(pdx)
-		VFMADD231PS(mem(pdy), th, d) // d += th·dy
-		VMOVUPS(d, mem(pdx))
+		if accumulate {
+			d := load(pdx)
+			VFMADD231PS(mem(pdy), th, d) // d += th·dy
+			VMOVUPS(d, mem(pdx))
+		} else {
+			VMULPS(mem(pdy), th, th)
+			VMOVUPS(th, mem(pdx))
+		}
 	})
 	VZEROUPPER()
 	RET()
