@@ -21,10 +21,12 @@ func testImpls() []*gemmImpl {
 		tiny.kc, tiny.mc, tiny.nc = 5, 2*g.mr, 2*g.nr
 		out = append(out, g, &tiny)
 		if g.masked {
-			packed, direct := tiny, *g
-			packed.name, packed.direct = g.name+"/tiny-packed", directRule{-1, -1, -1, -1}
-			direct.name, direct.direct = g.name+"/direct", directRule{1 << 30, 1 << 30, 1 << 30, 1 << 30}
-			out = append(out, &packed, &direct)
+			packed, tinyPacked, direct := *g, tiny, *g
+			never, always := directRule{-1, -1, -1, -1}, directRule{1 << 30, 1 << 30, 1 << 30, 1 << 30}
+			packed.name, packed.direct = g.name+"/packed", never
+			tinyPacked.name, tinyPacked.direct = g.name+"/tiny-packed", never
+			direct.name, direct.direct = g.name+"/direct", always
+			out = append(out, &packed, &tinyPacked, &direct)
 		}
 	}
 	return out
