@@ -1,9 +1,6 @@
 package plan
 
-import (
-	"sort"
-	"strings"
-)
+import "strings"
 
 // Fix pins a subset of a plan's keys for the search (`--fix tp=8,zero=1`).
 // The zero Fix pins nothing.
@@ -68,40 +65,4 @@ func (f Fix) Allows(p Plan) bool {
 		}
 	}
 	return true
-}
-
-// Result is the outcome of a search.
-type Result struct {
-	Plans     []Estimate     // the best plans that fit, fastest first
-	Evaluated int            // complete plans whose memory (and, if they fit, time) was computed
-	Fitting   int            // of those, how many fit in memory
-	Rejected  map[string]int // candidates cut, by rule (see Search)
-}
-
-// RejectedReasons lists the keys of Rejected, most frequent first.
-func (r Result) RejectedReasons() []string {
-	ks := make([]string, 0, len(r.Rejected))
-	for k := range r.Rejected {
-		ks = append(ks, k)
-	}
-	sort.Slice(ks, func(a, b int) bool {
-		if r.Rejected[ks[a]] != r.Rejected[ks[b]] {
-			return r.Rejected[ks[a]] > r.Rejected[ks[b]]
-		}
-		return ks[a] < ks[b]
-	})
-	return ks
-}
-
-// Options tune a search.
-type Options struct {
-	Fix Fix
-	Top int // plans to keep; 0 means 10
-}
-
-func (o Options) top() int {
-	if o.Top <= 0 {
-		return 10
-	}
-	return o.Top
 }

@@ -16,6 +16,9 @@ func (j Job) Table(r Result) string {
 	fmt.Fprintf(&b, "job      seq %d, global batch %d sequences (%d tokens)\n\n", j.Seq, j.GlobalBatch, j.Seq*j.GlobalBatch)
 	if len(r.Plans) == 0 {
 		b.WriteString("no plan fits.\n")
+		if sm := r.Smallest; sm.Memory.Total > 0 {
+			fmt.Fprintf(&b, "the smallest, %s, %s\n", sm.Plan.Short(), sm.Why())
+		}
 	} else {
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "#\tstep s\tcompute\tcomm\tbubble\tmisc\tMFU\tHFU\tTFLOP/s\ttokens/s\tmem GiB\tparam\tgrad\toptim\tact\tother\t")

@@ -20,6 +20,15 @@ type Memory struct {
 // Fits reports Total ≤ Budget.
 func (m Memory) Fits() bool { return m.Total <= m.Budget }
 
+// ByTag splits the prediction by the tags package device charges
+// allocations to (param, grad, optim, act, workspace, comm), so a run's
+// measured peaks can be held against it. The runtime reserve is not
+// allocated by Trellis and is left out.
+func (m Memory) ByTag() map[string]int64 {
+	return map[string]int64{"param": m.Param, "grad": m.Grad, "optim": m.Optim, "act": m.Act,
+		"workspace": m.Workspace, "comm": m.Buffers}
+}
+
 // ModelStates is Param + Grad + Optim.
 func (m Memory) ModelStates() int64 { return m.Param + m.Grad + m.Optim }
 

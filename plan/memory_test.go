@@ -233,3 +233,17 @@ func TestMostLoadedStage(t *testing.T) {
 		t.Errorf("in flight %g and %g, want 4 and 1", first.InFlight, last.InFlight)
 	}
 }
+
+func TestByTagAddsUp(t *testing.T) {
+	j := job(t, "llama3-8b", "dgx-h100", 16, 8192, 64)
+	for _, s := range []string{"dp=16", "dp=2,tp=8,sp=on,zero=3", "dp=4,pp=4,zero=2,recompute=full"} {
+		m := j.Memory(mustParse(t, s))
+		sum := m.Reserved
+		for _, v := range m.ByTag() {
+			sum += v
+		}
+		if sum != m.Total || len(m.ByTag()) != 6 {
+			t.Errorf("%s: tags sum to %d + reserve, total %d", s, sum, m.Total)
+		}
+	}
+}

@@ -152,7 +152,15 @@ func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt, s
 					s.res.Evaluated += len(orders)
 					if !mem.Fits() {
 						s.reject(rejMemory, len(orders))
+						if s.res.Smallest.Memory.Total == 0 || mem.Total < s.res.Smallest.Memory.Total {
+							p.Order = orders[0].order
+							s.res.Smallest = Estimate{Plan: p, Memory: mem}
+						}
 						continue
+					}
+					if s.res.Smallest.Memory.Total == 0 || mem.Total < s.res.Smallest.Memory.Total {
+						p.Order = orders[0].order
+						s.res.Smallest = Estimate{Plan: p, Memory: mem}
 					}
 					s.res.Fitting += len(orders)
 					for i, o := range orders {
@@ -211,4 +219,43 @@ func better(a, b Estimate) bool {
 		return a.Memory.Total < b.Memory.Total
 	}
 	return a.Plan.String() < b.Plan.String()
+}
+
+// Result is the outcome of a search.
+type Result struct {
+	Plans     []Estimate     // the best plans that fit, fastest first
+	Evaluated int            // complete plans whose memory (and, if they fit, time) was computed
+	Fitting   int            // of those, how many fit in memory
+	Rejected  map[string]int // candidates cut, by rule (see Search)
+	// Smallest is the plan that needs the least memory of those evaluated
+	// (Memory filled in, Time not), to say how far from fitting a job is.
+	Smallest Estimate
+}
+
+// RejectedReasons lists the keys of Rejected, most frequent first.
+func (r Result) RejectedReasons() []string {
+	ks := make([]string, 0, len(r.Rejected))
+	for k := range r.Rejected {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(a, b int) bool {
+		if r.Rejected[ks[a]] != r.Rejected[ks[b]] {
+			return r.Rejected[ks[a]] > r.Rejected[ks[b]]
+		}
+		return ks[a] < ks[b]
+	})
+	return ks
+}
+
+// Options tune a search.
+type Options struct {
+	Fix Fix
+	Top int // plans to keep; 0 means 10
+}
+
+func (o Options) top() int {
+	if o.Top <= 0 {
+		return 10
+	}
+	return o.Top
 }

@@ -269,3 +269,22 @@ func TestDivisors(t *testing.T) {
 		t.Error("24 orders, the default first")
 	}
 }
+
+func TestSearchNothingFits(t *testing.T) {
+	j := job(t, "llama3-8b", "dgx-h100", 1, 4096, 8)
+	res, err := j.Search(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Plans) != 0 || res.Evaluated == 0 || res.Rejected[rejMemory] != res.Evaluated {
+		t.Fatalf("plans %d, evaluated %d, rejected %v", len(res.Plans), res.Evaluated, res.Rejected)
+	}
+	// The smallest plan is the most frugal one: full recomputation, micro-batch 1.
+	sm := res.Smallest
+	if sm.Plan.Recompute != RecomputeFull || sm.Plan.MBS != 1 || !strings.Contains(sm.Why(), "optimizer states") {
+		t.Errorf("smallest %s: %s", sm.Plan.Short(), sm.Why())
+	}
+	if text := j.Table(res); !strings.Contains(text, "no plan fits") || !strings.Contains(text, "the smallest") {
+		t.Errorf("table:\n%s", text)
+	}
+}
