@@ -66,7 +66,7 @@ type gemmBuffers struct {
 }
 
 type gemmScratch struct {
-	a     []float32 // (mc/mr) packed A panels, each kc×mr
+	a     []float32 // (mc/mr) packed A panels, each kc×mr; nil until needed
 	bedge []float32 // (kc, nr) the padded last panel of an in-place B
 	tile  []float32 // (mr, nr) edge tile
 }
@@ -88,7 +88,7 @@ func (p *gemmBuffers) getScratch() *gemmScratch {
 		return v
 	}
 	g := p.impl
-	return &gemmScratch{a: alignedFloats(g.mc * g.kc), bedge: alignedFloats(g.kc * g.nr), tile: alignedFloats(g.mr * g.nr)}
+	return &gemmScratch{bedge: alignedFloats(g.kc * g.nr), tile: alignedFloats(g.mr * g.nr)} // a: on first use
 }
 
 // alignedFloats returns a zeroed slice of n float32 starting on a 64-byte

@@ -119,6 +119,9 @@ func (g *gemm) work(s *gemmScratch, p pass, w, t int) {
 		j0, j1 = 0, np
 	}
 	if p.jc == 0 && !g.aDirect {
+		if s.a == nil { // 1 MiB or so: only when A is packed
+			s.a = alignedFloats(im.mc * im.kc)
+		}
 		packABlock(g.l, g.a, g.lda, i0, i1-i0, p.pc, p.kc, s.a, im.mr, im.pack)
 	}
 	g.block(s, p, i0, i1, j0, j1)
@@ -136,12 +139,15 @@ func (g *gemm) block(s *gemmScratch, p pass, i0, i1, j0, j1 int) {
 	}
 	for ir := 0; i0+ir*mr < i1; ir++ {
 		rows := min(mr, i1-i0-ir*mr)
-		apan, sa, kern := s.a[ir*mr*kc:], mr, im.kernels[rows]
+		var apan []float32
+		sa, kern := g.lda, im.kernels[rows]
 		switch {
-		case g.aDirect && g.l == TN: // rows of Aᵀ in place
-			apan, sa = g.a[p.pc*g.lda+i0+ir*mr:], g.lda
-		case g.aDirect: // rows of A in place
-			apan, sa, kern = g.a[(i0+ir*mr)*g.lda+p.pc:], g.lda, im.rowKernels[rows]
+		case !g.aDirect:
+			apan, sa = s.a[ir*mr*kc:], mr
+		case g.l == TN: // rows of Aᵀ in place
+			apan = g.a[p.pc*g.lda+i0+ir*mr:]
+		default: // rows of A in place
+			apan, kern = g.a[(i0+ir*mr)*g.lda+p.pc:], im.rowKernels[rows]
 		}
 		crow := (i0 + ir*mr) * g.ldc
 		for j := j0; j < j1; j++ {
