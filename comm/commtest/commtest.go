@@ -1,0 +1,201 @@
+// Package commtest is the conformance suite every comm backend passes: one
+// set of tests, run from each backend's own tests,
+//
+//	func TestConformance(t *testing.T) { commtest.Run(t, factory) }
+//
+// where the Factory starts a world of n ranks for the backend and returns
+// each rank's world group. The suite drives rank r through Groups[r] from
+// goroutines of its own (Parallel), so a backend whose ranks are processes
+// must let one test process host them all (comm/tcp: one TCP endpoint per
+// rank goroutine).
+//
+// What it holds a backend to, beyond comm's documentation:
+//   - every op on fp32 and bf16, sizes 0, 1, odd, not divisible by the
+//     group size and large, world sizes 1–8, Sum, Avg and Max;
+//   - reductions within rounding-aware bounds: fp32 exact for small integers
+//     and within p·2⁻²⁴·Σ|x| for reals; bf16 accumulates in fp32 and may
+//     round once per step, so within p·2⁻⁸·Σ|x|; Avg is the sum scaled by
+//     1/p; Max is exact; every rank gets bit-identical all-reduce results;
+//   - AllGather with src = this rank's chunk of dst and ReduceScatter with dst
+//     = this rank's chunk of src work in place;
+//   - Send completes without waiting for the matching Recv (both sides of an
+//     exchange may send first, even 1 MiB), tags select messages, and
+//     messages with one (peer, tag) arrive in order;
+//   - subgroups (NewGroup), nested and permuted, and differently named groups
+//     over the same ranks progress independently, also from several
+//     goroutines of one rank;
+//   - async ops complete in issue order whatever order they are waited in;
+//   - Stats count completed ops, bytes within the op's buffer sizes, and
+//     Busy and Wait within the wall time;
+//   - bad arguments fail with ErrArgs at issue time, without communication,
+//     and leave the group usable;
+//   - a rank that stops participating, closes its world group or is killed
+//     makes every peer's pending op fail with a *comm.PeerError naming it
+//     within the timeout, and later ops fail fast.
+package commtest
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"trellis/comm"
+)
+
+// Options are what the suite asks of a world.
+type Options struct {
+	// Timeout is the deadline the backend must apply to every wait on
+	// peers. The failure tests use a short one.
+	Timeout time.Duration
+}
+
+// World is a started world of ranks.
+type World struct {
+	Groups []comm.Group // Groups[r] is rank r's world group
+	// Kill, if set, stops rank r abruptly, as a crash would (tcp: drop its
+	// connections without a goodbye). The suite calls it from rank r's
+	// goroutine and then never uses Groups[r] again (except Close). If nil
+	// the kill test is skipped; the close test covers Close.
+	Kill func(r int)
+}
+
+// Factory starts a world of n ranks. It may fail the test (t.Fatal) and
+// register cleanups on t; the suite closes every group itself when the test
+// ends.
+type Factory func(t *testing.T, n int, opts Options) World
+
+const (
+	normalTimeout = 20 * time.Second // deadline for worlds that should not fail
+	failTimeout   = time.Second      // deadline for the failure tests
+	watchdog      = 90 * time.Second // a rank still running after this has hung
+	// slack is how much later than the timeout a failure may be reported.
+	slack = 3 * time.Second
+)
+
+// env is what a case needs: the test and the factory.
+type env struct {
+	t     *testing.T
+	f     Factory
+	large int // element count of the large cases
+}
+
+// world starts a world of n ranks and closes its groups when the test ends.
+func (e *env) world(n int, timeout time.Duration) World {
+	e.t.Helper()
+	w := e.f(e.t, n, Options{Timeout: timeout})
+	if len(w.Groups) != n {
+		e.t.Fatalf("factory returned %d groups for a world of %d", len(w.Groups), n)
+	}
+	e.t.Cleanup(func() {
+		for _, g := range w.Groups {
+			g.Close()
+		}
+	})
+	return w
+}
+
+type testCase struct {
+	name string
+	run  func(e *env) error
+}
+
+func cases() []testCase {
+	var cs []testCase
+	for n := 1; n <= 8; n++ {
+		cs = append(cs, testCase{fmt.Sprintf("Collectives/n=%d", n), collectives(n)})
+	}
+	for _, n := range []int{2, 3, 8} {
+		cs = append(cs, testCase{fmt.Sprintf("Large/n=%d", n), large(n)})
+	}
+	for _, n := range []int{2, 3, 5} {
+		cs = append(cs, testCase{fmt.Sprintf("PointToPoint/n=%d", n), pointToPoint(n)})
+	}
+	return append(cs,
+		testCase{"RecvMismatch", recvMismatch},
+		testCase{"Barrier", barrierCase},
+		testCase{"Subgroups", subgroups},
+		testCase{"NamedGroupsIndependent", namedGroups},
+		testCase{"AsyncOrder", asyncOrder},
+		testCase{"Stats", statsCase},
+		testCase{"Args", argsCase},
+		testCase{"Failure/Silent", silentPeer},
+		testCase{"Failure/SilentSender", silentSender},
+		testCase{"Failure/Close", closePeer},
+		testCase{"Failure/Kill", killPeer},
+	)
+}
+
+// Run runs the whole suite against the backend f makes.
+func Run(t *testing.T, f Factory) {
+	large := 1 << 20
+	if testing.Short() || raceEnabled {
+		large = 1 << 17
+	}
+	for _, c := range cases() {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.run(&env{t: t, f: f, large: large})
+			if errors.Is(err, errSkip) {
+				t.Skip("the backend's World has no Kill")
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// errSkip makes a case skip its test.
+var errSkip = errors.New("commtest: skipped")
+
+// Parallel runs fn for every rank on a goroutine of its own and returns the
+// ranks' errors joined, each prefixed with its rank, or an error naming the
+// ranks still running after limit (their goroutines are left behind).
+func Parallel(groups []comm.Group, limit time.Duration, fn func(r int, g comm.Group) error) error {
+	errs := make([]error, len(groups))
+	var mu sync.Mutex
+	running := map[int]bool{}
+	for r := range groups {
+		running[r] = true
+	}
+	var wg sync.WaitGroup
+	for r, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := fn(r, g)
+			mu.Lock()
+			errs[r] = err
+			delete(running, r)
+			mu.Unlock()
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(limit):
+		mu.Lock()
+		defer mu.Unlock()
+		var hung []int
+		for r := range running {
+			hung = append(hung, r)
+		}
+		sort.Ints(hung)
+		return fmt.Errorf("commtest: ranks %v still running after %v (hung)", hung, limit)
+	}
+	var out []error
+	for r, err := range errs {
+		if err != nil {
+			out = append(out, fmt.Errorf("rank %d: %w", r, err))
+		}
+	}
+	return errors.Join(out...)
+}
+
+// each runs fn on every rank with the default watchdog.
+func each(groups []comm.Group, fn func(r int, g comm.Group) error) error {
+	return Parallel(groups, watchdog, fn)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package commtest
+
+const raceEnabled = false

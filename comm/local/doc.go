@@ -1,0 +1,68 @@
+// Package local is the in-process comm backend: the ranks of a world are
+// goroutines of one process that share memory, and a collective reads its
+// peers' buffers directly.
+//
+//	groups, err := local.New(local.Config{Size: 4})
+//	for r, g := range groups { go rank(r, g) } // rank r uses only groups[r]
+//
+// # Algorithms
+//
+// Every collective is a rendezvous of the group's members, who publish their
+// buffers, followed by phases in which each rank does its own share of the
+// work, separated by barriers. With p ranks and n elements, chunk r is
+// elements [⌊r·n/p⌋, ⌊(r+1)·n/p⌋) (boundaries aligned down to 16 elements):
+//
+//	AllReduce      rank r owns chunk r of every rank's buffer: it folds that
+//	               chunk of all the buffers, in rank order, block by block
+//	               (comm.ReduceTo; bf16 in fp32, one rounding), and writes
+//	               the result back into every buffer; barrier. Each element
+//	               of each buffer is read and written once.
+//	ReduceScatter  rank r folds chunk r of every src into its dst; barrier.
+//	AllGather      rank r copies every rank's src into its dst; barrier.
+//	Broadcast      scatter: rank r copies chunk r from the root; barrier;
+//	               all-gather as above (the root copies nothing). Payloads
+//	               under 32 KiB are copied from the root in one phase.
+//	AllToAll       rank r copies chunk r of every rank's src into its dst.
+//	Send/Recv      if the matching Recv is already posted, Send copies
+//	               straight into its buffer; otherwise Send copies the payload
+//	               into the receiver's mailbox and completes (it never waits
+//	               for the receiver). Messages with the same (sender, tag) are
+//	               received in the order sent.
+//
+// An all-reduce rank reads (p−1)/p·n elements from its peers and writes as
+// many to them (a ring moves 2(p−1)/p·n each way), and the work per rank
+// falls as ranks are added. Results are the same on every
+// rank, bit for bit, and do not depend on scheduling.
+//
+// # Deadlines and failure
+//
+// A rank waits at most Config.Timeout at each barrier (and for a message in
+// Recv). Past it, the group breaks: every member's pending operation returns
+// a *comm.PeerError naming the lowest world rank that had not arrived (the
+// message lists all of them), and later operations fail at once. Closing a
+// rank's group breaks the group for its peers the same way, naming the
+// closing rank; closing a group also closes the groups made from it with
+// NewGroup, so closing a rank's world group takes the rank out of everything.
+//
+// # Link emulation
+//
+// With Config.Link set, every phase of an algorithm also takes the time the
+// modelled network would. Each rank has one full-duplex port per link class —
+// intra-node (ranks r and q with ⌊r/RanksPerNode⌋ = ⌊q/RanksPerNode⌋) and
+// inter-node — with the class's bandwidth B and latency L. For one phase, let
+// S_c and R_c be the bytes this rank sends to and receives from peers over
+// class c (following the transfers the algorithm above makes: every byte a
+// rank reads from a peer's buffer is a transfer from that peer). The phase
+// takes
+//
+//	T = max over classes c used in the phase of ( L_c + max(S_c, R_c) / B_c )
+//
+// and the rank sleeps until T has passed since the phase began, so the real
+// copy is hidden inside the modelled time when the link is the slower.
+// Transfers over different classes proceed in parallel; transfers over one
+// class share its bandwidth. A Send costs its sender L + bytes/B before the
+// message is delivered; Barrier costs one latency of the slowest class in the
+// group. Zero bandwidth means unlimited, zero latency none. The model charges
+// what this package's algorithms move (one phase talks to every peer at
+// once), not what a ring or tree on a real network would.
+package local

@@ -1,0 +1,85 @@
+package local
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestChunk(t *testing.T) {
+	for _, n := range []int{0, 1, 15, 16, 17, 100, 1000, 4099} {
+		for p := 1; p <= 9; p++ {
+			next := 0
+			for r := 0; r < p; r++ {
+				lo, hi := chunk(n, p, r)
+				if lo != next || hi < lo || (r < p-1 && hi%16 != 0) {
+					t.Fatalf("n=%d p=%d r=%d: chunk [%d, %d), previous ended at %d", n, p, r, lo, hi, next)
+				}
+				next = hi
+			}
+			if next != n {
+				t.Fatalf("n=%d p=%d: chunks end at %d", n, p, next)
+			}
+		}
+	}
+}
+
+func TestLinkCost(t *testing.T) {
+	m := &LinkModel{
+		RanksPerNode: 2,
+		Intra:        Link{Bandwidth: 1e9, Latency: time.Microsecond},
+		Inter:        Link{Bandwidth: 1e8, Latency: time.Millisecond},
+	}
+	world := []int{0, 1, 2, 3}
+	cases := []struct {
+		name string
+		me   int
+		x    func(i int) (int64, int64, bool)
+		want time.Duration
+	}{
+		{"nothing", 0, func(int) (int64, int64, bool) { return 0, 0, false }, 0},
+		{"zero bytes pays latency", 0, func(int) (int64, int64, bool) { return 0, 0, true }, time.Millisecond},
+		{"intra only", 0, func(i int) (int64, int64, bool) { return 1e6, 0, i == 1 }, time.Microsecond + time.Millisecond},
+		{"inter shares the port", 0, func(i int) (int64, int64, bool) { return 1e6, 0, i >= 2 }, time.Millisecond + 20*time.Millisecond},
+		{"duplex: max of send and receive", 3, func(i int) (int64, int64, bool) { return 1e6, 3e6, i == 0 }, time.Millisecond + 30*time.Millisecond},
+		{"classes in parallel", 1, func(i int) (int64, int64, bool) { return 1e7, 1e7, true }, time.Millisecond + 200*time.Millisecond},
+		{"self is free", 2, func(i int) (int64, int64, bool) { return 1e9, 1e9, i == 2 }, 0},
+	}
+	for _, c := range cases {
+		if got := m.Cost(c.me, world, c.x); got != c.want {
+			t.Errorf("%s: cost %v, want %v", c.name, got, c.want)
+		}
+	}
+	one := &LinkModel{Intra: Link{Latency: 5 * time.Millisecond}} // one node, unlimited bandwidth
+	if got := one.Cost(0, world, func(int) (int64, int64, bool) { return 1e12, 1e12, true }); got != 5*time.Millisecond {
+		t.Errorf("one node: cost %v", got)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	cases := []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Size: 1}, ""},
+		{Config{Size: 4, Timeout: time.Second, Link: &LinkModel{RanksPerNode: 2}}, ""},
+		{Config{Size: 0}, "Size=0"},
+		{Config{Size: 2, Timeout: -1}, "Timeout=-1ns"},
+		{Config{Size: 2, Link: &LinkModel{RanksPerNode: -1}}, "RanksPerNode=-1"},
+		{Config{Size: 2, Link: &LinkModel{Inter: Link{Bandwidth: -5}}}, "bandwidths"},
+		{Config{Size: 2, Link: &LinkModel{Intra: Link{Latency: -5}}}, "latencies"},
+	}
+	for _, c := range cases {
+		err := c.cfg.Validate()
+		_, nerr := New(c.cfg)
+		if c.want == "" {
+			if err != nil || nerr != nil {
+				t.Errorf("%+v: %v / %v", c.cfg, err, nerr)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) || nerr == nil {
+			t.Errorf("%+v: got %v, want %q", c.cfg, err, c.want)
+		}
+	}
+}

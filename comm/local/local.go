@@ -1,0 +1,97 @@
+package local
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"trellis/comm"
+)
+
+// DefaultTimeout is the deadline of a barrier or a Recv when Config.Timeout
+// is zero.
+const DefaultTimeout = 30 * time.Second
+
+// Config describes a world of goroutine ranks.
+type Config struct {
+	Size int // number of ranks, at least 1
+	// Timeout bounds every wait for peers; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// Link, if set, emulates a network (see the package documentation).
+	Link *LinkModel
+}
+
+// Validate checks the size, the timeout and the link model.
+func (c Config) Validate() error {
+	if c.Size < 1 {
+		return fmt.Errorf("local: Size=%d: a world needs at least 1 rank", c.Size)
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("local: Timeout=%v must not be negative", c.Timeout)
+	}
+	if c.Link != nil {
+		if err := c.Link.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// New starts a world of cfg.Size ranks and returns each rank's world group:
+// rank i uses groups[i], from its own goroutines only.
+func New(cfg Config) ([]comm.Group, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	w := &world{cfg: cfg, teams: map[string]*team{}, made: map[string]int{}}
+	ranks := make([]int, cfg.Size)
+	for i := range ranks {
+		ranks[i] = i
+	}
+	groups := make([]comm.Group, cfg.Size)
+	for i := range groups {
+		t := w.join("world", ranks, i)
+		groups[i] = newGroup(w, t, i)
+	}
+	return groups, nil
+}
+
+// world is the state the ranks of one New share: the registry of groups.
+type world struct {
+	cfg   Config
+	mu    sync.Mutex
+	teams map[string]*team // instance key → shared state of a group
+	made  map[string]int   // "worldRank key" → groups made with that key so far
+}
+
+// join returns the shared state of the group with this key and members
+// (world ranks) for world rank me. The k-th group a rank makes with a key is
+// the same group as every other member's k-th, so a key can be reused after
+// its groups are closed.
+func (w *world) join(key string, members []int, me int) *team {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	mk := fmt.Sprintf("%d %s", me, key)
+	inst := fmt.Sprintf("%s#%d", key, w.made[mk])
+	w.made[mk]++
+	t := w.teams[inst]
+	if t == nil {
+		t = newTeam(inst, members)
+		w.teams[inst] = t
+	}
+	return t
+}
+
+// leave records that one member closed its group; the last one removes the
+// group from the registry.
+func (w *world) leave(t *team) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t.left++
+	if t.left == len(t.ranks) {
+		delete(w.teams, t.key)
+	}
+}

@@ -1,0 +1,217 @@
+package local_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"trellis/comm"
+	"trellis/comm/commtest"
+	"trellis/comm/local"
+)
+
+func factory(t *testing.T, n int, opts commtest.Options) commtest.World {
+	gs, err := local.New(local.Config{Size: n, Timeout: opts.Timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return commtest.World{Groups: gs}
+}
+
+func TestConformance(t *testing.T) { commtest.Run(t, factory) }
+
+func newWorld(t *testing.T, cfg local.Config) []comm.Group {
+	t.Helper()
+	gs, err := local.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, g := range gs {
+			g.Close()
+		}
+	})
+	return gs
+}
+
+func run(t *testing.T, gs []comm.Group, fn func(r int, g comm.Group) error) {
+	t.Helper()
+	if err := commtest.Parallel(gs, time.Minute, fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMismatchedCalls: members that issue different collectives, lengths or
+// roots all get ErrArgs instead of reading each other's buffers wrongly.
+func TestMismatchedCalls(t *testing.T) {
+	cases := []struct {
+		name string
+		do   func(r int, g comm.Group) error
+		want string
+	}{
+		{"lengths", func(r int, g comm.Group) error {
+			return comm.AllReduce(g, comm.F32(make([]float32, 4+r)), comm.Sum)
+		}, "× fp32 but member"},
+		{"ops", func(r int, g comm.Group) error {
+			if r == 0 {
+				return comm.AllReduce(g, comm.F32(make([]float32, 4)), comm.Sum)
+			}
+			return comm.Broadcast(g, comm.F32(make([]float32, 4)), 0)
+		}, "issued"},
+		{"reductions", func(r int, g comm.Group) error {
+			return comm.AllReduce(g, comm.F32(make([]float32, 4)), comm.ReduceOp(r))
+		}, "reduces with"},
+		{"roots", func(r int, g comm.Group) error {
+			return comm.Broadcast(g, comm.F32(make([]float32, 4)), r)
+		}, "root"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			gs := newWorld(t, local.Config{Size: 2})
+			run(t, gs, func(r int, g comm.Group) error {
+				err := c.do(r, g)
+				if !errors.Is(err, comm.ErrArgs) || !strings.Contains(err.Error(), c.want) {
+					return errors.New("got " + errString(err) + ", want ErrArgs mentioning " + c.want)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "nil"
+	}
+	return err.Error()
+}
+
+// TestTimeoutNamesLowestAbsent: with ranks 1 and 3 absent, the error names 1
+// and lists both.
+func TestTimeoutNamesLowestAbsent(t *testing.T) {
+	gs := newWorld(t, local.Config{Size: 4, Timeout: 100 * time.Millisecond})
+	run(t, gs, func(r int, g comm.Group) error {
+		if r%2 == 1 {
+			return nil
+		}
+		err := comm.Barrier(g)
+		var pe *comm.PeerError
+		if !errors.As(err, &pe) || pe.Rank != 1 || !errors.Is(err, comm.ErrTimeout) || !strings.Contains(err.Error(), "[1 3]") {
+			return errors.New("got " + errString(err))
+		}
+		return nil
+	})
+}
+
+// TestCloseCascadesAndNamesAreReusable: closing a world group closes the
+// subgroups made from it; a name can be used again after its groups closed;
+// NewGroup on a closed group fails.
+func TestCloseCascadesAndNamesAreReusable(t *testing.T) {
+	gs := newWorld(t, local.Config{Size: 2})
+	run(t, gs, func(r int, g comm.Group) error {
+		for round := 0; round < 2; round++ {
+			sub, err := g.NewGroup("again", []int{1, 0})
+			if err != nil {
+				return err
+			}
+			buf := []float32{float32(r + round)}
+			if err := comm.AllReduce(sub, comm.F32(buf), comm.Sum); err != nil {
+				return err
+			}
+			if buf[0] != float32(1+2*round) {
+				return errors.New("wrong sum on a reused name")
+			}
+			if err := comm.Barrier(sub); err != nil {
+				return err
+			}
+			if err := sub.Close(); err != nil {
+				return err
+			}
+			if err := sub.Close(); err != nil {
+				return errors.New("second Close: " + err.Error())
+			}
+		}
+		sub, err := g.NewGroup("child", []int{0, 1})
+		if err != nil {
+			return err
+		}
+		if err := comm.Barrier(g); err != nil {
+			return err
+		}
+		g.Close()
+		if err := comm.Barrier(sub); !errors.Is(err, comm.ErrClosed) {
+			return errors.New("subgroup after world Close: " + errString(err))
+		}
+		if _, err := g.NewGroup("late", []int{0, 1}); !errors.Is(err, comm.ErrClosed) {
+			return errors.New("NewGroup after Close: " + errString(err))
+		}
+		return nil
+	})
+}
+
+// TestPointToPointPaths covers a Recv posted before its Send (the handover
+// path), a Send to self, and a message delivered before its sender closed.
+func TestPointToPointPaths(t *testing.T) {
+	gs := newWorld(t, local.Config{Size: 2})
+	run(t, gs, func(r int, g comm.Group) error {
+		buf := []float32{0, 0}
+		if r == 0 {
+			time.Sleep(20 * time.Millisecond) // let rank 1 post its Recv
+			if err := comm.Send(g, comm.F32([]float32{1, 2}), 1, 3); err != nil {
+				return err
+			}
+			if err := comm.Send(g, comm.F32([]float32{5, 6}), 0, 4); err != nil {
+				return err
+			}
+			if err := comm.Recv(g, comm.F32(buf), 0, 4); err != nil || buf[1] != 6 {
+				return errors.New("send to self: " + errString(err))
+			}
+			if err := comm.Send(g, comm.F32([]float32{7, 8}), 1, 5); err != nil {
+				return err
+			}
+			return g.Close()
+		}
+		if err := comm.Recv(g, comm.F32(buf), 0, 3); err != nil || buf[0] != 1 || buf[1] != 2 {
+			return errors.New("handover: " + errString(err))
+		}
+		time.Sleep(20 * time.Millisecond) // rank 0 has sent and maybe closed
+		if err := comm.Recv(g, comm.F32(buf), 0, 5); err != nil || buf[0] != 7 {
+			return errors.New("message sent before close: " + errString(err))
+		}
+		return nil
+	})
+}
+
+// TestLinkEmulationLowerBounds: emulated latencies are paid, by link class.
+// Only lower bounds are asserted (a sleep never returns early).
+func TestLinkEmulationLowerBounds(t *testing.T) {
+	const intra, inter = 5 * time.Millisecond, 40 * time.Millisecond
+	gs := newWorld(t, local.Config{Size: 4, Link: &local.LinkModel{
+		RanksPerNode: 2,
+		Intra:        local.Link{Latency: intra},
+		Inter:        local.Link{Latency: inter, Bandwidth: 1e8},
+	}})
+	run(t, gs, func(r int, g comm.Group) error {
+		node, err := g.NewGroup("node", []int{r / 2 * 2, r/2*2 + 1})
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		if err := comm.AllReduce(node, comm.F32(make([]float32, 8)), comm.Sum); err != nil {
+			return err
+		}
+		if d := time.Since(start); d < intra {
+			return errors.New("intra-node all-reduce faster than the intra latency: " + d.String())
+		}
+		start = time.Now()
+		// 4 MB over a 100 MB/s inter-node port: ≥ 40 ms + the latency.
+		if err := comm.AllGather(g, comm.F32(make([]float32, 4<<20)), comm.F32(make([]float32, 1<<20))); err != nil {
+			return err
+		}
+		if d := time.Since(start); d < inter+40*time.Millisecond {
+			return errors.New("inter-node all-gather faster than the model: " + d.String())
+		}
+		return nil
+	})
+}

@@ -1,0 +1,168 @@
+package local
+
+import (
+	"fmt"
+	"time"
+
+	"sync"
+
+	"trellis/comm"
+)
+
+// team is the state the members of one group share: a reusable barrier that
+// also publishes each member's operation arguments, the mailboxes of Send and
+// Recv, and the error that broke the group.
+//
+// Memory. A member publishes its buffers when it arrives at an operation's
+// first barrier and reads its peers' buffers only between that barrier and
+// the operation's last one, and no member leaves the last barrier before all
+// have reached it; so the argument slots can be reused by the next operation,
+// and the barrier's mutex and channels order every read after the writes it
+// depends on.
+type team struct {
+	key   string
+	ranks []int // world rank of each member
+	left  int   // members that have closed (guarded by world.mu)
+
+	mu      sync.Mutex
+	count   int           // members arrived at the current barrier
+	here    []bool        // which members arrived at the current barrier
+	release chan struct{} // closed when the current barrier completes
+	args    []args        // each member's arguments of the current operation
+	err     error         // what broke the group; nil while healthy
+	broken  chan struct{} // closed when err is set
+
+	mail   map[mailKey][]comm.Buf // sent, not yet received messages
+	posted []*recvReq             // each member's pending Recv, if any
+}
+
+// args are one member's arguments of a collective, for its peers to read and
+// to check that every member issued the same operation.
+type args struct {
+	op     string
+	redop  comm.ReduceOp
+	root   int
+	a, b   comm.Buf // the operation's buffers (buf, or dst and src)
+	length int      // the length every member must agree on
+}
+
+func newTeam(key string, ranks []int) *team {
+	return &team{
+		key:     key,
+		ranks:   ranks,
+		here:    make([]bool, len(ranks)),
+		release: make(chan struct{}),
+		args:    make([]args, len(ranks)),
+		broken:  make(chan struct{}),
+		mail:    map[mailKey][]comm.Buf{},
+		posted:  make([]*recvReq, len(ranks)),
+	}
+}
+
+// arrive enters member me into the current barrier, publishing a if not nil,
+// and waits until every member has arrived, the group breaks, or the timeout
+// passes, which breaks the group with a *comm.PeerError naming the lowest
+// absent member.
+func (t *team) arrive(me int, a *args, timeout time.Duration, op string) error {
+	t.mu.Lock()
+	if t.err != nil {
+		t.mu.Unlock()
+		return t.err
+	}
+	if a != nil {
+		t.args[me] = *a
+	}
+	t.here[me] = true
+	t.count++
+	rel := t.release
+	if t.count == len(t.ranks) {
+		t.count = 0
+		clear(t.here)
+		close(rel)
+		t.release = make(chan struct{})
+		t.mu.Unlock()
+		return nil
+	}
+	t.mu.Unlock()
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-rel:
+		return nil
+	case <-t.broken:
+	case <-timer.C:
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	select {
+	case <-rel: // completed after all: prefer success
+		return nil
+	default:
+	}
+	if t.err == nil {
+		t.breakLocked(t.timeoutError(op, timeout))
+	}
+	return t.err
+}
+
+// timeoutError names the members absent from the current barrier.
+func (t *team) timeoutError(op string, timeout time.Duration) error {
+	var missing []int
+	for q, ok := range t.here {
+		if !ok {
+			missing = append(missing, t.ranks[q])
+		}
+	}
+	return &comm.PeerError{Rank: missing[0], Op: op,
+		Err: fmt.Errorf("%w: waited %v for world ranks %v", comm.ErrTimeout, timeout, missing)}
+}
+
+// fail breaks the group with err unless it is already broken.
+func (t *team) fail(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err == nil {
+		t.breakLocked(err)
+	}
+}
+
+func (t *team) breakLocked(err error) {
+	t.err = err
+	close(t.broken)
+}
+
+// check verifies that every member published the same operation with
+// matching arguments; all members see the same arguments and so reach the
+// same verdict.
+func (t *team) check(me int) error {
+	a := t.args[me]
+	for q, b := range t.args {
+		switch {
+		case b.op != a.op:
+			return fmt.Errorf("%w: %s: member %d issued %s but member %d issued %s", comm.ErrArgs, a.op, me, a.op, q, b.op)
+		case b.redop != a.redop:
+			return fmt.Errorf("%w: %s: member %d reduces with %v but member %d with %v", comm.ErrArgs, a.op, me, a.redop, q, b.redop)
+		case b.root != a.root:
+			return fmt.Errorf("%w: %s: member %d has root %d but member %d root %d", comm.ErrArgs, a.op, me, a.root, q, b.root)
+		case b.length != a.length || b.a.DType() != a.a.DType():
+			return fmt.Errorf("%w: %s: member %d passed %d × %v but member %d passed %d × %v",
+				comm.ErrArgs, a.op, me, a.length, a.a.DType(), q, b.length, b.a.DType())
+		}
+	}
+	return nil
+}
+
+// waitOrBreak sleeps until deadline, returning early if the group breaks.
+func (t *team) waitOrBreak(deadline time.Time) {
+	d := time.Until(deadline)
+	if d <= 0 {
+		return
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-t.broken:
+	}
+}
