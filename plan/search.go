@@ -120,16 +120,12 @@ func (s *searcher) shape(tp, cp, pp, dp int) {
 }
 
 // kernelChoices searches flash × recompute × schedule × zero × order for a
-// plan whose shape, precision, mbs and sp are set. The compute parts depend
-// on flash only, the layer cost on recompute and the order too, so each is
-// computed once per such combination, and only if some plan fits.
+// plan whose shape, precision, mbs and sp are set.
 func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt, sp shapeParams) {
-	j, f := s.job, s.fix
-	m := j.GlobalBatch / (p.DP * p.MBS)
-	lcs := make([]layerCost, len(orders))
+	f := s.fix
+	m := s.job.GlobalBatch / (p.DP * p.MBS)
 	for _, flash := range s.bools("flash", true) {
-		var parts computeParts
-		haveParts := false
+		lz := lazyLayer{lcs: make([]layerCost, len(orders))}
 		for _, rc := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
 			if !f.allows("recompute", string(rc)) {
 				continue
@@ -138,7 +134,7 @@ func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt, s
 				continue // the same plan as recompute=none: flash keeps no attention core
 			}
 			p.Recompute, p.Flash = rc, flash
-			have := false
+			lz.have = false
 			for _, so := range scheds {
 				p.Schedule, p.VPP = so.s, so.v
 				zs := s.zeros(p.DP * p.CP)
@@ -148,37 +144,54 @@ func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt, s
 				}
 				for _, z := range zs {
 					p.ZeRO = z
-					mem := j.memory(p, sp)
-					s.res.Evaluated += len(orders)
-					if !mem.Fits() {
-						s.reject(rejMemory, len(orders))
-						if s.res.Smallest.Memory.Total == 0 || mem.Total < s.res.Smallest.Memory.Total {
-							p.Order = orders[0].order
-							s.res.Smallest = Estimate{Plan: p, Memory: mem}
-						}
-						continue
-					}
-					if s.res.Smallest.Memory.Total == 0 || mem.Total < s.res.Smallest.Memory.Total {
-						p.Order = orders[0].order
-						s.res.Smallest = Estimate{Plan: p, Memory: mem}
-					}
-					s.res.Fitting += len(orders)
-					for i, o := range orders {
-						p.Order = o.order
-						if !have {
-							if !haveParts {
-								parts, haveParts = j.computeParts(p), true
-							}
-							for k, oo := range orders {
-								lcs[k] = j.layerCostFrom(parts, p, oo.pl)
-							}
-							have = true
-						}
-						s.push(j.finish(p, o.pl, lcs[i], mem, sp))
-					}
+					s.evaluate(p, orders, sp, &lz)
 				}
 			}
 		}
+	}
+}
+
+// lazyLayer computes layer costs only once some plan needs them: the
+// compute parts once per flash setting, the per-order costs once per
+// recompute policy.
+type lazyLayer struct {
+	parts           computeParts
+	haveParts, have bool
+	lcs             []layerCost
+}
+
+func (lz *lazyLayer) costs(j Job, p Plan, orders []orderOpt) []layerCost {
+	if !lz.have {
+		if !lz.haveParts {
+			lz.parts, lz.haveParts = j.computeParts(p), true
+		}
+		for k, o := range orders {
+			lz.lcs[k] = j.layerCostFrom(lz.parts, p, o.pl)
+		}
+		lz.have = true
+	}
+	return lz.lcs
+}
+
+// evaluate computes the memory of p (the same under every order), and if it
+// fits, the step time under each order.
+func (s *searcher) evaluate(p Plan, orders []orderOpt, sp shapeParams, lz *lazyLayer) {
+	j := s.job
+	mem := j.memory(p, sp)
+	s.res.Evaluated += len(orders)
+	if sm := s.res.Smallest.Memory.Total; sm == 0 || mem.Total < sm {
+		p.Order = orders[0].order
+		s.res.Smallest = Estimate{Plan: p, Memory: mem}
+	}
+	if !mem.Fits() {
+		s.reject(rejMemory, len(orders))
+		return
+	}
+	s.res.Fitting += len(orders)
+	lcs := lz.costs(j, p, orders)
+	for i, o := range orders {
+		p.Order = o.order
+		s.push(j.finish(p, o.pl, lcs[i], mem, sp))
 	}
 }
 
