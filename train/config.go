@@ -1,0 +1,295 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"time"
+
+	"trellis/checkpoint"
+	"trellis/data"
+	"trellis/device"
+	"trellis/model"
+	"trellis/plan"
+)
+
+// Config is the [train] section of a job file.
+type Config struct {
+	MicroBatch  int     `toml:"micro_batch"`  // B, sequences per rank per micro-step
+	GlobalBatch int     `toml:"global_batch"` // sequences per optimizer step over all ranks
+	Steps       int     `toml:"steps"`        // optimizer steps; fixes the LR schedule's length
+	LR          float64 `toml:"lr"`           // peak learning rate
+	MinLR       float64 `toml:"min_lr"`       // the cosine schedule's floor
+	Warmup      int     `toml:"warmup"`       // linear warm-up steps
+	Seed        uint64  `toml:"seed"`         // initial weights, data order, dropout
+	EvalEvery   int     `toml:"eval_every"`   // validation every N steps (0: only at the end)
+	EvalBatches int     `toml:"eval_batches"` // validation micro-batches per rank per evaluation
+	GradClip    float64 `toml:"grad_clip"`    // max global gradient norm (0: off)
+	Beta1       float64 `toml:"beta1"`
+	Beta2       float64 `toml:"beta2"`
+	Eps         float64 `toml:"eps"`
+	WeightDecay float64 `toml:"weight_decay"` // decoupled, on matrices and embeddings only
+	Threads     int     `toml:"threads"`      // kernel threads per rank (0: this process's CPUs / ranks)
+	SampleEvery int     `toml:"sample_every"` // print a generated sample every N steps (0: only at the end; <0: never)
+	SampleLen   int     `toml:"sample_len"`   // tokens per printed sample
+	Prompt      string  `toml:"prompt"`       // the printed samples' prompt
+	LogEvery    int     `toml:"log_every"`    // log a line every N steps when not on a terminal
+}
+
+// ParallelConfig is the [parallel] section: how the step is split.
+type ParallelConfig struct {
+	// Plan is the canonical plan text shared with `trellis plan`, e.g.
+	// "dp=4,zero=3". Keys left out take the engine's defaults (one device,
+	// fp32, no flash attention), not the planner's.
+	Plan string `toml:"plan"`
+	// Devices is the number of ranks; 0 means the plan's device count.
+	Devices int `toml:"devices"`
+	// DeviceMemory is every rank's memory budget, e.g. "512MiB" ("" or "0": none).
+	DeviceMemory string `toml:"device_memory"`
+	// Backend is "local" (ranks are goroutines), "tcp" (one process per rank,
+	// started by `trellis launch` or a scheduler) or "auto" (tcp when a launch
+	// environment is present).
+	Backend string `toml:"backend"`
+	// BucketSize is the gradient bucket of data parallelism and ZeRO, e.g. "4MiB".
+	BucketSize string `toml:"bucket_size"`
+	// Overlap launches each bucket's reduction as soon as it is ready, behind
+	// the rest of the backward pass; false reduces after the backward pass.
+	Overlap bool `toml:"overlap"`
+	// Prefetch, under ZeRO-3, gathers the next unit's parameters while the
+	// current one computes.
+	Prefetch bool `toml:"prefetch"`
+	// Timeout bounds every collective; a peer silent this long is reported dead.
+	Timeout string `toml:"timeout"`
+	// LinkBandwidth and LinkLatency emulate a slower interconnect on the local
+	// backend (e.g. "1GB" per second and "50us"); empty means none.
+	LinkBandwidth string `toml:"link_bandwidth"`
+	LinkLatency   string `toml:"link_latency"`
+}
+
+// Job is a whole job file.
+type Job struct {
+	Model      model.Config      `toml:"model"`
+	Parallel   ParallelConfig    `toml:"parallel"`
+	Train      Config            `toml:"train"`
+	Data       data.Config       `toml:"data"`
+	Checkpoint checkpoint.Config `toml:"checkpoint"`
+}
+
+// DefaultJob is what `trellis train` runs with no flags: a small GPT on the
+// embedded novel, byte-level, sized to show English-like samples within
+// minutes on two CPU cores.
+func DefaultJob() Job {
+	return Job{
+		Model: model.Config{Layers: 4, Hidden: 256, Heads: 4, SeqLen: 128, Vocab: 256},
+		Parallel: ParallelConfig{
+			Plan:       "dp=1",
+			Backend:    "local",
+			BucketSize: "4MiB",
+			Overlap:    true,
+			Prefetch:   true,
+			Timeout:    "60s",
+		},
+		Train: Config{
+			MicroBatch: 8, GlobalBatch: 16, Steps: 600, LR: 2e-3, MinLR: 2e-4, Warmup: 40, Seed: 1337,
+			EvalEvery: 100, EvalBatches: 8, GradClip: 1.0, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8,
+			WeightDecay: 0.1, SampleEvery: 200, SampleLen: 200, Prompt: "It is a truth universally acknowledged", LogEvery: 10,
+		},
+		Data:       data.DefaultConfig(),
+		Checkpoint: checkpoint.Config{Dir: "runs/trellis", Keep: 2},
+	}
+}
+
+// EnginePlan parses the plan text on top of the engine's defaults: fp32, no
+// flash attention, micro-batch from [train], one device per axis.
+func (j Job) EnginePlan() (plan.Plan, error) {
+	p := plan.Default()
+	p.Precision = plan.FP32
+	p.Flash = false
+	p.MBS = j.Train.MicroBatch
+	for _, kv := range strings.Split(j.Parallel.Plan, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return p, fmt.Errorf("parallel.plan: %q is not key=value", kv)
+		}
+		if err := p.Set(strings.TrimSpace(k), strings.TrimSpace(v)); err != nil {
+			return p, fmt.Errorf("parallel.plan: %w", err)
+		}
+		if strings.TrimSpace(k) == "mbs" && p.MBS != j.Train.MicroBatch {
+			return p, fmt.Errorf("parallel.plan: mbs=%d differs from train.micro_batch=%d (set one)", p.MBS, j.Train.MicroBatch)
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return p, fmt.Errorf("parallel.plan: %w", err)
+	}
+	return p, nil
+}
+
+// checkSupported rejects the parts of a plan the engine does not run yet.
+func checkSupported(p plan.Plan) error {
+	var bad []string
+	if p.TP != 1 {
+		bad = append(bad, fmt.Sprintf("tp=%d (tensor parallelism)", p.TP))
+	}
+	if p.PP != 1 {
+		bad = append(bad, fmt.Sprintf("pp=%d (pipeline parallelism)", p.PP))
+	}
+	if p.CP != 1 {
+		bad = append(bad, fmt.Sprintf("cp=%d (context parallelism)", p.CP))
+	}
+	if p.SP {
+		bad = append(bad, "sp=on (sequence parallelism)")
+	}
+	if p.Precision != plan.FP32 {
+		bad = append(bad, fmt.Sprintf("precision=%s (only fp32 so far)", p.Precision))
+	}
+	if p.Flash {
+		bad = append(bad, "flash=on (the engine materialises attention scores so far)")
+	}
+	if p.Recompute != plan.RecomputeNone {
+		bad = append(bad, fmt.Sprintf("recompute=%s", p.Recompute))
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("parallel.plan: the engine does not implement %s yet", strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// Validate names the first field that breaks a rule.
+func (c Config) Validate() error {
+	switch {
+	case c.MicroBatch < 1:
+		return fmt.Errorf("train.micro_batch=%d must be >= 1", c.MicroBatch)
+	case c.GlobalBatch < 1:
+		return fmt.Errorf("train.global_batch=%d must be >= 1", c.GlobalBatch)
+	case c.Steps < 1:
+		return fmt.Errorf("train.steps=%d must be >= 1", c.Steps)
+	case !(c.LR > 0):
+		return fmt.Errorf("train.lr=%g must be > 0", c.LR)
+	case c.MinLR < 0 || c.MinLR > c.LR:
+		return fmt.Errorf("train.min_lr=%g must be in [0, train.lr=%g]", c.MinLR, c.LR)
+	case c.Warmup < 0 || c.Warmup > c.Steps:
+		return fmt.Errorf("train.warmup=%d must be in [0, train.steps=%d]", c.Warmup, c.Steps)
+	case c.EvalEvery < 0:
+		return fmt.Errorf("train.eval_every=%d must be >= 0", c.EvalEvery)
+	case c.EvalBatches < 0:
+		return fmt.Errorf("train.eval_batches=%d must be >= 0", c.EvalBatches)
+	case c.GradClip < 0:
+		return fmt.Errorf("train.grad_clip=%g must be >= 0", c.GradClip)
+	case c.Threads < 0:
+		return fmt.Errorf("train.threads=%d must be >= 0", c.Threads)
+	case c.SampleLen < 0:
+		return fmt.Errorf("train.sample_len=%d must be >= 0", c.SampleLen)
+	case c.LogEvery < 0:
+		return fmt.Errorf("train.log_every=%d must be >= 0", c.LogEvery)
+	}
+	return nil
+}
+
+// settings are the parsed forms of ParallelConfig's strings.
+type settings struct {
+	budget     int64
+	bucket     int64
+	timeout    time.Duration
+	linkBW     float64 // bytes/s, 0: none
+	linkLat    time.Duration
+	ranks      int
+	threads    int
+	accum      int // micro-steps per optimizer step
+	enginePlan plan.Plan
+}
+
+// resolve validates the job and derives everything the ranks need.
+func (j Job) resolve() (settings, error) {
+	var s settings
+	if err := j.Model.Validate(); err != nil {
+		return s, err
+	}
+	if err := j.Train.Validate(); err != nil {
+		return s, err
+	}
+	if err := j.Data.Validate(); err != nil {
+		return s, err
+	}
+	if j.Data.Source != data.SourceSynthetic {
+		if err := j.Data.CheckVocab(j.Model.Vocab); err != nil {
+			return s, err
+		}
+	}
+	if err := j.Checkpoint.Validate(); err != nil && j.Checkpoint.Dir != "" {
+		return s, err
+	}
+	p, err := j.EnginePlan()
+	if err != nil {
+		return s, err
+	}
+	if err := checkSupported(p); err != nil {
+		return s, err
+	}
+	s.enginePlan = p
+	s.ranks = p.Devices()
+	if j.Parallel.Devices != 0 && j.Parallel.Devices != s.ranks {
+		return s, fmt.Errorf("parallel.devices=%d does not match the plan %q, which needs %d", j.Parallel.Devices, p.Short(), s.ranks)
+	}
+	per := p.DP * j.Train.MicroBatch
+	if j.Train.GlobalBatch%per != 0 {
+		return s, fmt.Errorf("train.global_batch=%d is not a multiple of dp=%d × train.micro_batch=%d", j.Train.GlobalBatch, p.DP, j.Train.MicroBatch)
+	}
+	s.accum = j.Train.GlobalBatch / per
+	if s.budget, err = parseSize("parallel.device_memory", j.Parallel.DeviceMemory); err != nil {
+		return s, err
+	}
+	if s.bucket, err = parseSize("parallel.bucket_size", j.Parallel.BucketSize); err != nil {
+		return s, err
+	}
+	if s.timeout, err = parseDuration("parallel.timeout", j.Parallel.Timeout, 60*time.Second); err != nil {
+		return s, err
+	}
+	if s.linkLat, err = parseDuration("parallel.link_latency", j.Parallel.LinkLatency, 0); err != nil {
+		return s, err
+	}
+	bw, err := parseSize("parallel.link_bandwidth", j.Parallel.LinkBandwidth)
+	if err != nil {
+		return s, err
+	}
+	s.linkBW = float64(bw)
+	switch j.Parallel.Backend {
+	case "", "local", "tcp", "auto":
+	default:
+		return s, fmt.Errorf("parallel.backend=%q must be local, tcp or auto", j.Parallel.Backend)
+	}
+	s.threads = j.Train.Threads
+	if s.threads == 0 {
+		s.threads = max(1, runtime.GOMAXPROCS(0)/s.ranks)
+	}
+	return s, nil
+}
+
+func parseSize(field, v string) (int64, error) {
+	if v == "" || v == "0" {
+		return 0, nil
+	}
+	n, err := device.ParseBytes(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", field, err)
+	}
+	return n, nil
+}
+
+func parseDuration(field, v string, def time.Duration) (time.Duration, error) {
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s=%q: want a duration such as 30s or 50us", field, v)
+	}
+	return d, nil
+}
+
+// errStop ends a run early without being an error (--until).
+var errStop = errors.New("stop")

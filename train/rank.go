@@ -1,0 +1,239 @@
+package train
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+
+	"trellis/comm"
+	"trellis/data"
+	"trellis/device"
+	"trellis/model"
+	"trellis/ops"
+	"trellis/optim"
+	"trellis/rng"
+)
+
+// rank is one rank's program: its device, kernels, model runner, activation
+// stash, strategy and view of the data.
+type rank struct {
+	id     int
+	job    Job
+	set    settings
+	dev    *device.Device
+	k      *ops.Kernels
+	gpt    *model.GPT
+	stash  *model.Stash
+	st     Strategy
+	loader *data.Loader
+	world  comm.Group // every rank: loss and statistics reductions
+	dp     int        // this rank's index in its data-parallel group
+	sched  optim.Schedule
+	in     []int32 // (B,T)
+	tgt    []int32 // (B,T)
+	log    *slog.Logger
+}
+
+// rankConfig is what newRank needs besides the job.
+type rankConfig struct {
+	job    Job
+	set    settings
+	world  comm.Group
+	loader *data.Loader
+	log    *slog.Logger
+}
+
+func newRank(rc rankConfig) (*rank, error) {
+	j, s := rc.job, rc.set
+	id := rc.world.Rank()
+	r := &rank{id: id, job: j, set: s, world: rc.world, loader: rc.loader, log: rc.log, dp: id}
+	r.dev = device.New(device.Config{ID: id, Budget: s.budget})
+	var err error
+	if r.k, err = ops.New(ops.Config{Threads: s.threads}); err != nil {
+		return nil, err
+	}
+	r.sched = optim.Schedule{Warmup: j.Train.Warmup, Steps: j.Train.Steps, LR: j.Train.LR, MinLR: j.Train.MinLR}
+	if err := r.sched.Validate(); err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	hyper := optim.Hyper{Beta1: j.Train.Beta1, Beta2: j.Train.Beta2, Eps: j.Train.Eps, WeightDecay: j.Train.WeightDecay}
+	if err := hyper.Validate(); err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	// State first, as the seed's formula lists it; then the runner's scratch
+	// and one micro-batch's activations.
+	if r.st, err = newStrategy(r, hyper); err != nil {
+		return nil, err
+	}
+	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch, Seed: j.Train.Seed}); err != nil {
+		r.free()
+		return nil, err
+	}
+	if r.stash, err = r.gpt.NewStash(); err != nil {
+		r.free()
+		return nil, err
+	}
+	n := j.Train.MicroBatch * j.Model.SeqLen
+	r.in, r.tgt = make([]int32, n), make([]int32, n)
+	if err := r.dev.Reserve(device.Act, int64(2*n*4)); err != nil { // the token buffers
+		r.free()
+		return nil, err
+	}
+	return r, nil
+}
+
+// newStrategy picks the implementation of the plan's state placement.
+func newStrategy(r *rank, hyper optim.Hyper) (Strategy, error) {
+	p := r.set.enginePlan
+	if p.DP == 1 && p.ZeRO == 0 {
+		return newSingle(r.job.Model, r.dev, r.k, hyper)
+	}
+	return nil, fmt.Errorf("parallel.plan: %s is not implemented yet (only dp=1,zero=0)", p.Short())
+}
+
+func (r *rank) free() {
+	if r.stash != nil {
+		r.stash.Free()
+	}
+	if r.gpt != nil {
+		r.gpt.Free()
+	}
+	if r.st != nil {
+		r.st.Free()
+	}
+}
+
+// stepResult is one optimizer step as this rank saw it.
+type stepResult struct {
+	loss float64 // mean loss over the global batch (every rank agrees)
+	norm float64 // global gradient norm before clipping
+	lr   float64
+}
+
+// step runs optimizer step s (0-based: s updates already applied) on the
+// global batch starting at pos.
+func (r *rank) step(s int, pos data.Position) (stepResult, error) {
+	res := stepResult{lr: r.sched.At(s)}
+	if err := r.st.BeginStep(); err != nil {
+		return res, err
+	}
+	accum := r.set.accum
+	var sum float64
+	for k := 0; k < accum; k++ {
+		sl := r.slice(k)
+		if err := r.loader.Micro(pos, sl, r.in, r.tgt); err != nil {
+			return res, err
+		}
+		b := model.Batch{Inputs: r.in, Targets: r.tgt, Step: int64(s), Sample: int(sl.First(pos) - pos.Sample)}
+		r.st.BeginMicro(k, accum)
+		loss, err := r.gpt.Forward(r.st, r.stash, b)
+		if err != nil {
+			return res, err
+		}
+		if err := r.gpt.Backward(r.st, r.stash, float32(1/float64(accum))); err != nil {
+			return res, err
+		}
+		sum += float64(loss)
+	}
+	if err := r.st.FinishGrads(); err != nil {
+		return res, err
+	}
+	norm, err := r.st.Update(res.lr, r.job.Train.GradClip)
+	if err != nil {
+		return res, err
+	}
+	res.norm = norm
+	res.loss, err = r.mean(sum / float64(accum))
+	return res, err
+}
+
+func (r *rank) slice(k int) data.Slice {
+	p := r.set.enginePlan
+	return data.Slice{GlobalBatch: r.job.Train.GlobalBatch, MicroBatch: r.job.Train.MicroBatch, Rank: r.dp, Ranks: p.DP, Micro: k}
+}
+
+// mean averages x over the data-parallel ranks (every rank gets the result).
+func (r *rank) mean(x float64) (float64, error) {
+	if r.world.Size() == 1 {
+		return x, nil
+	}
+	buf := []float32{float32(x)}
+	if err := comm.AllReduce(r.world, comm.F32(buf), comm.Avg); err != nil {
+		return 0, err
+	}
+	return float64(buf[0]), nil
+}
+
+// eval returns the mean validation loss over EvalBatches micro-batches per
+// rank (rank r reads micro-batches r, r+R, ... of the validation windows).
+func (r *rank) eval() (float64, error) {
+	nb := r.job.Train.EvalBatches
+	B := int64(r.job.Train.MicroBatch)
+	avail := r.loader.ValSamples()
+	if nb == 0 || avail < B {
+		return math.NaN(), nil
+	}
+	R := int64(r.set.enginePlan.DP)
+	var sum float64
+	for i := 0; i < nb; i++ {
+		first := ((int64(i)*R + int64(r.dp)) * B) % (avail - B + 1)
+		if err := r.loader.ValBatch(first, int(B), r.in, r.tgt); err != nil {
+			return 0, err
+		}
+		loss, err := r.gpt.EvalForward(r.st, r.stash, model.Batch{Inputs: r.in, Targets: r.tgt, Eval: true})
+		if err != nil {
+			return 0, err
+		}
+		sum += float64(loss)
+	}
+	return r.mean(sum / float64(nb))
+}
+
+// generate continues prompt by n tokens, sampling with temperature and top-k
+// from a stream keyed by seed. Every rank runs it (under ZeRO-3 the weights
+// are gathered collectively) and gets the same text.
+func (r *rank) generate(prompt string, n int, temperature float64, topK int, seed uint64) (string, error) {
+	return Generate(GenerateConfig{
+		GPT: r.gpt, Params: r.st, Stash: r.stash, Tokenizer: r.loader.Tokenizer(),
+		Prompt: prompt, Tokens: n, Temperature: temperature, TopK: topK, Seed: seed,
+	})
+}
+
+// GenerateConfig is what Generate needs.
+type GenerateConfig struct {
+	GPT         *model.GPT
+	Params      model.Params
+	Stash       *model.Stash // scratch; must not hold a pending backward
+	Tokenizer   data.Tokenizer
+	Prompt      string
+	Tokens      int     // how many tokens to add
+	Temperature float64 // 0: greedy
+	TopK        int     // 0: the whole vocabulary
+	Seed        uint64
+}
+
+// Generate samples Tokens tokens after Prompt. Token i is drawn by inverse
+// transform from softmax(logits/temperature) restricted to the top-k
+// logits, with the uniform variate rng.Key(seed, "sample").Uniform(i), so the
+// same seed gives the same text on every rank and every run.
+func Generate(c GenerateConfig) (string, error) {
+	cfg := c.GPT.Config()
+	ids := c.Tokenizer.Encode(c.Prompt)
+	if len(ids) == 0 {
+		ids = []int32{0}
+	}
+	logits := make([]float32, cfg.Vocab)
+	key := rng.Key(c.Seed, "sample")
+	start := len(ids)
+	for i := 0; i < c.Tokens; i++ {
+		ctx := ids
+		if len(ctx) > cfg.SeqLen {
+			ctx = ctx[len(ctx)-cfg.SeqLen:]
+		}
+		if err := c.GPT.Logits(c.Params, c.Stash, ctx, logits); err != nil {
+			return "", err
+		}
+		ids = append(ids, pick(logits, c.Tokenizer.VocabSize(), c.Temperature, c.TopK, key.Uniform(uint64(i))))
+	}
+	return c.Tokenizer.Decode(ids[start:]), nil
+}

@@ -1,0 +1,185 @@
+package train
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"trellis/device"
+)
+
+// reporter is rank 0's voice: metrics lines, log lines or a progress bar,
+// samples and the end-of-run summary. On other ranks it is silent.
+type reporter struct {
+	o        Options
+	on       bool
+	tokens   float64 // tokens per optimizer step, all ranks
+	flops    float64 // model FLOPs per token
+	peak     float64 // FLOP/s of the cores in use
+	bar      *progressbar.ProgressBar
+	tps, mfu []float64
+}
+
+func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
+	rep := &reporter{o: o, on: r.id == 0}
+	if !rep.on {
+		return rep
+	}
+	rep.tokens = float64(o.Job.Train.GlobalBatch * o.Job.Model.SeqLen)
+	rep.flops = o.Job.Model.FLOPsPerToken()
+	rep.peak = peakFLOPS(s.ranks, s.threads)
+	o.Log.Info("run", "plan", s.enginePlan.Short(), "ranks", s.ranks, "threads_per_rank", s.threads,
+		"params", o.Job.Model.NumParams(), "accum", s.accum, "tokens_per_step", int(rep.tokens),
+		"kernels", r.k.ISA(), "device_memory", budgetText(s.budget), "from_step", start, "to_step", end)
+	if o.Progress != nil {
+		rep.bar = progressbar.NewOptions(end-start,
+			progressbar.OptionSetWriter(o.Progress), progressbar.OptionSetWidth(24),
+			progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true),
+			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+	}
+	return rep
+}
+
+func budgetText(b int64) string {
+	if b == 0 {
+		return "unlimited"
+	}
+	return device.FormatBytes(b)
+}
+
+// metricsLine is one line of --metrics.
+type metricsLine struct {
+	Step       int           `json:"step"`
+	Loss       float64       `json:"loss"`
+	ValLoss    *float64      `json:"val_loss,omitempty"`
+	LR         float64       `json:"lr"`
+	GradNorm   float64       `json:"grad_norm"`
+	TokensPerS float64       `json:"tokens_per_s"`
+	MFU        float64       `json:"mfu"`
+	StepS      float64       `json:"step_s"`
+	Ranks      []metricsRank `json:"ranks"`
+}
+
+type metricsRank struct {
+	Rank      int     `json:"rank"`
+	Param     int64   `json:"param"`
+	Grad      int64   `json:"grad"`
+	Optim     int64   `json:"optim"`
+	Act       int64   `json:"act"`
+	Workspace int64   `json:"workspace"`
+	Comm      int64   `json:"comm"`
+	Peak      int64   `json:"peak"`
+	CommBusyS float64 `json:"comm_busy_s"`
+	CommWaitS float64 `json:"comm_wait_s"`
+}
+
+func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duration, stats []RankStats) {
+	if !rep.on {
+		return
+	}
+	tps := rep.tokens / dt.Seconds()
+	mfu := tps * rep.flops / rep.peak
+	rep.tps, rep.mfu = append(rep.tps, tps), append(rep.mfu, mfu)
+	if rep.o.Metrics != nil {
+		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds()}
+		if !math.IsNaN(val) {
+			m.ValLoss = &val
+		}
+		for _, s := range stats {
+			m.Ranks = append(m.Ranks, metricsRank{Rank: s.Rank, Param: s.Peak[device.Param], Grad: s.Peak[device.Grad],
+				Optim: s.Peak[device.Optim], Act: s.Peak[device.Act], Workspace: s.Peak[device.Workspace],
+				Comm: s.Peak[device.Comm], Peak: s.PeakAll, CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds()})
+		}
+		b, _ := json.Marshal(m)
+		fmt.Fprintf(rep.o.Metrics, "%s\n", b)
+	}
+	if rep.bar != nil {
+		d := fmt.Sprintf("loss %.3f", res.loss)
+		if !math.IsNaN(val) {
+			d += fmt.Sprintf(" val %.3f", val)
+		}
+		rep.bar.Describe(fmt.Sprintf("%s  %.0f tok/s  MFU %.1f%%", d, tps, 100*mfu))
+		rep.bar.Add(1)
+		if !math.IsNaN(val) {
+			rep.bar.Clear()
+			fmt.Fprintf(rep.o.Progress, "step %d: loss %.4f, val %.4f\n", done, res.loss, val)
+		}
+		return
+	}
+	if le := rep.o.Job.Train.LogEvery; !math.IsNaN(val) || le == 0 || done%le == 0 || done == 1 {
+		args := []any{"step", done, "loss", round4(res.loss), "lr", res.lr, "grad_norm", round4(res.norm),
+			"tokens_per_s", math.Round(tps), "mfu", round4(mfu)}
+		if !math.IsNaN(val) {
+			args = append(args, "val_loss", round4(val))
+		}
+		rep.o.Log.Info("step", args...)
+	}
+}
+
+func round4(x float64) float64 { return math.Round(x*1e4) / 1e4 }
+
+func (rep *reporter) sample(done int, txt string) {
+	if !rep.on {
+		return
+	}
+	if rep.bar != nil {
+		rep.bar.Clear()
+	}
+	fmt.Fprintf(rep.o.Out, "--- sample at step %d ---\n%s%s\n---\n", done, rep.o.Job.Train.Prompt, txt)
+}
+
+func (rep *reporter) saved(done int, dir string) {
+	if rep.on {
+		rep.o.Log.Info("checkpoint", "step", done, "dir", dir)
+	}
+}
+
+func (rep *reporter) finish(s *Summary) {
+	if !rep.on {
+		return
+	}
+	if rep.bar != nil {
+		rep.bar.Finish()
+	}
+	s.TokensPerSec, s.MFU = median(rep.tps), median(rep.mfu)
+	WriteSummary(rep.o.Out, s)
+}
+
+// WriteSummary prints the end-of-run table: memory peaks per tag and
+// communication per rank, then throughput.
+func WriteSummary(w io.Writer, s *Summary) {
+	fmt.Fprintf(w, "\nplan %s: steps %d..%d, loss %.4f", s.Plan, s.FirstStep, s.LastStep, s.Loss)
+	if !math.IsNaN(s.ValLoss) {
+		fmt.Fprintf(w, ", val %.4f", s.ValLoss)
+	}
+	fmt.Fprintf(w, ", %.0f tokens/s, MFU %.1f%% (medians)\n\n", s.TokensPerSec, 100*s.MFU)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	hdr := []string{"rank"}
+	for _, t := range device.Tags() {
+		hdr = append(hdr, t.String())
+	}
+	hdr = append(hdr, "peak", "comm total", "comm exposed", "")
+	fmt.Fprintln(tw, strings.Join(hdr, "\t"))
+	for _, r := range s.Ranks {
+		row := []string{fmt.Sprint(r.Rank)}
+		for _, t := range device.Tags() {
+			row = append(row, device.FormatBytes(r.Peak[t]))
+		}
+		row = append(row, device.FormatBytes(r.PeakAll), fmtDur(r.CommBusy), fmtDur(r.CommWait), "")
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	tw.Flush()
+	if s.Checkpoint != "" {
+		fmt.Fprintf(w, "\ncheckpoint: %s\n", s.Checkpoint)
+	}
+}
+
+func fmtDur(d time.Duration) string {
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}

@@ -1,0 +1,238 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"trellis/checkpoint"
+	"trellis/comm"
+	"trellis/comm/local"
+	"trellis/data"
+)
+
+// Options is everything Run needs.
+type Options struct {
+	Job Job
+	// Resume continues from this checkpoint (a step directory or a
+	// checkpoint root, whose latest step is used); "" starts afresh.
+	Resume string
+	// Until ends the run after this many completed steps, checkpointing
+	// first, so one schedule of train.steps can span several allocations.
+	// 0 runs to train.steps.
+	Until int
+	// Metrics receives one JSON object per step (nil: none).
+	Metrics io.Writer
+	// Log receives structured progress lines (nil: discarded).
+	Log *slog.Logger
+	// Out receives samples and the end-of-run summary for people (nil: discarded).
+	Out io.Writer
+	// Progress, if set, draws a progress bar there instead of logging
+	// every train.log_every steps.
+	Progress io.Writer
+	// World is this process's world group when ranks are processes
+	// (comm/tcp); nil runs every rank as a goroutine here (comm/local).
+	World comm.Group
+}
+
+// Summary is what a run reports at its end.
+type Summary struct {
+	FirstStep, LastStep int     // steps completed before and after this run
+	Loss                float64 // training loss of the last step
+	ValLoss             float64 // last validation loss (NaN: none)
+	TokensPerSec        float64 // median over the run's steps
+	MFU                 float64 // median
+	Ranks               []RankStats
+	Checkpoint          string // the last checkpoint written ("" if none)
+	Sample              string // the last generated sample
+	Plan                string
+}
+
+// RankStats is one rank's memory and communication over the run.
+type RankStats struct {
+	Rank     int
+	Peak     [6]int64 // peak bytes per device tag: param, grad, optim, act, workspace, comm
+	PeakAll  int64    // peak bytes of all tags together
+	CommBusy time.Duration
+	CommWait time.Duration
+}
+
+// Run trains the job: every rank of the world, as goroutines (local), or
+// this process's rank (tcp, when Options.World is set).
+func Run(ctx context.Context, o Options) (*Summary, error) {
+	s, err := o.Job.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	loader, err := data.NewLoader(data.LoaderConfig{Data: o.Job.Data, SeqLen: o.Job.Model.SeqLen, Vocab: o.Job.Model.Vocab, Seed: o.Job.Train.Seed, Log: o.Log})
+	if err != nil {
+		return nil, err
+	}
+	res, err := prepareResume(o, s)
+	if err != nil {
+		return nil, err
+	}
+	if o.World != nil {
+		if o.World.Size() != s.ranks {
+			return nil, fmt.Errorf("train: the plan %s needs %d ranks, the launch started %d", s.enginePlan.Short(), s.ranks, o.World.Size())
+		}
+		return runRank(ctx, o, s, loader, res, o.World)
+	}
+	var link *local.LinkModel
+	if s.linkBW > 0 || s.linkLat > 0 {
+		l := local.Link{Bandwidth: s.linkBW, Latency: s.linkLat}
+		link = &local.LinkModel{Intra: l, Inter: l}
+	}
+	groups, err := local.New(local.Config{Size: s.ranks, Timeout: s.timeout, Link: link})
+	if err != nil {
+		return nil, err
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		errs  = make([]error, s.ranks)
+		out   *Summary
+		fails sync.Once
+	)
+	for r := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sum, err := runRank(ctx, o, s, loader, res, groups[r])
+			mu.Lock()
+			defer mu.Unlock()
+			errs[r] = err
+			if r == 0 {
+				out = sum
+			}
+			if err != nil {
+				// Peers blocked in collectives with this rank fail at once
+				// instead of waiting for the timeout.
+				fails.Do(func() {
+					for _, g := range groups {
+						g.Close()
+					}
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	for _, g := range groups {
+		g.Close()
+	}
+	if err := firstCause(errs); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// firstCause prefers an error that is not a consequence of another rank's
+// failure (a closed group, a failed peer).
+func firstCause(errs []error) error {
+	var first error
+	for r, err := range errs {
+		if err == nil {
+			continue
+		}
+		if len(errs) > 1 {
+			err = fmt.Errorf("rank %d: %w", r, err)
+		}
+		if !errors.Is(err, comm.ErrClosed) && !errors.Is(err, comm.ErrPeer) {
+			return err
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// resumeState is what a checkpoint gives a run to continue from.
+type resumeState struct {
+	ckpt *checkpoint.Checkpoint
+	meta Meta
+}
+
+// Meta is the trainer's part of a checkpoint's index.
+type Meta struct {
+	Job      Job           `json:"job"`
+	Step     int           `json:"step"` // optimizer steps completed
+	Position data.Position `json:"position"`
+	OptSteps int           `json:"opt_steps"`
+	Loss     float64       `json:"loss"`
+}
+
+func prepareResume(o Options, s settings) (*resumeState, error) {
+	if o.Resume == "" {
+		if o.Until > 0 && o.Job.Checkpoint.Dir == "" {
+			return nil, errors.New("--until needs checkpoint.dir: the run checkpoints before it stops")
+		}
+		return nil, nil
+	}
+	c, err := checkpoint.Open(o.Resume)
+	if err != nil {
+		return nil, err
+	}
+	var m Meta
+	if err := c.DecodeMeta(&m); err != nil {
+		return nil, err
+	}
+	if err := c.RequireSamePlan(s.enginePlan.String(), s.ranks); err != nil {
+		return nil, err
+	}
+	if err := sameRun(m.Job, o.Job); err != nil {
+		return nil, fmt.Errorf("--resume %s: %w", c.Dir(), err)
+	}
+	if m.Step >= o.Job.Train.Steps {
+		return nil, fmt.Errorf("--resume %s: the checkpoint is at step %d, train.steps=%d: nothing left to run", c.Dir(), m.Step, o.Job.Train.Steps)
+	}
+	return &resumeState{ckpt: c, meta: m}, nil
+}
+
+// sameRun checks that a resumed job continues the checkpoint's run: the
+// same model, data order and schedule, or the result would not be the run
+// the checkpoint belongs to.
+func sameRun(a, b Job) error {
+	type field struct {
+		name string
+		x, y any
+	}
+	for _, f := range []field{
+		{"model", a.Model, b.Model},
+		{"train.global_batch", a.Train.GlobalBatch, b.Train.GlobalBatch},
+		{"train.micro_batch", a.Train.MicroBatch, b.Train.MicroBatch},
+		{"train.seed", a.Train.Seed, b.Train.Seed},
+		{"train.steps", a.Train.Steps, b.Train.Steps},
+		{"train.lr", a.Train.LR, b.Train.LR},
+		{"train.min_lr", a.Train.MinLR, b.Train.MinLR},
+		{"train.warmup", a.Train.Warmup, b.Train.Warmup},
+		{"data.source", a.Data.Source, b.Data.Source},
+		{"data.tokenizer", a.Data.Tokenizer, b.Data.Tokenizer},
+	} {
+		if f.x != f.y {
+			return fmt.Errorf("%s is %v in the checkpoint and %v now; a resumed run must keep it", f.name, f.x, f.y)
+		}
+	}
+	return nil
+}
+
+// median of xs (NaN for none); xs is reordered.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(xs)
+	return xs[len(xs)/2]
+}
