@@ -8,7 +8,6 @@ import (
 	"trellis/model"
 	"trellis/ops"
 	"trellis/optim"
-	"trellis/tensor"
 )
 
 // Strategy owns one rank's parameters, gradients and optimizer state under a
@@ -78,7 +77,7 @@ func OptimTensors(l model.Layout) []optim.Tensor {
 	var ts []optim.Tensor
 	for _, u := range l.Units {
 		for _, t := range u.Tensors {
-			ts = append(ts, optim.Tensor{Name: t.Name, Off: u.Offset + t.Offset, Shape: t.Shape})
+			ts = append(ts, optim.Tensor{Name: t.Name, Off: t.Offset, Shape: t.Shape})
 		}
 	}
 	return ts
@@ -139,8 +138,8 @@ func FlatShards(l model.Layout, prefix string, lo int, buf []float32) []checkpoi
 	var out []checkpoint.Shard
 	for _, u := range l.Units {
 		for _, t := range u.Tensors {
-			tlo := u.Offset + t.Offset
-			thi := tlo + tensor.Shape(t.Shape).Numel()
+			tlo := t.Offset
+			thi := tlo + t.Size
 			a, b := max(lo, tlo), min(hi, thi)
 			if a >= b {
 				continue
@@ -157,8 +156,8 @@ func ReadFlat(c *checkpoint.Checkpoint, l model.Layout, prefix string, lo int, d
 	hi := lo + len(dst)
 	for _, u := range l.Units {
 		for _, t := range u.Tensors {
-			tlo := u.Offset + t.Offset
-			thi := tlo + tensor.Shape(t.Shape).Numel()
+			tlo := t.Offset
+			thi := tlo + t.Size
 			a, b := max(lo, tlo), min(hi, thi)
 			if a >= b {
 				continue
@@ -171,8 +170,8 @@ func ReadFlat(c *checkpoint.Checkpoint, l model.Layout, prefix string, lo int, d
 			if err != nil {
 				return err
 			}
-			if len(v) != tensor.Shape(t.Shape).Numel() {
-				return fmt.Errorf("train: checkpoint tensor %s has %d elements, the model wants %d", prefix+t.Name, len(v), tensor.Shape(t.Shape).Numel())
+			if len(v) != t.Size {
+				return fmt.Errorf("train: checkpoint tensor %s has %d elements, the model wants %d", prefix+t.Name, len(v), t.Size)
 			}
 			copy(dst[a-lo:b-lo], v[a-tlo:b-tlo])
 		}
