@@ -38,6 +38,7 @@ func (g *group) Stats() comm.Stats { return g.q.Stats() }
 func (g *group) submit(bytes int, fn func() error) comm.Work {
 	return g.q.Submit(bytes, func() error {
 		err := fn()
+		g.t.finish(g.rank, err != nil)
 		if err != nil && g.isClosed() {
 			return comm.ErrClosed
 		}

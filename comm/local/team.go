@@ -2,9 +2,9 @@ package local
 
 import (
 	"fmt"
-	"time"
-
+	"slices"
 	"sync"
+	"time"
 
 	"trellis/comm"
 )
@@ -31,6 +31,10 @@ type team struct {
 	args    []args        // each member's arguments of the current operation
 	err     error         // what broke the group; nil while healthy
 	broken  chan struct{} // closed when err is set
+	// inPhase marks members that passed a barrier and may be touching
+	// peers' buffers; quiet is signalled when one stops.
+	inPhase []bool
+	quiet   *sync.Cond
 
 	mail   map[mailKey][]comm.Buf // sent, not yet received messages
 	posted []*recvReq             // each member's pending Recv, if any
@@ -47,7 +51,7 @@ type args struct {
 }
 
 func newTeam(key string, ranks []int) *team {
-	return &team{
+	t := &team{
 		key:     key,
 		ranks:   ranks,
 		here:    make([]bool, len(ranks)),
@@ -56,7 +60,10 @@ func newTeam(key string, ranks []int) *team {
 		broken:  make(chan struct{}),
 		mail:    map[mailKey][]comm.Buf{},
 		posted:  make([]*recvReq, len(ranks)),
+		inPhase: make([]bool, len(ranks)),
 	}
+	t.quiet = sync.NewCond(&t.mu)
+	return t
 }
 
 // arrive enters member me into the current barrier, publishing a if not nil,
@@ -65,6 +72,7 @@ func newTeam(key string, ranks []int) *team {
 // absent member.
 func (t *team) arrive(me int, a *args, timeout time.Duration, op string) error {
 	t.mu.Lock()
+	t.leavePhaseLocked(me)
 	if t.err != nil {
 		t.mu.Unlock()
 		return t.err
@@ -78,6 +86,9 @@ func (t *team) arrive(me int, a *args, timeout time.Duration, op string) error {
 	if t.count == len(t.ranks) {
 		t.count = 0
 		clear(t.here)
+		for q := range t.inPhase {
+			t.inPhase[q] = true
+		}
 		close(rel)
 		t.release = make(chan struct{})
 		t.mu.Unlock()
@@ -116,6 +127,27 @@ func (t *team) timeoutError(op string, timeout time.Duration) error {
 	}
 	return &comm.PeerError{Rank: missing[0], Op: op,
 		Err: fmt.Errorf("%w: waited %v for world ranks %v", comm.ErrTimeout, timeout, missing)}
+}
+
+func (t *team) leavePhaseLocked(me int) {
+	if t.inPhase[me] {
+		t.inPhase[me] = false
+		t.quiet.Broadcast()
+	}
+}
+
+// finish ends member me's operation. After a failure it waits until no
+// member is inside a phase any more, so that no peer still reads or writes
+// this member's buffers once its Work reports the error. Members in a phase
+// only copy and reduce, and leave it at their next barrier, so this wait is
+// short.
+func (t *team) finish(me int, failed bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.leavePhaseLocked(me)
+	for failed && slices.Contains(t.inPhase, true) {
+		t.quiet.Wait()
+	}
 }
 
 // fail breaks the group with err unless it is already broken.
