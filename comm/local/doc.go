@@ -29,10 +29,12 @@
 //	               for the receiver). Messages with the same (sender, tag) are
 //	               received in the order sent.
 //
-// An all-reduce rank reads (p−1)/p·n elements from its peers and writes as
-// many to them (a ring moves 2(p−1)/p·n each way), and the work per rank
-// falls as ranks are added. Results are the same on every
-// rank, bit for bit, and do not depend on scheduling.
+// In an all-reduce each rank reads n elements and writes n, whatever p (of
+// which (p−1)/p·n from and to its peers), and folds n/p of them p ways: the
+// p buffers are each written once in total, the least any in-place
+// all-reduce can do, where a rank folding every buffer itself would read
+// p·n. Results are the same on every rank, bit for bit, and do not depend
+// on scheduling.
 //
 // # Deadlines and failure
 //
