@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Side-by-side training throughput on the reference model (layers 4, hidden
+# 256, heads 4, seq 256, micro-batch 8, vocab 512, synthetic data, AdamW), one
+# thread each, alternating runs so that machine noise hits both alike.
+# Usage: scripts/bench_vs_torch.sh [rounds] [threads]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+threads=${2:-1}
+unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+export OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads
+bin=$(mktemp -d)/trellis
+go build -o "$bin" ./cmd/trellis
+metrics=$(mktemp)
+for r in $(seq "$rounds"); do
+	/usr/bin/python3 scripts/torch_gpt.py --threads "$threads" --steps 20
+	"$bin" train --set data.source=synthetic --set model.vocab=512 --set model.seq_len=256 \
+		--set model.layers=4 --set model.hidden=256 --set model.heads=4 \
+		--set train.micro_batch=8 --set train.global_batch=8 --set train.steps=23 --set train.warmup=3 \
+		--set train.threads="$threads" --set train.eval_every=0 --set train.eval_batches=0 \
+		--set train.sample_every=-1 --set checkpoint.dir= --metrics "$metrics" 2>/dev/null >/dev/null
+	# median tokens/s of steps 4..23
+	python3 - "$metrics" "$threads" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][3:]
+r = sorted(x["tokens_per_s"] for x in rows)
+print(json.dumps({"impl": "trellis", "threads": int(sys.argv[2]), "tokens_per_s": r[len(r)//2], "loss": rows[-1]["loss"]}))
+PY
+done
