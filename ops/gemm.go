@@ -38,7 +38,14 @@ type gemmImpl struct {
 	peak   func(d int) // runs d iterations of an FMA loop of peakFlops flops each
 	// peakFlops is the flop count of one iteration of peak.
 	peakFlops int
+	// minFlops is the work below which MatMul adds no goroutine: one more
+	// must get at least this many flops (about 0.1 ms) to pay for waking
+	// it, which on a busy machine can take as long as the work.
+	minFlops int
 }
+
+// minFlopsPerThread is gemmImpl.minFlops of the fast kernels.
+const minFlopsPerThread = 16 << 20
 
 // directRule says when a masked gemmImpl reads an operand in place rather
 // than packing it: packing costs about one copy per element and pays when
@@ -51,10 +58,6 @@ type directRule struct {
 	bM    int // B in place (NN, TN) when m <= bM ...
 	bSize int // ... or when B has at most bSize elements
 }
-
-// minFlopsPerThread is the work below which MatMul adds no goroutine: one
-// more thread must get at least this many flops to pay for its start.
-const minFlopsPerThread = 4 << 20
 
 // gemmBuffers pools packing buffers of one gemmImpl: packed B blocks (shared
 // by a MatMul's goroutines) and per-goroutine scratch (a packed A block and
@@ -161,8 +164,8 @@ func (k *Kernels) MatMul(l Layout, m, n, kk int, a []float32, lda int, b []float
 		return
 	}
 	t := k.threads
-	if w := 2 * m * n * kk / minFlopsPerThread; w < t {
-		t = max(w, 1)
+	if g := k.impl.minFlops; g > 0 && 2*m*n*kk/g < t {
+		t = max(2*m*n*kk/g, 1)
 	}
 	g := gemm{impl: k.impl, bufs: k.bufs, threads: t, l: l, m: m, n: n, k: kk,
 		a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc}

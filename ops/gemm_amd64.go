@@ -18,14 +18,14 @@ func archImpls() []*gemmImpl {
 				gemmAVX512_5x32r, gemmAVX512_6x32r, gemmAVX512_7x32r, gemmAVX512_8x32r, gemmAVX512_9x32r,
 				gemmAVX512_10x32r, gemmAVX512_11x32r, gemmAVX512_12x32r},
 			masked: true, direct: directRule{a: 1024, aTN: 64, bM: 64, bSize: 16384},
-			pack: packer{copy: packCopyAVX512, transpose: packTransposeAVX512}, peak: fmaLoopAVX512, peakFlops: 24 * 16 * 2,
+			pack: packer{copy: packCopyAVX512, transpose: packTransposeAVX512}, peak: fmaLoopAVX512, peakFlops: 24 * 16 * 2, minFlops: minFlopsPerThread,
 		})
 	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
 		out = append(out, &gemmImpl{
 			name: "avx2", mr: 6, nr: 16, kc: 256, mc: 1032, nc: 512,
 			kernels: []microKernel{6: gemmAVX2_6x16},
-			pack:    packer{copy: packCopy, transpose: packTranspose}, peak: fmaLoopAVX2, peakFlops: 12 * 8 * 2,
+			pack:    packer{copy: packCopy, transpose: packTranspose}, peak: fmaLoopAVX2, peakFlops: 12 * 8 * 2, minFlops: minFlopsPerThread,
 		})
 	}
 	return out

@@ -8,6 +8,7 @@ func genericImpl() *gemmImpl {
 	return &gemmImpl{
 		name: "generic", mr: 2, nr: 4, kc: 256, mc: 1024, nc: 512,
 		kernels: []microKernel{2: gemmGeneric2x4}, pack: packer{copy: packCopy, transpose: packTranspose}, peak: fmaLoopGeneric, peakFlops: 16,
+		minFlops: minFlopsPerThread / 32, // 30 times slower kernels
 	}
 }
 

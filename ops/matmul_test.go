@@ -12,10 +12,12 @@ import (
 // testImpls returns every micro-kernel family this CPU runs, generic
 // always included, each with its real blocking and with a tiny one that
 // puts many block edges (kc, mc, nc) inside small matrices; masked ones
-// also with in-place operands never and always used.
+// also with in-place operands never and always used. All use every thread
+// they are given, however small the product.
 func testImpls() []*gemmImpl {
 	var out []*gemmImpl
 	for _, g := range append(archImpls(), genericImpl()) {
+		g.minFlops = 0
 		tiny := *g
 		tiny.name += "/tiny"
 		tiny.kc, tiny.mc, tiny.nc = 5, 2*g.mr, 2*g.nr
