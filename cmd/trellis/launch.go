@@ -1,16 +1,76 @@
 package main
 
 import (
-	"errors"
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"trellis/comm/tcp"
+	"trellis/launch"
 )
 
-// newLaunchCmd is a placeholder until its issue lands.
+// newLaunchCmd: trellis launch --nproc-per-node N [--nnodes M --node-rank R
+// --master-addr A --master-port P] -- PROGRAM ARGS... (package launch does
+// the work; see docs/LAUNCH.md).
 func newLaunchCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "launch",
+	var (
+		cfg       launch.Config
+		tokenFile string
+	)
+	c := &cobra.Command{
+		Use:   "launch [flags] -- PROGRAM [ARGS...]",
 		Short: "Start one worker process per rank (torchrun-style)",
-		RunE:  func(*cobra.Command, []string) error { return errors.New("launch: not implemented yet") },
+		Long: "Starts --nproc-per-node workers of PROGRAM on this node with RANK, WORLD_SIZE, LOCAL_RANK,\n" +
+			"LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT and TRELLIS_JOB_TOKEN set. Output is\n" +
+			"prefixed with \"[rank R] \". If a worker fails, the others are stopped and launch exits non-zero\n" +
+			"naming the rank, its exit status and its last lines; Ctrl-C stops every worker.\n\n" +
+			"On one node the master defaults to 127.0.0.1 on a free port and a job token is generated.\n" +
+			"With --nnodes > 1, every node runs launch with its --node-rank, the same --master-addr and\n" +
+			"--master-port (default 29500), and the same token, from --token-file or TRELLIS_JOB_TOKEN.",
+		Example: "  trellis launch --nproc-per-node 4 -- trellis train --plan dp=4\n" +
+			"  TRELLIS_JOB_TOKEN=$SECRET trellis launch --nnodes 2 --node-rank 0 --nproc-per-node 8 \\\n" +
+			"      --master-addr node0 -- ./worker",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg.Program, cfg.Args = args[0], args[1:]
+			tok, err := launchToken(tokenFile)
+			if err != nil {
+				return err
+			}
+			if tok != "" {
+				cfg.Token = tok
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return launch.Run(ctx, cfg)
+		},
 	}
+	c.Flags().SetInterspersed(false) // flags after PROGRAM belong to it
+	f := c.Flags()
+	f.IntVar(&cfg.NProcPerNode, "nproc-per-node", 1, "workers on this node")
+	f.IntVar(&cfg.NNodes, "nnodes", 1, "nodes in the job")
+	f.IntVar(&cfg.NodeRank, "node-rank", 0, "this node's rank, 0 ≤ node-rank < nnodes")
+	f.StringVar(&cfg.MasterAddr, "master-addr", "", "host of node 0, where rank 0 serves the rendezvous (default 127.0.0.1 on one node)")
+	f.IntVar(&cfg.MasterPort, "master-port", 0, "rendezvous port (default: a free port on one node, 29500 on several)")
+	f.StringVar(&tokenFile, "token-file", "", "file holding the job token shared by all nodes (else $"+tcp.EnvToken+"; generated on one node)")
+	f.DurationVar(&cfg.StopGrace, "stop-grace", launch.DefaultStopGrace, "after a failure, how long the others may take to exit on their own before SIGTERM (and again before SIGKILL)")
+	return c
+}
+
+// launchToken reads the shared job token: --token-file, else the
+// environment, else none (a single node generates one).
+func launchToken(file string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("launch: --token-file: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	return os.Getenv(tcp.EnvToken), nil
 }

@@ -34,6 +34,7 @@ var layer = map[string]int{
 	"optim":            3,
 	"comm/commtest":    3,
 	"launch":           3,
+	"comm/commbench":   4, // starts tcp workers through launch
 	"parallel/dp":      4,
 	"parallel/zero":    4,
 	"parallel/tp":      4,

@@ -1,0 +1,232 @@
+// Package commbench measures collective bandwidth the way nccl-tests does:
+// for each operation and size, the mean time per operation (the slowest
+// rank's), the algorithm bandwidth algbw = bytes / time and the bus
+// bandwidth busbw = algbw × the operation's factor (see busFactor), which is
+// comparable across world sizes and with a link's raw bandwidth. The same
+// run measures two references for it: a single loopback TCP stream and a
+// memcpy. GB/s means 1e9 bytes per second.
+//
+// The local backend runs its ranks as goroutines of this process; the tcp
+// backend starts one worker process per rank on loopback through package
+// launch (the program re-executes itself; see Config.Program).
+package commbench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"trellis/comm/local"
+	"trellis/comm/tcp"
+	"trellis/launch"
+)
+
+// Config selects what to measure.
+type Config struct {
+	Backend string   // "local" or "tcp"
+	Ranks   int      // world size
+	Ops     []string // from Ops()
+	Sizes   []int64  // bytes
+	Iters   int      // timed repetitions per size; 0 chooses (see iterations)
+	Warmup  int      // untimed repetitions first; 0 means 2, negative none
+
+	// For tcp: the worker program and its arguments, which must lead to
+	// RunWorker with the same Config (the CLI re-executes itself), and
+	// where the workers' output goes (default os.Stderr).
+	Program string
+	Args    []string
+	Stderr  io.Writer
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.Backend != "local" && c.Backend != "tcp":
+		return fmt.Errorf("commbench: Backend=%q: want local or tcp", c.Backend)
+	case c.Ranks < 1:
+		return fmt.Errorf("commbench: Ranks=%d: must be at least 1", c.Ranks)
+	case len(c.Ops) == 0 || len(c.Sizes) == 0:
+		return fmt.Errorf("commbench: Ops=%v, Sizes=%v: need at least one of each", c.Ops, c.Sizes)
+	case c.Iters < 0:
+		return fmt.Errorf("commbench: Iters=%d: must not be negative", c.Iters)
+	}
+	for _, op := range c.Ops {
+		if !slices.Contains(Ops(), op) {
+			return fmt.Errorf("commbench: Ops: unknown op %q (want some of %v)", op, Ops())
+		}
+	}
+	for _, s := range c.Sizes {
+		if s < 4 || s > 1<<33 {
+			return fmt.Errorf("commbench: Sizes: %d bytes is outside [4 B, 8 GiB]", s)
+		}
+	}
+	return nil
+}
+
+func (c Config) warmup() int {
+	switch {
+	case c.Warmup == 0:
+		return 2
+	case c.Warmup < 0:
+		return 0
+	}
+	return c.Warmup
+}
+
+// Row is one line of the table.
+type Row struct {
+	Backend   string  `json:"backend"`
+	Op        string  `json:"op"`
+	Ranks     int     `json:"ranks"`
+	Bytes     int64   `json:"bytes"`
+	TimeS     float64 `json:"time_s"`
+	AlgBWGBps float64 `json:"algbw_gbps"`
+	BusBWGBps float64 `json:"busbw_gbps"`
+}
+
+// Reference holds the bandwidths the targets compare against.
+type Reference struct {
+	TCPStreamGBps float64 `json:"tcp_stream_gbps"`
+	MemcpyGBps    float64 `json:"memcpy_gbps"`
+}
+
+// Report is a whole run.
+type Report struct {
+	Rows      []Row     `json:"rows"`
+	Reference Reference `json:"reference"`
+}
+
+// Run measures the references, then the collectives.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var rep Report
+	var err error
+	rep.Reference.MemcpyGBps = MemcpyGBps(5)
+	if rep.Reference.TCPStreamGBps, err = TCPStreamGBps(5); err != nil {
+		return nil, err
+	}
+	if cfg.Backend == "local" {
+		rep.Rows, err = runLocal(cfg)
+	} else {
+		rep.Rows, err = runTCP(ctx, cfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &rep, nil
+}
+
+func runLocal(cfg Config) ([]Row, error) {
+	groups, err := local.New(local.Config{Size: cfg.Ranks})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, g := range groups {
+			g.Close()
+		}
+	}()
+	rows := make([][]Row, len(groups))
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for r, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rows[r], errs[r] = Measure(g, cfg)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return rows[0], nil
+}
+
+// EnvOut names the file a tcp worker of rank 0 writes its rows to.
+const EnvOut = "TRELLIS_BENCH_OUT"
+
+func runTCP(ctx context.Context, cfg Config) ([]Row, error) {
+	if cfg.Program == "" {
+		return nil, fmt.Errorf("commbench: Program is empty: the tcp backend needs a worker program")
+	}
+	dir, err := os.MkdirTemp("", "trellis-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	out := filepath.Join(dir, "rows.json")
+	stderr := cfg.Stderr
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	err = launch.Run(ctx, launch.Config{NProcPerNode: cfg.Ranks, Program: cfg.Program, Args: cfg.Args,
+		Env: []string{EnvOut + "=" + out}, Stdout: stderr, Stderr: stderr})
+	if err != nil {
+		return nil, fmt.Errorf("commbench: tcp workers: %w", err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		return nil, fmt.Errorf("commbench: tcp workers wrote no results: %w", err)
+	}
+	var rows []Row
+	if err := json.Unmarshal(b, &rows); err != nil {
+		return nil, fmt.Errorf("commbench: tcp results: %w", err)
+	}
+	return rows, nil
+}
+
+// RunWorker is the body of a tcp worker process: it joins the world its
+// launcher describes, measures, and rank 0 writes the rows to $EnvOut.
+func RunWorker(cfg Config) error {
+	env, err := launch.WorkerEnv()
+	if err != nil {
+		return err
+	}
+	tc, err := env.TCPConfig(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	g, err := tcp.New(tc)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	cfg.Backend = "tcp"
+	rows, err := Measure(g, cfg)
+	if err != nil || g.Rank() != 0 {
+		return err
+	}
+	b, err := json.Marshal(rows)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(os.Getenv(EnvOut), b, 0o644)
+}
+
+// WriteJSON writes the report as one JSON object.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable writes an nccl-tests-style table and the references.
+func (r *Report) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "%-8s %-14s %5s %12s %12s %12s %12s\n", "backend", "op", "ranks", "bytes", "time(us)", "algbw(GB/s)", "busbw(GB/s)")
+	for _, row := range r.Rows {
+		fmt.Fprintf(w, "%-8s %-14s %5d %12s %12.1f %12.3f %12.3f\n", row.Backend, row.Op, row.Ranks,
+			FormatBytes(row.Bytes), row.TimeS*1e6, row.AlgBWGBps, row.BusBWGBps)
+	}
+	fmt.Fprintf(w, "reference: single-stream loopback TCP %.3f GB/s, memcpy %.3f GB/s\n",
+		r.Reference.TCPStreamGBps, r.Reference.MemcpyGBps)
+}

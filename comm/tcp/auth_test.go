@@ -1,0 +1,107 @@
+package tcp
+
+import (
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHandshake runs the handshake over a pipe for every combination of
+// tokens and checks that both sides agree, with the reason on both.
+func TestHandshake(t *testing.T) {
+	for _, c := range []struct {
+		name                 string
+		client, server       string
+		clientErr, serverErr string // substrings; "" means success
+	}{
+		{"same token", "k1", "k1", "", ""},
+		{"wrong token", "k1", "k2", "wrong job token", "wrong job token"},
+		{"client has none", "", "k2", "this rank has no job token", "it has no job token"},
+		{"server has none", "k1", "", "that rank has no job token", "this rank has no job token"},
+		{"neither has one", "", "", "that rank has no job token", "this rank has no job token"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := net.Pipe()
+			defer a.Close()
+			defer b.Close()
+			deadline := time.Now().Add(5 * time.Second)
+			srv := make(chan error, 1)
+			var gotClient int
+			go func() {
+				r, err := serverHandshake(b, []byte(c.server), rolePeer, 0, deadline, nil)
+				if err == nil && r != 4 {
+					err = errors.New("server saw the wrong rank")
+				}
+				srv <- err
+			}()
+			gotServer, cerr := clientHandshake(a, []byte(c.client), rolePeer, 4, deadline)
+			serr := <-srv
+			check := func(side string, err error, want string) {
+				if want == "" {
+					if err != nil {
+						t.Errorf("%s: %v", side, err)
+					}
+					return
+				}
+				if !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s: got %v, want ErrAuth mentioning %q", side, err, want)
+				}
+			}
+			check("client", cerr, c.clientErr)
+			check("server", serr, c.serverErr)
+			_ = gotClient
+			if cerr == nil && gotServer != 0 {
+				t.Errorf("client saw server rank %d, want 0", gotServer)
+			}
+		})
+	}
+}
+
+// TestHandshakeRefusesRank: a proven token but an unexpected rank is
+// refused with the server's reason.
+func TestHandshakeRefusesRank(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	go serverHandshake(b, []byte("k"), rolePeer, 0, deadline, func(r int) error {
+		return errors.New("unexpected rank 7")
+	})
+	if _, err := clientHandshake(a, []byte("k"), rolePeer, 7, deadline); err == nil || !strings.Contains(err.Error(), "unexpected rank 7") {
+		t.Fatalf("got %v, want the refusal reason", err)
+	}
+}
+
+// TestWorldRefusesBadToken: a rank with a wrong or missing token makes New
+// fail quickly on that rank and on rank 0, each saying why.
+func TestWorldRefusesBadToken(t *testing.T) {
+	for _, c := range []struct {
+		name, token, want0, want2 string
+	}{
+		{"wrong", "other-token", "wrong job token", "wrong job token"},
+		{"missing", "", "it has no job token", "this rank has no job token"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			start := time.Now()
+			_, errs := tryWorld(t, 3, 5*time.Second, func(r int, cfg *Config) {
+				if r == 2 {
+					cfg.Token = c.token
+				}
+			})
+			if took := time.Since(start); took > 4*time.Second {
+				t.Errorf("New took %v to fail, want fast", took)
+			}
+			if !errors.Is(errs[0], ErrAuth) || !strings.Contains(errs[0].Error(), c.want0) {
+				t.Errorf("rank 0: got %v, want ErrAuth mentioning %q", errs[0], c.want0)
+			}
+			if !errors.Is(errs[2], ErrAuth) || !strings.Contains(errs[2].Error(), c.want2) {
+				t.Errorf("rank 2: got %v, want ErrAuth mentioning %q", errs[2], c.want2)
+			}
+			if errs[1] == nil {
+				t.Errorf("rank 1: New succeeded in a world with a refused rank")
+			}
+		})
+	}
+}

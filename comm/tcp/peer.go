@@ -1,0 +1,333 @@
+package tcp
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"trellis/comm"
+)
+
+// scratchBytes is the block a reader receives into before reducing it into
+// its destination: small enough to stay in cache, large enough to keep
+// syscalls few.
+const scratchBytes = 256 << 10
+
+// errPeerClosed is the cause when a peer closed its world in good order.
+var errPeerClosed = errors.New("closed its connection (the rank called Close)")
+
+// peer is the persistent connection to one other rank: a reader goroutine
+// that always drains the socket into the mailbox, and a writer goroutine
+// that sends queued frames and a heartbeat when idle. Reading and writing
+// run concurrently, so a collective's send and receive overlap.
+type peer struct {
+	w       *world
+	rank    int
+	conn    net.Conn
+	br      *bufio.Reader
+	box     *mailbox
+	out     outbox
+	scratch []byte
+
+	readerDone chan struct{}
+	writerDone chan struct{}
+}
+
+func newPeer(w *world, rank int, conn net.Conn) *peer {
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+		if n := w.cfg.SocketBuffer; n > 0 {
+			tc.SetReadBuffer(n)
+			tc.SetWriteBuffer(n)
+		}
+	}
+	p := &peer{w: w, rank: rank, conn: conn, br: bufio.NewReaderSize(conn, 64<<10),
+		box: newMailbox(rank), scratch: alignedBytes(scratchBytes),
+		readerDone: make(chan struct{}), writerDone: make(chan struct{})}
+	p.out.wake = make(chan struct{}, 1)
+	return p
+}
+
+func (p *peer) start() {
+	go p.readLoop()
+	go p.writeLoop()
+}
+
+// outbox queues a peer's outgoing frames without ever blocking the sender.
+type outbox struct {
+	mu   sync.Mutex
+	q    []*req
+	err  error // data frames fail with it; control frames still go
+	wake chan struct{}
+}
+
+func (o *outbox) push(r *req) {
+	o.mu.Lock()
+	if o.err != nil && !r.ctrl {
+		err := o.err
+		o.mu.Unlock()
+		r.done <- err
+		return
+	}
+	o.q = append(o.q, r)
+	o.mu.Unlock()
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// takeAll returns the queued frames, having failed the data frames if the
+// outbox is failed.
+func (o *outbox) takeAll() []*req {
+	o.mu.Lock()
+	q, err := o.q, o.err
+	o.q = nil
+	o.mu.Unlock()
+	if err == nil {
+		return q
+	}
+	keep := q[:0]
+	for _, r := range q {
+		if r.ctrl {
+			keep = append(keep, r)
+		} else {
+			r.done <- err
+		}
+	}
+	return keep
+}
+
+// failData fails queued and later data frames.
+func (o *outbox) failData(err error) {
+	o.mu.Lock()
+	if o.err == nil {
+		o.err = err
+	}
+	o.mu.Unlock()
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *peer) writeLoop() {
+	defer close(p.writerDone)
+	interval := p.w.cfg.Timeout / 4
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var hb req
+	encodeHeader(hb.hdr[:], header{typ: frameHeartbeat})
+	last := time.Now()
+	for {
+		batch := p.out.takeAll()
+		for i, r := range batch {
+			err := p.write(r)
+			r.done <- err
+			if err != nil {
+				for _, rest := range batch[i+1:] {
+					rest.done <- err
+				}
+				p.lost(err)
+				p.out.failData(err)
+				p.drainOut(err)
+				return
+			}
+		}
+		if len(batch) > 0 {
+			last = time.Now()
+			continue
+		}
+		select {
+		case <-p.out.wake:
+		case <-p.w.shut:
+			p.drainOut(comm.ErrClosed)
+			return
+		case now := <-tick.C:
+			if now.Sub(last) >= interval {
+				if err := p.write(&hb); err != nil {
+					p.lost(err)
+					p.out.failData(err)
+					p.drainOut(err)
+					return
+				}
+				last = now
+			}
+		}
+	}
+}
+
+// drainOut fails whatever is still queued once the writer stops.
+func (p *peer) drainOut(err error) {
+	p.out.mu.Lock()
+	if p.out.err == nil {
+		p.out.err = err
+	}
+	q := p.out.q
+	p.out.q = nil
+	p.out.mu.Unlock()
+	for _, r := range q {
+		r.done <- err
+	}
+}
+
+func (p *peer) write(r *req) error {
+	p.conn.SetWriteDeadline(time.Now().Add(p.w.cfg.Timeout))
+	bufs := net.Buffers{r.hdr[:], r.payload}
+	_, err := bufs.WriteTo(p.conn)
+	return err
+}
+
+func (p *peer) readLoop() {
+	defer close(p.readerDone)
+	hb := make([]byte, headerSize)
+	for {
+		p.conn.SetReadDeadline(time.Now().Add(p.w.cfg.Timeout))
+		if _, err := io.ReadFull(p.br, hb); err != nil {
+			p.lost(err)
+			return
+		}
+		h, err := decodeHeader(hb)
+		if err != nil {
+			p.lost(err)
+			return
+		}
+		switch h.typ {
+		case frameData:
+			err = p.readData(h)
+		case frameAbort:
+			err = p.readAbort(h)
+		case frameBye:
+			p.byePeer()
+			return
+		}
+		if err != nil {
+			p.lost(err)
+			return
+		}
+	}
+}
+
+// readData reads one data frame's payload straight into the receive that
+// waits for it (reducing through the scratch block), or into a buffer.
+func (p *peer) readData(h header) error {
+	r, a := p.box.take(h)
+	if a != nil {
+		_, err := io.ReadFull(p.br, a.data)
+		if err != nil {
+			err = p.w.peerError(p.rank, err)
+		}
+		p.box.filled(a, err)
+		return err
+	}
+	if err := p.box.check(r, int(h.length), h.last, h.bf16); err != nil {
+		_, rerr := io.CopyN(io.Discard, p.br, int64(h.length))
+		r.done <- err
+		return rerr
+	}
+	err := p.readInto(r)
+	if err != nil {
+		r.done <- p.w.peerError(p.rank, err)
+		return err
+	}
+	r.done <- nil
+	return nil
+}
+
+func (p *peer) readInto(r *req) error {
+	if r.red == nil {
+		_, err := io.ReadFull(p.br, r.dst)
+		return err
+	}
+	for off := 0; off < len(r.dst); {
+		n := min(len(p.scratch), len(r.dst)-off)
+		if _, err := io.ReadFull(p.br, p.scratch[:n]); err != nil {
+			return err
+		}
+		r.red.apply(r.dst[off:off+n], p.scratch[:n])
+		off += n
+	}
+	return nil
+}
+
+func (p *peer) readAbort(h header) error {
+	reason := make([]byte, h.length)
+	if _, err := io.ReadFull(p.br, reason); err != nil {
+		return err
+	}
+	dead := int(h.tag)
+	if h.tag >= uint64(p.w.size) {
+		return fmt.Errorf("%w: abort names rank %d of %d", errFrame, h.tag, p.w.size)
+	}
+	cause := fmt.Errorf("reported by rank %d: %s", p.rank, reason)
+	if h.timeout {
+		cause = fmt.Errorf("%w: reported by rank %d: %s", comm.ErrTimeout, p.rank, reason)
+	}
+	p.w.aborted(p.rank, &comm.PeerError{Rank: dead, Op: "abort", Err: cause})
+	return nil
+}
+
+// byePeer: the peer closed its world in good order. Receives it has
+// already delivered still complete; anything more from or to it fails.
+func (p *peer) byePeer() {
+	pe := &comm.PeerError{Rank: p.rank, Op: "connection", Err: errPeerClosed}
+	p.box.fail(pe)
+	p.out.failData(pe)
+}
+
+// lost handles a broken connection. Unless this rank is closing, the peer
+// is dead: receives from it that it has not already satisfied, and sends to
+// it, fail with a *comm.PeerError naming it. An operation that needed it
+// then fails the world (op.end), which tells every other rank; operations
+// that no longer need it (its part already arrived) still complete.
+func (p *peer) lost(err error) {
+	if p.w.isClosing() {
+		p.box.fail(comm.ErrClosed)
+		return
+	}
+	if p.box.failed() {
+		// It said goodbye or aborted first: the end of the connection is
+		// expected and says nothing new.
+		p.conn.Close()
+		return
+	}
+	pe := p.w.lostPeer(p.w.peerError(p.rank, err))
+	p.box.fail(pe)
+	p.out.failData(pe)
+	p.conn.Close()
+}
+
+// sendCtrl queues an abort or bye frame.
+func (p *peer) sendCtrl(h header, payload []byte) *req {
+	r := newReq(p.rank)
+	r.ctrl = true
+	h.length = uint32(len(payload))
+	encodeHeader(r.hdr[:], h)
+	r.payload = payload
+	p.out.push(r)
+	return r
+}
+
+// peerError turns a connection error into a *PeerError naming rank, with
+// comm.ErrTimeout for silence.
+func (w *world) peerError(rank int, err error) *comm.PeerError {
+	var pe *comm.PeerError
+	if errors.As(err, &pe) {
+		return pe
+	}
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		err = fmt.Errorf("%w: nothing received for %v (not even a heartbeat): %v", comm.ErrTimeout, w.cfg.Timeout, err)
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		err = fmt.Errorf("connection closed without goodbye (process died?): %w", err)
+	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
+		err = fmt.Errorf("connection reset (process died?): %w", err)
+	}
+	return &comm.PeerError{Rank: rank, Op: "connection", Err: err}
+}

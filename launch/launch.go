@@ -1,0 +1,189 @@
+// Package launch starts one worker process per rank, torchrun-style, and
+// tells each where it sits (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// NODE_RANK, MASTER_ADDR, MASTER_PORT and the job token); it also reads that
+// placement back in a worker, from its own launcher or from Slurm or Open MPI
+// (ParseEnv).
+//
+// A job's workers share the launcher's stdout and stderr, each line prefixed
+// with "[rank R] ". When a worker fails (a non-zero exit or a signal), the
+// others get StopGrace to exit on their own — a comm/tcp worker notices the
+// dead peer within its timeout and exits with an error naming it — then
+// SIGTERM, then, after another StopGrace, SIGKILL; Wait then reports the
+// first failure: its rank, exit status and last lines. Cancelling the
+// context (Ctrl-C) stops every worker the same way, at once.
+package launch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"trellis/comm/tcp"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultStopGrace = 5 * time.Second
+	DefaultTailLines = 20
+)
+
+// Config describes the workers of one node.
+type Config struct {
+	NProcPerNode int // workers on this node
+	NNodes       int // nodes in the job (0 means 1)
+	NodeRank     int // this node, 0 ≤ NodeRank < NNodes
+
+	// MasterAddr and MasterPort locate rank 0's rendezvous store. On one
+	// node they default to 127.0.0.1 and a free port; several nodes must
+	// name a host every node reaches, and the port defaults to 29500.
+	MasterAddr string
+	MasterPort int
+	// Token authenticates the job's connections. On one node a random one
+	// is generated when empty; several nodes must share one (a file or the
+	// TRELLIS_JOB_TOKEN variable; see docs/LAUNCH.md).
+	Token string
+
+	Program string   // the worker executable
+	Args    []string // its arguments
+	Env     []string // extra KEY=VALUE entries for every worker
+
+	Stdout, Stderr io.Writer     // where prefixed worker output goes (default os.Stdout, os.Stderr)
+	StopGrace      time.Duration // see the package doc; default 5 s
+	TailLines      int           // lines kept per worker for the failure report; default 20
+}
+
+// Validate names the first field that breaks its rule.
+func (c Config) Validate() error {
+	nn := max(c.NNodes, 1)
+	switch {
+	case c.NProcPerNode < 1:
+		return fmt.Errorf("launch: NProcPerNode=%d: must be at least 1", c.NProcPerNode)
+	case c.NNodes < 0:
+		return fmt.Errorf("launch: NNodes=%d: must be at least 1", c.NNodes)
+	case c.NodeRank < 0 || c.NodeRank >= nn:
+		return fmt.Errorf("launch: NodeRank=%d: must be in [0, NNodes=%d)", c.NodeRank, nn)
+	case c.MasterPort < 0 || c.MasterPort > 65535:
+		return fmt.Errorf("launch: MasterPort=%d: must be in [0, 65535]", c.MasterPort)
+	case nn > 1 && c.MasterAddr == "":
+		return fmt.Errorf("launch: MasterAddr is empty: a job of %d nodes needs the host of node 0", nn)
+	case nn > 1 && c.Token == "":
+		return fmt.Errorf("launch: Token is empty: the %d nodes of a job must share a job token (set %s or pass a token file)", nn, tcp.EnvToken)
+	case c.Program == "":
+		return fmt.Errorf("launch: Program is empty")
+	case c.StopGrace < 0 || c.TailLines < 0:
+		return fmt.Errorf("launch: StopGrace=%v, TailLines=%d: must not be negative", c.StopGrace, c.TailLines)
+	}
+	return nil
+}
+
+// resolve fills the defaults: master, free port, token, writers.
+func (c Config) resolve() (Config, error) {
+	c.NNodes = max(c.NNodes, 1)
+	if c.MasterAddr == "" {
+		c.MasterAddr = "127.0.0.1"
+	}
+	if c.MasterPort == 0 && c.NNodes > 1 {
+		c.MasterPort = DefaultMasterPort
+	}
+	if c.MasterPort == 0 {
+		p, err := freePort(c.MasterAddr)
+		if err != nil {
+			return c, err
+		}
+		c.MasterPort = p
+	}
+	if c.Token == "" {
+		b := make([]byte, 16)
+		if _, err := rand.Read(b); err != nil {
+			return c, fmt.Errorf("launch: job token: %w", err)
+		}
+		c.Token = hex.EncodeToString(b)
+	}
+	if c.Stdout == nil {
+		c.Stdout = os.Stdout
+	}
+	if c.Stderr == nil {
+		c.Stderr = os.Stderr
+	}
+	if c.StopGrace == 0 {
+		c.StopGrace = DefaultStopGrace
+	}
+	if c.TailLines == 0 {
+		c.TailLines = DefaultTailLines
+	}
+	return c, nil
+}
+
+// freePort asks the kernel for a port that is free on host now.
+func freePort(host string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("launch: find a free port on %s: %w", host, err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// workerEnv is the environment of local rank lr.
+func (c Config) workerEnv(lr int) []string {
+	rank := c.NodeRank*c.NProcPerNode + lr
+	env := append(os.Environ(), c.Env...)
+	return append(env,
+		"RANK="+strconv.Itoa(rank),
+		"WORLD_SIZE="+strconv.Itoa(c.NNodes*c.NProcPerNode),
+		"LOCAL_RANK="+strconv.Itoa(lr),
+		"LOCAL_WORLD_SIZE="+strconv.Itoa(c.NProcPerNode),
+		"NODE_RANK="+strconv.Itoa(c.NodeRank),
+		"GROUP_RANK="+strconv.Itoa(c.NodeRank),
+		"MASTER_ADDR="+c.MasterAddr,
+		"MASTER_PORT="+strconv.Itoa(c.MasterPort),
+		tcp.EnvToken+"="+c.Token,
+	)
+}
+
+// Run starts the workers and waits for them; see Start and Wait.
+func Run(ctx context.Context, cfg Config) error {
+	j, err := Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return j.Wait()
+}
+
+// WorkerError reports the first worker that failed.
+type WorkerError struct {
+	Rank       int
+	Status     string   // e.g. "exit status 1" or "signal: killed"
+	Tail       []string // its last lines of output
+	Stopped    []int    // ranks the launcher then had to stop
+	AlsoFailed []string // other ranks that failed on their own, with their status
+}
+
+func (e *WorkerError) Error() string {
+	s := fmt.Sprintf("launch: rank %d failed (%s)", e.Rank, e.Status)
+	if len(e.AlsoFailed) > 0 {
+		s += "; then " + strings.Join(e.AlsoFailed, ", ")
+	}
+	if len(e.Stopped) > 0 {
+		s += fmt.Sprintf("; stopped ranks %v", e.Stopped)
+	}
+	if len(e.Tail) == 0 {
+		return s + "; it wrote nothing"
+	}
+	s += "; its last lines:"
+	for _, l := range e.Tail {
+		s += "\n    " + l
+	}
+	return s
+}
+
+// ErrInterrupted is matched by Wait's error when the context was cancelled.
+var ErrInterrupted = errors.New("launch: interrupted")
