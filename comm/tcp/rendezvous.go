@@ -160,4 +160,3 @@ func (w *world) acceptPeers(ln net.Listener, deadline time.Time) error {
 	}
 	return nil
 }
-
