@@ -90,12 +90,17 @@ func New(cfg Config) (comm.Group, error) {
 		return g, nil
 	}
 	st, err := w.rendezvous()
-	if st != nil {
-		defer st.close() // after the barrier: until then ranks may still read addresses
-	}
 	if err != nil {
 		g.shutdown()
+		if st != nil {
+			// Serve the refusal a little longer, so that ranks still
+			// starting learn why instead of finding no store.
+			time.AfterFunc(cfg.Timeout, st.close)
+		}
 		return nil, err
+	}
+	if st != nil {
+		defer st.close() // after the barrier: until then ranks may still read addresses
 	}
 	// A barrier on a private group (so the world's Stats start at zero):
 	// when it returns, every rank has connected to every other.
