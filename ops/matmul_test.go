@@ -266,3 +266,24 @@ func TestPeakGFLOPS(t *testing.T) {
 		}
 	}
 }
+
+// TestMatMulThreadInvariant checks that the thread count changes no bit of
+// C: goroutines split rows or column panels, never a sum over K.
+func TestMatMulThreadInvariant(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, g := range testImpls() {
+		for _, l := range []Layout{NN, NT, TN} {
+			for _, s := range []mmShape{{200, 45, 300}, {37, 100, 129}, {61, 333, 70}} {
+				a, lda, b, ldb := operands(r, l, s.m, s.n, s.k, 1)
+				c1, c3 := make([]float32, s.m*s.n), make([]float32, s.m*s.n)
+				newTestKernels(g, 1).MatMul(l, s.m, s.n, s.k, a, lda, b, ldb, c1, s.n, false)
+				newTestKernels(g, 3).MatMul(l, s.m, s.n, s.k, a, lda, b, ldb, c3, s.n, false)
+				for i := range c1 {
+					if math.Float32bits(c1[i]) != math.Float32bits(c3[i]) {
+						t.Fatalf("%s/%v/%v: C[%d] = %g with 1 thread, %g with 3", g.name, l, s, i, c1[i], c3[i])
+					}
+				}
+			}
+		}
+	}
+}
