@@ -24,13 +24,12 @@ func (o *op) allReduce(buf comm.Buf, rop comm.ReduceOp) error {
 	if len(b)*(p-1) <= directBytes || buf.Len() < p {
 		return o.directReduce(b, b, es, len(b), red)
 	}
-	rg := o.newRing(b, es, partition(buf.Len(), p))
-	rs := rg.postRS(red)
-	ag := rg.postAG()
-	if err := rg.runRS(rs); err != nil {
-		return err
-	}
-	return rg.runAG(ag, rs[p-2], func(x []byte) { red.finish(x, p) })
+	rg := o.newRing(b, es, partition(buf.Len(), p), 0, 2*(p-1))
+	return rg.run(rg.post(red), func(t int, x []byte) {
+		if t == p-1 {
+			red.finish(x, p) // this rank's chunk, fully reduced
+		}
+	})
 }
 
 // directReduce: every rank sends chunk j of src (n bytes at j·stride) to
@@ -49,13 +48,13 @@ func (o *op) directReduce(dst, src []byte, es, n int, red *reducer) error {
 	for j := 0; j < p; j++ {
 		srcs[j] = slots[j*n : (j+1)*n]
 		if j != r {
-			o.recvMsg(j, srcs[j], es, nil)
+			o.recvMsg(j, srcs[j], es, nil, 0)
 		}
 	}
 	srcs[r] = src[r*stride : r*stride+n]
 	for i := 1; i < p; i++ {
 		j := mod(r+i, p)
-		o.sendMsg(j, src[j*stride:j*stride+n], es)
+		o.sendMsg(j, src[j*stride:j*stride+n], es, 0)
 	}
 	if err := o.waitEach(o.reqs); err != nil {
 		return err
@@ -77,9 +76,9 @@ func (o *op) reduceScatter(dst, src comm.Buf, rop comm.ReduceOp) error {
 	default:
 		work := o.g.buf(len(s))
 		copy(work, s)
-		rg := o.newRing(work, es, partition(src.Len(), p))
-		rs := rg.postRS(red)
-		if err := rg.runRS(rs); err != nil {
+		rg := o.newRing(work, es, partition(src.Len(), p), 0, p-1)
+		rs := rg.post(red)
+		if err := rg.run(rs, nil); err != nil {
 			return err
 		}
 		if err := o.waitEach(rs[p-2]); err != nil {
@@ -102,16 +101,16 @@ func (o *op) allGather(dst, src comm.Buf) error {
 	if n*(p-1) <= directBytes {
 		for j := 0; j < p; j++ {
 			if j != r {
-				o.recvMsg(j, d[j*n:(j+1)*n], es, nil)
+				o.recvMsg(j, d[j*n:(j+1)*n], es, nil, 0)
 			}
 		}
 		for i := 1; i < p; i++ {
-			o.sendMsg(mod(r+i, p), s, es)
+			o.sendMsg(mod(r+i, p), s, es, 0)
 		}
 		return nil
 	}
-	rg := o.newRing(d, es, partition(dst.Len(), p))
-	return rg.runAG(rg.postAG(), nil, nil)
+	rg := o.newRing(d, es, partition(dst.Len(), p), p-1, p-1)
+	return rg.run(rg.post(nil), nil)
 }
 
 // broadcast: buf ← buf of root. Small messages (or two ranks) go straight
@@ -124,18 +123,18 @@ func (o *op) broadcast(buf comm.Buf, root int) error {
 	}
 	if len(b) <= directBytes || p == 2 {
 		if r != root {
-			o.recvMsg(root, b, es, nil)
+			o.recvMsg(root, b, es, nil, 0)
 			return nil
 		}
 		for i := 1; i < p; i++ {
-			o.sendMsg(mod(r+i, p), b, es)
+			o.sendMsg(mod(r+i, p), b, es, 0)
 		}
 		return nil
 	}
 	pos := mod(r-root, p)
 	var in []*req
 	if pos > 0 {
-		in = o.recvMsg(mod(r-1, p), b, es, nil)
+		in = o.recvMsg(mod(r-1, p), b, es, nil, 0)
 	}
 	if pos == p-1 {
 		return nil
@@ -147,7 +146,7 @@ func (o *op) broadcast(buf comm.Buf, root int) error {
 				return err
 			}
 		}
-		o.send(mod(r+1, p), pc, k == len(ps)-1)
+		o.send(mod(r+1, p), pc, k == len(ps)-1, 0)
 	}
 	return nil
 }
@@ -158,13 +157,13 @@ func (o *op) allToAll(dst, src comm.Buf) error {
 	n := len(s) / p
 	for j := 0; j < p; j++ {
 		if j != r {
-			o.recvMsg(j, d[j*n:(j+1)*n], es, nil)
+			o.recvMsg(j, d[j*n:(j+1)*n], es, nil, 0)
 		}
 	}
 	copy(d[r*n:(r+1)*n], s[r*n:(r+1)*n])
 	for i := 1; i < p; i++ {
 		j := mod(r+i, p)
-		o.sendMsg(j, s[j*n:(j+1)*n], es)
+		o.sendMsg(j, s[j*n:(j+1)*n], es, 0)
 	}
 	return nil
 }
@@ -174,8 +173,8 @@ func (o *op) allToAll(dst, src comm.Buf) error {
 func (o *op) barrier() error {
 	p, r := o.size(), o.me()
 	for k := 1; k < p; k <<= 1 {
-		o.send(mod(r+k, p), nil, true)
-		if err := o.wait(o.recv(mod(r-k, p), nil, nil, true)); err != nil {
+		o.send(mod(r+k, p), nil, true, 0)
+		if err := o.wait(o.recv(mod(r-k, p), nil, nil, true, 0)); err != nil {
 			return err
 		}
 	}

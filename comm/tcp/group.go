@@ -10,11 +10,15 @@ import (
 	"trellis/comm"
 )
 
-// Tags: collectives use collTag|sequence (the group's count of collectives,
-// equal on every member because all issue the same ones in the same order);
-// send/recv use the caller's tag, which must be below maxUserTag.
+// Tags: a collective uses collTag | sequence<<subBits | sub, where sequence
+// counts the group's collectives (equal on every member, because all issue
+// the same ones in the same order) and sub numbers the operation's
+// sub-channels (ring steps). Send/recv use the caller's tag, which must be
+// below maxUserTag.
 const (
 	collTag    = uint64(1) << 63
+	subBits    = 24
+	seqMask    = 1<<(63-subBits) - 1
 	maxUserTag = 1 << 62
 )
 
@@ -190,7 +194,7 @@ func (g *group) Send(b comm.Buf, peer, tag int) comm.Work {
 	}
 	return g.submit("send", b, false, func(o *op) error {
 		o.tag = uint64(tag)
-		o.sendMsg(peer, bytesOf(b), b.DType().Size())
+		o.sendMsg(peer, bytesOf(b), b.DType().Size(), 0)
 		return nil
 	})
 }
@@ -201,7 +205,7 @@ func (g *group) Recv(b comm.Buf, peer, tag int) comm.Work {
 	}
 	return g.submit("recv", b, false, func(o *op) error {
 		o.tag = uint64(tag)
-		o.recvMsg(peer, bytesOf(b), b.DType().Size(), nil)
+		o.recvMsg(peer, bytesOf(b), b.DType().Size(), nil, 0)
 		return nil
 	})
 }

@@ -28,7 +28,7 @@ func (g *group) newOp(name string, coll bool, dt tensor.DType) *op {
 	o := &op{g: g, name: name, bf16: dt == tensor.BF16, timer: time.NewTimer(g.w.cfg.OpTimeout)}
 	if coll {
 		g.seq++
-		o.tag = collTag | g.seq
+		o.tag = collTag | (g.seq&seqMask)<<subBits
 	}
 	return o
 }
@@ -39,13 +39,14 @@ func (o *op) me() int   { return o.g.me }
 // mod is the non-negative remainder.
 func mod(a, p int) int { return ((a % p) + p) % p }
 
-// send queues b as one frame to group rank peer.
-func (o *op) send(peer int, b []byte, last bool) *req {
+// send queues b as one frame to group rank peer, on sub-channel sub of the
+// operation's tag (a ring step; 0 otherwise).
+func (o *op) send(peer int, b []byte, last bool, sub uint64) *req {
 	w := o.g.w
 	wr := o.g.ranks[peer]
 	r := newReq(wr)
 	o.reqs = append(o.reqs, r)
-	k := chanKey{o.g.id, o.tag}
+	k := chanKey{o.g.id, o.tag | sub}
 	if wr == w.rank {
 		w.self.deliver(k, b, last, o.bf16)
 		r.done <- nil
@@ -58,12 +59,12 @@ func (o *op) send(peer int, b []byte, last bool) *req {
 }
 
 // recv posts a receive of one frame from group rank peer into dst, copied,
-// or combined into dst by red.
-func (o *op) recv(peer int, dst []byte, red *reducer, last bool) *req {
+// or combined into dst by red, on sub-channel sub.
+func (o *op) recv(peer int, dst []byte, red *reducer, last bool, sub uint64) *req {
 	w := o.g.w
 	wr := o.g.ranks[peer]
 	r := newReq(wr)
-	r.dst, r.red, r.last, r.bf16, r.key = dst, red, last, o.bf16, chanKey{o.g.id, o.tag}
+	r.dst, r.red, r.last, r.bf16, r.key = dst, red, last, o.bf16, chanKey{o.g.id, o.tag | sub}
 	o.reqs = append(o.reqs, r)
 	box := w.self
 	if wr != w.rank {
@@ -94,21 +95,21 @@ func pieces(b []byte, es int) [][]byte {
 }
 
 // sendMsg sends b as a message: its pieces, the last one flagged.
-func (o *op) sendMsg(peer int, b []byte, es int) []*req {
+func (o *op) sendMsg(peer int, b []byte, es int, sub uint64) []*req {
 	ps := pieces(b, es)
 	rs := make([]*req, len(ps))
 	for k, pc := range ps {
-		rs[k] = o.send(peer, pc, k == len(ps)-1)
+		rs[k] = o.send(peer, pc, k == len(ps)-1, sub)
 	}
 	return rs
 }
 
 // recvMsg posts the receives of a message into b, one per piece.
-func (o *op) recvMsg(peer int, b []byte, es int, red *reducer) []*req {
+func (o *op) recvMsg(peer int, b []byte, es int, red *reducer, sub uint64) []*req {
 	ps := pieces(b, es)
 	rs := make([]*req, len(ps))
 	for k, pc := range ps {
-		rs[k] = o.recv(peer, pc, red, k == len(ps)-1)
+		rs[k] = o.recv(peer, pc, red, k == len(ps)-1, sub)
 	}
 	return rs
 }
