@@ -199,7 +199,8 @@ type settings struct {
 	linkLat    time.Duration
 	ranks      int
 	threads    int
-	accum      int // micro-steps per optimizer step
+	accum      int     // micro-steps per optimizer step
+	peak       float64 // FLOP/s of the cores the ranks use (MFU's denominator)
 	enginePlan plan.Plan
 }
 

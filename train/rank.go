@@ -8,9 +8,13 @@ import (
 	"trellis/comm"
 	"trellis/data"
 	"trellis/device"
+	"trellis/mesh"
 	"trellis/model"
 	"trellis/ops"
 	"trellis/optim"
+	"trellis/parallel/dp"
+	"trellis/parallel/zero"
+	"trellis/plan"
 	"trellis/rng"
 )
 
@@ -27,6 +31,8 @@ type rank struct {
 	st     Strategy
 	loader *data.Loader
 	world  comm.Group // every rank: loss and statistics reductions
+	grads  comm.Group // the data-parallel group's gradient traffic (nil: one device)
+	params comm.Group // the data-parallel group's parameter gathers (nil: one device)
 	dp     int        // this rank's index in its data-parallel group
 	sched  optim.Schedule
 	in     []int32 // (B,T)
@@ -63,6 +69,7 @@ func newRank(rc rankConfig) (*rank, error) {
 	// State first, as the seed's formula lists it; then the runner's scratch
 	// and one micro-batch's activations.
 	if r.st, err = newStrategy(r, hyper); err != nil {
+		r.free()
 		return nil, err
 	}
 	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch, Seed: j.Train.Seed}); err != nil {
@@ -82,13 +89,50 @@ func newRank(rc rankConfig) (*rank, error) {
 	return r, nil
 }
 
-// newStrategy picks the implementation of the plan's state placement.
+// newStrategy picks the implementation of the plan's state placement:
+// the single-device reference for dp=1,zero=0, data parallelism (package
+// parallel/dp) for zero=0, ZeRO (package parallel/zero) otherwise.
 func newStrategy(r *rank, hyper optim.Hyper) (Strategy, error) {
 	p := r.set.enginePlan
 	if p.DP == 1 && p.ZeRO == 0 {
 		return newSingle(r.job.Model, r.dev, r.k, hyper)
 	}
-	return nil, fmt.Errorf("parallel.plan: %s is not implemented yet (only dp=1,zero=0)", p.Short())
+	if err := r.joinDP(p); err != nil {
+		return nil, err
+	}
+	decay := optim.Decay2D(OptimTensors(r.job.Model.Layout()))
+	elems := int(r.set.bucket / 4)
+	if p.ZeRO == 0 {
+		return dp.New(dp.Config{Model: r.job.Model, Group: r.grads, Device: r.dev, Kernels: r.k,
+			Hyper: hyper, Decay: decay, BucketElems: elems, Overlap: r.job.Parallel.Overlap})
+	}
+	return zero.New(zero.Config{Model: r.job.Model, Stage: p.ZeRO, Grads: r.grads, Params: r.params,
+		Device: r.dev, Kernels: r.k, Hyper: hyper, Decay: decay, BucketElems: elems,
+		Overlap: r.job.Parallel.Overlap, Prefetch: r.job.Parallel.Prefetch})
+}
+
+// joinDP makes this rank's data-parallel groups, the ranks along the mesh's
+// dp axis: one for gradient reductions and one for parameter gathers, each
+// with its own queue and both apart from the world group the loop uses for
+// statistics.
+func (r *rank) joinDP(p plan.Plan) error {
+	m, err := mesh.New(mesh.Config{PP: p.PP, DP: p.DP, CP: p.CP, TP: p.TP, Order: p.Order, World: r.world.Size()})
+	if err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	ranks, err := m.Group(r.id, mesh.DP)
+	if err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	name := m.GroupName(mesh.DP)
+	if r.grads, err = r.world.NewGroup("grad."+name, ranks); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	if r.params, err = r.world.NewGroup("param."+name, ranks); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	r.dp = r.grads.Rank()
+	return nil
 }
 
 func (r *rank) free() {
@@ -100,6 +144,11 @@ func (r *rank) free() {
 	}
 	if r.st != nil {
 		r.st.Free()
+	}
+	for _, g := range []comm.Group{r.grads, r.params} {
+		if g != nil {
+			g.Close()
+		}
 	}
 }
 

@@ -76,6 +76,9 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
+	// Measured before any rank starts, so that no rank waits on rank 0's
+	// measurement in its first collective.
+	s.peak = peakFLOPS(s.ranks, s.threads)
 	loader, err := data.NewLoader(data.LoaderConfig{Data: o.Job.Data, SeqLen: o.Job.Model.SeqLen, Vocab: o.Job.Model.Vocab, Seed: o.Job.Train.Seed, Log: o.Log})
 	if err != nil {
 		return nil, err
@@ -88,7 +91,8 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		if o.World.Size() != s.ranks {
 			return nil, fmt.Errorf("train: the plan %s needs %d ranks, the launch started %d", s.enginePlan.Short(), s.ranks, o.World.Size())
 		}
-		return runRank(ctx, o, s, loader, res, o.World)
+		sum, err := runRank(ctx, o, s, loader, res, o.World)
+		return sum, oomHint(err, o.Job, s)
 	}
 	var link *local.LinkModel
 	if s.linkBW > 0 || s.linkLat > 0 {
@@ -133,7 +137,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		g.Close()
 	}
 	if err := firstCause(errs); err != nil {
-		return nil, err
+		return nil, oomHint(err, o.Job, s)
 	}
 	return out, nil
 }

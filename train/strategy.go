@@ -1,19 +1,21 @@
 package train
 
 import (
-	"fmt"
-
 	"trellis/checkpoint"
 	"trellis/device"
 	"trellis/model"
 	"trellis/ops"
 	"trellis/optim"
+	"trellis/parallel/dp"
+	"trellis/parallel/flat"
 )
 
 // Strategy owns one rank's parameters, gradients and optimizer state under a
 // plan, and is the model.Params its forward and backward passes run on.
-// Data parallelism and ZeRO (package parallel/zero) implement it over
-// groups; single is the one-device reference every plan must match.
+// Data parallelism (package parallel/dp) and ZeRO stages 1-3 (package
+// parallel/zero) implement it over the data-parallel groups, with an
+// optional CommStats() comm.Stats that the run reports; single is the
+// one-device reference every plan must match.
 //
 // A step is: BeginStep; for each micro-batch k of accum: BeginMicro(k,
 // accum), forward, backward; FinishGrads; Update.
@@ -134,47 +136,11 @@ func (s *single) Free() {
 // into per-tensor checkpoint shards named prefix+tensor name, so that a
 // checkpoint is indexed by tensor whatever the sharding.
 func FlatShards(l model.Layout, prefix string, lo int, buf []float32) []checkpoint.Shard {
-	hi := lo + len(buf)
-	var out []checkpoint.Shard
-	for _, u := range l.Units {
-		for _, t := range u.Tensors {
-			tlo := t.Offset
-			thi := tlo + t.Size
-			a, b := max(lo, tlo), min(hi, thi)
-			if a >= b {
-				continue
-			}
-			out = append(out, checkpoint.Float32Shard(prefix+t.Name, t.Shape, int64(a-tlo), buf[a-lo:b-lo]))
-		}
-	}
-	return out
+	return flat.Shards(dp.Tensors(l), prefix, lo, buf)
 }
 
 // ReadFlat fills dst with the global flat elements [lo, lo+len(dst)) of the
 // tensors named prefix+name, read from whichever ranks' files hold them.
 func ReadFlat(c *checkpoint.Checkpoint, l model.Layout, prefix string, lo int, dst []float32) error {
-	hi := lo + len(dst)
-	for _, u := range l.Units {
-		for _, t := range u.Tensors {
-			tlo := t.Offset
-			thi := tlo + t.Size
-			a, b := max(lo, tlo), min(hi, thi)
-			if a >= b {
-				continue
-			}
-			sh, err := c.ReadTensor(prefix + t.Name)
-			if err != nil {
-				return err
-			}
-			v, err := sh.Float32()
-			if err != nil {
-				return err
-			}
-			if len(v) != t.Size {
-				return fmt.Errorf("train: checkpoint tensor %s has %d elements, the model wants %d", prefix+t.Name, len(v), t.Size)
-			}
-			copy(dst[a-lo:b-lo], v[a-tlo:b-tlo])
-		}
-	}
-	return nil
+	return flat.Read(c, dp.Tensors(l), prefix, lo, dst)
 }

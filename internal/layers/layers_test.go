@@ -35,7 +35,9 @@ var layer = map[string]int{
 	"comm/commtest":    3,
 	"launch":           3,
 	"comm/commbench":   4, // starts tcp workers through launch
+	"parallel/flat":    3,
 	"parallel/dp":      4,
+	"parallel/dptest":  4, // the test harness of dp and zero
 	"parallel/zero":    4,
 	"parallel/tp":      4,
 	"parallel/pp":      4,

@@ -1,0 +1,240 @@
+// Package dp is data parallelism: every rank of a group holds the whole
+// model, its gradients and its optimizer state, runs its own share of the
+// global batch, and averages the gradients before an identical update.
+//
+// Gradients are averaged in buckets (parallel/flat): consecutive units
+// grouped up to a size, from the last unit down, so buckets fill in the
+// order the backward pass finishes units. With overlap, a bucket's
+// all-reduce
+//
+//	g_b ← (1/N) Σ_ranks g_b
+//
+// is issued the moment its last unit's gradient is final (model.Params'
+// GradsDone) during the LAST micro-batch of a step, and runs on the group's
+// queue while the backward pass continues; FinishGrads waits for the rest.
+// Earlier micro-batches only accumulate, so gradient accumulation reduces
+// once per step. Without overlap every bucket is reduced after the
+// backward pass. The time the rank blocks in those waits is its exposed
+// communication (CommStats().Wait); CommStats().Busy is the total.
+//
+// Memory per rank (fp32, Ψ parameters): param 4Ψ, grad 4Ψ, optim 8Ψ — the
+// 16Ψ of ZeRO stage 0 — and no communication buffers (the all-reduce works
+// in place).
+package dp
+
+import (
+	"errors"
+	"fmt"
+
+	"trellis/checkpoint"
+	"trellis/comm"
+	"trellis/device"
+	"trellis/model"
+	"trellis/ops"
+	"trellis/optim"
+	"trellis/parallel/flat"
+)
+
+// Config is everything New needs.
+type Config struct {
+	Model model.Config
+	// Group is the data-parallel group the gradients are averaged over (a
+	// group of its own, so that gradient traffic has its own queue). The
+	// strategy does not close it.
+	Group   comm.Group
+	Device  *device.Device // param, grad and optim are charged here
+	Kernels *ops.Kernels   // the optimizer's threads
+	Hyper   optim.Hyper
+	Decay   []optim.Range // global ranges that get weight decay (optim.Decay2D)
+	// BucketElems caps a gradient bucket, in elements; 0: one unit per bucket.
+	BucketElems int
+	// Overlap reduces each bucket as soon as it is ready; false reduces
+	// after the backward pass.
+	Overlap bool
+}
+
+// Validate names the first field that breaks its rule.
+func (c Config) Validate() error {
+	if err := c.Model.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.Group == nil:
+		return errors.New("dp: Config.Group is nil")
+	case c.Device == nil:
+		return errors.New("dp: Config.Device is nil")
+	case c.BucketElems < 0:
+		return fmt.Errorf("dp: BucketElems=%d must be >= 0", c.BucketElems)
+	}
+	return nil
+}
+
+// Strategy is one rank's data-parallel state; it is the model.Params its
+// forward and backward passes run on.
+type Strategy struct {
+	*model.FlatParams
+	cfg     Config
+	tensors []flat.Tensor
+	bl      *flat.Layout
+	opt     *optim.AdamW
+	track   flat.Tracker
+	last    bool          // the current micro-batch is the step's last
+	left    []int         // per bucket: units whose gradients are not final yet
+	ops     []*flat.Op    // per bucket: its all-reduce this step (nil: not issued)
+	buckets []flat.Bucket // = bl.Buckets
+}
+
+// New allocates the full parameters, gradients and optimizer state.
+func New(cfg Config) (*Strategy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	lay := cfg.Model.Layout()
+	sizes := make([]int, len(lay.Units))
+	for i, u := range lay.Units {
+		sizes[i] = u.Size
+	}
+	bl, err := flat.New(flat.Config{UnitSizes: sizes, MaxElems: cfg.BucketElems, Ranks: 1})
+	if err != nil {
+		return nil, fmt.Errorf("dp: %w", err)
+	}
+	fp, err := model.NewFlatParams(cfg.Model, cfg.Device)
+	if err != nil {
+		return nil, err
+	}
+	opt, err := optim.New(optim.Config{Params: fp.W, Grads: fp.G, Decay: cfg.Decay, Hyper: cfg.Hyper, Device: cfg.Device, Kernels: cfg.Kernels})
+	if err != nil {
+		fp.Free()
+		return nil, err
+	}
+	s := &Strategy{FlatParams: fp, cfg: cfg, tensors: Tensors(lay), bl: bl, opt: opt, buckets: bl.Buckets,
+		left: make([]int, len(bl.Buckets)), ops: make([]*flat.Op, len(bl.Buckets)), last: true}
+	s.BeginMicro(0, 1)
+	return s, nil
+}
+
+// Tensors lists a layout's tensors for package flat.
+func Tensors(l model.Layout) []flat.Tensor {
+	var ts []flat.Tensor
+	for _, u := range l.Units {
+		for _, t := range u.Tensors {
+			ts = append(ts, flat.Tensor{Name: t.Name, Offset: t.Offset, Size: t.Size, Shape: t.Shape})
+		}
+	}
+	return ts
+}
+
+// Init writes the initial weights (every rank computes all of them, the
+// same on every rank).
+func (s *Strategy) Init(seed uint64) error {
+	return model.InitRange(s.cfg.Model, seed, s.W, 0, len(s.W))
+}
+
+// BeginStep zeroes the gradients.
+func (s *Strategy) BeginStep() error {
+	s.ZeroGrads()
+	clear(s.ops)
+	return nil
+}
+
+// BeginMicro records whether micro-batch k is the step's last (the only
+// one whose backward pass reduces).
+func (s *Strategy) BeginMicro(k, accum int) {
+	s.last = k == accum-1
+	for i, b := range s.buckets {
+		s.left[i] = b.Last - b.First + 1
+	}
+}
+
+// GradsDone issues the all-reduce of unit u's bucket when u was the
+// bucket's last unmet unit of the step's last micro-batch (with overlap).
+func (s *Strategy) GradsDone(u int) error {
+	if err := s.bl.CheckUnit(u); err != nil {
+		return fmt.Errorf("dp: %w", err)
+	}
+	if !s.last {
+		return nil
+	}
+	b := s.bl.Of(u)
+	s.left[b]--
+	if s.left[b] == 0 && s.cfg.Overlap {
+		s.reduce(b)
+	}
+	return nil
+}
+
+// reduce issues bucket b's all-reduce (average) in place.
+func (s *Strategy) reduce(b int) {
+	bk := s.buckets[b]
+	w := s.cfg.Group.AllReduce(comm.F32(s.G[bk.Offset:bk.Offset+bk.Len]), comm.Avg)
+	s.ops[b] = s.track.Watch(w, nil)
+}
+
+// FinishGrads issues the buckets not yet reduced, from the last down, and
+// waits for every bucket's all-reduce.
+func (s *Strategy) FinishGrads() error {
+	for b := len(s.buckets) - 1; b >= 0; b-- {
+		if s.ops[b] == nil {
+			s.reduce(b)
+		}
+	}
+	var first error
+	for b, op := range s.ops {
+		if err := op.Wait(); err != nil && first == nil {
+			first = fmt.Errorf("dp: gradient all-reduce of bucket %d: %w", b, err)
+		}
+		s.ops[b] = nil
+	}
+	return first
+}
+
+// Update clips to the global norm (every rank holds the same averaged
+// gradients, so every rank computes the same norm) and applies AdamW.
+func (s *Strategy) Update(lr, maxNorm float64) (float64, error) {
+	norm := optim.GlobalNorm(s.G)
+	s.opt.Step(lr, optim.ClipScale(norm, maxNorm))
+	return norm, nil
+}
+
+// Shards is the whole state, written by group rank 0 only (the other
+// ranks hold identical copies).
+func (s *Strategy) Shards() ([]checkpoint.Shard, error) {
+	if s.cfg.Group.Rank() != 0 {
+		return []checkpoint.Shard{}, nil
+	}
+	st := s.opt.State()
+	out := flat.Shards(s.tensors, "", 0, s.W)
+	out = append(out, flat.Shards(s.tensors, "optim.m.", 0, st.M)...)
+	return append(out, flat.Shards(s.tensors, "optim.v.", 0, st.V)...), nil
+}
+
+// Restore reads the whole state on every rank.
+func (s *Strategy) Restore(c *checkpoint.Checkpoint, optSteps int) error {
+	m, v := make([]float32, len(s.W)), make([]float32, len(s.W))
+	for _, t := range []struct {
+		prefix string
+		dst    []float32
+	}{{"", s.W}, {"optim.m.", m}, {"optim.v.", v}} {
+		if err := flat.Read(c, s.tensors, t.prefix, 0, t.dst); err != nil {
+			return err
+		}
+	}
+	return s.opt.Restore(optim.State{Step: optSteps, M: m, V: v})
+}
+
+// OptimizerSteps is the number of updates applied.
+func (s *Strategy) OptimizerSteps() int { return s.opt.Steps() }
+
+// CommStats is the rank's communication: Busy the total, Wait the exposed part.
+func (s *Strategy) CommStats() comm.Stats { return s.track.Stats(s.cfg.Group) }
+
+// Free waits for any collective still in flight and returns the memory.
+func (s *Strategy) Free() {
+	for _, op := range s.ops {
+		if op != nil {
+			op.Wait()
+		}
+	}
+	s.opt.Free()
+	s.FlatParams.Free()
+}

@@ -1,0 +1,88 @@
+package flat
+
+import (
+	"sync"
+	"time"
+
+	"trellis/comm"
+)
+
+// Tracker watches a rank's asynchronous collectives and accounts the time
+// the rank's compute goroutine spends blocked on them: its exposed
+// communication. (A group's own Stats count the time any caller spends in
+// Work.Wait, including the watcher goroutines Tracker starts; use
+// Exposed instead.)
+type Tracker struct {
+	mu   sync.Mutex
+	wait time.Duration
+}
+
+// Op is one watched operation.
+type Op struct {
+	t    *Tracker
+	done chan struct{}
+	err  error
+}
+
+// Watch starts following w. When w completes, then (if not nil) runs on the
+// watcher goroutine — for releasing memory the operation read, never for
+// arithmetic whose order matters — and the Op becomes Done.
+func (t *Tracker) Watch(w comm.Work, then func()) *Op {
+	o := &Op{t: t, done: make(chan struct{})}
+	go func() {
+		o.err = w.Wait()
+		if then != nil {
+			then()
+		}
+		close(o.done)
+	}()
+	return o
+}
+
+// Done reports, without blocking, whether the operation has completed.
+func (o *Op) Done() bool {
+	select {
+	case <-o.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Wait blocks until the operation completes and returns its error; the
+// time blocked is exposed communication.
+func (o *Op) Wait() error {
+	if o.Done() {
+		return o.err
+	}
+	start := time.Now()
+	<-o.done
+	o.t.mu.Lock()
+	o.t.wait += time.Since(start)
+	o.t.mu.Unlock()
+	return o.err
+}
+
+// Exposed is the total time Wait has blocked.
+func (t *Tracker) Exposed() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.wait
+}
+
+// Stats sums the groups' accounting (each group once) and replaces its Wait
+// with the tracker's exposed time: Busy is the total time the rank's
+// collectives ran, Wait the part of it the rank did not hide.
+func (t *Tracker) Stats(groups ...comm.Group) comm.Stats {
+	var s comm.Stats
+	seen := map[comm.Group]bool{}
+	for _, g := range groups {
+		if g == nil || seen[g] {
+			continue
+		}
+		seen[g] = true
+		s = s.Add(g.Stats())
+	}
+	s.Wait = t.Exposed()
+	return s
+}
