@@ -40,6 +40,7 @@ type chanKey struct{ group, tag uint64 }
 // arrival is a frame that came before its receive was posted, buffered.
 type arrival struct {
 	data    []byte
+	pooled  bool // data came from the framePool and goes back once used
 	last    bool
 	bf16    bool
 	ready   bool  // data is complete (or err is set)
@@ -57,12 +58,32 @@ type channel struct {
 // buffered, so a peer's sends never wait for this rank's receives.
 type mailbox struct {
 	peer  int
+	pool  *framePool
 	mu    sync.Mutex
 	chans map[chanKey]*channel
 	err   error // once set, receives that find no buffered frame fail
 }
 
-func newMailbox(peer int) *mailbox { return &mailbox{peer: peer, chans: map[chanKey]*channel{}} }
+func newMailbox(peer int, pool *framePool) *mailbox {
+	return &mailbox{peer: peer, pool: pool, chans: map[chanKey]*channel{}}
+}
+
+// framePool recycles the buffers of full-size frames that arrived before
+// their receive (a message sent before its Recv was issued), so a long one
+// costs no allocation and zeroing per frame.
+type framePool struct{ p sync.Pool }
+
+func (f *framePool) get(n int) ([]byte, bool) {
+	if n != pieceBytes {
+		return alignedBytes(n), false
+	}
+	if b, ok := f.p.Get().(*[]byte); ok {
+		return *b, true
+	}
+	return alignedBytes(n), true
+}
+
+func (f *framePool) put(b []byte) { f.p.Put(&b) }
 
 func (m *mailbox) channel(k chanKey) *channel {
 	c := m.chans[k]
@@ -119,7 +140,8 @@ func (m *mailbox) take(h header) (*req, *arrival) {
 		m.tidy(k, c)
 		return r, nil
 	}
-	a := &arrival{data: alignedBytes(int(h.length)), last: h.last, bf16: h.bf16}
+	a := &arrival{last: h.last, bf16: h.bf16}
+	a.data, a.pooled = m.pool.get(int(h.length))
 	c.arrived = append(c.arrived, a)
 	return nil, a
 }
@@ -158,6 +180,9 @@ func (m *mailbox) complete(r *req, a *arrival) error {
 		r.red.apply(r.dst, a.data)
 	} else {
 		copy(r.dst, a.data)
+	}
+	if a.pooled {
+		m.pool.put(a.data)
 	}
 	return nil
 }

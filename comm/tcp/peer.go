@@ -47,7 +47,7 @@ func newPeer(w *world, rank int, conn net.Conn) *peer {
 		}
 	}
 	p := &peer{w: w, rank: rank, conn: conn, br: bufio.NewReaderSize(conn, 64<<10),
-		box: newMailbox(rank), scratch: alignedBytes(scratchBytes),
+		box: newMailbox(rank, &w.pool), scratch: alignedBytes(scratchBytes),
 		readerDone: make(chan struct{}), writerDone: make(chan struct{})}
 	p.out.wake = make(chan struct{}, 1)
 	return p

@@ -59,6 +59,7 @@ type world struct {
 	size  int
 	peers []*peer  // by world rank; nil for this rank
 	self  *mailbox // sends to oneself
+	pool  framePool
 
 	mu        sync.Mutex
 	groups    map[uint64]*group
@@ -83,8 +84,9 @@ func New(cfg Config) (comm.Group, error) {
 	}
 	cfg = cfg.withDefaults()
 	w := &world{cfg: cfg, token: []byte(cfg.Token), rank: cfg.Rank, size: cfg.Size,
-		peers: make([]*peer, cfg.Size), self: newMailbox(cfg.Rank),
+		peers:  make([]*peer, cfg.Size),
 		groups: map[uint64]*group{}, flushed: make(chan struct{}), shut: make(chan struct{})}
+	w.self = newMailbox(cfg.Rank, &w.pool)
 	g := w.newGroup(0, "world", identity(cfg.Size))
 	if cfg.Size == 1 {
 		return g, nil
