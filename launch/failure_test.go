@@ -63,10 +63,12 @@ func TestKilledWorker(t *testing.T) {
 	if !errors.As(err, &we) || we.Rank != victim || we.Status != "signal: killed" {
 		t.Fatalf("launcher: got %v, want rank %d killed", err, victim)
 	}
+	var slowest time.Duration
 	for _, e := range j.Exits() {
 		if e.Rank == victim {
 			continue
 		}
+		slowest = max(slowest, e.At.Sub(killed))
 		if e.Stopped || e.Code != 1 {
 			t.Errorf("rank %d: %+v, want exit status 1 on its own", e.Rank, e)
 		}
@@ -79,6 +81,7 @@ func TestKilledWorker(t *testing.T) {
 			t.Errorf("rank %d's error does not name rank %d: %q\nstderr:\n%s", e.Rank, victim, line, errb)
 		}
 	}
+	t.Logf("the %d survivors exited within %v of the kill", n-1, slowest)
 }
 
 func lineWith(s, sub string) string {
