@@ -231,10 +231,13 @@ func (m *mailbox) fail(err error) {
 }
 
 // failed reports whether fail was called.
-func (m *mailbox) failed() bool {
+func (m *mailbox) failed() bool { return m.error() != nil }
+
+// error is the error fail was first called with.
+func (m *mailbox) error() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.err != nil
+	return m.err
 }
 
 // cancelGroup fails the posted receives of one group.

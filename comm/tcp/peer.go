@@ -127,17 +127,11 @@ func (p *peer) writeLoop() {
 	for {
 		batch := p.out.takeAll()
 		for i, r := range batch {
-			err := p.write(r)
-			r.done <- err
-			if err != nil {
-				for _, rest := range batch[i+1:] {
-					rest.done <- err
-				}
-				p.lost(err)
-				p.out.failData(err)
-				p.drainOut(err)
+			if err := p.write(r); err != nil {
+				p.writeFailed(err, batch[i:])
 				return
 			}
+			r.done <- nil
 		}
 		if len(batch) > 0 {
 			last = time.Now()
@@ -151,15 +145,29 @@ func (p *peer) writeLoop() {
 		case now := <-tick.C:
 			if now.Sub(last) >= interval {
 				if err := p.write(&hb); err != nil {
-					p.lost(err)
-					p.out.failData(err)
-					p.drainOut(err)
+					p.writeFailed(err, nil)
 					return
 				}
 				last = now
 			}
 		}
 	}
+}
+
+// writeFailed handles a failed write: the connection is lost, and the
+// frames not sent fail with the reason (a *comm.PeerError naming the peer,
+// or comm.ErrClosed when this rank is closing).
+func (p *peer) writeFailed(err error, unsent []*req) {
+	p.lost(err)
+	reason := p.box.error()
+	if reason == nil {
+		reason = p.w.peerError(p.rank, err)
+	}
+	for _, r := range unsent {
+		r.done <- reason
+	}
+	p.out.failData(reason)
+	p.drainOut(reason)
 }
 
 // drainOut fails whatever is still queued once the writer stops.
@@ -220,10 +228,11 @@ func (p *peer) readData(h header) error {
 	if a != nil {
 		_, err := io.ReadFull(p.br, a.data)
 		if err != nil {
-			err = p.w.peerError(p.rank, err)
+			p.box.filled(a, p.broken(err))
+			return err
 		}
-		p.box.filled(a, err)
-		return err
+		p.box.filled(a, nil)
+		return nil
 	}
 	if err := p.box.check(r, int(h.length), h.last, h.bf16); err != nil {
 		_, rerr := io.CopyN(io.Discard, p.br, int64(h.length))
@@ -232,11 +241,22 @@ func (p *peer) readData(h header) error {
 	}
 	err := p.readInto(r)
 	if err != nil {
-		r.done <- p.w.peerError(p.rank, err)
+		r.done <- p.broken(err)
 		return err
 	}
 	r.done <- nil
 	return nil
+}
+
+// broken handles a read error in the middle of a frame: the connection is
+// lost (see lost), and the frame fails with the same reason as every other
+// receive from this peer.
+func (p *peer) broken(err error) error {
+	p.lost(err)
+	if reason := p.box.error(); reason != nil {
+		return reason
+	}
+	return p.w.peerError(p.rank, err)
 }
 
 func (p *peer) readInto(r *req) error {
