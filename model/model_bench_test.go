@@ -2,6 +2,8 @@ package model
 
 import (
 	"testing"
+
+	"trellis/ops"
 )
 
 // reference is the model of the PyTorch comparison in docs/BENCHMARKS.md.
@@ -38,4 +40,41 @@ func BenchmarkForwardBackward(b *testing.B) {
 			b.ReportMetric(tokens*reference.FLOPsPerToken()/sec/1e9, "GFLOP/s")
 		})
 	}
+}
+
+// BenchmarkTrainStep times a whole single-device training step of the
+// reference model on one thread: zero the gradients, forward and backward
+// of a micro-batch of 8 sequences, and an AdamW update of every
+// parameter. It reports tokens/s and, less sensitive to other processes,
+// the process's CPU milliseconds per step.
+//
+//	go test ./model -run ^$ -bench TrainStep -benchtime 20x -count 5
+func BenchmarkTrainStep(b *testing.B) {
+	const B = 8
+	m, p, s, _ := setup(b, reference, B, 1)
+	batch := randomBatch(reference, B, 1)
+	mom, vel := make([]float32, len(p.W)), make([]float32, len(p.W))
+	h := ops.AdamWHyper{LR: 1e-4, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, GradScale: 1}
+	step := func(t int) {
+		p.ZeroGrads()
+		if _, err := m.Forward(p, s, batch); err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Backward(p, s, 1); err != nil {
+			b.Fatal(err)
+		}
+		h.Step = t
+		m.k.AdamW(h, p.W, p.G, mom, vel)
+	}
+	step(1) // warm up
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for i := 0; i < b.N; i++ {
+		step(i + 2)
+	}
+	cpu := cpuTime() - cpu0
+	tokens := float64(B*reference.SeqLen) * float64(b.N)
+	b.ReportMetric(tokens/b.Elapsed().Seconds(), "tokens/s")
+	b.ReportMetric(cpu.Seconds()*1e3/float64(b.N), "cpu_ms/step")
 }

@@ -259,15 +259,13 @@ geluBwdSetAVX512_done:
 	RET
 
 // func expRowAVX512(out *float32, in *float32, n int, scale float32, shift float32, sums *float32)
-// Requires: AVX, AVX512F, SSE
+// Requires: AVX, AVX512F
 TEXT ·expRowAVX512(SB), NOSPLIT, $0-40
 	MOVQ         out+0(FP), AX
 	MOVQ         in+8(FP), CX
-	MOVSS        scale+24(FP), X0
-	VBROADCASTSS X0, Z0
-	MOVSS        shift+28(FP), X2
-	VBROADCASTSS X2, Z2
-	VPXORD       Z1, Z1, Z1
+	VBROADCASTSS scale+24(FP), Z0
+	VBROADCASTSS shift+28(FP), Z1
+	VPXORD       Z2, Z2, Z2
 	VBROADCASTSS vc18<>+0(SB), Z3
 	VBROADCASTSS vc19<>+0(SB), Z4
 	VBROADCASTSS vc20<>+0(SB), Z5
@@ -286,7 +284,7 @@ TEXT ·expRowAVX512(SB), NOSPLIT, $0-40
 
 expRow_loop:
 	VMOVUPS      (CX), Z15
-	VFMSUB213PS  Z2, Z0, Z15
+	VFMSUB213PS  Z1, Z0, Z15
 	VMAXPS       Z3, Z15, Z15
 	VMINPS       Z4, Z15, Z15
 	VMULPS       Z5, Z15, Z16
@@ -304,7 +302,7 @@ expRow_loop:
 	VADDPS       Z8, Z17, Z17
 	VSCALEFPS    Z16, Z17, Z15
 	VMOVUPS      Z15, (AX)
-	VADDPS       Z15, Z1, Z1
+	VADDPS       Z15, Z2, Z2
 	ADDQ         $0x00000040, AX
 	ADDQ         $0x00000040, CX
 	SUBQ         $0x00000010, DX
@@ -312,7 +310,7 @@ expRow_loop:
 
 expRow_done:
 	MOVQ    sums+32(FP), AX
-	VMOVUPS Z1, (AX)
+	VMOVUPS Z2, (AX)
 	VZEROUPPER
 	RET
 
@@ -389,11 +387,10 @@ sumRow_done:
 	RET
 
 // func sqDevRowAVX512(x *float32, n int, m float32, sums *float32)
-// Requires: AVX, AVX512F, SSE
+// Requires: AVX, AVX512F
 TEXT ·sqDevRowAVX512(SB), NOSPLIT, $0-32
 	MOVQ         x+0(FP), AX
-	MOVSS        m+16(FP), X0
-	VBROADCASTSS X0, Z0
+	VBROADCASTSS m+16(FP), Z0
 	VPXORD       Z1, Z1, Z1
 	MOVQ         n+8(FP), CX
 	TESTQ        CX, CX
@@ -414,11 +411,10 @@ sqDevRow_done:
 	RET
 
 // func scaleRowAVX512(x *float32, n int, a float32)
-// Requires: AVX, AVX512F, SSE
+// Requires: AVX, AVX512F
 TEXT ·scaleRowAVX512(SB), NOSPLIT, $0-20
 	MOVQ         x+0(FP), AX
-	MOVSS        a+16(FP), X0
-	VBROADCASTSS X0, Z0
+	VBROADCASTSS a+16(FP), Z0
 	MOVQ         n+8(FP), CX
 	TESTQ        CX, CX
 	JE           scaleRow_done
@@ -459,12 +455,11 @@ dotRow_done:
 	RET
 
 // func axpyAVX512(y *float32, x *float32, n int, a float32)
-// Requires: AVX, AVX512F, SSE
+// Requires: AVX, AVX512F
 TEXT ·axpyAVX512(SB), NOSPLIT, $0-28
 	MOVQ         y+0(FP), AX
 	MOVQ         x+8(FP), CX
-	MOVSS        a+24(FP), X0
-	VBROADCASTSS X0, Z0
+	VBROADCASTSS a+24(FP), Z0
 	MOVQ         n+16(FP), DX
 	TESTQ        DX, DX
 	JE           axpy_done
@@ -483,14 +478,12 @@ axpy_done:
 	RET
 
 // func softmaxGradAVX512(d *float32, p *float32, n int, s float32, scale float32)
-// Requires: AVX, AVX512F, SSE
+// Requires: AVX, AVX512F
 TEXT ·softmaxGradAVX512(SB), NOSPLIT, $0-32
 	MOVQ         d+0(FP), AX
 	MOVQ         p+8(FP), CX
-	MOVSS        s+24(FP), X0
-	VBROADCASTSS X0, Z0
-	MOVSS        scale+28(FP), X1
-	VBROADCASTSS X1, Z1
+	VBROADCASTSS s+24(FP), Z0
+	VBROADCASTSS scale+28(FP), Z1
 	MOVQ         n+16(FP), DX
 	TESTQ        DX, DX
 	JE           softmaxGrad_done
@@ -511,16 +504,14 @@ softmaxGrad_done:
 	RET
 
 // func lnOutAVX512(out *float32, x *float32, w *float32, b *float32, n int, m float32, s float32)
-// Requires: AVX, AVX512F, SSE
+// Requires: AVX, AVX512F
 TEXT ·lnOutAVX512(SB), NOSPLIT, $0-48
 	MOVQ         out+0(FP), AX
 	MOVQ         x+8(FP), CX
 	MOVQ         w+16(FP), DX
 	MOVQ         b+24(FP), BX
-	MOVSS        m+40(FP), X0
-	VBROADCASTSS X0, Z0
-	MOVSS        s+44(FP), X1
-	VBROADCASTSS X1, Z1
+	VBROADCASTSS m+40(FP), Z0
+	VBROADCASTSS s+44(FP), Z1
 	MOVQ         n+32(FP), SI
 	TESTQ        SI, SI
 	JE           lnOut_done
@@ -544,17 +535,15 @@ lnOut_done:
 	RET
 
 // func lnBwdSumsAVX512(dy *float32, x *float32, w *float32, n int, m float32, s float32, sums *float32)
-// Requires: AVX, AVX512F, SSE
+// Requires: AVX, AVX512F
 TEXT ·lnBwdSumsAVX512(SB), NOSPLIT, $0-48
 	MOVQ         dy+0(FP), AX
 	MOVQ         x+8(FP), CX
 	MOVQ         w+16(FP), DX
-	MOVSS        m+32(FP), X0
-	VBROADCASTSS X0, Z0
-	MOVSS        s+36(FP), X3
-	VBROADCASTSS X3, Z3
-	VPXORD       Z1, Z1, Z1
+	VBROADCASTSS m+32(FP), Z0
+	VBROADCASTSS s+36(FP), Z1
 	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
 	MOVQ         n+24(FP), BX
 	TESTQ        BX, BX
 	JE           lnBwdSums_done
@@ -562,11 +551,11 @@ TEXT ·lnBwdSumsAVX512(SB), NOSPLIT, $0-48
 lnBwdSums_loop:
 	VMOVUPS     (AX), Z4
 	VMULPS      (DX), Z4, Z4
-	VADDPS      Z4, Z1, Z1
+	VADDPS      Z4, Z2, Z2
 	VMOVUPS     (CX), Z5
 	VSUBPS      Z0, Z5, Z5
-	VMULPS      Z3, Z5, Z5
-	VFMADD231PS Z5, Z4, Z2
+	VMULPS      Z1, Z5, Z5
+	VFMADD231PS Z5, Z4, Z3
 	ADDQ        $0x00000040, AX
 	ADDQ        $0x00000040, CX
 	ADDQ        $0x00000040, DX
@@ -575,26 +564,22 @@ lnBwdSums_loop:
 
 lnBwdSums_done:
 	MOVQ    sums+40(FP), AX
-	VMOVUPS Z1, (AX)
-	VMOVUPS Z2, 64(AX)
+	VMOVUPS Z2, (AX)
+	VMOVUPS Z3, 64(AX)
 	VZEROUPPER
 	RET
 
 // func lnBwdDxAVX512(dx *float32, dy *float32, x *float32, w *float32, n int, m float32, s float32, gmean float32, gxmean float32)
-// Requires: AVX, AVX512F, SSE
+// Requires: AVX, AVX512F
 TEXT ·lnBwdDxAVX512(SB), NOSPLIT, $0-56
 	MOVQ         dx+0(FP), AX
 	MOVQ         dy+8(FP), CX
 	MOVQ         x+16(FP), DX
 	MOVQ         w+24(FP), BX
-	MOVSS        m+40(FP), X0
-	VBROADCASTSS X0, Z0
-	MOVSS        s+44(FP), X1
-	VBROADCASTSS X1, Z1
-	MOVSS        gmean+48(FP), X2
-	VBROADCASTSS X2, Z2
-	MOVSS        gxmean+52(FP), X3
-	VBROADCASTSS X3, Z3
+	VBROADCASTSS m+40(FP), Z0
+	VBROADCASTSS s+44(FP), Z1
+	VBROADCASTSS gmean+48(FP), Z2
+	VBROADCASTSS gxmean+52(FP), Z3
 	MOVQ         n+32(FP), SI
 	TESTQ        SI, SI
 	JE           lnBwdDx_done
@@ -622,16 +607,14 @@ lnBwdDx_done:
 	RET
 
 // func lnBwdParamsAVX512(dw *float32, db *float32, dy *float32, x *float32, n int, m float32, s float32)
-// Requires: AVX, AVX512F, SSE
+// Requires: AVX, AVX512F
 TEXT ·lnBwdParamsAVX512(SB), NOSPLIT, $0-48
 	MOVQ         dw+0(FP), AX
 	MOVQ         db+8(FP), CX
 	MOVQ         dy+16(FP), DX
 	MOVQ         x+24(FP), BX
-	MOVSS        m+40(FP), X0
-	VBROADCASTSS X0, Z0
-	MOVSS        s+44(FP), X1
-	VBROADCASTSS X1, Z1
+	VBROADCASTSS m+40(FP), Z0
+	VBROADCASTSS s+44(FP), Z1
 	MOVQ         n+32(FP), SI
 	TESTQ        SI, SI
 	JE           lnBwdParams_done
