@@ -78,20 +78,26 @@ type Job struct {
 
 // DefaultJob is what `trellis train` runs with no flags: a small GPT on the
 // embedded novel, byte-level, sized to show English-like samples within
-// minutes on two CPU cores.
+// minutes on two CPU cores — and the seed's demonstration: its training
+// state (16 bytes per parameter, 49.7 MiB) does not fit the 48 MiB budget of
+// one device, so it trains with ZeRO-3 on 4 local devices (about 47 MiB
+// each at most). `--parallel dp=1` shows the single device failing before
+// the first step. The micro-batch of 2 keeps activations small so that
+// the state dominates the budget.
 func DefaultJob() Job {
 	return Job{
 		Model: model.Config{Layers: 4, Hidden: 256, Heads: 4, SeqLen: 128, Vocab: 256},
 		Parallel: ParallelConfig{
-			Plan:       "dp=1",
-			Backend:    "local",
-			BucketSize: "4MiB",
-			Overlap:    true,
-			Prefetch:   true,
-			Timeout:    "60s",
+			Plan:         "dp=4,zero=3",
+			DeviceMemory: "48MiB",
+			Backend:      "local",
+			BucketSize:   "1MiB",
+			Overlap:      true,
+			Prefetch:     true,
+			Timeout:      "60s",
 		},
 		Train: Config{
-			MicroBatch: 8, GlobalBatch: 16, Steps: 600, LR: 2e-3, MinLR: 2e-4, Warmup: 40, Seed: 1337,
+			MicroBatch: 2, GlobalBatch: 16, Steps: 600, LR: 2e-3, MinLR: 2e-4, Warmup: 40, Seed: 1337,
 			EvalEvery: 100, EvalBatches: 8, GradClip: 1.0, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8,
 			WeightDecay: 0.1, SampleEvery: 200, SampleLen: 200, Prompt: "It is a truth universally acknowledged", LogEvery: 10,
 		},

@@ -68,10 +68,12 @@ func newRank(rc rankConfig) (*rank, error) {
 	}
 	// State first, as the seed's formula lists it; then the runner's scratch
 	// and one micro-batch's activations.
-	if r.st, err = newStrategy(r, hyper); err != nil {
-		r.free()
+	st, err := newStrategy(r, hyper)
+	if err != nil {
+		r.free() // the groups (a failed strategy holds nothing)
 		return nil, err
 	}
+	r.st = st
 	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch, Seed: j.Train.Seed}); err != nil {
 		r.free()
 		return nil, err

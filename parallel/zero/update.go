@@ -40,8 +40,9 @@ func (s *Strategy) Update(lr, maxNorm float64) (float64, error) {
 }
 
 // globalNorm sums the squares of the own gradient chunks and adds the
-// partials over the ranks. The float64 partial travels as two float32s
-// (x ≈ hi + lo), so the sum keeps about 48 bits.
+// partials over the ranks. The float64 partial travels as two float32s,
+// hi = fl32(x) and lo = fl32(x − hi), so the conversion loses nothing the
+// fp32 sum over ranks keeps.
 func (s *Strategy) globalNorm() (float64, error) {
 	var sq float64
 	for i := range s.bk {

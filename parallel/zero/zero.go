@@ -10,19 +10,22 @@
 //	stage 2  + gradients sharded               param 4Ψ    grad 4Ψ/N  optim 8Ψ/N
 //	stage 3  + parameters sharded              param 4Ψ/N  grad 4Ψ/N  optim 8Ψ/N
 //
-// plus communication buffers, charged to the device tag comm:
+// plus communication buffers, charged to the device tag comm (Shape.Memory
+// bounds them):
 //
 //   - stages 2 and 3: a bucket's full gradient lives from its first
-//     Grads(u) in a micro-batch until its reduce-scatter completes (then the
-//     watcher frees it at once); with overlap that is the bucket being
-//     filled, those being reduced and the embedding's bucket, whose gradient
-//     the tied LM head starts at the top of the backward pass and the
-//     embedding finishes at its bottom. Micro-batches after a step's first
-//     also hold one chunk per bucket in flight (the reduce-scatter's
-//     destination, added into the shard once it lands).
+//     Grads(u) in a micro-batch until its reduce-scatter completes (the
+//     watcher frees it at once): the bucket being filled, the one being
+//     reduced (at most one reduction is in flight — with slow links the
+//     backward pass waits rather than piling up full gradients) and the
+//     embedding's bucket, whose gradient the tied LM head starts at the top
+//     of the backward pass and the embedding finishes at its bottom.
+//     Micro-batches after a step's first also hold the in-flight
+//     reduction's destination chunk, added into the shard once it lands.
 //   - stage 3: the gathered parameters of the bucket in use and of the one
-//     prefetched, and the embedding's bucket from the LM head's forward to
-//     its backward.
+//     prefetched (the next unit is predicted from the model's call order,
+//     see predictor), the embedding's kept from the LM head's forward to its
+//     backward.
 //
 // The collectives, per bucket b (chunk c, Avg the mean over ranks):
 //
