@@ -50,7 +50,7 @@ func tiny(extra ...string) []string {
 		"model.layers=2", "model.hidden=32", "model.heads=2", "model.seq_len=16",
 		"train.micro_batch=2", "train.global_batch=4", "train.steps=10", "train.warmup=2",
 		"train.eval_every=0", "train.eval_batches=2", "train.sample_every=-1", "train.threads=1",
-		"data.cache_dir=off",
+		"data.cache_dir=off", "parallel.plan=dp=1",
 	}
 	args := []string{"train"}
 	for _, s := range append(sets, extra...) {
