@@ -8,14 +8,16 @@ import (
 
 // microKernel computes one tile of at most mr×nr of C:
 //
-//	C[i][j] (+)= Σ_{p<kc} a[p*sa + i] · b[p*sb + j],  i < rows, j < cols,
+//	C[i][j] = Σ_{p<kc} a[p*sa + i] · b[p*sb + j]  (+ src[i*ldc + j] + bias[j]),  i < rows, j < cols,
 //
 // with C row-major with row stride ldc; strides are in elements. A is a
 // packed micro-panel (sa = mr) or, read in place, rows of Aᵀ (sa = lda); B
 // a packed micro-panel (sb = nr) or rows of B (sb = ldb). rows is fixed by
 // the kernel (gemmImpl.kernels[rows]); cols < nr only where the impl is
-// masked. acc false overwrites C without reading it; kc may be 0.
-type microKernel func(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// masked. The epilogue: src (C itself to accumulate, or another tile of
+// the same stride) and bias are each added unless nil, src + bias rounded
+// first; with src nil C is never read. kc may be 0.
+type microKernel func(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src, bias *float32)
 
 // gemmImpl is a family of micro-kernels with the cache blocking of the
 // driver that feeds it.
@@ -151,15 +153,32 @@ func matmulCheck(l Layout, m, n, kk int, a []float32, lda int, b []float32, ldb 
 // up to k.Threads() goroutines and is safe for concurrent use. It panics if
 // a slice is too short for its shape and stride.
 func (k *Kernels) MatMul(l Layout, m, n, kk int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool) {
+	var src []float32
+	if accumulate {
+		src = c
+	}
+	k.matMulEp(l, m, n, kk, a, lda, b, ldb, c, ldc, src, nil)
+}
+
+// matMulEp is MatMul with an epilogue: C = op(A)·op(B) + src + bias, the
+// sum src[i,j] + bias[j] rounded before the product is added (as if C
+// had been set to it and the product accumulated). src, nil for none, is
+// (M,N) with row stride ldc; it may be C itself (to accumulate) or, in
+// full, another matrix; bias (N) may be nil. C is read only when it is
+// src.
+func (k *Kernels) matMulEp(l Layout, m, n, kk int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, src, bias []float32) {
 	matmulCheck(l, m, n, kk, a, lda, b, ldb, c, ldc)
+	epilogueCheck(m, n, ldc, src, bias)
 	if m == 0 || n == 0 {
 		return
 	}
 	if kk == 0 {
-		if !accumulate {
-			for i := 0; i < m; i++ {
-				clear(c[i*ldc : i*ldc+n])
+		for i := 0; i < m; i++ {
+			var s []float32
+			if src != nil {
+				s = src[i*ldc : i*ldc+n]
 			}
+			epilogueRow(c[i*ldc:i*ldc+n], s, bias)
 		}
 		return
 	}
@@ -168,6 +187,35 @@ func (k *Kernels) MatMul(l Layout, m, n, kk int, a []float32, lda int, b []float
 		t = max(2*m*n*kk/g, 1)
 	}
 	g := gemm{impl: k.impl, bufs: k.bufs, threads: t, l: l, m: m, n: n, k: kk,
-		a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc}
-	g.run(accumulate)
+		a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc, src: src, bias: bias}
+	g.run()
+}
+
+// epilogueCheck panics when src or bias is too short for C's (m, n) and
+// stride ldc.
+func epilogueCheck(m, n, ldc int, src, bias []float32) {
+	if src != nil && m > 0 && n > 0 && len(src) < (m-1)*ldc+n {
+		panic(fmt.Sprintf("ops: MatMul: len(src)=%d < %d for (%d,%d) with stride %d", len(src), (m-1)*ldc+n, m, n, ldc))
+	}
+	if bias != nil && len(bias) < n {
+		panic(fmt.Sprintf("ops: MatMul: len(bias)=%d < n=%d", len(bias), n))
+	}
+}
+
+// epilogueRow sets c = src + bias, either skipped when nil (c = 0 when
+// both are): the product of depth 0. src may be c.
+func epilogueRow(c, src, bias []float32) {
+	switch {
+	case src != nil && bias != nil:
+		src, bias = src[:len(c)], bias[:len(c)]
+		for j := range c {
+			c[j] = src[j] + bias[j]
+		}
+	case src != nil:
+		copy(c, src[:len(c)])
+	case bias != nil:
+		copy(c, bias[:len(c)])
+	default:
+		clear(c)
+	}
 }

@@ -4,9 +4,9 @@
 
 #include "textflag.h"
 
-// func gemmAVX512_1x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_1x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_1x32(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_1x32(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -27,10 +27,20 @@ TEXT ·gemmAVX512_1x32(SB), NOSPLIT, $0-65
 	MOVQ       DX, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_1x32_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_1x32_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_1x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_1x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_1x32_tail
 
 gemmAVX512_1x32_loop:
 	VMOVUPS      (BX), Z2
@@ -80,14 +90,43 @@ gemmAVX512_1x32_one:
 	JNE          gemmAVX512_1x32_one
 
 gemmAVX512_1x32_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_1x32_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_1x32_nobias
+	VMOVUPS.Z (R11), K1, Z2
+	VMOVUPS.Z 64(R11), K2, Z3
+	TESTQ     R10, R10
+	JE        gemmAVX512_1x32_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z4
+	VMOVUPS.Z (R10), K1, Z4
+	VADDPS    Z2, Z4, Z4
 	VADDPS    Z4, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z5
+	VMOVUPS.Z 64(R10), K2, Z5
+	VADDPS    Z3, Z5, Z5
+	VADDPS    Z5, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_1x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z2, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z3, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_1x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_1x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z4
+	VADDPS    Z4, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z5
 	VADDPS    Z5, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	VZEROUPPER
@@ -100,9 +139,9 @@ gemmAVX512_1x32_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_1x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_1x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_1x32r(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_1x32r(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -123,10 +162,20 @@ TEXT ·gemmAVX512_1x32r(SB), NOSPLIT, $0-65
 	MOVQ       DX, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_1x32r_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_1x32r_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_1x32r_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_1x32r_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_1x32r_tail
 
 gemmAVX512_1x32r_loop:
 	VMOVUPS      (BX), Z2
@@ -173,14 +222,43 @@ gemmAVX512_1x32r_one:
 	JNE          gemmAVX512_1x32r_one
 
 gemmAVX512_1x32r_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_1x32r_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_1x32r_nobias
+	VMOVUPS.Z (R11), K1, Z2
+	VMOVUPS.Z 64(R11), K2, Z3
+	TESTQ     R10, R10
+	JE        gemmAVX512_1x32r_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z4
+	VMOVUPS.Z (R10), K1, Z4
+	VADDPS    Z2, Z4, Z4
 	VADDPS    Z4, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z5
+	VMOVUPS.Z 64(R10), K2, Z5
+	VADDPS    Z3, Z5, Z5
+	VADDPS    Z5, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_1x32r_bias:
+	MOVQ    DX, DI
+	VADDPS  Z2, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z3, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_1x32r_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_1x32r_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z4
+	VADDPS    Z4, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z5
 	VADDPS    Z5, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	VZEROUPPER
@@ -193,9 +271,9 @@ gemmAVX512_1x32r_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_2x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_2x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_2x32(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_2x32(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -219,12 +297,25 @@ TEXT ·gemmAVX512_2x32(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_2x32_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_2x32_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_2x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_2x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_2x32_tail
 
 gemmAVX512_2x32_loop:
 	VMOVUPS      (BX), Z4
@@ -289,21 +380,66 @@ gemmAVX512_2x32_one:
 	JNE          gemmAVX512_2x32_one
 
 gemmAVX512_2x32_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_2x32_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_2x32_nobias
+	VMOVUPS.Z (R11), K1, Z4
+	VMOVUPS.Z 64(R11), K2, Z5
+	TESTQ     R10, R10
+	JE        gemmAVX512_2x32_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z6
+	VMOVUPS.Z (R10), K1, Z6
+	VADDPS    Z4, Z6, Z6
 	VADDPS    Z6, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z7
+	VMOVUPS.Z 64(R10), K2, Z7
+	VADDPS    Z5, Z7, Z7
 	VADDPS    Z7, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z6
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z6
+	VADDPS    Z4, Z6, Z6
 	VADDPS    Z6, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z7
+	VMOVUPS.Z 64(R10), K2, Z7
+	VADDPS    Z5, Z7, Z7
+	VADDPS    Z7, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_2x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z4, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z5, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z4, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z5, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_2x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_2x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z6
+	VADDPS    Z6, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z7
+	VADDPS    Z7, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z6
+	VADDPS    Z6, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z7
 	VADDPS    Z7, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	VZEROUPPER
@@ -319,9 +455,9 @@ gemmAVX512_2x32_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_2x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_2x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_2x32r(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_2x32r(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -345,12 +481,25 @@ TEXT ·gemmAVX512_2x32r(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_2x32r_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_2x32r_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_2x32r_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_2x32r_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_2x32r_tail
 
 gemmAVX512_2x32r_loop:
 	VMOVUPS      (BX), Z4
@@ -412,21 +561,66 @@ gemmAVX512_2x32r_one:
 	JNE          gemmAVX512_2x32r_one
 
 gemmAVX512_2x32r_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_2x32r_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_2x32r_nobias
+	VMOVUPS.Z (R11), K1, Z4
+	VMOVUPS.Z 64(R11), K2, Z5
+	TESTQ     R10, R10
+	JE        gemmAVX512_2x32r_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z6
+	VMOVUPS.Z (R10), K1, Z6
+	VADDPS    Z4, Z6, Z6
 	VADDPS    Z6, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z7
+	VMOVUPS.Z 64(R10), K2, Z7
+	VADDPS    Z5, Z7, Z7
 	VADDPS    Z7, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z6
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z6
+	VADDPS    Z4, Z6, Z6
 	VADDPS    Z6, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z7
+	VMOVUPS.Z 64(R10), K2, Z7
+	VADDPS    Z5, Z7, Z7
+	VADDPS    Z7, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_2x32r_bias:
+	MOVQ    DX, DI
+	VADDPS  Z4, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z5, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z4, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z5, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_2x32r_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_2x32r_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z6
+	VADDPS    Z6, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z7
+	VADDPS    Z7, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z6
+	VADDPS    Z6, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z7
 	VADDPS    Z7, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	VZEROUPPER
@@ -442,9 +636,9 @@ gemmAVX512_2x32r_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_3x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_3x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_3x32(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_3x32(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -471,14 +665,30 @@ TEXT ·gemmAVX512_3x32(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_3x32_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_3x32_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_3x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_3x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_3x32_tail
 
 gemmAVX512_3x32_loop:
 	VMOVUPS      (BX), Z6
@@ -558,28 +768,89 @@ gemmAVX512_3x32_one:
 	JNE          gemmAVX512_3x32_one
 
 gemmAVX512_3x32_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_3x32_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_3x32_nobias
+	VMOVUPS.Z (R11), K1, Z6
+	VMOVUPS.Z 64(R11), K2, Z7
+	TESTQ     R10, R10
+	JE        gemmAVX512_3x32_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z8
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z6, Z8, Z8
 	VADDPS    Z8, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z9
+	VMOVUPS.Z 64(R10), K2, Z9
+	VADDPS    Z7, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z8
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z6, Z8, Z8
 	VADDPS    Z8, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z9
+	VMOVUPS.Z 64(R10), K2, Z9
+	VADDPS    Z7, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z8
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z6, Z8, Z8
 	VADDPS    Z8, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z9
+	VMOVUPS.Z 64(R10), K2, Z9
+	VADDPS    Z7, Z9, Z9
+	VADDPS    Z9, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_3x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z6, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z7, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z6, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z7, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z6, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z7, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_3x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_3x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z8, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z9
+	VADDPS    Z9, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z8, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z9
+	VADDPS    Z9, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z8, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z9
 	VADDPS    Z9, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	VZEROUPPER
@@ -598,9 +869,9 @@ gemmAVX512_3x32_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_3x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_3x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_3x32r(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_3x32r(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -627,14 +898,30 @@ TEXT ·gemmAVX512_3x32r(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_3x32r_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_3x32r_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_3x32r_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_3x32r_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_3x32r_tail
 
 gemmAVX512_3x32r_loop:
 	VMOVUPS      (BX), Z6
@@ -711,28 +998,89 @@ gemmAVX512_3x32r_one:
 	JNE          gemmAVX512_3x32r_one
 
 gemmAVX512_3x32r_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_3x32r_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_3x32r_nobias
+	VMOVUPS.Z (R11), K1, Z6
+	VMOVUPS.Z 64(R11), K2, Z7
+	TESTQ     R10, R10
+	JE        gemmAVX512_3x32r_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z8
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z6, Z8, Z8
 	VADDPS    Z8, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z9
+	VMOVUPS.Z 64(R10), K2, Z9
+	VADDPS    Z7, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z8
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z6, Z8, Z8
 	VADDPS    Z8, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z9
+	VMOVUPS.Z 64(R10), K2, Z9
+	VADDPS    Z7, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z8
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z6, Z8, Z8
 	VADDPS    Z8, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z9
+	VMOVUPS.Z 64(R10), K2, Z9
+	VADDPS    Z7, Z9, Z9
+	VADDPS    Z9, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_3x32r_bias:
+	MOVQ    DX, DI
+	VADDPS  Z6, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z7, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z6, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z7, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z6, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z7, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_3x32r_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_3x32r_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z8, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z9
+	VADDPS    Z9, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z8, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z9
+	VADDPS    Z9, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z8, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z9
 	VADDPS    Z9, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	VZEROUPPER
@@ -751,9 +1099,9 @@ gemmAVX512_3x32r_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_4x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_4x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_4x32(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_4x32(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -783,16 +1131,35 @@ TEXT ·gemmAVX512_4x32(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_4x32_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_4x32_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_4x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_4x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_4x32_tail
 
 gemmAVX512_4x32_loop:
 	VMOVUPS      (BX), Z8
@@ -887,35 +1254,112 @@ gemmAVX512_4x32_one:
 	JNE          gemmAVX512_4x32_one
 
 gemmAVX512_4x32_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_4x32_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_4x32_nobias
+	VMOVUPS.Z (R11), K1, Z8
+	VMOVUPS.Z 64(R11), K2, Z9
+	TESTQ     R10, R10
+	JE        gemmAVX512_4x32_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z8, Z10, Z10
 	VADDPS    Z10, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z11
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z9, Z11, Z11
 	VADDPS    Z11, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z10
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z8, Z10, Z10
 	VADDPS    Z10, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z11
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z9, Z11, Z11
 	VADDPS    Z11, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z10
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z8, Z10, Z10
 	VADDPS    Z10, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z11
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z9, Z11, Z11
 	VADDPS    Z11, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z10
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z8, Z10, Z10
 	VADDPS    Z10, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z11
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z9, Z11, Z11
+	VADDPS    Z11, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_4x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z8, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z8, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z8, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z9, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z8, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z9, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_4x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_4x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z10, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z11, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z10, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z11, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z10, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z11, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z10, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z11
 	VADDPS    Z11, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	VZEROUPPER
@@ -937,9 +1381,9 @@ gemmAVX512_4x32_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_4x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_4x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_4x32r(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_4x32r(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -969,20 +1413,39 @@ TEXT ·gemmAVX512_4x32r(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	MOVQ       AX, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_4x32r_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_4x32r_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_4x32r_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_4x32r_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   AX, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_4x32r_tail
 
 gemmAVX512_4x32r_loop:
 	VMOVUPS      (BX), Z8
@@ -1076,35 +1539,112 @@ gemmAVX512_4x32r_one:
 	JNE          gemmAVX512_4x32r_one
 
 gemmAVX512_4x32r_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_4x32r_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_4x32r_nobias
+	VMOVUPS.Z (R11), K1, Z8
+	VMOVUPS.Z 64(R11), K2, Z9
+	TESTQ     R10, R10
+	JE        gemmAVX512_4x32r_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z8, Z10, Z10
 	VADDPS    Z10, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z11
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z9, Z11, Z11
 	VADDPS    Z11, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z10
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z8, Z10, Z10
 	VADDPS    Z10, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z11
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z9, Z11, Z11
 	VADDPS    Z11, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z10
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z8, Z10, Z10
 	VADDPS    Z10, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z11
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z9, Z11, Z11
 	VADDPS    Z11, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z10
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z8, Z10, Z10
 	VADDPS    Z10, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z11
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z9, Z11, Z11
+	VADDPS    Z11, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_4x32r_bias:
+	MOVQ    DX, DI
+	VADDPS  Z8, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z8, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z8, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z9, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z8, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z9, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_4x32r_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_4x32r_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z10, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z11, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z10, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z11, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z10, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z11, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z10, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z11
 	VADDPS    Z11, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	VZEROUPPER
@@ -1126,9 +1666,9 @@ gemmAVX512_4x32r_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_5x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_5x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_5x32(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_5x32(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -1161,18 +1701,40 @@ TEXT ·gemmAVX512_5x32(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	VPXORD     Z8, Z8, Z8
-	VPXORD     Z9, Z9, Z9
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_5x32_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_5x32_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_5x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_5x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_5x32_tail
 
 gemmAVX512_5x32_loop:
 	VMOVUPS      (BX), Z10
@@ -1282,42 +1844,135 @@ gemmAVX512_5x32_one:
 	JNE          gemmAVX512_5x32_one
 
 gemmAVX512_5x32_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_5x32_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_5x32_nobias
+	VMOVUPS.Z (R11), K1, Z10
+	VMOVUPS.Z 64(R11), K2, Z11
+	TESTQ     R10, R10
+	JE        gemmAVX512_5x32_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z12
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z10, Z12, Z12
 	VADDPS    Z12, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z13
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z11, Z13, Z13
 	VADDPS    Z13, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z12
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z10, Z12, Z12
 	VADDPS    Z12, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z13
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z11, Z13, Z13
 	VADDPS    Z13, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z12
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z10, Z12, Z12
 	VADDPS    Z12, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z13
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z11, Z13, Z13
 	VADDPS    Z13, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z12
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z10, Z12, Z12
 	VADDPS    Z12, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z13
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z11, Z13, Z13
 	VADDPS    Z13, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z12
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z10, Z12, Z12
 	VADDPS    Z12, Z8, Z8
 	VMOVUPS   Z8, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z13
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z11, Z13, Z13
+	VADDPS    Z13, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_5x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z10, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z11, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z10, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z11, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z10, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z11, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z10, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z11, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z10, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z11, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_5x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_5x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z12, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z13, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z12, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z13, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z12, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z13, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z12, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z13, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z12, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
 	VADDPS    Z13, Z9, Z9
 	VMOVUPS   Z9, K2, 64(DI)
 	VZEROUPPER
@@ -1342,9 +1997,9 @@ gemmAVX512_5x32_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_5x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_5x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_5x32r(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_5x32r(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -1377,22 +2032,44 @@ TEXT ·gemmAVX512_5x32r(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	VPXORD     Z8, Z8, Z8
-	VPXORD     Z9, Z9, Z9
-	MOVQ       AX, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_5x32r_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_5x32r_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_5x32r_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_5x32r_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	MOVQ   AX, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_5x32r_tail
 
 gemmAVX512_5x32r_loop:
 	VMOVUPS      (BX), Z10
@@ -1501,42 +2178,135 @@ gemmAVX512_5x32r_one:
 	JNE          gemmAVX512_5x32r_one
 
 gemmAVX512_5x32r_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_5x32r_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_5x32r_nobias
+	VMOVUPS.Z (R11), K1, Z10
+	VMOVUPS.Z 64(R11), K2, Z11
+	TESTQ     R10, R10
+	JE        gemmAVX512_5x32r_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z12
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z10, Z12, Z12
 	VADDPS    Z12, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z13
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z11, Z13, Z13
 	VADDPS    Z13, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z12
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z10, Z12, Z12
 	VADDPS    Z12, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z13
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z11, Z13, Z13
 	VADDPS    Z13, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z12
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z10, Z12, Z12
 	VADDPS    Z12, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z13
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z11, Z13, Z13
 	VADDPS    Z13, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z12
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z10, Z12, Z12
 	VADDPS    Z12, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z13
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z11, Z13, Z13
 	VADDPS    Z13, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z12
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z10, Z12, Z12
 	VADDPS    Z12, Z8, Z8
 	VMOVUPS   Z8, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z13
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z11, Z13, Z13
+	VADDPS    Z13, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_5x32r_bias:
+	MOVQ    DX, DI
+	VADDPS  Z10, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z11, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z10, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z11, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z10, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z11, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z10, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z11, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z10, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z11, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_5x32r_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_5x32r_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z12, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z13, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z12, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z13, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z12, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z13, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z12, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z13, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z12, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
 	VADDPS    Z13, Z9, Z9
 	VMOVUPS   Z9, K2, 64(DI)
 	VZEROUPPER
@@ -1561,9 +2331,9 @@ gemmAVX512_5x32r_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_6x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_6x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_6x32(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_6x32(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -1599,20 +2369,45 @@ TEXT ·gemmAVX512_6x32(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	VPXORD     Z8, Z8, Z8
-	VPXORD     Z9, Z9, Z9
-	VPXORD     Z10, Z10, Z10
-	VPXORD     Z11, Z11, Z11
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_6x32_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_6x32_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_6x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_6x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_6x32_tail
 
 gemmAVX512_6x32_loop:
 	VMOVUPS      (BX), Z12
@@ -1737,49 +2532,158 @@ gemmAVX512_6x32_one:
 	JNE          gemmAVX512_6x32_one
 
 gemmAVX512_6x32_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_6x32_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_6x32_nobias
+	VMOVUPS.Z (R11), K1, Z12
+	VMOVUPS.Z 64(R11), K2, Z13
+	TESTQ     R10, R10
+	JE        gemmAVX512_6x32_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z14
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
 	VADDPS    Z14, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z15
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
 	VADDPS    Z15, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z14
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
 	VADDPS    Z14, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z15
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
 	VADDPS    Z15, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z14
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
 	VADDPS    Z14, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z15
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
 	VADDPS    Z15, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z14
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
 	VADDPS    Z14, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z15
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
 	VADDPS    Z15, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z14
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
 	VADDPS    Z14, Z8, Z8
 	VMOVUPS   Z8, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z15
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
 	VADDPS    Z15, Z9, Z9
 	VMOVUPS   Z9, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z14
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
 	VADDPS    Z14, Z10, Z10
 	VMOVUPS   Z10, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z15
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
+	VADDPS    Z15, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_6x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z12, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z13, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z12, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z13, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z12, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z13, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z12, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z13, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z12, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z13, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z12, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z13, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_6x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_6x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z15, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z15, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z15, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z15, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z15, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
 	VADDPS    Z15, Z11, Z11
 	VMOVUPS   Z11, K2, 64(DI)
 	VZEROUPPER
@@ -1807,9 +2711,9 @@ gemmAVX512_6x32_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_6x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_6x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_6x32r(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_6x32r(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -1845,24 +2749,49 @@ TEXT ·gemmAVX512_6x32r(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	VPXORD     Z8, Z8, Z8
-	VPXORD     Z9, Z9, Z9
-	VPXORD     Z10, Z10, Z10
-	VPXORD     Z11, Z11, Z11
-	MOVQ       AX, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_6x32r_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_6x32r_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_6x32r_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_6x32r_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	MOVQ   AX, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_6x32r_tail
 
 gemmAVX512_6x32r_loop:
 	VMOVUPS      (BX), Z12
@@ -1986,49 +2915,158 @@ gemmAVX512_6x32r_one:
 	JNE          gemmAVX512_6x32r_one
 
 gemmAVX512_6x32r_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_6x32r_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_6x32r_nobias
+	VMOVUPS.Z (R11), K1, Z12
+	VMOVUPS.Z 64(R11), K2, Z13
+	TESTQ     R10, R10
+	JE        gemmAVX512_6x32r_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z14
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
 	VADDPS    Z14, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z15
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
 	VADDPS    Z15, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z14
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
 	VADDPS    Z14, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z15
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
 	VADDPS    Z15, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z14
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
 	VADDPS    Z14, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z15
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
 	VADDPS    Z15, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z14
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
 	VADDPS    Z14, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z15
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
 	VADDPS    Z15, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z14
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
 	VADDPS    Z14, Z8, Z8
 	VMOVUPS   Z8, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z15
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
 	VADDPS    Z15, Z9, Z9
 	VMOVUPS   Z9, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z14
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
 	VADDPS    Z14, Z10, Z10
 	VMOVUPS   Z10, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z15
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
+	VADDPS    Z15, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_6x32r_bias:
+	MOVQ    DX, DI
+	VADDPS  Z12, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z13, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z12, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z13, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z12, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z13, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z12, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z13, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z12, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z13, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z12, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z13, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_6x32r_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_6x32r_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z15, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z15, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z15, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z15, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z15, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
 	VADDPS    Z15, Z11, Z11
 	VMOVUPS   Z11, K2, 64(DI)
 	VZEROUPPER
@@ -2056,9 +3094,9 @@ gemmAVX512_6x32r_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_7x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_7x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_7x32(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_7x32(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -2097,22 +3135,50 @@ TEXT ·gemmAVX512_7x32(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	VPXORD     Z8, Z8, Z8
-	VPXORD     Z9, Z9, Z9
-	VPXORD     Z10, Z10, Z10
-	VPXORD     Z11, Z11, Z11
-	VPXORD     Z12, Z12, Z12
-	VPXORD     Z13, Z13, Z13
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_7x32_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_7x32_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_7x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_7x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_7x32_tail
 
 gemmAVX512_7x32_loop:
 	VMOVUPS      (BX), Z14
@@ -2252,56 +3318,181 @@ gemmAVX512_7x32_one:
 	JNE          gemmAVX512_7x32_one
 
 gemmAVX512_7x32_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_7x32_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_7x32_nobias
+	VMOVUPS.Z (R11), K1, Z14
+	VMOVUPS.Z 64(R11), K2, Z15
+	TESTQ     R10, R10
+	JE        gemmAVX512_7x32_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z16
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
 	VADDPS    Z16, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z17
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
 	VADDPS    Z17, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z16
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
 	VADDPS    Z16, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z17
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
 	VADDPS    Z17, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z16
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
 	VADDPS    Z16, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z17
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
 	VADDPS    Z17, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z16
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
 	VADDPS    Z16, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z17
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
 	VADDPS    Z17, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z16
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
 	VADDPS    Z16, Z8, Z8
 	VMOVUPS   Z8, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z17
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
 	VADDPS    Z17, Z9, Z9
 	VMOVUPS   Z9, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z16
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
 	VADDPS    Z16, Z10, Z10
 	VMOVUPS   Z10, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z17
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
 	VADDPS    Z17, Z11, Z11
 	VMOVUPS   Z11, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z16
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
 	VADDPS    Z16, Z12, Z12
 	VMOVUPS   Z12, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z17
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
+	VADDPS    Z17, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_7x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z14, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z15, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z15, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z15, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z15, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z15, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z15, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z15, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_7x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_7x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
 	VADDPS    Z17, Z13, Z13
 	VMOVUPS   Z13, K2, 64(DI)
 	VZEROUPPER
@@ -2332,9 +3523,9 @@ gemmAVX512_7x32_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_7x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_7x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_7x32r(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_7x32r(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -2373,30 +3564,58 @@ TEXT ·gemmAVX512_7x32r(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	VPXORD     Z8, Z8, Z8
-	VPXORD     Z9, Z9, Z9
-	VPXORD     Z10, Z10, Z10
-	VPXORD     Z11, Z11, Z11
-	VPXORD     Z12, Z12, Z12
-	VPXORD     Z13, Z13, Z13
-	MOVQ       AX, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	MOVQ       R11, R12
-	ADDQ       R8, R12
-	ADDQ       R8, R12
-	ADDQ       R8, R12
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_7x32r_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_7x32r_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_7x32r_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_7x32r_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	MOVQ   AX, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	MOVQ   R11, R12
+	ADDQ   R8, R12
+	ADDQ   R8, R12
+	ADDQ   R8, R12
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_7x32r_tail
 
 gemmAVX512_7x32r_loop:
 	VMOVUPS      (BX), Z14
@@ -2537,56 +3756,181 @@ gemmAVX512_7x32r_one:
 	JNE          gemmAVX512_7x32r_one
 
 gemmAVX512_7x32r_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_7x32r_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_7x32r_nobias
+	VMOVUPS.Z (R11), K1, Z14
+	VMOVUPS.Z 64(R11), K2, Z15
+	TESTQ     R10, R10
+	JE        gemmAVX512_7x32r_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z16
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
 	VADDPS    Z16, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z17
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
 	VADDPS    Z17, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z16
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
 	VADDPS    Z16, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z17
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
 	VADDPS    Z17, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z16
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
 	VADDPS    Z16, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z17
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
 	VADDPS    Z17, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z16
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
 	VADDPS    Z16, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z17
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
 	VADDPS    Z17, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z16
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
 	VADDPS    Z16, Z8, Z8
 	VMOVUPS   Z8, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z17
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
 	VADDPS    Z17, Z9, Z9
 	VMOVUPS   Z9, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z16
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
 	VADDPS    Z16, Z10, Z10
 	VMOVUPS   Z10, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z17
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
 	VADDPS    Z17, Z11, Z11
 	VMOVUPS   Z11, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z16
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
 	VADDPS    Z16, Z12, Z12
 	VMOVUPS   Z12, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z17
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
+	VADDPS    Z17, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_7x32r_bias:
+	MOVQ    DX, DI
+	VADDPS  Z14, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z15, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z15, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z15, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z15, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z15, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z15, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z15, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_7x32r_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_7x32r_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
 	VADDPS    Z17, Z13, Z13
 	VMOVUPS   Z13, K2, 64(DI)
 	VZEROUPPER
@@ -2617,9 +3961,9 @@ gemmAVX512_7x32r_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_8x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_8x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_8x32(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_8x32(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -2661,24 +4005,55 @@ TEXT ·gemmAVX512_8x32(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	VPXORD     Z8, Z8, Z8
-	VPXORD     Z9, Z9, Z9
-	VPXORD     Z10, Z10, Z10
-	VPXORD     Z11, Z11, Z11
-	VPXORD     Z12, Z12, Z12
-	VPXORD     Z13, Z13, Z13
-	VPXORD     Z14, Z14, Z14
-	VPXORD     Z15, Z15, Z15
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_8x32_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_8x32_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_8x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_8x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_8x32_tail
 
 gemmAVX512_8x32_loop:
 	VMOVUPS      (BX), Z16
@@ -2833,63 +4208,204 @@ gemmAVX512_8x32_one:
 	JNE          gemmAVX512_8x32_one
 
 gemmAVX512_8x32_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_8x32_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_8x32_nobias
+	VMOVUPS.Z (R11), K1, Z16
+	VMOVUPS.Z 64(R11), K2, Z17
+	TESTQ     R10, R10
+	JE        gemmAVX512_8x32_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z18
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
 	VADDPS    Z18, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z19
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
 	VADDPS    Z19, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z18
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
 	VADDPS    Z18, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z19
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
 	VADDPS    Z19, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z18
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
 	VADDPS    Z18, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z19
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
 	VADDPS    Z19, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z18
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
 	VADDPS    Z18, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z19
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
 	VADDPS    Z19, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z18
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
 	VADDPS    Z18, Z8, Z8
 	VMOVUPS   Z8, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z19
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
 	VADDPS    Z19, Z9, Z9
 	VMOVUPS   Z9, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z18
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
 	VADDPS    Z18, Z10, Z10
 	VMOVUPS   Z10, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z19
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
 	VADDPS    Z19, Z11, Z11
 	VMOVUPS   Z11, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z18
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
 	VADDPS    Z18, Z12, Z12
 	VMOVUPS   Z12, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z19
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
 	VADDPS    Z19, Z13, Z13
 	VMOVUPS   Z13, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z18
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
 	VADDPS    Z18, Z14, Z14
 	VMOVUPS   Z14, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z19
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
+	VADDPS    Z19, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_8x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z16, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z17, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z17, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z17, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z17, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z17, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z17, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z17, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z14, Z14
+	VMOVUPS Z14, K1, (DI)
+	VADDPS  Z17, Z15, Z15
+	VMOVUPS Z15, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_8x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_8x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
 	VADDPS    Z19, Z15, Z15
 	VMOVUPS   Z15, K2, 64(DI)
 	VZEROUPPER
@@ -2923,9 +4439,9 @@ gemmAVX512_8x32_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_8x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_8x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_8x32r(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_8x32r(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -2967,32 +4483,63 @@ TEXT ·gemmAVX512_8x32r(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	VPXORD     Z8, Z8, Z8
-	VPXORD     Z9, Z9, Z9
-	VPXORD     Z10, Z10, Z10
-	VPXORD     Z11, Z11, Z11
-	VPXORD     Z12, Z12, Z12
-	VPXORD     Z13, Z13, Z13
-	VPXORD     Z14, Z14, Z14
-	VPXORD     Z15, Z15, Z15
-	MOVQ       AX, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	MOVQ       R11, R12
-	ADDQ       R8, R12
-	ADDQ       R8, R12
-	ADDQ       R8, R12
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_8x32r_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_8x32r_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_8x32r_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_8x32r_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	MOVQ   AX, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	MOVQ   R11, R12
+	ADDQ   R8, R12
+	ADDQ   R8, R12
+	ADDQ   R8, R12
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_8x32r_tail
 
 gemmAVX512_8x32r_loop:
 	VMOVUPS      (BX), Z16
@@ -3148,63 +4695,204 @@ gemmAVX512_8x32r_one:
 	JNE          gemmAVX512_8x32r_one
 
 gemmAVX512_8x32r_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_8x32r_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_8x32r_nobias
+	VMOVUPS.Z (R11), K1, Z16
+	VMOVUPS.Z 64(R11), K2, Z17
+	TESTQ     R10, R10
+	JE        gemmAVX512_8x32r_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z18
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
 	VADDPS    Z18, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z19
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
 	VADDPS    Z19, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z18
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
 	VADDPS    Z18, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z19
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
 	VADDPS    Z19, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z18
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
 	VADDPS    Z18, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z19
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
 	VADDPS    Z19, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z18
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
 	VADDPS    Z18, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z19
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
 	VADDPS    Z19, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z18
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
 	VADDPS    Z18, Z8, Z8
 	VMOVUPS   Z8, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z19
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
 	VADDPS    Z19, Z9, Z9
 	VMOVUPS   Z9, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z18
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
 	VADDPS    Z18, Z10, Z10
 	VMOVUPS   Z10, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z19
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
 	VADDPS    Z19, Z11, Z11
 	VMOVUPS   Z11, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z18
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
 	VADDPS    Z18, Z12, Z12
 	VMOVUPS   Z12, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z19
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
 	VADDPS    Z19, Z13, Z13
 	VMOVUPS   Z13, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z18
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
 	VADDPS    Z18, Z14, Z14
 	VMOVUPS   Z14, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z19
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
+	VADDPS    Z19, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_8x32r_bias:
+	MOVQ    DX, DI
+	VADDPS  Z16, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z17, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z17, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z17, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z17, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z17, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z17, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z17, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z14, Z14
+	VMOVUPS Z14, K1, (DI)
+	VADDPS  Z17, Z15, Z15
+	VMOVUPS Z15, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_8x32r_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_8x32r_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
 	VADDPS    Z19, Z15, Z15
 	VMOVUPS   Z15, K2, 64(DI)
 	VZEROUPPER
@@ -3238,9 +4926,9 @@ gemmAVX512_8x32r_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_9x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_9x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_9x32(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_9x32(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -3285,26 +4973,60 @@ TEXT ·gemmAVX512_9x32(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	VPXORD     Z8, Z8, Z8
-	VPXORD     Z9, Z9, Z9
-	VPXORD     Z10, Z10, Z10
-	VPXORD     Z11, Z11, Z11
-	VPXORD     Z12, Z12, Z12
-	VPXORD     Z13, Z13, Z13
-	VPXORD     Z14, Z14, Z14
-	VPXORD     Z15, Z15, Z15
-	VPXORD     Z16, Z16, Z16
-	VPXORD     Z17, Z17, Z17
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_9x32_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_9x32_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_9x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_9x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_9x32_tail
 
 gemmAVX512_9x32_loop:
 	VMOVUPS      (BX), Z18
@@ -3474,70 +5196,227 @@ gemmAVX512_9x32_one:
 	JNE          gemmAVX512_9x32_one
 
 gemmAVX512_9x32_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_9x32_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_9x32_nobias
+	VMOVUPS.Z (R11), K1, Z18
+	VMOVUPS.Z 64(R11), K2, Z19
+	TESTQ     R10, R10
+	JE        gemmAVX512_9x32_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z20
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
 	VADDPS    Z21, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z20
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
 	VADDPS    Z21, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z20
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
 	VADDPS    Z21, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z20
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
 	VADDPS    Z21, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z20
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z8, Z8
 	VMOVUPS   Z8, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
 	VADDPS    Z21, Z9, Z9
 	VMOVUPS   Z9, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z20
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z10, Z10
 	VMOVUPS   Z10, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
 	VADDPS    Z21, Z11, Z11
 	VMOVUPS   Z11, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z20
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z12, Z12
 	VMOVUPS   Z12, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
 	VADDPS    Z21, Z13, Z13
 	VMOVUPS   Z13, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z20
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z14, Z14
 	VMOVUPS   Z14, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
 	VADDPS    Z21, Z15, Z15
 	VMOVUPS   Z15, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z20
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z16, Z16
 	VMOVUPS   Z16, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
+	VADDPS    Z21, Z17, Z17
+	VMOVUPS   Z17, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_9x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z18, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z19, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z19, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z19, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z19, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z19, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z19, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z19, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z14, Z14
+	VMOVUPS Z14, K1, (DI)
+	VADDPS  Z19, Z15, Z15
+	VMOVUPS Z15, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z16, Z16
+	VMOVUPS Z16, K1, (DI)
+	VADDPS  Z19, Z17, Z17
+	VMOVUPS Z17, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_9x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_9x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z16, Z16
+	VMOVUPS   Z16, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
 	VADDPS    Z21, Z17, Z17
 	VMOVUPS   Z17, K2, 64(DI)
 	VZEROUPPER
@@ -3574,9 +5453,9 @@ gemmAVX512_9x32_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_9x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_9x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_9x32r(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_9x32r(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -3621,34 +5500,68 @@ TEXT ·gemmAVX512_9x32r(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	VPXORD     Z8, Z8, Z8
-	VPXORD     Z9, Z9, Z9
-	VPXORD     Z10, Z10, Z10
-	VPXORD     Z11, Z11, Z11
-	VPXORD     Z12, Z12, Z12
-	VPXORD     Z13, Z13, Z13
-	VPXORD     Z14, Z14, Z14
-	VPXORD     Z15, Z15, Z15
-	VPXORD     Z16, Z16, Z16
-	VPXORD     Z17, Z17, Z17
-	MOVQ       AX, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	MOVQ       R11, R12
-	ADDQ       R8, R12
-	ADDQ       R8, R12
-	ADDQ       R8, R12
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_9x32r_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_9x32r_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_9x32r_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_9x32r_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	MOVQ   AX, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	MOVQ   R11, R12
+	ADDQ   R8, R12
+	ADDQ   R8, R12
+	ADDQ   R8, R12
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_9x32r_tail
 
 gemmAVX512_9x32r_loop:
 	VMOVUPS      (BX), Z18
@@ -3819,70 +5732,227 @@ gemmAVX512_9x32r_one:
 	JNE          gemmAVX512_9x32r_one
 
 gemmAVX512_9x32r_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_9x32r_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_9x32r_nobias
+	VMOVUPS.Z (R11), K1, Z18
+	VMOVUPS.Z 64(R11), K2, Z19
+	TESTQ     R10, R10
+	JE        gemmAVX512_9x32r_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z20
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
 	VADDPS    Z21, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z20
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
 	VADDPS    Z21, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z20
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
 	VADDPS    Z21, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z20
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
 	VADDPS    Z21, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z20
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z8, Z8
 	VMOVUPS   Z8, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
 	VADDPS    Z21, Z9, Z9
 	VMOVUPS   Z9, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z20
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z10, Z10
 	VMOVUPS   Z10, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
 	VADDPS    Z21, Z11, Z11
 	VMOVUPS   Z11, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z20
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z12, Z12
 	VMOVUPS   Z12, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
 	VADDPS    Z21, Z13, Z13
 	VMOVUPS   Z13, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z20
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z14, Z14
 	VMOVUPS   Z14, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
 	VADDPS    Z21, Z15, Z15
 	VMOVUPS   Z15, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z20
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
 	VADDPS    Z20, Z16, Z16
 	VMOVUPS   Z16, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z21
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
+	VADDPS    Z21, Z17, Z17
+	VMOVUPS   Z17, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_9x32r_bias:
+	MOVQ    DX, DI
+	VADDPS  Z18, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z19, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z19, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z19, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z19, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z19, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z19, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z19, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z14, Z14
+	VMOVUPS Z14, K1, (DI)
+	VADDPS  Z19, Z15, Z15
+	VMOVUPS Z15, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z16, Z16
+	VMOVUPS Z16, K1, (DI)
+	VADDPS  Z19, Z17, Z17
+	VMOVUPS Z17, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_9x32r_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_9x32r_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z16, Z16
+	VMOVUPS   Z16, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
 	VADDPS    Z21, Z17, Z17
 	VMOVUPS   Z17, K2, 64(DI)
 	VZEROUPPER
@@ -3919,9 +5989,9 @@ gemmAVX512_9x32r_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_10x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_10x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_10x32(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_10x32(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -3969,28 +6039,65 @@ TEXT ·gemmAVX512_10x32(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	VPXORD     Z8, Z8, Z8
-	VPXORD     Z9, Z9, Z9
-	VPXORD     Z10, Z10, Z10
-	VPXORD     Z11, Z11, Z11
-	VPXORD     Z12, Z12, Z12
-	VPXORD     Z13, Z13, Z13
-	VPXORD     Z14, Z14, Z14
-	VPXORD     Z15, Z15, Z15
-	VPXORD     Z16, Z16, Z16
-	VPXORD     Z17, Z17, Z17
-	VPXORD     Z18, Z18, Z18
-	VPXORD     Z19, Z19, Z19
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_10x32_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_10x32_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_10x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_10x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_10x32_tail
 
 gemmAVX512_10x32_loop:
 	VMOVUPS      (BX), Z20
@@ -4175,77 +6282,250 @@ gemmAVX512_10x32_one:
 	JNE          gemmAVX512_10x32_one
 
 gemmAVX512_10x32_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_10x32_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_10x32_nobias
+	VMOVUPS.Z (R11), K1, Z20
+	VMOVUPS.Z 64(R11), K2, Z21
+	TESTQ     R10, R10
+	JE        gemmAVX512_10x32_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z22
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z8, Z8
 	VMOVUPS   Z8, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z9, Z9
 	VMOVUPS   Z9, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z10, Z10
 	VMOVUPS   Z10, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z11, Z11
 	VMOVUPS   Z11, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z12, Z12
 	VMOVUPS   Z12, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z13, Z13
 	VMOVUPS   Z13, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z14, Z14
 	VMOVUPS   Z14, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z15, Z15
 	VMOVUPS   Z15, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z16, Z16
 	VMOVUPS   Z16, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z17, Z17
 	VMOVUPS   Z17, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z18, Z18
 	VMOVUPS   Z18, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
+	VADDPS    Z23, Z19, Z19
+	VMOVUPS   Z19, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_10x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z20, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z21, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z21, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z21, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z21, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z21, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z21, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z21, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z14, Z14
+	VMOVUPS Z14, K1, (DI)
+	VADDPS  Z21, Z15, Z15
+	VMOVUPS Z15, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z16, Z16
+	VMOVUPS Z16, K1, (DI)
+	VADDPS  Z21, Z17, Z17
+	VMOVUPS Z17, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z18, Z18
+	VMOVUPS Z18, K1, (DI)
+	VADDPS  Z21, Z19, Z19
+	VMOVUPS Z19, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_10x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_10x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z16, Z16
+	VMOVUPS   Z16, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z17, Z17
+	VMOVUPS   Z17, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z18, Z18
+	VMOVUPS   Z18, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
 	VADDPS    Z23, Z19, Z19
 	VMOVUPS   Z19, K2, 64(DI)
 	VZEROUPPER
@@ -4285,9 +6565,9 @@ gemmAVX512_10x32_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_10x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_10x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_10x32r(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_10x32r(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -4335,40 +6615,77 @@ TEXT ·gemmAVX512_10x32r(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	VPXORD     Z8, Z8, Z8
-	VPXORD     Z9, Z9, Z9
-	VPXORD     Z10, Z10, Z10
-	VPXORD     Z11, Z11, Z11
-	VPXORD     Z12, Z12, Z12
-	VPXORD     Z13, Z13, Z13
-	VPXORD     Z14, Z14, Z14
-	VPXORD     Z15, Z15, Z15
-	VPXORD     Z16, Z16, Z16
-	VPXORD     Z17, Z17, Z17
-	VPXORD     Z18, Z18, Z18
-	VPXORD     Z19, Z19, Z19
-	MOVQ       AX, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	MOVQ       R11, R12
-	ADDQ       R8, R12
-	ADDQ       R8, R12
-	ADDQ       R8, R12
-	MOVQ       R12, R13
-	ADDQ       R8, R13
-	ADDQ       R8, R13
-	ADDQ       R8, R13
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_10x32r_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_10x32r_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_10x32r_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_10x32r_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	MOVQ   AX, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	MOVQ   R11, R12
+	ADDQ   R8, R12
+	ADDQ   R8, R12
+	ADDQ   R8, R12
+	MOVQ   R12, R13
+	ADDQ   R8, R13
+	ADDQ   R8, R13
+	ADDQ   R8, R13
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_10x32r_tail
 
 gemmAVX512_10x32r_loop:
 	VMOVUPS      (BX), Z20
@@ -4556,77 +6873,250 @@ gemmAVX512_10x32r_one:
 	JNE          gemmAVX512_10x32r_one
 
 gemmAVX512_10x32r_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_10x32r_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_10x32r_nobias
+	VMOVUPS.Z (R11), K1, Z20
+	VMOVUPS.Z 64(R11), K2, Z21
+	TESTQ     R10, R10
+	JE        gemmAVX512_10x32r_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z22
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z8, Z8
 	VMOVUPS   Z8, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z9, Z9
 	VMOVUPS   Z9, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z10, Z10
 	VMOVUPS   Z10, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z11, Z11
 	VMOVUPS   Z11, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z12, Z12
 	VMOVUPS   Z12, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z13, Z13
 	VMOVUPS   Z13, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z14, Z14
 	VMOVUPS   Z14, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z15, Z15
 	VMOVUPS   Z15, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z16, Z16
 	VMOVUPS   Z16, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
 	VADDPS    Z23, Z17, Z17
 	VMOVUPS   Z17, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z22
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
 	VADDPS    Z22, Z18, Z18
 	VMOVUPS   Z18, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z23
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
+	VADDPS    Z23, Z19, Z19
+	VMOVUPS   Z19, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_10x32r_bias:
+	MOVQ    DX, DI
+	VADDPS  Z20, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z21, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z21, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z21, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z21, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z21, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z21, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z21, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z14, Z14
+	VMOVUPS Z14, K1, (DI)
+	VADDPS  Z21, Z15, Z15
+	VMOVUPS Z15, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z16, Z16
+	VMOVUPS Z16, K1, (DI)
+	VADDPS  Z21, Z17, Z17
+	VMOVUPS Z17, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z18, Z18
+	VMOVUPS Z18, K1, (DI)
+	VADDPS  Z21, Z19, Z19
+	VMOVUPS Z19, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_10x32r_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_10x32r_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z16, Z16
+	VMOVUPS   Z16, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z17, Z17
+	VMOVUPS   Z17, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z18, Z18
+	VMOVUPS   Z18, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
 	VADDPS    Z23, Z19, Z19
 	VMOVUPS   Z19, K2, 64(DI)
 	VZEROUPPER
@@ -4666,9 +7156,9 @@ gemmAVX512_10x32r_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_11x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_11x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_11x32(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_11x32(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -4719,30 +7209,70 @@ TEXT ·gemmAVX512_11x32(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	VPXORD     Z8, Z8, Z8
-	VPXORD     Z9, Z9, Z9
-	VPXORD     Z10, Z10, Z10
-	VPXORD     Z11, Z11, Z11
-	VPXORD     Z12, Z12, Z12
-	VPXORD     Z13, Z13, Z13
-	VPXORD     Z14, Z14, Z14
-	VPXORD     Z15, Z15, Z15
-	VPXORD     Z16, Z16, Z16
-	VPXORD     Z17, Z17, Z17
-	VPXORD     Z18, Z18, Z18
-	VPXORD     Z19, Z19, Z19
-	VPXORD     Z20, Z20, Z20
-	VPXORD     Z21, Z21, Z21
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_11x32_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_11x32_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_11x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_11x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_11x32_tail
 
 gemmAVX512_11x32_loop:
 	VMOVUPS      (BX), Z22
@@ -4942,84 +7472,273 @@ gemmAVX512_11x32_one:
 	JNE          gemmAVX512_11x32_one
 
 gemmAVX512_11x32_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_11x32_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_11x32_nobias
+	VMOVUPS.Z (R11), K1, Z22
+	VMOVUPS.Z 64(R11), K2, Z23
+	TESTQ     R10, R10
+	JE        gemmAVX512_11x32_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z24
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z8, Z8
 	VMOVUPS   Z8, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z9, Z9
 	VMOVUPS   Z9, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z10, Z10
 	VMOVUPS   Z10, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z11, Z11
 	VMOVUPS   Z11, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z12, Z12
 	VMOVUPS   Z12, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z13, Z13
 	VMOVUPS   Z13, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z14, Z14
 	VMOVUPS   Z14, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z15, Z15
 	VMOVUPS   Z15, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z16, Z16
 	VMOVUPS   Z16, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z17, Z17
 	VMOVUPS   Z17, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z18, Z18
 	VMOVUPS   Z18, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z19, Z19
 	VMOVUPS   Z19, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z20, Z20
 	VMOVUPS   Z20, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
+	VADDPS    Z25, Z21, Z21
+	VMOVUPS   Z21, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_11x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z22, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z23, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z23, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z23, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z23, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z23, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z23, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z23, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z14, Z14
+	VMOVUPS Z14, K1, (DI)
+	VADDPS  Z23, Z15, Z15
+	VMOVUPS Z15, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z16, Z16
+	VMOVUPS Z16, K1, (DI)
+	VADDPS  Z23, Z17, Z17
+	VMOVUPS Z17, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z18, Z18
+	VMOVUPS Z18, K1, (DI)
+	VADDPS  Z23, Z19, Z19
+	VMOVUPS Z19, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z20, Z20
+	VMOVUPS Z20, K1, (DI)
+	VADDPS  Z23, Z21, Z21
+	VMOVUPS Z21, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_11x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_11x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z16, Z16
+	VMOVUPS   Z16, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z17, Z17
+	VMOVUPS   Z17, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z18, Z18
+	VMOVUPS   Z18, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z19, Z19
+	VMOVUPS   Z19, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z20, Z20
+	VMOVUPS   Z20, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
 	VADDPS    Z25, Z21, Z21
 	VMOVUPS   Z21, K2, 64(DI)
 	VZEROUPPER
@@ -5062,9 +7781,9 @@ gemmAVX512_11x32_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_11x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_11x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_11x32r(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_11x32r(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -5115,42 +7834,82 @@ TEXT ·gemmAVX512_11x32r(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	VPXORD     Z8, Z8, Z8
-	VPXORD     Z9, Z9, Z9
-	VPXORD     Z10, Z10, Z10
-	VPXORD     Z11, Z11, Z11
-	VPXORD     Z12, Z12, Z12
-	VPXORD     Z13, Z13, Z13
-	VPXORD     Z14, Z14, Z14
-	VPXORD     Z15, Z15, Z15
-	VPXORD     Z16, Z16, Z16
-	VPXORD     Z17, Z17, Z17
-	VPXORD     Z18, Z18, Z18
-	VPXORD     Z19, Z19, Z19
-	VPXORD     Z20, Z20, Z20
-	VPXORD     Z21, Z21, Z21
-	MOVQ       AX, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	MOVQ       R11, R12
-	ADDQ       R8, R12
-	ADDQ       R8, R12
-	ADDQ       R8, R12
-	MOVQ       R12, R13
-	ADDQ       R8, R13
-	ADDQ       R8, R13
-	ADDQ       R8, R13
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_11x32r_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_11x32r_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_11x32r_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_11x32r_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	MOVQ   AX, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	MOVQ   R11, R12
+	ADDQ   R8, R12
+	ADDQ   R8, R12
+	ADDQ   R8, R12
+	MOVQ   R12, R13
+	ADDQ   R8, R13
+	ADDQ   R8, R13
+	ADDQ   R8, R13
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_11x32r_tail
 
 gemmAVX512_11x32r_loop:
 	VMOVUPS      (BX), Z22
@@ -5353,84 +8112,273 @@ gemmAVX512_11x32r_one:
 	JNE          gemmAVX512_11x32r_one
 
 gemmAVX512_11x32r_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_11x32r_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_11x32r_nobias
+	VMOVUPS.Z (R11), K1, Z22
+	VMOVUPS.Z 64(R11), K2, Z23
+	TESTQ     R10, R10
+	JE        gemmAVX512_11x32r_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z24
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z8, Z8
 	VMOVUPS   Z8, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z9, Z9
 	VMOVUPS   Z9, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z10, Z10
 	VMOVUPS   Z10, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z11, Z11
 	VMOVUPS   Z11, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z12, Z12
 	VMOVUPS   Z12, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z13, Z13
 	VMOVUPS   Z13, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z14, Z14
 	VMOVUPS   Z14, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z15, Z15
 	VMOVUPS   Z15, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z16, Z16
 	VMOVUPS   Z16, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z17, Z17
 	VMOVUPS   Z17, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z18, Z18
 	VMOVUPS   Z18, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
 	VADDPS    Z25, Z19, Z19
 	VMOVUPS   Z19, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z24
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
 	VADDPS    Z24, Z20, Z20
 	VMOVUPS   Z20, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z25
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
+	VADDPS    Z25, Z21, Z21
+	VMOVUPS   Z21, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_11x32r_bias:
+	MOVQ    DX, DI
+	VADDPS  Z22, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z23, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z23, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z23, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z23, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z23, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z23, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z23, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z14, Z14
+	VMOVUPS Z14, K1, (DI)
+	VADDPS  Z23, Z15, Z15
+	VMOVUPS Z15, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z16, Z16
+	VMOVUPS Z16, K1, (DI)
+	VADDPS  Z23, Z17, Z17
+	VMOVUPS Z17, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z18, Z18
+	VMOVUPS Z18, K1, (DI)
+	VADDPS  Z23, Z19, Z19
+	VMOVUPS Z19, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z20, Z20
+	VMOVUPS Z20, K1, (DI)
+	VADDPS  Z23, Z21, Z21
+	VMOVUPS Z21, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_11x32r_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_11x32r_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z16, Z16
+	VMOVUPS   Z16, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z17, Z17
+	VMOVUPS   Z17, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z18, Z18
+	VMOVUPS   Z18, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z19, Z19
+	VMOVUPS   Z19, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z20, Z20
+	VMOVUPS   Z20, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
 	VADDPS    Z25, Z21, Z21
 	VMOVUPS   Z21, K2, 64(DI)
 	VZEROUPPER
@@ -5473,9 +8421,9 @@ gemmAVX512_11x32r_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_12x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_12x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_12x32(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_12x32(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -5529,32 +8477,75 @@ TEXT ·gemmAVX512_12x32(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	VPXORD     Z8, Z8, Z8
-	VPXORD     Z9, Z9, Z9
-	VPXORD     Z10, Z10, Z10
-	VPXORD     Z11, Z11, Z11
-	VPXORD     Z12, Z12, Z12
-	VPXORD     Z13, Z13, Z13
-	VPXORD     Z14, Z14, Z14
-	VPXORD     Z15, Z15, Z15
-	VPXORD     Z16, Z16, Z16
-	VPXORD     Z17, Z17, Z17
-	VPXORD     Z18, Z18, Z18
-	VPXORD     Z19, Z19, Z19
-	VPXORD     Z20, Z20, Z20
-	VPXORD     Z21, Z21, Z21
-	VPXORD     Z22, Z22, Z22
-	VPXORD     Z23, Z23, Z23
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_12x32_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_12x32_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_12x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_12x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_12x32_tail
 
 gemmAVX512_12x32_loop:
 	VMOVUPS      (BX), Z24
@@ -5769,91 +8760,296 @@ gemmAVX512_12x32_one:
 	JNE          gemmAVX512_12x32_one
 
 gemmAVX512_12x32_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_12x32_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_12x32_nobias
+	VMOVUPS.Z (R11), K1, Z24
+	VMOVUPS.Z 64(R11), K2, Z25
+	TESTQ     R10, R10
+	JE        gemmAVX512_12x32_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z26
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z8, Z8
 	VMOVUPS   Z8, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z9, Z9
 	VMOVUPS   Z9, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z10, Z10
 	VMOVUPS   Z10, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z11, Z11
 	VMOVUPS   Z11, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z12, Z12
 	VMOVUPS   Z12, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z13, Z13
 	VMOVUPS   Z13, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z14, Z14
 	VMOVUPS   Z14, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z15, Z15
 	VMOVUPS   Z15, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z16, Z16
 	VMOVUPS   Z16, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z17, Z17
 	VMOVUPS   Z17, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z18, Z18
 	VMOVUPS   Z18, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z19, Z19
 	VMOVUPS   Z19, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z20, Z20
 	VMOVUPS   Z20, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z21, Z21
 	VMOVUPS   Z21, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z22, Z22
 	VMOVUPS   Z22, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
+	VADDPS    Z27, Z23, Z23
+	VMOVUPS   Z23, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_12x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z24, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z25, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z25, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z25, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z25, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z25, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z25, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z25, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z14, Z14
+	VMOVUPS Z14, K1, (DI)
+	VADDPS  Z25, Z15, Z15
+	VMOVUPS Z15, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z16, Z16
+	VMOVUPS Z16, K1, (DI)
+	VADDPS  Z25, Z17, Z17
+	VMOVUPS Z17, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z18, Z18
+	VMOVUPS Z18, K1, (DI)
+	VADDPS  Z25, Z19, Z19
+	VMOVUPS Z19, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z20, Z20
+	VMOVUPS Z20, K1, (DI)
+	VADDPS  Z25, Z21, Z21
+	VMOVUPS Z21, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z22, Z22
+	VMOVUPS Z22, K1, (DI)
+	VADDPS  Z25, Z23, Z23
+	VMOVUPS Z23, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_12x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_12x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z16, Z16
+	VMOVUPS   Z16, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z17, Z17
+	VMOVUPS   Z17, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z18, Z18
+	VMOVUPS   Z18, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z19, Z19
+	VMOVUPS   Z19, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z20, Z20
+	VMOVUPS   Z20, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z21, Z21
+	VMOVUPS   Z21, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z22, Z22
+	VMOVUPS   Z22, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
 	VADDPS    Z27, Z23, Z23
 	VMOVUPS   Z23, K2, 64(DI)
 	VZEROUPPER
@@ -5899,9 +9095,9 @@ gemmAVX512_12x32_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_12x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX512_12x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·gemmAVX512_12x32r(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX512_12x32r(SB), NOSPLIT, $0-80
 	MOVQ       cols+56(FP), CX
 	MOVQ       $0x00000001, AX
 	SHLQ       CL, AX
@@ -5955,44 +9151,87 @@ TEXT ·gemmAVX512_12x32r(SB), NOSPLIT, $0-65
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
 	PREFETCHT0 124(DI)
-	VPXORD     Z0, Z0, Z0
-	VPXORD     Z1, Z1, Z1
-	VPXORD     Z2, Z2, Z2
-	VPXORD     Z3, Z3, Z3
-	VPXORD     Z4, Z4, Z4
-	VPXORD     Z5, Z5, Z5
-	VPXORD     Z6, Z6, Z6
-	VPXORD     Z7, Z7, Z7
-	VPXORD     Z8, Z8, Z8
-	VPXORD     Z9, Z9, Z9
-	VPXORD     Z10, Z10, Z10
-	VPXORD     Z11, Z11, Z11
-	VPXORD     Z12, Z12, Z12
-	VPXORD     Z13, Z13, Z13
-	VPXORD     Z14, Z14, Z14
-	VPXORD     Z15, Z15, Z15
-	VPXORD     Z16, Z16, Z16
-	VPXORD     Z17, Z17, Z17
-	VPXORD     Z18, Z18, Z18
-	VPXORD     Z19, Z19, Z19
-	VPXORD     Z20, Z20, Z20
-	VPXORD     Z21, Z21, Z21
-	VPXORD     Z22, Z22, Z22
-	VPXORD     Z23, Z23, Z23
-	MOVQ       AX, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	ADDQ       R8, R11
-	MOVQ       R11, R12
-	ADDQ       R8, R12
-	ADDQ       R8, R12
-	ADDQ       R8, R12
-	MOVQ       R12, R13
-	ADDQ       R8, R13
-	ADDQ       R8, R13
-	ADDQ       R8, R13
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX512_12x32r_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX512_12x32r_zero
+	CMPQ       R10, DX
+	JE         gemmAVX512_12x32r_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmAVX512_12x32r_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	MOVQ   AX, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	ADDQ   R8, R11
+	MOVQ   R11, R12
+	ADDQ   R8, R12
+	ADDQ   R8, R12
+	ADDQ   R8, R12
+	MOVQ   R12, R13
+	ADDQ   R8, R13
+	ADDQ   R8, R13
+	ADDQ   R8, R13
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX512_12x32r_tail
 
 gemmAVX512_12x32r_loop:
 	VMOVUPS      (BX), Z24
@@ -6210,91 +9449,296 @@ gemmAVX512_12x32r_one:
 	JNE          gemmAVX512_12x32r_one
 
 gemmAVX512_12x32r_store:
-	MOVB      acc+64(FP), R10
-	TESTB     R10, R10
-	JE        gemmAVX512_12x32r_overwrite
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmAVX512_12x32r_nobias
+	VMOVUPS.Z (R11), K1, Z24
+	VMOVUPS.Z 64(R11), K2, Z25
+	TESTQ     R10, R10
+	JE        gemmAVX512_12x32r_bias
 	MOVQ      DX, DI
-	VMOVUPS.Z (DI), K1, Z26
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z0, Z0
 	VMOVUPS   Z0, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z1, Z1
 	VMOVUPS   Z1, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z2, Z2
 	VMOVUPS   Z2, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z3, Z3
 	VMOVUPS   Z3, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z4, Z4
 	VMOVUPS   Z4, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z5, Z5
 	VMOVUPS   Z5, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z6, Z6
 	VMOVUPS   Z6, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z7, Z7
 	VMOVUPS   Z7, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z8, Z8
 	VMOVUPS   Z8, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z9, Z9
 	VMOVUPS   Z9, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z10, Z10
 	VMOVUPS   Z10, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z11, Z11
 	VMOVUPS   Z11, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z12, Z12
 	VMOVUPS   Z12, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z13, Z13
 	VMOVUPS   Z13, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z14, Z14
 	VMOVUPS   Z14, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z15, Z15
 	VMOVUPS   Z15, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z16, Z16
 	VMOVUPS   Z16, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z17, Z17
 	VMOVUPS   Z17, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z18, Z18
 	VMOVUPS   Z18, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z19, Z19
 	VMOVUPS   Z19, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z20, Z20
 	VMOVUPS   Z20, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
 	VADDPS    Z27, Z21, Z21
 	VMOVUPS   Z21, K2, 64(DI)
 	ADDQ      SI, DI
-	VMOVUPS.Z (DI), K1, Z26
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
 	VADDPS    Z26, Z22, Z22
 	VMOVUPS   Z22, K1, (DI)
-	VMOVUPS.Z 64(DI), K2, Z27
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
+	VADDPS    Z27, Z23, Z23
+	VMOVUPS   Z23, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_12x32r_bias:
+	MOVQ    DX, DI
+	VADDPS  Z24, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z25, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z25, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z25, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z25, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z25, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z25, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z25, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z14, Z14
+	VMOVUPS Z14, K1, (DI)
+	VADDPS  Z25, Z15, Z15
+	VMOVUPS Z15, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z16, Z16
+	VMOVUPS Z16, K1, (DI)
+	VADDPS  Z25, Z17, Z17
+	VMOVUPS Z17, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z18, Z18
+	VMOVUPS Z18, K1, (DI)
+	VADDPS  Z25, Z19, Z19
+	VMOVUPS Z19, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z20, Z20
+	VMOVUPS Z20, K1, (DI)
+	VADDPS  Z25, Z21, Z21
+	VMOVUPS Z21, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z22, Z22
+	VMOVUPS Z22, K1, (DI)
+	VADDPS  Z25, Z23, Z23
+	VMOVUPS Z23, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX512_12x32r_nobias:
+	TESTQ     R10, R10
+	JE        gemmAVX512_12x32r_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z16, Z16
+	VMOVUPS   Z16, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z17, Z17
+	VMOVUPS   Z17, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z18, Z18
+	VMOVUPS   Z18, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z19, Z19
+	VMOVUPS   Z19, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z20, Z20
+	VMOVUPS   Z20, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z21, Z21
+	VMOVUPS   Z21, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z22, Z22
+	VMOVUPS   Z22, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
 	VADDPS    Z27, Z23, Z23
 	VMOVUPS   Z23, K2, 64(DI)
 	VZEROUPPER
@@ -6340,9 +9784,9 @@ gemmAVX512_12x32r_overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmAVX2_6x16(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// func gemmAVX2_6x16(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, FMA3, MMX+
-TEXT ·gemmAVX2_6x16(SB), NOSPLIT, $0-65
+TEXT ·gemmAVX2_6x16(SB), NOSPLIT, $0-80
 	MOVQ       kc+0(FP), CX
 	MOVQ       a+8(FP), AX
 	MOVQ       sa+16(FP), R8
@@ -6365,20 +9809,39 @@ TEXT ·gemmAVX2_6x16(SB), NOSPLIT, $0-65
 	PREFETCHT0 (DI)
 	ADDQ       SI, DI
 	PREFETCHT0 (DI)
-	VXORPS     Y0, Y0, Y0
-	VXORPS     Y1, Y1, Y1
-	VXORPS     Y2, Y2, Y2
-	VXORPS     Y3, Y3, Y3
-	VXORPS     Y4, Y4, Y4
-	VXORPS     Y5, Y5, Y5
-	VXORPS     Y6, Y6, Y6
-	VXORPS     Y7, Y7, Y7
-	VXORPS     Y8, Y8, Y8
-	VXORPS     Y9, Y9, Y9
-	VXORPS     Y10, Y10, Y10
-	VXORPS     Y11, Y11, Y11
-	SUBQ       $0x00000004, CX
-	JL         gemmAVX2_6x16_tail
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmAVX2_6x16_zero
+	CMPQ       R10, DX
+	JE         gemmAVX2_6x16_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+
+gemmAVX2_6x16_zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	SUBQ   $0x00000004, CX
+	JL     gemmAVX2_6x16_tail
 
 gemmAVX2_6x16_loop:
 	VMOVUPS      (BX), Y12
@@ -6503,38 +9966,147 @@ gemmAVX2_6x16_one:
 	JNE          gemmAVX2_6x16_one
 
 gemmAVX2_6x16_store:
-	MOVB    acc+64(FP), R10
-	TESTB   R10, R10
-	JE      gemmAVX2_6x16_overwrite
+	MOVQ    src+64(FP), R10
+	MOVQ    bias+72(FP), R11
+	TESTQ   R11, R11
+	JE      gemmAVX2_6x16_nobias
+	VMOVUPS (R11), Y12
+	VMOVUPS 32(R11), Y13
+	TESTQ   R10, R10
+	JE      gemmAVX2_6x16_bias
 	MOVQ    DX, DI
-	VADDPS  (DI), Y0, Y0
+	VMOVUPS (R10), Y14
+	VADDPS  Y12, Y14, Y14
+	VADDPS  Y14, Y0, Y0
 	VMOVUPS Y0, (DI)
-	VADDPS  32(DI), Y1, Y1
+	VMOVUPS 32(R10), Y15
+	VADDPS  Y13, Y15, Y15
+	VADDPS  Y15, Y1, Y1
 	VMOVUPS Y1, 32(DI)
 	ADDQ    SI, DI
-	VADDPS  (DI), Y2, Y2
+	ADDQ    SI, R10
+	VMOVUPS (R10), Y14
+	VADDPS  Y12, Y14, Y14
+	VADDPS  Y14, Y2, Y2
 	VMOVUPS Y2, (DI)
-	VADDPS  32(DI), Y3, Y3
+	VMOVUPS 32(R10), Y15
+	VADDPS  Y13, Y15, Y15
+	VADDPS  Y15, Y3, Y3
 	VMOVUPS Y3, 32(DI)
 	ADDQ    SI, DI
-	VADDPS  (DI), Y4, Y4
+	ADDQ    SI, R10
+	VMOVUPS (R10), Y14
+	VADDPS  Y12, Y14, Y14
+	VADDPS  Y14, Y4, Y4
 	VMOVUPS Y4, (DI)
-	VADDPS  32(DI), Y5, Y5
+	VMOVUPS 32(R10), Y15
+	VADDPS  Y13, Y15, Y15
+	VADDPS  Y15, Y5, Y5
 	VMOVUPS Y5, 32(DI)
 	ADDQ    SI, DI
-	VADDPS  (DI), Y6, Y6
+	ADDQ    SI, R10
+	VMOVUPS (R10), Y14
+	VADDPS  Y12, Y14, Y14
+	VADDPS  Y14, Y6, Y6
 	VMOVUPS Y6, (DI)
-	VADDPS  32(DI), Y7, Y7
+	VMOVUPS 32(R10), Y15
+	VADDPS  Y13, Y15, Y15
+	VADDPS  Y15, Y7, Y7
 	VMOVUPS Y7, 32(DI)
 	ADDQ    SI, DI
-	VADDPS  (DI), Y8, Y8
+	ADDQ    SI, R10
+	VMOVUPS (R10), Y14
+	VADDPS  Y12, Y14, Y14
+	VADDPS  Y14, Y8, Y8
 	VMOVUPS Y8, (DI)
-	VADDPS  32(DI), Y9, Y9
+	VMOVUPS 32(R10), Y15
+	VADDPS  Y13, Y15, Y15
+	VADDPS  Y15, Y9, Y9
 	VMOVUPS Y9, 32(DI)
 	ADDQ    SI, DI
-	VADDPS  (DI), Y10, Y10
+	ADDQ    SI, R10
+	VMOVUPS (R10), Y14
+	VADDPS  Y12, Y14, Y14
+	VADDPS  Y14, Y10, Y10
 	VMOVUPS Y10, (DI)
-	VADDPS  32(DI), Y11, Y11
+	VMOVUPS 32(R10), Y15
+	VADDPS  Y13, Y15, Y15
+	VADDPS  Y15, Y11, Y11
+	VMOVUPS Y11, 32(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX2_6x16_bias:
+	MOVQ    DX, DI
+	VADDPS  Y12, Y0, Y0
+	VMOVUPS Y0, (DI)
+	VADDPS  Y13, Y1, Y1
+	VMOVUPS Y1, 32(DI)
+	ADDQ    SI, DI
+	VADDPS  Y12, Y2, Y2
+	VMOVUPS Y2, (DI)
+	VADDPS  Y13, Y3, Y3
+	VMOVUPS Y3, 32(DI)
+	ADDQ    SI, DI
+	VADDPS  Y12, Y4, Y4
+	VMOVUPS Y4, (DI)
+	VADDPS  Y13, Y5, Y5
+	VMOVUPS Y5, 32(DI)
+	ADDQ    SI, DI
+	VADDPS  Y12, Y6, Y6
+	VMOVUPS Y6, (DI)
+	VADDPS  Y13, Y7, Y7
+	VMOVUPS Y7, 32(DI)
+	ADDQ    SI, DI
+	VADDPS  Y12, Y8, Y8
+	VMOVUPS Y8, (DI)
+	VADDPS  Y13, Y9, Y9
+	VMOVUPS Y9, 32(DI)
+	ADDQ    SI, DI
+	VADDPS  Y12, Y10, Y10
+	VMOVUPS Y10, (DI)
+	VADDPS  Y13, Y11, Y11
+	VMOVUPS Y11, 32(DI)
+	VZEROUPPER
+	RET
+
+gemmAVX2_6x16_nobias:
+	TESTQ   R10, R10
+	JE      gemmAVX2_6x16_overwrite
+	MOVQ    DX, DI
+	VADDPS  (R10), Y0, Y0
+	VMOVUPS Y0, (DI)
+	VADDPS  32(R10), Y1, Y1
+	VMOVUPS Y1, 32(DI)
+	ADDQ    SI, DI
+	ADDQ    SI, R10
+	VADDPS  (R10), Y2, Y2
+	VMOVUPS Y2, (DI)
+	VADDPS  32(R10), Y3, Y3
+	VMOVUPS Y3, 32(DI)
+	ADDQ    SI, DI
+	ADDQ    SI, R10
+	VADDPS  (R10), Y4, Y4
+	VMOVUPS Y4, (DI)
+	VADDPS  32(R10), Y5, Y5
+	VMOVUPS Y5, 32(DI)
+	ADDQ    SI, DI
+	ADDQ    SI, R10
+	VADDPS  (R10), Y6, Y6
+	VMOVUPS Y6, (DI)
+	VADDPS  32(R10), Y7, Y7
+	VMOVUPS Y7, 32(DI)
+	ADDQ    SI, DI
+	ADDQ    SI, R10
+	VADDPS  (R10), Y8, Y8
+	VMOVUPS Y8, (DI)
+	VADDPS  32(R10), Y9, Y9
+	VMOVUPS Y9, 32(DI)
+	ADDQ    SI, DI
+	ADDQ    SI, R10
+	VADDPS  (R10), Y10, Y10
+	VMOVUPS Y10, (DI)
+	VADDPS  32(R10), Y11, Y11
 	VMOVUPS Y11, 32(DI)
 	VZEROUPPER
 	RET

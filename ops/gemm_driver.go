@@ -19,8 +19,9 @@ package ops
 // C when there are enough, otherwise the B micro-panels (each then packs
 // all of the few rows of A). Edges: kernels with fewer rows and lane masks
 // where the impl has them, otherwise a scratch tile added to (or copied
-// into) C; C outside the (M,N) block, and C when accumulate is false, is
-// never read.
+// into) C; C outside the (M,N) block is never read, nor C inside it
+// unless it is src. The epilogue (src, bias) applies to the first slice of
+// K; later slices accumulate into C.
 type gemm struct {
 	impl    *gemmImpl
 	bufs    *gemmBuffers
@@ -33,6 +34,8 @@ type gemm struct {
 	ldb     int
 	c       []float32
 	ldc     int
+	src     []float32 // (M,N) with stride ldc, added once; C itself to accumulate; or nil
+	bias    []float32 // (N) added once, or nil
 	// aDirect and bDirect say that A and op(B) (NN, TN) are read in place
 	// instead of packed.
 	aDirect, bDirect bool
@@ -42,12 +45,11 @@ type gemm struct {
 // [pc, pc+kc), columns [jc, jc+nc), with B packed in bp (unless direct).
 type pass struct {
 	ic, mcb, pc, kc, jc, nc int
-	acc                     bool
 	splitM                  bool
 	bp                      []float32
 }
 
-func (g *gemm) run(accumulate bool) {
+func (g *gemm) run() {
 	im := g.impl
 	t := g.threads
 	switch g.l {
@@ -80,7 +82,7 @@ func (g *gemm) run(accumulate bool) {
 		for pc := 0; pc < g.k; pc += im.kc {
 			for jc := 0; jc < g.n; jc += im.nc {
 				p := pass{ic: ic, mcb: min(step, g.m-ic), pc: pc, kc: min(im.kc, g.k-pc),
-					jc: jc, nc: min(im.nc, g.n-jc), acc: accumulate || pc > 0, splitM: splitM, bp: bp}
+					jc: jc, nc: min(im.nc, g.n-jc), splitM: splitM, bp: bp}
 				if t == 1 { // no goroutines, no closures
 					g.packB(p, 0, 1)
 					g.work(scratch[0], p, 0, 1)
@@ -163,29 +165,67 @@ func (g *gemm) block(s *gemmScratch, p pass, i0, i1, j0, j1 int) {
 				bpan = p.bp[j*nr*kc:]
 			}
 			ci := crow + p.jc + j*nr
+			src, bias := g.epilogue(p, ci, p.jc+j*nr)
 			if kern != nil && (cols == nr || im.masked) {
-				kern(kc, &apan[0], sa, &bpan[0], sb, &g.c[ci], g.ldc, cols, p.acc)
+				kern(kc, &apan[0], sa, &bpan[0], sb, &g.c[ci], g.ldc, cols, ptr(src), ptr(bias))
 				continue
 			}
 			// Packed panels are zero-padded: compute the full tile aside.
-			im.kernels[mr](kc, &apan[0], sa, &bpan[0], sb, &s.tile[0], nr, nr, false)
-			mergeTile(s.tile, nr, rows, cols, g.c[ci:], g.ldc, p.acc)
+			im.kernels[mr](kc, &apan[0], sa, &bpan[0], sb, &s.tile[0], nr, nr, nil, nil)
+			mergeTile(s.tile, nr, rows, cols, g.c[ci:], g.ldc, src, bias)
 		}
 	}
 }
 
+// epilogue returns what the tile at C[ci] (column j of C) adds to its
+// product in pass p: src and bias on the first slice of K, C itself after.
+func (g *gemm) epilogue(p pass, ci, j int) (src, bias []float32) {
+	if p.pc > 0 {
+		return g.c[ci:], nil
+	}
+	if g.src != nil {
+		src = g.src[ci:]
+	}
+	if g.bias != nil {
+		bias = g.bias[j:]
+	}
+	return src, bias
+}
+
+// ptr is &s[0], or nil for a nil s.
+func ptr(s []float32) *float32 {
+	if s == nil {
+		return nil
+	}
+	return &s[0]
+}
+
 // mergeTile writes the top-left (rows, cols) of the tile t (row stride tld)
-// into c (row stride ldc): c += t when acc, c = t otherwise.
-func mergeTile(t []float32, tld, rows, cols int, c []float32, ldc int, acc bool) {
+// into c (row stride ldc) through the epilogue: c = t + (src + bias), src
+// (row stride ldc, possibly c) and bias skipped when nil.
+func mergeTile(t []float32, tld, rows, cols int, c []float32, ldc int, src, bias []float32) {
 	for i := 0; i < rows; i++ {
-		src := t[i*tld : i*tld+cols]
+		tv := t[i*tld : i*tld+cols]
 		dst := c[i*ldc : i*ldc+cols]
-		if acc {
-			for j, v := range src {
-				dst[j] += v
+		var s []float32
+		if src != nil {
+			s = src[i*ldc : i*ldc+cols]
+		}
+		switch {
+		case s != nil && bias != nil:
+			for j, v := range tv {
+				dst[j] = v + (s[j] + bias[j])
 			}
-		} else {
-			copy(dst, src)
+		case s != nil:
+			for j, v := range tv {
+				dst[j] = v + s[j]
+			}
+		case bias != nil:
+			for j, v := range tv {
+				dst[j] = v + bias[j]
+			}
+		default:
+			copy(dst, tv)
 		}
 	}
 }

@@ -15,7 +15,7 @@ func genericImpl() *gemmImpl {
 // gemmGeneric2x4 is the microKernel for 2×4 tiles in plain Go: eight
 // scalar accumulators, which with the six operands of a k step fit the 16
 // SSE registers (a 4×4 tile spills and runs at two thirds of the speed).
-func gemmGeneric2x4(kc int, pa *float32, sa int, pb *float32, sb int, pc *float32, ldc int, _ int, acc bool) {
+func gemmGeneric2x4(kc int, pa *float32, sa int, pb *float32, sb int, pc *float32, ldc int, _ int, src, bias *float32) {
 	if kc == 0 {
 		sa, sb = 0, 0
 	}
@@ -36,19 +36,41 @@ func gemmGeneric2x4(kc int, pa *float32, sa int, pb *float32, sb int, pc *float3
 		c13 += a1 * b3
 	}
 	c := unsafe.Slice(pc, ldc+4)
-	storeRow4(c[0:4:4], c00, c01, c02, c03, acc)
-	storeRow4(c[ldc:ldc+4:ldc+4], c10, c11, c12, c13, acc)
+	var s, bs []float32
+	if src != nil {
+		s = unsafe.Slice(src, ldc+4)
+	}
+	if bias != nil {
+		bs = unsafe.Slice(bias, 4)
+	}
+	storeRow4(c[0:4:4], rowOf(s, 0), bs, c00, c01, c02, c03)
+	storeRow4(c[ldc:ldc+4:ldc+4], rowOf(s, ldc), bs, c10, c11, c12, c13)
 }
 
-func storeRow4(c []float32, x0, x1, x2, x3 float32, acc bool) {
-	if acc {
-		c[0] += x0
-		c[1] += x1
-		c[2] += x2
-		c[3] += x3
+// rowOf is s[off:off+4], or nil for a nil s.
+func rowOf(s []float32, off int) []float32 {
+	if s == nil {
+		return nil
+	}
+	return s[off : off+4 : off+4]
+}
+
+// storeRow4 sets c[j] = x_j + (src[j] + bias[j]), src and bias skipped
+// when nil (the epilogue of microKernel). src may be c.
+func storeRow4(c, src, bias []float32, x0, x1, x2, x3 float32) {
+	var e [4]float32
+	switch {
+	case src != nil && bias != nil:
+		e = [4]float32{src[0] + bias[0], src[1] + bias[1], src[2] + bias[2], src[3] + bias[3]}
+	case src != nil:
+		e = [4]float32{src[0], src[1], src[2], src[3]}
+	case bias != nil:
+		e = [4]float32{bias[0], bias[1], bias[2], bias[3]}
+	default:
+		c[0], c[1], c[2], c[3] = x0, x1, x2, x3
 		return
 	}
-	c[0], c[1], c[2], c[3] = x0, x1, x2, x3
+	c[0], c[1], c[2], c[3] = x0+e[0], x1+e[1], x2+e[2], x3+e[3]
 }
 
 // fmaLoopGeneric runs n iterations of eight independent scalar

@@ -4,80 +4,80 @@
 
 package ops
 
-// gemmAVX512_1x32 computes C[i][j] (+)= Σ_p a[p*sa+i]·b[p*sb+j] for i < 1, j < cols.
-func gemmAVX512_1x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_1x32 computes C[i][j] = Σ_p a[p*sa+i]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 1, j < cols.
+func gemmAVX512_1x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_1x32r computes C[i][j] (+)= Σ_p a[i*sa+p]·b[p*sb+j] for i < 1, j < cols.
-func gemmAVX512_1x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_1x32r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 1, j < cols.
+func gemmAVX512_1x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_2x32 computes C[i][j] (+)= Σ_p a[p*sa+i]·b[p*sb+j] for i < 2, j < cols.
-func gemmAVX512_2x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_2x32 computes C[i][j] = Σ_p a[p*sa+i]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 2, j < cols.
+func gemmAVX512_2x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_2x32r computes C[i][j] (+)= Σ_p a[i*sa+p]·b[p*sb+j] for i < 2, j < cols.
-func gemmAVX512_2x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_2x32r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 2, j < cols.
+func gemmAVX512_2x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_3x32 computes C[i][j] (+)= Σ_p a[p*sa+i]·b[p*sb+j] for i < 3, j < cols.
-func gemmAVX512_3x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_3x32 computes C[i][j] = Σ_p a[p*sa+i]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 3, j < cols.
+func gemmAVX512_3x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_3x32r computes C[i][j] (+)= Σ_p a[i*sa+p]·b[p*sb+j] for i < 3, j < cols.
-func gemmAVX512_3x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_3x32r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 3, j < cols.
+func gemmAVX512_3x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_4x32 computes C[i][j] (+)= Σ_p a[p*sa+i]·b[p*sb+j] for i < 4, j < cols.
-func gemmAVX512_4x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_4x32 computes C[i][j] = Σ_p a[p*sa+i]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 4, j < cols.
+func gemmAVX512_4x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_4x32r computes C[i][j] (+)= Σ_p a[i*sa+p]·b[p*sb+j] for i < 4, j < cols.
-func gemmAVX512_4x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_4x32r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 4, j < cols.
+func gemmAVX512_4x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_5x32 computes C[i][j] (+)= Σ_p a[p*sa+i]·b[p*sb+j] for i < 5, j < cols.
-func gemmAVX512_5x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_5x32 computes C[i][j] = Σ_p a[p*sa+i]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 5, j < cols.
+func gemmAVX512_5x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_5x32r computes C[i][j] (+)= Σ_p a[i*sa+p]·b[p*sb+j] for i < 5, j < cols.
-func gemmAVX512_5x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_5x32r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 5, j < cols.
+func gemmAVX512_5x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_6x32 computes C[i][j] (+)= Σ_p a[p*sa+i]·b[p*sb+j] for i < 6, j < cols.
-func gemmAVX512_6x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_6x32 computes C[i][j] = Σ_p a[p*sa+i]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 6, j < cols.
+func gemmAVX512_6x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_6x32r computes C[i][j] (+)= Σ_p a[i*sa+p]·b[p*sb+j] for i < 6, j < cols.
-func gemmAVX512_6x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_6x32r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 6, j < cols.
+func gemmAVX512_6x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_7x32 computes C[i][j] (+)= Σ_p a[p*sa+i]·b[p*sb+j] for i < 7, j < cols.
-func gemmAVX512_7x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_7x32 computes C[i][j] = Σ_p a[p*sa+i]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 7, j < cols.
+func gemmAVX512_7x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_7x32r computes C[i][j] (+)= Σ_p a[i*sa+p]·b[p*sb+j] for i < 7, j < cols.
-func gemmAVX512_7x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_7x32r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 7, j < cols.
+func gemmAVX512_7x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_8x32 computes C[i][j] (+)= Σ_p a[p*sa+i]·b[p*sb+j] for i < 8, j < cols.
-func gemmAVX512_8x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_8x32 computes C[i][j] = Σ_p a[p*sa+i]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 8, j < cols.
+func gemmAVX512_8x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_8x32r computes C[i][j] (+)= Σ_p a[i*sa+p]·b[p*sb+j] for i < 8, j < cols.
-func gemmAVX512_8x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_8x32r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 8, j < cols.
+func gemmAVX512_8x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_9x32 computes C[i][j] (+)= Σ_p a[p*sa+i]·b[p*sb+j] for i < 9, j < cols.
-func gemmAVX512_9x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_9x32 computes C[i][j] = Σ_p a[p*sa+i]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 9, j < cols.
+func gemmAVX512_9x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_9x32r computes C[i][j] (+)= Σ_p a[i*sa+p]·b[p*sb+j] for i < 9, j < cols.
-func gemmAVX512_9x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_9x32r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 9, j < cols.
+func gemmAVX512_9x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_10x32 computes C[i][j] (+)= Σ_p a[p*sa+i]·b[p*sb+j] for i < 10, j < cols.
-func gemmAVX512_10x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_10x32 computes C[i][j] = Σ_p a[p*sa+i]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 10, j < cols.
+func gemmAVX512_10x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_10x32r computes C[i][j] (+)= Σ_p a[i*sa+p]·b[p*sb+j] for i < 10, j < cols.
-func gemmAVX512_10x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_10x32r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 10, j < cols.
+func gemmAVX512_10x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_11x32 computes C[i][j] (+)= Σ_p a[p*sa+i]·b[p*sb+j] for i < 11, j < cols.
-func gemmAVX512_11x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_11x32 computes C[i][j] = Σ_p a[p*sa+i]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 11, j < cols.
+func gemmAVX512_11x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_11x32r computes C[i][j] (+)= Σ_p a[i*sa+p]·b[p*sb+j] for i < 11, j < cols.
-func gemmAVX512_11x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_11x32r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 11, j < cols.
+func gemmAVX512_11x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_12x32 computes C[i][j] (+)= Σ_p a[p*sa+i]·b[p*sb+j] for i < 12, j < cols.
-func gemmAVX512_12x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_12x32 computes C[i][j] = Σ_p a[p*sa+i]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 12, j < cols.
+func gemmAVX512_12x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX512_12x32r computes C[i][j] (+)= Σ_p a[i*sa+p]·b[p*sb+j] for i < 12, j < cols.
-func gemmAVX512_12x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX512_12x32r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 12, j < cols.
+func gemmAVX512_12x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
-// gemmAVX2_6x16 computes C[i][j] (+)= Σ_p a[p*sa+i]·b[p*sb+j] for i < 6, j < 16.
-func gemmAVX2_6x16(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)
+// gemmAVX2_6x16 computes C[i][j] = Σ_p a[p*sa+i]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 6, j < 16.
+func gemmAVX2_6x16(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
 // transposeAVX512_16x32 writes dst[c*32 + r] = src[r*ld + c] for r < 16, c < 16*n.
 func transposeAVX512_16x32(src *float32, ld int, dst *float32, n int)

@@ -6,10 +6,10 @@ package ops
 //
 //	out (N,OC)   inp (N,C)   w (OC,C)   bias (OC) or nil for none
 //
-// It fills each output row with the bias and accumulates the matmul on top.
+// The bias is added as the matmul stores its tiles (the same rounding as
+// filling out with the bias and accumulating the product on top).
 func LinearForward(k *Kernels, out, inp, w, bias []float32, N, C, OC int) {
-	BiasForward(k, out, nil, bias, N, OC)
-	k.MatMul(NT, N, OC, C, inp, C, w, C, out, OC, true)
+	k.matMulEp(NT, N, OC, C, inp, C, w, C, out, OC, nil, bias)
 }
 
 // LinearResidualForward fuses a dense layer with the residual add that
@@ -19,10 +19,10 @@ func LinearForward(k *Kernels, out, inp, w, bias []float32, N, C, OC int) {
 //
 //	out, res (N,OC)   inp (N,C)   w (OC,C)   bias (OC) or nil
 //
-// out may alias res.
+// out may alias res. res + bias is rounded first, then the product added,
+// as the matmul stores its tiles: one pass over out.
 func LinearResidualForward(k *Kernels, out, res, inp, w, bias []float32, N, C, OC int) {
-	BiasForward(k, out, res, bias, N, OC)
-	k.MatMul(NT, N, OC, C, inp, C, w, C, out, OC, true)
+	k.matMulEp(NT, N, OC, C, inp, C, w, C, out, OC, res, bias)
 }
 
 // LinearBackward ACCUMULATES the gradients of out = inp·wᵀ + bias:

@@ -21,8 +21,13 @@ import (
 // is read in full rows of nv*lanes floats either way (a masked load costs
 // an FMA-port uop on Intel, 8% of the kernel), so edge panels of B must be
 // padded. With t.rowsA, A is read in place as rows (M,K) of row stride sa:
-// the term is a[i*sa + p], for NN and NT without packing A. acc false
-// overwrites C without reading it.
+// the term is a[i*sa + p], for NN and NT without packing A.
+//
+// The sum is stored through an epilogue: C = Σ + src (src a tile of the
+// same row stride as C: C itself to accumulate, another tile such as a
+// residual, or nil for none), plus bias[j] where bias is not nil — in
+// that case src + bias is rounded first, as if C had been set to it
+// before accumulating. A nil src means C is never read.
 func kernel(t tile) {
 	nregs := 16
 	if t.lanes == 16 {
@@ -39,12 +44,12 @@ func kernel(t tile) {
 	mask := func(v int) reg.OpmaskPhysical { return []reg.OpmaskPhysical{reg.K1, reg.K2, reg.K3, reg.K4}[v] }
 	nr := t.nv * t.lanes
 
-	TEXT(t.name, NOSPLIT, "func(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, acc bool)")
+	TEXT(t.name, NOSPLIT, "func(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)")
 	aij := "a[p*sa+i]"
 	if t.rowsA {
 		aij = "a[i*sa+p]"
 	}
-	Doc(fmt.Sprintf("%s computes C[i][j] (+)= Σ_p %s·b[p*sb+j] for i < %d, j < %s.", t.name, aij, t.mr, map[bool]string{true: "cols", false: fmt.Sprint(nr)}[t.masked]))
+	Doc(fmt.Sprintf("%s computes C[i][j] = Σ_p %s·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < %d, j < %s.", t.name, aij, t.mr, map[bool]string{true: "cols", false: fmt.Sprint(nr)}[t.masked]))
 	kc, pa, pb, pc, ldc, sa, sb := reg.RCX, reg.RAX, reg.RBX, reg.RDX, reg.RSI, reg.R8, reg.R9
 	if t.masked { // lane masks: bits [16v, 16v+16) of 1<<cols - 1
 		Load(Param("cols"), kc)
@@ -69,18 +74,29 @@ func kernel(t tile) {
 	SHLQ(U8(2), sb)
 	SHLQ(U8(2), ldc)
 
-	// Prefetch the C tile, zero the accumulators.
+	// Prefetch the C tile and a separate src tile, zero the accumulators.
 	row := reg.RDI
-	MOVQ(pc, row)
-	for i := 0; i < t.mr; i++ {
-		PREFETCHT0(Mem{Base: row})
-		if nr*4 > 64 {
-			PREFETCHT0(Mem{Base: row, Disp: nr*4 - 4})
-		}
-		if i < t.mr-1 {
-			ADDQ(ldc, row)
+	prefetch := func(base reg.Register) {
+		MOVQ(base, row)
+		for i := 0; i < t.mr; i++ {
+			PREFETCHT0(Mem{Base: row})
+			if nr*4 > 64 {
+				PREFETCHT0(Mem{Base: row, Disp: nr*4 - 4})
+			}
+			if i < t.mr-1 {
+				ADDQ(ldc, row)
+			}
 		}
 	}
+	prefetch(pc)
+	src := reg.R10
+	Load(Param("src"), src)
+	TESTQ(src, src)
+	JE(LabelRef(t.name + "_zero"))
+	CMPQ(src, pc)
+	JE(LabelRef(t.name + "_zero"))
+	prefetch(src)
+	Label(t.name + "_zero")
 	for i := 0; i < t.mr; i++ {
 		for v := 0; v < t.nv; v++ {
 			zero(acc(i, v))
@@ -159,30 +175,64 @@ func kernel(t tile) {
 	JNE(LabelRef(t.name + "_one"))
 
 	Label(t.name + "_store")
-	storeTile(t, pc, ldc, acc, tmp, mask)
+	storeTile(t, pc, ldc, acc, breg, tmp, mask)
 }
 
-// storeTile writes the accumulators to C: C += acc when the acc argument
-// is true, C = acc otherwise (C unread), under the lane masks if t.masked.
-func storeTile(t tile, pc, ldc reg.Register, acc func(i, v int) reg.VecPhysical, tmp func(int) reg.VecPhysical, mask func(int) reg.OpmaskPhysical) {
-	flag := reg.R10B
-	Load(Param("acc"), flag)
-	TESTB(flag, flag)
-	JE(LabelRef(t.name + "_overwrite"))
-	for _, add := range []bool{true, false} {
-		if !add {
-			Label(t.name + "_overwrite")
+// storeTile writes the accumulators to C through the epilogue of kernel,
+// under the lane masks if t.masked. Four variants, picked by which of src
+// and bias are nil: bias goes to the B registers, a row of src to the
+// temporaries.
+func storeTile(t tile, pc, ldc reg.Register, acc func(i, v int) reg.VecPhysical, breg func(v int) reg.VecPhysical, tmp func(int) reg.VecPhysical, mask func(int) reg.OpmaskPhysical) {
+	src, bias := reg.R10, reg.R11
+	Load(Param("src"), src)
+	Load(Param("bias"), bias)
+	name := func(s string) string { return t.name + "_" + s }
+	TESTQ(bias, bias)
+	JE(LabelRef(name("nobias")))
+	for v := 0; v < t.nv; v++ {
+		m := Mem{Base: bias, Disp: v * 4 * t.lanes}
+		if t.masked {
+			VMOVUPS_Z(m, mask(v), breg(v))
+		} else {
+			VMOVUPS(m, breg(v))
+		}
+	}
+	TESTQ(src, src)
+	JE(LabelRef(name("bias")))
+	variants := []struct {
+		label          string
+		withSrc, withB bool
+	}{{"srcbias", true, true}, {"bias", false, true}, {"nobias", true, false}, {"overwrite", false, false}}
+	for k, vr := range variants {
+		if k > 0 {
+			Label(name(vr.label))
+		}
+		if vr.label == "nobias" {
+			TESTQ(src, src)
+			JE(LabelRef(name("overwrite")))
 		}
 		MOVQ(pc, reg.RDI)
 		for i := 0; i < t.mr; i++ {
 			for v := 0; v < t.nv; v++ {
 				m := Mem{Base: reg.RDI, Disp: v * 4 * t.lanes}
+				ms := Mem{Base: src, Disp: v * 4 * t.lanes}
 				switch {
-				case add && t.masked:
-					VMOVUPS_Z(m, mask(v), tmp(v))
+				case vr.withSrc && vr.withB:
+					x := tmp(v)
+					if t.masked {
+						VMOVUPS_Z(ms, mask(v), x)
+					} else {
+						VMOVUPS(ms, x)
+					}
+					VADDPS(breg(v), x, x)
+					VADDPS(x, acc(i, v), acc(i, v))
+				case vr.withSrc && t.masked:
+					VMOVUPS_Z(ms, mask(v), tmp(v))
 					VADDPS(tmp(v), acc(i, v), acc(i, v))
-				case add:
-					VADDPS(m, acc(i, v), acc(i, v))
+				case vr.withSrc:
+					VADDPS(ms, acc(i, v), acc(i, v))
+				case vr.withB:
+					VADDPS(breg(v), acc(i, v), acc(i, v))
 				}
 				if t.masked {
 					VMOVUPS(acc(i, v), mask(v), m)
@@ -192,6 +242,9 @@ func storeTile(t tile, pc, ldc reg.Register, acc func(i, v int) reg.VecPhysical,
 			}
 			if i < t.mr-1 {
 				ADDQ(ldc, reg.RDI)
+				if vr.withSrc {
+					ADDQ(ldc, src)
+				}
 			}
 		}
 		VZEROUPPER()
