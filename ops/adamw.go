@@ -40,7 +40,7 @@ func AdamW(params, grads, m, v []float32, lr, beta1, beta2, eps, weightDecay flo
 // calling goroutine.
 func AdamWUpdate(h AdamWHyper, params, grads, m, v []float32) {
 	c := h.coefficients(len(params), len(grads), len(m), len(v))
-	c.apply(params, grads, m, v)
+	c.apply(haveAVX512, params, grads, m, v)
 }
 
 // AdamW is the multi-threaded AdamWUpdate: the slices are split into
@@ -51,13 +51,15 @@ func (k *Kernels) AdamW(h AdamWHyper, params, grads, m, v []float32) {
 	const grain = 1 << 14 // elements below which a goroutine does not pay
 	n := len(params)
 	chunks := (n + grain - 1) / grain
+	simd := k.simd()
 	k.Parallel(chunks, func(lo, hi int) {
 		a, b := lo*grain, min(hi*grain, n)
-		c.apply(params[a:b], grads[a:b], m[a:b], v[a:b])
+		c.apply(simd, params[a:b], grads[a:b], m[a:b], v[a:b])
 	})
 }
 
-// adamwCoef holds the per-step constants of the update in fp32.
+// adamwCoef holds the per-step constants of the update in fp32. The
+// AVX-512 kernel reads them as consecutive float32s in this order.
 type adamwCoef struct {
 	lr, b1, b2, ob1, ob2, eps, wd, s, bc1, bc2 float32
 }
@@ -79,9 +81,14 @@ func (h AdamWHyper) coefficients(np, ng, nm, nv int) adamwCoef {
 	}
 }
 
-// apply runs the update over equal-length slices.
-func (c adamwCoef) apply(params, grads, m, v []float32) {
+// apply runs the update over equal-length slices, the multiple-of-16 part
+// in AVX-512 if v (same operations, same bits).
+func (c adamwCoef) apply(simd bool, params, grads, m, v []float32) {
 	grads, m, v = grads[:len(params)], m[:len(params)], v[:len(params)]
+	if n := vecLen(simd, len(params)); n > 0 {
+		adamwAVX512(&params[0], &grads[0], &m[0], &v[0], n, &c.lr)
+		params, grads, m, v = params[n:], grads[n:], m[n:], v[n:]
+	}
 	for i, p := range params {
 		g := grads[i] * c.s
 		mi := c.b1*m[i] + c.ob1*g

@@ -640,3 +640,59 @@ lnBwdParams_loop:
 lnBwdParams_done:
 	VZEROUPPER
 	RET
+
+// func adamwAVX512(params *float32, grads *float32, mom *float32, vel *float32, n int, c *float32)
+// Requires: AVX, AVX512F
+TEXT ·adamwAVX512(SB), NOSPLIT, $0-48
+	MOVQ         params+0(FP), AX
+	MOVQ         grads+8(FP), CX
+	MOVQ         mom+16(FP), DX
+	MOVQ         vel+24(FP), BX
+	MOVQ         c+40(FP), SI
+	VBROADCASTSS (SI), Z0
+	VBROADCASTSS 4(SI), Z1
+	VBROADCASTSS 8(SI), Z2
+	VBROADCASTSS 12(SI), Z3
+	VBROADCASTSS 16(SI), Z4
+	VBROADCASTSS 20(SI), Z5
+	VBROADCASTSS 24(SI), Z6
+	VBROADCASTSS 28(SI), Z7
+	VBROADCASTSS 32(SI), Z8
+	VBROADCASTSS 36(SI), Z9
+	MOVQ         n+32(FP), SI
+	TESTQ        SI, SI
+	JE           adamw_done
+
+adamw_loop:
+	VMOVUPS (CX), Z10
+	VMULPS  Z7, Z10, Z10
+	VMULPS  (DX), Z1, Z11
+	VMULPS  Z10, Z3, Z12
+	VADDPS  Z12, Z11, Z11
+	VMOVUPS Z11, (DX)
+	VMULPS  Z10, Z10, Z12
+	VMULPS  Z12, Z4, Z12
+	VMULPS  (BX), Z2, Z10
+	VADDPS  Z12, Z10, Z10
+	VMOVUPS Z10, (BX)
+	VMULPS  Z8, Z11, Z11
+	VMULPS  Z9, Z10, Z10
+	VSQRTPS Z10, Z10
+	VADDPS  Z5, Z10, Z10
+	VDIVPS  Z10, Z11, Z11
+	VMOVUPS (AX), Z10
+	VMULPS  Z10, Z6, Z12
+	VADDPS  Z12, Z11, Z11
+	VMULPS  Z0, Z11, Z11
+	VSUBPS  Z11, Z10, Z10
+	VMOVUPS Z10, (AX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000040, DX
+	ADDQ    $0x00000040, BX
+	SUBQ    $0x00000010, SI
+	JNE     adamw_loop
+
+adamw_done:
+	VZEROUPPER
+	RET

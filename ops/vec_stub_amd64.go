@@ -78,3 +78,8 @@ func lnBwdDxAVX512(dx *float32, dy *float32, x *float32, w *float32, n int, m fl
 //
 //go:noescape
 func lnBwdParamsAVX512(dw *float32, db *float32, dy *float32, x *float32, n int, m float32, s float32)
+
+// adamwAVX512 applies adamwCoef.apply's update to params, grads, mom, vel [0:n] (n a multiple of 16); c points to the adamwCoef.
+//
+//go:noescape
+func adamwAVX512(params *float32, grads *float32, mom *float32, vel *float32, n int, c *float32)

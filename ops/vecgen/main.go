@@ -32,6 +32,7 @@ func main() {
 	lnBwdSums()
 	lnBwdDx()
 	lnBwdParams()
+	adamw()
 	Generate()
 }
 
