@@ -1,6 +1,9 @@
 package ops
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // attnBlock is the number of query rows handled together. Causal attention
 // only needs keys 0..i for query i, so a block of rows [i0, i1) multiplies
@@ -20,8 +23,13 @@ const attnBlock = 64
 // The (b,h) pairs run in parallel, each with single-threaded matmuls that
 // read qkv through strides (no permute).
 func AttentionForward(k *Kernels, out, att, qkv []float32, B, T, C, NH int) {
+	attnCheck(qkv, out, att, B, T, C, NH)
 	g := newAttnGeom(k, T, C, NH)
 	forEachHead(k, B*NH, func(ks *Kernels, w, bh int) {
+		if g.tiled {
+			g.headForwardTiled(ks, out, att, qkv, bh)
+			return
+		}
 		g.headForward(ks, out, att, qkv, bh)
 	})
 }
@@ -35,17 +43,26 @@ func AttentionForward(k *Kernels, out, att, qkv []float32, B, T, C, NH int) {
 //	dqkv (B,T,3C)   dout (B,T,C)   qkv (B,T,3C)   att (B,NH,T,T)
 //	scratch: AttentionScratchSize(k, B, T, NH) floats, overwritten
 func AttentionBackward(k *Kernels, dqkv, scratch, dout, qkv, att []float32, B, T, C, NH int) {
+	attnCheck(qkv, dout, att, B, T, C, NH)
+	if len(dqkv) < len(qkv[:B*T*3*C]) || len(scratch) < AttentionScratchSize(k, B, T, NH) {
+		panic(fmt.Sprintf("ops: AttentionBackward: dqkv %d or scratch %d too short", len(dqkv), len(scratch)))
+	}
 	g := newAttnGeom(k, T, C, NH)
-	per := min(attnBlock, T) * T
+	per := T * T
 	forEachHead(k, B*NH, func(ks *Kernels, w, bh int) {
-		g.headBackward(ks, dqkv, scratch[w*per:(w+1)*per], dout, qkv, att, bh)
+		ds := scratch[w*per : (w+1)*per]
+		if g.tiled {
+			g.headBackwardTiled(ks, dqkv, ds, dout, qkv, att, bh)
+			return
+		}
+		g.headBackward(ks, dqkv, ds, dout, qkv, att, bh)
 	})
 }
 
 // AttentionScratchSize is the number of floats AttentionBackward needs as
-// scratch: one block of score gradients, (min(64,T), T), per worker.
+// scratch: the score gradients of one head, (T,T), per worker.
 func AttentionScratchSize(k *Kernels, B, T, NH int) int {
-	return attnWorkers(k, B*NH) * min(attnBlock, T) * T
+	return attnWorkers(k, B*NH) * T * T
 }
 
 func attnWorkers(k *Kernels, bh int) int { return max(1, min(k.Threads(), bh)) }
@@ -68,11 +85,12 @@ type attnGeom struct {
 	T, C, NH, HS int
 	scale        float32 // 1/√HS
 	simd         bool
+	tiled        bool // the path of attention_tiled.go
 }
 
 func newAttnGeom(k *Kernels, T, C, NH int) attnGeom {
 	HS := C / NH
-	return attnGeom{T: T, C: C, NH: NH, HS: HS, scale: float32(1 / math.Sqrt(float64(HS))), simd: k.simd()}
+	return attnGeom{T: T, C: C, NH: NH, HS: HS, scale: float32(1 / math.Sqrt(float64(HS))), simd: k.simd(), tiled: tiledAttn(k, HS)}
 }
 
 // slices returns the head's Q, K, V (row stride 3C), its output or output

@@ -140,6 +140,9 @@ var gradCases = []struct {
 	{"attention T=70 (two causal blocks)", func(k *Kernels, r *rand.Rand) gradCase {
 		return attentionCase(k, r, 1, 70, 8, 2, 300)
 	}},
+	{"attention HS=32 T=29 (tiled on AVX-512)", func(k *Kernels, r *rand.Rand) gradCase {
+		return attentionCase(k, r, 2, 29, 64, 2, 300)
+	}},
 	{"dropout", func(k *Kernels, r *rand.Rand) gradCase {
 		n := 5000 // two chunks
 		x, dx := randn(r, n, 1), make([]float32, n)

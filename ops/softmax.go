@@ -38,10 +38,35 @@ func SoftmaxBackward(k *Kernels, dinp, dout, out []float32, N, V int) {
 // 0); out may alias in. It returns the maximum of scale·in and
 // log Σ exp(scale·in − max), the log of the normaliser relative to it.
 func softmaxRow(v bool, out, in []float32, scale float32) (maxv float32, logZ float32) {
-	m := rowMax(v, in[:len(out)]) * scale
-	s := rowExp(v, out, in, scale, m)
-	rowScale(v, out, 1/s)
+	m, s := softmaxRowStats(v, out, in, scale)
 	return m, float32(math.Log(float64(s)))
+}
+
+// softmaxRowStats sets out = softmax(scale·in) for one non-empty row
+// (scale > 0; out may alias in) and returns m = max of scale·in and
+// s = Σ exp(scale·in − m).
+func softmaxRowStats(v bool, out, in []float32, scale float32) (m, s float32) {
+	in = in[:len(out)]
+	if v {
+		var res [2]float32
+		softmaxRowAVX512(&out[0], &in[0], len(out), scale, &res[0])
+		return res[0], res[1]
+	}
+	m = rowMax(false, in) * scale
+	s = rowExp(false, out, in, scale, m)
+	rowScale(false, out, 1/s)
+	return m, s
+}
+
+// softmaxGradRow sets d = scale·p⊙(d − Σ p⊙d) for one non-empty row: d
+// holds dL/dp for p = softmax(scale·x) and receives dL/dx.
+func softmaxGradRow(v bool, d, p []float32, scale float32) {
+	p = p[:len(d)]
+	if v {
+		softmaxGradRowAVX512(&d[0], &p[0], len(d), scale)
+		return
+	}
+	rowSoftmaxGrad(false, d, p, dot32(p, d), scale)
 }
 
 // dot32 is Σ a[i]·b[i] with four partial sums.

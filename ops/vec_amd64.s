@@ -696,3 +696,241 @@ adamw_loop:
 adamw_done:
 	VZEROUPPER
 	RET
+
+// func softmaxRowAVX512(out *float32, in *float32, n int, scale float32, res *float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·softmaxRowAVX512(SB), NOSPLIT, $0-40
+	MOVQ         out+0(FP), AX
+	MOVQ         in+8(FP), CX
+	MOVQ         n+16(FP), DX
+	VBROADCASTSS scale+24(FP), Z0
+	MOVQ         DX, BX
+	ANDQ         $0x0000000f, BX
+	MOVQ         $0x00000001, SI
+	SHLXQ        BX, SI, SI
+	DECQ         SI
+	KMOVW        SI, K1
+	ANDQ         $-16, DX
+	VBROADCASTSS vc28<>+0(SB), Z1
+	MOVQ         CX, BX
+	MOVQ         DX, SI
+	TESTQ        SI, SI
+	JE           smMax_tail
+
+smMax_loop:
+	VMAXPS (CX), Z1, Z1
+	ADDQ   $0x00000040, CX
+	SUBQ   $0x00000010, SI
+	JNE    smMax_loop
+
+smMax_tail:
+	KORTESTW K1, K1
+	JE       smMax_end
+	VMAXPS   (CX), Z1, K1, Z1
+
+smMax_end:
+	MOVQ         BX, CX
+	VSHUFF32X4   $0x4e, Z1, Z1, Z2
+	VMAXPS       Z2, Z1, Z1
+	VSHUFF32X4   $0xb1, Z1, Z1, Z2
+	VMAXPS       Z2, Z1, Z1
+	VPERMILPS    $0x4e, Z1, Z2
+	VMAXPS       Z2, Z1, Z1
+	VPERMILPS    $0xb1, Z1, Z2
+	VMAXPS       Z2, Z1, Z1
+	VMULPS       Z0, Z1, Z1
+	VBROADCASTSS vc18<>+0(SB), Z2
+	VBROADCASTSS vc19<>+0(SB), Z4
+	VBROADCASTSS vc20<>+0(SB), Z5
+	VBROADCASTSS vc21<>+0(SB), Z6
+	VBROADCASTSS vc22<>+0(SB), Z7
+	VBROADCASTSS vc16<>+0(SB), Z8
+	VBROADCASTSS vc23<>+0(SB), Z9
+	VBROADCASTSS vc24<>+0(SB), Z10
+	VBROADCASTSS vc25<>+0(SB), Z11
+	VBROADCASTSS vc26<>+0(SB), Z12
+	VBROADCASTSS vc27<>+0(SB), Z13
+	VBROADCASTSS vc15<>+0(SB), Z14
+	VPXORD       Z3, Z3, Z3
+	MOVQ         AX, BX
+	MOVQ         CX, SI
+	MOVQ         DX, DI
+	TESTQ        DI, DI
+	JE           smExp_tail
+
+smExp_loop:
+	VMOVUPS      (CX), Z15
+	VFMSUB213PS  Z1, Z0, Z15
+	VMAXPS       Z2, Z15, Z15
+	VMINPS       Z4, Z15, Z15
+	VMULPS       Z5, Z15, Z16
+	VRNDSCALEPS  $0x00, Z16, Z16
+	VFNMADD231PS Z6, Z16, Z15
+	VFNMADD231PS Z7, Z16, Z15
+	VMOVAPS      Z9, Z17
+	VFMADD213PS  Z10, Z15, Z17
+	VFMADD213PS  Z11, Z15, Z17
+	VFMADD213PS  Z12, Z15, Z17
+	VFMADD213PS  Z13, Z15, Z17
+	VFMADD213PS  Z14, Z15, Z17
+	VMULPS       Z15, Z15, Z18
+	VFMADD213PS  Z15, Z18, Z17
+	VADDPS       Z8, Z17, Z17
+	VSCALEFPS    Z16, Z17, Z15
+	VMOVUPS      Z15, (AX)
+	VADDPS       Z15, Z3, Z3
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	SUBQ         $0x00000010, DI
+	JNE          smExp_loop
+
+smExp_tail:
+	KORTESTW     K1, K1
+	JE           smExp_end
+	VMOVUPS.Z    (CX), K1, Z15
+	VFMSUB213PS  Z1, Z0, Z15
+	VMAXPS       Z2, Z15, Z15
+	VMINPS       Z4, Z15, Z15
+	VMULPS       Z5, Z15, Z0
+	VRNDSCALEPS  $0x00, Z0, Z0
+	VFNMADD231PS Z6, Z0, Z15
+	VFNMADD231PS Z7, Z0, Z15
+	VMOVAPS      Z9, Z2
+	VFMADD213PS  Z10, Z15, Z2
+	VFMADD213PS  Z11, Z15, Z2
+	VFMADD213PS  Z12, Z15, Z2
+	VFMADD213PS  Z13, Z15, Z2
+	VFMADD213PS  Z14, Z15, Z2
+	VMULPS       Z15, Z15, Z4
+	VFMADD213PS  Z15, Z4, Z2
+	VADDPS       Z8, Z2, Z2
+	VSCALEFPS    Z0, Z2, Z0
+	VMOVUPS      Z0, K1, (AX)
+	VADDPS       Z0, Z3, K1, Z3
+
+smExp_end:
+	MOVQ       BX, AX
+	MOVQ       SI, CX
+	VSHUFF32X4 $0x4e, Z3, Z3, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFF32X4 $0xb1, Z3, Z3, Z0
+	VADDPS     Z0, Z3, Z3
+	VPERMILPS  $0x4e, Z3, Z0
+	VADDPS     Z0, Z3, Z3
+	VPERMILPS  $0xb1, Z3, Z0
+	VADDPS     Z0, Z3, Z3
+	VMOVAPS    Z8, Z0
+	VDIVPS     Z3, Z0, Z0
+	MOVQ       AX, CX
+	TESTQ      DX, DX
+	JE         smScale_tail
+
+smScale_loop:
+	VMULPS  (AX), Z0, Z2
+	VMOVUPS Z2, (AX)
+	ADDQ    $0x00000040, AX
+	SUBQ    $0x00000010, DX
+	JNE     smScale_loop
+
+smScale_tail:
+	KORTESTW  K1, K1
+	JE        smScale_end
+	VMOVUPS.Z (AX), K1, Z2
+	VMULPS    Z0, Z2, Z2
+	VMOVUPS   Z2, K1, (AX)
+
+smScale_end:
+	MOVQ    CX, AX
+	MOVQ    res+32(FP), AX
+	MOVL    $0x00000001, CX
+	KMOVW   CX, K1
+	VMOVUPS Z1, K1, (AX)
+	MOVQ    res+32(FP), AX
+	MOVL    $0x00000001, CX
+	KMOVW   CX, K1
+	VMOVUPS Z3, K1, 4(AX)
+	VZEROUPPER
+	RET
+
+DATA vc28<>+0(SB)/4, $0xff800000
+GLOBL vc28<>(SB), RODATA|NOPTR, $4
+
+// func softmaxGradRowAVX512(d *float32, p *float32, n int, scale float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·softmaxGradRowAVX512(SB), NOSPLIT, $0-28
+	MOVQ         d+0(FP), AX
+	MOVQ         p+8(FP), CX
+	MOVQ         n+16(FP), DX
+	VBROADCASTSS scale+24(FP), Z0
+	MOVQ         DX, BX
+	ANDQ         $0x0000000f, BX
+	MOVQ         $0x00000001, SI
+	SHLXQ        BX, SI, SI
+	DECQ         SI
+	KMOVW        SI, K1
+	ANDQ         $-16, DX
+	VPXORD       Z1, Z1, Z1
+	MOVQ         AX, BX
+	MOVQ         CX, SI
+	MOVQ         DX, DI
+	TESTQ        DI, DI
+	JE           sgDot_tail
+
+sgDot_loop:
+	VMOVUPS     (CX), Z2
+	VFMADD231PS (AX), Z2, Z1
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	SUBQ        $0x00000010, DI
+	JNE         sgDot_loop
+
+sgDot_tail:
+	KORTESTW    K1, K1
+	JE          sgDot_end
+	VMOVUPS.Z   (CX), K1, Z2
+	VMOVUPS.Z   (AX), K1, Z3
+	VFMADD231PS Z3, Z2, Z1
+
+sgDot_end:
+	MOVQ       BX, AX
+	MOVQ       SI, CX
+	VSHUFF32X4 $0x4e, Z1, Z1, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0xb1, Z1, Z1, Z2
+	VADDPS     Z2, Z1, Z1
+	VPERMILPS  $0x4e, Z1, Z2
+	VADDPS     Z2, Z1, Z1
+	VPERMILPS  $0xb1, Z1, Z2
+	VADDPS     Z2, Z1, Z1
+	MOVQ       AX, BX
+	MOVQ       CX, SI
+	TESTQ      DX, DX
+	JE         sgGrad_tail
+
+sgGrad_loop:
+	VMOVUPS (AX), Z2
+	VMOVUPS (CX), Z3
+	VSUBPS  Z1, Z2, Z2
+	VMULPS  Z0, Z3, Z3
+	VMULPS  Z3, Z2, Z2
+	VMOVUPS Z2, (AX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, CX
+	SUBQ    $0x00000010, DX
+	JNE     sgGrad_loop
+
+sgGrad_tail:
+	KORTESTW  K1, K1
+	JE        sgGrad_end
+	VMOVUPS.Z (AX), K1, Z2
+	VMOVUPS.Z (CX), K1, Z3
+	VSUBPS    Z1, Z2, Z2
+	VMULPS    Z0, Z3, Z3
+	VMULPS    Z3, Z2, Z2
+	VMOVUPS   Z2, K1, (AX)
+
+sgGrad_end:
+	MOVQ BX, AX
+	MOVQ SI, CX
+	VZEROUPPER
+	RET

@@ -23,5 +23,7 @@ func lnBwdSumsAVX512(dy, x, w *float32, n int, m, s float32, sums *float32) { pa
 func lnBwdDxAVX512(dx, dy, x, w *float32, n int, m, s, gmean, gxmean float32) {
 	panic("ops: no AVX-512")
 }
-func lnBwdParamsAVX512(dw, db, dy, x *float32, n int, m, s float32)   { panic("ops: no AVX-512") }
-func adamwAVX512(params, grads, mom, vel *float32, n int, c *float32) { panic("ops: no AVX-512") }
+func lnBwdParamsAVX512(dw, db, dy, x *float32, n int, m, s float32)         { panic("ops: no AVX-512") }
+func adamwAVX512(params, grads, mom, vel *float32, n int, c *float32)       { panic("ops: no AVX-512") }
+func softmaxRowAVX512(out, in *float32, n int, scale float32, res *float32) { panic("ops: no AVX-512") }
+func softmaxGradRowAVX512(d, p *float32, n int, scale float32)              { panic("ops: no AVX-512") }

@@ -83,3 +83,13 @@ func lnBwdParamsAVX512(dw *float32, db *float32, dy *float32, x *float32, n int,
 //
 //go:noescape
 func adamwAVX512(params *float32, grads *float32, mom *float32, vel *float32, n int, c *float32)
+
+// softmaxRowAVX512 sets out[i] = exp(scale·in[i] − m)/s for i < n (n >= 1, out may be in), m = scale·max(in), s = Σ exp(scale·in − m); res[0] = m, res[1] = s.
+//
+//go:noescape
+func softmaxRowAVX512(out *float32, in *float32, n int, scale float32, res *float32)
+
+// softmaxGradRowAVX512 sets d[i] = (scale·p[i])·(d[i] − s) for i < n (n >= 1), s = Σ p[i]·d[i].
+//
+//go:noescape
+func softmaxGradRowAVX512(d *float32, p *float32, n int, scale float32)

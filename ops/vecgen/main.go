@@ -33,6 +33,8 @@ func main() {
 	lnBwdDx()
 	lnBwdParams()
 	adamw()
+	softmaxRowK()
+	softmaxGradRowK()
 	Generate()
 }
 

@@ -1,0 +1,99 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestAttentionTiledMatchesBlocked holds the tiled path (AVX-512, heads of
+// whole 32-column tiles) to the blocked one on the same inputs: outputs,
+// probabilities and accumulated gradients within fp32 rounding, for
+// sequence lengths that end mid micro-panel and mid tile.
+func TestAttentionTiledMatchesBlocked(t *testing.T) {
+	for _, threads := range []int{1, 3} {
+		k := newKernels(t, threads)
+		if !tiledAttn(k, 32) {
+			t.Skip("no tiled path on this CPU")
+		}
+		for _, c := range []struct{ B, T, C, NH int }{{1, 1, 32, 1}, {2, 13, 64, 2}, {1, 45, 64, 1}, {2, 100, 128, 2}} {
+			r := rand.New(rand.NewPCG(uint64(c.T), 3))
+			BTC := c.B * c.T * c.C
+			qkv, dout := randn(r, 3*BTC, 1), randn(r, BTC, 1)
+			init := randn(r, 3*BTC, 1) // dqkv accumulates onto this
+			var outs, atts, grads [2][]float32
+			for p, tiled := range []bool{false, true} {
+				g := newAttnGeom(k, c.T, c.C, c.NH)
+				g.tiled = tiled
+				outs[p], atts[p] = make([]float32, BTC), make([]float32, c.B*c.NH*c.T*c.T)
+				grads[p] = append([]float32(nil), init...)
+				scratch := make([]float32, AttentionScratchSize(k, c.B, c.T, c.NH))
+				forEachHead(k, c.B*c.NH, func(ks *Kernels, w, bh int) {
+					if tiled {
+						g.headForwardTiled(ks, outs[p], atts[p], qkv, bh)
+					} else {
+						g.headForward(ks, outs[p], atts[p], qkv, bh)
+					}
+				})
+				per := c.T * c.T
+				forEachHead(k, c.B*c.NH, func(ks *Kernels, w, bh int) {
+					ds := scratch[w*per : (w+1)*per]
+					if tiled {
+						g.headBackwardTiled(ks, grads[p], ds, dout, qkv, atts[p], bh)
+					} else {
+						g.headBackward(ks, grads[p], ds, dout, qkv, atts[p], bh)
+					}
+				})
+			}
+			name := fmt.Sprintf("threads=%d %+v", threads, c)
+			for _, x := range []struct {
+				what string
+				a, b []float32
+			}{{"out", outs[0], outs[1]}, {"att", atts[0], atts[1]}, {"dqkv", grads[0], grads[1]}} {
+				for i := range x.a {
+					if d := math.Abs(float64(x.a[i] - x.b[i])); d > 2e-5*(1+math.Abs(float64(x.a[i]))) {
+						t.Fatalf("%s: %s[%d] blocked %g, tiled %g", name, x.what, i, x.a[i], x.b[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestSoftmaxRowVector holds the AVX-512 row softmax and its gradient to
+// the pure-Go ones for every tail length.
+func TestSoftmaxRowVector(t *testing.T) {
+	if !haveAVX512 {
+		t.Skip("no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(9, 9))
+	for n := 1; n <= 70; n++ {
+		x := randn(r, n, 3)
+		var out [2][]float32
+		var stats [2][2]float32
+		for p, v := range []bool{false, true} {
+			out[p] = make([]float32, n)
+			stats[p][0], stats[p][1] = softmaxRowStats(v, out[p], x, 0.7)
+		}
+		for i := range x {
+			if d := math.Abs(float64(out[0][i] - out[1][i])); d > 1e-6 {
+				t.Fatalf("n=%d: softmax[%d] Go %g, AVX-512 %g", n, i, out[0][i], out[1][i])
+			}
+		}
+		if stats[0][0] != stats[1][0] || math.Abs(float64(stats[0][1]/stats[1][1]-1)) > 1e-6 {
+			t.Fatalf("n=%d: (max, sum) Go %v, AVX-512 %v", n, stats[0], stats[1])
+		}
+		dy := randn(r, n, 1)
+		var grad [2][]float32
+		for p, v := range []bool{false, true} {
+			grad[p] = append([]float32(nil), dy...)
+			softmaxGradRow(v, grad[p], out[0], 0.7)
+		}
+		for i := range x {
+			if d := math.Abs(float64(grad[0][i] - grad[1][i])); d > 1e-6 {
+				t.Fatalf("n=%d: grad[%d] Go %g, AVX-512 %g", n, i, grad[0][i], grad[1][i])
+			}
+		}
+	}
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"math"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// Whole-row kernels with masked tails: any n >= 1, one call a row.
+
+// tailMask returns a mask of the n%16 lowest lanes (all zero when 16
+// divides n) and the count of elements before the tail, n &^ 15.
+func tailMask(n reg.GPVirtual) (reg.OpmaskVirtual, reg.GPVirtual) {
+	rem, bits := GP64(), GP64()
+	MOVQ(n, rem)
+	ANDQ(U32(15), rem)
+	MOVQ(U32(1), bits)
+	SHLXQ(rem, bits, bits)
+	DECQ(bits)
+	k := K()
+	KMOVW(bits.As32(), k)
+	full := GP64()
+	MOVQ(n, full)
+	ANDQ(I32(-16), full)
+	return k, full
+}
+
+// rowLoop emits `for c := full; c > 0; c -= 16 { body(); ptrs += 64 }`
+// followed, when the tail mask is not empty, by tail() at the pointers'
+// final position; the pointers are restored to their start afterwards.
+func rowLoop(name string, full reg.GPVirtual, k reg.OpmaskVirtual, ptrs []reg.GPVirtual, body, tail func()) {
+	starts := make([]reg.GPVirtual, len(ptrs))
+	for i, p := range ptrs {
+		starts[i] = GP64()
+		MOVQ(p, starts[i])
+	}
+	c := GP64()
+	MOVQ(full, c)
+	TESTQ(c, c)
+	JE(LabelRef(name + "_tail"))
+	Label(name + "_loop")
+	body()
+	for _, p := range ptrs {
+		ADDQ(U32(64), p)
+	}
+	SUBQ(U32(16), c)
+	JNE(LabelRef(name + "_loop"))
+	Label(name + "_tail")
+	KORTESTW(k, k)
+	JE(LabelRef(name + "_end"))
+	tail()
+	Label(name + "_end")
+	for i, p := range ptrs {
+		MOVQ(starts[i], p)
+	}
+}
+
+// reduce combines the 16 lanes of z with op (VADDPS or VMAXPS) as a
+// balanced tree — lane i with i+8, then i+4, i+2, i+1, the order of
+// ops.lanes16 — leaving the result in every lane.
+func reduce(z reg.VecVirtual, op func(...Op)) {
+	t := ZMM()
+	VSHUFF32X4(U8(0x4E), z, z, t) // swap the 256-bit halves
+	op(t, z, z)
+	VSHUFF32X4(U8(0xB1), z, z, t) // swap 128-bit blocks within each half
+	op(t, z, z)
+	VPERMILPS(U8(0x4E), z, t) // swap 64-bit pairs
+	op(t, z, z)
+	VPERMILPS(U8(0xB1), z, t) // swap neighbours
+	op(t, z, z)
+}
+
+// softmaxRowK emits
+//
+//	softmaxRowAVX512(out, in *float32, n int, scale float32, res *float32)
+//
+// out = softmax(scale·in) over n >= 1 elements (out may be in), with
+// res[0] = scale·max(in) and res[1] = Σ exp(scale·in − res[0]).
+func softmaxRowK() {
+	text("softmaxRowAVX512", "func(out, in *float32, n int, scale float32, res *float32)")
+	Doc("softmaxRowAVX512 sets out[i] = exp(scale·in[i] − m)/s for i < n (n >= 1, out may be in), m = scale·max(in), s = Σ exp(scale·in − m); res[0] = m, res[1] = s.")
+	po, pi := ptr("out"), ptr("in")
+	n := Load(Param("n"), GP64()).(reg.GPVirtual)
+	scale := param("scale")
+	k, full := tailMask(n)
+
+	mx := bcast(float32(math.Inf(-1)))
+	rowLoop("smMax", full, k, []reg.GPVirtual{pi}, func() {
+		VMAXPS(mem(pi), mx, mx)
+	}, func() {
+		VMAXPS(mem(pi), mx, k, mx) // merge: masked lanes keep −∞
+	})
+	reduce(mx, VMAXPS)
+	shift := ZMM()
+	VMULPS(scale, mx, shift)
+
+	hoist(expConsts()...)
+	sum := zeroZ()
+	expOf := func(load func() reg.VecVirtual) reg.VecVirtual {
+		t := load()
+		VFMSUB213PS(shift, scale, t) // t = scale·t − shift
+		return exp(t)
+	}
+	rowLoop("smExp", full, k, []reg.GPVirtual{po, pi}, func() {
+		e := expOf(func() reg.VecVirtual { return load(pi) })
+		VMOVUPS(e, mem(po))
+		VADDPS(e, sum, sum)
+	}, func() {
+		e := expOf(func() reg.VecVirtual {
+			t := ZMM()
+			VMOVUPS_Z(mem(pi), k, t)
+			return t
+		})
+		VMOVUPS(e, k, mem(po))
+		VADDPS(e, sum, k, sum)
+	})
+	reduce(sum, VADDPS)
+	inv := copyZ(bcast(1))
+	VDIVPS(sum, inv, inv) // 1/s
+	rowLoop("smScale", full, k, []reg.GPVirtual{po}, func() {
+		v := ZMM()
+		VMULPS(mem(po), inv, v)
+		VMOVUPS(v, mem(po))
+	}, func() {
+		v := ZMM()
+		VMOVUPS_Z(mem(po), k, v)
+		VMULPS(inv, v, v)
+		VMOVUPS(v, k, mem(po))
+	})
+	storeLane0(shift, Mem{Base: ptr("res")})
+	storeLane0(sum, Mem{Base: ptr("res"), Disp: 4})
+	VZEROUPPER()
+	RET()
+}
+
+// storeLane0 writes lane 0 of z to m.
+func storeLane0(z reg.VecVirtual, m Mem) {
+	one, k := GP32(), K()
+	MOVL(U32(1), one)
+	KMOVW(one, k)
+	VMOVUPS(z, k, m)
+}
+
+// softmaxGradRowK emits
+//
+//	softmaxGradRowAVX512(d, p *float32, n int, scale float32)
+//
+// d = scale·p⊙(d − Σ p⊙d) over n >= 1 elements: the gradient of
+// softmax(scale·x) at output p, given d = dL/dp, with respect to x.
+func softmaxGradRowK() {
+	text("softmaxGradRowAVX512", "func(d, p *float32, n int, scale float32)")
+	Doc("softmaxGradRowAVX512 sets d[i] = (scale·p[i])·(d[i] − s) for i < n (n >= 1), s = Σ p[i]·d[i].")
+	pd, pp := ptr("d"), ptr("p")
+	n := Load(Param("n"), GP64()).(reg.GPVirtual)
+	scale := param("scale")
+	k, full := tailMask(n)
+	s := zeroZ()
+	rowLoop("sgDot", full, k, []reg.GPVirtual{pd, pp}, func() {
+		v := load(pp)
+		VFMADD231PS(mem(pd), v, s)
+	}, func() {
+		v, w := ZMM(), ZMM()
+		VMOVUPS_Z(mem(pp), k, v)
+		VMOVUPS_Z(mem(pd), k, w)
+		VFMADD231PS(w, v, s)
+	})
+	reduce(s, VADDPS)
+	grad := func(d, p reg.VecVirtual) {
+		VSUBPS(s, d, d)
+		VMULPS(scale, p, p)
+		VMULPS(p, d, d)
+	}
+	rowLoop("sgGrad", full, k, []reg.GPVirtual{pd, pp}, func() {
+		d, p := load(pd), load(pp)
+		grad(d, p)
+		VMOVUPS(d, mem(pd))
+	}, func() {
+		d, p := ZMM(), ZMM()
+		VMOVUPS_Z(mem(pd), k, d)
+		VMOVUPS_Z(mem(pp), k, p)
+		grad(d, p)
+		VMOVUPS(d, k, mem(pd))
+	})
+	VZEROUPPER()
+	RET()
+}
