@@ -43,16 +43,31 @@ func AttentionForward(k *Kernels, out, att, qkv []float32, B, T, C, NH int) {
 //	dqkv (B,T,3C)   dout (B,T,C)   qkv (B,T,3C)   att (B,NH,T,T)
 //	scratch: AttentionScratchSize(k, B, T, NH) floats, overwritten
 func AttentionBackward(k *Kernels, dqkv, scratch, dout, qkv, att []float32, B, T, C, NH int) {
+	attentionBackward(k, dqkv, scratch, dout, qkv, att, B, T, C, NH, true)
+}
+
+// AttentionBackwardSet is AttentionBackward except that it SETS dqkv to
+// the gradient instead of accumulating into it: for a dqkv buffer that
+// holds nothing yet (it saves zeroing it first).
+func AttentionBackwardSet(k *Kernels, dqkv, scratch, dout, qkv, att []float32, B, T, C, NH int) {
+	attentionBackward(k, dqkv, scratch, dout, qkv, att, B, T, C, NH, false)
+}
+
+func attentionBackward(k *Kernels, dqkv, scratch, dout, qkv, att []float32, B, T, C, NH int, acc bool) {
 	attnCheck(qkv, dout, att, B, T, C, NH)
-	if len(dqkv) < len(qkv[:B*T*3*C]) || len(scratch) < AttentionScratchSize(k, B, T, NH) {
+	if len(dqkv) < B*T*3*C || len(scratch) < AttentionScratchSize(k, B, T, NH) {
 		panic(fmt.Sprintf("ops: AttentionBackward: dqkv %d or scratch %d too short", len(dqkv), len(scratch)))
 	}
 	g := newAttnGeom(k, T, C, NH)
+	if !acc && !g.tiled {
+		clear(dqkv[:B*T*3*C])
+		acc = true
+	}
 	per := T * T
 	forEachHead(k, B*NH, func(ks *Kernels, w, bh int) {
 		ds := scratch[w*per : (w+1)*per]
 		if g.tiled {
-			g.headBackwardTiled(ks, dqkv, ds, dout, qkv, att, bh)
+			g.headBackwardTiled(ks, dqkv, ds, dout, qkv, att, bh, acc)
 			return
 		}
 		g.headBackward(ks, dqkv, ds, dout, qkv, att, bh)

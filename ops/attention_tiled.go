@@ -65,8 +65,10 @@ func (g attnGeom) headForwardTiled(k *Kernels, out, att, qkv []float32, bh int) 
 }
 
 // headBackwardTiled is headBackward on the tiled path; ds is (T,T)
-// scratch for the score gradients.
-func (g attnGeom) headBackwardTiled(k *Kernels, dqkv, ds, dout, qkv, att []float32, bh int) {
+// scratch for the score gradients. It accumulates into the head's dQ, dK,
+// dV if acc, and sets them otherwise (each is one product: one kernel
+// call per tile).
+func (g attnGeom) headBackwardTiled(k *Kernels, dqkv, ds, dout, qkv, att []float32, bh int, acc bool) {
 	im := k.impl
 	T, C, C3, HS := g.T, g.C, 3*g.C, g.HS
 	q, kk, v, dy, a := g.slices(qkv, dout, att, bh)
@@ -86,19 +88,27 @@ func (g attnGeom) headBackwardTiled(k *Kernels, dqkv, ds, dout, qkv, att []float
 			softmaxGradRow(true, d[:i+1], a[i*T:i*T+i+1], g.scale)
 			clear(d[i+1:])
 		}
-		for j := 0; j < HS; j += 32 { // dQ += dS·K
+		for j := 0; j < HS; j += 32 { // dQ (+)= dS·K
 			c := &dq[i0*C3+j]
-			kern(w, &ds[i0*T], T, &kk[j], C3, c, C3, 32, c, nil)
+			kern(w, &ds[i0*T], T, &kk[j], C3, c, C3, 32, srcIf(acc, c), nil)
 		}
 	}
 	for j0 := 0; j0 < T; j0 += im.mr { // key rows [j0, j0+r), reached by queries [j0, T)
 		r := min(im.mr, T-j0)
 		kern := im.kernels[r]
 		for j := 0; j < HS; j += 32 {
-			c := &dv[j0*C3+j] // dV += Pᵀ·dY
-			kern(T-j0, &a[j0*T+j0], T, &dy[j0*C+j], C, c, C3, 32, c, nil)
-			c = &dk[j0*C3+j] // dK += dSᵀ·Q
-			kern(T-j0, &ds[j0*T+j0], T, &q[j0*C3+j], C3, c, C3, 32, c, nil)
+			c := &dv[j0*C3+j] // dV (+)= Pᵀ·dY
+			kern(T-j0, &a[j0*T+j0], T, &dy[j0*C+j], C, c, C3, 32, srcIf(acc, c), nil)
+			c = &dk[j0*C3+j] // dK (+)= dSᵀ·Q
+			kern(T-j0, &ds[j0*T+j0], T, &q[j0*C3+j], C3, c, C3, 32, srcIf(acc, c), nil)
 		}
 	}
+}
+
+// srcIf is c when acc (the kernel accumulates into C), nil otherwise.
+func srcIf(acc bool, c *float32) *float32 {
+	if acc {
+		return c
+	}
+	return nil
 }

@@ -40,7 +40,7 @@ func TestAttentionTiledMatchesBlocked(t *testing.T) {
 				forEachHead(k, c.B*c.NH, func(ks *Kernels, w, bh int) {
 					ds := scratch[w*per : (w+1)*per]
 					if tiled {
-						g.headBackwardTiled(ks, grads[p], ds, dout, qkv, atts[p], bh)
+						g.headBackwardTiled(ks, grads[p], ds, dout, qkv, atts[p], bh, true)
 					} else {
 						g.headBackward(ks, grads[p], ds, dout, qkv, atts[p], bh)
 					}
@@ -93,6 +93,30 @@ func TestSoftmaxRowVector(t *testing.T) {
 		for i := range x {
 			if d := math.Abs(float64(grad[0][i] - grad[1][i])); d > 1e-6 {
 				t.Fatalf("n=%d: grad[%d] Go %g, AVX-512 %g", n, i, grad[0][i], grad[1][i])
+			}
+		}
+	}
+}
+
+// TestAttentionBackwardSet checks that AttentionBackwardSet over garbage
+// gives the bits of AttentionBackward into zeros, on both paths.
+func TestAttentionBackwardSet(t *testing.T) {
+	for _, kc := range kernelConfigs {
+		k := newKernelsConfig(t, kc)
+		for _, c := range []struct{ B, T, C, NH int }{{2, 13, 8, 2}, {2, 29, 64, 2}} {
+			r := rand.New(rand.NewPCG(4, uint64(c.T)))
+			BTC := c.B * c.T * c.C
+			qkv, dout := randn(r, 3*BTC, 1), randn(r, BTC, 1)
+			out, att := make([]float32, BTC), make([]float32, c.B*c.NH*c.T*c.T)
+			scratch := make([]float32, AttentionScratchSize(k, c.B, c.T, c.NH))
+			AttentionForward(k, out, att, qkv, c.B, c.T, c.C, c.NH)
+			acc, set := make([]float32, 3*BTC), randn(r, 3*BTC, 5)
+			AttentionBackward(k, acc, scratch, dout, qkv, att, c.B, c.T, c.C, c.NH)
+			AttentionBackwardSet(k, set, scratch, dout, qkv, att, c.B, c.T, c.C, c.NH)
+			for i := range acc {
+				if math.Float32bits(acc[i]) != math.Float32bits(set[i]) {
+					t.Fatalf("%s %+v: dqkv[%d]: accumulated into zeros %g, set %g", configName(kc), c, i, acc[i], set[i])
+				}
 			}
 		}
 	}
