@@ -63,17 +63,26 @@ func (s *searcher) orders(p Plan) []orderOpt {
 	return out
 }
 
-// schedules lists (schedule, vpp) pairs for pp stages: without a pipeline
-// only 1f1b (the schedule is moot); with one, gpipe and 1f1b at vpp=1 and
-// interleaved at every vpp ≥ 2 with pp·vpp dividing the layers.
-func (s *searcher) schedules(pp int) []schedOpt {
+// schedules lists (schedule, vpp) pairs for pp stages, with the parameter
+// counts of their partition: without a pipeline only 1f1b (the schedule is
+// moot); with one, gpipe and 1f1b at vpp=1 and interleaved at every vpp ≥ 2
+// whose pp·vpp chunks divide the layers L, or L+1 or L+2 (the split is then
+// even, or uneven by one layer at one or both ends: Megatron-Core's
+// account-for-loss and account-for-embedding splits). Any other vpp that
+// splits the layers is searched when pinned.
+func (s *searcher) schedules(tp, pp int) []schedOpt {
 	var out []schedOpt
-	add := func(sc Schedule, v int) {
-		if s.fix.allows("schedule", string(sc)) && s.fix.allowsInt("vpp", v) {
-			out = append(out, schedOpt{sc, v})
-		}
-	}
 	L := s.job.Model.Layers
+	add := func(sc Schedule, v int) {
+		if !s.fix.allows("schedule", string(sc)) || !s.fix.allowsInt("vpp", v) {
+			return
+		}
+		pt, ok := newPartition(L, pp, v)
+		if !ok {
+			return
+		}
+		out = append(out, schedOpt{sc, v, s.job.tpParams(tp, pt)})
+	}
 	if pp == 1 {
 		add(OneFOneB, 1)
 		if s.fix.Pinned("schedule") {
@@ -83,13 +92,29 @@ func (s *searcher) schedules(pp int) []schedOpt {
 	}
 	add(GPipe, 1)
 	add(OneFOneB, 1)
-	for _, v := range divisors(L / pp) {
-		if v >= 2 {
+	if s.fix.Pinned("vpp") {
+		if v := s.fix.plan.VPP; v >= 2 {
 			add(Interleaved, v)
+			if !splittable(L, pp, v) {
+				s.reject(rejLayers, 1)
+			}
 		}
+		return out
 	}
-	if s.fix.Pinned("vpp") && L%(pp*s.fix.plan.VPP) != 0 {
-		s.reject(rejLayers, 1)
+	for _, v := range interleaveDegrees(L, pp) {
+		add(Interleaved, v)
+	}
+	return out
+}
+
+// interleaveDegrees lists, in increasing order, the vpp ≥ 2 for which
+// pp·vpp divides L, L+1 or L+2.
+func interleaveDegrees(L, pp int) []int {
+	var out []int
+	for v := 2; pp*v <= L+2; v++ {
+		if c := pp * v; L%c == 0 || (L+1)%c == 0 || (L+2)%c == 0 {
+			out = append(out, v)
+		}
 	}
 	return out
 }

@@ -51,6 +51,13 @@ type Cluster struct {
 	DevicesPerNode int
 	Intra          Link // between devices of one node (NVLink/NVSwitch, shared memory)
 	Inter          Link // between nodes, per device (one NIC rail per GPU on DGX systems)
+	// TPCommOverlap: the training stack on this machine pipelines the
+	// tensor-parallel all-gathers and reduce-scatters of sequence
+	// parallelism with their GEMMs (Megatron-Core --tp-comm-overlap on
+	// Transformer Engine's userbuffers, the default of NVIDIA's Hopper
+	// recipes). Without it (the Megatron-LM of the A100 era) every
+	// tensor-parallel collective is exposed. See layerComm.
+	TPCommOverlap bool
 }
 
 // Validate names the first field that breaks a rule.
@@ -141,12 +148,16 @@ func clusterPresets() []Cluster {
 		MemBW: 3350 * giga, GEMMEff: 0.60, GEMMKnee: 128, AttnEff: 0.50, MemEff: 0.80, KernelGap: 2 * us}
 	h200 := h100
 	h200.Name, h200.Memory, h200.MemBW = "H200-SXM5-141GB", 143771*mib, 4800*giga
+	a100s := a100
+	a100s.Name, a100s.Memory, a100s.MemBW = "A100-SXM4-40GB", 40960*mib, 1555*giga
 	return []Cluster{
 		{Name: "dgx-a100", Accel: a100, DevicesPerNode: 8,
 			Intra: Link{BW: 230 * giga, Latency: 4 * us}, Inter: Link{BW: 23 * giga, Latency: 8 * us}},
-		{Name: "dgx-h100", Accel: h100, DevicesPerNode: 8,
+		{Name: "dgx-a100-40gb", Accel: a100s, DevicesPerNode: 8,
+			Intra: Link{BW: 230 * giga, Latency: 4 * us}, Inter: Link{BW: 23 * giga, Latency: 8 * us}},
+		{Name: "dgx-h100", Accel: h100, DevicesPerNode: 8, TPCommOverlap: true,
 			Intra: Link{BW: 360 * giga, Latency: 4 * us}, Inter: Link{BW: 45 * giga, Latency: 8 * us}},
-		{Name: "dgx-h200", Accel: h200, DevicesPerNode: 8,
+		{Name: "dgx-h200", Accel: h200, DevicesPerNode: 8, TPCommOverlap: true,
 			Intra: Link{BW: 360 * giga, Latency: 4 * us}, Inter: Link{BW: 45 * giga, Latency: 8 * us}},
 	}
 }

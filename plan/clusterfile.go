@@ -28,6 +28,7 @@ import (
 //	attn_efficiency = 0.5      # default 0.7 × gemm_efficiency
 //	mem_efficiency = 0.8       # default 0.8
 //	kernel_gap_us = 2          # default 0
+//	tp_comm_overlap = true     # TP collectives pipelined with GEMMs under sp (default false; Hopper presets true)
 //	[intra]                    # required without base
 //	bw_gbps = 360
 //	latency_us = 4
@@ -38,6 +39,7 @@ type clusterFile struct {
 	Name           string      `toml:"name" json:"name"`
 	Base           string      `toml:"base" json:"base"`
 	DevicesPerNode *int        `toml:"devices_per_node" json:"devices_per_node"`
+	TPCommOverlap  *bool       `toml:"tp_comm_overlap" json:"tp_comm_overlap"`
 	Device         *deviceFile `toml:"device" json:"device"`
 	Intra          *linkFile   `toml:"intra" json:"intra"`
 	Inter          *linkFile   `toml:"inter" json:"inter"`
@@ -111,6 +113,9 @@ func (f clusterFile) build() (Cluster, error) {
 		c.DevicesPerNode = *f.DevicesPerNode
 	} else if !haveBase {
 		return c, fmt.Errorf("plan: cluster file: devices_per_node is required (or give base)")
+	}
+	if f.TPCommOverlap != nil {
+		c.TPCommOverlap = *f.TPCommOverlap
 	}
 	if f.Device == nil && !haveBase {
 		return c, fmt.Errorf("plan: cluster file: [device] is required (or give base)")

@@ -63,12 +63,22 @@ func (k kernels) gemm(count, m, n, kk float64) float64 {
 // second for the backward), 3 bytes per element moved besides the 2 read;
 // the backward does the same for the output gradient.
 func (k kernels) gemmFB(m, n, kk float64) (fwd, bwd float64) {
-	fwd, bwd = k.gemm(1, m, n, kk), k.gemm(1, m, kk, n)+k.gemm(1, kk, n, m)
+	fwd, dx, dw := k.gemmParts(m, n, kk, 1)
+	return fwd, dx + dw
+}
+
+// gemmParts is gemmFB with the backward split into dX (with the fp8
+// quantisation of the output gradient) and dW. The forward and dX products
+// run as `chunks` sequential GEMMs of m/chunks rows each, as when a
+// tensor-parallel collective is pipelined with them (layerComm): smaller
+// GEMMs, further from peak.
+func (k kernels) gemmParts(m, n, kk, chunks float64) (fwd, dx, dw float64) {
+	fwd, dx, dw = chunks*k.gemm(1, m/chunks, n, kk), chunks*k.gemm(1, m/chunks, kk, n), k.gemm(1, kk, n, m)
 	if k.fp8 {
 		fwd += k.stream(5*(m*kk+kk*n), 2)
-		bwd += k.stream(5*m*n, 1)
+		dx += k.stream(5*m*n, 1)
 	}
-	return fwd, bwd
+	return fwd, dx, dw
 }
 
 // stream is a memory-bound kernel moving `bytes`: bytes / (β_mem·η_mem)
@@ -100,12 +110,22 @@ type computeParts struct {
 	k           kernels
 	layer, core passTime
 	embed, head passTime
+	// linear are the forward and input-gradient (dX) times of the four
+	// linear layers (QKV, attention output, MLP up, MLP down): the GEMMs
+	// that tensor-parallel collectives overlap with under sp.
+	linear [4]linearTime
 }
+
+// linearTime is one linear layer's forward GEMM and its input-gradient
+// GEMM (the backward's dX = dY·Wᵀ).
+type linearTime struct{ fwd, dx float64 }
 
 func (j Job) computeParts(p Plan) computeParts {
 	k := newKernels(j.Cluster.Accel, p.Precision)
 	c := computeParts{k: k, core: j.attentionCore(p, k), embed: j.embedCompute(p, k), head: j.headCompute(p, k)}
-	c.layer = j.layerLinear(p, k).add(c.core).add(j.elementwise(p, k))
+	var lin passTime
+	lin, c.linear = j.layerLinear(p, k)
+	c.layer = lin.add(c.core).add(j.elementwise(p, k))
 	return c
 }
 
@@ -126,8 +146,9 @@ func (c computeParts) withRecompute(p Plan) passTime {
 }
 
 // layerLinear is the four linear layers of one transformer layer for one
-// micro-batch of T = mbs·seq/cp tokens on one of t tensor ranks.
-func (j Job) layerLinear(p Plan, k kernels) passTime {
+// micro-batch of T = mbs·seq/cp tokens on one of t tensor ranks, in total
+// and one by one.
+func (j Job) layerLinear(p Plan, k kernels) (passTime, [4]linearTime) {
 	m := j.Model
 	T := j.tokens(p)
 	h, f, d := float64(m.Hidden), float64(m.FFN), float64(m.HD())
@@ -136,13 +157,19 @@ func (j Job) layerLinear(p Plan, k kernels) passTime {
 	if m.gated() {
 		up = 2 * f / t
 	}
-	var lt passTime
-	for _, g := range [4][2]float64{{(a + 2*kv) * d / t, h}, {h, a * d / t}, {up, h}, {h, f / t}} {
-		fw, bw := k.gemmFB(T, g[0], g[1])
-		lt.fwd += fw
-		lt.bwd += bw
+	chunks := 1.0
+	if j.tpOverlap(p) {
+		chunks = t // the collectives are pipelined with t chunks of each GEMM (layerComm)
 	}
-	return lt
+	var lt passTime
+	var each [4]linearTime
+	for i, g := range [4][2]float64{{(a + 2*kv) * d / t, h}, {h, a * d / t}, {up, h}, {h, f / t}} {
+		fw, dx, dw := k.gemmParts(T, g[0], g[1], chunks)
+		lt.fwd += fw
+		lt.bwd += dx + dw
+		each[i] = linearTime{fw, dx}
+	}
+	return lt, each
 }
 
 // attentionCore is softmax(QKᵀ/√d)·V for one micro-batch: b·a/t heads of
@@ -211,8 +238,19 @@ func (j Job) embedCompute(p Plan, k kernels) passTime {
 }
 
 // headCompute is the last stage's final norm, output layer (T×V/t×h) and
-// vocab-parallel cross-entropy in fp32 (forward reads the logits and writes
-// fp32 softmax; backward reads it and writes the logits' gradient).
+// vocab-parallel cross-entropy in fp32, pass by pass as Megatron's
+// _VocabParallelCrossEntropy runs it over the T × V/t logits:
+//
+//	forward   upcast to fp32 (read e, write 4), max (read 4), subtract the
+//	          max (read 4, write 4), exp (read 4, write 4), sum (read 4),
+//	          normalise in place and keep the softmax (read 4, write 4):
+//	          e + 36 bytes per logit in 6 kernels
+//	backward  gradient = softmax − one-hot, scaled (read 4, write 4), cast
+//	          back for the output layer's backward (read 4, write e):
+//	          12 + e bytes per logit in 2 kernels
+//
+// For a 128K vocabulary on a small model this is several percent of the
+// step (Megatron-Core's later --cross-entropy-loss-fusion removes passes).
 func (j Job) headCompute(p Plan, k kernels) passTime {
 	k = k.high()
 	m := j.Model
@@ -221,7 +259,7 @@ func (j Job) headCompute(p Plan, k kernels) passTime {
 	norm := T * h * k.e * 2
 	ce := T * vt
 	return passTime{
-		fwd: fw + k.stream(norm+ce*(k.e+4), 3),
-		bwd: bw + k.stream(2*norm+ce*(4+k.e), 3),
+		fwd: fw + k.stream(norm, 1) + k.stream(ce*(k.e+36), 6),
+		bwd: bw + k.stream(2*norm, 1) + k.stream(ce*(12+k.e), 2),
 	}
 }

@@ -65,7 +65,7 @@ func (j Job) Evaluate(p Plan) (Estimate, error) {
 
 // estimate assumes p passed Check.
 func (j Job) estimate(p Plan, pl placement) Estimate {
-	sp := j.shapeParams(p.TP, p.PP)
+	sp := j.shapeParams(p)
 	return j.finish(p, pl, j.layerCost(p, pl), j.memory(p, sp), sp)
 }
 
@@ -77,19 +77,25 @@ func (j Job) estimate(p Plan, pl placement) Estimate {
 //
 //	T_step = m·max_s t_s + (pp-1)/vpp · mean_s t_s + DP exposed + optimizer
 //
+// The slowest stage is the first (embedding), the last (output layer and
+// loss) or, under an uneven split, a middle stage holding the most layers.
 // GPipe's bubble equals 1F1B's; it differs in memory.
 func (j Job) stepTime(p Plan, pl placement, lc layerCost, sp shapeParams) Time {
+	pt := sp.pt
 	first := j.stage(p, pl, lc, sp, 0)
 	last, mid := first, first
 	if p.PP > 1 {
 		last = j.stage(p, pl, lc, sp, p.PP-1)
 	}
-	if p.PP > 2 {
-		mid = j.stage(p, pl, lc, sp, 1) // every middle stage is alike
-	}
 	slow, slowStage := first, 0
 	if last.total() > first.total() {
 		slow, slowStage = last, p.PP-1
+	}
+	if p.PP > 2 {
+		mid = j.stage(p, pl, lc, sp, pt.midRank)
+		if mid.total() > slow.total() {
+			slow, slowStage = mid, pt.midRank
+		}
 	}
 	m := float64(j.MicroBatches(p))
 	var t Time
@@ -97,7 +103,12 @@ func (j Job) stepTime(p Plan, pl placement, lc layerCost, sp shapeParams) Time {
 	t.StageTime, t.SlowStage = slow.total(), slowStage
 	mean := slow.total()
 	if p.PP > 1 {
-		mean = (first.total() + last.total() + float64(p.PP-2)*mid.total()) / float64(p.PP)
+		// The middle stages hold L − first − last layers in all; each
+		// costs mid's time less the layers it lacks.
+		perLayer := lc.compute.total() + lc.tp + lc.cp
+		lacking := float64((p.PP-2)*pt.mid - (j.Model.Layers - pt.first - pt.last))
+		middle := float64(p.PP-2)*mid.total() - lacking*perLayer
+		mean = (first.total() + last.total() + middle) / float64(p.PP)
 	}
 	t.Compute = m * slow.compute.total()
 	t.TP, t.CP, t.PP = m*slow.tp, m*slow.cp, m*slow.pp

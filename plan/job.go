@@ -27,7 +27,7 @@ func (j Job) Validate() error {
 		return fmt.Errorf("plan: seq=%d: want 1..%d", j.Seq, 1<<24)
 	case j.GlobalBatch < 1 || j.GlobalBatch > 1<<24:
 		return fmt.Errorf("plan: global batch=%d: want 1..%d", j.GlobalBatch, 1<<24)
-	case j.Model.Family == GPT && j.Seq > j.Model.MaxSeq:
+	case j.Model.learnedPositions() && j.Seq > j.Model.MaxSeq:
 		return fmt.Errorf("plan: seq=%d exceeds the %d learned positions of %s", j.Seq, j.Model.MaxSeq, j.Model.Name)
 	}
 	return nil
@@ -65,7 +65,7 @@ const (
 	rejKVHeads     = "kv_heads: tp does not divide kv_heads"
 	rejFFN         = "ffn: tp does not divide ffn"
 	rejSeq         = "seq: 2·cp does not divide seq"
-	rejLayers      = "layers: pp·vpp does not divide layers"
+	rejLayers      = "layers: pp·vpp leaves a middle pipeline chunk without layers"
 	rejBatch       = "batch: dp·mbs does not divide the global batch"
 	rejSP          = "sp: tp does not divide the tokens per cp rank"
 	rejSPTP        = "sp: sp=on needs tp>1"
@@ -83,8 +83,8 @@ func (j Job) rule(p Plan) violation {
 	switch {
 	case p.Devices() != j.Devices:
 		return broken(rejDevices, "dp·tp·pp·cp = %d·%d·%d·%d = %d, but the job has %d devices", p.DP, p.TP, p.PP, p.CP, p.Devices(), j.Devices)
-	case m.Layers%(p.PP*p.VPP) != 0:
-		return broken(rejLayers, "pp·vpp = %d·%d does not divide layers=%d", p.PP, p.VPP, m.Layers)
+	case !splittable(m.Layers, p.PP, p.VPP):
+		return broken(rejLayers, "pp·vpp = %d·%d chunks for layers=%d leaves a chunk other than the first and last without layers", p.PP, p.VPP, m.Layers)
 	case j.GlobalBatch%(p.DP*p.MBS) != 0:
 		return broken(rejBatch, "dp·mbs = %d·%d does not divide the global batch %d", p.DP, p.MBS, j.GlobalBatch)
 	}
@@ -117,8 +117,16 @@ func (j Job) shapeRule(tp, cp, pp int) violation {
 		return broken(rejFFN, "tp=%d does not divide ffn=%d", tp, m.FFN)
 	case cp > 1 && j.Seq%(2*cp) != 0:
 		return broken(rejSeq, "cp=%d needs seq=%d divisible by 2·cp (two causal-balanced chunks per rank)", cp, j.Seq)
-	case m.Layers%pp != 0:
-		return broken(rejLayers, "pp=%d does not divide layers=%d", pp, m.Layers)
+	case !splittable(m.Layers, pp, 1):
+		return broken(rejLayers, "pp=%d stages for layers=%d leaves a middle stage without layers", pp, m.Layers)
 	}
 	return violation{}
+}
+
+// splittable reports whether layers split over pp·vpp chunks (evenly, or
+// unevenly with the lighter chunks at the ends; see partition) without a
+// layerless chunk other than the first and the last.
+func splittable(layers, pp, vpp int) bool {
+	q, d := splitCounts(layers, pp*vpp)
+	return q > 0 || d <= 2
 }

@@ -10,6 +10,7 @@ type Memory struct {
 	Total, Budget                  int64
 
 	Stage            int     // the pipeline stage these figures are for
+	Layers           int     // transformer layers on that stage
 	InFlight         float64 // micro-batches whose activations the stage holds, in whole-stage units
 	ActPerMicroBatch int64   // activations one micro-batch leaves on the stage
 	Reserved         int64   // part of Other: runtime (context, library workspaces)
@@ -59,52 +60,65 @@ func optimBytes(p Precision) float64 {
 func actBytes(p Precision) float64 { return weightBytes(p) }
 
 // stageParams is the number of parameters one device of pipeline stage
-// `stage` holds: its L/pp layers split tp ways (matrices and the biases of
-// column-parallel layers split; norms and row-parallel biases replicated),
-// plus the vocab-parallel embedding and learned positions on the first
-// stage, plus the final norm and the output layer on the last (a tied
-// output layer is a second copy when the two stages differ, as in
-// Megatron).
+// `stage` holds: its layers (partition) split tp ways (matrices and the
+// biases of column-parallel layers split; norms and row-parallel biases
+// replicated), plus the vocab-parallel embedding, learned positions and
+// embedding norm on the first stage, plus the final norm and the output
+// layer on the last (a tied output layer is a second copy when the two
+// stages differ, as in Megatron). p must pass Check.
 func (j Job) stageParams(p Plan, stage int) float64 {
-	return j.shapeParams(p.TP, p.PP).stage(p, stage)
+	sp := j.shapeParams(p)
+	return sp.params(stage, sp.pt.count(stage))
 }
 
-// shapeParams are the parameter counts that depend on tp and pp only,
+// shapeParams are the parameter counts that depend on tp, pp and vpp only,
 // computed once per shape.
 type shapeParams struct {
-	first, mid, last float64 // one device of stage 0, of a middle stage, of stage pp-1
-	layer            float64 // one layer on one tensor rank
-	vocab            float64 // V·h/t: a vocab-parallel embedding or output layer shard
+	layer float64 // one layer on one tensor rank
+	vocab float64 // V·h/t: a vocab-parallel embedding or output layer shard
+	embed float64 // stage 0's extra: vocab + learned positions + embedding norm
+	head  float64 // stage pp-1's extra: final norm (+ output layer unless tied with pp = 1)
+	pt    partition
 }
 
-func (sp shapeParams) stage(p Plan, s int) float64 {
-	switch s {
-	case p.PP - 1:
-		return sp.last
-	case 0:
-		return sp.first
+// params is the parameter count of stage k holding n layers.
+func (sp shapeParams) params(k, n int) float64 {
+	P := float64(n) * sp.layer
+	if k == 0 {
+		P += sp.embed
 	}
-	return sp.mid
+	if k == sp.pt.pp-1 {
+		P += sp.head
+	}
+	return P
 }
 
-func (j Job) shapeParams(tp, pp int) shapeParams {
+// stage is the parameter count of stage 0, pp−1 or the busiest middle stage.
+func (sp shapeParams) stage(k int) float64 { return sp.params(k, sp.pt.on(k)) }
+
+// maxStage is the most parameters on any stage.
+func (sp shapeParams) maxStage() float64 {
+	P := math.Max(sp.stage(0), sp.stage(sp.pt.pp-1))
+	if sp.pt.pp > 2 {
+		P = math.Max(P, sp.stage(sp.pt.midRank))
+	}
+	return P
+}
+
+func (j Job) shapeParams(p Plan) shapeParams {
+	pt, _ := newPartition(j.Model.Layers, p.PP, p.VPP)
+	return j.tpParams(p.TP, pt)
+}
+
+// tpParams are the counts for tp ranks and partition pt.
+func (j Job) tpParams(tp int, pt partition) shapeParams {
 	m := j.Model
 	t := float64(tp)
-	sp := shapeParams{layer: m.layerParamsTP(t), vocab: float64(m.Vocab) * float64(m.Hidden) / t}
-	sp.mid = float64(m.Layers/pp) * sp.layer
-	sp.first = sp.mid + sp.vocab
-	if m.Family == GPT {
-		sp.first += float64(m.MaxSeq) * float64(m.Hidden)
-	}
-	head := float64(m.normParams())
-	if !m.Tied || pp > 1 {
-		head += sp.vocab
-	}
-	if pp == 1 {
-		sp.first += head
-		sp.last = sp.first
-	} else {
-		sp.last = sp.mid + head
+	sp := shapeParams{layer: m.layerParamsTP(t), vocab: float64(m.Vocab) * float64(m.Hidden) / t, pt: pt}
+	sp.embed = float64(m.EmbeddingParams()-int64(m.Vocab)*int64(m.Hidden)) + sp.vocab
+	sp.head = float64(m.normParams())
+	if !m.Tied || pt.pp > 1 {
+		sp.head += sp.vocab
 	}
 	return sp
 }
@@ -174,27 +188,29 @@ func (j Job) inFlight(p Plan, stage int) float64 {
 }
 
 // Memory predicts the peak memory of the most loaded device under p: the
-// larger of the first and last pipeline stages (the first holds the most
-// micro-batches in flight, the last the output layer and the logits).
-func (j Job) Memory(p Plan) Memory { return j.memory(p, j.shapeParams(p.TP, p.PP)) }
+// largest of the pipeline stages that can be the most loaded (stage 0, which
+// holds the most micro-batches in flight; stage pp−1, which holds the output
+// layer and the logits; and, under an uneven split, the first stage that
+// holds more layers than those before it). p must pass Check.
+func (j Job) Memory(p Plan) Memory { return j.memory(p, j.shapeParams(p)) }
 
 func (j Job) memory(p Plan, sp shapeParams) Memory {
 	a := j.activations(p)
-	first := j.stageMemory(p, sp, a, 0)
-	if p.PP == 1 {
-		return first
+	pt := sp.pt
+	worst := j.stageMemory(p, sp, a, pt.pp-1, pt.last)
+	for _, r := range pt.memRanks {
+		if m := j.stageMemory(p, sp, a, r.rank, r.layers); m.Total > worst.Total {
+			worst = m
+		}
 	}
-	if last := j.stageMemory(p, sp, a, p.PP-1); last.Total > first.Total {
-		return last
-	}
-	return first
+	return worst
 }
 
-func (j Job) stageMemory(p Plan, sp shapeParams, a actSizes, stage int) Memory {
-	mem := Memory{Stage: stage, Budget: j.Cluster.Accel.Memory}
-	modelStates(&mem, sp.stage(p, stage), p)
+func (j Job) stageMemory(p Plan, sp shapeParams, a actSizes, stage, layers int) Memory {
+	mem := Memory{Stage: stage, Layers: layers, Budget: j.Cluster.Accel.Memory}
+	modelStates(&mem, sp.params(stage, layers), p)
 	mem.InFlight = j.inFlight(p, stage)
-	perMB := a.layer * float64(j.Model.Layers/p.PP)
+	perMB := a.layer * float64(layers)
 	if stage == 0 {
 		perMB += a.embed
 	}
@@ -211,7 +227,7 @@ func (j Job) stageMemory(p Plan, sp shapeParams, a actSizes, stage int) Memory {
 	mem.Act = ceil(perMB*mem.InFlight + head*headMBs + a.working)
 	mem.Reserved = j.Cluster.Accel.Reserved
 	mem.Workspace = ceil(j.workspace(p, stage))
-	mem.Buffers = ceil(j.buffers(p, sp, stage))
+	mem.Buffers = ceil(j.buffers(p, sp, stage, layers))
 	mem.Other = mem.Reserved + mem.Workspace + mem.Buffers
 	mem.Total = mem.Param + mem.Grad + mem.Optim + mem.Act + mem.Other
 	return mem
@@ -244,12 +260,12 @@ const bucketParams = 40e6
 // gradients of the unit being reduced (a unit is one layer, or the
 // embedding/output layer when larger); pipelines keep a send and a receive
 // buffer of one boundary activation per direction.
-func (j Job) buffers(p Plan, sp shapeParams, stage int) float64 {
+func (j Job) buffers(p Plan, sp shapeParams, stage, layers int) float64 {
 	w := weightBytes(p.Precision)
 	b := 0.0
 	switch p.ZeRO {
 	case 2:
-		b += 2 * math.Min(bucketParams, sp.stage(p, stage)) * w
+		b += 2 * math.Min(bucketParams, sp.params(stage, layers)) * w
 	case 3:
 		unit := sp.layer
 		if stage == 0 || stage == p.PP-1 {
@@ -268,8 +284,15 @@ func (j Job) buffers(p Plan, sp shapeParams, stage int) float64 {
 func (j Job) tokens(p Plan) float64 { return float64(p.MBS) * float64(j.Seq) / float64(p.CP) }
 
 // boundaryBytes is the activation sent between pipeline stages per
-// micro-batch: T·h·e, split over the tp ranks (sequence parallelism, or
-// Megatron's scatter/gather optimisation without it).
+// micro-batch: T·h·e, split over the tp ranks under sequence parallelism
+// (each holds T/t tokens). Without it every tensor rank sends the whole
+// activation, as Megatron-Core's p2p (get_tensor_shapes) and DeepSpeed's
+// pipeline engine do; Megatron-LM's 2021 scatter/gather split (Narayanan et
+// al. §4.1) is gone from Megatron-Core.
 func (j Job) boundaryBytes(p Plan) float64 {
-	return j.tokens(p) * float64(j.Model.Hidden) * actBytes(p.Precision) / float64(p.TP)
+	b := j.tokens(p) * float64(j.Model.Hidden) * actBytes(p.Precision)
+	if p.SP {
+		b /= float64(p.TP)
+	}
+	return b
 }

@@ -221,8 +221,8 @@ func TestMostLoadedStage(t *testing.T) {
 	// stage one micro-batch plus the 128K-vocabulary logits in fp32.
 	j := job(t, "llama3-8b", "dgx-h100", 4, 8192, 64)
 	p := mustParse(t, "pp=4,recompute=full")
-	sp, a := j.shapeParams(p.TP, p.PP), j.activations(p)
-	first, last := j.stageMemory(p, sp, a, 0), j.stageMemory(p, sp, a, 3)
+	sp, a := j.shapeParams(p), j.activations(p)
+	first, last := j.stageMemory(p, sp, a, 0, 8), j.stageMemory(p, sp, a, 3, 8)
 	if m := j.Memory(p); m.Total != max(first.Total, last.Total) {
 		t.Fatalf("Memory picked %d, stages %d and %d", m.Total, first.Total, last.Total)
 	}

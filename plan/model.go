@@ -35,8 +35,13 @@ type Model struct {
 	FFN     int // MLP inner width f (GPT: usually 4h)
 	Vocab   int // V
 	// MaxSeq is the number of learned position embeddings (GPT); for RoPE
-	// models it only bounds the sequence length.
+	// models, and GPT models with RelPos, it only bounds the sequence length.
 	MaxSeq int
+	// RelPos: a GPT-family model whose positions are relative (rotary, as
+	// GPT-NeoX, or ALiBi, as BLOOM) and so has no learned position table.
+	RelPos bool
+	// EmbedNorm: a LayerNorm right after the input embedding (BLOOM).
+	EmbedNorm bool
 	// Tied shares the input embedding with the output layer.
 	Tied bool
 	// AttnBias puts biases on q, k, v and the attention output; MLPBias on
@@ -76,7 +81,7 @@ func (m Model) Validate() error {
 	if p := m.approxParams(); p > 1e16 {
 		return fmt.Errorf("plan: model %s: %.3g parameters: more than the 1e16 the planner counts exactly", m.Name, p)
 	}
-	if m.Family == GPT && m.MaxSeq < 1 {
+	if m.learnedPositions() && m.MaxSeq < 1 {
 		return fmt.Errorf("plan: model %s: max_seq=%d: a GPT model needs learned positions", m.Name, m.MaxSeq)
 	}
 	return nil
@@ -97,6 +102,9 @@ func (m Model) approxParams() float64 {
 	layer := h*d*(2*float64(m.Heads)+2*float64(m.KVHeads)) + 3*h*f + 4*h + 2*f
 	return float64(m.Layers)*layer + float64(m.Vocab)*h*2 + float64(m.MaxSeq)*h
 }
+
+// learnedPositions reports a learned position table (GPT without RelPos).
+func (m Model) learnedPositions() bool { return m.Family == GPT && !m.RelPos }
 
 // gated reports a gated (SwiGLU) MLP: two input projections of width FFN.
 func (m Model) gated() bool { return m.Family == Llama }
@@ -142,11 +150,14 @@ func (m Model) normParams() int64 {
 }
 
 // EmbeddingParams counts the input embedding: V·h tokens, plus MaxSeq·h
-// learned positions for GPT.
+// learned positions for GPT (unless RelPos), plus the embedding norm.
 func (m Model) EmbeddingParams() int64 {
 	n := int64(m.Vocab) * int64(m.Hidden)
-	if m.Family == GPT {
+	if m.learnedPositions() {
 		n += int64(m.MaxSeq) * int64(m.Hidden)
+	}
+	if m.EmbedNorm {
+		n += m.normParams()
 	}
 	return n
 }
@@ -189,9 +200,11 @@ func llamaModel(name string, layers, hidden, heads, kv, ffn int) Model {
 // modelPresets lists the built-in models. The Megatron models are the GPT
 // configurations of Narayanan et al. 2021 (Table 1) and Korthikanti et al.
 // 2022 (Table 3): vocabulary 51,200 (GPT-2's 50,257 padded), sequence 2048.
+// The rest are the published large runs docs/PLANNER.md validates against
+// (heldOutPresets).
 func modelPresets() []Model {
 	const mv, ms = 51200, 2048
-	return []Model{
+	ps := []Model{
 		gptModel("gpt2", 12, 768, 12, 50257, 1024, true),
 		gptModel("gpt2-medium", 24, 1024, 16, 50257, 1024, true),
 		gptModel("gpt2-large", 36, 1280, 20, 50257, 1024, true),
@@ -213,6 +226,7 @@ func modelPresets() []Model {
 		gptModel("megatron-530b", 105, 20480, 128, mv, ms, true),
 		gptModel("megatron-1t", 128, 25600, 160, mv, ms, true),
 	}
+	return append(ps, heldOutPresets()...)
 }
 
 // ModelPreset returns a built-in model by name.

@@ -69,8 +69,9 @@ func (s *searcher) reject(key string, n int) {
 }
 
 type schedOpt struct {
-	s Schedule
-	v int
+	s      Schedule
+	v      int
+	params shapeParams // parameter counts under this (pp, vpp) partition
 }
 
 type orderOpt struct {
@@ -99,8 +100,7 @@ func (s *searcher) shape(tp, cp, pp, dp int) {
 	base := Default()
 	base.DP, base.TP, base.PP, base.CP = dp, tp, pp, cp
 	orders := s.orders(base)
-	params := j.shapeParams(tp, pp)
-	scheds := s.schedules(pp)
+	scheds := s.schedules(tp, pp)
 	for _, prec := range s.precisions() {
 		for _, mbs := range divisors(j.GlobalBatch / dp) {
 			if !f.allowsInt("mbs", mbs) {
@@ -113,7 +113,7 @@ func (s *searcher) shape(tp, cp, pp, dp int) {
 					s.reject(rejSP, 1)
 					continue
 				}
-				s.kernelChoices(p, orders, scheds, params)
+				s.kernelChoices(p, orders, scheds)
 			}
 		}
 	}
@@ -121,7 +121,7 @@ func (s *searcher) shape(tp, cp, pp, dp int) {
 
 // kernelChoices searches flash × recompute × schedule × zero × order for a
 // plan whose shape, precision, mbs and sp are set.
-func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt, sp shapeParams) {
+func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt) {
 	f := s.fix
 	m := s.job.GlobalBatch / (p.DP * p.MBS)
 	for _, flash := range s.bools("flash", true) {
@@ -144,7 +144,7 @@ func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt, s
 				}
 				for _, z := range zs {
 					p.ZeRO = z
-					s.evaluate(p, orders, sp, &lz)
+					s.evaluate(p, orders, so.params, &lz)
 				}
 			}
 		}
@@ -188,11 +188,31 @@ func (s *searcher) evaluate(p Plan, orders []orderOpt, sp shapeParams, lz *lazyL
 		return
 	}
 	s.res.Fitting += len(orders)
+	if ps := s.res.Plans; len(ps) == s.top && s.lowerBound(p, sp, lz) > ps[len(ps)-1].Time.Step {
+		return // fits, but cannot rank among the best: its time need not be computed
+	}
 	lcs := lz.costs(j, p, orders)
 	for i, o := range orders {
 		p.Order = o.order
 		s.push(j.finish(p, o.pl, lcs[i], mem, sp))
 	}
+}
+
+// lowerBound is a step time no order of p can beat: the slowest stage runs
+// m micro-batches of at least its layers' compute, and the bubble is
+// (pp−1)/vpp mean stages of at least L/pp layers' compute each (every other
+// term of the step is positive).
+func (s *searcher) lowerBound(p Plan, sp shapeParams, lz *lazyLayer) float64 {
+	j := s.job
+	if !lz.haveParts {
+		lz.parts, lz.haveParts = j.computeParts(p), true
+	}
+	layer := lz.parts.withRecompute(p).total()
+	pt := sp.pt
+	most := max(pt.first, pt.last, pt.mid)
+	m := float64(j.MicroBatches(p))
+	bubble := float64(p.PP-1) / float64(p.VPP) * float64(j.Model.Layers) / float64(p.PP)
+	return layer * (m*float64(most) + bubble)
 }
 
 // finish completes an estimate whose memory and layer cost are known.

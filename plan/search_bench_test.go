@@ -51,7 +51,7 @@ func TestSearchLlama405BCount(t *testing.T) {
 			for _, pp := range divisors(j.Devices / tp / cp) {
 				dp := j.Devices / tp / cp / pp
 				orders := distinctPlacements(Plan{DP: dp, TP: tp, CP: cp, PP: pp}, j.Cluster.DevicesPerNode)
-				for _, vpp := range divisors(j.Model.Layers) {
+				for vpp := 1; vpp <= j.Model.Layers+2; vpp++ {
 					for _, mbs := range divisors(j.GlobalBatch) {
 						want += orders * countVariants(j, Plan{DP: dp, TP: tp, CP: cp, PP: pp, VPP: vpp, MBS: mbs, Order: DefaultOrder})
 					}
@@ -78,13 +78,16 @@ func distinctPlacements(p Plan, node int) int {
 }
 
 func countVariants(j Job, base Plan) int {
-	if base.Devices() != j.Devices || j.GlobalBatch%(base.DP*base.MBS) != 0 || j.Model.Layers%(base.PP*base.VPP) != 0 {
+	if base.Devices() != j.Devices || j.GlobalBatch%(base.DP*base.MBS) != 0 || !splittable(j.Model.Layers, base.PP, base.VPP) {
 		return 0
+	}
+	if base.VPP > 1 && !canonical(Plan{PP: base.PP, VPP: base.VPP, Schedule: Interleaved}, j.Model.Layers) {
+		return 0 // vpp > 1 needs interleaved, which is not searched at this vpp
 	}
 	n := 0
 	for _, q := range variants(base) {
 		q.Order = DefaultOrder
-		if canonical(q) && j.Check(q) == nil {
+		if canonical(q, j.Model.Layers) && j.Check(q) == nil {
 			n++
 		}
 	}

@@ -19,8 +19,9 @@ func smallJob(t testing.TB) Job {
 // bruteForce enumerates the raw product of every key's values, keeps what
 // Check accepts, applies the search's documented equivalences (fp16 only
 // when pinned; zero>0 only with dp·cp>1; pp=1 only as 1f1b; selective with
-// flash is recompute=none; one order per distinct placement) and returns
-// the count and the fastest fitting plan.
+// flash is recompute=none; interleaved only at vpp with pp·vpp dividing L,
+// L+1 or L+2; one order per distinct placement) and returns the count and
+// the fastest fitting plan.
 func bruteForce(j Job) (evaluated, fitting int, best Estimate) {
 	N := j.Devices
 	best.Time.Step = -1
@@ -28,15 +29,15 @@ func bruteForce(j Job) (evaluated, fitting int, best Estimate) {
 		for _, cp := range divisors(N / tp) {
 			for _, pp := range divisors(N / tp / cp) {
 				dp := N / (tp * cp * pp)
-				for vpp := 1; vpp <= j.Model.Layers; vpp++ {
+				for vpp := 1; vpp <= j.Model.Layers+2; vpp++ {
 					for mbs := 1; mbs <= j.GlobalBatch; mbs++ {
 						base := Plan{DP: dp, TP: tp, PP: pp, CP: cp, VPP: vpp, MBS: mbs}
-						if j.GlobalBatch%(dp*mbs) != 0 || j.Model.Layers%(pp*vpp) != 0 {
+						if j.GlobalBatch%(dp*mbs) != 0 || !splittable(j.Model.Layers, pp, vpp) {
 							continue // Check rejects every variant; skip them for speed
 						}
 						for _, q := range variants(base) {
 							q.Order = DefaultOrder
-							if j.Check(q) != nil || !canonical(q) {
+							if j.Check(q) != nil || !canonical(q, j.Model.Layers) {
 								continue
 							}
 							for _, o := range allOrders() {
@@ -84,8 +85,11 @@ func variants(base Plan) []Plan {
 	return out
 }
 
-func canonical(p Plan) bool {
+func canonical(p Plan, layers int) bool {
+	c := p.PP * p.VPP
 	switch {
+	case p.Schedule == Interleaved && layers%c != 0 && (layers+1)%c != 0 && (layers+2)%c != 0:
+		return false
 	case p.Precision == FP16:
 		return false
 	case p.DP*p.CP == 1 && p.ZeRO > 0:

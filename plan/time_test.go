@@ -154,7 +154,7 @@ func TestTimeMechanisms(t *testing.T) {
 func meanStage(t *testing.T, j Job, p Plan) float64 {
 	pl := place(p, j.Cluster.DevicesPerNode)
 	lc := j.layerCost(p, pl)
-	sp := j.shapeParams(p.TP, p.PP)
+	sp := j.shapeParams(p)
 	sum := 0.0
 	for s := 0; s < p.PP; s++ {
 		sum += j.stage(p, pl, lc, sp, s).total()
@@ -209,8 +209,9 @@ func TestCheckNamesTheRule(t *testing.T) {
 		{"dp=8,tp=8,sp=on", ""},
 		{"dp=1,tp=64", "tp=64 does not divide heads=32"},
 		{"dp=4,tp=16", "tp=16 does not divide kv_heads=8"},
-		{"dp=1,pp=64", "pp=64 does not divide layers=32"},
-		{"dp=16,pp=4,vpp=3,schedule=interleaved", "pp·vpp = 4·3 does not divide layers=32"},
+		{"dp=1,pp=64", "pp=64 stages for layers=32 leaves a middle stage without layers"},
+		{"dp=16,pp=4,vpp=3,schedule=interleaved", ""}, // uneven: 12 chunks of 3 or 2 layers
+		{"dp=16,pp=4,vpp=9,schedule=interleaved", "pp·vpp = 4·9 chunks for layers=32 leaves a chunk"},
 		{"dp=64,mbs=4", "dp·mbs = 64·4 does not divide the global batch 128"},
 		{"dp=8,pp=8,vpp=2,schedule=interleaved,mbs=4", "interleaved needs pp=8 to divide the 4 micro-batches"},
 		{"dp=8,cp=8", ""},

@@ -38,7 +38,7 @@ func (j Job) layerCost(p Plan, pl placement) layerCost {
 // computed parts.
 func (j Job) layerCostFrom(cp computeParts, p Plan, pl placement) layerCost {
 	lc := layerCost{k: cp.k, compute: cp.withRecompute(p), embed: cp.embed, head: cp.head}
-	lc.tp, lc.cp = j.layerComm(p, pl, cp.core)
+	lc.tp, lc.cp = j.layerComm(p, pl, cp)
 	c := j.Cluster
 	S := j.tokens(p) * float64(j.Model.Hidden) * actBytes(p.Precision)
 	lc.embedTP = c.allReduce(S, pl.tp)
@@ -60,29 +60,55 @@ type stageCost struct {
 func (s stageCost) total() float64 { return s.compute.total() + s.tp + s.cp + s.pp + s.zero }
 
 // layerComm is the exposed communication of one layer for one micro-batch.
-// Tensor parallelism: two collectives per pass on the T·h·e activation
-// (all-reduces, or all-gather + reduce-scatter under sequence parallelism:
-// the same bytes), in the forward, the backward and a full recomputation;
-// they sit between dependent GEMMs, so none is hidden. Context parallelism:
-// a ring of cp-1 steps, each passing a block of K and V (2·T·kv/t·d·e) while
-// the attention of the previous block computes, so only the excess is
-// exposed; the backward passes K, V and their gradients.
-func (j Job) layerComm(p Plan, pl placement, core passTime) (tp, cp float64) {
+//
+// Tensor parallelism moves the T·h·e activation in every pass (the
+// forward, the backward and a full recomputation): two all-reduces per
+// pass, or under sequence parallelism an all-gather before each
+// column-parallel GEMM (QKV, MLP up) and a reduce-scatter after each
+// row-parallel one (attention output, MLP down) — the same bytes. Each sits
+// between dependent GEMMs, so all of it is exposed, unless the cluster's
+// stack overlaps them (Cluster.TPCommOverlap, which needs sp):
+// Megatron-Core's --tp-comm-overlap on Transformer Engine's userbuffers
+// splits each such GEMM into t chunks of T/t rows (layerLinear costs them
+// as such) and pipelines the collective with them, so only what the GEMM
+// cannot cover is exposed, and at least one chunk's worth:
+//
+//	exposed = max(c/t, c − g)   c: the collective, g: its GEMM
+//
+// In the backward the roles swap: the all-gather of the output gradient
+// runs with a row-parallel layer's dX GEMM and the reduce-scatter of the
+// input gradient with a column-parallel layer's.
+//
+// Context parallelism: a ring of cp-1 steps, each passing a block of K and
+// V (2·T·kv/t·d·e) while the attention of the previous block computes, so
+// only the excess is exposed; the backward passes K, V and their gradients.
+func (j Job) layerComm(p Plan, pl placement, parts computeParts) (tp, cp float64) {
 	c := j.Cluster
 	m := j.Model
 	S := j.tokens(p) * float64(m.Hidden) * actBytes(p.Precision)
-	passes := 2.0
-	if p.Recompute == RecomputeFull {
-		passes = 3
-	}
-	var per float64
-	if p.SP {
-		per = c.allGather(S, pl.tp) + c.reduceScatter(S, pl.tp)
+	if j.tpOverlap(p) {
+		ag, rs := c.allGather(S, pl.tp), c.reduceScatter(S, pl.tp)
+		g, t := parts.linear, float64(p.TP)
+		hide := func(comm, gemm float64) float64 { return math.Max(comm/t, comm-gemm) }
+		fwd := hide(ag, g[0].fwd) + hide(rs, g[1].fwd) + hide(ag, g[2].fwd) + hide(rs, g[3].fwd)
+		bwd := hide(ag, g[1].dx) + hide(rs, g[0].dx) + hide(ag, g[3].dx) + hide(rs, g[2].dx)
+		tp = fwd + bwd
+		if p.Recompute == RecomputeFull {
+			tp += fwd
+		}
 	} else {
-		per = c.allReduce(S, pl.tp)
+		passes := 2.0
+		if p.Recompute == RecomputeFull {
+			passes = 3
+		}
+		per := c.allReduce(S, pl.tp)
+		if p.SP {
+			per = c.allGather(S, pl.tp) + c.reduceScatter(S, pl.tp)
+		}
+		tp = 2 * per * passes
 	}
-	tp = 2 * per * passes
 	if p.CP > 1 {
+		core := parts.core
 		n := float64(p.CP)
 		kvBytes := 2 * j.tokens(p) * float64(m.KVHeads) / float64(p.TP) * float64(m.HD()) * actBytes(p.Precision)
 		l := c.link(pl.cp)
@@ -96,7 +122,7 @@ func (j Job) layerComm(p Plan, pl placement, core passTime) (tp, cp float64) {
 	return tp, cp
 }
 
-// stage costs one micro-batch through stage s: its L/pp layers, the
+// stage costs one micro-batch through stage s holding n layers, the
 // embedding on the first stage and the output layer and loss on the last,
 // their tensor-parallel collectives (vocab-parallel embedding: one
 // all-reduce or reduce-scatter; output layer under sequence parallelism:
@@ -105,7 +131,8 @@ func (j Job) layerComm(p Plan, pl placement, core passTime) (tp, cp float64) {
 // traffic.
 func (j Job) stage(p Plan, pl placement, lc layerCost, sp shapeParams, s int) stageCost {
 	layer := lc.compute
-	nl := float64(j.Model.Layers / p.PP)
+	n := sp.pt.on(s)
+	nl := float64(n)
 	var sc stageCost
 	sc.compute = layer.scale(nl)
 	sc.tp, sc.cp = lc.tp*nl, lc.cp*nl
@@ -118,9 +145,9 @@ func (j Job) stage(p Plan, pl placement, lc layerCost, sp shapeParams, s int) st
 		sc.tp += lc.headTP
 	}
 	if p.PP > 1 {
-		sc.pp = j.pipeComm(p, pl, layer)
+		sc.pp = j.pipeComm(p, pl, layer, sp.pt)
 	}
-	sc.zero = j.zeroPerMicroBatch(p, pl, layer, sc, sp, s)
+	sc.zero = j.zeroPerMicroBatch(p, pl, layer, sc, sp, s, n)
 	return sc
 }
 
@@ -131,13 +158,13 @@ func (j Job) stage(p Plan, pl placement, lc layerCost, sp shapeParams, s int) st
 // sit on the critical path; the interleaved schedule posts them
 // asynchronously and computes another chunk meanwhile, so only a
 // transfer's excess over one chunk's forward (or backward) is exposed.
-func (j Job) pipeComm(p Plan, pl placement, layer passTime) float64 {
+func (j Job) pipeComm(p Plan, pl placement, layer passTime, pt partition) float64 {
 	t := p2p(j.boundaryBytes(p), j.Cluster.link(pl.pp))
 	v := float64(p.VPP)
 	if p.Schedule != Interleaved {
 		return 2 * v * t
 	}
-	chunk := layer.scale(float64(j.Model.Layers) / float64(p.PP*p.VPP))
+	chunk := layer.scale(pt.chunk)
 	return v * (math.Max(0, t-chunk.fwd) + math.Max(0, t-chunk.bwd-chunk.rc))
 }
 
@@ -149,19 +176,22 @@ func (j Job) pipeComm(p Plan, pl placement, layer passTime) float64 {
 // reduce-scatters its gradients after; the next layer's gather is
 // prefetched behind the current layer's compute, so only the excess of
 // communication over compute is exposed, plus the first unit's gather.
-func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCost, sp shapeParams, s int) float64 {
+func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCost, sp shapeParams, s, n int) float64 {
 	c := j.Cluster
 	w := weightBytes(p.Precision)
 	switch p.ZeRO {
 	case 2:
-		P := sp.stage(p, s)
+		P := sp.params(s, n)
 		bucket := c.reduceScatter(math.Min(P, bucketParams)*w, pl.dp)
 		return math.Max(bucket, c.reduceScatter(P*w, pl.dp)-sc.compute.bwd-sc.compute.rc)
 	case 3:
-		nl := float64(j.Model.Layers / p.PP)
+		nl := float64(n)
 		unit := sp.layer * w
 		ag, rs := c.allGather(unit, pl.dp), c.reduceScatter(unit, pl.dp)
-		perLayerTP := sc.tp / nl
+		perLayerTP := 0.0
+		if n > 0 {
+			perLayerTP = sc.tp / nl
+		}
 		exposed := nl * (math.Max(0, ag-layer.fwd-perLayerTP/3) + math.Max(0, ag+rs-layer.bwd-layer.rc))
 		first := ag
 		if s == 0 || s == p.PP-1 {
@@ -189,7 +219,7 @@ func (j Job) stepComm(p Plan, pl placement, sp shapeParams, first, last stageCos
 		if s != 0 {
 			sc = last
 		}
-		P := sp.stage(p, s)
+		P := sp.stage(s)
 		bucket := math.Min(P, bucketParams) * w
 		window := sc.compute.bwd + sc.compute.rc
 		slack := float64(s) * (last.compute.bwd + last.compute.rc)
@@ -219,7 +249,7 @@ func (j Job) stepComm(p Plan, pl placement, sp shapeParams, first, last stageCos
 // global-norm clipping and zeroing the gradients read and write them once
 // more (+4): 32 bytes per parameter; fp32 moves 36.
 func (j Job) optimizerTime(p Plan, sp shapeParams, k kernels) float64 {
-	P := math.Max(sp.first, sp.last)
+	P := sp.maxStage()
 	if p.ZeRO >= 1 {
 		P /= float64(p.DP * p.CP)
 	}
@@ -229,3 +259,7 @@ func (j Job) optimizerTime(p Plan, sp shapeParams, k kernels) float64 {
 	}
 	return k.stream(P*bytes, 4)
 }
+
+// tpOverlap reports whether p's tensor-parallel collectives are pipelined
+// with their GEMMs: sequence parallelism on a cluster whose stack does it.
+func (j Job) tpOverlap(p Plan) bool { return p.SP && p.TP > 1 && j.Cluster.TPCommOverlap }
