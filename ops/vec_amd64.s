@@ -712,15 +712,14 @@ TEXT ·softmaxRowAVX512(SB), NOSPLIT, $0-40
 	KMOVW        SI, K1
 	ANDQ         $-16, DX
 	VBROADCASTSS vc28<>+0(SB), Z1
-	MOVQ         CX, BX
-	MOVQ         DX, SI
-	TESTQ        SI, SI
+	MOVQ         DX, BX
+	TESTQ        BX, BX
 	JE           smMax_tail
 
 smMax_loop:
 	VMAXPS (CX), Z1, Z1
 	ADDQ   $0x00000040, CX
-	SUBQ   $0x00000010, SI
+	SUBQ   $0x00000010, BX
 	JNE    smMax_loop
 
 smMax_tail:
@@ -729,7 +728,9 @@ smMax_tail:
 	VMAXPS   (CX), Z1, K1, Z1
 
 smMax_end:
-	MOVQ         BX, CX
+	MOVQ         DX, BX
+	SHLQ         $0x02, BX
+	SUBQ         BX, CX
 	VSHUFF32X4   $0x4e, Z1, Z1, Z2
 	VMAXPS       Z2, Z1, Z1
 	VSHUFF32X4   $0xb1, Z1, Z1, Z2
@@ -752,10 +753,8 @@ smMax_end:
 	VBROADCASTSS vc27<>+0(SB), Z13
 	VBROADCASTSS vc15<>+0(SB), Z14
 	VPXORD       Z3, Z3, Z3
-	MOVQ         AX, BX
-	MOVQ         CX, SI
-	MOVQ         DX, DI
-	TESTQ        DI, DI
+	MOVQ         DX, BX
+	TESTQ        BX, BX
 	JE           smExp_tail
 
 smExp_loop:
@@ -781,7 +780,7 @@ smExp_loop:
 	VADDPS       Z15, Z3, Z3
 	ADDQ         $0x00000040, AX
 	ADDQ         $0x00000040, CX
-	SUBQ         $0x00000010, DI
+	SUBQ         $0x00000010, BX
 	JNE          smExp_loop
 
 smExp_tail:
@@ -809,8 +808,10 @@ smExp_tail:
 	VADDPS       Z0, Z3, K1, Z3
 
 smExp_end:
-	MOVQ       BX, AX
-	MOVQ       SI, CX
+	MOVQ       DX, BX
+	SHLQ       $0x02, BX
+	SUBQ       BX, AX
+	SUBQ       BX, CX
 	VSHUFF32X4 $0x4e, Z3, Z3, Z0
 	VADDPS     Z0, Z3, Z3
 	VSHUFF32X4 $0xb1, Z3, Z3, Z0
@@ -821,15 +822,15 @@ smExp_end:
 	VADDPS     Z0, Z3, Z3
 	VMOVAPS    Z8, Z0
 	VDIVPS     Z3, Z0, Z0
-	MOVQ       AX, CX
-	TESTQ      DX, DX
+	MOVQ       DX, CX
+	TESTQ      CX, CX
 	JE         smScale_tail
 
 smScale_loop:
 	VMULPS  (AX), Z0, Z2
 	VMOVUPS Z2, (AX)
 	ADDQ    $0x00000040, AX
-	SUBQ    $0x00000010, DX
+	SUBQ    $0x00000010, CX
 	JNE     smScale_loop
 
 smScale_tail:
@@ -840,7 +841,9 @@ smScale_tail:
 	VMOVUPS   Z2, K1, (AX)
 
 smScale_end:
-	MOVQ    CX, AX
+	MOVQ    DX, CX
+	SHLQ    $0x02, CX
+	SUBQ    CX, AX
 	MOVQ    res+32(FP), AX
 	MOVL    $0x00000001, CX
 	KMOVW   CX, K1
@@ -870,10 +873,8 @@ TEXT ·softmaxGradRowAVX512(SB), NOSPLIT, $0-28
 	KMOVW        SI, K1
 	ANDQ         $-16, DX
 	VPXORD       Z1, Z1, Z1
-	MOVQ         AX, BX
-	MOVQ         CX, SI
-	MOVQ         DX, DI
-	TESTQ        DI, DI
+	MOVQ         DX, BX
+	TESTQ        BX, BX
 	JE           sgDot_tail
 
 sgDot_loop:
@@ -881,7 +882,7 @@ sgDot_loop:
 	VFMADD231PS (AX), Z2, Z1
 	ADDQ        $0x00000040, AX
 	ADDQ        $0x00000040, CX
-	SUBQ        $0x00000010, DI
+	SUBQ        $0x00000010, BX
 	JNE         sgDot_loop
 
 sgDot_tail:
@@ -892,8 +893,10 @@ sgDot_tail:
 	VFMADD231PS Z3, Z2, Z1
 
 sgDot_end:
-	MOVQ       BX, AX
-	MOVQ       SI, CX
+	MOVQ       DX, BX
+	SHLQ       $0x02, BX
+	SUBQ       BX, AX
+	SUBQ       BX, CX
 	VSHUFF32X4 $0x4e, Z1, Z1, Z2
 	VADDPS     Z2, Z1, Z1
 	VSHUFF32X4 $0xb1, Z1, Z1, Z2
@@ -902,9 +905,8 @@ sgDot_end:
 	VADDPS     Z2, Z1, Z1
 	VPERMILPS  $0xb1, Z1, Z2
 	VADDPS     Z2, Z1, Z1
-	MOVQ       AX, BX
-	MOVQ       CX, SI
-	TESTQ      DX, DX
+	MOVQ       DX, BX
+	TESTQ      BX, BX
 	JE         sgGrad_tail
 
 sgGrad_loop:
@@ -916,7 +918,7 @@ sgGrad_loop:
 	VMOVUPS Z2, (AX)
 	ADDQ    $0x00000040, AX
 	ADDQ    $0x00000040, CX
-	SUBQ    $0x00000010, DX
+	SUBQ    $0x00000010, BX
 	JNE     sgGrad_loop
 
 sgGrad_tail:
@@ -930,7 +932,433 @@ sgGrad_tail:
 	VMOVUPS   Z2, K1, (AX)
 
 sgGrad_end:
-	MOVQ BX, AX
-	MOVQ SI, CX
+	SHLQ $0x02, DX
+	SUBQ DX, AX
+	SUBQ DX, CX
+	VZEROUPPER
+	RET
+
+// func lnFwdRowsAVX512(out *float32, x *float32, w *float32, b *float32, mean *float32, rstd *float32, n int, rows int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·lnFwdRowsAVX512(SB), NOSPLIT, $0-64
+	MOVQ         out+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         w+16(FP), DX
+	MOVQ         b+24(FP), BX
+	MOVQ         mean+32(FP), SI
+	MOVQ         rstd+40(FP), DI
+	MOVQ         n+48(FP), R8
+	MOVQ         rows+56(FP), R9
+	MOVQ         R8, R10
+	ANDQ         $0x0000000f, R10
+	MOVQ         $0x00000001, R11
+	SHLXQ        R10, R11, R11
+	DECQ         R11
+	KMOVW        R11, K1
+	MOVQ         R8, R10
+	ANDQ         $-16, R10
+	MOVQ         R8, R11
+	SHLQ         $0x02, R11
+	VCVTSI2SSQ   R8, X0, X0
+	VBROADCASTSS X0, Z0
+	MOVL         $0x00000001, R8
+	KMOVW        R8, K2
+	TESTQ        R9, R9
+	JE           lnFwdRows_rowsdone
+
+lnFwdRows_row:
+	VPXORD Z1, Z1, Z1
+	MOVQ   R10, R8
+	TESTQ  R8, R8
+	JE     lnFwdSum_tail
+
+lnFwdSum_loop:
+	VADDPS (CX), Z1, Z1
+	ADDQ   $0x00000040, CX
+	SUBQ   $0x00000010, R8
+	JNE    lnFwdSum_loop
+
+lnFwdSum_tail:
+	KORTESTW  K1, K1
+	JE        lnFwdSum_end
+	VMOVUPS.Z (CX), K1, Z2
+	VADDPS    Z2, Z1, Z1
+
+lnFwdSum_end:
+	MOVQ       R10, R8
+	SHLQ       $0x02, R8
+	SUBQ       R8, CX
+	VSHUFF32X4 $0x4e, Z1, Z1, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0xb1, Z1, Z1, Z2
+	VADDPS     Z2, Z1, Z1
+	VPERMILPS  $0x4e, Z1, Z2
+	VADDPS     Z2, Z1, Z1
+	VPERMILPS  $0xb1, Z1, Z2
+	VADDPS     Z2, Z1, Z1
+	VDIVPS     Z0, Z1, Z2
+	VPXORD     Z3, Z3, Z3
+	MOVQ       R10, R8
+	TESTQ      R8, R8
+	JE         lnFwdSq_tail
+
+lnFwdSq_loop:
+	VMOVUPS     (CX), Z4
+	VSUBPS      Z2, Z4, Z4
+	VFMADD231PS Z4, Z4, Z3
+	ADDQ        $0x00000040, CX
+	SUBQ        $0x00000010, R8
+	JNE         lnFwdSq_loop
+
+lnFwdSq_tail:
+	KORTESTW    K1, K1
+	JE          lnFwdSq_end
+	VMOVUPS.Z   (CX), K1, Z4
+	VSUBPS.Z    Z2, Z4, K1, Z4
+	VFMADD231PS Z4, Z4, Z3
+
+lnFwdSq_end:
+	MOVQ         R10, R8
+	SHLQ         $0x02, R8
+	SUBQ         R8, CX
+	VSHUFF32X4   $0x4e, Z3, Z3, Z4
+	VADDPS       Z4, Z3, Z3
+	VSHUFF32X4   $0xb1, Z3, Z3, Z4
+	VADDPS       Z4, Z3, Z3
+	VPERMILPS    $0x4e, Z3, Z4
+	VADDPS       Z4, Z3, Z3
+	VPERMILPS    $0xb1, Z3, Z4
+	VADDPS       Z4, Z3, Z3
+	VDIVPS       Z0, Z3, Z3
+	VCVTSS2SD    X3, X3, X4
+	VADDSD       vda<>+0(SB), X4, X4
+	VSQRTSD      X4, X4, X4
+	VMOVSD       vdb<>+0(SB), X5
+	VDIVSD       X4, X5, X4
+	VCVTSD2SS    X4, X4, X4
+	VBROADCASTSS X4, Z4
+	MOVQ         R10, R8
+	TESTQ        R8, R8
+	JE           lnFwdOut_tail
+
+lnFwdOut_loop:
+	VMOVUPS     (CX), Z5
+	VSUBPS      Z2, Z5, Z5
+	VMULPS      Z4, Z5, Z5
+	VMOVUPS     (BX), Z6
+	VFMADD231PS (DX), Z5, Z6
+	VMOVUPS     Z6, (AX)
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	SUBQ        $0x00000010, R8
+	JNE         lnFwdOut_loop
+
+lnFwdOut_tail:
+	KORTESTW    K1, K1
+	JE          lnFwdOut_end
+	VMOVUPS.Z   (CX), K1, Z5
+	VSUBPS      Z2, Z5, Z5
+	VMULPS      Z4, Z5, Z5
+	VMOVUPS.Z   (BX), K1, Z6
+	VMOVUPS.Z   (DX), K1, Z7
+	VFMADD231PS Z7, Z5, Z6
+	VMOVUPS     Z6, K1, (AX)
+
+lnFwdOut_end:
+	MOVQ    R10, R8
+	SHLQ    $0x02, R8
+	SUBQ    R8, AX
+	SUBQ    R8, CX
+	SUBQ    R8, DX
+	SUBQ    R8, BX
+	VMOVUPS Z2, K2, (SI)
+	VMOVUPS Z4, K2, (DI)
+	ADDQ    $0x00000004, SI
+	ADDQ    $0x00000004, DI
+	ADDQ    R11, AX
+	ADDQ    R11, CX
+	DECQ    R9
+	JNE     lnFwdRows_row
+
+lnFwdRows_rowsdone:
+	VZEROUPPER
+	RET
+
+DATA vda<>+0(SB)/8, $0x3ee4f8b588e368f1
+GLOBL vda<>(SB), RODATA|NOPTR, $8
+
+DATA vdb<>+0(SB)/8, $0x3ff0000000000000
+GLOBL vdb<>(SB), RODATA|NOPTR, $8
+
+// func lnBwdRowsAVX512(dx *float32, dy *float32, x *float32, w *float32, mean *float32, rstd *float32, dw *float32, db *float32, n int, rows int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·lnBwdRowsAVX512(SB), NOSPLIT, $0-80
+	MOVQ         dx+0(FP), AX
+	MOVQ         dy+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         w+24(FP), BX
+	MOVQ         mean+32(FP), SI
+	MOVQ         rstd+40(FP), DI
+	MOVQ         dw+48(FP), R8
+	MOVQ         db+56(FP), R9
+	MOVQ         n+64(FP), R10
+	MOVQ         rows+72(FP), R11
+	MOVQ         R10, R12
+	ANDQ         $0x0000000f, R12
+	MOVQ         $0x00000001, R13
+	SHLXQ        R12, R13, R13
+	DECQ         R13
+	KMOVW        R13, K1
+	MOVQ         R10, R12
+	ANDQ         $-16, R12
+	MOVQ         R10, R13
+	SHLQ         $0x02, R13
+	VCVTSI2SSQ   R10, X0, X0
+	VBROADCASTSS X0, Z0
+	TESTQ        R11, R11
+	JE           lnBwdRows_rowsdone
+
+lnBwdRows_row:
+	VBROADCASTSS (SI), Z1
+	VBROADCASTSS (DI), Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	MOVQ         R12, R10
+	TESTQ        R10, R10
+	JE           lnBwdSums_tail
+
+lnBwdSums_loop:
+	VMOVUPS     (CX), Z5
+	VMULPS      (BX), Z5, Z5
+	VMOVUPS     (DX), Z6
+	VADDPS      Z5, Z3, Z3
+	VSUBPS      Z1, Z6, Z6
+	VMULPS      Z2, Z6, Z6
+	VFMADD231PS Z6, Z5, Z4
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	SUBQ        $0x00000010, R10
+	JNE         lnBwdSums_loop
+
+lnBwdSums_tail:
+	KORTESTW    K1, K1
+	JE          lnBwdSums_end
+	VMOVUPS.Z   (CX), K1, Z5
+	VMOVUPS.Z   (BX), K1, Z6
+	VMULPS      Z6, Z5, Z5
+	VMOVUPS.Z   (DX), K1, Z6
+	VSUBPS.Z    Z1, Z6, K1, Z6
+	VMULPS      Z2, Z6, Z6
+	VADDPS      Z5, Z3, Z3
+	VFMADD231PS Z6, Z5, Z4
+
+lnBwdSums_end:
+	MOVQ       R12, R10
+	SHLQ       $0x02, R10
+	SUBQ       R10, CX
+	SUBQ       R10, DX
+	SUBQ       R10, BX
+	VSHUFF32X4 $0x4e, Z3, Z3, Z5
+	VADDPS     Z5, Z3, Z3
+	VSHUFF32X4 $0xb1, Z3, Z3, Z5
+	VADDPS     Z5, Z3, Z3
+	VPERMILPS  $0x4e, Z3, Z5
+	VADDPS     Z5, Z3, Z3
+	VPERMILPS  $0xb1, Z3, Z5
+	VADDPS     Z5, Z3, Z3
+	VSHUFF32X4 $0x4e, Z4, Z4, Z5
+	VADDPS     Z5, Z4, Z4
+	VSHUFF32X4 $0xb1, Z4, Z4, Z5
+	VADDPS     Z5, Z4, Z4
+	VPERMILPS  $0x4e, Z4, Z5
+	VADDPS     Z5, Z4, Z4
+	VPERMILPS  $0xb1, Z4, Z5
+	VADDPS     Z5, Z4, Z4
+	VDIVPS     Z0, Z3, Z3
+	VDIVPS     Z0, Z4, Z4
+	MOVQ       R12, R10
+	TESTQ      R10, R10
+	JE         lnBwdDx_tail
+
+lnBwdDx_loop:
+	VMOVUPS      (AX), Z5
+	VMOVUPS      (CX), Z6
+	VMOVUPS      (DX), Z7
+	VMOVUPS      (BX), Z8
+	VSUBPS       Z1, Z7, Z7
+	VMULPS       Z2, Z7, Z7
+	VMULPS       Z8, Z6, Z6
+	VSUBPS       Z3, Z6, Z6
+	VFNMADD231PS Z4, Z7, Z6
+	VFMADD231PS  Z2, Z6, Z5
+	VMOVUPS      Z5, (AX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, DX
+	ADDQ         $0x00000040, BX
+	SUBQ         $0x00000010, R10
+	JNE          lnBwdDx_loop
+
+lnBwdDx_tail:
+	KORTESTW     K1, K1
+	JE           lnBwdDx_end
+	VMOVUPS.Z    (AX), K1, Z5
+	VMOVUPS.Z    (CX), K1, Z6
+	VMOVUPS.Z    (DX), K1, Z7
+	VMOVUPS.Z    (BX), K1, Z8
+	VSUBPS       Z1, Z7, Z7
+	VMULPS       Z2, Z7, Z7
+	VMULPS       Z8, Z6, Z6
+	VSUBPS       Z3, Z6, Z6
+	VFNMADD231PS Z4, Z7, Z6
+	VFMADD231PS  Z2, Z6, Z5
+	VMOVUPS      Z5, K1, (AX)
+
+lnBwdDx_end:
+	MOVQ  R12, R10
+	SHLQ  $0x02, R10
+	SUBQ  R10, AX
+	SUBQ  R10, CX
+	SUBQ  R10, DX
+	SUBQ  R10, BX
+	TESTQ R8, R8
+	JE    lnBwdRows_noparams
+	MOVQ  R12, R10
+	TESTQ R10, R10
+	JE    lnBwdParams_tail
+
+lnBwdParams_loop:
+	VMOVUPS     (CX), Z5
+	VMOVUPS     (R9), Z6
+	VMOVUPS     (DX), Z7
+	VMOVUPS     (R8), Z8
+	VADDPS      Z5, Z6, Z6
+	VSUBPS      Z1, Z7, Z7
+	VMULPS      Z2, Z7, Z7
+	VFMADD231PS Z7, Z5, Z8
+	VMOVUPS     Z6, (R9)
+	VMOVUPS     Z8, (R8)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000040, DX
+	SUBQ        $0x00000010, R10
+	JNE         lnBwdParams_loop
+
+lnBwdParams_tail:
+	KORTESTW    K1, K1
+	JE          lnBwdParams_end
+	VMOVUPS.Z   (CX), K1, Z5
+	VMOVUPS.Z   (R9), K1, Z6
+	VMOVUPS.Z   (DX), K1, Z7
+	VMOVUPS.Z   (R8), K1, Z8
+	VADDPS      Z5, Z6, Z6
+	VSUBPS      Z1, Z7, Z7
+	VMULPS      Z2, Z7, Z7
+	VFMADD231PS Z7, Z5, Z8
+	VMOVUPS     Z6, K1, (R9)
+	VMOVUPS     Z8, K1, (R8)
+
+lnBwdParams_end:
+	MOVQ R12, R10
+	SHLQ $0x02, R10
+	SUBQ R10, R8
+	SUBQ R10, R9
+	SUBQ R10, CX
+	SUBQ R10, DX
+
+lnBwdRows_noparams:
+	ADDQ $0x00000004, SI
+	ADDQ $0x00000004, DI
+	ADDQ R13, AX
+	ADDQ R13, CX
+	ADDQ R13, DX
+	DECQ R11
+	JNE  lnBwdRows_row
+
+lnBwdRows_rowsdone:
+	VZEROUPPER
+	RET
+
+// func lnBwdParamColsAVX512(dw *float32, db *float32, dy *float32, x *float32, mean *float32, rstd *float32, n int, rows int, ld int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·lnBwdParamColsAVX512(SB), NOSPLIT, $0-72
+	MOVQ  dw+0(FP), AX
+	MOVQ  db+8(FP), CX
+	MOVQ  dy+16(FP), DX
+	MOVQ  x+24(FP), BX
+	MOVQ  mean+32(FP), SI
+	MOVQ  rstd+40(FP), DI
+	MOVQ  n+48(FP), R8
+	MOVQ  rows+56(FP), R9
+	MOVQ  R8, R10
+	ANDQ  $0x0000000f, R10
+	MOVQ  $0x00000001, R11
+	SHLXQ R10, R11, R11
+	DECQ  R11
+	KMOVW R11, K1
+	ANDQ  $-16, R8
+	MOVQ  ld+64(FP), R10
+	SHLQ  $0x02, R10
+	TESTQ R9, R9
+	JE    lnBwdCols_rowsdone
+
+lnBwdCols_row:
+	VBROADCASTSS (SI), Z0
+	VBROADCASTSS (DI), Z1
+	MOVQ         R8, R11
+	TESTQ        R11, R11
+	JE           lnBwdColsP_tail
+
+lnBwdColsP_loop:
+	VMOVUPS     (DX), Z2
+	VMOVUPS     (CX), Z3
+	VMOVUPS     (BX), Z4
+	VMOVUPS     (AX), Z5
+	VADDPS      Z2, Z3, Z3
+	VSUBPS      Z0, Z4, Z4
+	VMULPS      Z1, Z4, Z4
+	VFMADD231PS Z4, Z2, Z5
+	VMOVUPS     Z3, (CX)
+	VMOVUPS     Z5, (AX)
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	SUBQ        $0x00000010, R11
+	JNE         lnBwdColsP_loop
+
+lnBwdColsP_tail:
+	KORTESTW    K1, K1
+	JE          lnBwdColsP_end
+	VMOVUPS.Z   (DX), K1, Z2
+	VMOVUPS.Z   (CX), K1, Z3
+	VMOVUPS.Z   (BX), K1, Z4
+	VMOVUPS.Z   (AX), K1, Z5
+	VADDPS      Z2, Z3, Z3
+	VSUBPS      Z0, Z4, Z4
+	VMULPS      Z1, Z4, Z4
+	VFMADD231PS Z4, Z2, Z5
+	VMOVUPS     Z3, K1, (CX)
+	VMOVUPS     Z5, K1, (AX)
+
+lnBwdColsP_end:
+	MOVQ R8, R11
+	SHLQ $0x02, R11
+	SUBQ R11, AX
+	SUBQ R11, CX
+	SUBQ R11, DX
+	SUBQ R11, BX
+	ADDQ $0x00000004, SI
+	ADDQ $0x00000004, DI
+	ADDQ R10, DX
+	ADDQ R10, BX
+	DECQ R9
+	JNE  lnBwdCols_row
+
+lnBwdCols_rowsdone:
 	VZEROUPPER
 	RET

@@ -93,3 +93,18 @@ func softmaxRowAVX512(out *float32, in *float32, n int, scale float32, res *floa
 //
 //go:noescape
 func softmaxGradRowAVX512(d *float32, p *float32, n int, scale float32)
+
+// lnFwdRowsAVX512 runs LayerNormForward over rows rows of n >= 1 channels: per row m = Σx/n, s = float32(1/√(float64(Σ(x−m)²/n)+ε)), out = (x−m)·s·w + b; mean[r] = m, rstd[r] = s.
+//
+//go:noescape
+func lnFwdRowsAVX512(out *float32, x *float32, w *float32, b *float32, mean *float32, rstd *float32, n int, rows int)
+
+// lnBwdRowsAVX512 runs LayerNormBackward over rows rows of n >= 1 channels: per row, with x̂ = (x−m)·s and g = w·dy, dx += s·(g − Σg/n − x̂·Σ(g·x̂)/n); and, unless dw is nil, dw += dy·x̂ and db += dy, rows in order.
+//
+//go:noescape
+func lnBwdRowsAVX512(dx *float32, dy *float32, x *float32, w *float32, mean *float32, rstd *float32, dw *float32, db *float32, n int, rows int)
+
+// lnBwdParamColsAVX512 sets dw += dy·(x−m)·s and db += dy over rows rows (row stride ld) of n >= 1 columns, rows in order, as lnBwdRowsAVX512 does for its parameters.
+//
+//go:noescape
+func lnBwdParamColsAVX512(dw *float32, db *float32, dy *float32, x *float32, mean *float32, rstd *float32, n int, rows int, ld int)

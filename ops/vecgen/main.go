@@ -35,6 +35,9 @@ func main() {
 	adamw()
 	softmaxRowK()
 	softmaxGradRowK()
+	lnFwdRows()
+	lnBwdRows()
+	lnBwdParamCols()
 	Generate()
 }
 

@@ -29,13 +29,8 @@ func tailMask(n reg.GPVirtual) (reg.OpmaskVirtual, reg.GPVirtual) {
 
 // rowLoop emits `for c := full; c > 0; c -= 16 { body(); ptrs += 64 }`
 // followed, when the tail mask is not empty, by tail() at the pointers'
-// final position; the pointers are restored to their start afterwards.
+// final position; the pointers are moved back to their start afterwards.
 func rowLoop(name string, full reg.GPVirtual, k reg.OpmaskVirtual, ptrs []reg.GPVirtual, body, tail func()) {
-	starts := make([]reg.GPVirtual, len(ptrs))
-	for i, p := range ptrs {
-		starts[i] = GP64()
-		MOVQ(p, starts[i])
-	}
 	c := GP64()
 	MOVQ(full, c)
 	TESTQ(c, c)
@@ -52,8 +47,11 @@ func rowLoop(name string, full reg.GPVirtual, k reg.OpmaskVirtual, ptrs []reg.GP
 	JE(LabelRef(name + "_end"))
 	tail()
 	Label(name + "_end")
-	for i, p := range ptrs {
-		MOVQ(starts[i], p)
+	back := GP64()
+	MOVQ(full, back)
+	SHLQ(U8(2), back)
+	for _, p := range ptrs {
+		SUBQ(back, p)
 	}
 }
 
