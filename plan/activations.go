@@ -25,6 +25,10 @@ type actSizes struct {
 // For GPT (f = 4h, kv = a, e = 2) this is Korthikanti et al. 2022's
 // sbh(10 + 24/t + 5as/(ht)) per layer, 34·sbh/t with sequence parallelism,
 // and selective recomputation drops the attention-core term.
+//
+// Under fp8 the inputs of the four GEMMs (QKV input, attention output, MLP
+// input, activation output) are kept as the fp8 copies the GEMMs made
+// (Transformer Engine saves those for dW), one byte each.
 type layerTokenBytes struct {
 	repl, split, core float64
 }
@@ -34,16 +38,20 @@ func (j Job) layerToken(p Plan) layerTokenBytes {
 	h, f, d := float64(m.Hidden), float64(m.FFN), float64(m.HD())
 	a, kv, t := float64(m.Heads), float64(m.KVHeads), float64(p.TP)
 	e := actBytes(p.Precision)
+	eg := e // GEMM inputs
+	if p.Precision == FP8 {
+		eg = 1
+	}
 	var x layerTokenBytes
-	x.repl = 4 * h * e
+	x.repl = 2*h*e + 2*h*eg
 	if m.Dropout {
 		x.repl += 2 * h
 	}
-	mlp := 2 * f
+	act := f * e // GELU input; SwiGLU gate and up
 	if m.gated() {
-		mlp = 3 * f
+		act = 2 * f * e
 	}
-	x.split = ((a+2*kv)*d*e + a*d*e + mlp*e) / t
+	x.split = ((a+2*kv)*d*e + a*d*eg + act + f*eg) / t
 	if p.Flash {
 		x.split += 4 * a / t
 	} else {

@@ -58,10 +58,13 @@ func (k kernels) gemm(count, m, n, kk float64) float64 {
 // X (m×k), W (k×n): forward m×n×k; backward dX = dY·Wᵀ (m×k×n) and
 // dW = Xᵀ·dY (k×n×m), twice the forward FLOPs.
 //
-// In fp8 each GEMM first quantises its operands: the forward reads the bf16
-// input and weight and writes them as fp8 twice (row- and column-major, the
-// second for the backward), 3 bytes per element moved besides the 2 read;
-// the backward does the same for the output gradient.
+// In fp8 (Transformer Engine's recipe) the input X is cast to fp8 in the
+// kernel that produces it (the LayerNorm, the activation function), which
+// writes it twice, row- and column-major (the second for dW): 2 more bytes
+// per input element; the output gradient dY is cast and transposed by its
+// own kernel (read 2, write 1 + 1): 4 bytes per element. The weight's fp8
+// copy is cast once per step and reused by every micro-batch (its cost is
+// in optimizerTime).
 func (k kernels) gemmFB(m, n, kk float64) (fwd, bwd float64) {
 	fwd, dx, dw := k.gemmParts(m, n, kk, 1)
 	return fwd, dx + dw
@@ -75,8 +78,8 @@ func (k kernels) gemmFB(m, n, kk float64) (fwd, bwd float64) {
 func (k kernels) gemmParts(m, n, kk, chunks float64) (fwd, dx, dw float64) {
 	fwd, dx, dw = chunks*k.gemm(1, m/chunks, n, kk), chunks*k.gemm(1, m/chunks, kk, n), k.gemm(1, kk, n, m)
 	if k.fp8 {
-		fwd += k.stream(5*(m*kk+kk*n), 2)
-		dx += k.stream(5*m*n, 1)
+		fwd += k.stream(2*m*kk, 0)
+		dx += k.stream(4*m*n, 1)
 	}
 	return fwd, dx, dw
 }
@@ -108,11 +111,15 @@ func (a passTime) total() float64 { return a.fwd + a.bwd + a.rc }
 // output layer.
 type computeParts struct {
 	k           kernels
-	layer, core passTime
+	core        passTime
 	embed, head passTime
+	// layer is one layer's compute with whole GEMMs, and with the forward
+	// and dX GEMMs split into tp chunks (when its tensor-parallel
+	// collectives are pipelined with them: tpOverlap).
+	layer, chunked passTime
 	// linear are the forward and input-gradient (dX) times of the four
-	// linear layers (QKV, attention output, MLP up, MLP down): the GEMMs
-	// that tensor-parallel collectives overlap with under sp.
+	// chunked linear layers (QKV, attention output, MLP up, MLP down): the
+	// GEMMs that tensor-parallel collectives overlap with.
 	linear [4]linearTime
 }
 
@@ -123,17 +130,24 @@ type linearTime struct{ fwd, dx float64 }
 func (j Job) computeParts(p Plan) computeParts {
 	k := newKernels(j.Cluster.Accel, p.Precision)
 	c := computeParts{k: k, core: j.attentionCore(p, k), embed: j.embedCompute(p, k), head: j.headCompute(p, k)}
-	var lin passTime
-	lin, c.linear = j.layerLinear(p, k)
-	c.layer = lin.add(c.core).add(j.elementwise(p, k))
+	rest := c.core.add(j.elementwise(p, k))
+	lin, _ := j.layerLinear(p, k, 1)
+	c.layer = lin.add(rest)
+	if p.SP && p.TP > 1 && j.Cluster.TPCommOverlap {
+		lin, c.linear = j.layerLinear(p, k, float64(p.TP))
+		c.chunked = lin.add(rest)
+	}
 	return c
 }
 
 // withRecompute adds the recomputation a policy does during the backward:
 // full repeats the layer's forward, selective the materialised attention
-// core (nothing under flash).
-func (c computeParts) withRecompute(p Plan) passTime {
+// core (nothing under flash). overlap picks the chunked GEMMs.
+func (c computeParts) withRecompute(p Plan, overlap bool) passTime {
 	lt := c.layer
+	if overlap {
+		lt = c.chunked
+	}
 	switch p.Recompute {
 	case RecomputeFull:
 		lt.rc = lt.fwd
@@ -147,8 +161,8 @@ func (c computeParts) withRecompute(p Plan) passTime {
 
 // layerLinear is the four linear layers of one transformer layer for one
 // micro-batch of T = mbs·seq/cp tokens on one of t tensor ranks, in total
-// and one by one.
-func (j Job) layerLinear(p Plan, k kernels) (passTime, [4]linearTime) {
+// and one by one, with the forward and dX GEMMs run as `chunks` pieces.
+func (j Job) layerLinear(p Plan, k kernels, chunks float64) (passTime, [4]linearTime) {
 	m := j.Model
 	T := j.tokens(p)
 	h, f, d := float64(m.Hidden), float64(m.FFN), float64(m.HD())
@@ -156,10 +170,6 @@ func (j Job) layerLinear(p Plan, k kernels) (passTime, [4]linearTime) {
 	up := f / t
 	if m.gated() {
 		up = 2 * f / t
-	}
-	chunks := 1.0
-	if j.tpOverlap(p) {
-		chunks = t // the collectives are pipelined with t chunks of each GEMM (layerComm)
 	}
 	var lt passTime
 	var each [4]linearTime

@@ -75,9 +75,9 @@ func (j Job) explainMemory(b *strings.Builder, e Estimate) {
 	}
 	P := j.stageParams(p, m.Stage)
 	shards := p.DP * p.CP
-	w, k := weightBytes(p.Precision), optimBytes(p.Precision)
-	fmt.Fprintf(b, "  parameters  %10s  %.4g params on the stage × %g B%s\n", GiB(m.Param), P, w, shardNote(p.ZeRO >= 3, shards))
-	fmt.Fprintf(b, "  gradients   %10s  × %g B%s\n", GiB(m.Grad), w, shardNote(p.ZeRO >= 2, shards))
+	w, g, k := weightBytes(p.Precision), gradBytes(p.Precision), optimBytes(p.Precision)
+	fmt.Fprintf(b, "  parameters  %10s  %.4g params on the stage (%d layers) × %g B%s\n", GiB(m.Param), P, m.Layers, w, shardNote(p.ZeRO >= 3, shards))
+	fmt.Fprintf(b, "  gradients   %10s  × %g B%s\n", GiB(m.Grad), g, shardNote(p.ZeRO >= 2, shards))
 	fmt.Fprintf(b, "  optimizer   %10s  × %g B (Adam m, v%s)%s\n", GiB(m.Optim), k, masterNote(p.Precision), shardNote(p.ZeRO >= 1, shards))
 	fmt.Fprintf(b, "  activations %10s  %s per micro-batch × %s in flight (%s, stage %d of %d), recompute=%s, sp=%s, flash=%s\n",
 		GiB(m.Act), GiB(m.ActPerMicroBatch), trimFloat(m.InFlight), p.Schedule, m.Stage, p.PP, p.Recompute, onOff(p.SP), onOff(p.Flash))
@@ -107,7 +107,12 @@ func (j Job) explainTime(b *strings.Builder, e Estimate) {
 		t.Step, 100*e.MFU, 100*e.HFU, e.TFLOPsPerDevice, e.TokensPerS)
 	fmt.Fprintf(b, "  compute     %8.3f s  %s × %.4f s on stage %d (recompute=%s adds %.0f%% FLOPs)\n",
 		t.Compute, microBatches(float64(t.MicroBatches)), t.Compute/float64(t.MicroBatches), t.SlowStage, p.Recompute, 100*(e.HWFLOPs/e.ModelFLOPs-1))
-	fmt.Fprintf(b, "  comm        %8.3f s  exposed: tp %.3f, cp %.3f, pp %.3f, dp/zero %.3f\n", t.CommExposed, t.TP, t.CP, t.PP, t.DP)
+	fmt.Fprintf(b, "  comm        %8.3f s  exposed: tp %.3f%s, cp %.3f, pp %.3f, dp/zero %.3f\n", t.CommExposed, t.TP,
+		overlapNote(j.tpOverlap(p, place(p, j.Cluster.DevicesPerNode))), t.CP, t.PP, t.DP)
+	if p.PP > 1 {
+		pt, _ := newPartition(j.Model.Layers, p.PP, p.VPP)
+		fmt.Fprintf(b, "  pipeline    %d layers over %d stages: %s\n", j.Model.Layers, p.PP, pt.describe())
+	}
 	fmt.Fprintf(b, "  bubble      %8.3f s  (pp-1)/vpp = %d/%d stage times of %.4f s; %.1f%% of the step\n",
 		t.Bubble, p.PP-1, p.VPP, t.StageTime, 100*t.Bubble/t.Step)
 	fmt.Fprintf(b, "  misc        %8.3f s  optimizer step (memory-bound)\n", t.Misc)
@@ -142,4 +147,11 @@ func explainVersus(b *strings.Builder, e, best Estimate) {
 		}
 	}
 	b.WriteString("\n")
+}
+
+func overlapNote(on bool) string {
+	if on {
+		return " (pipelined with its GEMMs)"
+	}
+	return ""
 }

@@ -30,7 +30,9 @@ type heldOut struct {
 // convention (the planner's); tokens_per_gpu is tokens per second per GPU
 // (convention-free; NVIDIA's Megatron-Bridge tables count causal attention
 // FLOPs, so their TFLOP/s are compared through tokens); step_s is seconds
-// per iteration.
+// per iteration; tflops_causal is model TFLOP/s per GPU counting the
+// causal half of the attention scores (a convention many recent reports
+// use; it differs from tflops by the term 2·s·a·d per token per layer).
 func (h heldOut) predict(t testing.TB) (float64, Estimate) {
 	t.Helper()
 	j := h.job(t)
@@ -48,6 +50,8 @@ func (h heldOut) predict(t testing.TB) (float64, Estimate) {
 		return e.HWTFLOPsPerDevice, e
 	case "tflops":
 		return e.TFLOPsPerDevice, e
+	case "tflops_causal":
+		return causalTFLOPs(j, e), e
 	case "step_s":
 		return e.Time.Step, e
 	case "tokens_per_gpu":
@@ -100,4 +104,13 @@ func TestHeldOutThroughput(t *testing.T) {
 				h.source, h.model, got, h.value, 100*err, 100*h.tol, h.command())
 		}
 	}
+}
+
+// causalTFLOPs is e's model TFLOP/s per device with the attention scores
+// counted causally: the model FLOPs less 3·tokens·L·2·s·a·d.
+func causalTFLOPs(j Job, e Estimate) float64 {
+	m := j.Model
+	tokens := float64(j.GlobalBatch) * float64(j.Seq)
+	half := 3 * tokens * float64(m.Layers) * 2 * float64(j.Seq) * float64(m.Heads) * float64(m.HD())
+	return (e.ModelFLOPs - half) / e.Time.Step / float64(j.Devices) / tera
 }

@@ -37,17 +37,33 @@ func (m Memory) ModelStates() int64 { return m.Param + m.Grad + m.Optim }
 //
 //	precision  weights  grads  optimizer (per parameter)       activations
 //	fp32       4        4      8  (Adam m, v)                   4
-//	bf16/fp16  2        2      12 (fp32 master, m, v)           2
-//	fp8        2        2      12 (fp32 master, m, v)           2
+//	fp16       2        2      12 (fp32 master, m, v)           2
+//	bf16       2        4      12 (fp32 master, m, v)           2
+//	fp8        2        4      12 (fp32 master, m, v)           2
 //
-// fp8 keeps bf16 weights and activations outside its GEMMs (as Transformer
-// Engine does); counting its saved GEMM inputs at 2 bytes is conservative.
-// With ZeRO these are the K=12 and 2+2 bytes of Rajbhandari et al. 2020.
+// fp16 is the mixed precision of Rajbhandari et al. 2020 (ZeRO's 2 + 2 + K
+// with K = 12). bf16 accumulates and reduces its gradients in fp32:
+// Megatron's default ("bfloat16 requires gradient accumulation and
+// all-reduce to be done in fp32"), whose distributed-optimizer table gives
+// 18 bytes per parameter, or 6 + 12/d sharded (docs/user-guide/features/
+// dist_optimizer.md); DeepSpeed's bf16 optimizer keeps fp32 gradients too.
+// fp8 keeps bf16 weights, fp32 gradients and bf16 activations outside its
+// GEMMs (as Transformer Engine does); counting its saved GEMM inputs at 2
+// bytes is conservative.
 func weightBytes(p Precision) float64 {
 	if p == FP32 {
 		return 4
 	}
 	return 2
+}
+
+// gradBytes is the gradient buffer's bytes per parameter, which is also
+// what data-parallel reduction moves.
+func gradBytes(p Precision) float64 {
+	if p == FP16 {
+		return 2
+	}
+	return 4
 }
 
 func optimBytes(p Precision) float64 {
@@ -145,11 +161,13 @@ func (m Model) layerParamsTP(t float64) float64 {
 // modelStates fills Param, Grad and Optim for P parameters on the stage,
 // sharded over the N = dp·cp ranks that hold the same parameters:
 //
-//	Param = P·w / (N if zero=3)      Grad = P·w / (N if zero≥2)
-//	Optim = P·k / (N if zero≥1)      w = 2 (4 for fp32), k = 12 (8 for fp32)
+//	Param = P·w / (N if zero=3)      Grad = P·g / (N if zero≥2)
+//	Optim = P·k / (N if zero≥1)
+//
+// with w, g, k the weight, gradient and optimizer bytes above.
 func modelStates(mem *Memory, P float64, p Plan) {
 	n := float64(p.DP * p.CP)
-	w, k := weightBytes(p.Precision), optimBytes(p.Precision)
+	w, g, k := weightBytes(p.Precision), gradBytes(p.Precision), optimBytes(p.Precision)
 	shard := func(stage int) float64 {
 		if p.ZeRO >= stage {
 			return n
@@ -157,7 +175,7 @@ func modelStates(mem *Memory, P float64, p Plan) {
 		return 1
 	}
 	mem.Param = ceil(P * w / shard(3))
-	mem.Grad = ceil(P * w / shard(2))
+	mem.Grad = ceil(P * g / shard(2))
 	mem.Optim = ceil(P * k / shard(1))
 }
 
@@ -261,17 +279,17 @@ const bucketParams = 40e6
 // embedding/output layer when larger); pipelines keep a send and a receive
 // buffer of one boundary activation per direction.
 func (j Job) buffers(p Plan, sp shapeParams, stage, layers int) float64 {
-	w := weightBytes(p.Precision)
+	w, g := weightBytes(p.Precision), gradBytes(p.Precision)
 	b := 0.0
 	switch p.ZeRO {
 	case 2:
-		b += 2 * math.Min(bucketParams, sp.params(stage, layers)) * w
+		b += 2 * math.Min(bucketParams, sp.params(stage, layers)) * g
 	case 3:
 		unit := sp.layer
 		if stage == 0 || stage == p.PP-1 {
 			unit = math.Max(unit, sp.vocab)
 		}
-		b += 3 * unit * w
+		b += unit * (2*w + g)
 	}
 	if p.PP > 1 {
 		b += 4 * j.boundaryBytes(p)

@@ -1,5 +1,10 @@
 package plan
 
+import (
+	"fmt"
+	"strings"
+)
+
 // partition is how the L layers of a pipeline are split over its C = pp·vpp
 // model chunks (chunk c runs on rank c mod pp; rank 0 also holds the input
 // embedding, rank pp−1 the final norm, output layer and loss).
@@ -124,4 +129,27 @@ func (pt partition) on(k int) int {
 		return pt.last
 	}
 	return pt.mid
+}
+
+// describe lists the layers per stage, runs of equal stages collapsed:
+// "7, 8 × 14, 7".
+func (pt partition) describe() string {
+	var parts []string
+	for k := 0; k < pt.pp; {
+		n, run := pt.count(k), 1
+		for k+run < pt.pp && pt.count(k+run) == n {
+			run++
+		}
+		if run == 1 {
+			parts = append(parts, fmt.Sprint(n))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d × %d", n, run))
+		}
+		k += run
+	}
+	s := strings.Join(parts, ", ")
+	if pt.vpp > 1 {
+		s += fmt.Sprintf(" (in %d chunks of about %.3g layers each)", pt.vpp, pt.chunk)
+	}
+	return s
 }

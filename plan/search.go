@@ -207,7 +207,7 @@ func (s *searcher) lowerBound(p Plan, sp shapeParams, lz *lazyLayer) float64 {
 	if !lz.haveParts {
 		lz.parts, lz.haveParts = j.computeParts(p), true
 	}
-	layer := lz.parts.withRecompute(p).total()
+	layer := lz.parts.withRecompute(p, false).total() // whole GEMMs: never slower than chunked
 	pt := sp.pt
 	most := max(pt.first, pt.last, pt.mid)
 	m := float64(j.MicroBatches(p))

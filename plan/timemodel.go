@@ -37,7 +37,7 @@ func (j Job) layerCost(p Plan, pl placement) layerCost {
 // layerCostFrom adds recomputation and the placement's communication to
 // computed parts.
 func (j Job) layerCostFrom(cp computeParts, p Plan, pl placement) layerCost {
-	lc := layerCost{k: cp.k, compute: cp.withRecompute(p), embed: cp.embed, head: cp.head}
+	lc := layerCost{k: cp.k, compute: cp.withRecompute(p, j.tpOverlap(p, pl)), embed: cp.embed, head: cp.head}
 	lc.tp, lc.cp = j.layerComm(p, pl, cp)
 	c := j.Cluster
 	S := j.tokens(p) * float64(j.Model.Hidden) * actBytes(p.Precision)
@@ -86,7 +86,7 @@ func (j Job) layerComm(p Plan, pl placement, parts computeParts) (tp, cp float64
 	c := j.Cluster
 	m := j.Model
 	S := j.tokens(p) * float64(m.Hidden) * actBytes(p.Precision)
-	if j.tpOverlap(p) {
+	if j.tpOverlap(p, pl) {
 		ag, rs := c.allGather(S, pl.tp), c.reduceScatter(S, pl.tp)
 		g, t := parts.linear, float64(p.TP)
 		hide := func(comm, gemm float64) float64 { return math.Max(comm/t, comm-gemm) }
@@ -178,16 +178,15 @@ func (j Job) pipeComm(p Plan, pl placement, layer passTime, pt partition) float6
 // communication over compute is exposed, plus the first unit's gather.
 func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCost, sp shapeParams, s, n int) float64 {
 	c := j.Cluster
-	w := weightBytes(p.Precision)
+	w, g := weightBytes(p.Precision), gradBytes(p.Precision)
 	switch p.ZeRO {
 	case 2:
 		P := sp.params(s, n)
-		bucket := c.reduceScatter(math.Min(P, bucketParams)*w, pl.dp)
-		return math.Max(bucket, c.reduceScatter(P*w, pl.dp)-sc.compute.bwd-sc.compute.rc)
+		bucket := c.reduceScatter(math.Min(P, bucketParams)*g, pl.dp)
+		return math.Max(bucket, c.reduceScatter(P*g, pl.dp)-sc.compute.bwd-sc.compute.rc)
 	case 3:
 		nl := float64(n)
-		unit := sp.layer * w
-		ag, rs := c.allGather(unit, pl.dp), c.reduceScatter(unit, pl.dp)
+		ag, rs := c.allGather(sp.layer*w, pl.dp), c.reduceScatter(sp.layer*g, pl.dp)
 		perLayerTP := 0.0
 		if n > 0 {
 			perLayerTP = sc.tp / nl
@@ -212,7 +211,7 @@ func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCos
 // embedding's gradient is all-reduced between the first and last stages.
 func (j Job) stepComm(p Plan, pl placement, sp shapeParams, first, last stageCost) float64 {
 	c := j.Cluster
-	w := weightBytes(p.Precision)
+	w, g := weightBytes(p.Precision), gradBytes(p.Precision)
 	exposed := 0.0
 	for _, s := range []int{0, p.PP - 1} {
 		sc := first
@@ -220,46 +219,56 @@ func (j Job) stepComm(p Plan, pl placement, sp shapeParams, first, last stageCos
 			sc = last
 		}
 		P := sp.stage(s)
-		bucket := math.Min(P, bucketParams) * w
+		bucket := math.Min(P, bucketParams)
 		window := sc.compute.bwd + sc.compute.rc
 		slack := float64(s) * (last.compute.bwd + last.compute.rc)
 		var e float64
 		switch p.ZeRO {
 		case 0:
-			e = math.Max(c.allReduce(bucket, pl.dp), c.allReduce(P*w, pl.dp)-window-slack)
+			e = math.Max(c.allReduce(bucket*g, pl.dp), c.allReduce(P*g, pl.dp)-window-slack)
 		case 1:
-			e = math.Max(c.reduceScatter(bucket, pl.dp), c.reduceScatter(P*w, pl.dp)-window-slack)
+			e = math.Max(c.reduceScatter(bucket*g, pl.dp), c.reduceScatter(P*g, pl.dp)-window-slack)
 		}
 		if p.ZeRO == 1 || p.ZeRO == 2 {
-			e += math.Max(c.allGather(bucket, pl.dp), c.allGather(P*w, pl.dp)-first.compute.fwd)
+			e += math.Max(c.allGather(bucket*w, pl.dp), c.allGather(P*w, pl.dp)-first.compute.fwd)
 		}
 		exposed = math.Max(exposed, e)
 	}
 	if p.PP > 1 && j.Model.Tied {
-		emb := sp.vocab * w
-		exposed += c.allReduce(emb, group{n: 2, k: min(2, pl.pp.k)})
+		exposed += c.allReduce(sp.vocab*g, group{n: 2, k: min(2, pl.pp.k)})
 	}
 	return exposed
 }
 
 // optimizerTime is the memory-bound optimizer step over the parameters
 // this device updates (its ZeRO shard when zero≥1): AdamW reads the
-// gradient, reads and writes the fp32 master weight and both moments and
-// writes the working copy (2+8+8+8+2 = 28 bytes in mixed precision), and
-// global-norm clipping and zeroing the gradients read and write them once
-// more (+4): 32 bytes per parameter; fp32 moves 36.
+// gradient (g bytes), reads and writes the fp32 master weight and both
+// moments (24) and writes the working copy (w), and global-norm clipping
+// and zeroing the gradients read and write them once more (2g):
+// 3g + 24 + w bytes per parameter, 32 for fp16, 38 for bf16 and fp8
+// (fp32 gradients); fp32 has no separate master: 3·4 + 24 = 36. Under fp8
+// every weight on the device is then cast to its fp8 copies for the next
+// step (read 2, write 1 + 1 transposed).
 func (j Job) optimizerTime(p Plan, sp shapeParams, k kernels) float64 {
-	P := sp.maxStage()
+	all := sp.maxStage()
+	P := all
 	if p.ZeRO >= 1 {
 		P /= float64(p.DP * p.CP)
 	}
-	bytes := 32.0
+	bytes := 3*gradBytes(p.Precision) + 24 + weightBytes(p.Precision)
 	if p.Precision == FP32 {
 		bytes = 36
 	}
-	return k.stream(P*bytes, 4)
+	t := k.stream(P*bytes, 4)
+	if p.Precision == FP8 {
+		t += k.stream(4*all, 1)
+	}
+	return t
 }
 
 // tpOverlap reports whether p's tensor-parallel collectives are pipelined
-// with their GEMMs: sequence parallelism on a cluster whose stack does it.
-func (j Job) tpOverlap(p Plan) bool { return p.SP && p.TP > 1 && j.Cluster.TPCommOverlap }
+// with their GEMMs: sequence parallelism, on a cluster whose stack does it,
+// with the tensor group inside one node (userbuffers work over NVLink).
+func (j Job) tpOverlap(p Plan, pl placement) bool {
+	return p.SP && p.TP > 1 && j.Cluster.TPCommOverlap && pl.tp.nodes() == 1
+}

@@ -154,3 +154,32 @@ func TestPlanErrors(t *testing.T) {
 		}
 	}
 }
+
+// A held-out row of docs/PLANNER.md end to end: BLOOM-176B's 70 layers over
+// 12 stages (5, 6 × 10, 5) on Jean Zay's cluster file, ~150 TFLOP/s per GPU
+// published (hardware FLOPs, recomputation counted).
+func TestPlanHeldOutBLOOM(t *testing.T) {
+	args := []string{"--model", "bloom-176b", "--cluster", "../../plan/testdata/jean-zay-a100.toml", "--devices", "384",
+		"--seq", "2048", "--global-batch", "2048", "--fix",
+		"dp=8,tp=4,pp=12,cp=1,zero=1,sp=off,mbs=2,schedule=1f1b,recompute=full,precision=bf16,flash=off", "--top", "1"}
+	out, err := runPlanArgs(t, append(args, "--json")...)
+	if err != nil {
+		t.Fatal(err, out)
+	}
+	var r struct {
+		Plans []struct {
+			HW float64 `json:"hw_tflops_per_device"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.Plans) != 1 {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if hw := r.Plans[0].HW; hw < 150*0.92 || hw > 150*1.08 {
+		t.Errorf("BLOOM: %.1f hardware TFLOP/s per GPU, published ~150", hw)
+	}
+	out, err = runPlanArgs(t, append(args[:len(args)-4], "--explain",
+		"dp=8,tp=4,pp=12,zero=1,mbs=2,recompute=full,flash=off")...)
+	if err != nil || !strings.Contains(out, "70 layers over 12 stages: 5, 6 × 10, 5") {
+		t.Errorf("explain (%v) lacks the uneven split:\n%s", err, out)
+	}
+}
