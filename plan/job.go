@@ -45,17 +45,21 @@ func (j Job) Check(p Plan) error {
 		return err
 	}
 	if r := j.rule(p); r.key != "" {
-		return invalid("%s", r.msg)
+		return invalid(r.format, r.args...)
 	}
 	return nil
 }
 
-// violation is a broken rule: key groups it in Result.Rejected, msg says it
-// with the numbers.
-type violation struct{ key, msg string }
+// violation is a broken rule: key groups it in Result.Rejected, format and
+// args say it with the numbers (formatted only if the error is printed).
+type violation struct {
+	key    string
+	format string
+	args   []any
+}
 
 func broken(key, format string, args ...any) violation {
-	return violation{key: key, msg: fmt.Sprintf(format, args...)}
+	return violation{key: key, format: format, args: args}
 }
 
 // Keys of Result.Rejected: the rule a candidate broke.

@@ -291,8 +291,22 @@ func checkOrder(s string) error {
 var ErrInvalid = errors.New("invalid plan")
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("plan: %s: %w", fmt.Sprintf(format, args...), ErrInvalid)
+	return &invalidError{format: format, args: args}
 }
+
+// invalidError is a broken rule, formatted only when printed (the search's
+// count test checks millions of invalid plans): "plan: <rule>: invalid
+// plan", matching ErrInvalid.
+type invalidError struct {
+	format string
+	args   []any
+}
+
+func (e *invalidError) Error() string {
+	return "plan: " + fmt.Sprintf(e.format, e.args...) + ": " + ErrInvalid.Error()
+}
+
+func (e *invalidError) Unwrap() error { return ErrInvalid }
 
 // Validate checks the rules between keys that hold for any model. Rules that
 // involve the model, sequence or batch are in Job.Check.
@@ -305,11 +319,8 @@ func (p Plan) Validate() error {
 	if p.ZeRO < 0 || p.ZeRO > 3 {
 		return invalid("zero=%d: must be 0, 1, 2 or 3", p.ZeRO)
 	}
-	var q Plan
-	for _, k := range []string{"schedule", "recompute", "precision", "order"} {
-		if err := q.Set(k, p.Get(k)); err != nil {
-			return fmt.Errorf("%w: %w", err, ErrInvalid)
-		}
+	if err := p.validEnums(); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrInvalid)
 	}
 	switch {
 	case p.SP && p.TP == 1:
@@ -322,6 +333,54 @@ func (p Plan) Validate() error {
 		return invalid("vpp=%d needs schedule=interleaved", p.VPP)
 	}
 	return nil
+}
+
+// validEnums checks the enumerated keys without allocating on the valid
+// path (the search's count test checks millions of plans); an invalid
+// value gets Set's error.
+func (p Plan) validEnums() error {
+	var q Plan
+	switch {
+	case p.Schedule != GPipe && p.Schedule != OneFOneB && p.Schedule != Interleaved:
+		return q.Set("schedule", string(p.Schedule))
+	case p.Recompute != RecomputeNone && p.Recompute != RecomputeSelective && p.Recompute != RecomputeFull:
+		return q.Set("recompute", string(p.Recompute))
+	case p.Precision != FP32 && p.Precision != BF16 && p.Precision != FP16 && p.Precision != FP8:
+		return q.Set("precision", string(p.Precision))
+	case p.Order != DefaultOrder && !orderOK(p.Order):
+		return q.Set("order", p.Order)
+	}
+	return nil
+}
+
+// orderOK reports a permutation of tp, cp, dp, pp joined by "-", without
+// allocating.
+func orderOK(s string) bool {
+	if len(s) != 11 {
+		return false
+	}
+	seen := 0
+	for i := 0; i < 4; i++ {
+		if i > 0 && s[3*i-1] != '-' {
+			return false
+		}
+		bit := 0
+		switch s[3*i : 3*i+2] {
+		case "tp":
+			bit = 1
+		case "cp":
+			bit = 2
+		case "dp":
+			bit = 4
+		case "pp":
+			bit = 8
+		}
+		if bit == 0 || seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+	}
+	return true
 }
 
 // MarshalText writes the canonical text form, so a Plan is a string in

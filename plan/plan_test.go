@@ -157,3 +157,22 @@ func FuzzParse(f *testing.F) {
 		_ = p.Validate() // must not panic
 	})
 }
+
+// Validate's allocation-free order check agrees with Parse's.
+func TestOrderOKMatchesCheckOrder(t *testing.T) {
+	for _, o := range allOrders() {
+		if !orderOK(o) || checkOrder(o) != nil {
+			t.Errorf("%q rejected", o)
+		}
+	}
+	for _, o := range []string{"", "tp-cp-dp", "tp-tp-dp-pp", "tp-cp-dp-pq", "tp_cp-dp-pp", "tp-cp-dp-pp-", "TP-cp-dp-pp"} {
+		if orderOK(o) || checkOrder(o) == nil {
+			t.Errorf("%q accepted", o)
+		}
+	}
+	bad := Default()
+	bad.Order = "tp-dp"
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "order") {
+		t.Errorf("Validate(order=tp-dp) = %v", err)
+	}
+}
