@@ -27,8 +27,6 @@ import (
 // in the search: the layers on rank 0 and on rank pp−1, the most layers on
 // a middle rank (which sets the pace among them), and the ranks whose
 // memory can be the largest (see memRanks).
-type rankLayers struct{ rank, layers int }
-
 type partition struct {
 	pp, vpp     int
 	first, last int // layers on rank 0 (all its chunks) and on rank pp-1
@@ -42,6 +40,9 @@ type partition struct {
 	chunk       float64 // mean layers per chunk, L/C
 	layersTotal int     // L
 }
+
+// rankLayers is a pipeline rank and the layers it holds.
+type rankLayers struct{ rank, layers int }
 
 // newPartition splits layers over pp ranks × vpp chunks; ok is false when
 // some chunk other than the two end chunks would hold no layer.
