@@ -7,9 +7,10 @@ import "fmt"
 // products, 12 query (or key) rows at a time, each row panel stopping at
 // the diagonal: query rows [i0, i0+r) need keys [0, i0+r) only, and key
 // rows [j0, j0+r) are reached only by queries [j0, T). So the products do
-// about half of the (T,T) work, each with a long inner dimension, and
-// every operand but Kᵀ and Vᵀ is read in place through its strides. The
-// softmax of a row panel runs while its scores are in L1.
+// about half of the (T,T) work, each with a long inner dimension. The
+// head's Q, K, V, dY slices are packed once into contiguous panels where
+// they are B operands; the scores and probabilities are read in place.
+// The softmax of a row panel runs while its scores are in L1.
 
 // tiledAttn says whether the tiled path runs for head size hs: masked
 // AVX-512 kernels of every row count, and heads of whole 32-column tiles
@@ -27,15 +28,41 @@ func attnCheck(qkv, out, att []float32, B, T, C, NH int) {
 	}
 }
 
-// packedT packs the (T,HS) row block x (row stride ld) transposed, as the
-// B operand of S = A·xᵀ: ceil(T/32) panels of HS×32 floats.
-func (g attnGeom) packedT(k *Kernels, x []float32, ld int, buf *[]float32) []float32 {
-	n := (g.T + 31) / 32 * 32 * g.HS
-	if len(*buf) < n {
-		*buf = alignedFloats(n)
+// attnPanels carves a head's packed operands out of one pooled buffer:
+// each is T×HS floats in panels of 32 columns.
+type attnPanels struct {
+	buf  *[]float32
+	used int
+}
+
+// next returns the next n floats of the buffer, growing it if needed
+// (past the pool's size only for long sequences or wide heads).
+func (ap *attnPanels) next(n int) []float32 {
+	if len(*ap.buf) < ap.used+n {
+		*ap.buf = alignedFloats(max(2*len(*ap.buf), ap.used+4*n))
+		ap.used = 0
 	}
-	packBPanels(NT, x, ld, 0, g.HS, 0, g.T, *buf, 32, k.impl.pack)
-	return (*buf)[:n]
+	ap.used += n
+	return (*ap.buf)[ap.used-n : ap.used]
+}
+
+// transposed packs the (T,HS) row block x (row stride ld) transposed, as
+// the B operand of S = A·xᵀ: ceil(T/32) panels of HS×32 floats; the
+// panel of keys [j, j+32) starts at j·HS.
+func (g attnGeom) transposed(k *Kernels, ap *attnPanels, x []float32, ld int) []float32 {
+	dst := ap.next((g.T + 31) / 32 * 32 * g.HS)
+	packBPanels(NT, x, ld, 0, g.HS, 0, g.T, dst, 32, k.impl.pack)
+	return dst
+}
+
+// rows packs the (T,HS) row block x (row stride ld) as the B operand of
+// Y = A·x: HS/32 panels of T×32 floats, row p of the panel of columns
+// [j, j+32) at j·T + 32·p. Packed, a k step reads 128 contiguous bytes
+// instead of a line of a row 3C floats away from the last.
+func (g attnGeom) rows(k *Kernels, ap *attnPanels, x []float32, ld int) []float32 {
+	dst := ap.next(g.T * g.HS)
+	packBPanels(NN, x, ld, 0, g.T, 0, g.HS, dst, 32, k.impl.pack)
+	return dst
 }
 
 // headForwardTiled is headForward on the tiled path.
@@ -45,7 +72,8 @@ func (g attnGeom) headForwardTiled(k *Kernels, out, att, qkv []float32, bh int) 
 	q, kk, v, o, a := g.slices(qkv, out, att, bh)
 	buf := k.bufs.getB()
 	defer k.bufs.b.Put(buf)
-	kt := g.packedT(k, kk, C3, buf)
+	ap := attnPanels{buf: buf}
+	kt, vp := g.transposed(k, &ap, kk, C3), g.rows(k, &ap, v, C3)
 	for i0 := 0; i0 < T; i0 += im.mr {
 		r := min(im.mr, T-i0)
 		w := i0 + r // the panel's keys: [0, w)
@@ -59,7 +87,7 @@ func (g attnGeom) headForwardTiled(k *Kernels, out, att, qkv []float32, bh int) 
 			clear(row[i+1:])
 		}
 		for j := 0; j < HS; j += 32 { // Y = P·V
-			kern(w, &a[i0*T], T, &v[j], C3, &o[i0*C+j], C, 32, nil, nil)
+			kern(w, &a[i0*T], T, &vp[j*T], 32, &o[i0*C+j], C, 32, nil, nil)
 		}
 	}
 }
@@ -75,7 +103,9 @@ func (g attnGeom) headBackwardTiled(k *Kernels, dqkv, ds, dout, qkv, att []float
 	dq, dk, dv, _, _ := g.slices(dqkv, dout, att, bh)
 	buf := k.bufs.getB()
 	defer k.bufs.b.Put(buf)
-	vt := g.packedT(k, v, C3, buf)
+	ap := attnPanels{buf: buf}
+	vt := g.transposed(k, &ap, v, C3)
+	kp, dyp, qp := g.rows(k, &ap, kk, C3), g.rows(k, &ap, dy, C), g.rows(k, &ap, q, C3)
 	for i0 := 0; i0 < T; i0 += im.mr {
 		r := min(im.mr, T-i0)
 		w := i0 + r
@@ -90,7 +120,7 @@ func (g attnGeom) headBackwardTiled(k *Kernels, dqkv, ds, dout, qkv, att []float
 		}
 		for j := 0; j < HS; j += 32 { // dQ (+)= dS·K
 			c := &dq[i0*C3+j]
-			kern(w, &ds[i0*T], T, &kk[j], C3, c, C3, 32, srcIf(acc, c), nil)
+			kern(w, &ds[i0*T], T, &kp[j*T], 32, c, C3, 32, srcIf(acc, c), nil)
 		}
 	}
 	for j0 := 0; j0 < T; j0 += im.mr { // key rows [j0, j0+r), reached by queries [j0, T)
@@ -98,9 +128,9 @@ func (g attnGeom) headBackwardTiled(k *Kernels, dqkv, ds, dout, qkv, att []float
 		kern := im.kernels[r]
 		for j := 0; j < HS; j += 32 {
 			c := &dv[j0*C3+j] // dV (+)= Pᵀ·dY
-			kern(T-j0, &a[j0*T+j0], T, &dy[j0*C+j], C, c, C3, 32, srcIf(acc, c), nil)
+			kern(T-j0, &a[j0*T+j0], T, &dyp[j*T+j0*32], 32, c, C3, 32, srcIf(acc, c), nil)
 			c = &dk[j0*C3+j] // dK (+)= dSᵀ·Q
-			kern(T-j0, &ds[j0*T+j0], T, &q[j0*C3+j], C3, c, C3, 32, srcIf(acc, c), nil)
+			kern(T-j0, &ds[j0*T+j0], T, &qp[j*T+j0*32], 32, c, C3, 32, srcIf(acc, c), nil)
 		}
 	}
 }
