@@ -147,8 +147,7 @@ func (g attnGeom) headBackward(k *Kernels, dqkv, dp, dout, qkv, att []float32, b
 		for i := i0; i < i1; i++ {
 			p := a[i*T : i*T+i+1]
 			d := dp[(i-i0)*T : (i-i0)*T+i1]
-			s := rowDot(g.simd, p, d[:i+1])
-			rowSoftmaxGrad(g.simd, d[:i+1], p, s, g.scale)
+			softmaxGradRow(g.simd, d[:i+1], p, g.scale)
 			clear(d[i+1:])
 		}
 		// dQ[i0:i1] += dS·K[0:i1]

@@ -27,9 +27,9 @@ func LayerNormForward(k *Kernels, out, mean, rstd, inp, w, b []float32, N, C int
 		}
 		for n := lo; n < hi; n++ {
 			x := inp[n*C : n*C+C]
-			m := rowSum(v, x) / float32(C)
-			s := float32(1 / math.Sqrt(float64(rowSqDev(v, x, m)/float32(C))+LayerNormEps))
-			lnOutRow(v, out[n*C:n*C+C], x, w, b, m, s)
+			m := rowSum(x) / float32(C)
+			s := float32(1 / math.Sqrt(float64(rowSqDev(x, m)/float32(C))+LayerNormEps))
+			lnOutRow(out[n*C:n*C+C], x, w, b, m, s)
 			mean[n], rstd[n] = m, s
 		}
 	})
@@ -63,8 +63,8 @@ func LayerNormBackward(k *Kernels, dinp, dw, db, dout, inp, w, mean, rstd []floa
 		}
 		for n := lo; n < hi; n++ {
 			dy, x := dout[n*C:n*C+C], inp[n*C:n*C+C]
-			g, gx := lnBwdSumsRow(v, dy, x, w, mean[n], rstd[n])
-			lnBwdDxRow(v, dinp[n*C:n*C+C], dy, x, w, mean[n], rstd[n], g/float32(C), gx/float32(C))
+			g, gx := lnBwdSumsRow(dy, x, w, mean[n], rstd[n])
+			lnBwdDxRow(dinp[n*C:n*C+C], dy, x, w, mean[n], rstd[n], g/float32(C), gx/float32(C))
 		}
 	})
 	chunks := colChunks(k.Threads(), C)
@@ -76,7 +76,7 @@ func LayerNormBackward(k *Kernels, dinp, dw, db, dout, inp, w, mean, rstd []floa
 				continue
 			}
 			for n := 0; n < N; n++ {
-				lnBwdParamsRow(v, dw[c0:c1], db[c0:c1], dout[n*C+c0:n*C+c1], inp[n*C+c0:n*C+c1], mean[n], rstd[n])
+				lnBwdParamsRow(dw[c0:c1], db[c0:c1], dout[n*C+c0:n*C+c1], inp[n*C+c0:n*C+c1], mean[n], rstd[n])
 			}
 		}
 	})

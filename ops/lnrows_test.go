@@ -8,9 +8,7 @@ import (
 )
 
 // TestLayerNormRowsKernels holds the whole-block AVX-512 LayerNorm kernels
-// to the per-row path: within rounding of the pure-Go rows for every tail
-// length, and bit for bit to the per-row AVX-512 kernels where 16 divides
-// the channels (the reductions and the rstd rounding are the same).
+// to the pure-Go rows, within rounding, for every tail length.
 func TestLayerNormRowsKernels(t *testing.T) {
 	if !haveAVX512 {
 		t.Skip("no AVX-512")
@@ -21,7 +19,7 @@ func TestLayerNormRowsKernels(t *testing.T) {
 		x, w, b, dy := randn(r, N*C, 2), randn(r, C, 1), randn(r, C, 1), randn(r, N*C, 1)
 		x[0] += 3 // a row with a large mean
 		type res struct{ out, mean, rstd, dx, dw, db []float32 }
-		run := func(rows bool, v bool) res {
+		run := func(rows bool) res {
 			z := res{make([]float32, N*C), make([]float32, N), make([]float32, N), randn(rand.New(rand.NewPCG(1, 1)), N*C, 1), make([]float32, C), make([]float32, C)}
 			for n := 0; n < N; n++ {
 				if rows {
@@ -29,9 +27,9 @@ func TestLayerNormRowsKernels(t *testing.T) {
 					continue
 				}
 				xr := x[n*C : n*C+C]
-				m := rowSum(v, xr) / float32(C)
-				s := float32(1 / math.Sqrt(float64(rowSqDev(v, xr, m)/float32(C))+LayerNormEps))
-				lnOutRow(v, z.out[n*C:n*C+C], xr, w, b, m, s)
+				m := rowSum(xr) / float32(C)
+				s := float32(1 / math.Sqrt(float64(rowSqDev(xr, m)/float32(C))+LayerNormEps))
+				lnOutRow(z.out[n*C:n*C+C], xr, w, b, m, s)
 				z.mean[n], z.rstd[n] = m, s
 			}
 			if rows {
@@ -40,13 +38,13 @@ func TestLayerNormRowsKernels(t *testing.T) {
 			}
 			for n := 0; n < N; n++ {
 				d, xr := dy[n*C:n*C+C], x[n*C:n*C+C]
-				g, gx := lnBwdSumsRow(v, d, xr, w, z.mean[n], z.rstd[n])
-				lnBwdDxRow(v, z.dx[n*C:n*C+C], d, xr, w, z.mean[n], z.rstd[n], g/float32(C), gx/float32(C))
-				lnBwdParamsRow(v, z.dw, z.db, d, xr, z.mean[n], z.rstd[n])
+				g, gx := lnBwdSumsRow(d, xr, w, z.mean[n], z.rstd[n])
+				lnBwdDxRow(z.dx[n*C:n*C+C], d, xr, w, z.mean[n], z.rstd[n], g/float32(C), gx/float32(C))
+				lnBwdParamsRow(z.dw, z.db, d, xr, z.mean[n], z.rstd[n])
 			}
 			return z
 		}
-		got, goRef, rowRef := run(true, true), run(false, false), run(false, true)
+		got, goRef := run(true), run(false)
 		fields := func(z res) [][]float32 { return [][]float32{z.out, z.mean, z.rstd, z.dx, z.dw, z.db} }
 		for i, f := range fields(got) {
 			name := fmt.Sprintf("C=%d field %d", C, i)
@@ -54,9 +52,6 @@ func TestLayerNormRowsKernels(t *testing.T) {
 				want := fields(goRef)[i][j]
 				if d := math.Abs(float64(f[j] - want)); d > 1e-5*(1+math.Abs(float64(want))) {
 					t.Fatalf("%s[%d]: rows kernel %g, Go %g", name, j, f[j], want)
-				}
-				if C%16 == 0 && math.Float32bits(f[j]) != math.Float32bits(fields(rowRef)[i][j]) {
-					t.Fatalf("%s[%d]: rows kernel %g, per-row kernels %g", name, j, f[j], fields(rowRef)[i][j])
 				}
 			}
 		}

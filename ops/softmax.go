@@ -52,9 +52,9 @@ func softmaxRowStats(v bool, out, in []float32, scale float32) (m, s float32) {
 		softmaxRowAVX512(&out[0], &in[0], len(out), scale, &res[0])
 		return res[0], res[1]
 	}
-	m = rowMax(false, in) * scale
-	s = rowExp(false, out, in, scale, m)
-	rowScale(false, out, 1/s)
+	m = rowMax(in) * scale
+	s = rowExp(out, in, scale, m)
+	rowScale(out, 1/s)
 	return m, s
 }
 
@@ -66,7 +66,7 @@ func softmaxGradRow(v bool, d, p []float32, scale float32) {
 		softmaxGradRowAVX512(&d[0], &p[0], len(d), scale)
 		return
 	}
-	rowSoftmaxGrad(false, d, p, dot32(p, d), scale)
+	rowSoftmaxGrad(d, p, dot32(p, d), scale)
 }
 
 // dot32 is Σ a[i]·b[i] with four partial sums.

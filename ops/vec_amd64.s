@@ -258,202 +258,6 @@ geluBwdSetAVX512_done:
 	VZEROUPPER
 	RET
 
-// func expRowAVX512(out *float32, in *float32, n int, scale float32, shift float32, sums *float32)
-// Requires: AVX, AVX512F
-TEXT ·expRowAVX512(SB), NOSPLIT, $0-40
-	MOVQ         out+0(FP), AX
-	MOVQ         in+8(FP), CX
-	VBROADCASTSS scale+24(FP), Z0
-	VBROADCASTSS shift+28(FP), Z1
-	VPXORD       Z2, Z2, Z2
-	VBROADCASTSS vc18<>+0(SB), Z3
-	VBROADCASTSS vc19<>+0(SB), Z4
-	VBROADCASTSS vc20<>+0(SB), Z5
-	VBROADCASTSS vc21<>+0(SB), Z6
-	VBROADCASTSS vc22<>+0(SB), Z7
-	VBROADCASTSS vc16<>+0(SB), Z8
-	VBROADCASTSS vc23<>+0(SB), Z9
-	VBROADCASTSS vc24<>+0(SB), Z10
-	VBROADCASTSS vc25<>+0(SB), Z11
-	VBROADCASTSS vc26<>+0(SB), Z12
-	VBROADCASTSS vc27<>+0(SB), Z13
-	VBROADCASTSS vc15<>+0(SB), Z14
-	MOVQ         n+16(FP), DX
-	TESTQ        DX, DX
-	JE           expRow_done
-
-expRow_loop:
-	VMOVUPS      (CX), Z15
-	VFMSUB213PS  Z1, Z0, Z15
-	VMAXPS       Z3, Z15, Z15
-	VMINPS       Z4, Z15, Z15
-	VMULPS       Z5, Z15, Z16
-	VRNDSCALEPS  $0x00, Z16, Z16
-	VFNMADD231PS Z6, Z16, Z15
-	VFNMADD231PS Z7, Z16, Z15
-	VMOVAPS      Z9, Z17
-	VFMADD213PS  Z10, Z15, Z17
-	VFMADD213PS  Z11, Z15, Z17
-	VFMADD213PS  Z12, Z15, Z17
-	VFMADD213PS  Z13, Z15, Z17
-	VFMADD213PS  Z14, Z15, Z17
-	VMULPS       Z15, Z15, Z18
-	VFMADD213PS  Z15, Z18, Z17
-	VADDPS       Z8, Z17, Z17
-	VSCALEFPS    Z16, Z17, Z15
-	VMOVUPS      Z15, (AX)
-	VADDPS       Z15, Z2, Z2
-	ADDQ         $0x00000040, AX
-	ADDQ         $0x00000040, CX
-	SUBQ         $0x00000010, DX
-	JNE          expRow_loop
-
-expRow_done:
-	MOVQ    sums+32(FP), AX
-	VMOVUPS Z2, (AX)
-	VZEROUPPER
-	RET
-
-DATA vc18<>+0(SB)/4, $0xc2ae999a
-GLOBL vc18<>(SB), RODATA|NOPTR, $4
-
-DATA vc19<>+0(SB)/4, $0x42b16666
-GLOBL vc19<>(SB), RODATA|NOPTR, $4
-
-DATA vc20<>+0(SB)/4, $0x3fb8aa3b
-GLOBL vc20<>(SB), RODATA|NOPTR, $4
-
-DATA vc21<>+0(SB)/4, $0x3f318000
-GLOBL vc21<>(SB), RODATA|NOPTR, $4
-
-DATA vc22<>+0(SB)/4, $0xb95e8083
-GLOBL vc22<>(SB), RODATA|NOPTR, $4
-
-DATA vc23<>+0(SB)/4, $0x39506967
-GLOBL vc23<>(SB), RODATA|NOPTR, $4
-
-DATA vc24<>+0(SB)/4, $0x3ab743ce
-GLOBL vc24<>(SB), RODATA|NOPTR, $4
-
-DATA vc25<>+0(SB)/4, $0x3c088908
-GLOBL vc25<>(SB), RODATA|NOPTR, $4
-
-DATA vc26<>+0(SB)/4, $0x3d2aa9c1
-GLOBL vc26<>(SB), RODATA|NOPTR, $4
-
-DATA vc27<>+0(SB)/4, $0x3e2aaaaa
-GLOBL vc27<>(SB), RODATA|NOPTR, $4
-
-// func maxRowAVX512(x *float32, n int, out *float32)
-// Requires: AVX, AVX512F
-TEXT ·maxRowAVX512(SB), NOSPLIT, $0-24
-	MOVQ    x+0(FP), AX
-	VMOVUPS (AX), Z0
-	MOVQ    n+8(FP), CX
-	TESTQ   CX, CX
-	JE      maxRow_done
-
-maxRow_loop:
-	VMAXPS (AX), Z0, Z0
-	ADDQ   $0x00000040, AX
-	SUBQ   $0x00000010, CX
-	JNE    maxRow_loop
-
-maxRow_done:
-	MOVQ    out+16(FP), AX
-	VMOVUPS Z0, (AX)
-	VZEROUPPER
-	RET
-
-// func sumRowAVX512(x *float32, n int, sums *float32)
-// Requires: AVX, AVX512F
-TEXT ·sumRowAVX512(SB), NOSPLIT, $0-24
-	MOVQ   x+0(FP), AX
-	VPXORD Z0, Z0, Z0
-	MOVQ   n+8(FP), CX
-	TESTQ  CX, CX
-	JE     sumRow_done
-
-sumRow_loop:
-	VADDPS (AX), Z0, Z0
-	ADDQ   $0x00000040, AX
-	SUBQ   $0x00000010, CX
-	JNE    sumRow_loop
-
-sumRow_done:
-	MOVQ    sums+16(FP), AX
-	VMOVUPS Z0, (AX)
-	VZEROUPPER
-	RET
-
-// func sqDevRowAVX512(x *float32, n int, m float32, sums *float32)
-// Requires: AVX, AVX512F
-TEXT ·sqDevRowAVX512(SB), NOSPLIT, $0-32
-	MOVQ         x+0(FP), AX
-	VBROADCASTSS m+16(FP), Z0
-	VPXORD       Z1, Z1, Z1
-	MOVQ         n+8(FP), CX
-	TESTQ        CX, CX
-	JE           sqDevRow_done
-
-sqDevRow_loop:
-	VMOVUPS     (AX), Z2
-	VSUBPS      Z0, Z2, Z2
-	VFMADD231PS Z2, Z2, Z1
-	ADDQ        $0x00000040, AX
-	SUBQ        $0x00000010, CX
-	JNE         sqDevRow_loop
-
-sqDevRow_done:
-	MOVQ    sums+24(FP), AX
-	VMOVUPS Z1, (AX)
-	VZEROUPPER
-	RET
-
-// func scaleRowAVX512(x *float32, n int, a float32)
-// Requires: AVX, AVX512F
-TEXT ·scaleRowAVX512(SB), NOSPLIT, $0-20
-	MOVQ         x+0(FP), AX
-	VBROADCASTSS a+16(FP), Z0
-	MOVQ         n+8(FP), CX
-	TESTQ        CX, CX
-	JE           scaleRow_done
-
-scaleRow_loop:
-	VMULPS  (AX), Z0, Z1
-	VMOVUPS Z1, (AX)
-	ADDQ    $0x00000040, AX
-	SUBQ    $0x00000010, CX
-	JNE     scaleRow_loop
-
-scaleRow_done:
-	VZEROUPPER
-	RET
-
-// func dotRowAVX512(a *float32, b *float32, n int, sums *float32)
-// Requires: AVX, AVX512F
-TEXT ·dotRowAVX512(SB), NOSPLIT, $0-32
-	MOVQ   a+0(FP), AX
-	MOVQ   b+8(FP), CX
-	VPXORD Z0, Z0, Z0
-	MOVQ   n+16(FP), DX
-	TESTQ  DX, DX
-	JE     dotRow_done
-
-dotRow_loop:
-	VMOVUPS     (AX), Z1
-	VFMADD231PS (CX), Z1, Z0
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, CX
-	SUBQ        $0x00000010, DX
-	JNE         dotRow_loop
-
-dotRow_done:
-	MOVQ    sums+24(FP), AX
-	VMOVUPS Z0, (AX)
-	VZEROUPPER
-	RET
-
 // func axpyAVX512(y *float32, x *float32, n int, a float32)
 // Requires: AVX, AVX512F
 TEXT ·axpyAVX512(SB), NOSPLIT, $0-28
@@ -474,170 +278,6 @@ axpy_loop:
 	JNE         axpy_loop
 
 axpy_done:
-	VZEROUPPER
-	RET
-
-// func softmaxGradAVX512(d *float32, p *float32, n int, s float32, scale float32)
-// Requires: AVX, AVX512F
-TEXT ·softmaxGradAVX512(SB), NOSPLIT, $0-32
-	MOVQ         d+0(FP), AX
-	MOVQ         p+8(FP), CX
-	VBROADCASTSS s+24(FP), Z0
-	VBROADCASTSS scale+28(FP), Z1
-	MOVQ         n+16(FP), DX
-	TESTQ        DX, DX
-	JE           softmaxGrad_done
-
-softmaxGrad_loop:
-	VMOVUPS (AX), Z2
-	VSUBPS  Z0, Z2, Z2
-	VMULPS  (CX), Z2, Z2
-	VMULPS  Z1, Z2, Z2
-	VMOVUPS Z2, (AX)
-	ADDQ    $0x00000040, AX
-	ADDQ    $0x00000040, CX
-	SUBQ    $0x00000010, DX
-	JNE     softmaxGrad_loop
-
-softmaxGrad_done:
-	VZEROUPPER
-	RET
-
-// func lnOutAVX512(out *float32, x *float32, w *float32, b *float32, n int, m float32, s float32)
-// Requires: AVX, AVX512F
-TEXT ·lnOutAVX512(SB), NOSPLIT, $0-48
-	MOVQ         out+0(FP), AX
-	MOVQ         x+8(FP), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         b+24(FP), BX
-	VBROADCASTSS m+40(FP), Z0
-	VBROADCASTSS s+44(FP), Z1
-	MOVQ         n+32(FP), SI
-	TESTQ        SI, SI
-	JE           lnOut_done
-
-lnOut_loop:
-	VMOVUPS     (CX), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     (BX), Z3
-	VFMADD231PS (DX), Z2, Z3
-	VMOVUPS     Z3, (AX)
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, CX
-	ADDQ        $0x00000040, DX
-	ADDQ        $0x00000040, BX
-	SUBQ        $0x00000010, SI
-	JNE         lnOut_loop
-
-lnOut_done:
-	VZEROUPPER
-	RET
-
-// func lnBwdSumsAVX512(dy *float32, x *float32, w *float32, n int, m float32, s float32, sums *float32)
-// Requires: AVX, AVX512F
-TEXT ·lnBwdSumsAVX512(SB), NOSPLIT, $0-48
-	MOVQ         dy+0(FP), AX
-	MOVQ         x+8(FP), CX
-	MOVQ         w+16(FP), DX
-	VBROADCASTSS m+32(FP), Z0
-	VBROADCASTSS s+36(FP), Z1
-	VPXORD       Z2, Z2, Z2
-	VPXORD       Z3, Z3, Z3
-	MOVQ         n+24(FP), BX
-	TESTQ        BX, BX
-	JE           lnBwdSums_done
-
-lnBwdSums_loop:
-	VMOVUPS     (AX), Z4
-	VMULPS      (DX), Z4, Z4
-	VADDPS      Z4, Z2, Z2
-	VMOVUPS     (CX), Z5
-	VSUBPS      Z0, Z5, Z5
-	VMULPS      Z1, Z5, Z5
-	VFMADD231PS Z5, Z4, Z3
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, CX
-	ADDQ        $0x00000040, DX
-	SUBQ        $0x00000010, BX
-	JNE         lnBwdSums_loop
-
-lnBwdSums_done:
-	MOVQ    sums+40(FP), AX
-	VMOVUPS Z2, (AX)
-	VMOVUPS Z3, 64(AX)
-	VZEROUPPER
-	RET
-
-// func lnBwdDxAVX512(dx *float32, dy *float32, x *float32, w *float32, n int, m float32, s float32, gmean float32, gxmean float32)
-// Requires: AVX, AVX512F
-TEXT ·lnBwdDxAVX512(SB), NOSPLIT, $0-56
-	MOVQ         dx+0(FP), AX
-	MOVQ         dy+8(FP), CX
-	MOVQ         x+16(FP), DX
-	MOVQ         w+24(FP), BX
-	VBROADCASTSS m+40(FP), Z0
-	VBROADCASTSS s+44(FP), Z1
-	VBROADCASTSS gmean+48(FP), Z2
-	VBROADCASTSS gxmean+52(FP), Z3
-	MOVQ         n+32(FP), SI
-	TESTQ        SI, SI
-	JE           lnBwdDx_done
-
-lnBwdDx_loop:
-	VMOVUPS      (DX), Z4
-	VSUBPS       Z0, Z4, Z4
-	VMULPS       Z1, Z4, Z4
-	VMOVUPS      (CX), Z5
-	VMULPS       (BX), Z5, Z5
-	VSUBPS       Z2, Z5, Z5
-	VFNMADD231PS Z3, Z4, Z5
-	VMOVUPS      (AX), Z4
-	VFMADD231PS  Z1, Z5, Z4
-	VMOVUPS      Z4, (AX)
-	ADDQ         $0x00000040, AX
-	ADDQ         $0x00000040, CX
-	ADDQ         $0x00000040, DX
-	ADDQ         $0x00000040, BX
-	SUBQ         $0x00000010, SI
-	JNE          lnBwdDx_loop
-
-lnBwdDx_done:
-	VZEROUPPER
-	RET
-
-// func lnBwdParamsAVX512(dw *float32, db *float32, dy *float32, x *float32, n int, m float32, s float32)
-// Requires: AVX, AVX512F
-TEXT ·lnBwdParamsAVX512(SB), NOSPLIT, $0-48
-	MOVQ         dw+0(FP), AX
-	MOVQ         db+8(FP), CX
-	MOVQ         dy+16(FP), DX
-	MOVQ         x+24(FP), BX
-	VBROADCASTSS m+40(FP), Z0
-	VBROADCASTSS s+44(FP), Z1
-	MOVQ         n+32(FP), SI
-	TESTQ        SI, SI
-	JE           lnBwdParams_done
-
-lnBwdParams_loop:
-	VMOVUPS     (DX), Z2
-	VMOVUPS     (CX), Z3
-	VADDPS      Z2, Z3, Z3
-	VMOVUPS     Z3, (CX)
-	VMOVUPS     (BX), Z3
-	VSUBPS      Z0, Z3, Z3
-	VMULPS      Z1, Z3, Z3
-	VMOVUPS     (AX), Z4
-	VFMADD231PS Z3, Z2, Z4
-	VMOVUPS     Z4, (AX)
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000040, CX
-	ADDQ        $0x00000040, DX
-	ADDQ        $0x00000040, BX
-	SUBQ        $0x00000010, SI
-	JNE         lnBwdParams_loop
-
-lnBwdParams_done:
 	VZEROUPPER
 	RET
 
@@ -711,7 +351,7 @@ TEXT ·softmaxRowAVX512(SB), NOSPLIT, $0-40
 	DECQ         SI
 	KMOVW        SI, K1
 	ANDQ         $-16, DX
-	VBROADCASTSS vc28<>+0(SB), Z1
+	VBROADCASTSS vc18<>+0(SB), Z1
 	MOVQ         DX, BX
 	TESTQ        BX, BX
 	JE           smMax_tail
@@ -740,17 +380,17 @@ smMax_end:
 	VPERMILPS    $0xb1, Z1, Z2
 	VMAXPS       Z2, Z1, Z1
 	VMULPS       Z0, Z1, Z1
-	VBROADCASTSS vc18<>+0(SB), Z2
-	VBROADCASTSS vc19<>+0(SB), Z4
-	VBROADCASTSS vc20<>+0(SB), Z5
-	VBROADCASTSS vc21<>+0(SB), Z6
-	VBROADCASTSS vc22<>+0(SB), Z7
+	VBROADCASTSS vc19<>+0(SB), Z2
+	VBROADCASTSS vc20<>+0(SB), Z4
+	VBROADCASTSS vc21<>+0(SB), Z5
+	VBROADCASTSS vc22<>+0(SB), Z6
+	VBROADCASTSS vc23<>+0(SB), Z7
 	VBROADCASTSS vc16<>+0(SB), Z8
-	VBROADCASTSS vc23<>+0(SB), Z9
-	VBROADCASTSS vc24<>+0(SB), Z10
-	VBROADCASTSS vc25<>+0(SB), Z11
-	VBROADCASTSS vc26<>+0(SB), Z12
-	VBROADCASTSS vc27<>+0(SB), Z13
+	VBROADCASTSS vc24<>+0(SB), Z9
+	VBROADCASTSS vc25<>+0(SB), Z10
+	VBROADCASTSS vc26<>+0(SB), Z11
+	VBROADCASTSS vc27<>+0(SB), Z12
+	VBROADCASTSS vc28<>+0(SB), Z13
 	VBROADCASTSS vc15<>+0(SB), Z14
 	VPXORD       Z3, Z3, Z3
 	MOVQ         DX, BX
@@ -855,7 +495,37 @@ smScale_end:
 	VZEROUPPER
 	RET
 
-DATA vc28<>+0(SB)/4, $0xff800000
+DATA vc18<>+0(SB)/4, $0xff800000
+GLOBL vc18<>(SB), RODATA|NOPTR, $4
+
+DATA vc19<>+0(SB)/4, $0xc2ae999a
+GLOBL vc19<>(SB), RODATA|NOPTR, $4
+
+DATA vc20<>+0(SB)/4, $0x42b16666
+GLOBL vc20<>(SB), RODATA|NOPTR, $4
+
+DATA vc21<>+0(SB)/4, $0x3fb8aa3b
+GLOBL vc21<>(SB), RODATA|NOPTR, $4
+
+DATA vc22<>+0(SB)/4, $0x3f318000
+GLOBL vc22<>(SB), RODATA|NOPTR, $4
+
+DATA vc23<>+0(SB)/4, $0xb95e8083
+GLOBL vc23<>(SB), RODATA|NOPTR, $4
+
+DATA vc24<>+0(SB)/4, $0x39506967
+GLOBL vc24<>(SB), RODATA|NOPTR, $4
+
+DATA vc25<>+0(SB)/4, $0x3ab743ce
+GLOBL vc25<>(SB), RODATA|NOPTR, $4
+
+DATA vc26<>+0(SB)/4, $0x3c088908
+GLOBL vc26<>(SB), RODATA|NOPTR, $4
+
+DATA vc27<>+0(SB)/4, $0x3d2aa9c1
+GLOBL vc27<>(SB), RODATA|NOPTR, $4
+
+DATA vc28<>+0(SB)/4, $0x3e2aaaaa
 GLOBL vc28<>(SB), RODATA|NOPTR, $4
 
 // func softmaxGradRowAVX512(d *float32, p *float32, n int, scale float32)

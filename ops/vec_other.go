@@ -5,25 +5,10 @@ package ops
 // haveAVX512 is false off amd64: the vector kernels below are never called.
 const haveAVX512 = false
 
-func geluFwdAVX512(out, x *float32, n int)       { panic("ops: no AVX-512") }
-func geluBwdSetAVX512(dx, x, dy *float32, n int) { panic("ops: no AVX-512") }
-func geluBwdAVX512(dx, x, dy *float32, n int)    { panic("ops: no AVX-512") }
-func expRowAVX512(out, in *float32, n int, scale, shift float32, s *float32) {
-	panic("ops: no AVX-512")
-}
-func maxRowAVX512(x *float32, n int, out *float32)                          { panic("ops: no AVX-512") }
-func sumRowAVX512(x *float32, n int, sums *float32)                         { panic("ops: no AVX-512") }
-func sqDevRowAVX512(x *float32, n int, m float32, sums *float32)            { panic("ops: no AVX-512") }
-func scaleRowAVX512(x *float32, n int, a float32)                           { panic("ops: no AVX-512") }
-func dotRowAVX512(a, b *float32, n int, sums *float32)                      { panic("ops: no AVX-512") }
+func geluFwdAVX512(out, x *float32, n int)                                  { panic("ops: no AVX-512") }
+func geluBwdSetAVX512(dx, x, dy *float32, n int)                            { panic("ops: no AVX-512") }
+func geluBwdAVX512(dx, x, dy *float32, n int)                               { panic("ops: no AVX-512") }
 func axpyAVX512(y, x *float32, n int, a float32)                            { panic("ops: no AVX-512") }
-func softmaxGradAVX512(d, p *float32, n int, s, scale float32)              { panic("ops: no AVX-512") }
-func lnOutAVX512(out, x, w, b *float32, n int, m, s float32)                { panic("ops: no AVX-512") }
-func lnBwdSumsAVX512(dy, x, w *float32, n int, m, s float32, sums *float32) { panic("ops: no AVX-512") }
-func lnBwdDxAVX512(dx, dy, x, w *float32, n int, m, s, gmean, gxmean float32) {
-	panic("ops: no AVX-512")
-}
-func lnBwdParamsAVX512(dw, db, dy, x *float32, n int, m, s float32)         { panic("ops: no AVX-512") }
 func adamwAVX512(params, grads, mom, vel *float32, n int, c *float32)       { panic("ops: no AVX-512") }
 func softmaxRowAVX512(out, in *float32, n int, scale float32, res *float32) { panic("ops: no AVX-512") }
 func softmaxGradRowAVX512(d, p *float32, n int, scale float32)              { panic("ops: no AVX-512") }

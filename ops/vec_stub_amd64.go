@@ -19,65 +19,10 @@ func geluBwdAVX512(dx *float32, x *float32, dy *float32, n int)
 //go:noescape
 func geluBwdSetAVX512(dx *float32, x *float32, dy *float32, n int)
 
-// expRowAVX512 sets out[i] = exp(in[i]·scale − shift) for i < n (n a multiple of 16) and writes the 16 lane sums of out to sums.
-//
-//go:noescape
-func expRowAVX512(out *float32, in *float32, n int, scale float32, shift float32, sums *float32)
-
-// maxRowAVX512 writes the 16 lane maxima of x[0:n] to out (n a positive multiple of 16).
-//
-//go:noescape
-func maxRowAVX512(x *float32, n int, out *float32)
-
-// sumRowAVX512 writes the 16 lane sums of x[0:n] to sums (n a multiple of 16).
-//
-//go:noescape
-func sumRowAVX512(x *float32, n int, sums *float32)
-
-// sqDevRowAVX512 writes the 16 lane sums of (x[i]−m)² over i < n to sums (n a multiple of 16).
-//
-//go:noescape
-func sqDevRowAVX512(x *float32, n int, m float32, sums *float32)
-
-// scaleRowAVX512 sets x[i] *= a for i < n (n a multiple of 16).
-//
-//go:noescape
-func scaleRowAVX512(x *float32, n int, a float32)
-
-// dotRowAVX512 writes the 16 lane sums of a[i]·b[i] over i < n to sums (n a multiple of 16).
-//
-//go:noescape
-func dotRowAVX512(a *float32, b *float32, n int, sums *float32)
-
 // axpyAVX512 sets y[i] += a·x[i] for i < n (n a multiple of 16).
 //
 //go:noescape
 func axpyAVX512(y *float32, x *float32, n int, a float32)
-
-// softmaxGradAVX512 sets d[i] = scale·p[i]·(d[i] − s) for i < n (n a multiple of 16).
-//
-//go:noescape
-func softmaxGradAVX512(d *float32, p *float32, n int, s float32, scale float32)
-
-// lnOutAVX512 sets out[i] = (x[i]−m)·s·w[i] + b[i] for i < n (n a multiple of 16).
-//
-//go:noescape
-func lnOutAVX512(out *float32, x *float32, w *float32, b *float32, n int, m float32, s float32)
-
-// lnBwdSumsAVX512 writes to sums[0:16] the lane sums of g = w·dy and to sums[16:32] those of g·(x−m)·s, over i < n (n a multiple of 16).
-//
-//go:noescape
-func lnBwdSumsAVX512(dy *float32, x *float32, w *float32, n int, m float32, s float32, sums *float32)
-
-// lnBwdDxAVX512 sets dx[i] += s·(w[i]·dy[i] − gmean − (x[i]−m)·s·gxmean) for i < n (n a multiple of 16).
-//
-//go:noescape
-func lnBwdDxAVX512(dx *float32, dy *float32, x *float32, w *float32, n int, m float32, s float32, gmean float32, gxmean float32)
-
-// lnBwdParamsAVX512 sets dw[i] += dy[i]·(x[i]−m)·s and db[i] += dy[i] for i < n (n a multiple of 16).
-//
-//go:noescape
-func lnBwdParamsAVX512(dw *float32, db *float32, dy *float32, x *float32, n int, m float32, s float32)
 
 // adamwAVX512 applies adamwCoef.apply's update to params, grads, mom, vel [0:n] (n a multiple of 16); c points to the adamwCoef.
 //

@@ -1,8 +1,8 @@
 // Command vecgen generates the AVX-512 assembly of package ops's vector
-// kernels with avo: GELU, the exponential of softmax rows, LayerNorm rows
-// and small BLAS-1 loops. Every function handles n elements, n a multiple
-// of 16; the Go wrappers in ops/vec.go do the tails. Run it through
-// `go generate ./ops`.
+// kernels with avo: GELU and axpy over n elements (n a multiple of 16; the
+// Go wrappers in ops/vec.go do the tails), AdamW, and whole rows of
+// softmax, its gradient and LayerNorm with masked tails (softmax.go,
+// lnrows.go). Run it through `go generate ./ops`.
 package main
 
 import (
@@ -20,18 +20,7 @@ func main() {
 	geluForward()
 	geluBackward("geluBwdAVX512", true)
 	geluBackward("geluBwdSetAVX512", false)
-	expRow()
-	maxRow()
-	sumRow()
-	sqDevRow()
-	scaleRow()
-	dotRow()
 	axpy()
-	softmaxGrad()
-	lnOut()
-	lnBwdSums()
-	lnBwdDx()
-	lnBwdParams()
 	adamw()
 	softmaxRowK()
 	softmaxGradRowK()
@@ -275,95 +264,6 @@ func exp(t reg.VecVirtual) reg.VecVirtual {
 	return e
 }
 
-func expRow() {
-	text("expRowAVX512", "func(out, in *float32, n int, scale, shift float32, sums *float32)")
-	Doc("expRowAVX512 sets out[i] = exp(in[i]·scale − shift) for i < n (n a multiple of 16) and writes the 16 lane sums of out to sums.")
-	po, pi := ptr("out"), ptr("in")
-	scale, shift := param("scale"), param("shift")
-	acc := zeroZ()
-	hoist(expConsts()...)
-	loop("expRow", []reg.GPVirtual{po, pi}, func() {
-		t := load(pi)
-		VFMSUB213PS(shift, scale, t) // t = scale·t − shift
-		e := exp(t)
-		VMOVUPS(e, mem(po))
-		VADDPS(e, acc, acc)
-	})
-	VMOVUPS(acc, mem(ptr("sums")))
-	VZEROUPPER()
-	RET()
-}
-
-func maxRow() {
-	text("maxRowAVX512", "func(x *float32, n int, out *float32)")
-	Doc("maxRowAVX512 writes the 16 lane maxima of x[0:n] to out (n a positive multiple of 16).")
-	px := ptr("x")
-	acc := load(px)
-	loop("maxRow", []reg.GPVirtual{px}, func() {
-		VMAXPS(mem(px), acc, acc)
-	})
-	VMOVUPS(acc, mem(ptr("out")))
-	VZEROUPPER()
-	RET()
-}
-
-func sumRow() {
-	text("sumRowAVX512", "func(x *float32, n int, sums *float32)")
-	Doc("sumRowAVX512 writes the 16 lane sums of x[0:n] to sums (n a multiple of 16).")
-	px := ptr("x")
-	acc := zeroZ()
-	loop("sumRow", []reg.GPVirtual{px}, func() {
-		VADDPS(mem(px), acc, acc)
-	})
-	VMOVUPS(acc, mem(ptr("sums")))
-	VZEROUPPER()
-	RET()
-}
-
-func sqDevRow() {
-	text("sqDevRowAVX512", "func(x *float32, n int, m float32, sums *float32)")
-	Doc("sqDevRowAVX512 writes the 16 lane sums of (x[i]−m)² over i < n to sums (n a multiple of 16).")
-	px := ptr("x")
-	m := param("m")
-	acc := zeroZ()
-	loop("sqDevRow", []reg.GPVirtual{px}, func() {
-		d := load(px)
-		VSUBPS(m, d, d)
-		VFMADD231PS(d, d, acc)
-	})
-	VMOVUPS(acc, mem(ptr("sums")))
-	VZEROUPPER()
-	RET()
-}
-
-func scaleRow() {
-	text("scaleRowAVX512", "func(x *float32, n int, a float32)")
-	Doc("scaleRowAVX512 sets x[i] *= a for i < n (n a multiple of 16).")
-	px := ptr("x")
-	a := param("a")
-	loop("scaleRow", []reg.GPVirtual{px}, func() {
-		v := ZMM()
-		VMULPS(mem(px), a, v)
-		VMOVUPS(v, mem(px))
-	})
-	VZEROUPPER()
-	RET()
-}
-
-func dotRow() {
-	text("dotRowAVX512", "func(a, b *float32, n int, sums *float32)")
-	Doc("dotRowAVX512 writes the 16 lane sums of a[i]·b[i] over i < n to sums (n a multiple of 16).")
-	pa, pb := ptr("a"), ptr("b")
-	acc := zeroZ()
-	loop("dotRow", []reg.GPVirtual{pa, pb}, func() {
-		v := load(pa)
-		VFMADD231PS(mem(pb), v, acc)
-	})
-	VMOVUPS(acc, mem(ptr("sums")))
-	VZEROUPPER()
-	RET()
-}
-
 func axpy() {
 	text("axpyAVX512", "func(y, x *float32, n int, a float32)")
 	Doc("axpyAVX512 sets y[i] += a·x[i] for i < n (n a multiple of 16).")
@@ -373,22 +273,6 @@ func axpy() {
 		v := load(py)
 		VFMADD231PS(mem(px), a, v)
 		VMOVUPS(v, mem(py))
-	})
-	VZEROUPPER()
-	RET()
-}
-
-func softmaxGrad() {
-	text("softmaxGradAVX512", "func(d, p *float32, n int, s, scale float32)")
-	Doc("softmaxGradAVX512 sets d[i] = scale·p[i]·(d[i] − s) for i < n (n a multiple of 16).")
-	pd, pp := ptr("d"), ptr("p")
-	s, scale := param("s"), param("scale")
-	loop("softmaxGrad", []reg.GPVirtual{pd, pp}, func() {
-		v := load(pd)
-		VSUBPS(s, v, v)
-		VMULPS(mem(pp), v, v)
-		VMULPS(scale, v, v)
-		VMOVUPS(v, mem(pd))
 	})
 	VZEROUPPER()
 	RET()
