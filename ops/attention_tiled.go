@@ -81,10 +81,10 @@ func (g attnGeom) headForwardTiled(k *Kernels, out, att, qkv []float32, bh int) 
 		for j := 0; j < w; j += 32 { // S = Q·Kᵀ
 			kern(HS, &q[i0*C3], C3, &kt[j*HS], 32, &a[i0*T+j], T, min(32, w-j), nil, nil)
 		}
+		_ = a[(i0+r)*T-1]
+		softmaxCausalAVX512(&a[i0*T], T, i0+1, r, g.scale) // row i over keys [0, i]
 		for i := i0; i < i0+r; i++ {
-			row := a[i*T : i*T+T]
-			softmaxRowStats(true, row[:i+1], row[:i+1], g.scale)
-			clear(row[i+1:])
+			clear(a[i*T+i+1 : i*T+T])
 		}
 		for j := 0; j < HS; j += 32 { // Y = P·V
 			kern(w, &a[i0*T], T, &vp[j*T], 32, &o[i0*C+j], C, 32, nil, nil)
@@ -113,10 +113,11 @@ func (g attnGeom) headBackwardTiled(k *Kernels, dqkv, ds, dout, qkv, att []float
 		for j := 0; j < w; j += 32 { // dP = dY·Vᵀ
 			kern(HS, &dy[i0*C], C, &vt[j*HS], 32, &ds[i0*T+j], T, min(32, w-j), nil, nil)
 		}
-		for i := i0; i < i0+r; i++ { // dS = P⊙(dP − rowsum(P⊙dP))/√HS
-			d := ds[i*T : i*T+w]
-			softmaxGradRow(true, d[:i+1], a[i*T:i*T+i+1], g.scale)
-			clear(d[i+1:])
+		// dS = P⊙(dP − rowsum(P⊙dP))/√HS, row i over keys [0, i]
+		_, _ = ds[(i0+r)*T-1], a[(i0+r)*T-1]
+		softmaxGradCausalAVX512(&ds[i0*T], T, &a[i0*T], T, i0+1, r, g.scale)
+		for i := i0; i < i0+r; i++ {
+			clear(ds[i*T+i+1 : i*T+w])
 		}
 		for j := 0; j < HS; j += 32 { // dQ (+)= dS·K
 			c := &dq[i0*C3+j]

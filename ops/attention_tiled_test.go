@@ -121,3 +121,29 @@ func TestAttentionBackwardSet(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftmaxCausalRows holds the causal panel kernels to the row kernels
+// they loop, bit for bit.
+func TestSoftmaxCausalRows(t *testing.T) {
+	if !haveAVX512 {
+		t.Skip("no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(2, 2))
+	const ld, n0, rows = 50, 14, 20
+	x, p := randn(r, rows*ld, 2), randn(r, rows*ld, 1)
+	got, want := append([]float32(nil), x...), append([]float32(nil), x...)
+	softmaxCausalAVX512(&got[0], ld, n0, rows, 0.3)
+	gg, gw := append([]float32(nil), x...), append([]float32(nil), x...)
+	softmaxGradCausalAVX512(&gg[0], ld, &p[0], ld, n0, rows, 0.3)
+	for j := 0; j < rows; j++ {
+		n := n0 + j
+		var res [2]float32
+		softmaxRowAVX512(&want[j*ld], &want[j*ld], n, 0.3, &res[0])
+		softmaxGradRowAVX512(&gw[j*ld], &p[j*ld], n, 0.3)
+	}
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) || math.Float32bits(gg[i]) != math.Float32bits(gw[i]) {
+			t.Fatalf("element %d: softmax %g vs %g, gradient %g vs %g", i, got[i], want[i], gg[i], gw[i])
+		}
+	}
+}

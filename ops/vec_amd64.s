@@ -344,6 +344,18 @@ TEXT ·softmaxRowAVX512(SB), NOSPLIT, $0-40
 	MOVQ         in+8(FP), CX
 	MOVQ         n+16(FP), DX
 	VBROADCASTSS scale+24(FP), Z0
+	VBROADCASTSS vc18<>+0(SB), Z1
+	VBROADCASTSS vc19<>+0(SB), Z2
+	VBROADCASTSS vc20<>+0(SB), Z3
+	VBROADCASTSS vc21<>+0(SB), Z4
+	VBROADCASTSS vc22<>+0(SB), Z5
+	VBROADCASTSS vc16<>+0(SB), Z6
+	VBROADCASTSS vc23<>+0(SB), Z7
+	VBROADCASTSS vc24<>+0(SB), Z8
+	VBROADCASTSS vc25<>+0(SB), Z9
+	VBROADCASTSS vc26<>+0(SB), Z10
+	VBROADCASTSS vc27<>+0(SB), Z11
+	VBROADCASTSS vc15<>+0(SB), Z12
 	MOVQ         DX, BX
 	ANDQ         $0x0000000f, BX
 	MOVQ         $0x00000001, SI
@@ -351,13 +363,13 @@ TEXT ·softmaxRowAVX512(SB), NOSPLIT, $0-40
 	DECQ         SI
 	KMOVW        SI, K1
 	ANDQ         $-16, DX
-	VBROADCASTSS vc18<>+0(SB), Z1
+	VBROADCASTSS vc28<>+0(SB), Z13
 	MOVQ         DX, BX
 	TESTQ        BX, BX
 	JE           smMax_tail
 
 smMax_loop:
-	VMAXPS (CX), Z1, Z1
+	VMAXPS (CX), Z13, Z13
 	ADDQ   $0x00000040, CX
 	SUBQ   $0x00000010, BX
 	JNE    smMax_loop
@@ -365,59 +377,47 @@ smMax_loop:
 smMax_tail:
 	KORTESTW K1, K1
 	JE       smMax_end
-	VMAXPS   (CX), Z1, K1, Z1
+	VMAXPS   (CX), Z13, K1, Z13
 
 smMax_end:
-	MOVQ         DX, BX
-	SHLQ         $0x02, BX
-	SUBQ         BX, CX
-	VSHUFF32X4   $0x4e, Z1, Z1, Z2
-	VMAXPS       Z2, Z1, Z1
-	VSHUFF32X4   $0xb1, Z1, Z1, Z2
-	VMAXPS       Z2, Z1, Z1
-	VPERMILPS    $0x4e, Z1, Z2
-	VMAXPS       Z2, Z1, Z1
-	VPERMILPS    $0xb1, Z1, Z2
-	VMAXPS       Z2, Z1, Z1
-	VMULPS       Z0, Z1, Z1
-	VBROADCASTSS vc19<>+0(SB), Z2
-	VBROADCASTSS vc20<>+0(SB), Z4
-	VBROADCASTSS vc21<>+0(SB), Z5
-	VBROADCASTSS vc22<>+0(SB), Z6
-	VBROADCASTSS vc23<>+0(SB), Z7
-	VBROADCASTSS vc16<>+0(SB), Z8
-	VBROADCASTSS vc24<>+0(SB), Z9
-	VBROADCASTSS vc25<>+0(SB), Z10
-	VBROADCASTSS vc26<>+0(SB), Z11
-	VBROADCASTSS vc27<>+0(SB), Z12
-	VBROADCASTSS vc28<>+0(SB), Z13
-	VBROADCASTSS vc15<>+0(SB), Z14
-	VPXORD       Z3, Z3, Z3
-	MOVQ         DX, BX
-	TESTQ        BX, BX
-	JE           smExp_tail
+	MOVQ       DX, BX
+	SHLQ       $0x02, BX
+	SUBQ       BX, CX
+	VSHUFF32X4 $0x4e, Z13, Z13, Z14
+	VMAXPS     Z14, Z13, Z13
+	VSHUFF32X4 $0xb1, Z13, Z13, Z14
+	VMAXPS     Z14, Z13, Z13
+	VPERMILPS  $0x4e, Z13, Z14
+	VMAXPS     Z14, Z13, Z13
+	VPERMILPS  $0xb1, Z13, Z14
+	VMAXPS     Z14, Z13, Z13
+	VMULPS     Z0, Z13, Z13
+	VPXORD     Z15, Z15, Z15
+	MOVQ       DX, BX
+	TESTQ      BX, BX
+	JE         smExp_tail
 
 smExp_loop:
-	VMOVUPS      (CX), Z15
-	VFMSUB213PS  Z1, Z0, Z15
-	VMAXPS       Z2, Z15, Z15
-	VMINPS       Z4, Z15, Z15
-	VMULPS       Z5, Z15, Z16
+	VMOVUPS      (CX), Z14
+	VFMSUB213PS  Z13, Z0, Z14
+	VMAXPS       Z1, Z14, Z14
+	VMINPS       Z2, Z14, Z14
+	VMULPS       Z3, Z14, Z16
 	VRNDSCALEPS  $0x00, Z16, Z16
-	VFNMADD231PS Z6, Z16, Z15
-	VFNMADD231PS Z7, Z16, Z15
-	VMOVAPS      Z9, Z17
-	VFMADD213PS  Z10, Z15, Z17
-	VFMADD213PS  Z11, Z15, Z17
-	VFMADD213PS  Z12, Z15, Z17
-	VFMADD213PS  Z13, Z15, Z17
-	VFMADD213PS  Z14, Z15, Z17
-	VMULPS       Z15, Z15, Z18
-	VFMADD213PS  Z15, Z18, Z17
-	VADDPS       Z8, Z17, Z17
-	VSCALEFPS    Z16, Z17, Z15
-	VMOVUPS      Z15, (AX)
-	VADDPS       Z15, Z3, Z3
+	VFNMADD231PS Z4, Z16, Z14
+	VFNMADD231PS Z5, Z16, Z14
+	VMOVAPS      Z7, Z17
+	VFMADD213PS  Z8, Z14, Z17
+	VFMADD213PS  Z9, Z14, Z17
+	VFMADD213PS  Z10, Z14, Z17
+	VFMADD213PS  Z11, Z14, Z17
+	VFMADD213PS  Z12, Z14, Z17
+	VMULPS       Z14, Z14, Z18
+	VFMADD213PS  Z14, Z18, Z17
+	VADDPS       Z6, Z17, Z17
+	VSCALEFPS    Z16, Z17, Z14
+	VMOVUPS      Z14, (AX)
+	VADDPS       Z14, Z15, Z15
 	ADDQ         $0x00000040, AX
 	ADDQ         $0x00000040, CX
 	SUBQ         $0x00000010, BX
@@ -426,49 +426,49 @@ smExp_loop:
 smExp_tail:
 	KORTESTW     K1, K1
 	JE           smExp_end
-	VMOVUPS.Z    (CX), K1, Z15
-	VFMSUB213PS  Z1, Z0, Z15
-	VMAXPS       Z2, Z15, Z15
-	VMINPS       Z4, Z15, Z15
-	VMULPS       Z5, Z15, Z0
+	VMOVUPS.Z    (CX), K1, Z14
+	VFMSUB213PS  Z13, Z0, Z14
+	VMAXPS       Z1, Z14, Z14
+	VMINPS       Z2, Z14, Z14
+	VMULPS       Z3, Z14, Z0
 	VRNDSCALEPS  $0x00, Z0, Z0
-	VFNMADD231PS Z6, Z0, Z15
-	VFNMADD231PS Z7, Z0, Z15
-	VMOVAPS      Z9, Z2
-	VFMADD213PS  Z10, Z15, Z2
-	VFMADD213PS  Z11, Z15, Z2
-	VFMADD213PS  Z12, Z15, Z2
-	VFMADD213PS  Z13, Z15, Z2
-	VFMADD213PS  Z14, Z15, Z2
-	VMULPS       Z15, Z15, Z4
-	VFMADD213PS  Z15, Z4, Z2
-	VADDPS       Z8, Z2, Z2
-	VSCALEFPS    Z0, Z2, Z0
+	VFNMADD231PS Z4, Z0, Z14
+	VFNMADD231PS Z5, Z0, Z14
+	VMOVAPS      Z7, Z1
+	VFMADD213PS  Z8, Z14, Z1
+	VFMADD213PS  Z9, Z14, Z1
+	VFMADD213PS  Z10, Z14, Z1
+	VFMADD213PS  Z11, Z14, Z1
+	VFMADD213PS  Z12, Z14, Z1
+	VMULPS       Z14, Z14, Z2
+	VFMADD213PS  Z14, Z2, Z1
+	VADDPS       Z6, Z1, Z1
+	VSCALEFPS    Z0, Z1, Z0
 	VMOVUPS      Z0, K1, (AX)
-	VADDPS       Z0, Z3, K1, Z3
+	VADDPS       Z0, Z15, K1, Z15
 
 smExp_end:
 	MOVQ       DX, BX
 	SHLQ       $0x02, BX
 	SUBQ       BX, AX
 	SUBQ       BX, CX
-	VSHUFF32X4 $0x4e, Z3, Z3, Z0
-	VADDPS     Z0, Z3, Z3
-	VSHUFF32X4 $0xb1, Z3, Z3, Z0
-	VADDPS     Z0, Z3, Z3
-	VPERMILPS  $0x4e, Z3, Z0
-	VADDPS     Z0, Z3, Z3
-	VPERMILPS  $0xb1, Z3, Z0
-	VADDPS     Z0, Z3, Z3
-	VMOVAPS    Z8, Z0
-	VDIVPS     Z3, Z0, Z0
+	VSHUFF32X4 $0x4e, Z15, Z15, Z0
+	VADDPS     Z0, Z15, Z15
+	VSHUFF32X4 $0xb1, Z15, Z15, Z0
+	VADDPS     Z0, Z15, Z15
+	VPERMILPS  $0x4e, Z15, Z0
+	VADDPS     Z0, Z15, Z15
+	VPERMILPS  $0xb1, Z15, Z0
+	VADDPS     Z0, Z15, Z15
+	VMOVAPS    Z6, Z0
+	VDIVPS     Z15, Z0, Z0
 	MOVQ       DX, CX
 	TESTQ      CX, CX
 	JE         smScale_tail
 
 smScale_loop:
-	VMULPS  (AX), Z0, Z2
-	VMOVUPS Z2, (AX)
+	VMULPS  (AX), Z0, Z1
+	VMOVUPS Z1, (AX)
 	ADDQ    $0x00000040, AX
 	SUBQ    $0x00000010, CX
 	JNE     smScale_loop
@@ -476,9 +476,9 @@ smScale_loop:
 smScale_tail:
 	KORTESTW  K1, K1
 	JE        smScale_end
-	VMOVUPS.Z (AX), K1, Z2
-	VMULPS    Z0, Z2, Z2
-	VMOVUPS   Z2, K1, (AX)
+	VMOVUPS.Z (AX), K1, Z1
+	VMULPS    Z0, Z1, Z1
+	VMOVUPS   Z1, K1, (AX)
 
 smScale_end:
 	MOVQ    DX, CX
@@ -487,45 +487,45 @@ smScale_end:
 	MOVQ    res+32(FP), AX
 	MOVL    $0x00000001, CX
 	KMOVW   CX, K1
-	VMOVUPS Z1, K1, (AX)
+	VMOVUPS Z13, K1, (AX)
 	MOVQ    res+32(FP), AX
 	MOVL    $0x00000001, CX
 	KMOVW   CX, K1
-	VMOVUPS Z3, K1, 4(AX)
+	VMOVUPS Z15, K1, 4(AX)
 	VZEROUPPER
 	RET
 
-DATA vc18<>+0(SB)/4, $0xff800000
+DATA vc18<>+0(SB)/4, $0xc2ae999a
 GLOBL vc18<>(SB), RODATA|NOPTR, $4
 
-DATA vc19<>+0(SB)/4, $0xc2ae999a
+DATA vc19<>+0(SB)/4, $0x42b16666
 GLOBL vc19<>(SB), RODATA|NOPTR, $4
 
-DATA vc20<>+0(SB)/4, $0x42b16666
+DATA vc20<>+0(SB)/4, $0x3fb8aa3b
 GLOBL vc20<>(SB), RODATA|NOPTR, $4
 
-DATA vc21<>+0(SB)/4, $0x3fb8aa3b
+DATA vc21<>+0(SB)/4, $0x3f318000
 GLOBL vc21<>(SB), RODATA|NOPTR, $4
 
-DATA vc22<>+0(SB)/4, $0x3f318000
+DATA vc22<>+0(SB)/4, $0xb95e8083
 GLOBL vc22<>(SB), RODATA|NOPTR, $4
 
-DATA vc23<>+0(SB)/4, $0xb95e8083
+DATA vc23<>+0(SB)/4, $0x39506967
 GLOBL vc23<>(SB), RODATA|NOPTR, $4
 
-DATA vc24<>+0(SB)/4, $0x39506967
+DATA vc24<>+0(SB)/4, $0x3ab743ce
 GLOBL vc24<>(SB), RODATA|NOPTR, $4
 
-DATA vc25<>+0(SB)/4, $0x3ab743ce
+DATA vc25<>+0(SB)/4, $0x3c088908
 GLOBL vc25<>(SB), RODATA|NOPTR, $4
 
-DATA vc26<>+0(SB)/4, $0x3c088908
+DATA vc26<>+0(SB)/4, $0x3d2aa9c1
 GLOBL vc26<>(SB), RODATA|NOPTR, $4
 
-DATA vc27<>+0(SB)/4, $0x3d2aa9c1
+DATA vc27<>+0(SB)/4, $0x3e2aaaaa
 GLOBL vc27<>(SB), RODATA|NOPTR, $4
 
-DATA vc28<>+0(SB)/4, $0x3e2aaaaa
+DATA vc28<>+0(SB)/4, $0xff800000
 GLOBL vc28<>(SB), RODATA|NOPTR, $4
 
 // func softmaxGradRowAVX512(d *float32, p *float32, n int, scale float32)
@@ -605,6 +605,267 @@ sgGrad_end:
 	SHLQ $0x02, DX
 	SUBQ DX, AX
 	SUBQ DX, CX
+	VZEROUPPER
+	RET
+
+// func softmaxCausalAVX512(a *float32, ld int, n0 int, rows int, scale float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·softmaxCausalAVX512(SB), NOSPLIT, $0-36
+	MOVQ         a+0(FP), AX
+	MOVQ         ld+8(FP), CX
+	SHLQ         $0x02, CX
+	MOVQ         n0+16(FP), DX
+	MOVQ         rows+24(FP), BX
+	VBROADCASTSS scale+32(FP), Z0
+	VBROADCASTSS vc18<>+0(SB), Z1
+	VBROADCASTSS vc19<>+0(SB), Z2
+	VBROADCASTSS vc20<>+0(SB), Z3
+	VBROADCASTSS vc21<>+0(SB), Z4
+	VBROADCASTSS vc22<>+0(SB), Z5
+	VBROADCASTSS vc16<>+0(SB), Z6
+	VBROADCASTSS vc23<>+0(SB), Z7
+	VBROADCASTSS vc24<>+0(SB), Z8
+	VBROADCASTSS vc25<>+0(SB), Z9
+	VBROADCASTSS vc26<>+0(SB), Z10
+	VBROADCASTSS vc27<>+0(SB), Z11
+	VBROADCASTSS vc15<>+0(SB), Z12
+	TESTQ        BX, BX
+	JE           sc_done
+
+sc_row:
+	MOVQ         AX, SI
+	MOVQ         DX, DI
+	ANDQ         $0x0000000f, DI
+	MOVQ         $0x00000001, R8
+	SHLXQ        DI, R8, R8
+	DECQ         R8
+	KMOVW        R8, K1
+	MOVQ         DX, DI
+	ANDQ         $-16, DI
+	VBROADCASTSS vc28<>+0(SB), Z13
+	MOVQ         DI, R8
+	TESTQ        R8, R8
+	JE           scMax_tail
+
+scMax_loop:
+	VMAXPS (SI), Z13, Z13
+	ADDQ   $0x00000040, SI
+	SUBQ   $0x00000010, R8
+	JNE    scMax_loop
+
+scMax_tail:
+	KORTESTW K1, K1
+	JE       scMax_end
+	VMAXPS   (SI), Z13, K1, Z13
+
+scMax_end:
+	MOVQ       DI, R8
+	SHLQ       $0x02, R8
+	SUBQ       R8, SI
+	VSHUFF32X4 $0x4e, Z13, Z13, Z14
+	VMAXPS     Z14, Z13, Z13
+	VSHUFF32X4 $0xb1, Z13, Z13, Z14
+	VMAXPS     Z14, Z13, Z13
+	VPERMILPS  $0x4e, Z13, Z14
+	VMAXPS     Z14, Z13, Z13
+	VPERMILPS  $0xb1, Z13, Z14
+	VMAXPS     Z14, Z13, Z13
+	VMULPS     Z0, Z13, Z13
+	VPXORD     Z15, Z15, Z15
+	MOVQ       DI, R8
+	TESTQ      R8, R8
+	JE         scExp_tail
+
+scExp_loop:
+	VMOVUPS      (SI), Z14
+	VFMSUB213PS  Z13, Z0, Z14
+	VMAXPS       Z1, Z14, Z14
+	VMINPS       Z2, Z14, Z14
+	VMULPS       Z3, Z14, Z16
+	VRNDSCALEPS  $0x00, Z16, Z16
+	VFNMADD231PS Z4, Z16, Z14
+	VFNMADD231PS Z5, Z16, Z14
+	VMOVAPS      Z7, Z17
+	VFMADD213PS  Z8, Z14, Z17
+	VFMADD213PS  Z9, Z14, Z17
+	VFMADD213PS  Z10, Z14, Z17
+	VFMADD213PS  Z11, Z14, Z17
+	VFMADD213PS  Z12, Z14, Z17
+	VMULPS       Z14, Z14, Z18
+	VFMADD213PS  Z14, Z18, Z17
+	VADDPS       Z6, Z17, Z17
+	VSCALEFPS    Z16, Z17, Z14
+	VMOVUPS      Z14, (AX)
+	VADDPS       Z14, Z15, Z15
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, SI
+	SUBQ         $0x00000010, R8
+	JNE          scExp_loop
+
+scExp_tail:
+	KORTESTW     K1, K1
+	JE           scExp_end
+	VMOVUPS.Z    (SI), K1, Z14
+	VFMSUB213PS  Z13, Z0, Z14
+	VMAXPS       Z1, Z14, Z14
+	VMINPS       Z2, Z14, Z14
+	VMULPS       Z3, Z14, Z13
+	VRNDSCALEPS  $0x00, Z13, Z13
+	VFNMADD231PS Z4, Z13, Z14
+	VFNMADD231PS Z5, Z13, Z14
+	VMOVAPS      Z7, Z16
+	VFMADD213PS  Z8, Z14, Z16
+	VFMADD213PS  Z9, Z14, Z16
+	VFMADD213PS  Z10, Z14, Z16
+	VFMADD213PS  Z11, Z14, Z16
+	VFMADD213PS  Z12, Z14, Z16
+	VMULPS       Z14, Z14, Z17
+	VFMADD213PS  Z14, Z17, Z16
+	VADDPS       Z6, Z16, Z16
+	VSCALEFPS    Z13, Z16, Z13
+	VMOVUPS      Z13, K1, (AX)
+	VADDPS       Z13, Z15, K1, Z15
+
+scExp_end:
+	MOVQ       DI, R8
+	SHLQ       $0x02, R8
+	SUBQ       R8, AX
+	SUBQ       R8, SI
+	VSHUFF32X4 $0x4e, Z15, Z15, Z13
+	VADDPS     Z13, Z15, Z15
+	VSHUFF32X4 $0xb1, Z15, Z15, Z13
+	VADDPS     Z13, Z15, Z15
+	VPERMILPS  $0x4e, Z15, Z13
+	VADDPS     Z13, Z15, Z15
+	VPERMILPS  $0xb1, Z15, Z13
+	VADDPS     Z13, Z15, Z15
+	VMOVAPS    Z6, Z13
+	VDIVPS     Z15, Z13, Z13
+	MOVQ       DI, SI
+	TESTQ      SI, SI
+	JE         scScale_tail
+
+scScale_loop:
+	VMULPS  (AX), Z13, Z14
+	VMOVUPS Z14, (AX)
+	ADDQ    $0x00000040, AX
+	SUBQ    $0x00000010, SI
+	JNE     scScale_loop
+
+scScale_tail:
+	KORTESTW  K1, K1
+	JE        scScale_end
+	VMOVUPS.Z (AX), K1, Z14
+	VMULPS    Z13, Z14, Z14
+	VMOVUPS   Z14, K1, (AX)
+
+scScale_end:
+	MOVQ DI, SI
+	SHLQ $0x02, SI
+	SUBQ SI, AX
+	ADDQ CX, AX
+	INCQ DX
+	DECQ BX
+	JNE  sc_row
+
+sc_done:
+	VZEROUPPER
+	RET
+
+// func softmaxGradCausalAVX512(d *float32, ldd int, p *float32, ldp int, n0 int, rows int, scale float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·softmaxGradCausalAVX512(SB), NOSPLIT, $0-52
+	MOVQ         d+0(FP), AX
+	MOVQ         p+16(FP), CX
+	MOVQ         ldd+8(FP), DX
+	MOVQ         ldp+24(FP), BX
+	SHLQ         $0x02, DX
+	SHLQ         $0x02, BX
+	MOVQ         n0+32(FP), SI
+	MOVQ         rows+40(FP), DI
+	VBROADCASTSS scale+48(FP), Z0
+	TESTQ        DI, DI
+	JE           sgc_done
+
+sgc_row:
+	MOVQ   SI, R8
+	ANDQ   $0x0000000f, R8
+	MOVQ   $0x00000001, R9
+	SHLXQ  R8, R9, R9
+	DECQ   R9
+	KMOVW  R9, K1
+	MOVQ   SI, R8
+	ANDQ   $-16, R8
+	VPXORD Z1, Z1, Z1
+	MOVQ   R8, R9
+	TESTQ  R9, R9
+	JE     sgcDot_tail
+
+sgcDot_loop:
+	VMOVUPS     (CX), Z2
+	VFMADD231PS (AX), Z2, Z1
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	SUBQ        $0x00000010, R9
+	JNE         sgcDot_loop
+
+sgcDot_tail:
+	KORTESTW    K1, K1
+	JE          sgcDot_end
+	VMOVUPS.Z   (CX), K1, Z2
+	VMOVUPS.Z   (AX), K1, Z3
+	VFMADD231PS Z3, Z2, Z1
+
+sgcDot_end:
+	MOVQ       R8, R9
+	SHLQ       $0x02, R9
+	SUBQ       R9, AX
+	SUBQ       R9, CX
+	VSHUFF32X4 $0x4e, Z1, Z1, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0xb1, Z1, Z1, Z2
+	VADDPS     Z2, Z1, Z1
+	VPERMILPS  $0x4e, Z1, Z2
+	VADDPS     Z2, Z1, Z1
+	VPERMILPS  $0xb1, Z1, Z2
+	VADDPS     Z2, Z1, Z1
+	MOVQ       R8, R9
+	TESTQ      R9, R9
+	JE         sgcGrad_tail
+
+sgcGrad_loop:
+	VMOVUPS (AX), Z2
+	VMOVUPS (CX), Z3
+	VSUBPS  Z1, Z2, Z2
+	VMULPS  Z0, Z3, Z3
+	VMULPS  Z3, Z2, Z2
+	VMOVUPS Z2, (AX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, CX
+	SUBQ    $0x00000010, R9
+	JNE     sgcGrad_loop
+
+sgcGrad_tail:
+	KORTESTW  K1, K1
+	JE        sgcGrad_end
+	VMOVUPS.Z (AX), K1, Z2
+	VMOVUPS.Z (CX), K1, Z3
+	VSUBPS    Z1, Z2, Z2
+	VMULPS    Z0, Z3, Z3
+	VMULPS    Z3, Z2, Z2
+	VMOVUPS   Z2, K1, (AX)
+
+sgcGrad_end:
+	SHLQ $0x02, R8
+	SUBQ R8, AX
+	SUBQ R8, CX
+	ADDQ DX, AX
+	ADDQ BX, CX
+	INCQ SI
+	DECQ DI
+	JNE  sgc_row
+
+sgc_done:
 	VZEROUPPER
 	RET
 

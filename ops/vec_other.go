@@ -19,3 +19,7 @@ func lnBwdRowsAVX512(dx, dy, x, w, mean, rstd, dw, db *float32, n, rows int) {
 func lnBwdParamColsAVX512(dw, db, dy, x, mean, rstd *float32, n, rows, ld int) {
 	panic("ops: no AVX-512")
 }
+func softmaxCausalAVX512(a *float32, ld, n0, rows int, scale float32) { panic("ops: no AVX-512") }
+func softmaxGradCausalAVX512(d *float32, ldd int, p *float32, ldp, n0, rows int, scale float32) {
+	panic("ops: no AVX-512")
+}

@@ -39,6 +39,16 @@ func softmaxRowAVX512(out *float32, in *float32, n int, scale float32, res *floa
 //go:noescape
 func softmaxGradRowAVX512(d *float32, p *float32, n int, scale float32)
 
+// softmaxCausalAVX512 sets row j < rows of a (row stride ld) to softmax(scale·row) over its first n0+j elements, in place.
+//
+//go:noescape
+func softmaxCausalAVX512(a *float32, ld int, n0 int, rows int, scale float32)
+
+// softmaxGradCausalAVX512 runs softmaxGradRowAVX512 on rows j < rows of d and p (row strides ldd, ldp) over their first n0+j elements.
+//
+//go:noescape
+func softmaxGradCausalAVX512(d *float32, ldd int, p *float32, ldp int, n0 int, rows int, scale float32)
+
 // lnFwdRowsAVX512 runs LayerNormForward over rows rows of n >= 1 channels: per row m = Σx/n, s = float32(1/√(float64(Σ(x−m)²/n)+ε)), out = (x−m)·s·w + b; mean[r] = m, rstd[r] = s.
 //
 //go:noescape

@@ -24,6 +24,8 @@ func main() {
 	adamw()
 	softmaxRowK()
 	softmaxGradRowK()
+	softmaxCausalK()
+	softmaxGradCausalK()
 	lnFwdRows()
 	lnBwdRows()
 	lnBwdParamCols()

@@ -82,26 +82,68 @@ func softmaxRowK() {
 	po, pi := ptr("out"), ptr("in")
 	n := Load(Param("n"), GP64()).(reg.GPVirtual)
 	scale := param("scale")
-	k, full := tailMask(n)
+	hoist(expConsts()...)
+	shift, sum := softmaxBody("sm", po, pi, n, scale)
+	storeLane0(shift, Mem{Base: ptr("res")})
+	storeLane0(sum, Mem{Base: ptr("res"), Disp: 4})
+	VZEROUPPER()
+	RET()
+}
 
+// softmaxCausalK emits
+//
+//	softmaxCausalAVX512(a *float32, ld, n0, rows int, scale float32)
+//
+// the in-place softmax(scale·x) of rows rows of a (row stride ld), row j
+// over its first n0+j elements: the causal rows of an attention panel.
+// Each row gets the bits softmaxRowAVX512 would give it.
+func softmaxCausalK() {
+	text("softmaxCausalAVX512", "func(a *float32, ld, n0, rows int, scale float32)")
+	Doc("softmaxCausalAVX512 sets row j < rows of a (row stride ld) to softmax(scale·row) over its first n0+j elements, in place.")
+	pa := ptr("a")
+	ld := Load(Param("ld"), GP64()).(reg.GPVirtual)
+	SHLQ(U8(2), ld)
+	n := Load(Param("n0"), GP64()).(reg.GPVirtual)
+	rows := Load(Param("rows"), GP64()).(reg.GPVirtual)
+	scale := param("scale")
+	hoist(expConsts()...)
+	TESTQ(rows, rows)
+	JE(LabelRef("sc_done"))
+	pi := GP64() // the same rows as pa: rowLoop moves each pointer it is given
+	Label("sc_row")
+	MOVQ(pa, pi)
+	softmaxBody("sc", pa, pi, n, scale)
+	ADDQ(ld, pa)
+	INCQ(n)
+	DECQ(rows)
+	JNE(LabelRef("sc_row"))
+	Label("sc_done")
+	VZEROUPPER()
+	RET()
+}
+
+// softmaxBody emits out = softmax(scale·in) over n >= 1 elements (the
+// exp constants hoisted by the caller) and returns m = scale·max(in) and
+// s = Σ exp(scale·in − m), each in every lane. Labels start with name.
+func softmaxBody(name string, po, pi, n reg.GPVirtual, scale reg.VecVirtual) (shift, sum reg.VecVirtual) {
+	k, full := tailMask(n)
 	mx := bcast(float32(math.Inf(-1)))
-	rowLoop("smMax", full, k, []reg.GPVirtual{pi}, func() {
+	rowLoop(name+"Max", full, k, []reg.GPVirtual{pi}, func() {
 		VMAXPS(mem(pi), mx, mx)
 	}, func() {
 		VMAXPS(mem(pi), mx, k, mx) // merge: masked lanes keep −∞
 	})
 	reduce(mx, VMAXPS)
-	shift := ZMM()
+	shift = ZMM()
 	VMULPS(scale, mx, shift)
 
-	hoist(expConsts()...)
-	sum := zeroZ()
+	sum = zeroZ()
 	expOf := func(load func() reg.VecVirtual) reg.VecVirtual {
 		t := load()
 		VFMSUB213PS(shift, scale, t) // t = scale·t − shift
 		return exp(t)
 	}
-	rowLoop("smExp", full, k, []reg.GPVirtual{po, pi}, func() {
+	rowLoop(name+"Exp", full, k, []reg.GPVirtual{po, pi}, func() {
 		e := expOf(func() reg.VecVirtual { return load(pi) })
 		VMOVUPS(e, mem(po))
 		VADDPS(e, sum, sum)
@@ -117,7 +159,7 @@ func softmaxRowK() {
 	reduce(sum, VADDPS)
 	inv := copyZ(bcast(1))
 	VDIVPS(sum, inv, inv) // 1/s
-	rowLoop("smScale", full, k, []reg.GPVirtual{po}, func() {
+	rowLoop(name+"Scale", full, k, []reg.GPVirtual{po}, func() {
 		v := ZMM()
 		VMULPS(mem(po), inv, v)
 		VMOVUPS(v, mem(po))
@@ -127,10 +169,7 @@ func softmaxRowK() {
 		VMULPS(inv, v, v)
 		VMOVUPS(v, k, mem(po))
 	})
-	storeLane0(shift, Mem{Base: ptr("res")})
-	storeLane0(sum, Mem{Base: ptr("res"), Disp: 4})
-	VZEROUPPER()
-	RET()
+	return shift, sum
 }
 
 // storeLane0 writes lane 0 of z to m.
@@ -153,9 +192,48 @@ func softmaxGradRowK() {
 	pd, pp := ptr("d"), ptr("p")
 	n := Load(Param("n"), GP64()).(reg.GPVirtual)
 	scale := param("scale")
+	softmaxGradBody("sg", pd, pp, n, scale)
+	VZEROUPPER()
+	RET()
+}
+
+// softmaxGradCausalK emits
+//
+//	softmaxGradCausalAVX512(d *float32, ldd int, p *float32, ldp, n0, rows int, scale float32)
+//
+// softmaxGradRowAVX512 over rows rows of d and p (row strides ldd, ldp),
+// row j over its first n0+j elements, with the same bits.
+func softmaxGradCausalK() {
+	text("softmaxGradCausalAVX512", "func(d *float32, ldd int, p *float32, ldp, n0, rows int, scale float32)")
+	Doc("softmaxGradCausalAVX512 runs softmaxGradRowAVX512 on rows j < rows of d and p (row strides ldd, ldp) over their first n0+j elements.")
+	pd, pp := ptr("d"), ptr("p")
+	ldd := Load(Param("ldd"), GP64()).(reg.GPVirtual)
+	ldp := Load(Param("ldp"), GP64()).(reg.GPVirtual)
+	SHLQ(U8(2), ldd)
+	SHLQ(U8(2), ldp)
+	n := Load(Param("n0"), GP64()).(reg.GPVirtual)
+	rows := Load(Param("rows"), GP64()).(reg.GPVirtual)
+	scale := param("scale")
+	TESTQ(rows, rows)
+	JE(LabelRef("sgc_done"))
+	Label("sgc_row")
+	softmaxGradBody("sgc", pd, pp, n, scale)
+	ADDQ(ldd, pd)
+	ADDQ(ldp, pp)
+	INCQ(n)
+	DECQ(rows)
+	JNE(LabelRef("sgc_row"))
+	Label("sgc_done")
+	VZEROUPPER()
+	RET()
+}
+
+// softmaxGradBody emits d = scale·p⊙(d − Σ p⊙d) over n >= 1 elements.
+// Labels start with name.
+func softmaxGradBody(name string, pd, pp, n reg.GPVirtual, scale reg.VecVirtual) {
 	k, full := tailMask(n)
 	s := zeroZ()
-	rowLoop("sgDot", full, k, []reg.GPVirtual{pd, pp}, func() {
+	rowLoop(name+"Dot", full, k, []reg.GPVirtual{pd, pp}, func() {
 		v := load(pp)
 		VFMADD231PS(mem(pd), v, s)
 	}, func() {
@@ -170,7 +248,7 @@ func softmaxGradRowK() {
 		VMULPS(scale, p, p)
 		VMULPS(p, d, d)
 	}
-	rowLoop("sgGrad", full, k, []reg.GPVirtual{pd, pp}, func() {
+	rowLoop(name+"Grad", full, k, []reg.GPVirtual{pd, pp}, func() {
 		d, p := load(pd), load(pp)
 		grad(d, p)
 		VMOVUPS(d, mem(pd))
@@ -181,6 +259,4 @@ func softmaxGradRowK() {
 		grad(d, p)
 		VMOVUPS(d, k, mem(pd))
 	})
-	VZEROUPPER()
-	RET()
 }
