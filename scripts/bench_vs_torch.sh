@@ -14,13 +14,18 @@ unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
 # give PyTorch the best kernels the CPU runs: SkylakeX where AVX-512 exists.
 torch_core=${TORCH_OPENBLAS_CORETYPE:-}
 if [ -z "$torch_core" ] && grep -qw avx512f /proc/cpuinfo; then torch_core=SkylakeX; fi
+# The Go runtime gets as many CPUs as the kernels have threads, as OpenBLAS
+# and OpenMP get for PyTorch: with a spare one the step's goroutine can be
+# resumed on the other CPU after a hand-off and find its caches cold.
 export OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads
-bin=$(mktemp -d)/trellis
+dir=$(mktemp -d)
+bin=$dir/trellis
 go build -o "$bin" ./cmd/trellis
-metrics=$(mktemp)
+metrics=$dir/metrics.jsonl
+results=$dir/results.jsonl
 for r in $(seq "$rounds"); do
 	OPENBLAS_CORETYPE=$torch_core /usr/bin/python3 scripts/torch_gpt.py --threads "$threads" --steps 20
-	"$bin" train --set parallel.plan=dp=1 --set parallel.device_memory= \
+	GOMAXPROCS=$threads "$bin" train --set parallel.plan=dp=1 --set parallel.device_memory= \
 		--set data.source=synthetic --set model.vocab=512 --set model.seq_len=256 \
 		--set model.layers=4 --set model.hidden=256 --set model.heads=4 --set train.grad_clip=0 \
 		--set train.micro_batch=8 --set train.global_batch=8 --set train.steps=23 --set train.warmup=3 \
@@ -33,4 +38,14 @@ rows = [json.loads(l) for l in open(sys.argv[1])][3:]
 r = sorted(x["tokens_per_s"] for x in rows)
 print(json.dumps({"impl": "trellis", "threads": int(sys.argv[2]), "tokens_per_s": r[len(r)//2], "loss": rows[-1]["loss"]}))
 PY
-done
+done | tee -a "$results"
+# the medians over rounds and their ratio
+python3 - "$results" <<'PY'
+import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+def median(impl):
+    v = sorted(r["tokens_per_s"] for r in runs if r["impl"].startswith(impl))
+    return v[len(v) // 2]
+t, p = median("trellis"), median("pytorch")
+print(json.dumps({"summary": True, "rounds": len(runs) // 2, "pytorch_tokens_per_s": round(p), "trellis_tokens_per_s": round(t), "ratio": round(t / p, 3)}))
+PY
