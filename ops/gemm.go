@@ -25,6 +25,10 @@ type gemmImpl struct {
 	name   string
 	mr, nr int // largest tile of C
 	kc     int // depth of a packed slice of K (an A micro-panel kc×mr stays in L1)
+	// kcRows, if not 0, is the depth of a slice of K when A's rows are read
+	// in place (NN, NT): fewer passes over C for deep products (a 12-row
+	// panel of 512 floats still fits L1 beside B's stream).
+	kcRows int
 	mc     int // rows of A one goroutine packs at a time; a multiple of mr
 	nc     int // columns of a packed B block (kc×nc stays in L2); a multiple of nr
 	// kernels[r] computes r rows, r = 1..mr; a nil entry means: pad to mr.
@@ -45,6 +49,9 @@ type gemmImpl struct {
 	// it, which on a busy machine can take as long as the work.
 	minFlops int
 }
+
+// maxKC is the deepest slice of K a pass may take.
+func (g *gemmImpl) maxKC() int { return max(g.kc, g.kcRows) }
 
 // minFlopsPerThread is gemmImpl.minFlops of the fast kernels.
 const minFlopsPerThread = 16 << 20
@@ -84,7 +91,7 @@ func (p *gemmBuffers) getB() *[]float32 {
 	if v, ok := p.b.Get().(*[]float32); ok {
 		return v
 	}
-	s := alignedFloats(p.impl.kc * p.impl.nc)
+	s := alignedFloats(p.impl.maxKC() * p.impl.nc)
 	return &s
 }
 
@@ -93,7 +100,7 @@ func (p *gemmBuffers) getScratch() *gemmScratch {
 		return v
 	}
 	g := p.impl
-	return &gemmScratch{bedge: alignedFloats(g.kc * g.nr), tile: alignedFloats(g.mr * g.nr)} // a: on first use
+	return &gemmScratch{bedge: alignedFloats(g.maxKC() * g.nr), tile: alignedFloats(g.mr * g.nr)} // a: on first use
 }
 
 // alignedFloats returns a zeroed slice of n float32 starting on a 64-byte

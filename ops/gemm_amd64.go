@@ -10,7 +10,7 @@ func archImpls() []*gemmImpl {
 	var out []*gemmImpl
 	if cpu.X86.HasAVX512F {
 		out = append(out, &gemmImpl{
-			name: "avx512", mr: 12, nr: 32, kc: 256, mc: 1032, nc: 512,
+			name: "avx512", mr: 12, nr: 32, kc: 256, kcRows: 512, mc: 1032, nc: 512,
 			kernels: []microKernel{nil, gemmAVX512_1x32, gemmAVX512_2x32, gemmAVX512_3x32, gemmAVX512_4x32,
 				gemmAVX512_5x32, gemmAVX512_6x32, gemmAVX512_7x32, gemmAVX512_8x32, gemmAVX512_9x32,
 				gemmAVX512_10x32, gemmAVX512_11x32, gemmAVX512_12x32},

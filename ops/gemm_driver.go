@@ -78,10 +78,14 @@ func (g *gemm) run() {
 	if splitM {
 		step *= t
 	}
+	kc := im.kc
+	if g.aDirect && g.l != TN && im.kcRows > 0 {
+		kc = im.kcRows
+	}
 	for ic := 0; ic < g.m; ic += step {
-		for pc := 0; pc < g.k; pc += im.kc {
+		for pc := 0; pc < g.k; pc += kc {
 			for jc := 0; jc < g.n; jc += im.nc {
-				p := pass{ic: ic, mcb: min(step, g.m-ic), pc: pc, kc: min(im.kc, g.k-pc),
+				p := pass{ic: ic, mcb: min(step, g.m-ic), pc: pc, kc: min(kc, g.k-pc),
 					jc: jc, nc: min(im.nc, g.n-jc), splitM: splitM, bp: bp}
 				if t == 1 { // no goroutines, no closures
 					g.packB(p, 0, 1)

@@ -21,6 +21,9 @@ func testImpls() []*gemmImpl {
 		tiny := *g
 		tiny.name += "/tiny"
 		tiny.kc, tiny.mc, tiny.nc = 5, 2*g.mr, 2*g.nr
+		if g.kcRows > 0 {
+			tiny.kcRows = 7
+		}
 		out = append(out, g, &tiny)
 		if g.masked {
 			packed, tinyPacked, direct := *g, tiny, *g
