@@ -60,7 +60,10 @@ const minFlopsPerThread = 16 << 20
 // than packing it: packing costs about one copy per element and pays when
 // the packed panels are reused often; in place, rows of Aᵀ (TN) read a
 // scattered line per k step, while rows of A (NN, NT, through rowKernels)
-// and of B (NN, TN) stream. Measured on the shapes of matmul_bench_test.go.
+// and of B (NN, TN) stream. Measured on the shapes of matmul_bench_test.go,
+// and for TN on the weight gradients of a training step (K = B·T = 2048
+// rows of dout): in place they ran 2-8% faster than with Aᵀ packed, whose
+// copy is one float per 2·N flops.
 type directRule struct {
 	a     int // A in place (NN, NT) when n <= a
 	aTN   int // Aᵀ's rows in place (TN) when n <= aTN
