@@ -62,8 +62,10 @@ const minFlopsPerThread = 16 << 20
 // scattered line per k step, while rows of A (NN, NT, through rowKernels)
 // and of B (NN, TN) stream. Measured on the shapes of matmul_bench_test.go,
 // and for TN on the weight gradients of a training step (K = B·T = 2048
-// rows of dout): in place they ran 2-8% faster than with Aᵀ packed, whose
-// copy is one float per 2·N flops.
+// rows of dout, N <= 1024): in place they ran 2-3% faster in the step (up
+// to 8% alone) than with Aᵀ packed, whose copy is one float per 2·N
+// flops; at N = 3072 packing wins again (1024×768×3072: 155 against 130
+// GFLOP/s).
 type directRule struct {
 	a     int // A in place (NN, NT) when n <= a
 	aTN   int // Aᵀ's rows in place (TN) when n <= aTN

@@ -17,7 +17,7 @@ func archImpls() []*gemmImpl {
 			rowKernels: []microKernel{nil, gemmAVX512_1x32r, gemmAVX512_2x32r, gemmAVX512_3x32r, gemmAVX512_4x32r,
 				gemmAVX512_5x32r, gemmAVX512_6x32r, gemmAVX512_7x32r, gemmAVX512_8x32r, gemmAVX512_9x32r,
 				gemmAVX512_10x32r, gemmAVX512_11x32r, gemmAVX512_12x32r},
-			masked: true, direct: directRule{a: 1024, aTN: 1 << 30, bM: 64, bSize: 16384},
+			masked: true, direct: directRule{a: 1024, aTN: 1024, bM: 64, bSize: 16384},
 			pack: packer{copy: packCopyAVX512, transpose: packTransposeAVX512}, peak: fmaLoopAVX512, peakFlops: 24 * 16 * 2, minFlops: minFlopsPerThread,
 		})
 	}
