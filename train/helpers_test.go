@@ -12,6 +12,7 @@ import (
 
 	"trellis/checkpoint"
 	"trellis/model"
+	"trellis/parallel/flat"
 	"trellis/parallel/zero"
 )
 
@@ -76,7 +77,7 @@ func readState(t *testing.T, cfg model.Config, dir string) (w, m, v []float32) {
 	out := [3][]float32{}
 	for i, prefix := range []string{"", "optim.m.", "optim.v."} {
 		out[i] = make([]float32, lay.Size)
-		if err := ReadFlat(c, lay, prefix, 0, out[i]); err != nil {
+		if err := flat.Read(c, flat.TensorsOf(lay), prefix, 0, out[i]); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"trellis/device"
 	"trellis/model"
 	"trellis/ops"
+	"trellis/parallel/flat"
 )
 
 // SampleOptions configures SampleCheckpoint.
@@ -59,7 +60,7 @@ func SampleCheckpoint(o SampleOptions) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := ReadFlat(c, cfg.Layout(), "", 0, fp.W); err != nil {
+	if err := flat.Read(c, flat.TensorsOf(cfg.Layout()), "", 0, fp.W); err != nil {
 		return "", err
 	}
 	gpt, err := model.New(model.Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: 1})

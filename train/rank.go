@@ -13,6 +13,7 @@ import (
 	"trellis/ops"
 	"trellis/optim"
 	"trellis/parallel/dp"
+	"trellis/parallel/single"
 	"trellis/parallel/zero"
 	"trellis/plan"
 	"trellis/rng"
@@ -97,12 +98,12 @@ func newRank(rc rankConfig) (*rank, error) {
 func newStrategy(r *rank, hyper optim.Hyper) (Strategy, error) {
 	p := r.set.enginePlan
 	if p.DP == 1 && p.ZeRO == 0 {
-		return newSingle(r.job.Model, r.dev, r.k, hyper)
+		return single.New(single.Config{Model: r.job.Model, Device: r.dev, Kernels: r.k, Hyper: hyper})
 	}
 	if err := r.joinDP(p); err != nil {
 		return nil, err
 	}
-	decay := optim.Decay2D(OptimTensors(r.job.Model.Layout()))
+	decay := single.Decay(r.job.Model)
 	elems := int(r.set.bucket / 4)
 	if p.ZeRO == 0 {
 		return dp.New(dp.Config{Model: r.job.Model, Group: r.grads, Device: r.dev, Kernels: r.k,

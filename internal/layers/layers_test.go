@@ -35,14 +35,15 @@ var layer = map[string]int{
 	"comm/commtest":    3,
 	"launch":           3,
 	"comm/commbench":   4, // starts tcp workers through launch
-	"parallel/flat":    3,
-	"parallel/dp":      4,
-	"parallel/dptest":  4, // the test harness of dp and zero
-	"parallel/zero":    4,
-	"parallel/tp":      4,
-	"parallel/pp":      4,
-	"train":            5,
-	"cmd/trellis":      6,
+	"parallel/flat":    4,
+	"parallel/dp":      5,
+	"parallel/dptest":  6, // the test harness of dp and zero (imports parallel/single)
+	"parallel/zero":    5,
+	"parallel/single":  5,
+	"parallel/tp":      5,
+	"parallel/pp":      5,
+	"train":            7,
+	"cmd/trellis":      8,
 	"internal/testenv": 0,
 }
 

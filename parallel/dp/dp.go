@@ -107,21 +107,10 @@ func New(cfg Config) (*Strategy, error) {
 		fp.Free()
 		return nil, err
 	}
-	s := &Strategy{FlatParams: fp, cfg: cfg, tensors: Tensors(lay), bl: bl, opt: opt, buckets: bl.Buckets,
+	s := &Strategy{FlatParams: fp, cfg: cfg, tensors: flat.TensorsOf(lay), bl: bl, opt: opt, buckets: bl.Buckets,
 		left: make([]int, len(bl.Buckets)), ops: make([]*flat.Op, len(bl.Buckets)), last: true}
 	s.BeginMicro(0, 1)
 	return s, nil
-}
-
-// Tensors lists a layout's tensors for package flat.
-func Tensors(l model.Layout) []flat.Tensor {
-	var ts []flat.Tensor
-	for _, u := range l.Units {
-		for _, t := range u.Tensors {
-			ts = append(ts, flat.Tensor{Name: t.Name, Offset: t.Offset, Size: t.Size, Shape: t.Shape})
-		}
-	}
-	return ts
 }
 
 // Init writes the initial weights (every rank computes all of them, the

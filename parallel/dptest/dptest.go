@@ -17,7 +17,7 @@ import (
 	"trellis/model"
 	"trellis/ops"
 	"trellis/optim"
-	"trellis/parallel/flat"
+	"trellis/parallel/single"
 )
 
 // Tiny has an odd vocabulary so that buckets need padding.
@@ -59,15 +59,7 @@ type Outcome struct {
 var Hyper = optim.Hyper{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
 
 // Decay is the weight-decay ranges of cfg (optim.Decay2D).
-func Decay(cfg model.Config) []optim.Range {
-	var ts []optim.Tensor
-	for _, u := range cfg.Layout().Units {
-		for _, t := range u.Tensors {
-			ts = append(ts, optim.Tensor{Name: t.Name, Off: t.Offset, Shape: t.Shape})
-		}
-	}
-	return optim.Decay2D(ts)
-}
+func Decay(cfg model.Config) []optim.Range { return single.Decay(cfg) }
 
 // sequence i of step s: deterministic random tokens.
 func sequence(cfg model.Config, s, i int, in, tgt []int32) {
@@ -240,7 +232,7 @@ type Builder func(world comm.Group, dev *device.Device, k *ops.Kernels) (Strateg
 // job of one rank.
 func Reference(cfg model.Config) Builder {
 	return func(_ comm.Group, dev *device.Device, k *ops.Kernels) (Strategy, error) {
-		return newReference(cfg, dev, k)
+		return single.New(single.Config{Model: cfg, Device: dev, Kernels: k, Hyper: Hyper})
 	}
 }
 
@@ -256,55 +248,6 @@ func Groups(world comm.Group) (grads, params comm.Group, err error) {
 	}
 	params, err = world.NewGroup("param", ranks)
 	return grads, params, err
-}
-
-// reference is the single-device strategy the plans must match: whole flat
-// buffers and one AdamW.
-type reference struct {
-	*model.FlatParams
-	opt *optim.AdamW
-	cfg model.Config
-}
-
-func newReference(cfg model.Config, dev *device.Device, k *ops.Kernels) (Strategy, error) {
-	fp, err := model.NewFlatParams(cfg, dev)
-	if err != nil {
-		return nil, err
-	}
-	opt, err := optim.New(optim.Config{Params: fp.W, Grads: fp.G, Decay: Decay(cfg), Hyper: Hyper, Device: dev, Kernels: k})
-	if err != nil {
-		return nil, err
-	}
-	return &reference{FlatParams: fp, opt: opt, cfg: cfg}, nil
-}
-
-func (r *reference) Init(seed uint64) error { return model.InitRange(r.cfg, seed, r.W, 0, len(r.W)) }
-func (r *reference) BeginStep() error       { r.ZeroGrads(); return nil }
-func (r *reference) BeginMicro(int, int)    {}
-func (r *reference) FinishGrads() error     { return nil }
-func (r *reference) Update(lr, maxNorm float64) (float64, error) {
-	norm := optim.GlobalNorm(r.G)
-	r.opt.Step(lr, optim.ClipScale(norm, maxNorm))
-	return norm, nil
-}
-func (r *reference) Shards() ([]checkpoint.Shard, error) {
-	ts := Tensors(r.cfg)
-	st := r.opt.State()
-	out := flat.Shards(ts, "", 0, r.W)
-	out = append(out, flat.Shards(ts, "optim.m.", 0, st.M)...)
-	return append(out, flat.Shards(ts, "optim.v.", 0, st.V)...), nil
-}
-func (r *reference) Free() { r.opt.Free(); r.FlatParams.Free() }
-
-// Tensors lists cfg's tensors for package flat.
-func Tensors(cfg model.Config) []flat.Tensor {
-	var ts []flat.Tensor
-	for _, u := range cfg.Layout().Units {
-		for _, t := range u.Tensors {
-			ts = append(ts, flat.Tensor{Name: t.Name, Offset: t.Offset, Size: t.Size, Shape: t.Shape})
-		}
-	}
-	return ts
 }
 
 // CloseTo checks got against want in the relative L2 norm:

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"trellis/checkpoint"
+	"trellis/model"
 )
 
 // Tensor locates one named tensor in the flat parameter vector.
@@ -53,4 +54,15 @@ func Read(c *checkpoint.Checkpoint, ts []Tensor, prefix string, lo int, dst []fl
 		copy(dst[a-lo:b-lo], v[a-t.Offset:b-t.Offset])
 	}
 	return nil
+}
+
+// TensorsOf lists the tensors of a model layout, in flat-vector order.
+func TensorsOf(l model.Layout) []Tensor {
+	var ts []Tensor
+	for _, u := range l.Units {
+		for _, t := range u.Tensors {
+			ts = append(ts, Tensor{Name: t.Name, Offset: t.Offset, Size: t.Size, Shape: t.Shape})
+		}
+	}
+	return ts
 }

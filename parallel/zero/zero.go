@@ -152,11 +152,7 @@ func New(cfg Config) (*Strategy, error) {
 	}
 	s := &Strategy{cfg: cfg, bl: bl, n: n, r: r, accum: 1, res: map[int]*gathered{}, next: -1,
 		pred: predictor{units: len(sizes), prev: -1}}
-	for _, u := range lay.Units {
-		for _, t := range u.Tensors {
-			s.tensors = append(s.tensors, flat.Tensor{Name: t.Name, Offset: t.Offset, Size: t.Size, Shape: t.Shape})
-		}
-	}
+	s.tensors = flat.TensorsOf(lay)
 	if err := s.alloc(); err != nil {
 		s.Free()
 		return nil, err

@@ -1,0 +1,119 @@
+// Package single is the one-device strategy: the whole flat parameter and
+// gradient vectors of the model (model.FlatParams) and one AdamW over them.
+// It is what `trellis train` runs for dp=1,zero=0, and the reference every
+// parallel plan is tested against.
+package single
+
+import (
+	"fmt"
+
+	"trellis/checkpoint"
+	"trellis/device"
+	"trellis/model"
+	"trellis/ops"
+	"trellis/optim"
+	"trellis/parallel/flat"
+)
+
+// Config is everything New needs.
+type Config struct {
+	Model   model.Config
+	Device  *device.Device // param, grad and optim are charged here
+	Kernels *ops.Kernels   // the optimizer's threads (nil: inline)
+	Hyper   optim.Hyper
+	Decay   []optim.Range // global ranges that get weight decay; nil: Decay(Model)
+}
+
+// Strategy holds one device's whole training state.
+type Strategy struct {
+	*model.FlatParams
+	opt *optim.AdamW
+	cfg model.Config
+	ts  []flat.Tensor
+}
+
+// New allocates the weights, gradients (model.FlatParams) and Adam moments.
+func New(c Config) (*Strategy, error) {
+	if c.Device == nil {
+		return nil, fmt.Errorf("single: Config.Device is nil")
+	}
+	fp, err := model.NewFlatParams(c.Model, c.Device)
+	if err != nil {
+		return nil, err
+	}
+	decay := c.Decay
+	if decay == nil {
+		decay = Decay(c.Model)
+	}
+	opt, err := optim.New(optim.Config{Params: fp.W, Grads: fp.G, Decay: decay, Hyper: c.Hyper, Device: c.Device, Kernels: c.Kernels})
+	if err != nil {
+		fp.Free()
+		return nil, err
+	}
+	return &Strategy{FlatParams: fp, opt: opt, cfg: c.Model, ts: flat.TensorsOf(c.Model.Layout())}, nil
+}
+
+// Init writes the initial weights for seed.
+func (s *Strategy) Init(seed uint64) error { return model.InitRange(s.cfg, seed, s.W, 0, len(s.W)) }
+
+// BeginStep zeroes the gradients.
+func (s *Strategy) BeginStep() error { s.ZeroGrads(); return nil }
+
+// BeginMicro does nothing: gradients accumulate in place.
+func (s *Strategy) BeginMicro(int, int) {}
+
+// FinishGrads does nothing: there is nothing to reduce.
+func (s *Strategy) FinishGrads() error { return nil }
+
+// Update clips to the global norm maxNorm (0: off) and applies AdamW.
+func (s *Strategy) Update(lr, maxNorm float64) (float64, error) {
+	norm := optim.GlobalNorm(s.G)
+	s.opt.Step(lr, optim.ClipScale(norm, maxNorm))
+	return norm, nil
+}
+
+// Shards is the whole state under per-tensor names: the weights, and the
+// Adam moments prefixed "optim.m." and "optim.v.".
+func (s *Strategy) Shards() ([]checkpoint.Shard, error) {
+	st := s.opt.State()
+	out := flat.Shards(s.ts, "", 0, s.W)
+	out = append(out, flat.Shards(s.ts, "optim.m.", 0, st.M)...)
+	return append(out, flat.Shards(s.ts, "optim.v.", 0, st.V)...), nil
+}
+
+// Restore loads the weights and moments of a checkpoint and the
+// optimizer's step count.
+func (s *Strategy) Restore(c *checkpoint.Checkpoint, optSteps int) error {
+	m := make([]float32, len(s.W))
+	v := make([]float32, len(s.W))
+	for _, t := range []struct {
+		prefix string
+		dst    []float32
+	}{{"", s.W}, {"optim.m.", m}, {"optim.v.", v}} {
+		if err := flat.Read(c, s.ts, t.prefix, 0, t.dst); err != nil {
+			return err
+		}
+	}
+	return s.opt.Restore(optim.State{Step: optSteps, M: m, V: v})
+}
+
+// OptimizerSteps is the number of updates applied so far.
+func (s *Strategy) OptimizerSteps() int { return s.opt.Steps() }
+
+// Free returns the memory to the device.
+func (s *Strategy) Free() {
+	s.opt.Free()
+	s.FlatParams.Free()
+}
+
+// Decay is the GPT-2 rule for cfg (optim.Decay2D): matrices and
+// embeddings get weight decay, biases and LayerNorm parameters do not.
+func Decay(cfg model.Config) []optim.Range {
+	var ts []optim.Tensor
+	for _, u := range cfg.Layout().Units {
+		for _, t := range u.Tensors {
+			ts = append(ts, optim.Tensor{Name: t.Name, Off: t.Offset, Shape: t.Shape})
+		}
+	}
+	return optim.Decay2D(ts)
+}
