@@ -12,6 +12,7 @@ import (
 // over micro-batches). Parameter gradients ACCUMULATE into p's gradient
 // buffers; units are completed (GradsDone) in the order L+1, L, …, 1, 0.
 func (m *GPT) Backward(p Params, s *Stash, dloss float32) error {
+	defer m.pin()()
 	if err := m.HeadBackward(p, s, dloss); err != nil {
 		return err
 	}
@@ -45,6 +46,7 @@ func gradsDone(p Params, u int) error {
 //
 //	dlogits = (probs − onehot)·dloss/(B·T); dlnf = dlogits·wte; dwte += dlogitsᵀ·lnf
 func (m *GPT) HeadBackward(p Params, s *Stash, dloss float32) error {
+	defer m.pin()()
 	if s.eval || s.b != m.B {
 		return fmt.Errorf("model: the stash holds an evaluation or inference pass, not a training forward")
 	}
@@ -83,6 +85,7 @@ func (m *GPT) HeadBackward(p Params, s *Stash, dloss float32) error {
 // parameter gradients and leaving the gradient with respect to Residual(l)
 // in DResidual. Then GradsDone(l+1).
 func (m *GPT) BlockBackward(p Params, s *Stash, l int) error {
+	defer m.pin()()
 	if l < 0 || l >= m.cfg.Layers {
 		return fmt.Errorf("model: block %d out of range [0, %d)", l, m.cfg.Layers)
 	}
@@ -139,6 +142,7 @@ func (m *GPT) branchGrad(s *Stash, site rng.Stream) []float32 {
 //
 //	dwte[inputs[b,t]] += d[b,t];  dwpe[t] += d[b,t]
 func (m *GPT) EmbedBackward(p Params, s *Stash) error {
+	defer m.pin()()
 	g, err := grads(p, 0)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 // mean cross-entropy loss over its B·T tokens. The activations the backward
 // pass needs are saved in s.
 func (m *GPT) Forward(p Params, s *Stash, b Batch) (float32, error) {
+	defer m.pin()()
 	if err := m.Load(s, b); err != nil {
 		return 0, err
 	}
@@ -36,6 +37,7 @@ func weights(p Params, u int) ([]float32, error) {
 // EmbedForward computes Residual(0) = drop(wte[inputs] + wpe) for the
 // batch Load recorded (unit 0).
 func (m *GPT) EmbedForward(p Params, s *Stash) error {
+	defer m.pin()()
 	w, err := weights(p, 0)
 	if err != nil {
 		return err
@@ -58,6 +60,7 @@ func (m *GPT) EmbedForward(p Params, s *Stash) error {
 //	ln2 = LN₂(res2); fc = ln2·Wfcᵀ + b; fcg = GELU(fc)
 //	out = res2 + drop(fcg·Wfc2ᵀ + b)
 func (m *GPT) BlockForward(p Params, s *Stash, l int) error {
+	defer m.pin()()
 	if l < 0 || l >= m.cfg.Layers {
 		return fmt.Errorf("model: block %d out of range [0, %d)", l, m.cfg.Layers)
 	}
@@ -107,6 +110,7 @@ func (m *GPT) residualBranch(s *Stash, out, res, inp, w, b []float32, in, l int,
 //
 // The softmax probabilities are saved for the backward pass.
 func (m *GPT) HeadForward(p Params, s *Stash) (float32, error) {
+	defer m.pin()()
 	if err := m.finalNorm(p, s); err != nil {
 		return 0, err
 	}

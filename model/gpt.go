@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"runtime"
 
 	"trellis/device"
 	"trellis/ops"
@@ -140,3 +141,20 @@ func (m *GPT) dropoutAt(s *Stash, site rng.Stream) ops.Dropout {
 
 // useDropout says whether the stash's pass applies dropout.
 func (m *GPT) useDropout(s *Stash) bool { return m.cfg.Dropout > 0 && !s.eval }
+
+// pin keeps the calling goroutine on its OS thread until the returned
+// function runs (defer m.pin()()) when the kernels run on it alone: the Go
+// scheduler preempts a goroutine every 10 ms or so, and with a spare P
+// another thread, often on the other CPU, may resume it there with cold
+// caches — on the 2-CPU machine of docs/BENCHMARKS.md that made a
+// one-thread step up to 20% slower. Locks nest, so the passes and the
+// per-unit methods they call may each pin. With kernel threads the
+// goroutine waits for its workers at every kernel, and waking a locked
+// goroutine costs a thread hand-off each time: then it is left free.
+func (m *GPT) pin() func() {
+	if m.k.Threads() != 1 {
+		return func() {}
+	}
+	runtime.LockOSThread()
+	return runtime.UnlockOSThread
+}

@@ -9,6 +9,7 @@ import (
 // EvalForward is Forward without dropout, for validation loss. A stash it
 // fills cannot be used for Backward.
 func (m *GPT) EvalForward(p Params, s *Stash, b Batch) (float32, error) {
+	defer m.pin()()
 	b.Eval = true
 	return m.Forward(p, s, b)
 }
