@@ -36,7 +36,7 @@ var layer = map[string]int{
 	"launch":           3,
 	"comm/commbench":   4, // starts tcp workers through launch
 	"parallel/flat":    4,
-	"parallel/dp":      5,
+	"parallel/dp":      6, // single plus the gradient all-reduce
 	"parallel/dptest":  6, // the test harness of dp and zero (imports parallel/single)
 	"parallel/zero":    5,
 	"parallel/single":  5,

@@ -33,6 +33,7 @@ import (
 	"trellis/ops"
 	"trellis/optim"
 	"trellis/parallel/flat"
+	"trellis/parallel/single"
 )
 
 // Config is everything New needs.
@@ -72,16 +73,14 @@ func (c Config) Validate() error {
 // Strategy is one rank's data-parallel state; it is the model.Params its
 // forward and backward passes run on.
 type Strategy struct {
-	*model.FlatParams
-	cfg     Config
-	tensors []flat.Tensor
-	bl      *flat.Layout
-	opt     *optim.AdamW
-	track   flat.Tracker
-	last    bool          // the current micro-batch is the step's last
-	left    []int         // per bucket: units whose gradients are not final yet
-	ops     []*flat.Op    // per bucket: its all-reduce this step (nil: not issued)
-	buckets []flat.Bucket // = bl.Buckets
+	*single.Strategy // the whole state, as on one device
+	cfg              Config
+	bl               *flat.Layout
+	track            flat.Tracker
+	last             bool          // the current micro-batch is the step's last
+	left             []int         // per bucket: units whose gradients are not final yet
+	ops              []*flat.Op    // per bucket: its all-reduce this step (nil: not issued)
+	buckets          []flat.Bucket // = bl.Buckets
 }
 
 // New allocates the full parameters, gradients and optimizer state.
@@ -98,32 +97,20 @@ func New(cfg Config) (*Strategy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dp: %w", err)
 	}
-	fp, err := model.NewFlatParams(cfg.Model, cfg.Device)
+	st, err := single.New(single.Config{Model: cfg.Model, Device: cfg.Device, Kernels: cfg.Kernels, Hyper: cfg.Hyper, Decay: cfg.Decay})
 	if err != nil {
 		return nil, err
 	}
-	opt, err := optim.New(optim.Config{Params: fp.W, Grads: fp.G, Decay: cfg.Decay, Hyper: cfg.Hyper, Device: cfg.Device, Kernels: cfg.Kernels})
-	if err != nil {
-		fp.Free()
-		return nil, err
-	}
-	s := &Strategy{FlatParams: fp, cfg: cfg, tensors: flat.TensorsOf(lay), bl: bl, opt: opt, buckets: bl.Buckets,
+	s := &Strategy{Strategy: st, cfg: cfg, bl: bl, buckets: bl.Buckets,
 		left: make([]int, len(bl.Buckets)), ops: make([]*flat.Op, len(bl.Buckets)), last: true}
 	s.BeginMicro(0, 1)
 	return s, nil
 }
 
-// Init writes the initial weights (every rank computes all of them, the
-// same on every rank).
-func (s *Strategy) Init(seed uint64) error {
-	return model.InitRange(s.cfg.Model, seed, s.W, 0, len(s.W))
-}
-
 // BeginStep zeroes the gradients.
 func (s *Strategy) BeginStep() error {
-	s.ZeroGrads()
 	clear(s.ops)
-	return nil
+	return s.Strategy.BeginStep()
 }
 
 // BeginMicro records whether micro-batch k is the step's last (the only
@@ -177,13 +164,8 @@ func (s *Strategy) FinishGrads() error {
 	return first
 }
 
-// Update clips to the global norm (every rank holds the same averaged
-// gradients, so every rank computes the same norm) and applies AdamW.
-func (s *Strategy) Update(lr, maxNorm float64) (float64, error) {
-	norm := optim.GlobalNorm(s.G)
-	s.opt.Step(lr, optim.ClipScale(norm, maxNorm))
-	return norm, nil
-}
+// Update is single's: every rank holds the same averaged gradients, so
+// every rank computes the same global norm and the same update.
 
 // Shards is the whole state, written by group rank 0 only (the other
 // ranks hold identical copies).
@@ -191,28 +173,10 @@ func (s *Strategy) Shards() ([]checkpoint.Shard, error) {
 	if s.cfg.Group.Rank() != 0 {
 		return []checkpoint.Shard{}, nil
 	}
-	st := s.opt.State()
-	out := flat.Shards(s.tensors, "", 0, s.W)
-	out = append(out, flat.Shards(s.tensors, "optim.m.", 0, st.M)...)
-	return append(out, flat.Shards(s.tensors, "optim.v.", 0, st.V)...), nil
+	return s.Strategy.Shards()
 }
 
-// Restore reads the whole state on every rank.
-func (s *Strategy) Restore(c *checkpoint.Checkpoint, optSteps int) error {
-	m, v := make([]float32, len(s.W)), make([]float32, len(s.W))
-	for _, t := range []struct {
-		prefix string
-		dst    []float32
-	}{{"", s.W}, {"optim.m.", m}, {"optim.v.", v}} {
-		if err := flat.Read(c, s.tensors, t.prefix, 0, t.dst); err != nil {
-			return err
-		}
-	}
-	return s.opt.Restore(optim.State{Step: optSteps, M: m, V: v})
-}
-
-// OptimizerSteps is the number of updates applied.
-func (s *Strategy) OptimizerSteps() int { return s.opt.Steps() }
+// Restore and OptimizerSteps are single's: every rank reads the whole state.
 
 // CommStats is the rank's communication: Busy the total, Wait the exposed part.
 func (s *Strategy) CommStats() comm.Stats { return s.track.Stats(s.cfg.Group) }
@@ -224,6 +188,5 @@ func (s *Strategy) Free() {
 			op.Wait()
 		}
 	}
-	s.opt.Free()
-	s.FlatParams.Free()
+	s.Strategy.Free()
 }
