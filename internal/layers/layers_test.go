@@ -35,6 +35,7 @@ var layer = map[string]int{
 	"comm/commtest":    3,
 	"launch":           3,
 	"comm/commbench":   4, // starts tcp workers through launch
+	"parallel":         4, // the Strategy interface
 	"parallel/flat":    4,
 	"parallel/dp":      6, // single plus the gradient all-reduce
 	"parallel/dptest":  6, // the test harness of dp and zero (imports parallel/single)

@@ -17,24 +17,15 @@ import (
 	"trellis/model"
 	"trellis/ops"
 	"trellis/optim"
+	"trellis/parallel"
 	"trellis/parallel/single"
 )
 
 // Tiny has an odd vocabulary so that buckets need padding.
 var Tiny = model.Config{Layers: 2, Hidden: 16, Heads: 2, SeqLen: 8, Vocab: 37}
 
-// Strategy is what the harness drives: train.Strategy without the
-// checkpoint restore (package train may not be imported here).
-type Strategy interface {
-	model.Params
-	Init(seed uint64) error
-	BeginStep() error
-	BeginMicro(k, accum int)
-	FinishGrads() error
-	Update(lr, maxNorm float64) (float64, error)
-	Shards() ([]checkpoint.Shard, error)
-	Free()
-}
+// Strategy is what the harness drives.
+type Strategy = parallel.Strategy
 
 // Job is a short training run: steps of a global batch of `global`
 // sequences, micro-batches of mb, on ranks built by build.
