@@ -32,7 +32,7 @@ func newLaunchCmd() *cobra.Command {
 			"On one node the master defaults to 127.0.0.1 on a free port and a job token is generated.\n" +
 			"With --nnodes > 1, every node runs launch with its --node-rank, the same --master-addr and\n" +
 			"--master-port (default 29500), and the same token, from --token-file or TRELLIS_JOB_TOKEN.",
-		Example: "  trellis launch --nproc-per-node 4 -- trellis train --plan dp=4\n" +
+		Example: "  trellis launch --nproc-per-node 4 -- trellis train --parallel dp=4,zero=3 --backend auto\n" +
 			"  TRELLIS_JOB_TOKEN=$SECRET trellis launch --nnodes 2 --node-rank 0 --nproc-per-node 8 \\\n" +
 			"      --master-addr node0 -- ./worker",
 		Args: cobra.MinimumNArgs(1),
