@@ -206,27 +206,7 @@ func lnBwdRows() {
 		TESTQ(pdw, pdw)
 		JE(LabelRef("lnBwdRows_noparams"))
 		// dw += dy·x̂, db += dy (as lnBwdParamsAVX512)
-		params := func(dy, xh, bb, ww reg.VecVirtual) {
-			VADDPS(dy, bb, bb)
-			VSUBPS(m, xh, xh)
-			VMULPS(s, xh, xh)
-			VFMADD231PS(xh, dy, ww)
-		}
-		rowLoop("lnBwdParams", full, k, []reg.GPVirtual{pdw, pdb, pdy, px}, func() {
-			dy, bb, xh, ww := load(pdy), load(pdb), load(px), load(pdw)
-			params(dy, xh, bb, ww)
-			VMOVUPS(bb, mem(pdb))
-			VMOVUPS(ww, mem(pdw))
-		}, func() {
-			dy, bb, xh, ww := ZMM(), ZMM(), ZMM(), ZMM()
-			VMOVUPS_Z(mem(pdy), k, dy)
-			VMOVUPS_Z(mem(pdb), k, bb)
-			VMOVUPS_Z(mem(px), k, xh)
-			VMOVUPS_Z(mem(pdw), k, ww)
-			params(dy, xh, bb, ww)
-			VMOVUPS(bb, k, mem(pdb))
-			VMOVUPS(ww, k, mem(pdw))
-		})
+		paramRow("lnBwdParams", full, k, pdw, pdb, pdy, px, m, s)
 		Label("lnBwdRows_noparams")
 		ADDQ(U32(4), pm)
 		ADDQ(U32(4), ps)
@@ -248,30 +228,37 @@ func lnBwdParamCols() {
 		m, s := ZMM(), ZMM()
 		VBROADCASTSS(mem(pm), m)
 		VBROADCASTSS(mem(ps), s)
-		params := func(dy, xh, bb, ww reg.VecVirtual) {
-			VADDPS(dy, bb, bb)
-			VSUBPS(m, xh, xh)
-			VMULPS(s, xh, xh)
-			VFMADD231PS(xh, dy, ww)
-		}
-		rowLoop("lnBwdColsP", full, k, []reg.GPVirtual{pdw, pdb, pdy, px}, func() {
-			dy, bb, xh, ww := load(pdy), load(pdb), load(px), load(pdw)
-			params(dy, xh, bb, ww)
-			VMOVUPS(bb, mem(pdb))
-			VMOVUPS(ww, mem(pdw))
-		}, func() {
-			dy, bb, xh, ww := ZMM(), ZMM(), ZMM(), ZMM()
-			VMOVUPS_Z(mem(pdy), k, dy)
-			VMOVUPS_Z(mem(pdb), k, bb)
-			VMOVUPS_Z(mem(px), k, xh)
-			VMOVUPS_Z(mem(pdw), k, ww)
-			params(dy, xh, bb, ww)
-			VMOVUPS(bb, k, mem(pdb))
-			VMOVUPS(ww, k, mem(pdw))
-		})
+		paramRow("lnBwdColsP", full, k, pdw, pdb, pdy, px, m, s)
 		ADDQ(U32(4), pm)
 		ADDQ(U32(4), ps)
 	})
 	VZEROUPPER()
 	RET()
+}
+
+// paramRow emits one row of LayerNorm's parameter gradients over the row's
+// columns (full vectors, then the masked tail k), with mean m and rstd s
+// broadcast: dw += dy·(x−m)·s, db += dy.
+func paramRow(name string, full reg.GPVirtual, k reg.OpmaskVirtual, pdw, pdb, pdy, px reg.GPVirtual, m, s reg.VecVirtual) {
+	params := func(dy, xh, bb, ww reg.VecVirtual) {
+		VADDPS(dy, bb, bb)
+		VSUBPS(m, xh, xh)
+		VMULPS(s, xh, xh)
+		VFMADD231PS(xh, dy, ww)
+	}
+	rowLoop(name, full, k, []reg.GPVirtual{pdw, pdb, pdy, px}, func() {
+		dy, bb, xh, ww := load(pdy), load(pdb), load(px), load(pdw)
+		params(dy, xh, bb, ww)
+		VMOVUPS(bb, mem(pdb))
+		VMOVUPS(ww, mem(pdw))
+	}, func() {
+		dy, bb, xh, ww := ZMM(), ZMM(), ZMM(), ZMM()
+		VMOVUPS_Z(mem(pdy), k, dy)
+		VMOVUPS_Z(mem(pdb), k, bb)
+		VMOVUPS_Z(mem(px), k, xh)
+		VMOVUPS_Z(mem(pdw), k, ww)
+		params(dy, xh, bb, ww)
+		VMOVUPS(bb, k, mem(pdb))
+		VMOVUPS(ww, k, mem(pdw))
+	})
 }
