@@ -64,6 +64,17 @@ func resolveISA(req string) (*gemmImpl, error) {
 	return nil, fmt.Errorf("ops: unknown ISA %q (want auto, avx512, avx2 or generic)", req)
 }
 
+// opElems returns op(A)[i,p] and op(B)[p,j] for layout l.
+func opElems(l Layout, i, j, p int, a []float32, lda int, b []float32, ldb int) (float32, float32) {
+	switch l {
+	case NT:
+		return a[i*lda+p], b[j*ldb+p]
+	case TN:
+		return a[p*lda+i], b[p*ldb+j]
+	}
+	return a[i*lda+p], b[p*ldb+j]
+}
+
 // matmulRef is the plain triple loop, the reference the fast paths are
 // tested against.
 func matmulRef(l Layout, m, n, kk int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool) {
@@ -71,15 +82,7 @@ func matmulRef(l Layout, m, n, kk int, a []float32, lda int, b []float32, ldb in
 		for j := 0; j < n; j++ {
 			var s float32
 			for p := 0; p < kk; p++ {
-				var av, bv float32
-				switch l {
-				case NN:
-					av, bv = a[i*lda+p], b[p*ldb+j]
-				case NT:
-					av, bv = a[i*lda+p], b[j*ldb+p]
-				case TN:
-					av, bv = a[p*lda+i], b[p*ldb+j]
-				}
+				av, bv := opElems(l, i, j, p, a, lda, b, ldb)
 				s += av * bv
 			}
 			if accumulate {

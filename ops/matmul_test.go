@@ -70,15 +70,7 @@ func randSlice(r *rand.Rand, n int) []float32 {
 func absBound(l Layout, i, j, k int, a []float32, lda int, b []float32, ldb int) float64 {
 	var s float64
 	for p := 0; p < k; p++ {
-		var av, bv float32
-		switch l {
-		case NN:
-			av, bv = a[i*lda+p], b[p*ldb+j]
-		case NT:
-			av, bv = a[i*lda+p], b[j*ldb+p]
-		case TN:
-			av, bv = a[p*lda+i], b[p*ldb+j]
-		}
+		av, bv := opElems(l, i, j, p, a, lda, b, ldb)
 		s += math.Abs(float64(av) * float64(bv))
 	}
 	return s
