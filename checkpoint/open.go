@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"trellis/safetensors"
 )
@@ -217,7 +218,7 @@ func (c *Checkpoint) ReadTensor(name string) (Shard, error) {
 			byRank[se.Rank] = held
 		}
 		s, ok := held[name]
-		if !ok || s.Lo != se.Lo || s.Hi != se.Hi || s.DType != t.DType || !equalInts(s.Shape, t.Shape) {
+		if !ok || s.Lo != se.Lo || s.Hi != se.Hi || s.DType != t.DType || !slices.Equal(s.Shape, t.Shape) {
 			return Shard{}, fmt.Errorf("checkpoint: %s: rank %d's file does not hold [%d, %d) of %q as the index says", c.dir, se.Rank, se.Lo, se.Hi, name)
 		}
 		copy(out.Data[se.Lo*size:], s.Data)

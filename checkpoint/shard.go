@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"trellis/safetensors"
@@ -162,23 +163,11 @@ func decodeRank(f *safetensors.File, step, rank, world int) ([]Shard, error) {
 		if err := s.validate(); err != nil {
 			return nil, err
 		}
-		if !equalInts(info.Shape, s.localShape()) {
+		if !slices.Equal(info.Shape, s.localShape()) {
 			return nil, fmt.Errorf("tensor %q: stored shape %v, want %v for [%d, %d) of %v", name, info.Shape, s.localShape(), s.Lo, s.Hi, s.Shape)
 		}
 		out = append(out, s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

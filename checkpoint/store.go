@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"trellis/safetensors"
@@ -159,7 +160,7 @@ func addShard(ts map[string]TensorEntry, rank int, sh Shard) error {
 	t, ok := ts[sh.Name]
 	if !ok {
 		t = TensorEntry{Shape: append([]int{}, sh.Shape...), DType: sh.DType}
-	} else if !equalInts(t.Shape, sh.Shape) || t.DType != sh.DType {
+	} else if !slices.Equal(t.Shape, sh.Shape) || t.DType != sh.DType {
 		return fmt.Errorf("tensor %q is %s %v here but %s %v on rank %d", sh.Name, sh.DType, sh.Shape, t.DType, t.Shape, t.Shards[0].Rank)
 	}
 	t.Shards = append(t.Shards, ShardEntry{Rank: rank, Lo: sh.Lo, Hi: sh.Hi})

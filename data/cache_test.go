@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -40,20 +41,9 @@ func TestTextCache(t *testing.T) {
 		st.Read(got, 0)
 		return got
 	}
-	equal := func(a, b []int32) bool {
-		if len(a) != len(b) {
-			return false
-		}
-		for i := range a {
-			if a[i] != b[i] {
-				return false
-			}
-		}
-		return true
-	}
 
 	// First load tokenises and writes exactly one cache file.
-	if got := load(); !equal(got, want) {
+	if got := load(); !slices.Equal(got, want) {
 		t.Fatal("first load differs from Encode")
 	}
 	files := cacheFiles(t, cdir)
@@ -77,7 +67,7 @@ func TestTextCache(t *testing.T) {
 	if err := os.WriteFile(files[0], []byte("garbage"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got := load(); !equal(got, want) {
+	if got := load(); !slices.Equal(got, want) {
 		t.Fatal("load with a corrupt cache differs from Encode")
 	}
 	if !strings.Contains(logs.String(), "ignoring unreadable token cache") {
