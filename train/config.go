@@ -1,7 +1,6 @@
 package train
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -298,5 +297,3 @@ func parseDuration(field, v string, def time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-// errStop ends a run early without being an error (--until).
-var errStop = errors.New("stop")
