@@ -296,4 +296,3 @@ func parseDuration(field, v string, def time.Duration) (time.Duration, error) {
 	}
 	return d, nil
 }
-
