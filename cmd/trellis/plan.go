@@ -66,17 +66,29 @@ func runPlan(w io.Writer, f planFlags) error {
 	if err != nil {
 		return fmt.Errorf("--fix: %w", err)
 	}
-	res, err := job.Search(plan.Options{Fix: fix, Top: f.top})
+	opts := plan.Options{Fix: fix, Top: f.top}
+	res, err := job.Search(opts)
 	if err != nil {
 		return err
 	}
 	if f.explain != "" {
 		return explainPlan(w, job, res, f)
 	}
+	advice := job.Advice(res, opts)
 	if f.json {
-		return writeJSON(w, job.Report(res))
+		r := job.Report(res)
+		r.Advice = advice
+		err = writeJSON(w, r)
+	} else {
+		text := job.Table(res)
+		if len(advice) > 0 {
+			text += "\nwhy, and what would make a plan fit:\n  " + strings.Join(advice, "\n  ") + "\n"
+		}
+		_, err = io.WriteString(w, text)
 	}
-	_, err = io.WriteString(w, job.Table(res))
+	if err == nil && len(advice) > 0 {
+		err = fmt.Errorf("plan: no plan fits: %s", advice[0])
+	}
 	return err
 }
 
@@ -86,10 +98,18 @@ func planJob(f planFlags) (plan.Job, error) {
 		return plan.Job{}, errors.New("plan: --model is required")
 	case f.cluster == "":
 		return plan.Job{}, errors.New("plan: --cluster is required")
-	case f.seq <= 0:
+	case f.seq == 0:
 		return plan.Job{}, errors.New("plan: --seq is required (tokens per sequence)")
-	case f.batch <= 0:
+	case f.seq < 0:
+		return plan.Job{}, fmt.Errorf("plan: --seq=%d: must be a positive number of tokens", f.seq)
+	case f.batch == 0:
 		return plan.Job{}, errors.New("plan: --global-batch is required (sequences per step)")
+	case f.batch < 0:
+		return plan.Job{}, fmt.Errorf("plan: --global-batch=%d: must be a positive number of sequences", f.batch)
+	case f.devices < 0:
+		return plan.Job{}, fmt.Errorf("plan: --devices=%d: must be positive (0 or absent: one node of the cluster)", f.devices)
+	case f.top < 1:
+		return plan.Job{}, fmt.Errorf("plan: --top=%d: must be at least 1", f.top)
 	}
 	m, err := loadModel(f.model)
 	if err != nil {
