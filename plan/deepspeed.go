@@ -56,6 +56,14 @@ func deepspeedRules() []fwRule {
 	const ds = "DeepSpeed"
 	return []fwRule{
 		scheduleRule(ds, OneFOneB),
+		func(j Job, p Plan) ([]Plan, string) {
+			if p.CP == 1 {
+				return nil, ""
+			}
+			q := p
+			q.DP, q.CP = p.DP*p.CP, 1
+			return []Plan{q}, "DeepSpeed has no ring context parallelism (its Ulysses sequence parallelism is another scheme)"
+		},
 		keyRule(ds, "precision", "is not set by its JSON (bf16 is)", func(p Plan) bool { return p.Precision != FP8 }, "bf16"),
 		keyRule(ds, "recompute", "is not offered: activation checkpointing recomputes whole layers", func(p Plan) bool { return p.Recompute != RecomputeSelective }, "none", "full"),
 		keyRule(ds, "zero", "with pp>1: the pipeline engine allows ZeRO stage 0 or 1", func(p Plan) bool { return p.PP == 1 || p.ZeRO <= 1 }, "1", "0"),
@@ -189,8 +197,8 @@ func dsBatch(c dsConfig, p *Plan) (Imported, error) {
 		acc = gb / (mbs * dp)
 	}
 	if mbs < 1 || acc < 1 || gb != mbs*acc*dp {
-		return Imported{}, fmt.Errorf("plan: deepspeed: train_batch_size %d ≠ train_micro_batch_size_per_gpu %d × gradient_accumulation_steps %d × dp %d",
-			c.TrainBatch, c.MicroBatch, c.GradAccum, dp)
+		return Imported{}, fmt.Errorf("plan: deepspeed: train_batch_size %d ≠ train_micro_batch_size_per_gpu %d × gradient_accumulation_steps %d × dp %d (dp = devices / (tp·pp·cp) with tp=%d, pp=%d, cp=%d: give the job's tp, pp, cp with --fix)",
+			c.TrainBatch, c.MicroBatch, c.GradAccum, dp, p.TP, p.PP, p.CP)
 	}
 	p.MBS = mbs
 	return Imported{GlobalBatch: gb}, nil

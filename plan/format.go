@@ -83,7 +83,7 @@ func (j Job) Explain(p Plan, best *Estimate) string {
 func (j Job) explainMemory(b *strings.Builder, e Estimate) {
 	m, p := e.Memory, e.Plan
 	if m.Fits() {
-		fmt.Fprintf(b, "fits: %s of %s on stage %d (the most loaded device)\n", Bytes(m.Total), Bytes(m.Budget), m.Stage)
+		fmt.Fprintf(b, "fits: %s of %s on stage %d (the most loaded device), %s of headroom\n", Bytes(m.Total), Bytes(m.Budget), m.Stage, Bytes(m.Budget-m.Total))
 	} else {
 		fmt.Fprintf(b, "rejected: %s\n", e.Why())
 	}

@@ -181,8 +181,33 @@ func (j Job) nearest(p Plan, rules []fwRule) (Plan, []string, error) {
 		}
 		return Plan{}, nil, firstErr
 	}
+	if !best.Fits() {
+		if e, ok := j.refit(set); ok {
+			best = &e
+			whys = append(whys, "and none of those fit, so the micro-batch or recomputation changed too")
+		}
+	}
 	changes := append(whys, "so "+describeChange(p, best.Plan))
 	return best.Plan, changes, nil
+}
+
+// refit searches, for each candidate, the micro-batch sizes and
+// recomputation policies (every other key pinned) and returns the fastest
+// plan that fits.
+func (j Job) refit(cands []Plan) (Estimate, bool) {
+	var best Estimate
+	found := false
+	for _, c := range cands {
+		f := FixPlan(c)
+		delete(f.keys, "mbs")
+		delete(f.keys, "recompute")
+		res, err := j.Search(Options{Fix: f, Top: 1})
+		if err == nil && len(res.Plans) > 0 && (!found || better(res.Plans[0], best)) {
+			best, found = res.Plans[0], true
+		}
+	}
+	best.Variants = nil
+	return best, found
 }
 
 // nearer prefers a plan that fits, then the faster, then the smaller.

@@ -216,7 +216,7 @@ func (j Job) megatronShape(g megatronRead) ([]string, error) {
 		notes = append(notes, fmt.Sprintf("--vocab-size %s: the model's vocabulary %d is costed", v, m.Vocab))
 	}
 	if noDrop := g["--attention-dropout"] == "0" && g["--hidden-dropout"] == "0"; noDrop == m.Dropout {
-		notes = append(notes, fmt.Sprintf("dropout in the arguments differs from the model's (dropout=%v): the model's masks are costed", m.Dropout))
+		notes = append(notes, fmt.Sprintf("--attention-dropout/--hidden-dropout (Megatron's default 0.1 unless both are 0) disagree with the model %s (dropout=%v): the model's dropout masks are costed", m.Name, m.Dropout))
 	}
 	return notes, nil
 }

@@ -92,7 +92,7 @@ func chunkLayers(L, C int) []int {
 func (j Job) torchtitanTOML(p Plan) string {
 	var b strings.Builder
 	m := j.Model
-	fmt.Fprintf(&b, "# %s job configuration for %s (trellis plan)\n[job]\ndescription = %q\n\n", torchtitanVersion, p.Short(), "trellis plan: "+p.Short())
+	fmt.Fprintf(&b, "# %s job configuration (trellis plan)\n", torchtitanVersion)
 	name, flavor := torchtitanFlavor(m)
 	fmt.Fprintf(&b, "[model]\nname = %q\nflavor = %q\n", name, flavor)
 	if p.Precision == FP8 {

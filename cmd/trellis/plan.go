@@ -20,6 +20,7 @@ type planFlags struct {
 	fix, explain   string
 	top            int
 	json           bool
+	emit, from     string
 }
 
 // newPlanCmd is `trellis plan`: search parallel plans for a model on a
@@ -40,9 +41,28 @@ or a Hugging Face config.json (model_type gpt2 or llama).
 cluster file (see docs/PLANNER.md).`,
 		Example: `  trellis plan --model llama3-70b --cluster dgx-h100 --devices 64 --seq 8192 --global-batch 512
   trellis plan --model gpt3-175b --cluster dgx-a100 --devices 1024 --seq 2048 --global-batch 1536 --fix tp=8,pp=8 --top 3
-  trellis plan --model llama3-8b --cluster dgx-h100 --devices 8 --seq 8192 --global-batch 64 --explain dp=8,zero=1 --json`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runPlan(cmd.OutOrStdout(), f) },
+  trellis plan --model llama3-8b --cluster dgx-h100 --devices 8 --seq 8192 --global-batch 64 --explain dp=8,zero=1 --json
+  trellis plan --model llama3-70b --cluster dgx-h100 --devices 64 --seq 8192 --global-batch 128 --emit megatron
+  trellis plan --model llama3-70b --cluster dgx-h100 --devices 64 --from megatron -- --tensor-model-parallel-size 8 ...
+  trellis plan --model llama3-8b --cluster dgx-h100 --devices 8 --from torchtitan llama3_8b.toml
+  trellis plan --model llama3-8b --cluster dgx-h100 --devices 8 --seq 8192 --from deepspeed ds_config.json --fix tp=1,pp=1`,
+		Args: func(_ *cobra.Command, args []string) error {
+			switch {
+			case f.from == "" && len(args) > 0:
+				return fmt.Errorf("plan: unexpected argument %q (only --from takes one: the configuration)", args[0])
+			case f.from == "megatron" && len(args) == 0:
+				return fmt.Errorf("plan: --from megatron needs the arguments after --, or a file holding them")
+			case f.from != "" && f.from != "megatron" && len(args) != 1:
+				return fmt.Errorf("plan: --from %s needs one argument: the configuration file", f.from)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.from != "" {
+				return runFrom(cmd.OutOrStdout(), f, args)
+			}
+			return runPlan(cmd.OutOrStdout(), cmd.ErrOrStderr(), f)
+		},
 	}
 	fl := c.Flags()
 	fl.StringVar(&f.model, "model", "", "model preset or Hugging Face config.json path (required)")
@@ -54,10 +74,12 @@ cluster file (see docs/PLANNER.md).`,
 	fl.IntVar(&f.top, "top", 5, "how many plans to show")
 	fl.StringVar(&f.explain, "explain", "", "explain one plan (missing keys take their defaults): why it is rejected or slower")
 	fl.BoolVar(&f.json, "json", false, "print JSON")
+	fl.StringVar(&f.emit, "emit", "", "print the chosen plan (or --explain's) as a framework runs it: megatron, torchtitan or deepspeed")
+	fl.StringVar(&f.from, "from", "", "read a framework configuration and explain it: --from megatron -- ARGS... (or a file of them), --from torchtitan job.toml, --from deepspeed ds_config.json (with --fix for the keys DeepSpeed's JSON lacks)")
 	return c
 }
 
-func runPlan(w io.Writer, f planFlags) error {
+func runPlan(w, info io.Writer, f planFlags) error {
 	job, err := planJob(f)
 	if err != nil {
 		return err
@@ -71,10 +93,20 @@ func runPlan(w io.Writer, f planFlags) error {
 	if err != nil {
 		return err
 	}
+	if f.emit != "" && f.explain != "" {
+		p, err := plan.Parse(f.explain)
+		if err != nil {
+			return fmt.Errorf("--explain: %w", err)
+		}
+		return emitPlan(w, info, job, p, f.emit, f.json)
+	}
 	if f.explain != "" {
 		return explainPlan(w, job, res, f)
 	}
 	advice := job.Advice(res, opts)
+	if f.emit != "" && len(advice) == 0 {
+		return emitPlan(w, info, job, res.Plans[0].Plan, f.emit, f.json)
+	}
 	if f.json {
 		r := job.Report(res)
 		r.Advice = advice
