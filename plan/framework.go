@@ -259,7 +259,7 @@ func describeChange(p, q Plan) string {
 }
 
 // splitArgs splits a command line into arguments, honouring single and
-// double quotes and backslash-newline continuations.
+// double quotes, backslash-newline continuations and shell comments.
 func splitArgs(s string) ([]string, error) {
 	var out []string
 	var cur strings.Builder
@@ -275,6 +275,10 @@ func splitArgs(s string) ([]string, error) {
 			quote, started = c, true
 		case c == '\\' && i+1 < len(s) && s[i+1] == '\n':
 			i++
+		case c == '#' && !started:
+			for i+1 < len(s) && s[i+1] != '\n' {
+				i++
+			} // a shell comment, as in a pasted script
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
 			if started {
 				out = append(out, cur.String())

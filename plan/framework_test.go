@@ -155,3 +155,31 @@ func TestMegatronFlagsExist(t *testing.T) {
 		}
 	}
 }
+
+// TestMegatronPublishedScript reads the arguments of Megatron-LM's own
+// GPT-3 175B example (examples/gpt3/train_gpt3_175b_distributed.sh at
+// core_v0.12.0, on 1024 GPUs) and gets the plan they state, predicted as
+// the planner predicts that plan pinned.
+func TestMegatronPublishedScript(t *testing.T) {
+	const script = `--num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 \
+	--max-position-embeddings 2048 --attention-backend auto # Can use (flash/fused/unfused/local)
+	--micro-batch-size 1 --global-batch-size 1536 --rampup-batch-size 16 16 5859375 --train-iters 500000
+	--weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --init-method-std 0.006 --clip-grad 1.0 --fp16
+	--lr 6.0e-5 --lr-decay-style cosine --min-lr 6.0e-6 --lr-warmup-fraction .001 --lr-decay-iters 430000
+	--tensor-model-parallel-size 8 --pipeline-model-parallel-size 16`
+	j := job(t, "gpt3-175b", "dgx-a100", 1024, 2048, 1536)
+	im, err := j.Import(Megatron, script, Fix{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := mustParse(t, "dp=8,tp=8,pp=16,mbs=1,precision=fp16,flash=on,recompute=none,zero=0")
+	if im.Plan != want || im.Seq != 2048 || im.GlobalBatch != 1536 {
+		t.Fatalf("read %s (seq %d, batch %d), want %s", im.Plan, im.Seq, im.GlobalBatch, want)
+	}
+	a, _ := j.Evaluate(im.Plan)
+	f, _ := ParseFix(want.String())
+	res, err := j.Search(Options{Fix: f, Top: 1})
+	if err != nil || len(res.Plans) != 1 || res.Plans[0].Time.Step != a.Time.Step || res.Plans[0].Memory != a.Memory {
+		t.Errorf("pinned search %v, %v; imported %g s", err, res.Plans, a.Time.Step)
+	}
+}

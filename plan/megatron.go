@@ -222,6 +222,8 @@ func readMegatron(text string) (megatronRead, []string, error) {
 		}
 		switch {
 		case !known[name]:
+			for ; i+1 < len(toks) && !strings.HasPrefix(toks[i+1], "--"); i++ {
+			} // an argument of its own may take several values (--rampup-batch-size 16 16 5859375)
 			notes = append(notes, name+": not read (no effect on the plan's cost in the planner's model)")
 			continue
 		case sw && hasVal:
