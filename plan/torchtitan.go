@@ -94,6 +94,10 @@ func (j Job) torchtitanTOML(p Plan) string {
 	m := j.Model
 	fmt.Fprintf(&b, "# %s job configuration (trellis plan)\n", torchtitanVersion)
 	name, flavor := torchtitanFlavor(m)
+	if name != "llama3" {
+		fmt.Fprintf(&b, "# torchtitan has no model %q: add one (L=%d, h=%d, heads=%d, kv=%d, ffn=%d, V=%d) under that name\n",
+			m.Name, m.Layers, m.Hidden, m.Heads, m.KVHeads, m.FFN, m.Vocab)
+	}
 	fmt.Fprintf(&b, "[model]\nname = %q\nflavor = %q\n", name, flavor)
 	if p.Precision == FP8 {
 		b.WriteString("converters = [\"quantize.linear.float8\"]\n")

@@ -98,7 +98,56 @@ func runFrom(w io.Writer, f planFlags, args []string) error {
 	if err := job.Validate(); err != nil {
 		return err
 	}
+	if f.json {
+		return fromJSON(w, job, fw, im)
+	}
 	return explainFrom(w, job, fw, im)
+}
+
+// fromJSON is --from's --json: the plan read, its notes and prediction,
+// and the best plan the framework runs at its precision.
+func fromJSON(w io.Writer, job plan.Job, fw plan.Framework, im plan.Imported) error {
+	out := struct {
+		Framework string             `json:"framework"`
+		Plan      string             `json:"plan"`
+		Notes     []string           `json:"notes"`
+		Valid     bool               `json:"valid"`
+		Fits      bool               `json:"fits"`
+		Reason    string             `json:"reason,omitempty"`
+		Estimate  *plan.EstimateJSON `json:"estimate,omitempty"`
+		Best      *plan.EstimateJSON `json:"best,omitempty"`
+		BestText  string             `json:"best_text,omitempty"`
+	}{Framework: string(fw), Plan: im.Plan.String(), Notes: nonNil(im.Notes)}
+	if e, err := job.Evaluate(im.Plan); err != nil {
+		out.Reason = err.Error()
+	} else {
+		ej := e.JSON()
+		out.Valid, out.Fits, out.Estimate, out.Reason = true, e.Fits(), &ej, e.Why()
+	}
+	if best, em, ok := bestFor(job, fw, im.Plan.Precision); ok {
+		bj := best.JSON()
+		out.Best, out.BestText = &bj, em.Text
+	}
+	return writeJSON(w, out)
+}
+
+// bestFor is the best plan framework fw runs at a precision: the search's
+// best, made expressible (Job.Emit).
+func bestFor(job plan.Job, fw plan.Framework, prec plan.Precision) (plan.Estimate, plan.Emission, bool) {
+	keep, err := plan.ParseFix("precision=" + string(prec))
+	if err != nil {
+		return plan.Estimate{}, plan.Emission{}, false
+	}
+	res, err := job.Search(plan.Options{Fix: keep, Top: 1})
+	if err != nil || len(res.Plans) == 0 {
+		return plan.Estimate{}, plan.Emission{}, false
+	}
+	em, err := job.Emit(fw, res.Plans[0].Plan)
+	if err != nil {
+		return plan.Estimate{}, plan.Emission{}, false
+	}
+	e, err := job.Evaluate(em.Plan)
+	return e, em, err == nil
 }
 
 // agree takes a job field from the flag or the configuration; both given
@@ -128,30 +177,17 @@ func explainFrom(w io.Writer, job plan.Job, fw plan.Framework, im plan.Imported)
 	}
 	// The precision is a choice of numerics, not of layout: the best plan
 	// keeps the configuration's.
-	keep, err := plan.ParseFix("precision=" + string(p.Precision))
-	if err != nil {
-		return err
-	}
-	res, err := job.Search(plan.Options{Fix: keep, Top: 1})
-	if err != nil {
-		return err
-	}
 	var best *plan.Estimate
-	var bestEm plan.Emission
-	if len(res.Plans) > 0 {
-		if bestEm, err = job.Emit(fw, res.Plans[0].Plan); err == nil {
-			if e, err := job.Evaluate(bestEm.Plan); err == nil {
-				best = &e
-			}
-		}
+	e, bestEm, ok := bestFor(job, fw, p.Precision)
+	if ok {
+		best = &e
 	}
-	io.WriteString(w, job.Explain(p, best))
-	if best == nil || best.Plan == p {
-		return nil
+	if _, err := io.WriteString(w, job.Explain(p, best)); err != nil || best == nil || best.Plan == p {
+		return err
 	}
 	fmt.Fprintf(w, "\nthe best plan %s runs (%s) at precision=%s: %s\n", fw, bestEm.Version, p.Precision, best.Plan.Short())
 	if len(bestEm.Changes) > 0 {
-		fmt.Fprintf(w, "  (the best plan found, %s at %.4g s, %s)\n", res.Plans[0].Plan.Short(), res.Plans[0].Time.Step, strings.Join(bestEm.Changes, "; "))
+		fmt.Fprintf(w, "  (not the best plan found: %s)\n", strings.Join(bestEm.Changes, "; "))
 	}
 	cur, err := job.Emit(fw, p)
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,5 +75,39 @@ func TestPlanFromMegatron(t *testing.T) {
 	}
 	if _, err := runPlanArgs(t, append(append([]string{"--seq", "1024"}, base...), args...)...); err == nil || !strings.Contains(err.Error(), "--seq=1024, but the megatron configuration says 2048") {
 		t.Errorf("--seq disagreeing with --seq-length: %v", err)
+	}
+}
+
+// --emit with --json and with --explain, and --from with --json.
+func TestPlanEmitJSONAndExplain(t *testing.T) {
+	base := []string{"--model", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--seq", "8192", "--global-batch", "128"}
+	out, err := runPlanArgs(t, append(base, "--explain", "dp=2,tp=4,pp=8,sp=on,zero=1,schedule=zb-h1", "--emit", "megatron", "--json")...)
+	if err != nil {
+		t.Fatal(err, out)
+	}
+	var em struct {
+		Asked, Plan, Text string
+		Changes           []string
+	}
+	if err := json.Unmarshal([]byte(out), &em); err != nil {
+		t.Fatal(err, out)
+	}
+	if !strings.Contains(em.Asked, "schedule=zb-h1") || !strings.Contains(em.Plan, "schedule=1f1b") ||
+		len(em.Changes) == 0 || !strings.Contains(em.Changes[0], "no zb-h1 schedule") || !strings.Contains(em.Text, "--pipeline-model-parallel-size 8") {
+		t.Errorf("emit JSON %+v", em)
+	}
+	file := filepath.Join(t.TempDir(), "args")
+	if err := os.WriteFile(file, []byte(em.Text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = runPlanArgs(t, "--model", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--from", "megatron", file, "--json")
+	var from struct {
+		Plan     string
+		Valid    bool
+		Fits     bool
+		BestText string `json:"best_text"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &from) != nil || from.Plan != em.Plan || !from.Valid || from.BestText == "" {
+		t.Errorf("--from --json: %v %+v\n%s", err, from, out)
 	}
 }
