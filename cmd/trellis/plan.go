@@ -209,14 +209,15 @@ func explainPlan(w io.Writer, job plan.Job, res plan.Result, f planFlags) error 
 		return err
 	}
 	out := struct {
-		Plan   plan.PlanJSON      `json:"plan"`
-		Valid  bool               `json:"valid"`
-		Fits   bool               `json:"fits"`
-		Reason string             `json:"reason,omitempty"`
-		Est    *plan.EstimateJSON `json:"estimate,omitempty"`
-		Best   *plan.EstimateJSON `json:"best,omitempty"`
-		Text   string             `json:"text"`
-	}{Plan: p.JSON(), Text: job.Explain(p, best)}
+		Plan       plan.PlanJSON      `json:"plan"`
+		PlanString string             `json:"plan_string"`
+		Valid      bool               `json:"valid"`
+		Fits       bool               `json:"fits"`
+		Reason     string             `json:"reason,omitempty"`
+		Est        *plan.EstimateJSON `json:"estimate,omitempty"`
+		Best       *plan.EstimateJSON `json:"best,omitempty"`
+		Text       string             `json:"text"`
+	}{Plan: p.JSON(), PlanString: p.String(), Text: job.Explain(p, best)}
 	if e, err := job.Evaluate(p); err != nil {
 		out.Reason = err.Error()
 	} else {
