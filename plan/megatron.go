@@ -27,6 +27,11 @@ func megatronTable() []fwArg {
 		{"--num-virtual-stages-per-pipeline-rank", "vpp; schedule=interleaved"},
 		{"--decoder-first-pipeline-num-layers", "the uneven split: layers on the first stage"},
 		{"--decoder-last-pipeline-num-layers", "the uneven split: layers on the last stage"},
+		{"--account-for-embedding-in-pipeline-split", "the split: the embedding counts as a layer of the first chunk"},
+		{"--account-for-loss-in-pipeline-split", "the split: the loss counts as a layer of the last chunk"},
+		{"--overlap-grad-reduce", "what the cost model assumes: gradient reduction overlapped with the backward"},
+		{"--overlap-param-gather", "what the cost model assumes (zero=1): the parameter all-gather overlapped with the next forward"},
+		{"--no-overlap-p2p-communication", "against what the cost model assumes for interleaved pipelines (asynchronous transfers)"},
 		{"--sequence-parallel", "sp=on"},
 		{"--tp-comm-overlap", "the cluster's tp_comm_overlap (a property of the stack, not of the plan)"},
 		{"--use-distributed-optimizer", "zero=1 (optimizer states sharded over dp·cp)"},
@@ -67,6 +72,8 @@ func megatronTable() []fwArg {
 func megatronSwitch(flag string) bool {
 	switch flag {
 	case "--sequence-parallel", "--tp-comm-overlap", "--use-distributed-optimizer", "--use-custom-fsdp",
+		"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+		"--overlap-grad-reduce", "--overlap-param-gather", "--no-overlap-p2p-communication",
 		"--use-tp-pp-dp-mapping", "--bf16", "--fp16", "--use-flash-attn", "--group-query-attention",
 		"--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear":
 		return true
@@ -92,9 +99,12 @@ func megatronRules() []fwRule {
 }
 
 // megatronSplit reports a split Megatron-LM expresses: even over pp·vpp
-// chunks, or with one chunk per rank the middle ranks equal.
+// chunks; or even once the loss (and the embedding) count as a layer of
+// the last (and first) chunk, which is the planner's split of L over C
+// chunks when C divides L+1 (L+2); or with one chunk per rank the middle
+// ranks equal (first and last stage given).
 func megatronSplit(L, pp, vpp int) bool {
-	if pp == 1 || L%(pp*vpp) == 0 {
+	if pp == 1 || megatronAccount(L, pp*vpp) >= 0 {
 		return true
 	}
 	if vpp > 1 {
@@ -112,6 +122,18 @@ func megatronSplit(L, pp, vpp int) bool {
 	return true
 }
 
+// megatronAccount is how many of the embedding and the loss must count
+// as layers for C chunks to split L layers evenly (0, 1: the loss, 2:
+// both), or -1.
+func megatronAccount(L, C int) int {
+	for k := 0; k <= 2; k++ {
+		if (L+k)%C == 0 && (L+k)/C > 1 || (k == 0 && L%C == 0) {
+			return k
+		}
+	}
+	return -1
+}
+
 // megatronArgs writes p as Megatron-LM arguments, one per line.
 func (j Job) megatronArgs(p Plan) string {
 	var a args
@@ -119,9 +141,15 @@ func (j Job) megatronArgs(p Plan) string {
 	a.add("--tensor-model-parallel-size", p.TP)
 	a.add("--pipeline-model-parallel-size", p.PP)
 	a.add("--context-parallel-size", p.CP)
+	k := -1
+	if p.PP > 1 {
+		k = megatronAccount(L, p.PP*p.VPP)
+	}
+	a.flag("--account-for-embedding-in-pipeline-split", k == 2)
+	a.flag("--account-for-loss-in-pipeline-split", k >= 1)
 	if p.Schedule == Interleaved {
-		a.add("--num-layers-per-virtual-pipeline-stage", L/(p.PP*p.VPP))
-	} else if p.PP > 1 && L%p.PP != 0 {
+		a.add("--num-layers-per-virtual-pipeline-stage", (L+k)/(p.PP*p.VPP))
+	} else if p.PP > 1 && k < 0 {
 		pt, _ := newPartition(L, p.PP, 1)
 		a.add("--decoder-first-pipeline-num-layers", pt.count(0))
 		a.add("--decoder-last-pipeline-num-layers", pt.count(p.PP-1))
@@ -136,6 +164,8 @@ func (j Job) megatronArgs(p Plan) string {
 		a.add("--data-parallel-sharding-strategy", map[int]string{2: "optim_grads", 3: "optim_grads_params"}[p.ZeRO])
 	}
 	a.flag("--use-tp-pp-dp-mapping", p.Order == "tp-cp-pp-dp")
+	a.flag("--overlap-grad-reduce", p.ZeRO <= 1 && p.DP*p.CP > 1)
+	a.flag("--overlap-param-gather", p.ZeRO == 1 && p.DP*p.CP > 1)
 	switch p.Recompute {
 	case RecomputeFull:
 		a.add("--recompute-granularity", "full")

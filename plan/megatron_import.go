@@ -31,7 +31,7 @@ func (j Job) importMegatron(text string) (Imported, error) {
 		return Imported{}, fmt.Errorf("plan: megatron arguments: tp·pp·cp = %d·%d·%d = %d does not divide the %d devices", p.TP, p.PP, p.CP, n, j.Devices)
 	}
 	p.DP = j.Devices / (p.TP * p.PP * p.CP)
-	if err := j.megatronPipeline(g, &p); err != nil {
+	if err := j.megatronPipeline(g, &p, &notes); err != nil {
 		return Imported{}, err
 	}
 	p.SP = g.has("--sequence-parallel")
@@ -41,6 +41,12 @@ func (j Job) importMegatron(text string) (Imported, error) {
 	}
 	if p.ZeRO, err = megatronZeRO(g); err != nil {
 		return Imported{}, err
+	}
+	if p.DP*p.CP > 1 && p.ZeRO <= 1 && !g.has("--overlap-grad-reduce") {
+		notes = append(notes, "no --overlap-grad-reduce: the gradient reduction is not overlapped with the backward, as the planner costs it (this prediction is optimistic)")
+	}
+	if p.DP*p.CP > 1 && p.ZeRO == 1 && !g.has("--overlap-param-gather") {
+		notes = append(notes, "no --overlap-param-gather: the parameter all-gather is not overlapped with the next forward, as the planner costs it (this prediction is optimistic)")
 	}
 	if g.has("--use-tp-pp-dp-mapping") {
 		p.Order = "tp-cp-pp-dp"
@@ -85,33 +91,48 @@ func (j Job) importMegatron(text string) (Imported, error) {
 
 // megatronPipeline reads vpp and the layer split, which must be the one
 // the planner costs (Megatron fails on a split it cannot make).
-func (j Job) megatronPipeline(g megatronRead, p *Plan) error {
+func (j Job) megatronPipeline(g megatronRead, p *Plan, notes *[]string) error {
 	L := j.Model.Layers
+	embed, loss := g.has("--account-for-embedding-in-pipeline-split"), g.has("--account-for-loss-in-pipeline-split")
+	k := 0
+	for _, b := range []bool{embed, loss} {
+		if b {
+			k++
+		}
+	}
 	vpl, err := g.int("--num-layers-per-virtual-pipeline-stage", 0)
 	if err != nil {
 		return err
 	}
 	if vpl > 0 {
-		if L%(p.PP*vpl) != 0 {
-			return fmt.Errorf("plan: megatron arguments: --num-layers-per-virtual-pipeline-stage %d: pp·%d = %d does not divide the %d layers", vpl, vpl, p.PP*vpl, L)
+		if (L+k)%p.PP != 0 || (L+k)/p.PP%vpl != 0 {
+			return fmt.Errorf("plan: megatron arguments: --num-layers-per-virtual-pipeline-stage %d: %d layers (with %d counted for embedding and loss) do not split into pp=%d stages of chunks of %d", vpl, L+k, k, p.PP, vpl)
 		}
-		p.VPP = L / (p.PP * vpl)
+		p.VPP = (L + k) / p.PP / vpl
 	} else if p.VPP, err = g.int("--num-virtual-stages-per-pipeline-rank", 1); err != nil {
 		return err
 	}
 	if p.VPP > 1 {
 		p.Schedule = Interleaved
+		if g.has("--no-overlap-p2p-communication") {
+			*notes = append(*notes, "--no-overlap-p2p-communication: interleaved transfers are not overlapped, as the planner costs them (this prediction is optimistic)")
+		}
 	}
 	first, hasFirst := g["--decoder-first-pipeline-num-layers"]
 	last, hasLast := g["--decoder-last-pipeline-num-layers"]
 	if !hasFirst && !hasLast {
-		if p.PP > 1 && L%(p.PP*p.VPP) != 0 {
-			return fmt.Errorf("plan: megatron arguments: pp·vpp = %d·%d does not divide --num-layers %d (Megatron needs an even split or --decoder-first/last-pipeline-num-layers)", p.PP, p.VPP, L)
+		C := p.PP * p.VPP
+		switch {
+		case p.PP == 1:
+		case (L+k)%C != 0:
+			return fmt.Errorf("plan: megatron arguments: pp·vpp = %d·%d does not divide --num-layers %d (+%d for embedding and loss): Megatron needs an even split or --decoder-first/last-pipeline-num-layers", p.PP, p.VPP, L, k)
+		case embed && !loss:
+			*notes = append(*notes, "--account-for-embedding-in-pipeline-split alone lightens the first chunk; the planner costs its split, the last chunk lighter")
 		}
 		return nil
 	}
 	pt, ok := newPartition(L, p.PP, p.VPP)
-	if p.VPP > 1 || p.PP < 2 || !ok || !megatronSplit(L, p.PP, 1) {
+	if p.VPP > 1 || p.PP < 2 || k > 0 || !ok || !megatronSplit(L, p.PP, 1) {
 		return fmt.Errorf("plan: megatron arguments: an uneven split with pp=%d, vpp=%d is not one the planner models", p.PP, p.VPP)
 	}
 	for _, s := range []struct {

@@ -101,7 +101,7 @@ func runFrom(w io.Writer, f planFlags, args []string) error {
 	if f.json {
 		return fromJSON(w, job, fw, im)
 	}
-	return explainFrom(w, job, fw, im)
+	return explainFrom(w, job, fw, im, text)
 }
 
 // fromJSON is --from's --json: the plan read, its notes and prediction,
@@ -169,7 +169,7 @@ func isFile(s string) bool {
 	return err == nil && st.Mode().IsRegular()
 }
 
-func explainFrom(w io.Writer, job plan.Job, fw plan.Framework, im plan.Imported) error {
+func explainFrom(w io.Writer, job plan.Job, fw plan.Framework, im plan.Imported, text string) error {
 	p := im.Plan
 	fmt.Fprintf(w, "read from %s: %s\n", fw, p.Short())
 	for _, n := range im.Notes {
@@ -195,12 +195,13 @@ func explainFrom(w io.Writer, job plan.Job, fw plan.Framework, im plan.Imported)
 		return nil
 	}
 	fmt.Fprintf(w, "what to change in the %s configuration:\n", fw)
-	writeLineDiff(w, cur.Text, bestEm.Text)
+	writeLineDiff(w, cur.Text, bestEm.Text, text)
 	return nil
 }
 
-// writeLineDiff prints the lines only in a ("-") and only in b ("+").
-func writeLineDiff(w io.Writer, a, b string) {
+// writeLineDiff prints the lines only in a ("-", when the user's text has
+// the line's flag or key) and only in b ("+").
+func writeLineDiff(w io.Writer, a, b, user string) {
 	in := func(s string) map[string]bool {
 		m := map[string]bool{}
 		for _, l := range strings.Split(s, "\n") {
@@ -216,9 +217,13 @@ func writeLineDiff(w io.Writer, a, b string) {
 	}{{"-", a, mb}, {"+", b, ma}} {
 		for _, l := range strings.Split(side.text, "\n") {
 			l = strings.TrimSuffix(strings.TrimSpace(l), " \\")
-			if l != "" && !strings.HasPrefix(l, "#") && !side.other[l] {
-				fmt.Fprintf(w, "  %s %s\n", side.sign, l)
+			if l == "" || strings.HasPrefix(l, "#") || side.other[l] {
+				continue
 			}
+			if f := strings.Fields(strings.Trim(l, "{}[],")); side.sign == "-" && (len(f) == 0 || !strings.Contains(user, strings.Trim(f[0], `":=`))) {
+				continue
+			}
+			fmt.Fprintf(w, "  %s %s\n", side.sign, l)
 		}
 	}
 }
