@@ -239,14 +239,6 @@ func contains(ss []string, s string) bool {
 	return false
 }
 
-// with returns p with one key set (the value must be valid text).
-func with(p Plan, key, val string) Plan {
-	if err := p.Set(key, val); err != nil {
-		panic("plan: with: " + err.Error()) // a programming error in a framework table
-	}
-	return p
-}
-
 // describeChange names the keys whose values differ between p and q.
 func describeChange(p, q Plan) string {
 	var diff []string

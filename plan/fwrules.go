@@ -123,7 +123,10 @@ func keyRule(name, key, why string, ok func(Plan) bool, alts ...string) fwRule {
 		}
 		var out []Plan
 		for _, v := range alts {
-			out = append(out, with(p, key, v))
+			q := p
+			if q.Set(key, v) == nil {
+				out = append(out, q)
+			}
 		}
 		return out, fmt.Sprintf("%s: %s=%s %s", name, key, p.Get(key), why)
 	}
