@@ -231,8 +231,9 @@ func (s *searcher) evaluate(p Plan, orders []orderOpt, sp shapeParams, lz *lazyL
 
 // lowerBound is a step time no order of p can beat: the slowest stage runs
 // m micro-batches of at least its layers' compute, and the bubble is
-// (pp−1)/vpp mean stages of at least L/pp layers' compute each (every other
-// term of the step is positive).
+// (pp−1)/vpp mean stages of at least L/pp layers' compute each, or for
+// zb-h1 (pp−1) times L/pp layers' compute less twice their weight-gradient
+// GEMMs (every other term of the step is positive).
 func (s *searcher) lowerBound(p Plan, sp shapeParams, lz *lazyLayer) float64 {
 	j := s.job
 	if !lz.haveParts {
