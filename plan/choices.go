@@ -65,7 +65,10 @@ func (s *searcher) orders(p Plan) []orderOpt {
 
 // schedules lists (schedule, vpp) pairs for pp stages, with the parameter
 // counts of their partition: without a pipeline only 1f1b (the schedule is
-// moot); with one, gpipe and 1f1b at vpp=1 and interleaved at every vpp ≥ 2
+// moot); with one, gpipe and 1f1b at vpp=1, zb-h1 only when pinned (no
+// published run validates it and none of the frameworks the planner emits
+// for runs it: torchtitan's zero-bubble schedules are interleaved or
+// V-shaped; so it is costed on request, not proposed), and interleaved at every vpp ≥ 2
 // whose pp·vpp chunks divide the layers L, or L+1 or L+2 (the split is then
 // even, or uneven by one layer at one or both ends: Megatron-Core's
 // account-for-loss and account-for-embedding splits). Any other vpp that
@@ -87,11 +90,15 @@ func (s *searcher) schedules(tp, pp int) []schedOpt {
 		add(OneFOneB, 1)
 		if s.fix.Pinned("schedule") {
 			add(GPipe, 1)
+			add(ZBH1, 1)
 		}
 		return out
 	}
 	add(GPipe, 1)
 	add(OneFOneB, 1)
+	if s.fix.Pinned("schedule") {
+		add(ZBH1, 1)
+	}
 	if s.fix.Pinned("vpp") {
 		if v := s.fix.plan.VPP; v >= 2 {
 			add(Interleaved, v)

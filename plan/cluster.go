@@ -100,6 +100,9 @@ func (c Cluster) Validate() error {
 			return fmt.Errorf("plan: cluster %s: device.peak_tflops.%s=%g: must be finite and not negative", c.Name, p, v/tera)
 		}
 	}
+	if err := c.validRanges(); err != nil {
+		return err
+	}
 	if a.Memory > 1<<50 {
 		return fmt.Errorf("plan: cluster %s: device.memory=%d: more than a PiB per device", c.Name, a.Memory)
 	}
@@ -107,6 +110,45 @@ func (c Cluster) Validate() error {
 		return fmt.Errorf("plan: cluster %s: device.peak_tflops: no precision has a positive peak", c.Name)
 	}
 	return nil
+}
+
+// validRanges bounds the numbers that divide or multiply costs, so that
+// every prediction is finite: a bandwidth of 1e-300 GB/s is positive but
+// makes a step time of +Inf. The bounds are far outside any real machine
+// (a CPU core, a 1 Gb/s link) and name the file's key and unit.
+func (c Cluster) validRanges() error {
+	a := c.Accel
+	rs := []bound{
+		{"intra.bw_gbps", c.Intra.BW / giga, 1e-3, 1e6, "between 0.001 (1 MB/s) and 1e6"},
+		{"inter.bw_gbps", c.Inter.BW / giga, 1e-3, 1e6, "between 0.001 (1 MB/s) and 1e6"},
+		{"device.mem_bw_gbps", a.MemBW / giga, 1e-3, 1e6, "between 0.001 (1 MB/s) and 1e6"},
+		{"intra.latency_us", c.Intra.Latency / us, 0, 1e6, "at most 1e6 (one second)"},
+		{"inter.latency_us", c.Inter.Latency / us, 0, 1e6, "at most 1e6 (one second)"},
+		{"device.kernel_gap_us", a.KernelGap / us, 0, 1e6, "at most 1e6 (one second)"},
+		{"device.gemm_knee", a.GEMMKnee, 0, 1e6, "at most 1e6"},
+		{"device.gemm_efficiency", a.GEMMEff, 1e-4, 1, "between 0.0001 and 1"},
+		{"device.attn_efficiency", a.AttnEff, 1e-4, 1, "between 0.0001 and 1"},
+		{"device.mem_efficiency", a.MemEff, 1e-4, 1, "between 0.0001 and 1"},
+		{"device.memory_gib", float64(a.Memory) / gib, 1.0 / 1024, 1 << 20, "between 1/1024 (1 MiB) and 1048576 (1 PiB)"},
+	}
+	for _, p := range []Precision{FP32, BF16, FP16, FP8} {
+		if v := a.Peak[p]; v != 0 {
+			rs = append(rs, bound{"device.peak_tflops." + string(p), v / tera, 1e-6, 1e6, "0 (absent) or between 1e-6 (1 MFLOP/s) and 1e6"})
+		}
+	}
+	for _, r := range rs {
+		if !(r.v >= r.lo && r.v <= r.hi) {
+			return fmt.Errorf("plan: cluster %s: %s=%g: must be %s", c.Name, r.k, r.v, r.rule)
+		}
+	}
+	return nil
+}
+
+// bound is a field's value (in the cluster file's unit) and its range.
+type bound struct {
+	k         string
+	v, lo, hi float64
+	rule      string
 }
 
 // supported lists the precisions the device has a peak for.

@@ -95,13 +95,19 @@ func (k kernels) stream(bytes, kernels float64) float64 {
 type passTime struct {
 	fwd, bwd float64 // forward; backward (without recomputation)
 	rc       float64 // recomputation done during the backward
+	// wgt is the part of bwd that computes weight gradients (the dW
+	// GEMMs): what a zero-bubble schedule defers (W) while the rest of the
+	// backward (B) stays on the critical path.
+	wgt float64
 }
 
 func (a passTime) add(b passTime) passTime {
-	return passTime{a.fwd + b.fwd, a.bwd + b.bwd, a.rc + b.rc}
+	return passTime{a.fwd + b.fwd, a.bwd + b.bwd, a.rc + b.rc, a.wgt + b.wgt}
 }
 
-func (a passTime) scale(f float64) passTime { return passTime{a.fwd * f, a.bwd * f, a.rc * f} }
+func (a passTime) scale(f float64) passTime {
+	return passTime{a.fwd * f, a.bwd * f, a.rc * f, a.wgt * f}
+}
 
 func (a passTime) total() float64 { return a.fwd + a.bwd + a.rc }
 
@@ -177,6 +183,7 @@ func (j Job) layerLinear(p Plan, k kernels, chunks float64) (passTime, [4]linear
 		fw, dx, dw := k.gemmParts(T, g[0], g[1], chunks)
 		lt.fwd += fw
 		lt.bwd += dx + dw
+		lt.wgt += dw
 		each[i] = linearTime{fw, dx}
 	}
 	return lt, each

@@ -10,6 +10,11 @@ type Estimate struct {
 	Plan   Plan
 	Memory Memory
 	Time   Time
+	// Variants are plans that differ from Plan only in the rank order or
+	// the number of interleaved chunks and predict the same time and
+	// memory within 0.05% and 1% (set by Search, which lists them as one
+	// choice; see equivalent).
+	Variants []Plan
 
 	ModelFLOPs float64 // per step, all devices: forward + backward of the model
 	HWFLOPs    float64 // ModelFLOPs plus recomputation
@@ -79,7 +84,11 @@ func (j Job) estimate(p Plan, pl placement) Estimate {
 //
 // The slowest stage is the first (embedding), the last (output layer and
 // loss) or, under an uneven split, a middle stage holding the most layers.
-// GPipe's bubble equals 1F1B's; it differs in memory.
+// GPipe's bubble equals 1F1B's; it differs in memory. Zero-bubble H1 (Qi
+// et al. 2023) splits each backward into B (input gradient) and W (weight
+// gradient) and runs the W passes in the cool-down, so its bubble is
+// (pp−1)·(mean − 2·W), W the mean stage's weight-gradient GEMMs: a third
+// of 1F1B's when F = B = W.
 func (j Job) stepTime(p Plan, pl placement, lc layerCost, sp shapeParams) Time {
 	pt := sp.pt
 	first := j.stage(p, pl, lc, sp, 0)
@@ -115,6 +124,12 @@ func (j Job) stepTime(p Plan, pl placement, lc layerCost, sp shapeParams) Time {
 	t.DP = m*slow.zero + j.stepComm(p, pl, sp, first, last)
 	t.CommExposed = t.TP + t.CP + t.PP + t.DP
 	t.Bubble = float64(p.PP-1) / float64(p.VPP) * mean
+	if p.Schedule == ZBH1 {
+		// The deferred W passes fill the cool-down: (p−1)(F+B−2W) with
+		// F+B the mean stage time and W its weight-gradient GEMMs.
+		w := lc.compute.wgt * float64(j.Model.Layers) / float64(p.PP)
+		t.Bubble = float64(p.PP-1) * math.Max(0, mean-2*w)
+	}
 	t.Optimizer = j.optimizerTime(p, sp, lc.k)
 	t.Misc = t.Optimizer
 	t.Step = t.Compute + t.CommExposed + t.Bubble + t.Misc
@@ -138,16 +153,13 @@ func (e Estimate) Why() string {
 			big = p
 		}
 	}
-	s := fmt.Sprintf("needs %s > %s: %s %s", GiB(m.Total), GiB(m.Budget), big.name, GiB(big.v))
+	s := fmt.Sprintf("needs %s > %s: %s %s", Bytes(m.Total), Bytes(m.Budget), big.name, Bytes(big.v))
 	if big.name == "activations" {
 		s += fmt.Sprintf(" (%s keeps %s on stage %d, %s each)",
-			e.Plan.Schedule, microBatches(m.InFlight), m.Stage, GiB(m.ActPerMicroBatch))
+			e.Plan.Schedule, microBatches(m.InFlight), m.Stage, Bytes(m.ActPerMicroBatch))
 	}
 	return s
 }
-
-// GiB formats bytes as GiB with one decimal.
-func GiB(b int64) string { return fmt.Sprintf("%.1f GiB", float64(b)/gib) }
 
 func microBatches(x float64) string {
 	if x == 1 {

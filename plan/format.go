@@ -12,7 +12,7 @@ func (j Job) Table(r Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "model    %s\n", j.Model)
 	fmt.Fprintf(&b, "cluster  %s: %d × %s (%d per node, %s each)\n", j.Cluster.Name, j.Devices,
-		j.Cluster.Accel.Name, j.Cluster.DevicesPerNode, GiB(j.Cluster.Accel.Memory))
+		j.Cluster.Accel.Name, j.Cluster.DevicesPerNode, Bytes(j.Cluster.Accel.Memory))
 	fmt.Fprintf(&b, "job      seq %d, global batch %d sequences (%d tokens)\n\n", j.Seq, j.GlobalBatch, j.Seq*j.GlobalBatch)
 	if len(r.Plans) == 0 {
 		b.WriteString("no plan fits.\n")
@@ -20,21 +20,9 @@ func (j Job) Table(r Result) string {
 			fmt.Fprintf(&b, "the smallest, %s, %s\n", sm.Plan.Short(), sm.Why())
 		}
 	} else {
-		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "#\tstep s\tcompute\tcomm\tbubble\tmisc\tMFU\tHFU\tTFLOP/s\ttokens/s\tmem GiB\tparam\tgrad\toptim\tact\tother\t")
-		for i, e := range r.Plans {
-			m, t := e.Memory, e.Time
-			fmt.Fprintf(tw, "%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f%%\t%.1f%%\t%.4g\t%.4g\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n",
-				i+1, t.Step, t.Compute, t.CommExposed, t.Bubble, t.Misc, 100*e.MFU, 100*e.HFU, e.TFLOPsPerDevice,
-				e.TokensPerS, gibf(m.Total), gibf(m.Param), gibf(m.Grad), gibf(m.Optim), gibf(m.Act), gibf(m.Other))
-		}
-		tw.Flush()
-		b.WriteString("\n")
-		for i, e := range r.Plans {
-			fmt.Fprintf(&b, "%d  %s\n", i+1, e.Plan.Short())
-		}
+		j.planRows(&b, r.Plans)
 	}
-	fmt.Fprintf(&b, "\nevaluated %d plans, %d fit in %s", r.Evaluated, r.Fitting, GiB(j.Cluster.Accel.Memory))
+	fmt.Fprintf(&b, "\nconsidered %d candidates (%d complete plans costed), %d fit in %s", r.Candidates(), r.Evaluated, r.Fitting, Bytes(j.Cluster.Accel.Memory))
 	if len(r.Rejected) > 0 {
 		b.WriteString("; rejected:\n")
 		for _, k := range r.RejectedReasons() {
@@ -46,7 +34,33 @@ func (j Job) Table(r Result) string {
 	return b.String()
 }
 
-func gibf(b int64) float64 { return float64(b) / gib }
+// planRows writes the ranked plans: a table of times and memory (in the
+// unit of the largest total), then each plan's text and its variants.
+func (j Job) planRows(b *strings.Builder, plans []Estimate) {
+	var most int64
+	for _, e := range plans {
+		most = max(most, e.Memory.Total)
+	}
+	unit, div := byteUnit(most)
+	st, sdiv := secondUnit(plans[0].Time.Step)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "#\tstep %s\tcompute\tcomm\tbubble\tmisc\tMFU\tHFU\tTFLOP/s\ttokens/s\tmem %s\tparam\tgrad\toptim\tact\tother\t\n", st, unit)
+	mem := func(v int64) float64 { return float64(v) / div }
+	for i, e := range plans {
+		m, t := e.Memory, e.Time
+		fmt.Fprintf(tw, "%d\t%.4g\t%.4g\t%.4g\t%.4g\t%.4g\t%.1f%%\t%.1f%%\t%.4g\t%.4g\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n",
+			i+1, t.Step/sdiv, t.Compute/sdiv, t.CommExposed/sdiv, t.Bubble/sdiv, t.Misc/sdiv, 100*e.MFU, 100*e.HFU, e.TFLOPsPerDevice,
+			e.TokensPerS, mem(m.Total), mem(m.Param), mem(m.Grad), mem(m.Optim), mem(m.Act), mem(m.Other))
+	}
+	tw.Flush()
+	b.WriteString("\n")
+	for i, e := range plans {
+		fmt.Fprintf(b, "%d  %s\n", i+1, e.Plan.Short())
+		if n := e.VariantNote(); n != "" {
+			fmt.Fprintf(b, "   the same within 0.05%%: %s\n", n)
+		}
+	}
+}
 
 // Explain says, in numbers, what p costs and why it is rejected or slower
 // than best (best may be nil).
@@ -69,22 +83,22 @@ func (j Job) Explain(p Plan, best *Estimate) string {
 func (j Job) explainMemory(b *strings.Builder, e Estimate) {
 	m, p := e.Memory, e.Plan
 	if m.Fits() {
-		fmt.Fprintf(b, "fits: %s of %s on stage %d (the most loaded device)\n", GiB(m.Total), GiB(m.Budget), m.Stage)
+		fmt.Fprintf(b, "fits: %s of %s on stage %d (the most loaded device), %s of headroom\n", Bytes(m.Total), Bytes(m.Budget), m.Stage, Bytes(m.Budget-m.Total))
 	} else {
 		fmt.Fprintf(b, "rejected: %s\n", e.Why())
 	}
 	P := j.stageParams(p, m.Stage)
 	shards := p.DP * p.CP
 	w, g, k := weightBytes(p.Precision), gradBytes(p.Precision), optimBytes(p.Precision)
-	fmt.Fprintf(b, "  parameters  %10s  %.4g params on the stage (%d layers) × %g B%s\n", GiB(m.Param), P, m.Layers, w, shardNote(p.ZeRO >= 3, shards))
-	fmt.Fprintf(b, "  gradients   %10s  × %g B%s\n", GiB(m.Grad), g, shardNote(p.ZeRO >= 2, shards))
-	fmt.Fprintf(b, "  optimizer   %10s  × %g B (Adam m, v%s)%s\n", GiB(m.Optim), k, masterNote(p.Precision), shardNote(p.ZeRO >= 1, shards))
+	fmt.Fprintf(b, "  parameters  %10s  %.4g params on the stage (%d layers) × %g B%s\n", Bytes(m.Param), P, m.Layers, w, shardNote(p.ZeRO >= 3, shards))
+	fmt.Fprintf(b, "  gradients   %10s  × %g B%s\n", Bytes(m.Grad), g, shardNote(p.ZeRO >= 2, shards))
+	fmt.Fprintf(b, "  optimizer   %10s  × %g B (Adam m, v%s)%s\n", Bytes(m.Optim), k, masterNote(p.Precision), shardNote(p.ZeRO >= 1, shards))
 	fmt.Fprintf(b, "  activations %10s  %s per micro-batch × %s in flight (%s, stage %d of %d), recompute=%s, sp=%s, flash=%s\n",
-		GiB(m.Act), GiB(m.ActPerMicroBatch), trimFloat(m.InFlight), p.Schedule, m.Stage, p.PP, p.Recompute, onOff(p.SP), onOff(p.Flash))
+		Bytes(m.Act), Bytes(m.ActPerMicroBatch), trimFloat(m.InFlight), p.Schedule, m.Stage, p.PP, p.Recompute, onOff(p.SP), onOff(p.Flash))
 	if extra := m.Act - int64(float64(m.ActPerMicroBatch)*m.InFlight); extra > m.Act/100 {
-		fmt.Fprintf(b, "              %10s  of it beyond those: one layer being recomputed, or GPipe's logits of every micro-batch\n", GiB(extra))
+		fmt.Fprintf(b, "              %10s  of it beyond those: one layer being recomputed, or GPipe's logits of every micro-batch\n", Bytes(extra))
 	}
-	fmt.Fprintf(b, "  other       %10s  runtime %s, workspace %s, buffers %s\n", GiB(m.Other), GiB(m.Reserved), GiB(m.Workspace), GiB(m.Buffers))
+	fmt.Fprintf(b, "  other       %10s  runtime %s, workspace %s, buffers %s\n", Bytes(m.Other), Bytes(m.Reserved), Bytes(m.Workspace), Bytes(m.Buffers))
 }
 
 func shardNote(sharded bool, n int) string {
@@ -113,8 +127,13 @@ func (j Job) explainTime(b *strings.Builder, e Estimate) {
 		pt, _ := newPartition(j.Model.Layers, p.PP, p.VPP)
 		fmt.Fprintf(b, "  pipeline    %d layers over %d stages: %s\n", j.Model.Layers, p.PP, pt.describe())
 	}
-	fmt.Fprintf(b, "  bubble      %8.3f s  (pp-1)/vpp = %d/%d stage times of %.4f s; %.1f%% of the step\n",
-		t.Bubble, p.PP-1, p.VPP, t.StageTime, 100*t.Bubble/t.Step)
+	if p.Schedule == ZBH1 {
+		fmt.Fprintf(b, "  bubble      %8.3f s  zb-h1: (pp-1)·(F+B-2W) = %d × (stage %.4f s less twice its weight-gradient GEMMs); %.1f%% of the step\n",
+			t.Bubble, p.PP-1, t.StageTime, 100*t.Bubble/t.Step)
+	} else {
+		fmt.Fprintf(b, "  bubble      %8.3f s  (pp-1)/vpp = %d/%d stage times of %.4f s; %.1f%% of the step\n",
+			t.Bubble, p.PP-1, p.VPP, t.StageTime, 100*t.Bubble/t.Step)
+	}
 	fmt.Fprintf(b, "  misc        %8.3f s  optimizer step (memory-bound)\n", t.Misc)
 }
 
@@ -126,7 +145,7 @@ func explainVersus(b *strings.Builder, e, best Estimate) {
 	fmt.Fprintf(b, "versus the best plan %s (%.3f s):\n", best.Plan.Short(), best.Time.Step)
 	d := e.Time.Step/best.Time.Step - 1
 	if d >= 0 && d < 5e-4 {
-		fmt.Fprintf(b, "  as fast (within 0.05%%); ranked below it by memory (%s vs %s) or by name\n", GiB(e.Memory.Total), GiB(best.Memory.Total))
+		fmt.Fprintf(b, "  as fast (within 0.05%%); ranked below it by memory (%s vs %s) or by name\n", Bytes(e.Memory.Total), Bytes(best.Memory.Total))
 		return
 	}
 	if d >= 0 {

@@ -76,6 +76,7 @@ const (
 	rejInterleaved = "schedule: interleaved needs pp to divide the micro-batches"
 	rejPrecision   = "precision: not supported by the device"
 	rejMemory      = "memory: over the device budget"
+	rejFix         = "fix: no plan has the pinned values"
 )
 
 // rule returns the first model-dependent rule p breaks (key "" if none).

@@ -211,7 +211,7 @@ func TestMemoryMechanisms(t *testing.T) {
 		more := j.Memory(mustParse(t, c.more))
 		less := j.Memory(mustParse(t, c.less))
 		if !(c.field(less) < c.field(more)) {
-			t.Errorf("%s should need less than %s: %s vs %s", c.less, c.more, GiB(c.field(less)), GiB(c.field(more)))
+			t.Errorf("%s should need less than %s: %s vs %s", c.less, c.more, Bytes(c.field(less)), Bytes(c.field(more)))
 		}
 	}
 }
@@ -227,7 +227,7 @@ func TestMostLoadedStage(t *testing.T) {
 		t.Fatalf("Memory picked %d, stages %d and %d", m.Total, first.Total, last.Total)
 	}
 	if last.Act <= first.Act {
-		t.Errorf("with full recomputation the last stage's logits (%s) should outweigh stage 0's %s", GiB(last.Act), GiB(first.Act))
+		t.Errorf("with full recomputation the last stage's logits (%s) should outweigh stage 0's %s", Bytes(last.Act), Bytes(first.Act))
 	}
 	if first.InFlight != 4 || last.InFlight != 1 {
 		t.Errorf("in flight %g and %g, want 4 and 1", first.InFlight, last.InFlight)

@@ -182,8 +182,8 @@ func (m Model) Params() int64 {
 
 // String is a one-line summary.
 func (m Model) String() string {
-	return fmt.Sprintf("%s (%s, %.2fB params: L=%d h=%d heads=%d kv=%d ffn=%d V=%d)",
-		m.Name, m.Family, float64(m.Params())/1e9, m.Layers, m.Hidden, m.Heads, m.KVHeads, m.FFN, m.Vocab)
+	return fmt.Sprintf("%s (%s, %s params: L=%d h=%d heads=%d kv=%d ffn=%d V=%d)",
+		m.Name, m.Family, Count(float64(m.Params())), m.Layers, m.Hidden, m.Heads, m.KVHeads, m.FFN, m.Vocab)
 }
 
 // gptModel builds a GPT-family model with FFN = 4h.

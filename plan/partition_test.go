@@ -98,7 +98,7 @@ func TestUnevenPipelineCosts(t *testing.T) {
 	a := j.activations(p)
 	m0, m1 := j.stageMemory(p, sp, a, 0, 7), j.stageMemory(p, sp, a, 1, 8)
 	if m1.Act <= m0.Act || e.Memory.Total < m1.Total || e.Memory.Layers != 8 {
-		t.Errorf("stage 1 act %s vs stage 0 %s; Memory picked stage %d (%d layers, %s)", GiB(m1.Act), GiB(m0.Act), e.Memory.Stage, e.Memory.Layers, GiB(e.Memory.Total))
+		t.Errorf("stage 1 act %s vs stage 0 %s; Memory picked stage %d (%d layers, %s)", Bytes(m1.Act), Bytes(m0.Act), e.Memory.Stage, e.Memory.Layers, Bytes(e.Memory.Total))
 	}
 	// Params sum to the model (plus the tied copy: none, Llama is untied).
 	sum := 0.0

@@ -29,7 +29,16 @@ const (
 	GPipe       Schedule = "gpipe"       // all forwards, then all backwards (Huang et al. 2018)
 	OneFOneB    Schedule = "1f1b"        // one forward, one backward (PipeDream-Flush)
 	Interleaved Schedule = "interleaved" // 1F1B over vpp model chunks per rank (Narayanan et al. 2021)
+	// ZBH1 is zero-bubble H1 (Qi et al. 2023): 1F1B with each backward
+	// split into B (input gradient) and W (weight gradient), the W passes
+	// deferred into the cool-down bubble; 1F1B's activation memory, a
+	// bubble of (p−1)(F+B−2W) for 1F1B's (p−1)(F+B), B the whole backward.
+	ZBH1 Schedule = "zb-h1"
 )
+
+// Schedules lists the pipeline schedules, in the order the text form
+// names them.
+func Schedules() []Schedule { return []Schedule{GPipe, OneFOneB, Interleaved, ZBH1} }
 
 // Recompute is an activation recomputation policy.
 type Recompute string
@@ -220,7 +229,7 @@ func (p *Plan) Set(key, val string) error {
 			p.Flash = b
 		}
 	case "schedule":
-		return setEnum(&p.Schedule, key, val, GPipe, OneFOneB, Interleaved)
+		return setEnum(&p.Schedule, key, val, Schedules()...)
 	case "recompute":
 		return setEnum(&p.Recompute, key, val, RecomputeNone, RecomputeSelective, RecomputeFull)
 	case "precision":
@@ -341,7 +350,7 @@ func (p Plan) Validate() error {
 func (p Plan) validEnums() error {
 	var q Plan
 	switch {
-	case p.Schedule != GPipe && p.Schedule != OneFOneB && p.Schedule != Interleaved:
+	case p.Schedule != GPipe && p.Schedule != OneFOneB && p.Schedule != Interleaved && p.Schedule != ZBH1:
 		return q.Set("schedule", string(p.Schedule))
 	case p.Recompute != RecomputeNone && p.Recompute != RecomputeSelective && p.Recompute != RecomputeFull:
 		return q.Set("recompute", string(p.Recompute))

@@ -3,12 +3,20 @@ package plan
 // The JSON form of a search, as `trellis plan --json` prints it. Bytes and
 // seconds throughout; global batch in sequences.
 
-// ReportJSON is the top-level object.
+// ReportJSON is the top-level object. Evaluated is the candidates
+// considered, fit + Σ rejected (Result.Candidates); costed the complete
+// plans whose memory was computed.
 type ReportJSON struct {
 	Model     ModelJSON      `json:"model"`
 	Plans     []EstimateJSON `json:"plans"`
 	Evaluated int            `json:"evaluated"`
+	Costed    int            `json:"costed"`
+	Fit       int            `json:"fit"`
 	Rejected  map[string]int `json:"rejected"`
+	// Reason: why no candidate was met at all (the pinned keys break a rule).
+	Reason string `json:"reason,omitempty"`
+	// Advice: when no plan fits, why and what would make one fit (Job.Advice).
+	Advice []string `json:"advice,omitempty"`
 }
 
 // ModelJSON names the model and its exact parameter count.
@@ -54,9 +62,14 @@ type TimeJSON struct {
 	Step        float64 `json:"step"`
 }
 
-// EstimateJSON is one ranked plan.
+// EstimateJSON is one ranked plan. PlanString is its canonical text form,
+// ready for --explain and `trellis train --parallel`; Variants are the
+// canonical forms of the plans that differ only in rank order or
+// interleaved chunks and predict the same.
 type EstimateJSON struct {
 	Plan              PlanJSON   `json:"plan"`
+	PlanString        string     `json:"plan_string"`
+	Variants          []string   `json:"variants"`
 	Memory            MemoryJSON `json:"memory"`
 	Time              TimeJSON   `json:"time"`
 	TFLOPsPerDevice   float64    `json:"tflops_per_device"`
@@ -76,8 +89,12 @@ func (p Plan) JSON() PlanJSON {
 // JSON converts an estimate.
 func (e Estimate) JSON() EstimateJSON {
 	m, t := e.Memory, e.Time
+	vs := make([]string, len(e.Variants))
+	for i, v := range e.Variants {
+		vs[i] = v.String()
+	}
 	return EstimateJSON{
-		Plan: e.Plan.JSON(),
+		Plan: e.Plan.JSON(), PlanString: e.Plan.String(), Variants: vs,
 		Memory: MemoryJSON{Param: m.Param, Grad: m.Grad, Optim: m.Optim, Act: m.Act, Other: m.Other,
 			Total: m.Total, Budget: m.Budget},
 		Time: TimeJSON{Compute: t.Compute, CommExposed: t.CommExposed, Bubble: t.Bubble, Misc: t.Misc,
@@ -92,8 +109,11 @@ func (j Job) Report(r Result) ReportJSON {
 	out := ReportJSON{
 		Model:     ModelJSON{Name: j.Model.Name, Params: j.Model.Params()},
 		Plans:     make([]EstimateJSON, 0, len(r.Plans)),
-		Evaluated: r.Evaluated,
+		Evaluated: r.Candidates(),
+		Costed:    r.Evaluated,
+		Fit:       r.Fitting,
 		Rejected:  map[string]int{},
+		Reason:    r.Reason,
 	}
 	for _, e := range r.Plans {
 		out.Plans = append(out.Plans, e.JSON())

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -29,6 +30,9 @@ func (j Job) Search(o Options) (Result, error) {
 	if err := o.Fix.check(); err != nil {
 		return Result{}, err
 	}
+	if o.Top < 0 {
+		return Result{}, fmt.Errorf("plan: top=%d: want at least 1 (0 means the default, 10)", o.Top)
+	}
 	s := searcher{job: j, fix: o.Fix, top: o.top(), res: Result{Rejected: map[string]int{}}}
 	N := j.Devices
 	for _, tp := range divisors(N) {
@@ -38,7 +42,33 @@ func (j Job) Search(o Options) (Result, error) {
 			}
 		}
 	}
+	if s.err != nil {
+		return Result{}, s.err
+	}
+	if s.res.Candidates() == 0 {
+		s.whyNone()
+	}
 	return s.res, nil
+}
+
+// whyNone records why a search met no candidate at all (the pinned keys
+// exclude every plan): the first rule the pinned plan breaks, with its
+// numbers, dp completed from the device count when not pinned.
+func (s *searcher) whyNone() {
+	p, j := s.fix.plan, s.job
+	if !s.fix.Pinned("dp") && j.Devices%(p.TP*p.PP*p.CP) == 0 {
+		p.DP = j.Devices / (p.TP * p.PP * p.CP)
+	}
+	err := j.Check(p)
+	if err == nil {
+		err = fmt.Errorf("plan: no plan has the pinned values %s", s.fix)
+	}
+	key := rejFix
+	if v := j.rule(p); v.key != "" {
+		key = v.key
+	}
+	s.reject(key, 1)
+	s.res.Reason = err.Error()
 }
 
 // check rejects pinned values that no plan could have.
@@ -60,6 +90,7 @@ type searcher struct {
 	fix Fix
 	top int
 	res Result
+	err error // a prediction that is not finite (a cluster's numbers out of range)
 }
 
 func (s *searcher) reject(key string, n int) {
@@ -200,8 +231,9 @@ func (s *searcher) evaluate(p Plan, orders []orderOpt, sp shapeParams, lz *lazyL
 
 // lowerBound is a step time no order of p can beat: the slowest stage runs
 // m micro-batches of at least its layers' compute, and the bubble is
-// (pp−1)/vpp mean stages of at least L/pp layers' compute each (every other
-// term of the step is positive).
+// (pp−1)/vpp mean stages of at least L/pp layers' compute each, or for
+// zb-h1 (pp−1) times L/pp layers' compute less twice their weight-gradient
+// GEMMs (every other term of the step is positive).
 func (s *searcher) lowerBound(p Plan, sp shapeParams, lz *lazyLayer) float64 {
 	j := s.job
 	if !lz.haveParts {
@@ -211,8 +243,12 @@ func (s *searcher) lowerBound(p Plan, sp shapeParams, lz *lazyLayer) float64 {
 	pt := sp.pt
 	most := max(pt.first, pt.last, pt.mid)
 	m := float64(j.MicroBatches(p))
-	bubble := float64(p.PP-1) / float64(p.VPP) * float64(j.Model.Layers) / float64(p.PP)
-	return layer * (m*float64(most) + bubble)
+	bubble := float64(p.PP-1) / float64(p.VPP) * float64(j.Model.Layers) / float64(p.PP) * layer
+	if p.Schedule == ZBH1 {
+		w := lz.parts.layer.wgt
+		bubble = float64(p.PP-1) * float64(j.Model.Layers) / float64(p.PP) * math.Max(0, layer-2*w)
+	}
+	return layer*m*float64(most) + bubble
 }
 
 // finish completes an estimate whose memory and layer cost are known.
@@ -231,7 +267,17 @@ func (j Job) finish(p Plan, pl placement, lc layerCost, mem Memory, sp shapePara
 // push keeps the best s.top plans, fastest first (ties: less memory, then
 // the canonical text).
 func (s *searcher) push(e Estimate) {
+	if !finite(e) {
+		if s.err == nil {
+			s.err = fmt.Errorf("plan: cluster %s: plan %s predicts a step of %g s and %d bytes: the cluster's bandwidths, peaks or latencies are out of range",
+				s.job.Cluster.Name, e.Plan.Short(), e.Time.Step, e.Memory.Total)
+		}
+		return
+	}
 	ps := s.res.Plans
+	if s.merge(e) {
+		return
+	}
 	if len(ps) == s.top && !better(e, ps[len(ps)-1]) {
 		return
 	}
@@ -256,13 +302,30 @@ func better(a, b Estimate) bool {
 
 // Result is the outcome of a search.
 type Result struct {
-	Plans     []Estimate     // the best plans that fit, fastest first
+	// Plans are the best plans that fit, fastest first, each with the
+	// variants that predict the same (Estimate.Variants).
+	Plans     []Estimate
 	Evaluated int            // complete plans whose memory (and, if they fit, time) was computed
 	Fitting   int            // of those, how many fit in memory
 	Rejected  map[string]int // candidates cut, by rule (see Search)
 	// Smallest is the plan that needs the least memory of those evaluated
 	// (Memory filled in, Time not), to say how far from fitting a job is.
 	Smallest Estimate
+	// Reason is set when no candidate was met at all: the rule the pinned
+	// keys break, with its numbers.
+	Reason string
+}
+
+// Candidates is what the search considered: the plans that fit plus
+// every rejection, so that Fitting + Σ Rejected = Candidates. A plan cut
+// for memory counts once; a shape cut by a rule counts once, not once per
+// plan it would have led to.
+func (r Result) Candidates() int {
+	n := r.Fitting
+	for _, v := range r.Rejected {
+		n += v
+	}
+	return n
 }
 
 // RejectedReasons lists the keys of Rejected, most frequent first.
@@ -283,7 +346,7 @@ func (r Result) RejectedReasons() []string {
 // Options tune a search.
 type Options struct {
 	Fix Fix
-	Top int // plans to keep; 0 means 10
+	Top int // plans to keep; 0 means 10, negative is an error
 }
 
 func (o Options) top() int {

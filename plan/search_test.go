@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -154,7 +155,7 @@ func TestSearchFix(t *testing.T) {
 		t.Fatalf("all keys pinned: evaluated %d, plans %v", res.Evaluated, res.Plans)
 	}
 	want, _ := j.Evaluate(all)
-	if res.Plans[0] != want {
+	if !reflect.DeepEqual(res.Plans[0], want) {
 		t.Errorf("search and Evaluate disagree on the pinned plan")
 	}
 
@@ -248,13 +249,14 @@ func TestTableAndReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := j.Table(res)
-	for _, w := range []string{"gpt2", "MFU", "evaluated", "memory: over the device budget", res.Plans[0].Plan.Short()} {
+	for _, w := range []string{"gpt2", "124.4M params", "mem GiB", "MFU", "considered", "memory: over the device budget", res.Plans[0].Plan.Short()} {
 		if !strings.Contains(text, w) {
 			t.Errorf("table lacks %q:\n%s", w, text)
 		}
 	}
 	r := j.Report(res)
-	if r.Model.Params != 124_439_808 || len(r.Plans) != 2 || r.Evaluated != res.Evaluated ||
+	if r.Model.Params != 124_439_808 || len(r.Plans) != 2 || r.Evaluated != res.Candidates() || r.Costed != res.Evaluated ||
+		r.Plans[0].PlanString != res.Plans[0].Plan.String() ||
 		r.Plans[0].Time.Step != res.Plans[0].Time.Step || r.Plans[0].Memory.Budget != 2*gib {
 		t.Errorf("report %+v", r)
 	}

@@ -20,6 +20,7 @@ type planFlags struct {
 	fix, explain   string
 	top            int
 	json           bool
+	emit, from     string
 }
 
 // newPlanCmd is `trellis plan`: search parallel plans for a model on a
@@ -40,9 +41,28 @@ or a Hugging Face config.json (model_type gpt2 or llama).
 cluster file (see docs/PLANNER.md).`,
 		Example: `  trellis plan --model llama3-70b --cluster dgx-h100 --devices 64 --seq 8192 --global-batch 512
   trellis plan --model gpt3-175b --cluster dgx-a100 --devices 1024 --seq 2048 --global-batch 1536 --fix tp=8,pp=8 --top 3
-  trellis plan --model llama3-8b --cluster dgx-h100 --devices 8 --seq 8192 --global-batch 64 --explain dp=8,zero=1 --json`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runPlan(cmd.OutOrStdout(), f) },
+  trellis plan --model llama3-8b --cluster dgx-h100 --devices 8 --seq 8192 --global-batch 64 --explain dp=8,zero=1 --json
+  trellis plan --model llama3-70b --cluster dgx-h100 --devices 64 --seq 8192 --global-batch 128 --emit megatron
+  trellis plan --model llama3-70b --cluster dgx-h100 --devices 64 --from megatron -- --tensor-model-parallel-size 8 ...
+  trellis plan --model llama3-8b --cluster dgx-h100 --devices 8 --from torchtitan llama3_8b.toml
+  trellis plan --model llama3-8b --cluster dgx-h100 --devices 8 --seq 8192 --from deepspeed ds_config.json --fix tp=1,pp=1`,
+		Args: func(_ *cobra.Command, args []string) error {
+			switch {
+			case f.from == "" && len(args) > 0:
+				return fmt.Errorf("plan: unexpected argument %q (only --from takes one: the configuration)", args[0])
+			case f.from == "megatron" && len(args) == 0:
+				return fmt.Errorf("plan: --from megatron needs the arguments after --, or a file holding them")
+			case f.from != "" && f.from != "megatron" && len(args) != 1:
+				return fmt.Errorf("plan: --from %s needs one argument: the configuration file", f.from)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.from != "" {
+				return runFrom(cmd.OutOrStdout(), f, args)
+			}
+			return runPlan(cmd.OutOrStdout(), cmd.ErrOrStderr(), f)
+		},
 	}
 	fl := c.Flags()
 	fl.StringVar(&f.model, "model", "", "model preset or Hugging Face config.json path (required)")
@@ -54,10 +74,12 @@ cluster file (see docs/PLANNER.md).`,
 	fl.IntVar(&f.top, "top", 5, "how many plans to show")
 	fl.StringVar(&f.explain, "explain", "", "explain one plan (missing keys take their defaults): why it is rejected or slower")
 	fl.BoolVar(&f.json, "json", false, "print JSON")
+	fl.StringVar(&f.emit, "emit", "", "print the chosen plan (or --explain's) as a framework runs it: megatron, torchtitan or deepspeed")
+	fl.StringVar(&f.from, "from", "", "read a framework configuration and explain it: --from megatron -- ARGS... (or a file of them), --from torchtitan job.toml, --from deepspeed ds_config.json (with --fix for the keys DeepSpeed's JSON lacks)")
 	return c
 }
 
-func runPlan(w io.Writer, f planFlags) error {
+func runPlan(w, info io.Writer, f planFlags) error {
 	job, err := planJob(f)
 	if err != nil {
 		return err
@@ -66,17 +88,39 @@ func runPlan(w io.Writer, f planFlags) error {
 	if err != nil {
 		return fmt.Errorf("--fix: %w", err)
 	}
-	res, err := job.Search(plan.Options{Fix: fix, Top: f.top})
+	opts := plan.Options{Fix: fix, Top: f.top}
+	res, err := job.Search(opts)
 	if err != nil {
 		return err
+	}
+	if f.emit != "" && f.explain != "" {
+		p, err := plan.Parse(f.explain)
+		if err != nil {
+			return fmt.Errorf("--explain: %w", err)
+		}
+		return emitPlan(w, info, job, p, f.emit, f.json)
 	}
 	if f.explain != "" {
 		return explainPlan(w, job, res, f)
 	}
-	if f.json {
-		return writeJSON(w, job.Report(res))
+	advice := job.Advice(res, opts)
+	if f.emit != "" && len(advice) == 0 {
+		return emitPlan(w, info, job, res.Plans[0].Plan, f.emit, f.json)
 	}
-	_, err = io.WriteString(w, job.Table(res))
+	if f.json {
+		r := job.Report(res)
+		r.Advice = advice
+		err = writeJSON(w, r)
+	} else {
+		text := job.Table(res)
+		if len(advice) > 0 {
+			text += "\nwhy, and what would make a plan fit:\n  " + strings.Join(advice, "\n  ") + "\n"
+		}
+		_, err = io.WriteString(w, text)
+	}
+	if err == nil && len(advice) > 0 {
+		err = fmt.Errorf("plan: no plan fits: %s", advice[0])
+	}
 	return err
 }
 
@@ -86,10 +130,18 @@ func planJob(f planFlags) (plan.Job, error) {
 		return plan.Job{}, errors.New("plan: --model is required")
 	case f.cluster == "":
 		return plan.Job{}, errors.New("plan: --cluster is required")
-	case f.seq <= 0:
+	case f.seq == 0:
 		return plan.Job{}, errors.New("plan: --seq is required (tokens per sequence)")
-	case f.batch <= 0:
+	case f.seq < 0:
+		return plan.Job{}, fmt.Errorf("plan: --seq=%d: must be a positive number of tokens", f.seq)
+	case f.batch == 0:
 		return plan.Job{}, errors.New("plan: --global-batch is required (sequences per step)")
+	case f.batch < 0:
+		return plan.Job{}, fmt.Errorf("plan: --global-batch=%d: must be a positive number of sequences", f.batch)
+	case f.devices < 0:
+		return plan.Job{}, fmt.Errorf("plan: --devices=%d: must be positive (0 or absent: one node of the cluster)", f.devices)
+	case f.top < 1:
+		return plan.Job{}, fmt.Errorf("plan: --top=%d: must be at least 1", f.top)
 	}
 	m, err := loadModel(f.model)
 	if err != nil {
@@ -157,14 +209,15 @@ func explainPlan(w io.Writer, job plan.Job, res plan.Result, f planFlags) error 
 		return err
 	}
 	out := struct {
-		Plan   plan.PlanJSON      `json:"plan"`
-		Valid  bool               `json:"valid"`
-		Fits   bool               `json:"fits"`
-		Reason string             `json:"reason,omitempty"`
-		Est    *plan.EstimateJSON `json:"estimate,omitempty"`
-		Best   *plan.EstimateJSON `json:"best,omitempty"`
-		Text   string             `json:"text"`
-	}{Plan: p.JSON(), Text: job.Explain(p, best)}
+		Plan       plan.PlanJSON      `json:"plan"`
+		PlanString string             `json:"plan_string"`
+		Valid      bool               `json:"valid"`
+		Fits       bool               `json:"fits"`
+		Reason     string             `json:"reason,omitempty"`
+		Est        *plan.EstimateJSON `json:"estimate,omitempty"`
+		Best       *plan.EstimateJSON `json:"best,omitempty"`
+		Text       string             `json:"text"`
+	}{Plan: p.JSON(), PlanString: p.String(), Text: job.Explain(p, best)}
 	if e, err := job.Evaluate(p); err != nil {
 		out.Reason = err.Error()
 	} else {

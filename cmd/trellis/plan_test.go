@@ -43,7 +43,7 @@ func TestPlanJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatal(err, out)
 	}
-	if got := keys(r); got != "evaluated,model,plans,rejected" {
+	if got := keys(r); got != "costed,evaluated,fit,model,plans,rejected" {
 		t.Fatalf("top-level keys %s", got)
 	}
 	if p := r["model"].(map[string]any)["params"].(float64); p != 8030261248 {
@@ -55,7 +55,7 @@ func TestPlanJSON(t *testing.T) {
 	}
 	p0 := plans[0].(map[string]any)
 	for field, want := range map[string]string{
-		"":       "hfu,hw_tflops_per_device,memory,mfu,plan,tflops_per_device,time,tokens_per_s",
+		"":       "hfu,hw_tflops_per_device,memory,mfu,plan,plan_string,tflops_per_device,time,tokens_per_s,variants",
 		"plan":   "cp,dp,flash,mbs,order,pp,precision,recompute,schedule,sp,tp,vpp,zero",
 		"memory": "act,budget,grad,optim,other,param,total",
 		"time":   "bubble,comm_exposed,compute,misc,step",
@@ -83,7 +83,7 @@ func TestPlanTableAndExplain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err, out)
 	}
-	for _, w := range []string{"MFU", "tp=8,pp=8", "evaluated"} {
+	for _, w := range []string{"MFU", "tp=8,pp=8", "considered"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("table lacks %q:\n%s", w, out)
 		}
@@ -181,5 +181,68 @@ func TestPlanHeldOutBLOOM(t *testing.T) {
 		"dp=8,tp=4,pp=12,zero=1,mbs=2,recompute=full,flash=off")...)
 	if err != nil || !strings.Contains(out, "70 layers over 12 stages: 5, 6 × 10, 5") {
 		t.Errorf("explain (%v) lacks the uneven split:\n%s", err, out)
+	}
+}
+
+// Exit status: a search that finds a plan succeeds; one that finds none
+// fails with why and what would make a plan fit (table and JSON alike);
+// bad flag values fail naming the flag, the value and the rule.
+func TestPlanExitCodes(t *testing.T) {
+	base := []string{"--model", "llama3-8b", "--cluster", "dgx-h100", "--seq", "8192", "--global-batch", "64"}
+	for _, c := range []struct {
+		args []string
+		ok   bool
+		want []string
+	}{
+		{[]string{"--devices", "8"}, true, []string{"considered"}},
+		{[]string{"--devices", "8", "--fix", "dp=16"}, false, []string{"16·1·1·1 = 16, but the job has 8 devices", "--fix"}},
+		{[]string{"--devices", "1"}, false, []string{"closest:", "at least", "on 2 devices"}},
+		{[]string{"--devices", "1", "--json"}, false, []string{`"advice"`, `"plans": []`}},
+	} {
+		out, err := runPlanArgs(t, append(append([]string{}, base...), c.args...)...)
+		if (err == nil) != c.ok {
+			t.Errorf("%v: err %v, want ok=%v\n%s", c.args, err, c.ok, out)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%v: output lacks %q:\n%s", c.args, w, out)
+			}
+		}
+	}
+	for flag, want := range map[string]string{
+		"--seq=-5":          "--seq=-5: must be a positive number of tokens",
+		"--top=0":           "--top=0: must be at least 1",
+		"--global-batch=-1": "--global-batch=-1: must be a positive",
+		"--devices=-2":      "--devices=-2: must be positive",
+	} {
+		args := append(append([]string{}, base...), flag)
+		if _, err := runPlanArgs(t, args...); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", flag, err, want)
+		}
+	}
+}
+
+// The JSON's plan_string is ready for --explain: it explains as the same plan.
+func TestPlanJSONPlanString(t *testing.T) {
+	args := []string{"--model", "gpt2", "--cluster", "../../plan/testdata/cpu-host.toml", "--devices", "2",
+		"--seq", "256", "--global-batch", "8", "--top", "1"}
+	out, err := runPlanArgs(t, append(args, "--json")...)
+	if err != nil {
+		t.Fatal(err, out)
+	}
+	var r struct {
+		Plans []struct {
+			PlanString string `json:"plan_string"`
+		} `json:"plans"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.Plans) != 1 {
+		t.Fatal(err, out)
+	}
+	out, err = runPlanArgs(t, append(args, "--explain", r.Plans[0].PlanString)...)
+	if err != nil || !strings.Contains(out, "this is the best plan found") {
+		t.Errorf("explain %s: %v\n%s", r.Plans[0].PlanString, err, out)
+	}
+	if strings.Contains(out, "0.0 GiB") {
+		t.Errorf("units not by magnitude:\n%s", out)
 	}
 }
