@@ -22,6 +22,10 @@ type Result struct {
 	// whose forward has run and whose activations are still kept: until
 	// the backward, or for zb-h1 until W.
 	InFlight []int
+	// ChunkInFlight is the same per chunk, (PP, VPP): the executor keeps a
+	// free list of stashes per chunk, so its act peak is
+	// Σ_chunks ChunkInFlight × the chunk's stash.
+	ChunkInFlight [][]int
 	// Start is each action's start time, parallel to Schedule.Ranks.
 	Start [][]int64
 }
@@ -53,6 +57,7 @@ type simRank struct {
 	got      map[msgKey]bool // messages received
 	fwd, bwd map[[2]int]bool // (mb, chunk) whose F / B has run
 	live     int             // pairs in flight now
+	chunk    []int           // (VPP) pairs in flight per chunk
 }
 
 // Simulate runs every rank's list at costs c. A send takes no time and
@@ -63,10 +68,11 @@ type simRank struct {
 // pass is missing or repeated.
 func Simulate(s *Schedule, c Costs) (Result, error) {
 	p := s.PP
-	res := Result{Busy: make([]int64, p), InFlight: make([]int, p), Start: make([][]int64, p)}
+	res := Result{Busy: make([]int64, p), InFlight: make([]int, p), Start: make([][]int64, p), ChunkInFlight: make([][]int, p)}
 	rs := make([]*simRank, p)
 	for r := range rs {
-		rs[r] = &simRank{got: map[msgKey]bool{}, fwd: map[[2]int]bool{}, bwd: map[[2]int]bool{}}
+		rs[r] = &simRank{got: map[msgKey]bool{}, fwd: map[[2]int]bool{}, bwd: map[[2]int]bool{}, chunk: make([]int, s.vpp())}
+		res.ChunkInFlight[r] = make([]int, s.vpp())
 		res.Start[r] = make([]int64, len(s.Ranks[r]))
 	}
 	sent := map[msgKey]int64{} // send time
@@ -140,7 +146,9 @@ func (s *Schedule) apply(r int, a Action, st *simRank, start int64, c Costs, sen
 		}
 		st.fwd[key], cost = true, c.F
 		st.live++
+		st.chunk[a.Chunk]++
 		res.InFlight[r] = max(res.InFlight[r], st.live)
+		res.ChunkInFlight[r][a.Chunk] = max(res.ChunkInFlight[r][a.Chunk], st.chunk[a.Chunk])
 	case Backward:
 		switch {
 		case !st.fwd[key]:
@@ -154,6 +162,7 @@ func (s *Schedule) apply(r int, a Action, st *simRank, start int64, c Costs, sen
 		if !s.Split() {
 			cost += c.W
 			st.live--
+			st.chunk[a.Chunk]--
 		}
 	case Weight:
 		if !s.Split() || !st.bwd[key] {
@@ -161,6 +170,7 @@ func (s *Schedule) apply(r int, a Action, st *simRank, start int64, c Costs, sen
 		}
 		cost = c.W
 		st.live--
+		st.chunk[a.Chunk]--
 	case RecvAct, RecvGrad:
 		from := (r - 1 + p) % p
 		if a.Op == RecvGrad {
