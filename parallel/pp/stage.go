@@ -28,13 +28,13 @@ type StageConfig struct {
 // in-flight count times the chunk's stash.
 type Stage struct {
 	cfg    StageConfig
-	free   [][]*model.Stash           // (vpp) stashes not in use
-	live   map[[2]int]*model.Stash    // (mb, chunk) in flight
-	recvs  map[[2]int]pending         // posted receives of activations (into the stash) or gradients
-	sends  map[[2]int]pending         // activation sends in flight (read the stash)
-	gsends []pending                  // gradient sends in flight
-	bufs   []*device.Buffer           // boundary buffers: free
-	n      int                        // B·T·C
+	free   [][]*model.Stash        // (vpp) stashes not in use
+	live   map[[2]int]*model.Stash // (mb, chunk) in flight
+	recvs  map[[2]int]pending      // posted receives of activations (into the stash) or gradients
+	sends  map[[2]int]pending      // activation sends in flight (read the stash)
+	gsends []pending               // gradient sends in flight
+	bufs   []*device.Buffer        // boundary buffers: free
+	n      int                     // B·T·C
 }
 
 // pending is an issued transfer and, for gradients, the buffer it uses.
