@@ -193,4 +193,4 @@ func (r *rank) evalPipe() (float64, error) {
 }
 
 // CommStats adds the point-to-point traffic to the state's.
-func (pi *pipe) commStats() comm.Stats { return pi.state.CommStats().Add(pi.link.Stats()) }
+func (pi *pipe) commStats() comm.Stats { return pi.state.CommStats().Add(pi.stage.CommStats()) }

@@ -182,3 +182,30 @@ func TestPipelineBadInput(t *testing.T) {
 		t.Errorf("pp > devices: %v", err)
 	}
 }
+
+// A pipeline's checkpoint is one device's: trellis sample reads it, and a
+// run split by --until and resumed (under the same plan) equals the
+// straight run bit for bit.
+func TestPipelineCheckpoint(t *testing.T) {
+	j := ppJob("pp=2,dp=2,zero=1,vpp=2,schedule=interleaved", 5)
+	j.Train.GlobalBatch, j.Train.Steps = 16, 4
+	a := runJob(t, j, t.TempDir(), "", 0)
+	dir := t.TempDir()
+	b1 := runJob(t, j, dir, "", 2)
+	b2 := runJob(t, j, dir, dir, 0)
+	got := append(append([]float64{}, b1.losses...), b2.losses...)
+	for s := range a.losses {
+		if s >= len(got) || got[s] != a.losses[s] {
+			t.Fatalf("losses %v (split) vs %v (straight)", got, a.losses)
+		}
+	}
+	for _, x := range [][2][]float32{{a.w, b2.w}, {a.m, b2.m}, {a.v, b2.v}} {
+		if err := sameBits(x[0], x[1]); err != nil {
+			t.Error(err)
+		}
+	}
+	txt, err := SampleCheckpoint(SampleOptions{Checkpoint: a.sum.Checkpoint, Prompt: "It is", Tokens: 8, Temperature: 0, Seed: 1, Threads: 1})
+	if err != nil || txt == "" {
+		t.Fatalf("sample from the pipeline's checkpoint: %q, %v", txt, err)
+	}
+}

@@ -35,6 +35,7 @@ type Stage struct {
 	gsends []pending               // gradient sends in flight
 	bufs   []*device.Buffer        // boundary buffers: free
 	n      int                     // B·T·C
+	waited time.Duration           // time blocked on transfers: exposed communication
 }
 
 // pending is an issued transfer and, for gradients, the buffer it uses.
@@ -267,12 +268,23 @@ func (s *Stage) reap() {
 
 // wait blocks on p (the wait lane of the trace).
 func (s *Stage) wait(p pending, a Action) error {
-	t0 := s.cfg.Trace.Now()
-	err := p.w.Wait()
-	if s.cfg.Trace != nil && time.Since(t0) > 2*time.Microsecond {
-		s.cfg.Trace.Span(trace.Wait, "wait "+a.String(), t0)
+	if w, ok := p.w.(*watched); ok && w.done() {
+		return w.err
 	}
+	t0 := time.Now()
+	err := p.w.Wait()
+	end := time.Now()
+	s.waited += end.Sub(t0)
+	s.cfg.Trace.SpanTo(trace.Wait, "wait "+a.String(), t0, end)
 	return err
+}
+
+// CommStats is the point-to-point traffic: Busy from the link's groups,
+// Wait the time this rank blocked on it (the watchers' waits excluded).
+func (s *Stage) CommStats() comm.Stats {
+	st := s.cfg.Link.Stats()
+	st.Wait = s.waited
+	return st
 }
 
 // span records a compute action.
