@@ -44,9 +44,6 @@ func checkPipeline(j Job, p plan.Plan, accum int) error {
 	if _, err := plan.ChunkLayers(j.Model.Layers, p.PP, p.VPP); err != nil {
 		return fmt.Errorf("model.%w", err)
 	}
-	if pp.Kind(p.Schedule) == pp.ZBH1 {
-		return fmt.Errorf("parallel.plan: schedule=zb-h1 is simulated (parallel/pp) but not executed yet: its deferred weight gradients need the model's backward split into input and weight gradients; use 1f1b, gpipe or interleaved")
-	}
 	return nil
 }
 

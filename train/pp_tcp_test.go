@@ -67,7 +67,7 @@ func tcpPipeline(t *testing.T, plan string, procs int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idle := trace.Idle(evs)
+	idle := trace.Idle(evs, "pipeline")
 	if len(idle) != procs {
 		t.Fatalf("merged trace has steps of %d ranks, want %d", len(idle), procs)
 	}

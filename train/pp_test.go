@@ -37,8 +37,11 @@ func TestPipelinesMatchSingleDevice(t *testing.T) {
 		{"pp=4,vpp=2,schedule=interleaved", 9},
 		{"pp=2,dp=2,zero=1", 5},
 		{"pp=2,dp=2", 5},
+		{"pp=2,schedule=zb-h1", 5},
+		{"pp=4,schedule=zb-h1", 6},
 	} {
 		t.Run(fmt.Sprintf("%s/L%d", tc.plan, tc.layers), func(t *testing.T) {
+			skipUnknownSchedule(t, tc.plan)
 			ref, ok := refs[tc.layers]
 			if !ok {
 				ref = runJob(t, ppJob("dp=1", tc.layers), t.TempDir(), "", 0)
@@ -66,6 +69,16 @@ func TestPipelinesMatchSingleDevice(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// skipUnknownSchedule skips a plan whose schedule plan's key does not
+// accept yet (zb-h1 arrives with the planner's change; parallel/pp's
+// executor tests cover it meanwhile).
+func skipUnknownSchedule(t *testing.T, parallel string) {
+	t.Helper()
+	if _, err := ppJob(parallel, 8).EnginePlan(); err != nil && strings.Contains(err.Error(), "zb-h1") {
+		t.Skipf("plan does not accept schedule=zb-h1 yet: %v", err)
 	}
 }
 

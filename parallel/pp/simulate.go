@@ -26,6 +26,9 @@ type Result struct {
 	// free list of stashes per chunk, so its act peak is
 	// Σ_chunks ChunkInFlight × the chunk's stash.
 	ChunkInFlight [][]int
+	// Deferred is zb-h1's peak, per rank and chunk, of pairs whose B has
+	// run and whose W has not: each holds a weight stash.
+	Deferred [][]int
 	// Start is each action's start time, parallel to Schedule.Ranks.
 	Start [][]int64
 }
@@ -58,6 +61,7 @@ type simRank struct {
 	fwd, bwd map[[2]int]bool // (mb, chunk) whose F / B has run
 	live     int             // pairs in flight now
 	chunk    []int           // (VPP) pairs in flight per chunk
+	deferred []int           // (VPP) pairs between B and W per chunk
 }
 
 // Simulate runs every rank's list at costs c. A send takes no time and
@@ -68,11 +72,12 @@ type simRank struct {
 // pass is missing or repeated.
 func Simulate(s *Schedule, c Costs) (Result, error) {
 	p := s.PP
-	res := Result{Busy: make([]int64, p), InFlight: make([]int, p), Start: make([][]int64, p), ChunkInFlight: make([][]int, p)}
+	res := Result{Busy: make([]int64, p), InFlight: make([]int, p), Start: make([][]int64, p), ChunkInFlight: make([][]int, p), Deferred: make([][]int, p)}
 	rs := make([]*simRank, p)
 	for r := range rs {
-		rs[r] = &simRank{got: map[msgKey]bool{}, fwd: map[[2]int]bool{}, bwd: map[[2]int]bool{}, chunk: make([]int, s.vpp())}
+		rs[r] = &simRank{got: map[msgKey]bool{}, fwd: map[[2]int]bool{}, bwd: map[[2]int]bool{}, chunk: make([]int, s.vpp()), deferred: make([]int, s.vpp())}
 		res.ChunkInFlight[r] = make([]int, s.vpp())
+		res.Deferred[r] = make([]int, s.vpp())
 		res.Start[r] = make([]int64, len(s.Ranks[r]))
 	}
 	sent := map[msgKey]int64{} // send time
@@ -163,6 +168,9 @@ func (s *Schedule) apply(r int, a Action, st *simRank, start int64, c Costs, sen
 			cost += c.W
 			st.live--
 			st.chunk[a.Chunk]--
+		} else {
+			st.deferred[a.Chunk]++
+			res.Deferred[r][a.Chunk] = max(res.Deferred[r][a.Chunk], st.deferred[a.Chunk])
 		}
 	case Weight:
 		if !s.Split() || !st.bwd[key] {
@@ -171,6 +179,7 @@ func (s *Schedule) apply(r int, a Action, st *simRank, start int64, c Costs, sen
 		cost = c.W
 		st.live--
 		st.chunk[a.Chunk]--
+		st.deferred[a.Chunk]--
 	case RecvAct, RecvGrad:
 		from := (r - 1 + p) % p
 		if a.Op == RecvGrad {

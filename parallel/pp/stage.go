@@ -28,14 +28,16 @@ type StageConfig struct {
 // in-flight count times the chunk's stash.
 type Stage struct {
 	cfg    StageConfig
-	free   [][]*model.Stash        // (vpp) stashes not in use
-	live   map[[2]int]*model.Stash // (mb, chunk) in flight
-	recvs  map[[2]int]pending      // posted receives of activations (into the stash) or gradients
-	sends  map[[2]int]pending      // activation sends in flight (read the stash)
-	gsends []pending               // gradient sends in flight
-	bufs   []*device.Buffer        // boundary buffers: free
-	n      int                     // B·T·C
-	waited time.Duration           // time blocked on transfers: exposed communication
+	free   [][]*model.Stash              // (vpp) stashes not in use
+	live   map[[2]int]*model.Stash       // (mb, chunk) in flight
+	wfree  [][]*model.WeightStash        // (vpp) zb-h1: weight stashes not in use
+	wlive  map[[2]int]*model.WeightStash // zb-h1: (mb, chunk) between B and W
+	recvs  map[[2]int]pending            // posted receives of activations (into the stash) or gradients
+	sends  map[[2]int]pending            // activation sends in flight (read the stash)
+	gsends []pending                     // gradient sends in flight
+	bufs   []*device.Buffer              // boundary buffers: free
+	n      int                           // B·T·C
+	waited time.Duration                 // time blocked on transfers: exposed communication
 }
 
 // pending is an issued transfer and, for gradients, the buffer it uses.
@@ -44,20 +46,17 @@ type pending struct {
 	buf *device.Buffer
 }
 
-// NewStage checks the schedule against the layout. zb-h1 is simulated but
-// not executed: it needs each linear's input and weight gradients
-// computed apart, which the model's backward does not offer yet.
+// NewStage checks the schedule against the layout.
 func NewStage(c StageConfig) (*Stage, error) {
 	switch {
 	case c.GPT == nil || c.Params == nil || c.Schedule == nil || c.Link == nil || c.Device == nil:
 		return nil, errors.New("pp: StageConfig needs GPT, Params, Schedule, Link and Device")
-	case c.Schedule.Split():
-		return nil, fmt.Errorf("pp: schedule=%s is simulated (trellis plan, parallel/pp) but the engine does not execute it yet: its deferred weight gradients need the model's backward split into input and weight gradients; use 1f1b, gpipe or interleaved", c.Schedule.Kind)
 	case c.Schedule.PP != c.Layout.PP || c.Schedule.vpp() != c.Layout.VPP:
 		return nil, fmt.Errorf("pp: schedule pp=%d vpp=%d, layout pp=%d vpp=%d", c.Schedule.PP, c.Schedule.vpp(), c.Layout.PP, c.Layout.VPP)
 	}
 	cfg := c.GPT.Config()
 	return &Stage{cfg: c, free: make([][]*model.Stash, c.Layout.VPP), live: map[[2]int]*model.Stash{},
+		wfree: make([][]*model.WeightStash, c.Layout.VPP), wlive: map[[2]int]*model.WeightStash{},
 		recvs: map[[2]int]pending{}, sends: map[[2]int]pending{}, n: c.GPT.MicroBatch() * cfg.SeqLen * cfg.Hidden}, nil
 }
 
@@ -73,6 +72,8 @@ func (s *Stage) StashBytes(c int) int64 {
 // the last model stage, 0 elsewhere.
 func (s *Stage) Step(batch func(mb int) (model.Batch, error), dloss float32) (float64, error) {
 	var sum float64
+	t0 := s.cfg.Trace.Now()
+	defer s.cfg.Trace.Span(trace.Step, "pipeline", t0, "schedule", string(s.cfg.Schedule.Kind), "micro-batches", s.cfg.Schedule.Micro)
 	for _, a := range s.cfg.Schedule.Ranks[s.cfg.Layout.Rank] {
 		loss, err := s.do(a, batch, dloss)
 		if err != nil {
@@ -112,6 +113,8 @@ func (s *Stage) do(a Action, batch func(int) (model.Batch, error), dloss float32
 		s.recvs[key] = s.watch(pending{w: s.cfg.Link.Recv(buf.Data, a.Peer, true), buf: buf}, "recv grad", a)
 	case Backward:
 		return 0, s.backward(a, key, dloss)
+	case Weight:
+		return 0, s.weight(a, key)
 	case SendGrad:
 		buf, err := s.buffer()
 		if err != nil {
@@ -200,8 +203,21 @@ func (s *Stage) backward(a Action, key [2]int, dloss float32) error {
 			return err
 		}
 	}
+	var ws *model.WeightStash
+	if s.cfg.Schedule.Split() {
+		var err error
+		if ws, err = s.weightStash(key); err != nil {
+			return err
+		}
+	}
 	for l := bounds[1] - 1; l >= bounds[0]; l-- {
-		if err := g.BlockBackward(p, st, l); err != nil {
+		var err error
+		if ws != nil {
+			err = g.BlockBackwardInput(p, st, ws, l)
+		} else {
+			err = g.BlockBackward(p, st, l)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -211,9 +227,50 @@ func (s *Stage) backward(a Action, key [2]int, dloss float32) error {
 		}
 	}
 	s.span(a, t0)
-	delete(s.live, key)
-	s.free[a.Chunk] = append(s.free[a.Chunk], st)
+	if ws == nil {
+		delete(s.live, key)
+		s.free[a.Chunk] = append(s.free[a.Chunk], st)
+	}
 	return nil
+}
+
+// weight runs W(mb, chunk) (zb-h1): the blocks' deferred weight
+// gradients; then the stash and the weight stash are free.
+func (s *Stage) weight(a Action, key [2]int) error {
+	st, ws := s.live[key], s.wlive[key]
+	if st == nil || ws == nil {
+		return errors.New("weight gradient without its split backward")
+	}
+	t0 := s.cfg.Trace.Now()
+	bounds, _, _ := s.cfg.Layout.Chunk(a.Chunk)
+	for l := bounds[1] - 1; l >= bounds[0]; l-- {
+		if err := s.cfg.GPT.BlockBackwardWeight(s.cfg.Params, st, ws, l); err != nil {
+			return err
+		}
+	}
+	s.span(a, t0)
+	delete(s.live, key)
+	delete(s.wlive, key)
+	s.free[a.Chunk] = append(s.free[a.Chunk], st)
+	s.wfree[a.Chunk] = append(s.wfree[a.Chunk], ws)
+	return nil
+}
+
+// weightStash is (mb, chunk)'s weight stash, from the free list or new.
+func (s *Stage) weightStash(key [2]int) (*model.WeightStash, error) {
+	c := key[1]
+	var ws *model.WeightStash
+	if n := len(s.wfree[c]); n > 0 {
+		ws, s.wfree[c] = s.wfree[c][n-1], s.wfree[c][:n-1]
+	} else {
+		b, _, _ := s.cfg.Layout.Chunk(c)
+		var err error
+		if ws, err = s.cfg.GPT.NewWeightStash(b[0], b[1]); err != nil {
+			return nil, err
+		}
+	}
+	s.wlive[key] = ws
+	return ws, nil
 }
 
 // stash is (mb, chunk)'s stash, taken from the free list or allocated.
@@ -308,7 +365,7 @@ func (s *Stage) drain() error {
 		s.bufs = append(s.bufs, p.buf)
 	}
 	s.gsends = s.gsends[:0]
-	if len(s.recvs) != 0 || len(s.live) != 0 {
+	if len(s.recvs) != 0 || len(s.live) != 0 || len(s.wlive) != 0 {
 		return errors.Join(first, fmt.Errorf("pp: rank %d ended the step with %d receives and %d stashes in flight", s.cfg.Layout.Rank, len(s.recvs), len(s.live)))
 	}
 	return first
@@ -329,6 +386,10 @@ func (s *Stage) abort() {
 		s.free[k[1]] = append(s.free[k[1]], st)
 		delete(s.live, k)
 	}
+	for k, ws := range s.wlive {
+		s.wfree[k[1]] = append(s.wfree[k[1]], ws)
+		delete(s.wlive, k)
+	}
 }
 
 // Free returns the stashes and buffers.
@@ -340,6 +401,12 @@ func (s *Stage) Free() {
 		}
 	}
 	s.free = nil
+	for _, fl := range s.wfree {
+		for _, ws := range fl {
+			ws.Free()
+		}
+	}
+	s.wfree = nil
 	for _, b := range s.bufs {
 		b.Free()
 	}
