@@ -23,7 +23,9 @@ type blockDouts struct {
 }
 
 // WeightStashFloats is the size of a WeightStash for blocks [lo, hi).
-func (m *GPT) WeightStashFloats(lo, hi int) int { return (hi - lo) * 9 * m.B * m.cfg.SeqLen * m.cfg.Hidden }
+func (m *GPT) WeightStashFloats(lo, hi int) int {
+	return (hi - lo) * 9 * m.B * m.cfg.SeqLen * m.cfg.Hidden
+}
 
 // NewWeightStash allocates the deferred output gradients of blocks [lo, hi).
 func (m *GPT) NewWeightStash(lo, hi int) (*WeightStash, error) {
