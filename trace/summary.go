@@ -1,6 +1,9 @@
 package trace
 
-import "sort"
+import (
+	"sort"
+	"strings"
+)
 
 // RankIdle is one rank's share of a step spent outside the compute lane.
 type RankIdle struct {
@@ -12,13 +15,15 @@ type RankIdle struct {
 	Compute int     // compute spans inside the step
 }
 
-// Idle measures, for every rank, the idle fraction of its last step span:
-// 1 − (time in compute spans inside the step) / (the step's duration).
-// With equal-cost stages this is the pipeline bubble.
-func Idle(evs []Event) []RankIdle {
+// Idle measures, for every rank, the idle fraction of its last span on
+// the step lane named name ("step …": the whole optimizer step; "pipeline":
+// a pipeline's schedule alone, without the gradient reduction and the
+// update): 1 − (time in compute spans inside it) / (its duration). With
+// equal-cost stages the pipeline's is its bubble.
+func Idle(evs []Event, name string) []RankIdle {
 	last := map[int]Event{}
 	for _, e := range evs {
-		if e.Ph == "X" && e.TID == int(Step) && e.TS >= last[e.PID].TS {
+		if e.Ph == "X" && e.TID == int(Step) && strings.HasPrefix(e.Name, name) && e.TS >= last[e.PID].TS {
 			last[e.PID] = e
 		}
 	}

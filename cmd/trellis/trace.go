@@ -37,9 +37,10 @@ which for a pipeline with equal-cost stages is the bubble.`,
 	return c
 }
 
-// printIdle prints each rank's idle fraction of its last step.
+// printIdle prints each rank's idle fraction of its last step and, for a
+// pipeline, of the schedule alone (its bubble).
 func printIdle(evs []trace.Event) {
-	for _, ri := range trace.Idle(evs) {
+	for _, ri := range append(trace.Idle(evs, "step"), trace.Idle(evs, "pipeline")...) {
 		fmt.Fprintf(os.Stdout, "rank %d  %s  %.1f ms, compute %.1f ms, idle %.1f%%\n",
 			ri.Rank, ri.Step, float64(ri.Span)/1e3, float64(ri.Busy)/1e3, 100*ri.Idle)
 	}
