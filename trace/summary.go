@@ -5,35 +5,38 @@ import (
 	"strings"
 )
 
-// RankIdle is one rank's share of a step spent outside the compute lane.
+// RankIdle is one rank's share of a step-lane span spent outside the
+// compute lane.
 type RankIdle struct {
 	Rank    int
-	Step    string  // the step span's name
-	Busy    int64   // µs of compute inside the step
-	Span    int64   // µs of the step
+	Step    string  // the span's name
+	TS      int64   // its start, µs
+	Busy    int64   // µs of compute inside it
+	Span    int64   // µs of the span
 	Idle    float64 // 1 − Busy/Span
-	Compute int     // compute spans inside the step
+	Compute int     // compute spans inside it
 }
 
-// Idle measures, for every rank, the idle fraction of its last span on
-// the step lane named name ("step …": the whole optimizer step; "pipeline":
-// a pipeline's schedule alone, without the gradient reduction and the
-// update): 1 − (time in compute spans inside it) / (its duration). With
-// equal-cost stages the pipeline's is its bubble.
-func Idle(evs []Event, name string) []RankIdle {
-	last := map[int]Event{}
+// IdleSpans measures every span on the step lane whose name starts with
+// name ("step …": the whole optimizer step; "pipeline": a pipeline's
+// schedule alone, without the gradient reduction and the update): the
+// compute time inside it and its idle fraction 1 − compute/duration. With
+// equal-cost stages a pipeline span's idle fraction is its bubble. The
+// result is ordered by rank, then time.
+func IdleSpans(evs []Event, name string) []RankIdle {
+	var out []RankIdle
+	compute := map[int][]Event{}
 	for _, e := range evs {
-		if e.Ph == "X" && e.TID == int(Step) && strings.HasPrefix(e.Name, name) && e.TS >= last[e.PID].TS {
-			last[e.PID] = e
+		if e.Ph == "X" && e.TID == int(Compute) {
+			compute[e.PID] = append(compute[e.PID], e)
 		}
 	}
-	var out []RankIdle
-	for r, st := range last {
-		ri := RankIdle{Rank: r, Step: st.Name, Span: st.Dur}
-		for _, e := range evs {
-			if e.Ph != "X" || e.PID != r || e.TID != int(Compute) {
-				continue
-			}
+	for _, st := range evs {
+		if st.Ph != "X" || st.TID != int(Step) || !strings.HasPrefix(st.Name, name) {
+			continue
+		}
+		ri := RankIdle{Rank: st.PID, Step: st.Name, TS: st.TS, Span: st.Dur}
+		for _, e := range compute[st.PID] {
 			a, b := max(e.TS, st.TS), min(e.TS+e.Dur, st.TS+st.Dur)
 			if a < b {
 				ri.Busy += b - a
@@ -45,6 +48,23 @@ func Idle(evs []Event, name string) []RankIdle {
 		}
 		out = append(out, ri)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Rank < out[j].Rank })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Rank != out[j].Rank {
+			return out[i].Rank < out[j].Rank
+		}
+		return out[i].TS < out[j].TS
+	})
+	return out
+}
+
+// Idle is IdleSpans' last span of every rank.
+func Idle(evs []Event, name string) []RankIdle {
+	all := IdleSpans(evs, name)
+	var out []RankIdle
+	for i, ri := range all {
+		if i+1 == len(all) || all[i+1].Rank != ri.Rank {
+			out = append(out, ri)
+		}
+	}
 	return out
 }

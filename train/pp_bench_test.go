@@ -1,0 +1,81 @@
+package train
+
+import (
+	"context"
+	"sort"
+	"testing"
+
+	"trellis/trace"
+)
+
+// BenchmarkPipelineBubble measures the bubble from the trace: pp=2 ranks
+// (one thread each) run a 4-layer model of width 256 (stages of two blocks:
+// the embedding and the head are a few percent), m = 8 micro-batches of 2
+// sequences of 64 tokens per step, each boundary transfer delayed by link
+// emulation (100 µs, 1 GB/s). The metric per schedule is the idle
+// fraction of the pipeline span (the schedule, without the gradient
+// reduction and the update) averaged over the ranks, the median over 10
+// steps after the first; textbook-* are (p−1)/(m+p−1) for 1f1b and gpipe,
+// (p−1)/(v·m+p−1) for interleaved (v = 2) and (p−1)/(3m+p−1) for zb-h1 at
+// F = B = W.
+//
+//	go test ./train -run '^$' -bench PipelineBubble -benchtime 1x
+func BenchmarkPipelineBubble(b *testing.B) {
+	const p, m, steps = 2, 8, 11
+	schedules := []struct {
+		name, plan string
+		textbook   float64
+	}{
+		{"1f1b", "pp=2,schedule=1f1b", float64(p-1) / float64(m+p-1)},
+		{"gpipe", "pp=2,schedule=gpipe", float64(p-1) / float64(m+p-1)},
+		{"interleaved", "pp=2,vpp=2,schedule=interleaved", float64(p-1) / float64(2*m+p-1)},
+		{"zb-h1", "pp=2,schedule=zb-h1", float64(p-1) / float64(3*m+p-1)},
+	}
+	for i := 0; i < b.N; i++ {
+		for _, s := range schedules {
+			j := benchJob(s.plan, 4, 2, 2*m, steps)
+			j.Model.Hidden, j.Model.Heads, j.Model.SeqLen = 256, 4, 64
+			j.Parallel.LinkLatency, j.Parallel.LinkBandwidth = "100us", "1GB"
+			if _, err := j.EnginePlan(); err != nil {
+				b.Logf("%s: %v", s.name, err)
+				continue
+			}
+			dir := b.TempDir()
+			if _, err := Run(context.Background(), Options{Job: j, Trace: dir}); err != nil {
+				b.Fatal(err)
+			}
+			evs, err := trace.Read(dir + "/trace.json")
+			if err != nil {
+				b.Fatal(err)
+			}
+			idle := medianIdle(trace.IdleSpans(evs, "pipeline"), p)
+			b.ReportMetric(idle, "idle-"+s.name)
+			b.ReportMetric(s.textbook, "textbook-"+s.name)
+			b.Logf("%-12s idle %.3f  textbook %.3f", s.name, idle, s.textbook)
+		}
+	}
+}
+
+// medianIdle is the median over steps (the first dropped) of the ranks'
+// mean idle fraction.
+func medianIdle(spans []trace.RankIdle, ranks int) float64 {
+	per := map[int][]float64{}
+	for _, s := range spans {
+		per[s.Rank] = append(per[s.Rank], s.Idle)
+	}
+	n := len(per[0])
+	var steps []float64
+	for k := 1; k < n; k++ {
+		var sum float64
+		for r := 0; r < ranks; r++ {
+			sum += per[r][k]
+		}
+		steps = append(steps, sum/float64(ranks))
+	}
+	sort.Float64s(steps)
+	if len(steps) == 0 {
+		return 0
+	}
+	return steps[len(steps)/2]
+}
+
