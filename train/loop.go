@@ -71,7 +71,7 @@ func runRank(ctx context.Context, o Options, s settings, loader *data.Loader, re
 			sum.ValLoss = val
 		}
 		rep.step(done, last, val, dt, stats)
-		if se := o.Job.Train.SampleEvery; se >= 0 && ((se > 0 && done%se == 0) || done == o.Job.Train.Steps) {
+		if se := o.Job.Train.SampleEvery; se >= 0 && r.pipe == nil && ((se > 0 && done%se == 0) || done == o.Job.Train.Steps) {
 			txt, err := r.generate(o.Job.Train.Prompt, o.Job.Train.SampleLen, 1.0, 40, o.Job.Train.Seed+uint64(done))
 			if err != nil {
 				return nil, err

@@ -273,7 +273,7 @@ func (r *rank) eval() (float64, error) {
 // are gathered collectively) and gets the same text.
 func (r *rank) generate(prompt string, n int, temperature float64, topK int, seed uint64) (string, error) {
 	if r.pipe != nil {
-		return "(no sample under pp: the model is split over stages; run trellis sample on a checkpoint)", nil
+		return "", fmt.Errorf("train: sampling needs the whole model, which pp=%d splits over stages: run trellis sample on a checkpoint", r.set.enginePlan.PP)
 	}
 	return Generate(GenerateConfig{
 		GPT: r.gpt, Params: r.st, Stash: r.stash, Tokenizer: r.loader.Tokenizer(),
