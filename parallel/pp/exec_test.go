@@ -1,11 +1,14 @@
 package pp
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"trellis/comm"
 	"trellis/comm/local"
@@ -250,4 +253,27 @@ func relL2(a, b []float32) float64 {
 		b2 += float64(b[i]) * float64(b[i])
 	}
 	return math.Sqrt(d2 / b2)
+}
+
+// A stage whose neighbour never answers fails within the timeout with an
+// error that names the neighbour's rank and the action it waited at.
+func TestDeadStageIsNamed(t *testing.T) {
+	c := Config{Kind: OneFOneB, PP: 2, Micro: 2}
+	s, err := Build(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := local.New(local.Config{Size: 2, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer groups[0].Close()
+	// Rank 1 makes its groups (NewGroup needs no communication) and dies.
+	if _, err := NewGroupLink(groups[1], []int{0, 1}, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, err = runRank(groups[0], tiny, c, s, 2)
+	if err == nil || !errors.Is(err, comm.ErrPeer) || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "pp: rank 0") {
+		t.Fatalf("error %v, want a peer error naming rank 1", err)
+	}
 }
