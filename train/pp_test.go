@@ -49,7 +49,8 @@ func TestPipelinesMatchSingleDevice(t *testing.T) {
 			}
 			j := ppJob(tc.plan, tc.layers)
 			got := runJob(t, j, t.TempDir(), "", 0)
-			if set, err := j.resolve(); err != nil || len(got.sum.Ranks) != set.ranks || set.enginePlan.PP < 2 {
+			set, err := j.resolve()
+			if err != nil || len(got.sum.Ranks) != set.ranks || set.enginePlan.PP < 2 {
 				t.Fatalf("%d ranks reported (%v), want the plan's %d with pp > 1", len(got.sum.Ranks), err, set.ranks)
 			}
 			if len(got.losses) != len(ref.losses) {
@@ -59,6 +60,10 @@ func TestPipelinesMatchSingleDevice(t *testing.T) {
 				if math.Abs(got.losses[s]-ref.losses[s]) > 1e-5*ref.losses[s] {
 					t.Errorf("step %d: loss %.9g, want %.9g", s+1, got.losses[s], ref.losses[s])
 				}
+			}
+			// Validation reads other batches per data-parallel rank: compare dp=1.
+			if v, w := got.sum.ValLoss, ref.sum.ValLoss; set.enginePlan.DP == 1 && (math.IsNaN(w) || !(math.Abs(v-w) <= 1e-5*w)) {
+				t.Errorf("validation loss %.9g through the pipeline, %.9g on one device", v, w)
 			}
 			for _, x := range []struct {
 				what      string
