@@ -202,11 +202,13 @@ func (r *rank) step(s int, pos data.Position) (stepResult, error) {
 			return res, err
 		}
 		t1 := r.tr.Now()
-		r.tr.SpanTo(trace.Compute, fmt.Sprintf("F mb%d", k), t0, t1, "mb", k)
 		if err := r.gpt.Backward(r.st, r.stash, float32(1/float64(accum))); err != nil {
 			return res, err
 		}
-		r.tr.Span(trace.Compute, fmt.Sprintf("B mb%d", k), t1, "mb", k)
+		if r.tr != nil {
+			r.tr.SpanTo(trace.Compute, fmt.Sprintf("F mb%d", k), t0, t1, "mb", k)
+			r.tr.Span(trace.Compute, fmt.Sprintf("B mb%d", k), t1, "mb", k)
+		}
 		sum += float64(loss)
 	}
 	t0 := r.tr.Now()

@@ -72,8 +72,10 @@ func (s *Stage) StashBytes(c int) int64 {
 // the last model stage, 0 elsewhere.
 func (s *Stage) Step(batch func(mb int) (model.Batch, error), dloss float32) (float64, error) {
 	var sum float64
-	t0 := s.cfg.Trace.Now()
-	defer s.cfg.Trace.Span(trace.Step, "pipeline", t0, "schedule", string(s.cfg.Schedule.Kind), "micro-batches", s.cfg.Schedule.Micro)
+	if tr := s.cfg.Trace; tr != nil {
+		t0 := tr.Now()
+		defer func() { tr.Span(trace.Step, "pipeline", t0, "schedule", string(s.cfg.Schedule.Kind), "micro-batches", s.cfg.Schedule.Micro) }()
+	}
 	for _, a := range s.cfg.Schedule.Ranks[s.cfg.Layout.Rank] {
 		loss, err := s.do(a, batch, dloss)
 		if err != nil {
@@ -332,7 +334,9 @@ func (s *Stage) wait(p pending, a Action) error {
 	err := p.w.Wait()
 	end := time.Now()
 	s.waited += end.Sub(t0)
-	s.cfg.Trace.SpanTo(trace.Wait, "wait "+a.String(), t0, end)
+	if s.cfg.Trace != nil {
+		s.cfg.Trace.SpanTo(trace.Wait, "wait "+a.String(), t0, end)
+	}
 	return err
 }
 
@@ -346,6 +350,9 @@ func (s *Stage) CommStats() comm.Stats {
 
 // span records a compute action.
 func (s *Stage) span(a Action, t0 time.Time) {
+	if s.cfg.Trace == nil {
+		return
+	}
 	s.cfg.Trace.Span(trace.Compute, fmt.Sprintf("%v mb%d c%d", a.Op, a.MB, a.Chunk), t0, "mb", a.MB, "chunk", a.Chunk)
 }
 
