@@ -2,9 +2,9 @@ package train
 
 import (
 	"context"
-	"sort"
 	"testing"
 
+	"trellis/parallel/pp"
 	"trellis/trace"
 )
 
@@ -16,7 +16,10 @@ import (
 // fraction of the pipeline span (the schedule, without the gradient
 // reduction and the update) averaged over the ranks, the median over 10
 // steps after the first and over 3 runs (the schedules alternate);
-// textbook-* are (p−1)/(m+p−1) for 1f1b and gpipe,
+// replay-* is the same for the bubble the schedule's dependencies alone
+// impose on the compute durations the trace measured (pp.Replay: no
+// communication, waking or scheduling delays), so idle − replay is what
+// the executor and the machine add; textbook-* are (p−1)/(m+p−1) for 1f1b and gpipe,
 // (p−1)/(v·m+p−1) for interleaved (v = 2) and (p−1)/(3m+p−1) for zb-h1 at
 // F = B = W.
 //
@@ -34,11 +37,12 @@ func BenchmarkPipelineBubble(b *testing.B) {
 	}
 	const reps = 3
 	for i := 0; i < b.N; i++ {
-		got := map[string][]float64{}
+		got, rpl := map[string][]float64{}, map[string][]float64{}
 		for rep := 0; rep < reps; rep++ {
 			for _, s := range schedules {
-				if idle, ok := bubbleRun(b, s.plan, p, m, steps); ok {
+				if idle, replay, ok := bubbleRun(b, s.plan, p, m, steps); ok {
 					got[s.name] = append(got[s.name], idle)
+					rpl[s.name] = append(rpl[s.name], replay)
 				}
 			}
 		}
@@ -47,22 +51,25 @@ func BenchmarkPipelineBubble(b *testing.B) {
 				b.Logf("%-12s not run (the plan does not accept it)", s.name)
 				continue
 			}
-			sort.Float64s(got[s.name])
-			idle := got[s.name][len(got[s.name])/2]
+			idle, replay := median(got[s.name]), median(rpl[s.name])
 			b.ReportMetric(idle, "idle-"+s.name)
+			b.ReportMetric(replay, "replay-"+s.name)
 			b.ReportMetric(s.textbook, "textbook-"+s.name)
-			b.Logf("%-12s idle %.3f (runs %.3f)  textbook %.3f", s.name, idle, got[s.name], s.textbook)
+			b.Logf("%-12s idle %.3f (runs %.3f)  replay %.3f (runs %.3f)  textbook %.3f", s.name, idle, got[s.name], replay, rpl[s.name], s.textbook)
 		}
 	}
 }
 
-// bubbleRun trains plan with a trace and returns its median idle fraction.
-func bubbleRun(b *testing.B, plan string, p, m, steps int) (float64, bool) {
+// bubbleRun trains plan with a trace and returns the median over steps
+// (the first dropped) of the ranks' mean idle fraction, measured and
+// replayed.
+func bubbleRun(b *testing.B, plan string, p, m, steps int) (idle, replay float64, ok bool) {
 	j := benchJob(plan, 4, 2, 2*m, steps)
 	j.Model.Hidden, j.Model.Heads, j.Model.SeqLen = 256, 4, 64
 	j.Parallel.LinkLatency, j.Parallel.LinkBandwidth = "100us", "1GB"
-	if _, err := j.EnginePlan(); err != nil {
-		return 0, false
+	ep, err := j.EnginePlan()
+	if err != nil {
+		return 0, 0, false
 	}
 	dir := b.TempDir()
 	if _, err := Run(context.Background(), Options{Job: j, Trace: dir}); err != nil {
@@ -72,28 +79,30 @@ func bubbleRun(b *testing.B, plan string, p, m, steps int) (float64, bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return medianIdle(trace.IdleSpans(evs, "pipeline"), p), true
-}
-
-// medianIdle is the median over steps (the first dropped) of the ranks'
-// mean idle fraction.
-func medianIdle(spans []trace.RankIdle, ranks int) float64 {
-	per := map[int][]float64{}
-	for _, s := range spans {
-		per[s.Rank] = append(per[s.Rank], s.Idle)
+	s, err := pp.Build(pp.Config{Kind: pp.Kind(ep.Schedule), PP: ep.PP, VPP: ep.VPP, Micro: m})
+	if err != nil {
+		b.Fatal(err)
 	}
-	n := len(per[0])
-	var steps []float64
+	spans := trace.IdleSpans(evs, "pipeline") // ordered by rank, then time
+	n := len(spans) / p
+	var idles, replays []float64
 	for k := 1; k < n; k++ {
 		var sum float64
-		for r := 0; r < ranks; r++ {
-			sum += per[r][k]
+		step := make([][]trace.Event, p)
+		for r := 0; r < p; r++ {
+			sp := spans[r*n+k]
+			sum += sp.Idle
+			for _, e := range evs {
+				if e.Ph == "X" && e.PID == r && e.TID == int(trace.Compute) && e.TS >= sp.TS && e.TS < sp.TS+sp.Span {
+					step[r] = append(step[r], e)
+				}
+			}
 		}
-		steps = append(steps, sum/float64(ranks))
+		res, err := pp.Replay(s, step)
+		if err != nil {
+			b.Fatal(err)
+		}
+		idles, replays = append(idles, sum/float64(p)), append(replays, res.MeanIdle())
 	}
-	sort.Float64s(steps)
-	if len(steps) == 0 {
-		return 0
-	}
-	return steps[len(steps)/2]
+	return median(idles), median(replays), true
 }

@@ -3,10 +3,13 @@ package pp
 import (
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"trellis/trace"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -201,5 +204,51 @@ func TestFewMicroBatches(t *testing.T) {
 				t.Errorf("%s rank %d: %d in flight, want %d", k, r, n, PeakInFlight(c, r))
 			}
 		}
+	}
+}
+
+// Replaying durations: equal ones give Simulate's unit result; a slow
+// rank's passes stretch the other's idle time.
+func TestReplay(t *testing.T) {
+	s, err := Build(Config{Kind: OneFOneB, PP: 2, Micro: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := func(slow int64) [][]trace.Event {
+		out := make([][]trace.Event, 2)
+		for r, acts := range s.Ranks {
+			for _, a := range acts {
+				if !a.Op.Compute() {
+					continue
+				}
+				d := int64(1)
+				if a.Op == Backward {
+					d = 2
+				}
+				if r == 1 {
+					d *= slow
+				}
+				out[r] = append(out[r], trace.Event{Name: fmt.Sprintf("%v mb%d c%d", a.Op, a.MB, a.Chunk), Dur: d})
+			}
+		}
+		return out
+	}
+	res, err := Replay(s, spans(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit, _ := Simulate(s, Unit)
+	if res.Makespan != unit.Makespan || math.Abs(res.MeanIdle()-unit.Bubble()) > 1e-12 {
+		t.Fatalf("replay of unit durations: makespan %d idle %v, Simulate %d %v", res.Makespan, res.MeanIdle(), unit.Makespan, unit.Bubble())
+	}
+	slow, err := Replay(s, spans(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slow.Busy[1] != 2*slow.Busy[0] || slow.MeanIdle() <= res.MeanIdle() {
+		t.Fatalf("a rank twice as slow: busy %v, idle %v (equal ranks %v)", slow.Busy, slow.MeanIdle(), res.MeanIdle())
+	}
+	if _, err := Replay(s, [][]trace.Event{{{Name: "step 1"}}}); err == nil {
+		t.Fatal("a span that is no action replayed")
 	}
 }

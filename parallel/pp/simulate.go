@@ -71,6 +71,25 @@ type simRank struct {
 // input received, its own forward before its backward, B before W) or a
 // pass is missing or repeated.
 func Simulate(s *Schedule, c Costs) (Result, error) {
+	return SimulateWith(s, func(_ int, a Action) int64 {
+		switch {
+		case a.Op == Forward:
+			return c.F
+		case a.Op == Weight:
+			return c.W
+		case a.Op == Backward && s.Split():
+			return c.B
+		case a.Op == Backward:
+			return c.B + c.W
+		}
+		return 0
+	})
+}
+
+// SimulateWith is Simulate with each compute action's own duration, cost(rank,
+// action): replaying the durations a trace measured gives the bubble the
+// schedule's dependencies alone impose on them (Replay).
+func SimulateWith(s *Schedule, cost func(rank int, a Action) int64) (Result, error) {
 	p := s.PP
 	res := Result{Busy: make([]int64, p), InFlight: make([]int, p), Start: make([][]int64, p), ChunkInFlight: make([][]int, p), Deferred: make([][]int, p)}
 	rs := make([]*simRank, p)
@@ -94,7 +113,7 @@ func Simulate(s *Schedule, c Costs) (Result, error) {
 					break
 				}
 				res.Start[r][st.pc] = start
-				if err := s.apply(r, a, st, start, c, sent, &res); err != nil {
+				if err := s.apply(r, a, st, start, cost, sent, &res); err != nil {
 					return res, err
 				}
 				st.pc++
@@ -136,7 +155,7 @@ func (s *Schedule) ready(r int, a Action, st *simRank, sent map[msgKey]int64) (i
 }
 
 // apply checks a's dependencies on rank r and runs it from start.
-func (s *Schedule) apply(r int, a Action, st *simRank, start int64, c Costs, sent map[msgKey]int64, res *Result) error {
+func (s *Schedule) apply(r int, a Action, st *simRank, start int64, costOf func(int, Action) int64, sent map[msgKey]int64, res *Result) error {
 	p, S := s.PP, s.Stages()
 	stage, key := a.Chunk*p+r, [2]int{a.MB, a.Chunk}
 	bad := func(why string) error { return fmt.Errorf("pp: rank %d action %v: %s", r, a, why) }
@@ -149,7 +168,7 @@ func (s *Schedule) apply(r int, a Action, st *simRank, start int64, c Costs, sen
 		if stage > 0 && !st.got[msgKey{mb: a.MB, to: stage}] {
 			return bad("runs before its input activations are received")
 		}
-		st.fwd[key], cost = true, c.F
+		st.fwd[key] = true
 		st.live++
 		st.chunk[a.Chunk]++
 		res.InFlight[r] = max(res.InFlight[r], st.live)
@@ -163,9 +182,8 @@ func (s *Schedule) apply(r int, a Action, st *simRank, start int64, c Costs, sen
 		case stage < S-1 && !st.got[msgKey{grad: true, mb: a.MB, to: stage}]:
 			return bad("runs before its output gradient is received")
 		}
-		st.bwd[key], cost = true, c.B
+		st.bwd[key] = true
 		if !s.Split() {
-			cost += c.W
 			st.live--
 			st.chunk[a.Chunk]--
 		} else {
@@ -176,7 +194,6 @@ func (s *Schedule) apply(r int, a Action, st *simRank, start int64, c Costs, sen
 		if !s.Split() || !st.bwd[key] {
 			return bad("weight gradient without a split backward before it")
 		}
-		cost = c.W
 		st.live--
 		st.chunk[a.Chunk]--
 		st.deferred[a.Chunk]--
@@ -207,10 +224,11 @@ func (s *Schedule) apply(r int, a Action, st *simRank, start int64, c Costs, sen
 		}
 		sent[k] = start
 	}
-	st.clock = start + cost
 	if a.Op.Compute() {
+		cost = costOf(r, a)
 		res.Busy[r] += cost
 	}
+	st.clock = start + cost
 	return nil
 }
 
