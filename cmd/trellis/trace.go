@@ -2,7 +2,7 @@ package main
 
 import (
 	"fmt"
-	"os"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -20,7 +20,7 @@ https://ui.perfetto.dev or chrome://tracing) and prints each rank's idle
 fraction of its last step: the time outside forward and backward passes,
 which for a pipeline with equal-cost stages is the bubble.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			path, n, err := trace.Merge(args[0])
 			if err != nil {
 				return err
@@ -29,8 +29,9 @@ which for a pipeline with equal-cost stages is the bubble.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stdout, "wrote %s (%d rank files)\n", path, n)
-			printIdle(evs)
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "wrote %s (%d rank files)\n", path, n)
+			printIdle(w, evs)
 			return nil
 		},
 	})
@@ -39,9 +40,9 @@ which for a pipeline with equal-cost stages is the bubble.`,
 
 // printIdle prints each rank's idle fraction of its last step and, for a
 // pipeline, of the schedule alone (its bubble).
-func printIdle(evs []trace.Event) {
+func printIdle(w io.Writer, evs []trace.Event) {
 	for _, ri := range append(trace.Idle(evs, "step"), trace.Idle(evs, "pipeline")...) {
-		fmt.Fprintf(os.Stdout, "rank %d  %s  %.1f ms, compute %.1f ms, idle %.1f%%\n",
+		fmt.Fprintf(w, "rank %d  %s  %.1f ms, compute %.1f ms, idle %.1f%%\n",
 			ri.Rank, ri.Step, float64(ri.Span)/1e3, float64(ri.Busy)/1e3, 100*ri.Idle)
 	}
 }
