@@ -140,9 +140,6 @@ func checkSupported(p plan.Plan) error {
 	if p.TP != 1 {
 		bad = append(bad, fmt.Sprintf("tp=%d (tensor parallelism)", p.TP))
 	}
-	if p.PP != 1 {
-		bad = append(bad, fmt.Sprintf("pp=%d (pipeline parallelism)", p.PP))
-	}
 	if p.CP != 1 {
 		bad = append(bad, fmt.Sprintf("cp=%d (context parallelism)", p.CP))
 	}
@@ -238,6 +235,9 @@ func (j Job) resolve() (settings, error) {
 	}
 	s.enginePlan = p
 	s.ranks = p.Devices()
+	if d := j.Parallel.Devices; d != 0 && p.PP > d {
+		return s, fmt.Errorf("parallel.plan: pp=%d is larger than parallel.devices=%d", p.PP, d)
+	}
 	if j.Parallel.Devices != 0 && j.Parallel.Devices != s.ranks {
 		return s, fmt.Errorf("parallel.devices=%d does not match the plan %q, which needs %d", j.Parallel.Devices, p.Short(), s.ranks)
 	}
@@ -246,6 +246,9 @@ func (j Job) resolve() (settings, error) {
 		return s, fmt.Errorf("train.global_batch=%d is not a multiple of dp=%d × train.micro_batch=%d", j.Train.GlobalBatch, p.DP, j.Train.MicroBatch)
 	}
 	s.accum = j.Train.GlobalBatch / per
+	if err := checkPipeline(j, p, s.accum); err != nil {
+		return s, err
+	}
 	if s.budget, err = parseSize("parallel.device_memory", j.Parallel.DeviceMemory); err != nil {
 		return s, err
 	}

@@ -13,6 +13,7 @@ import (
 	"trellis/data"
 	"trellis/device"
 	"trellis/ops"
+	"trellis/trace"
 )
 
 // commStatser is implemented by strategies that communicate.
@@ -20,7 +21,8 @@ type commStatser interface{ CommStats() comm.Stats }
 
 // runRank builds one rank and runs its steps; rank 0 reports.
 func runRank(ctx context.Context, o Options, s settings, loader *data.Loader, res *resumeState, world comm.Group) (*Summary, error) {
-	r, err := newRank(rankConfig{job: o.Job, set: s, world: world, loader: loader, log: o.Log})
+	tr := newTracer(o, world)
+	r, err := newRank(rankConfig{job: o.Job, set: s, world: world, loader: loader, log: o.Log, trace: tr})
 	if err != nil {
 		return nil, err
 	}
@@ -54,6 +56,7 @@ func runRank(ctx context.Context, o Options, s settings, loader *data.Loader, re
 			return nil, fmt.Errorf("step %d: %w", st+1, err)
 		}
 		dt := time.Since(t0)
+		tr.SpanTo(trace.Step, fmt.Sprintf("step %d", st+1), t0, t0.Add(dt))
 		pos = pos.Advance(o.Job.Train.GlobalBatch)
 		done := st + 1
 		stats, err := r.gatherStats()
@@ -68,7 +71,7 @@ func runRank(ctx context.Context, o Options, s settings, loader *data.Loader, re
 			sum.ValLoss = val
 		}
 		rep.step(done, last, val, dt, stats)
-		if se := o.Job.Train.SampleEvery; se >= 0 && ((se > 0 && done%se == 0) || done == o.Job.Train.Steps) {
+		if se := o.Job.Train.SampleEvery; se >= 0 && r.pipe == nil && ((se > 0 && done%se == 0) || done == o.Job.Train.Steps) {
 			txt, err := r.generate(o.Job.Train.Prompt, o.Job.Train.SampleLen, 1.0, 40, o.Job.Train.Seed+uint64(done))
 			if err != nil {
 				return nil, err
@@ -87,7 +90,7 @@ func runRank(ctx context.Context, o Options, s settings, loader *data.Loader, re
 		}
 	}
 	rep.finish(sum)
-	return sum, nil
+	return sum, writeTrace(o, world, tr)
 }
 
 // save writes this rank's shards; after a barrier rank 0 commits.
@@ -127,6 +130,9 @@ func (r *rank) gatherStats() ([]RankStats, error) {
 	var cs comm.Stats
 	if c, ok := r.st.(commStatser); ok {
 		cs = c.CommStats()
+	}
+	if r.pipe != nil {
+		cs = r.pipe.commStats()
 	}
 	vals := append(ds.Peak[:], ds.PeakTotal, int64(cs.Busy), int64(cs.Wait))
 	const per = 9

@@ -17,6 +17,7 @@ import (
 	"trellis/parallel/zero"
 	"trellis/plan"
 	"trellis/rng"
+	"trellis/trace"
 )
 
 // rank is one rank's program: its device, kernels, model runner, activation
@@ -39,6 +40,8 @@ type rank struct {
 	in     []int32 // (B,T)
 	tgt    []int32 // (B,T)
 	log    *slog.Logger
+	pipe   *pipe         // pipeline parallelism (nil: pp=1)
+	tr     *trace.Tracer // nil: no tracing
 }
 
 // rankConfig is what newRank needs besides the job.
@@ -48,12 +51,13 @@ type rankConfig struct {
 	world  comm.Group
 	loader *data.Loader
 	log    *slog.Logger
+	trace  *trace.Tracer
 }
 
 func newRank(rc rankConfig) (*rank, error) {
 	j, s := rc.job, rc.set
 	id := rc.world.Rank()
-	r := &rank{id: id, job: j, set: s, world: rc.world, loader: rc.loader, log: rc.log, dp: id}
+	r := &rank{id: id, job: j, set: s, world: rc.world, loader: rc.loader, log: rc.log, dp: id, tr: rc.trace}
 	r.dev = device.New(device.Config{ID: id, Budget: s.budget})
 	var err error
 	if r.k, err = ops.New(ops.Config{Threads: s.threads}); err != nil {
@@ -79,7 +83,12 @@ func newRank(rc rankConfig) (*rank, error) {
 		r.free()
 		return nil, err
 	}
-	if r.stash, err = r.gpt.NewStash(); err != nil {
+	if r.pipe != nil {
+		err = r.pipe.start(r, r.tr)
+	} else {
+		r.stash, err = r.gpt.NewStash()
+	}
+	if err != nil {
 		r.free()
 		return nil, err
 	}
@@ -97,6 +106,9 @@ func newRank(rc rankConfig) (*rank, error) {
 // parallel/dp) for zero=0, ZeRO (package parallel/zero) otherwise.
 func newStrategy(r *rank, hyper optim.Hyper) (Strategy, error) {
 	p := r.set.enginePlan
+	if p.PP > 1 {
+		return newPipeState(r, hyper)
+	}
 	if p.DP == 1 && p.ZeRO == 0 {
 		return single.New(single.Config{Model: r.job.Model, Device: r.dev, Kernels: r.k, Hyper: hyper})
 	}
@@ -139,6 +151,9 @@ func (r *rank) joinDP(p plan.Plan) error {
 }
 
 func (r *rank) free() {
+	if r.pipe != nil {
+		r.pipe.free()
+	}
 	if r.stash != nil {
 		r.stash.Free()
 	}
@@ -165,6 +180,9 @@ type stepResult struct {
 // step runs optimizer step s (0-based: s updates already applied) on the
 // global batch starting at pos.
 func (r *rank) step(s int, pos data.Position) (stepResult, error) {
+	if r.pipe != nil {
+		return r.stepPipe(s, pos)
+	}
 	res := stepResult{lr: r.sched.At(s)}
 	if err := r.st.BeginStep(); err != nil {
 		return res, err
@@ -178,18 +196,26 @@ func (r *rank) step(s int, pos data.Position) (stepResult, error) {
 		}
 		b := model.Batch{Inputs: r.in, Targets: r.tgt, Step: int64(s), Sample: int(sl.First(pos) - pos.Sample)}
 		r.st.BeginMicro(k, accum)
+		t0 := r.tr.Now()
 		loss, err := r.gpt.Forward(r.st, r.stash, b)
 		if err != nil {
 			return res, err
 		}
+		t1 := r.tr.Now()
 		if err := r.gpt.Backward(r.st, r.stash, float32(1/float64(accum))); err != nil {
 			return res, err
 		}
+		if r.tr != nil {
+			r.tr.SpanTo(trace.Compute, fmt.Sprintf("F mb%d", k), t0, t1, "mb", k)
+			r.tr.Span(trace.Compute, fmt.Sprintf("B mb%d", k), t1, "mb", k)
+		}
 		sum += float64(loss)
 	}
+	t0 := r.tr.Now()
 	if err := r.st.FinishGrads(); err != nil {
 		return res, err
 	}
+	r.tr.Span(trace.Wait, "finish grads", t0)
 	norm, err := r.st.Update(res.lr, r.job.Train.GradClip)
 	if err != nil {
 		return res, err
@@ -219,6 +245,9 @@ func (r *rank) mean(x float64) (float64, error) {
 // eval returns the mean validation loss over EvalBatches micro-batches per
 // rank (rank r reads micro-batches r, r+R, ... of the validation windows).
 func (r *rank) eval() (float64, error) {
+	if r.pipe != nil {
+		return r.evalPipe()
+	}
 	nb := r.job.Train.EvalBatches
 	B := int64(r.job.Train.MicroBatch)
 	avail := r.loader.ValSamples()
@@ -245,6 +274,9 @@ func (r *rank) eval() (float64, error) {
 // from a stream keyed by seed. Every rank runs it (under ZeRO-3 the weights
 // are gathered collectively) and gets the same text.
 func (r *rank) generate(prompt string, n int, temperature float64, topK int, seed uint64) (string, error) {
+	if r.pipe != nil {
+		return "", fmt.Errorf("train: sampling needs the whole model, which pp=%d splits over stages: run trellis sample on a checkpoint", r.set.enginePlan.PP)
+	}
 	return Generate(GenerateConfig{
 		GPT: r.gpt, Params: r.st, Stash: r.stash, Tokenizer: r.loader.Tokenizer(),
 		Prompt: prompt, Tokens: n, Temperature: temperature, TopK: topK, Seed: seed,

@@ -39,6 +39,10 @@ type Options struct {
 	// World is this process's world group when ranks are processes
 	// (comm/tcp); nil runs every rank as a goroutine here (comm/local).
 	World comm.Group
+	// Trace, if set, is a directory: each rank writes trace.rank<N>.json
+	// there and, when the ranks are goroutines of this process, they are
+	// merged into trace.json (trellis trace merge does it for processes).
+	Trace string
 }
 
 // Summary is what a run reports at its end.
@@ -139,7 +143,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if err := firstCause(errs); err != nil {
 		return nil, oomHint(err, o.Job, s)
 	}
-	return out, nil
+	return out, mergeTrace(o)
 }
 
 // firstCause prefers an error that is not a consequence of another rank's

@@ -20,6 +20,7 @@ const (
 	envWorker  = "TRELLIS_TRAIN_TEST_WORKER"
 	envJob     = "TRELLIS_TRAIN_TEST_JOB"
 	envMetrics = "TRELLIS_TRAIN_TEST_METRICS"
+	envTrace   = "TRELLIS_TRAIN_TEST_TRACE"
 )
 
 func TestMain(m *testing.M) {
@@ -53,7 +54,7 @@ func worker() error {
 		return err
 	}
 	defer world.Close()
-	o := Options{Job: j, World: world}
+	o := Options{Job: j, World: world, Trace: os.Getenv(envTrace)}
 	if world.Rank() == 0 {
 		f, err := os.Create(os.Getenv(envMetrics))
 		if err != nil {

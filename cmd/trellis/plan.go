@@ -205,7 +205,7 @@ func explainPlan(w io.Writer, job plan.Job, res plan.Result, f planFlags) error 
 		best = &res.Plans[0]
 	}
 	if !f.json {
-		_, err = io.WriteString(w, job.Explain(p, best))
+		_, err = io.WriteString(w, job.Explain(p, best)+scheduleText(p, job.MicroBatches(p)))
 		return err
 	}
 	out := struct {

@@ -25,6 +25,7 @@ type trainFlags struct {
 	parallel, deviceMemory  string
 	devices, until          int
 	backend                 string
+	trace                   string
 }
 
 func newTrainCmd() *cobra.Command {
@@ -51,6 +52,7 @@ job is the starting point.`,
 	fl.StringVar(&f.resume, "resume", "", "continue from this checkpoint (a step directory or a checkpoint root)")
 	fl.IntVar(&f.until, "until", 0, "stop after this step, checkpointing first")
 	fl.StringVar(&f.metrics, "metrics", "", "write one JSON object per step to this file")
+	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace-event timeline (Perfetto) of every rank to DIR/trace.json")
 	return c
 }
 
@@ -94,7 +96,7 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 	}
 	quiet := world != nil && world.Rank() != 0
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	opts := train.Options{Job: job, Resume: f.resume, Until: f.until, Log: log, Out: os.Stdout, World: world}
+	opts := train.Options{Job: job, Resume: f.resume, Until: f.until, Log: log, Out: os.Stdout, World: world, Trace: f.trace}
 	if quiet {
 		opts.Log, opts.Out = nil, nil
 	}

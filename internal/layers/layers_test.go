@@ -46,6 +46,7 @@ var layer = map[string]int{
 	"train":            7,
 	"cmd/trellis":      8,
 	"internal/testenv": 0,
+	"trace":            0, // Chrome trace-event spans (no Trellis imports)
 }
 
 const module = "trellis"

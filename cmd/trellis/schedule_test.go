@@ -1,0 +1,31 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"trellis/plan"
+)
+
+// --explain prints the engine's schedule for a pipeline, and nothing
+// without one.
+func TestScheduleText(t *testing.T) {
+	p, err := plan.Parse("pp=2,schedule=1f1b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := scheduleText(p, 4)
+	for _, want := range []string{"1f1b, pp=2, vpp=1, 4 micro-batches", "bubble at F = B = W: 20.0%", "[2 1]",
+		"rank 0: F0.0 F1.0 B0.0 F2.0 B1.0 F3.0 B2.0 B3.0", "rank 1: F0.0 B0.0 F1.0"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+	if p, _ = plan.Parse("dp=2"); scheduleText(p, 4) != "" {
+		t.Error("a plan without a pipeline printed a schedule")
+	}
+	p, _ = plan.Parse("pp=4,vpp=2,schedule=interleaved")
+	if got := scheduleText(p, 6); !strings.Contains(got, "multiple of pp=4") {
+		t.Errorf("bad interleaved shape: %q", got)
+	}
+}

@@ -1,0 +1,279 @@
+package pp
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"trellis/comm"
+	"trellis/comm/local"
+	"trellis/device"
+	"trellis/model"
+	"trellis/ops"
+	"trellis/optim"
+)
+
+var tiny = model.Config{Layers: 5, Hidden: 16, Heads: 2, SeqLen: 8, Vocab: 37, Dropout: 0.1}
+
+// batchOf is micro-batch mb: deterministic random tokens.
+func batchOf(cfg model.Config, B, mb int) model.Batch {
+	r := rand.New(rand.NewPCG(uint64(mb), 5))
+	n := B * cfg.SeqLen
+	b := model.Batch{Inputs: make([]int32, n), Targets: make([]int32, n), Step: 3, Sample: mb * B}
+	for i := range b.Inputs {
+		b.Inputs[i], b.Targets[i] = int32(r.IntN(cfg.Vocab)), int32(r.IntN(cfg.Vocab))
+	}
+	return b
+}
+
+// outcome is one step's global gradient (after the tied sum), its loss,
+// and each rank's act peak.
+type outcome struct {
+	grad []float32
+	loss float64
+	act  []int64
+	sim  Result
+}
+
+// runPipeline runs one step of c on goroutine ranks and assembles the
+// global gradient from the ranks' units (unit 0 from the first stage).
+func runPipeline(t *testing.T, cfg model.Config, c Config) outcome {
+	t.Helper()
+	const B = 2
+	s, err := Build(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := Simulate(s, Unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := local.New(local.Config{Size: c.PP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lay := cfg.Layout()
+	out := outcome{grad: make([]float32, lay.Size), act: make([]int64, c.PP), sim: sim}
+	errs := make([]error, c.PP)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for r := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := func() error {
+				st, loss, dev, err := runRank(groups[r], cfg, c, s, B)
+				if err != nil {
+					return err
+				}
+				defer st.Free()
+				mu.Lock()
+				defer mu.Unlock()
+				out.loss += loss
+				out.act[r] = dev.Stats().Peak[device.Act]
+				for _, u := range st.cfg.Units {
+					if u == 0 && r != 0 {
+						continue
+					}
+					g, _ := st.Grads(u)
+					copy(out.grad[lay.Units[u].Offset:], g)
+				}
+				return nil
+			}()
+			if err != nil {
+				errs[r] = err
+				for _, g := range groups {
+					g.Close()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return out
+}
+
+// runRank is one pipeline rank's step: state, link, stage, schedule.
+func runRank(world comm.Group, cfg model.Config, c Config, s *Schedule, B int) (*State, float64, *device.Device, error) {
+	r, p := world.Rank(), c.PP
+	dev := device.New(device.Config{ID: r})
+	k, err := ops.New(ops.Config{Threads: 1})
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	lay, err := NewLayout(cfg, p, c.VPP, r)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	ranks := make([]int, p)
+	for i := range ranks {
+		ranks[i] = i
+	}
+	var tied comm.Group
+	if r == 0 || r == p-1 {
+		if tied, err = world.NewGroup("tied", []int{0, p - 1}); err != nil {
+			return nil, 0, nil, err
+		}
+	}
+	st, err := NewState(StateConfig{Model: cfg, Units: lay.Units, Device: dev, Kernels: k, Hyper: optim.DefaultHyper(),
+		Pipe: world, Tied: tied, OwnsEmbedding: r == 0})
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if err := st.Init(1); err != nil {
+		return nil, 0, nil, err
+	}
+	gpt, err := model.New(model.Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9})
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	link, err := NewGroupLink(world, ranks, r, c.VPP)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	stage, err := NewStage(StageConfig{GPT: gpt, Params: st, Schedule: s, Layout: lay, Link: link, Device: dev})
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	defer stage.Free()
+	if err := st.BeginStep(); err != nil {
+		return nil, 0, nil, err
+	}
+	loss, err := stage.Step(func(mb int) (model.Batch, error) { return batchOf(cfg, B, mb), nil }, float32(1/float64(c.Micro)))
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	return st, loss, dev, st.FinishGrads()
+}
+
+// reference is one device's gradient and loss sum for the same step.
+func reference(t *testing.T, cfg model.Config, m int) ([]float32, float64) {
+	const B = 2
+	dev := device.New(device.Config{})
+	k, _ := ops.New(ops.Config{Threads: 1})
+	gpt, err := model.New(model.Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, err := model.NewFlatParams(cfg, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := model.InitRange(cfg, 1, fp.W, 0, len(fp.W)); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := gpt.NewStash()
+	var sum float64
+	for mb := 0; mb < m; mb++ {
+		loss, err := gpt.Forward(fp, st, batchOf(cfg, B, mb))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gpt.Backward(fp, st, float32(1/float64(m))); err != nil {
+			t.Fatal(err)
+		}
+		sum += float64(loss)
+	}
+	return fp.G, sum
+}
+
+// Every schedule, executed, gives one device's loss and gradient (relative
+// L2 1e-6: only the tied embedding's two halves add in another order), and
+// zb-h1's split backward gives 1F1B's gradient bit for bit. Each rank's act
+// peak is the simulated stashes in flight per chunk, plus zb-h1's weight
+// stashes between B and W.
+func TestExecutorMatchesOneDevice(t *testing.T) {
+	const m = 4
+	want, wantLoss := reference(t, tiny, m)
+	got := map[string]outcome{}
+	for _, c := range []Config{
+		{Kind: GPipe, PP: 2, Micro: m}, {Kind: OneFOneB, PP: 4, Micro: m}, {Kind: OneFOneB, PP: 2, Micro: m},
+		{Kind: Interleaved, PP: 2, VPP: 2, Micro: m}, {Kind: ZBH1, PP: 4, Micro: m}, {Kind: ZBH1, PP: 2, Micro: m},
+	} {
+		name := fmt.Sprintf("%s/pp%d", c.Kind, c.PP)
+		t.Run(name, func(t *testing.T) {
+			o := runPipeline(t, tiny, c)
+			got[name] = o
+			if math.Abs(o.loss-wantLoss) > 1e-6*wantLoss {
+				t.Errorf("loss sum %.9g, one device %.9g", o.loss, wantLoss)
+			}
+			if e := relL2(o.grad, want); !(e < 1e-6) {
+				t.Errorf("gradient relative L2 error %.3g", e)
+			}
+			checkAct(t, tiny, c, o)
+		})
+	}
+	for _, p := range []int{2, 4} {
+		a, b := got[fmt.Sprintf("1f1b/pp%d", p)], got[fmt.Sprintf("zb-h1/pp%d", p)]
+		for i := range a.grad {
+			if math.Float32bits(a.grad[i]) != math.Float32bits(b.grad[i]) {
+				t.Fatalf("pp=%d: zb-h1 gradient %d = %v, 1f1b %v", p, i, b.grad[i], a.grad[i])
+			}
+		}
+	}
+}
+
+// checkAct holds the ranks' act peaks to the simulated counts.
+func checkAct(t *testing.T, cfg model.Config, c Config, o outcome) {
+	t.Helper()
+	dev := device.New(device.Config{})
+	k, _ := ops.New(ops.Config{Threads: 1})
+	gpt, err := model.New(model.Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := 0; r < c.PP; r++ {
+		lay, _ := NewLayout(cfg, c.PP, c.VPP, r)
+		var want int64
+		for ch := 0; ch < lay.VPP; ch++ {
+			b, _, last := lay.Chunk(ch)
+			want += int64(o.sim.ChunkInFlight[r][ch]) * gpt.StageStashBytes(b[0], b[1], last)
+			want += int64(o.sim.Deferred[r][ch]) * int64(gpt.WeightStashFloats(b[0], b[1])) * 4
+		}
+		if o.act[r] != want {
+			t.Errorf("rank %d: act peak %d, want %d (in flight %v, deferred %v)", r, o.act[r], want, o.sim.ChunkInFlight[r], o.sim.Deferred[r])
+		}
+	}
+}
+
+func relL2(a, b []float32) float64 {
+	var d2, b2 float64
+	for i := range b {
+		d := float64(a[i]) - float64(b[i])
+		d2 += d * d
+		b2 += float64(b[i]) * float64(b[i])
+	}
+	return math.Sqrt(d2 / b2)
+}
+
+// A stage whose neighbour never answers fails within the timeout with an
+// error that names the neighbour's rank and the action it waited at.
+func TestDeadStageIsNamed(t *testing.T) {
+	c := Config{Kind: OneFOneB, PP: 2, Micro: 2}
+	s, err := Build(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := local.New(local.Config{Size: 2, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer groups[0].Close()
+	// Rank 1 makes its groups (NewGroup needs no communication) and dies.
+	if _, err := NewGroupLink(groups[1], []int{0, 1}, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, err = runRank(groups[0], tiny, c, s, 2)
+	if err == nil || !errors.Is(err, comm.ErrPeer) || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "pp: rank 0") {
+		t.Fatalf("error %v, want a peer error naming rank 1", err)
+	}
+}

@@ -1,0 +1,140 @@
+package pp
+
+import (
+	"errors"
+	"fmt"
+
+	"trellis/device"
+	"trellis/model"
+)
+
+// weightStash is (mb, chunk)'s weight stash, from the free list or new.
+func (s *Stage) weightStash(key [2]int) (*model.WeightStash, error) {
+	c := key[1]
+	var ws *model.WeightStash
+	if n := len(s.wfree[c]); n > 0 {
+		ws, s.wfree[c] = s.wfree[c][n-1], s.wfree[c][:n-1]
+	} else {
+		b, _, _ := s.cfg.Layout.Chunk(c)
+		var err error
+		if ws, err = s.cfg.GPT.NewWeightStash(b[0], b[1]); err != nil {
+			return nil, err
+		}
+	}
+	s.wlive[key] = ws
+	return ws, nil
+}
+
+// stash is (mb, chunk)'s stash, taken from the free list or allocated.
+func (s *Stage) stash(key [2]int) (*model.Stash, error) {
+	if st, ok := s.live[key]; ok {
+		return st, nil
+	}
+	c := key[1]
+	var st *model.Stash
+	if n := len(s.free[c]); n > 0 {
+		st, s.free[c] = s.free[c][n-1], s.free[c][:n-1]
+	} else {
+		b, _, last := s.cfg.Layout.Chunk(c)
+		var err error
+		if st, err = s.cfg.GPT.NewStageStash(b[0], b[1], last); err != nil {
+			return nil, err
+		}
+	}
+	s.live[key] = st
+	return st, nil
+}
+
+// buffer is a (B,T,C) boundary buffer (tag comm), reusing one whose send
+// has completed.
+func (s *Stage) buffer() (*device.Buffer, error) {
+	s.reap()
+	if n := len(s.bufs); n > 0 {
+		b := s.bufs[n-1]
+		s.bufs = s.bufs[:n-1]
+		return b, nil
+	}
+	b, err := s.cfg.Device.Alloc(device.Comm, s.n)
+	if err != nil {
+		return nil, fmt.Errorf("pp: boundary buffer: %w", err)
+	}
+	return b, nil
+}
+
+// reap returns the buffers of completed gradient sends to the free list.
+func (s *Stage) reap() {
+	k := 0
+	for _, p := range s.gsends {
+		if p.w.(*watched).done() {
+			s.bufs = append(s.bufs, p.buf)
+			continue
+		}
+		s.gsends[k] = p
+		k++
+	}
+	s.gsends = s.gsends[:k]
+}
+
+// drain waits for the step's sends; every receive has been consumed.
+func (s *Stage) drain() error {
+	var first error
+	for k, p := range s.sends {
+		if err := p.w.Wait(); err != nil && first == nil {
+			first = err
+		}
+		delete(s.sends, k)
+	}
+	for _, p := range s.gsends {
+		if err := p.w.Wait(); err != nil && first == nil {
+			first = err
+		}
+		s.bufs = append(s.bufs, p.buf)
+	}
+	s.gsends = s.gsends[:0]
+	if len(s.recvs) != 0 || len(s.live) != 0 || len(s.wlive) != 0 {
+		return errors.Join(first, fmt.Errorf("pp: rank %d ended the step with %d receives and %d stashes in flight", s.cfg.Layout.Rank, len(s.recvs), len(s.live)))
+	}
+	return first
+}
+
+// abort waits for what is in flight after a failure (errors ignored: the
+// groups are broken and fail fast) and returns the stashes.
+func (s *Stage) abort() {
+	for k, p := range s.recvs {
+		p.w.Wait()
+		if p.buf != nil {
+			s.bufs = append(s.bufs, p.buf)
+		}
+		delete(s.recvs, k)
+	}
+	s.drain()
+	for k, st := range s.live {
+		s.free[k[1]] = append(s.free[k[1]], st)
+		delete(s.live, k)
+	}
+	for k, ws := range s.wlive {
+		s.wfree[k[1]] = append(s.wfree[k[1]], ws)
+		delete(s.wlive, k)
+	}
+}
+
+// Free returns the stashes and buffers.
+func (s *Stage) Free() {
+	s.abort()
+	for _, fl := range s.free {
+		for _, st := range fl {
+			st.Free()
+		}
+	}
+	s.free = nil
+	for _, fl := range s.wfree {
+		for _, ws := range fl {
+			ws.Free()
+		}
+	}
+	s.wfree = nil
+	for _, b := range s.bufs {
+		b.Free()
+	}
+	s.bufs = nil
+}

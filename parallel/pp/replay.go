@@ -1,0 +1,54 @@
+package pp
+
+import (
+	"fmt"
+
+	"trellis/trace"
+)
+
+// Replay runs s with the compute durations one step of a trace measured:
+// spans[r] are rank r's compute spans of that step (named as the executor
+// names them, "F mb3 c0"). The result's idle fractions are the bubble the
+// schedule's dependencies alone impose on those durations, without
+// communication, waking or scheduling delays: set against the idle
+// fraction the trace measured, it splits the measured idle time into the
+// schedule's and the rest.
+func Replay(s *Schedule, spans [][]trace.Event) (Result, error) {
+	type key struct {
+		r  int
+		op Op
+		mb int
+		ch int
+	}
+	dur := map[key]int64{}
+	ops := map[string]Op{"F": Forward, "B": Backward, "W": Weight}
+	for r, evs := range spans {
+		for _, e := range evs {
+			var op string
+			var mb, ch int
+			if _, err := fmt.Sscanf(e.Name, "%s mb%d c%d", &op, &mb, &ch); err != nil {
+				return Result{}, fmt.Errorf("pp: span %q of rank %d is not an executor action: %w", e.Name, r, err)
+			}
+			o, ok := ops[op]
+			if !ok {
+				return Result{}, fmt.Errorf("pp: span %q of rank %d is not F, B or W", e.Name, r)
+			}
+			dur[key{r, o, mb, ch}] = e.Dur
+		}
+	}
+	return SimulateWith(s, func(r int, a Action) int64 {
+		return dur[key{r, a.Op, a.MB, a.Chunk}]
+	})
+}
+
+// MeanIdle is the ranks' mean idle fraction, 1 − Busy/Makespan.
+func (r Result) MeanIdle() float64 {
+	if r.Makespan == 0 || len(r.Busy) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, b := range r.Busy {
+		sum += 1 - float64(b)/float64(r.Makespan)
+	}
+	return sum / float64(len(r.Busy))
+}

@@ -1,0 +1,254 @@
+package pp
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Costs are the durations of one chunk's passes of one micro-batch, in any
+// unit. Without a split backward (every kind but zb-h1) a backward costs
+// B+W.
+type Costs struct{ F, B, W int64 }
+
+// Unit is F = B = W = 1: a whole backward costs two forwards.
+var Unit = Costs{F: 1, B: 1, W: 1}
+
+// Result is what Simulate measured.
+type Result struct {
+	Makespan int64   // the step, first action to last
+	Busy     []int64 // (PP) per rank: time in F, B, W
+	// InFlight is each rank's peak number of (micro-batch, chunk) pairs
+	// whose forward has run and whose activations are still kept: until
+	// the backward, or for zb-h1 until W.
+	InFlight []int
+	// ChunkInFlight is the same per chunk, (PP, VPP): the executor keeps a
+	// free list of stashes per chunk, so its act peak is
+	// Σ_chunks ChunkInFlight × the chunk's stash.
+	ChunkInFlight [][]int
+	// Deferred is zb-h1's peak, per rank and chunk, of pairs whose B has
+	// run and whose W has not: each holds a weight stash.
+	Deferred [][]int
+	// Start is each action's start time, parallel to Schedule.Ranks.
+	Start [][]int64
+}
+
+// Bubble is the idle fraction of the step, the same on every rank when the
+// ranks do equal work: (Makespan − Busy)/Makespan of the busiest rank.
+func (r Result) Bubble() float64 {
+	var busy int64
+	for _, b := range r.Busy {
+		busy = max(busy, b)
+	}
+	if r.Makespan == 0 {
+		return 0
+	}
+	return float64(r.Makespan-busy) / float64(r.Makespan)
+}
+
+// msgKey names one message: activations (grad false) or gradients into
+// model stage `to` for micro-batch mb.
+type msgKey struct {
+	grad   bool
+	mb, to int
+}
+
+// simRank is one rank's progress through its list.
+type simRank struct {
+	pc       int
+	clock    int64
+	got      map[msgKey]bool // messages received
+	fwd, bwd map[[2]int]bool // (mb, chunk) whose F / B has run
+	live     int             // pairs in flight now
+	chunk    []int           // (VPP) pairs in flight per chunk
+	deferred []int           // (VPP) pairs between B and W per chunk
+}
+
+// Simulate runs every rank's list at costs c. A send takes no time and
+// never waits (the transport buffers it); a receive waits for its send. It
+// fails, naming the ranks and their stuck actions, if the lists deadlock,
+// and, naming the action, if one runs before what it depends on (its
+// input received, its own forward before its backward, B before W) or a
+// pass is missing or repeated.
+func Simulate(s *Schedule, c Costs) (Result, error) {
+	return SimulateWith(s, func(_ int, a Action) int64 {
+		switch {
+		case a.Op == Forward:
+			return c.F
+		case a.Op == Weight:
+			return c.W
+		case a.Op == Backward && s.Split():
+			return c.B
+		case a.Op == Backward:
+			return c.B + c.W
+		}
+		return 0
+	})
+}
+
+// SimulateWith is Simulate with each compute action's own duration, cost(rank,
+// action): replaying the durations a trace measured gives the bubble the
+// schedule's dependencies alone impose on them (Replay).
+func SimulateWith(s *Schedule, cost func(rank int, a Action) int64) (Result, error) {
+	p := s.PP
+	res := Result{Busy: make([]int64, p), InFlight: make([]int, p), Start: make([][]int64, p), ChunkInFlight: make([][]int, p), Deferred: make([][]int, p)}
+	rs := make([]*simRank, p)
+	for r := range rs {
+		rs[r] = &simRank{got: map[msgKey]bool{}, fwd: map[[2]int]bool{}, bwd: map[[2]int]bool{}, chunk: make([]int, s.vpp()), deferred: make([]int, s.vpp())}
+		res.ChunkInFlight[r] = make([]int, s.vpp())
+		res.Deferred[r] = make([]int, s.vpp())
+		res.Start[r] = make([]int64, len(s.Ranks[r]))
+	}
+	sent := map[msgKey]int64{} // send time
+	for {
+		progress, done := false, true
+		for r, st := range rs {
+			for st.pc < len(s.Ranks[r]) {
+				a := s.Ranks[r][st.pc]
+				start, ok, err := s.ready(r, a, st, sent)
+				if err != nil {
+					return res, err
+				}
+				if !ok {
+					break
+				}
+				res.Start[r][st.pc] = start
+				if err := s.apply(r, a, st, start, cost, sent, &res); err != nil {
+					return res, err
+				}
+				st.pc++
+				progress = true
+			}
+			done = done && st.pc == len(s.Ranks[r])
+		}
+		if done {
+			break
+		}
+		if !progress {
+			return res, s.deadlock(rs)
+		}
+	}
+	for r, st := range rs {
+		res.Makespan = max(res.Makespan, st.clock)
+		if err := s.complete(r, st); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// ready says when action a of rank r can start; ok is false while a
+// receive's message has not been sent.
+func (s *Schedule) ready(r int, a Action, st *simRank, sent map[msgKey]int64) (int64, bool, error) {
+	stage := a.Chunk*s.PP + r
+	switch a.Op {
+	case RecvAct, RecvGrad:
+		k := msgKey{grad: a.Op == RecvGrad, mb: a.MB, to: stage}
+		t, ok := sent[k]
+		if !ok {
+			return 0, false, nil
+		}
+		delete(sent, k)
+		return max(st.clock, t), true, nil
+	}
+	return st.clock, true, nil
+}
+
+// apply checks a's dependencies on rank r and runs it from start.
+func (s *Schedule) apply(r int, a Action, st *simRank, start int64, costOf func(int, Action) int64, sent map[msgKey]int64, res *Result) error {
+	p, S := s.PP, s.Stages()
+	stage, key := a.Chunk*p+r, [2]int{a.MB, a.Chunk}
+	bad := func(why string) error { return fmt.Errorf("pp: rank %d action %v: %s", r, a, why) }
+	cost := int64(0)
+	switch a.Op {
+	case Forward:
+		if st.fwd[key] {
+			return bad("forward repeated")
+		}
+		if stage > 0 && !st.got[msgKey{mb: a.MB, to: stage}] {
+			return bad("runs before its input activations are received")
+		}
+		st.fwd[key] = true
+		st.live++
+		st.chunk[a.Chunk]++
+		res.InFlight[r] = max(res.InFlight[r], st.live)
+		res.ChunkInFlight[r][a.Chunk] = max(res.ChunkInFlight[r][a.Chunk], st.chunk[a.Chunk])
+	case Backward:
+		switch {
+		case !st.fwd[key]:
+			return bad("runs before its forward")
+		case st.bwd[key]:
+			return bad("backward repeated")
+		case stage < S-1 && !st.got[msgKey{grad: true, mb: a.MB, to: stage}]:
+			return bad("runs before its output gradient is received")
+		}
+		st.bwd[key] = true
+		if !s.Split() {
+			st.live--
+			st.chunk[a.Chunk]--
+		} else {
+			st.deferred[a.Chunk]++
+			res.Deferred[r][a.Chunk] = max(res.Deferred[r][a.Chunk], st.deferred[a.Chunk])
+		}
+	case Weight:
+		if !s.Split() || !st.bwd[key] {
+			return bad("weight gradient without a split backward before it")
+		}
+		st.live--
+		st.chunk[a.Chunk]--
+		st.deferred[a.Chunk]--
+	case RecvAct, RecvGrad:
+		from := (r - 1 + p) % p
+		if a.Op == RecvGrad {
+			from = (r + 1) % p
+		}
+		if a.Peer != from {
+			return bad("receives from the wrong rank")
+		}
+		st.got[msgKey{grad: a.Op == RecvGrad, mb: a.MB, to: stage}] = true
+	case SendAct, SendGrad:
+		to, want := stage+1, (r+1)%p
+		if a.Op == SendGrad {
+			to, want = stage-1, (r-1+p)%p
+		}
+		done := st.fwd[key]
+		if a.Op == SendGrad {
+			done = st.bwd[key]
+		}
+		if to < 0 || to >= S || a.Peer != want || !done {
+			return bad("sends what it has not computed, or to the wrong rank")
+		}
+		k := msgKey{grad: a.Op == SendGrad, mb: a.MB, to: to}
+		if _, dup := sent[k]; dup {
+			return bad("message sent twice")
+		}
+		sent[k] = start
+	}
+	if a.Op.Compute() {
+		cost = costOf(r, a)
+		res.Busy[r] += cost
+	}
+	st.clock = start + cost
+	return nil
+}
+
+// complete checks that rank r ran every pass of its chunks once.
+func (s *Schedule) complete(r int, st *simRank) error {
+	want := s.Micro * s.vpp()
+	if len(st.fwd) != want || len(st.bwd) != want || st.live != 0 {
+		return fmt.Errorf("pp: rank %d ran %d forwards and %d backwards with %d micro-batches left in flight, want %d each and none",
+			r, len(st.fwd), len(st.bwd), st.live, want)
+	}
+	return nil
+}
+
+// deadlock names every stuck rank and the action it waits at.
+func (s *Schedule) deadlock(rs []*simRank) error {
+	var parts []string
+	for r, st := range rs {
+		if st.pc < len(s.Ranks[r]) {
+			parts = append(parts, fmt.Sprintf("rank %d at %v", r, s.Ranks[r][st.pc]))
+		}
+	}
+	return errors.New("pp: the schedule deadlocks: " + strings.Join(parts, ", "))
+}

@@ -1,0 +1,292 @@
+package pp
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"trellis/comm"
+	"trellis/device"
+	"trellis/model"
+	"trellis/trace"
+)
+
+// StageConfig is everything NewStage needs.
+type StageConfig struct {
+	GPT      *model.GPT   // the runner: its scratch, kernels and device (stashes are charged there)
+	Params   model.Params // the rank's held units (State)
+	Schedule *Schedule
+	Layout   Layout
+	Link     Link
+	Device   *device.Device // the boundary buffers in flight are charged here (tag comm)
+	Trace    *trace.Tracer  // nil: no tracing
+}
+
+// Stage runs one pipeline rank's action list. It keeps one stash per
+// (micro-batch, chunk) in flight — allocated on first need, returned to a
+// per-chunk free list at its backward — so the act peak is the schedule's
+// in-flight count times the chunk's stash.
+type Stage struct {
+	cfg    StageConfig
+	free   [][]*model.Stash              // (vpp) stashes not in use
+	live   map[[2]int]*model.Stash       // (mb, chunk) in flight
+	wfree  [][]*model.WeightStash        // (vpp) zb-h1: weight stashes not in use
+	wlive  map[[2]int]*model.WeightStash // zb-h1: (mb, chunk) between B and W
+	recvs  map[[2]int]pending            // posted receives of activations (into the stash) or gradients
+	sends  map[[2]int]pending            // activation sends in flight (read the stash)
+	gsends []pending                     // gradient sends in flight
+	bufs   []*device.Buffer              // boundary buffers: free
+	n      int                           // B·T·C
+	waited time.Duration                 // time blocked on transfers: exposed communication
+}
+
+// pending is an issued transfer and, for gradients, the buffer it uses.
+type pending struct {
+	w   comm.Work
+	buf *device.Buffer
+}
+
+// NewStage checks the schedule against the layout.
+func NewStage(c StageConfig) (*Stage, error) {
+	switch {
+	case c.GPT == nil || c.Params == nil || c.Schedule == nil || c.Link == nil || c.Device == nil:
+		return nil, errors.New("pp: StageConfig needs GPT, Params, Schedule, Link and Device")
+	case c.Schedule.PP != c.Layout.PP || c.Schedule.vpp() != c.Layout.VPP:
+		return nil, fmt.Errorf("pp: schedule pp=%d vpp=%d, layout pp=%d vpp=%d", c.Schedule.PP, c.Schedule.vpp(), c.Layout.PP, c.Layout.VPP)
+	}
+	cfg := c.GPT.Config()
+	return &Stage{cfg: c, free: make([][]*model.Stash, c.Layout.VPP), live: map[[2]int]*model.Stash{},
+		wfree: make([][]*model.WeightStash, c.Layout.VPP), wlive: map[[2]int]*model.WeightStash{},
+		recvs: map[[2]int]pending{}, sends: map[[2]int]pending{}, n: c.GPT.MicroBatch() * cfg.SeqLen * cfg.Hidden}, nil
+}
+
+// StashBytes is chunk c's stash per micro-batch.
+func (s *Stage) StashBytes(c int) int64 {
+	b, _, last := s.cfg.Layout.Chunk(c)
+	return s.cfg.GPT.StageStashBytes(b[0], b[1], last)
+}
+
+// Step runs the schedule for one optimizer step: micro-batch mb is
+// batch(mb), its loss scaled by dloss in the backward pass (1/m averages).
+// It returns the sum of the micro-batches' losses on the rank that runs
+// the last model stage, 0 elsewhere.
+func (s *Stage) Step(batch func(mb int) (model.Batch, error), dloss float32) (float64, error) {
+	var sum float64
+	if tr := s.cfg.Trace; tr != nil {
+		t0 := tr.Now()
+		defer func() {
+			tr.Span(trace.Step, "pipeline", t0, "schedule", string(s.cfg.Schedule.Kind), "micro-batches", s.cfg.Schedule.Micro)
+		}()
+	}
+	for _, a := range s.cfg.Schedule.Ranks[s.cfg.Layout.Rank] {
+		loss, err := s.do(a, batch, dloss)
+		if err != nil {
+			s.abort()
+			return 0, fmt.Errorf("pp: rank %d, %v: %w", s.cfg.Layout.Rank, a, err)
+		}
+		sum += loss
+	}
+	return sum, s.drain()
+}
+
+// do runs one action.
+func (s *Stage) do(a Action, batch func(int) (model.Batch, error), dloss float32) (float64, error) {
+	key := [2]int{a.MB, a.Chunk}
+	switch a.Op {
+	case RecvAct:
+		st, err := s.stash(key)
+		if err != nil {
+			return 0, err
+		}
+		b, _, _ := s.cfg.Layout.Chunk(a.Chunk)
+		s.recvs[key] = s.watch(pending{w: s.cfg.Link.Recv(st.Residual(b[0]), a.Peer, false)}, "recv act", a)
+	case Forward:
+		b, err := batch(a.MB)
+		if err != nil {
+			return 0, err
+		}
+		return s.forward(a, key, b)
+	case SendAct:
+		b, _, _ := s.cfg.Layout.Chunk(a.Chunk)
+		s.sends[key] = s.watch(pending{w: s.cfg.Link.Send(s.live[key].Residual(b[1]), a.Peer, false)}, "send act", a)
+	case RecvGrad:
+		buf, err := s.buffer()
+		if err != nil {
+			return 0, err
+		}
+		s.recvs[key] = s.watch(pending{w: s.cfg.Link.Recv(buf.Data, a.Peer, true), buf: buf}, "recv grad", a)
+	case Backward:
+		return 0, s.backward(a, key, dloss)
+	case Weight:
+		return 0, s.weight(a, key)
+	case SendGrad:
+		buf, err := s.buffer()
+		if err != nil {
+			return 0, err
+		}
+		copy(buf.Data, s.cfg.GPT.DResidual()[:s.n])
+		s.gsends = append(s.gsends, s.watch(pending{w: s.cfg.Link.Send(buf.Data, a.Peer, true), buf: buf}, "send grad", a))
+	default:
+		return 0, fmt.Errorf("action %v cannot run here", a)
+	}
+	return 0, nil
+}
+
+// forward runs F(mb, chunk): embedding (stage 0), the chunk's blocks, the
+// head (last stage, whose loss it returns).
+func (s *Stage) forward(a Action, key [2]int, b model.Batch) (float64, error) {
+	st, err := s.stash(key)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.cfg.GPT.Load(st, b); err != nil {
+		return 0, err
+	}
+	if p, ok := s.recvs[key]; ok {
+		delete(s.recvs, key)
+		if err := s.wait(p, a); err != nil {
+			return 0, err
+		}
+	}
+	t0 := s.cfg.Trace.Now()
+	defer s.span(a, t0)
+	return s.runForward(a.Chunk, st)
+}
+
+// runForward is the compute of a chunk's forward pass.
+func (s *Stage) runForward(c int, st *model.Stash) (float64, error) {
+	g, p := s.cfg.GPT, s.cfg.Params
+	bounds, first, last := s.cfg.Layout.Chunk(c)
+	if first {
+		if err := g.EmbedForward(p, st); err != nil {
+			return 0, err
+		}
+	}
+	for l := bounds[0]; l < bounds[1]; l++ {
+		if err := g.BlockForward(p, st, l); err != nil {
+			return 0, err
+		}
+	}
+	if !last {
+		return 0, nil
+	}
+	loss, err := g.HeadForward(p, st)
+	return float64(loss), err
+}
+
+// backward runs B(mb, chunk) from the received gradient (or the loss) down
+// to the chunk's input, and frees the stash.
+func (s *Stage) backward(a Action, key [2]int, dloss float32) error {
+	st, ok := s.live[key]
+	if !ok {
+		return errors.New("backward without its forward")
+	}
+	if p, ok := s.sends[key]; ok { // the stash's output must have left
+		delete(s.sends, key)
+		if err := s.wait(p, a); err != nil {
+			return err
+		}
+	}
+	g, p := s.cfg.GPT, s.cfg.Params
+	bounds, first, last := s.cfg.Layout.Chunk(a.Chunk)
+	if !last {
+		rp, ok := s.recvs[key]
+		if !ok {
+			return errors.New("backward without its output gradient")
+		}
+		delete(s.recvs, key)
+		if err := s.wait(rp, a); err != nil {
+			return err
+		}
+		copy(g.DResidual(), rp.buf.Data)
+		s.bufs = append(s.bufs, rp.buf)
+	}
+	t0 := s.cfg.Trace.Now()
+	if last {
+		if err := g.HeadBackward(p, st, dloss); err != nil {
+			return err
+		}
+	}
+	var ws *model.WeightStash
+	if s.cfg.Schedule.Split() {
+		var err error
+		if ws, err = s.weightStash(key); err != nil {
+			return err
+		}
+	}
+	for l := bounds[1] - 1; l >= bounds[0]; l-- {
+		var err error
+		if ws != nil {
+			err = g.BlockBackwardInput(p, st, ws, l)
+		} else {
+			err = g.BlockBackward(p, st, l)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if first {
+		if err := g.EmbedBackward(p, st); err != nil {
+			return err
+		}
+	}
+	s.span(a, t0)
+	if ws == nil {
+		delete(s.live, key)
+		s.free[a.Chunk] = append(s.free[a.Chunk], st)
+	}
+	return nil
+}
+
+// weight runs W(mb, chunk) (zb-h1): the blocks' deferred weight
+// gradients; then the stash and the weight stash are free.
+func (s *Stage) weight(a Action, key [2]int) error {
+	st, ws := s.live[key], s.wlive[key]
+	if st == nil || ws == nil {
+		return errors.New("weight gradient without its split backward")
+	}
+	t0 := s.cfg.Trace.Now()
+	bounds, _, _ := s.cfg.Layout.Chunk(a.Chunk)
+	for l := bounds[1] - 1; l >= bounds[0]; l-- {
+		if err := s.cfg.GPT.BlockBackwardWeight(s.cfg.Params, st, ws, l); err != nil {
+			return err
+		}
+	}
+	s.span(a, t0)
+	delete(s.live, key)
+	delete(s.wlive, key)
+	s.free[a.Chunk] = append(s.free[a.Chunk], st)
+	s.wfree[a.Chunk] = append(s.wfree[a.Chunk], ws)
+	return nil
+}
+
+// wait blocks on p (the wait lane of the trace).
+func (s *Stage) wait(p pending, a Action) error {
+	if w, ok := p.w.(*watched); ok && w.done() {
+		return w.err
+	}
+	t0 := time.Now()
+	err := p.w.Wait()
+	end := time.Now()
+	s.waited += end.Sub(t0)
+	if s.cfg.Trace != nil {
+		s.cfg.Trace.SpanTo(trace.Wait, "wait "+a.String(), t0, end)
+	}
+	return err
+}
+
+// CommStats is the point-to-point traffic: Busy from the link's groups,
+// Wait the time this rank blocked on it (the watchers' waits excluded).
+func (s *Stage) CommStats() comm.Stats {
+	st := s.cfg.Link.Stats()
+	st.Wait = s.waited
+	return st
+}
+
+// span records a compute action.
+func (s *Stage) span(a Action, t0 time.Time) {
+	if s.cfg.Trace == nil {
+		return
+	}
+	s.cfg.Trace.Span(trace.Compute, fmt.Sprintf("%v mb%d c%d", a.Op, a.MB, a.Chunk), t0, "mb", a.MB, "chunk", a.Chunk)
+}

@@ -1,0 +1,34 @@
+package pp
+
+// zbH1 is Qi et al. 2023's ZB-H1: 1F1B's order of forwards F and input
+// gradients B, with each weight gradient W deferred by r micro-batches on
+// rank r. Rank r runs w = min(p−r−1, m) warm-up forwards, then for
+// k = 0..m−1: F(w+k) (while any is left), B(k), and W(k−r) once k ≥ r; then
+// the W left over. The last stage defers most: its W's fill the cooldown,
+// where 1F1B's ranks wait for gradients, so the bubble shrinks from
+// (p−1)(F+B+W) to (p−1)(F+B−W) (at F = B = W, a third). Every rank keeps
+// at most p micro-batches in flight (counted from F to W): 1F1B's peak
+// (rank 0's), reached on every rank.
+func zbH1(c Config) [][]Action {
+	p, m := c.PP, c.Micro
+	out := make([][]Action, p)
+	for r := range out {
+		w := min(p-r-1, m)
+		for mb := 0; mb < w; mb++ {
+			out[r] = append(out[r], Action{Op: Forward, MB: mb})
+		}
+		for k := 0; k < m; k++ {
+			if w+k < m {
+				out[r] = append(out[r], Action{Op: Forward, MB: w + k})
+			}
+			out[r] = append(out[r], Action{Op: Backward, MB: k})
+			if k >= r {
+				out[r] = append(out[r], Action{Op: Weight, MB: k - r})
+			}
+		}
+		for mb := max(m-r, 0); mb < m; mb++ {
+			out[r] = append(out[r], Action{Op: Weight, MB: mb})
+		}
+	}
+	return out
+}
