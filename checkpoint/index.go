@@ -32,11 +32,13 @@ type TensorEntry struct {
 	Shards []ShardEntry `json:"shards"`
 }
 
-// ShardEntry says that rank Rank holds elements [Lo, Hi).
+// ShardEntry says that rank Rank holds elements [Lo, Hi) of the tensor,
+// or with a Slice of that box of it.
 type ShardEntry struct {
-	Rank int   `json:"rank"`
-	Lo   int64 `json:"lo"`
-	Hi   int64 `json:"hi"`
+	Rank  int    `json:"rank"`
+	Slice *Slice `json:"slice,omitempty"`
+	Lo    int64  `json:"lo"`
+	Hi    int64  `json:"hi"`
 }
 
 // FileEntry is one rank file's name, size and SHA-256 (lower-case hex).
@@ -142,7 +144,34 @@ func (t TensorEntry) validate(world int) error {
 	if err != nil {
 		return err
 	}
-	return checkTiling(t.Shards, n, world)
+	if !t.boxed() {
+		return checkTiling(t.Shards, n, world)
+	}
+	for _, s := range t.Shards {
+		if s.Rank < 0 || s.Rank >= world {
+			return fmt.Errorf("shard on rank %d of world %d", s.Rank, world)
+		}
+		m := n
+		if s.Slice != nil {
+			if m, err = s.Slice.validate(n); err != nil {
+				return fmt.Errorf("rank %d: %w", s.Rank, err)
+			}
+		}
+		if err := checkRange(s.Lo, s.Hi, m); err != nil {
+			return fmt.Errorf("rank %d: %w", s.Rank, err)
+		}
+	}
+	return coverage(t.Shards, n)
+}
+
+// boxed says whether any shard of the tensor is an N-d box.
+func (t TensorEntry) boxed() bool {
+	for _, s := range t.Shards {
+		if s.Slice != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // checkTiling requires shards sorted by Lo to cover [0, n) with no gap and

@@ -127,7 +127,7 @@ func buildIndex(partial string, m Manifest) (*Index, error) {
 		}
 	}
 	for name, t := range ix.Tensors {
-		sort.Slice(t.Shards, func(i, j int) bool { return t.Shards[i].Lo < t.Shards[j].Lo })
+		sort.SliceStable(t.Shards, func(i, j int) bool { return t.Shards[i].Lo < t.Shards[j].Lo })
 		ix.Tensors[name] = t
 	}
 	if err := ix.validate(); err != nil {
@@ -163,7 +163,7 @@ func addShard(ts map[string]TensorEntry, rank int, sh Shard) error {
 	} else if !slices.Equal(t.Shape, sh.Shape) || t.DType != sh.DType {
 		return fmt.Errorf("tensor %q is %s %v here but %s %v on rank %d", sh.Name, sh.DType, sh.Shape, t.DType, t.Shape, t.Shards[0].Rank)
 	}
-	t.Shards = append(t.Shards, ShardEntry{Rank: rank, Lo: sh.Lo, Hi: sh.Hi})
+	t.Shards = append(t.Shards, ShardEntry{Rank: rank, Slice: sh.Slice, Lo: sh.Lo, Hi: sh.Hi})
 	ts[sh.Name] = t
 	return nil
 }
