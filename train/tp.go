@@ -4,11 +4,29 @@ import (
 	"errors"
 	"fmt"
 
+	"trellis/comm"
 	"trellis/mesh"
 	"trellis/model"
 	"trellis/parallel/tp"
 	"trellis/plan"
 )
+
+// CommBytes are the payload bytes a rank passed to collectives over the
+// run, per mesh axis (an all-reduce or broadcast counts its buffer, a
+// reduce-scatter its input, an all-gather its output).
+type CommBytes struct {
+	TP int64 `json:"tp"` // the tensor-parallel group: activations (parallel/tp)
+	DP int64 `json:"dp"` // the data-parallel groups: gradients and ZeRO's parameters
+}
+
+// commBytes reads the rank's counters; dp holds the strategy's.
+func (r *rank) commBytes(dp comm.Stats) CommBytes {
+	b := CommBytes{DP: dp.Bytes}
+	if r.tpGroup != nil {
+		b.TP = r.tpGroup.Stats().Bytes
+	}
+	return b
+}
 
 // checkTP rejects, before anything starts, a tensor-parallel plan the model
 // or the devices cannot run: one line per broken rule, naming the numbers.
