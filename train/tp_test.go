@@ -36,6 +36,11 @@ func TestTPPlansMatchSingleDevice(t *testing.T) {
 				if s, _ := j.resolve(); len(got.sum.Ranks) != s.ranks || s.ranks < 2 {
 					t.Errorf("%d ranks reported, want the plan's %d", len(got.sum.Ranks), s.ranks)
 				}
+				for _, r := range got.sum.Ranks {
+					if cb := r.CommBytes; cb.TP == 0 || (cb.DP > 0) != strings.HasPrefix(plan, "dp=2") {
+						t.Errorf("rank %d: comm_bytes %+v", r.Rank, cb)
+					}
+				}
 				if len(got.losses) != len(ref.losses) {
 					t.Fatalf("%d steps logged, want %d", len(got.losses), len(ref.losses))
 				}
