@@ -129,6 +129,9 @@ func (r *rank) gatherStats() ([]RankStats, error) {
 		cs = c.CommStats()
 	}
 	cb := r.commBytes(cs)
+	if r.tpGroup != nil { // tensor parallelism's collectives block: all exposed
+		cs = cs.Add(r.tpGroup.Stats())
+	}
 	vals := append(ds.Peak[:], ds.PeakTotal, int64(cs.Busy), int64(cs.Wait), cb.TP, cb.DP)
 	const per = 11
 	mine := make([]float32, 3*per)
