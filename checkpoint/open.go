@@ -60,6 +60,7 @@ func Open(path string) (*Checkpoint, error) {
 		return nil, fmt.Errorf("checkpoint: %s: holds step %d, but the directory is named for step %d", indexPath, ix.Step, n)
 	}
 	c := &Checkpoint{dir: dir, ix: ix}
+	var files int64
 	for _, fe := range ix.Files {
 		shards, err := loadRank(dir, fe, ix)
 		if err != nil {
@@ -70,6 +71,13 @@ func Open(path string) (*Checkpoint, error) {
 			held[sh.Name] = i
 		}
 		c.ranks, c.held = append(c.ranks, shards), append(c.held, held)
+		files += fe.Size
+	}
+	if ix.dataBytes() > files {
+		return nil, fmt.Errorf("checkpoint: %s: its tensors need %d bytes, its files hold %d", indexPath, ix.dataBytes(), files)
+	}
+	if err := ix.checkBoxes(); err != nil {
+		return nil, fmt.Errorf("checkpoint: %s: %w", indexPath, err)
 	}
 	return c, nil
 }

@@ -133,6 +133,9 @@ func buildIndex(partial string, m Manifest) (*Index, error) {
 	if err := ix.validate(); err != nil {
 		return nil, fmt.Errorf("checkpoint: step %d: %w", m.Step, err)
 	}
+	if err := ix.checkBoxes(); err != nil { // the shards came from the files just read
+		return nil, fmt.Errorf("checkpoint: step %d: %w", m.Step, err)
+	}
 	return ix, nil
 }
 
