@@ -19,8 +19,8 @@ func tpJob(plan string, dropout float64) Job {
 
 // Tensor parallelism (tp ∈ {2, 4}, with and without sequence parallelism)
 // and its composition with data parallelism and every ZeRO stage, with
-// dropout off and on, train the single device's model: per-step losses
-// within 1e-5 relative over 5 steps, final weights and Adam moments within
+// dropout off and on, train the single device's model: per-step losses and
+// gradient norms within 1e-5 relative over 5 steps, final weights and Adam moments within
 // 1e-5 in relative L2. (parallel/tp holds every gradient element of a
 // step to the single device's.)
 func TestTPPlansMatchSingleDevice(t *testing.T) {
@@ -47,6 +47,9 @@ func TestTPPlansMatchSingleDevice(t *testing.T) {
 				for s := range ref.losses {
 					if math.Abs(got.losses[s]-ref.losses[s]) > 1e-5*ref.losses[s] {
 						t.Errorf("step %d: loss %.9g, want %.9g", s+1, got.losses[s], ref.losses[s])
+					}
+					if math.Abs(got.norms[s]-ref.norms[s]) > 1e-5*ref.norms[s] {
+						t.Errorf("step %d: gradient norm %.9g, want %.9g", s+1, got.norms[s], ref.norms[s])
 					}
 				}
 				for _, x := range []struct {
