@@ -6,7 +6,8 @@ import "trellis/ops"
 // forward's meeting points. g's backward is the identity (GatherSeq with
 // SP): the gradient of a row-parallel layer's output is replicated. f's
 // backward is ReduceFromTP (ScatterSeq with SP): the gradient of a
-// column-parallel layer's input is the sum of every rank's partial one.
+// column-parallel layer's input is the sum of every rank's partial one; it
+// runs while the layer's weight gradient is computed (colBackward).
 
 // leaveRowBack is g's backward: the full (B·T, C) gradient of a
 // row-parallel layer's output from the rank's tokens of it.
@@ -18,14 +19,27 @@ func (m *GPT) leaveRowBack(local []float32, bt int) ([]float32, error) {
 	return full, m.tp.GatherSeq(full, local)
 }
 
-// enterColBack is f's backward: the rank's tokens of Σ_ranks partial, the
-// (B·T, C) partial input gradients of a column-parallel layer.
-func (m *GPT) enterColBack(partial []float32, bt int) ([]float32, error) {
-	if !m.d.sp {
-		return partial, m.tp.ReduceFromTP(partial)
+// colBackward is a column-parallel layer's backward with f's: it sets
+// m.dln to the partial input gradient dout·w (B·T, C), starts its sum over
+// the group (f's backward), ACCUMULATES the weight and bias gradients
+// while the reduction runs, and returns the rank's tokens of the summed
+// input gradient:
+//
+//	dz = f*(dout·w);  dw += doutᵀ·inp;  db += Σ_rows dout
+//
+// inp (B·T, C), w (OC, C), dout (B·T, OC).
+func (m *GPT) colBackward(dw, db, dout, inp, w []float32, bt, OC int) ([]float32, error) {
+	C := m.d.C
+	m.k.MatMul(ops.NN, bt, C, OC, dout, OC, w, C, m.dln[:bt*C], C, false)
+	dz, wait := m.dln[:bt*C], func() error { return nil }
+	if m.d.sp {
+		dz = m.tpws.dlnl[:m.d.tokens(bt)*C]
+		wait = m.tp.StartScatterSeq(dz, m.dln[:bt*C])
+	} else {
+		wait = m.tp.StartReduceFromTP(dz)
 	}
-	local := m.tpws.dlnl[:m.d.tokens(bt)*m.d.C]
-	return local, m.tp.ScatterSeq(local, partial)
+	ops.LinearBackward(m.k, nil, dw, db, dout, inp, w, bt, C, OC)
+	return dz, wait()
 }
 
 // headBackwardTP is HeadBackward for a split part: the vocab-parallel
@@ -50,9 +64,8 @@ func (m *GPT) headBackwardTP(p Params, s *Stash, dloss float32) error {
 		p.ReleaseWeights(0)
 		return err
 	}
-	ops.LinearBackwardSet(m.k, m.dln, g[:d.Vl*C], nil, dlogits, z, w[:d.Vl*C], bt, C, d.Vl)
+	dz, err := m.colBackward(g[:d.Vl*C], nil, dlogits, z, w[:d.Vl*C], bt, d.Vl)
 	p.ReleaseWeights(0)
-	dz, err := m.enterColBack(m.dln, bt)
 	if err != nil {
 		return err
 	}
@@ -93,8 +106,7 @@ func (m *GPT) blockBackwardTP(w, g []float32, s *Stash, l int) error {
 	if err != nil {
 		return err
 	}
-	ops.LinearBackwardSet(k, m.dln, dv.fcw, dv.fcb, dfc, z, v.fcw, bt, C, d.F)
-	dz, err := m.enterColBack(m.dln, bt)
+	dz, err := m.colBackward(dv.fcw, dv.fcb, dfc, z, v.fcw, bt, d.F)
 	if err != nil {
 		return err
 	}
@@ -112,8 +124,7 @@ func (m *GPT) blockBackwardTP(w, g []float32, s *Stash, l int) error {
 	if z, err = m.enterCol(a.ln1[:n*C], bt); err != nil {
 		return err
 	}
-	ops.LinearBackwardSet(k, m.dln, dv.qkvw, dv.qkvb, dqkv, z, v.qkvw, bt, C, 3*d.Cl)
-	if dz, err = m.enterColBack(m.dln, bt); err != nil {
+	if dz, err = m.colBackward(dv.qkvw, dv.qkvb, dqkv, z, v.qkvw, bt, 3*d.Cl); err != nil {
 		return err
 	}
 	return m.lnBackward(dres, dv.ln1w, dv.ln1b, dz, s.res[l][:n*C], v.ln1w, a.ln1M, a.ln1R, n)

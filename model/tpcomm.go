@@ -23,6 +23,12 @@ type TPComm interface {
 	// ScatterSeq sums src over the group and keeps this rank's chunk:
 	// dst = Σ_ranks src[r·n:(r+1)·n], len(src) = t·len(dst) = t·n.
 	ScatterSeq(dst, src []float32) error
+	// StartReduceFromTP and StartScatterSeq issue the same operations and
+	// return at once with the function that waits for them; the buffers
+	// must not be touched until it has returned. The backward pass
+	// overlaps f's input-gradient reduction with the weight gradient.
+	StartReduceFromTP(x []float32) (wait func() error)
+	StartScatterSeq(dst, src []float32) (wait func() error)
 }
 
 // soloTP is the group of one rank: every point is the identity.
@@ -32,3 +38,10 @@ func (soloTP) ReduceFromTP([]float32) error        { return nil }
 func (soloTP) MaxOverTP([]float32) error           { return nil }
 func (soloTP) GatherSeq(dst, src []float32) error  { copy(dst, src); return nil }
 func (soloTP) ScatterSeq(dst, src []float32) error { copy(dst, src); return nil }
+func (soloTP) StartReduceFromTP([]float32) func() error {
+	return func() error { return nil }
+}
+func (soloTP) StartScatterSeq(dst, src []float32) func() error {
+	copy(dst, src)
+	return func() error { return nil }
+}

@@ -83,6 +83,18 @@ func (c *Comm) ScatterSeq(dst, src []float32) error {
 	return wrap("reduce-scatter", comm.ReduceScatter(c.g, comm.F32(dst), comm.F32(src), comm.Sum))
 }
 
+// StartReduceFromTP issues ReduceFromTP and returns its wait.
+func (c *Comm) StartReduceFromTP(x []float32) func() error {
+	w := c.g.AllReduce(comm.F32(x), comm.Sum)
+	return func() error { return wrap("all-reduce", w.Wait()) }
+}
+
+// StartScatterSeq issues ScatterSeq and returns its wait.
+func (c *Comm) StartScatterSeq(dst, src []float32) func() error {
+	w := c.g.ReduceScatter(comm.F32(dst), comm.F32(src), comm.Sum)
+	return func() error { return wrap("reduce-scatter", w.Wait()) }
+}
+
 // ReduceNorm sums a rank's partial squared gradient norm over the group.
 // The float64 travels as two float32s, hi = fl32(x) and lo = fl32(x − hi),
 // as in parallel/zero.
