@@ -39,7 +39,7 @@ import (
 )
 
 // Comm is model.TPComm over a tensor-parallel group: every point is a
-// blocking collective on the group's queue.
+// collective on the group's queue, blocking except the Start forms.
 type Comm struct {
 	g comm.Group
 }
