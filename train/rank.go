@@ -23,26 +23,28 @@ import (
 // rank is one rank's program: its device, kernels, model runner, activation
 // stash, strategy and view of the data.
 type rank struct {
-	id      int
-	job     Job
-	set     settings
-	dev     *device.Device
-	k       *ops.Kernels
-	gpt     *model.GPT
-	stash   *model.Stash
-	st      Strategy
-	loader  *data.Loader
-	world   comm.Group // every rank: loss and statistics reductions
-	grads   comm.Group // the data-parallel group's gradient traffic (nil: one device)
-	params  comm.Group // the data-parallel group's parameter gathers (nil: one device)
-	dp      int        // this rank's index in its data-parallel group
+	id     int
+	job    Job
+	set    settings
+	dev    *device.Device
+	k      *ops.Kernels
+	gpt    *model.GPT
+	stash  *model.Stash
+	st     Strategy
+	loader *data.Loader
+	world  comm.Group // every rank: loss and statistics reductions
+	grads  comm.Group // the data-parallel group's gradient traffic (nil: one device)
+	params comm.Group // the data-parallel group's parameter gathers (nil: one device)
+	dp     int        // this rank's index in its data-parallel group
+	sched  optim.Schedule
+	in     []int32 // (B,T)
+	tgt    []int32 // (B,T)
+	log    *slog.Logger
+
+	// Tensor parallelism (train/tp.go).
 	tp      *tp.Comm   // the tensor-parallel group's points (nil: tp=1)
 	tpGroup comm.Group // its group
 	part    model.Part // the piece of the model this rank computes
-	sched   optim.Schedule
-	in      []int32 // (B,T)
-	tgt     []int32 // (B,T)
-	log     *slog.Logger
 }
 
 // rankConfig is what newRank needs besides the job.
