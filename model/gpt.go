@@ -64,8 +64,8 @@ type GPT struct {
 	// big holds, in turn, dlogits (B,T,V) in the head, then dfc2in (B,T,4C)
 	// and dfc (B,T,4C) in the MLP, then dqkv (B,T,3C) and datty (B,T,C) in
 	// attention: their lifetimes do not overlap.
-	big     []float32 // (max(B·T·V, 8·B·T·C))
-	branch  []float32 // (B,T,C) a branch output before dropout, or its masked gradient; nil without dropout
+	big     []float32 // (max(B·T·V, 8·B·T·C)); a tensor-parallel rank's sizes in dims.workspace
+	branch  []float32 // (B,T,C) a branch output before dropout, or its masked gradient; nil without dropout and tp
 	scratch []float32 // attention backward scratch
 	tpws    tpScratch // tensor parallelism's buffers (empty without it)
 
@@ -144,9 +144,8 @@ func (m *GPT) Free() { m.ws.Free() }
 
 // dropoutAt is the dropout of a site for the stash's batch: keyed by
 // (seed, site, step), offset to the global index of the micro-batch's first
-// element.
-// With sequence parallelism the rank's tokens start at r·B·T/t, so the
-// masks are those of one device.
+// element (with sequence parallelism, of the rank's first token,
+// r·B·T/t), so that every split draws the masks of one device.
 func (m *GPT) dropoutAt(s *Stash, site rng.Stream) ops.Dropout {
 	first := 0
 	if m.part.SP {
