@@ -1,9 +1,11 @@
 package train
 
 import (
+	"os"
 	"testing"
 
 	"trellis/device"
+	"trellis/plan"
 )
 
 // actFormula is the per-rank act peak docs/ARCHITECTURE.md states for a
@@ -27,9 +29,36 @@ func actFormula(j Job, t int, sp bool) int64 {
 	return 4*(L*layer+2*n*h+2*n+bs*vl+bs) + 16*bs
 }
 
-// The act peak every rank reports equals the formula exactly: with tp=t
-// the attention and MLP interiors shrink by t and the LayerNorm, dropout
-// and residual regions do not; with sp they shrink too.
+// plannedAct is the planner's act prediction for j on the CPU host
+// cluster file (engine_stash = true: the engine's formula).
+func plannedAct(t *testing.T, j Job) int64 {
+	t.Helper()
+	data, err := os.ReadFile("../plan/testdata/cpu-host.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := plan.ParseClusterFile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := j.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := j.Model
+	pj := plan.Job{Model: plan.Model{Name: "tiny", Family: plan.GPT, Layers: m.Layers, Hidden: m.Hidden, Heads: m.Heads,
+		KVHeads: m.Heads, FFN: 4 * m.Hidden, Vocab: m.Vocab, MaxSeq: m.SeqLen, Tied: true, AttnBias: true, MLPBias: true,
+		Dropout: m.Dropout > 0}, Cluster: c, Devices: s.ranks, Seq: m.SeqLen, GlobalBatch: j.Train.GlobalBatch}
+	if err := pj.Check(s.enginePlan); err != nil {
+		t.Fatal(err)
+	}
+	return pj.Memory(s.enginePlan).Act
+}
+
+// The act peak every rank reports equals the formula exactly, and so does
+// the planner's prediction for a CPU host cluster file: with tp=t the
+// attention and MLP interiors shrink by t and the LayerNorm, dropout and
+// residual regions do not; with sp they shrink too.
 func TestTPActivationMemory(t *testing.T) {
 	for _, tc := range []struct {
 		plan string
@@ -40,6 +69,9 @@ func TestTPActivationMemory(t *testing.T) {
 		j.Train.Steps = 1
 		got := runJob(t, j, "", "", 0)
 		want := actFormula(j, tc.t, tc.sp)
+		if p := plannedAct(t, j); p != want {
+			t.Errorf("%s: the planner predicts act %d bytes, the formula %d", tc.plan, p, want)
+		}
 		for _, r := range got.sum.Ranks {
 			if a := r.Peak[device.Act]; a != want {
 				t.Errorf("%s rank %d: act peak %d bytes, formula %d", tc.plan, r.Rank, a, want)
