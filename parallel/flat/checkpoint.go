@@ -132,12 +132,19 @@ func TensorsOf(l model.Layout) []Tensor {
 // in flat-vector order, with their places in the global tensors; ranks
 // other than the group's first mark their replicated tensors Copy.
 func TensorsOfPart(cfg model.Config, p model.Part) []Tensor {
-	global := cfg.Layout()
+	return TensorsOfLocal(cfg.PartLayout(p), cfg.Layout(), p.Rank == 0)
+}
+
+// TensorsOfLocal lists the tensors of a rank's local layout (any part of
+// the global model: a tensor-parallel slice, a pipeline stage's units),
+// their global shapes taken from global. primary: this rank saves and
+// counts its Replicated tensors.
+func TensorsOfLocal(local, global model.Layout, primary bool) []Tensor {
 	var ts []Tensor
-	for _, u := range cfg.PartLayout(p).Units {
+	for _, u := range local.Units {
 		for _, t := range u.Tensors {
 			ts = append(ts, Tensor{Name: t.Name, Offset: t.Offset, Size: t.Size, Shape: t.Shape,
-				Global: t.Global, GlobalShape: t.GlobalShape(global), Copy: t.Replicated && p.Rank != 0})
+				Global: t.Global, GlobalShape: t.GlobalShape(global), Copy: t.Replicated && !primary})
 		}
 	}
 	return ts
