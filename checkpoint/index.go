@@ -32,11 +32,13 @@ type TensorEntry struct {
 	Shards []ShardEntry `json:"shards"`
 }
 
-// ShardEntry says that rank Rank holds elements [Lo, Hi).
+// ShardEntry says that rank Rank holds elements [Lo, Hi) of the tensor,
+// or with a Slice of that box of it.
 type ShardEntry struct {
-	Rank int   `json:"rank"`
-	Lo   int64 `json:"lo"`
-	Hi   int64 `json:"hi"`
+	Rank  int    `json:"rank"`
+	Slice *Slice `json:"slice,omitempty"`
+	Lo    int64  `json:"lo"`
+	Hi    int64  `json:"hi"`
 }
 
 // FileEntry is one rank file's name, size and SHA-256 (lower-case hex).
@@ -142,7 +144,65 @@ func (t TensorEntry) validate(world int) error {
 	if err != nil {
 		return err
 	}
-	return checkTiling(t.Shards, n, world)
+	if !t.boxed() {
+		return checkTiling(t.Shards, n, world)
+	}
+	var sum int64
+	for _, s := range t.Shards {
+		if s.Rank < 0 || s.Rank >= world {
+			return fmt.Errorf("shard on rank %d of world %d", s.Rank, world)
+		}
+		m := n
+		if s.Slice != nil {
+			if m, err = s.Slice.validate(n); err != nil {
+				return fmt.Errorf("rank %d: %w", s.Rank, err)
+			}
+		}
+		if err := checkRange(s.Lo, s.Hi, m); err != nil {
+			return fmt.Errorf("rank %d: %w", s.Rank, err)
+		}
+		sum += s.Hi - s.Lo
+	}
+	if sum != n {
+		return fmt.Errorf("shards hold %d elements of %d", sum, n)
+	}
+	return nil // that they tile the tensor is checkBoxes', once the data is known to exist
+}
+
+// checkBoxes checks that the N-d box shards of every tensor that has them
+// cover each element exactly once. It allocates a bit per element, so it
+// runs on an index whose files have been read (their sizes bound it).
+func (ix *Index) checkBoxes() error {
+	for name, t := range ix.Tensors {
+		if !t.boxed() {
+			continue
+		}
+		n, _ := numel(t.Shape)
+		if err := coverage(t.Shards, n); err != nil {
+			return fmt.Errorf("tensor %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// dataBytes is the bytes the index says its tensors hold.
+func (ix *Index) dataBytes() int64 {
+	var b int64
+	for _, t := range ix.Tensors {
+		n, _ := numel(t.Shape)
+		b += n * int64(t.DType.Size())
+	}
+	return b
+}
+
+// boxed says whether any shard of the tensor is an N-d box.
+func (t TensorEntry) boxed() bool {
+	for _, s := range t.Shards {
+		if s.Slice != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // checkTiling requires shards sorted by Lo to cover [0, n) with no gap and

@@ -88,21 +88,6 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// hashFile streams path through SHA-256 and returns the hex digest and size.
-func hashFile(path string) (string, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, err
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
-}
-
 // sha256Hex is the lower-case hex SHA-256 of b.
 func sha256Hex(b []byte) string {
 	h := sha256.Sum256(b)

@@ -14,10 +14,15 @@ import (
 	"trellis/safetensors"
 )
 
-// Checkpoint is a verified step directory.
+// Checkpoint is a verified step directory. Open reads and verifies every
+// rank file once and keeps its decoded shards (memory linear in the
+// checkpoint's size); reads are served from them, so a change to the
+// files after Open is never seen. It is safe for concurrent readers.
 type Checkpoint struct {
-	dir string
-	ix  *Index
+	dir   string
+	ix    *Index
+	ranks [][]Shard // per rank, sorted by name
+	held  []map[string]int
 }
 
 // Latest returns the step directory that root's latest file names.
@@ -36,7 +41,7 @@ func Latest(root string) (string, error) {
 
 // Open accepts a step directory, or a root whose latest names one, and
 // verifies index.json and the size and SHA-256 of every rank file before
-// returning.
+// returning; each file is read once.
 func Open(path string) (*Checkpoint, error) {
 	dir, err := resolve(path)
 	if err != nil {
@@ -54,12 +59,59 @@ func Open(path string) (*Checkpoint, error) {
 	if n, ok := parseStep(filepath.Base(dir)); ok && n != ix.Step {
 		return nil, fmt.Errorf("checkpoint: %s: holds step %d, but the directory is named for step %d", indexPath, ix.Step, n)
 	}
+	c := &Checkpoint{dir: dir, ix: ix}
+	var files int64
 	for _, fe := range ix.Files {
-		if err := verifyFile(dir, fe); err != nil {
+		shards, err := loadRank(dir, fe, ix)
+		if err != nil {
 			return nil, err
 		}
+		held := make(map[string]int, len(shards))
+		for i, sh := range shards {
+			held[sh.Name] = i
+		}
+		c.ranks, c.held = append(c.ranks, shards), append(c.held, held)
+		files += fe.Size
 	}
-	return &Checkpoint{dir: dir, ix: ix}, nil
+	if ix.dataBytes() > files {
+		return nil, fmt.Errorf("checkpoint: %s: its tensors need %d bytes, its files hold %d", indexPath, ix.dataBytes(), files)
+	}
+	if err := ix.checkBoxes(); err != nil {
+		return nil, fmt.Errorf("checkpoint: %s: %w", indexPath, err)
+	}
+	return c, nil
+}
+
+// loadRank reads a rank file once, checks its size and SHA-256 against
+// its entry and decodes its shards.
+func loadRank(dir string, fe FileEntry, ix *Index) ([]Shard, error) {
+	path := filepath.Join(dir, fe.Name)
+	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("checkpoint: %s: missing", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if st.Size() != fe.Size {
+		return nil, fmt.Errorf("checkpoint: %s: size %d bytes, %s says %d", path, st.Size(), IndexName, fe.Size)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if int64(len(b)) != fe.Size || sha256Hex(b) != fe.SHA256 {
+		return nil, fmt.Errorf("checkpoint: %s: checksum mismatch", path)
+	}
+	f, err := safetensors.Parse(path, b)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	shards, err := decodeRank(f, ix.Step, fe.Rank, ix.World)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %s: %w", path, err)
+	}
+	return shards, nil
 }
 
 // resolve maps a root to its latest step directory; a step directory (one
@@ -105,29 +157,6 @@ func readBounded(path string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// verifyFile checks a rank file's size and SHA-256 against its entry.
-func verifyFile(dir string, fe FileEntry) error {
-	path := filepath.Join(dir, fe.Name)
-	st, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("checkpoint: %s: missing", path)
-	}
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	if st.Size() != fe.Size {
-		return fmt.Errorf("checkpoint: %s: size %d bytes, %s says %d", path, st.Size(), IndexName, fe.Size)
-	}
-	sum, _, err := hashFile(path)
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	if sum != fe.SHA256 {
-		return fmt.Errorf("checkpoint: %s: checksum mismatch", path)
-	}
-	return nil
-}
-
 // Dir is the step directory.
 func (c *Checkpoint) Dir() string { return c.dir }
 
@@ -168,30 +197,13 @@ func (c *Checkpoint) RequireSamePlan(plan string, world int) error {
 		c.dir, c.ix.Plan, c.ix.World, plan, world)
 }
 
-// ReadRank returns the shards rank wrote, sorted by name. The file's bytes
-// are checked against the index again, so a change after Open is caught.
+// ReadRank returns the shards rank wrote, sorted by name (as verified by
+// Open; the data is shared, treat it as read-only).
 func (c *Checkpoint) ReadRank(rank int) ([]Shard, error) {
 	if rank < 0 || rank >= c.ix.World {
 		return nil, fmt.Errorf("checkpoint: %s: rank %d not in world %d", c.dir, rank, c.ix.World)
 	}
-	fe := c.ix.Files[rank]
-	path := filepath.Join(c.dir, fe.Name)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	if int64(len(b)) != fe.Size || sha256Hex(b) != fe.SHA256 {
-		return nil, fmt.Errorf("checkpoint: %s: checksum mismatch (changed since it was opened)", path)
-	}
-	f, err := safetensors.Parse(path, b)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	shards, err := decodeRank(f, c.ix.Step, rank, c.ix.World)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %s: %w", path, err)
-	}
-	return shards, nil
+	return slices.Clone(c.ranks[rank]), nil
 }
 
 // ReadTensor assembles the whole named tensor from the ranks that hold it.
@@ -203,25 +215,30 @@ func (c *Checkpoint) ReadTensor(name string) (Shard, error) {
 	n, _ := numel(t.Shape) // validated by DecodeIndex
 	size := int64(t.DType.Size())
 	out := Shard{Name: name, Shape: append([]int{}, t.Shape...), Lo: 0, Hi: n, DType: t.DType, Data: make([]byte, n*size)}
-	byRank := map[int]map[string]Shard{}
 	for _, se := range t.Shards {
-		held, ok := byRank[se.Rank]
-		if !ok {
-			shards, err := c.ReadRank(se.Rank)
-			if err != nil {
-				return Shard{}, err
-			}
-			held = map[string]Shard{}
-			for _, s := range shards {
-				held[s.Name] = s
-			}
-			byRank[se.Rank] = held
+		i, ok := c.held[se.Rank][name]
+		var s Shard
+		if ok {
+			s = c.ranks[se.Rank][i]
 		}
-		s, ok := held[name]
-		if !ok || s.Lo != se.Lo || s.Hi != se.Hi || s.DType != t.DType || !slices.Equal(s.Shape, t.Shape) {
+		if !ok || s.Lo != se.Lo || s.Hi != se.Hi || s.DType != t.DType || !slices.Equal(s.Shape, t.Shape) || !sameSlice(s.Slice, se.Slice) {
 			return Shard{}, fmt.Errorf("checkpoint: %s: rank %d's file does not hold [%d, %d) of %q as the index says", c.dir, se.Rank, se.Lo, se.Hi, name)
 		}
-		copy(out.Data[se.Lo*size:], s.Data)
+		if s.Slice == nil {
+			copy(out.Data[se.Lo*size:], s.Data)
+			continue
+		}
+		s.Slice.runs(s.Lo, s.Hi, func(box, g, k int64) {
+			copy(out.Data[g*size:(g+k)*size], s.Data[(box-s.Lo)*size:])
+		})
 	}
 	return out, nil
+}
+
+// sameSlice compares two optional boxes.
+func sameSlice(a, b *Slice) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return slices.Equal(a.View, b.View) && slices.Equal(a.Off, b.Off) && slices.Equal(a.Ext, b.Ext)
 }

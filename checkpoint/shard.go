@@ -12,11 +12,12 @@ import (
 )
 
 // Shard is what one rank holds of a global tensor: elements [Lo, Hi) of the
-// row-major flattening of a tensor of shape Shape. A whole tensor is the
-// shard [0, numel).
+// row-major flattening of a tensor of shape Shape, or, with a Slice, of
+// that N-d box of it. A whole tensor is the shard [0, numel).
 type Shard struct {
 	Name  string
-	Shape []int // the global shape
+	Shape []int  // the global shape
+	Slice *Slice // nil: Lo, Hi index the whole tensor
 	Lo    int64
 	Hi    int64
 	DType safetensors.DType
@@ -76,6 +77,11 @@ func (s Shard) validate() error {
 	if err != nil {
 		return fmt.Errorf("tensor %q: %w", s.Name, err)
 	}
+	if s.Slice != nil {
+		if n, err = s.Slice.validate(n); err != nil {
+			return fmt.Errorf("tensor %q of shape %v: %w", s.Name, s.Shape, err)
+		}
+	}
 	if err := checkRange(s.Lo, s.Hi, n); err != nil {
 		return fmt.Errorf("tensor %q of shape %v: %w", s.Name, s.Shape, err)
 	}
@@ -88,7 +94,7 @@ func (s Shard) validate() error {
 // localShape is the shape a shard is stored with in its rank's file: the
 // global shape for a whole tensor, else a flat range.
 func (s Shard) localShape() []int {
-	if n, _ := numel(s.Shape); s.Lo == 0 && s.Hi == n {
+	if n, _ := numel(s.Shape); s.Slice == nil && s.Lo == 0 && s.Hi == n {
 		return s.Shape
 	}
 	return []int{int(s.Hi - s.Lo)}
@@ -105,9 +111,10 @@ type fileMeta struct {
 }
 
 type shardMeta struct {
-	Shape []int `json:"shape"`
-	Lo    int64 `json:"lo"`
-	Hi    int64 `json:"hi"`
+	Shape []int  `json:"shape"`
+	Slice *Slice `json:"slice,omitempty"`
+	Lo    int64  `json:"lo"`
+	Hi    int64  `json:"hi"`
 }
 
 // encodeRank validates shards and returns the safetensors tensors and
@@ -122,7 +129,7 @@ func encodeRank(step, rank, world int, shards []Shard) ([]safetensors.Tensor, ma
 		if _, dup := fm.Shards[s.Name]; dup {
 			return nil, nil, fmt.Errorf("tensor %q given twice", s.Name)
 		}
-		fm.Shards[s.Name] = shardMeta{Shape: append([]int{}, s.Shape...), Lo: s.Lo, Hi: s.Hi}
+		fm.Shards[s.Name] = shardMeta{Shape: append([]int{}, s.Shape...), Slice: s.Slice, Lo: s.Lo, Hi: s.Hi}
 		ts = append(ts, safetensors.Tensor{Name: s.Name, DType: s.DType, Shape: s.localShape(), Data: s.Data})
 	}
 	b, err := json.Marshal(fm)
@@ -159,7 +166,7 @@ func decodeRank(f *safetensors.File, step, rank, world int) ([]Shard, error) {
 		}
 		info, _ := f.Info(name)
 		data, _ := f.Bytes(name)
-		s := Shard{Name: name, Shape: m.Shape, Lo: m.Lo, Hi: m.Hi, DType: info.DType, Data: data}
+		s := Shard{Name: name, Shape: m.Shape, Slice: m.Slice, Lo: m.Lo, Hi: m.Hi, DType: info.DType, Data: data}
 		if err := s.validate(); err != nil {
 			return nil, err
 		}

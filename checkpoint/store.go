@@ -127,10 +127,13 @@ func buildIndex(partial string, m Manifest) (*Index, error) {
 		}
 	}
 	for name, t := range ix.Tensors {
-		sort.Slice(t.Shards, func(i, j int) bool { return t.Shards[i].Lo < t.Shards[j].Lo })
+		sort.SliceStable(t.Shards, func(i, j int) bool { return t.Shards[i].Lo < t.Shards[j].Lo })
 		ix.Tensors[name] = t
 	}
 	if err := ix.validate(); err != nil {
+		return nil, fmt.Errorf("checkpoint: step %d: %w", m.Step, err)
+	}
+	if err := ix.checkBoxes(); err != nil { // the shards came from the files just read
 		return nil, fmt.Errorf("checkpoint: step %d: %w", m.Step, err)
 	}
 	return ix, nil
@@ -163,7 +166,7 @@ func addShard(ts map[string]TensorEntry, rank int, sh Shard) error {
 	} else if !slices.Equal(t.Shape, sh.Shape) || t.DType != sh.DType {
 		return fmt.Errorf("tensor %q is %s %v here but %s %v on rank %d", sh.Name, sh.DType, sh.Shape, t.DType, t.Shape, t.Shards[0].Rank)
 	}
-	t.Shards = append(t.Shards, ShardEntry{Rank: rank, Lo: sh.Lo, Hi: sh.Hi})
+	t.Shards = append(t.Shards, ShardEntry{Rank: rank, Slice: sh.Slice, Lo: sh.Lo, Hi: sh.Hi})
 	ts[sh.Name] = t
 	return nil
 }

@@ -50,6 +50,9 @@ func (m *GPT) HeadBackward(p Params, s *Stash, dloss float32) error {
 	if s.eval || s.b != m.B {
 		return fmt.Errorf("model: the stash holds an evaluation or inference pass, not a training forward")
 	}
+	if m.part.Split() {
+		return m.headBackwardTP(p, s, dloss)
+	}
 	c := m.cfg
 	BT, C, V := s.b*s.t, c.Hidden, c.Vocab
 	w, err := weights(p, 0)
@@ -99,6 +102,12 @@ func (m *GPT) BlockBackward(p Params, s *Stash, l int) error {
 	if err != nil {
 		return err
 	}
+	if m.part.Split() {
+		if err := m.blockBackwardTP(w, g, s, l); err != nil {
+			return err
+		}
+		return gradsDone(p, u)
+	}
 	c, k := m.cfg, m.k
 	B, T, C := s.b, s.t, c.Hidden
 	BT, BTC := B*T, B*T*C
@@ -127,7 +136,7 @@ func (m *GPT) BlockBackward(p Params, s *Stash, l int) error {
 // before dropout: DResidual itself, or DResidual⊙mask/(1−p) in the branch
 // buffer.
 func (m *GPT) branchGrad(s *Stash, site rng.Stream) []float32 {
-	n := s.b * s.t * m.cfg.Hidden
+	n := m.d.tokens(s.b*s.t) * m.cfg.Hidden
 	if !m.useDropout(s) {
 		return m.dres[:n]
 	}
@@ -146,6 +155,12 @@ func (m *GPT) EmbedBackward(p Params, s *Stash) error {
 	g, err := grads(p, 0)
 	if err != nil {
 		return err
+	}
+	if m.part.Split() {
+		if err := m.embedBackwardTP(g, s); err != nil {
+			return err
+		}
+		return gradsDone(p, 0)
 	}
 	c := m.cfg
 	C := c.Hidden

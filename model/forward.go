@@ -43,6 +43,9 @@ func (m *GPT) EmbedForward(p Params, s *Stash) error {
 		return err
 	}
 	defer p.ReleaseWeights(0)
+	if m.part.Split() {
+		return m.embedForwardTP(w, s)
+	}
 	c := m.cfg
 	C, n := c.Hidden, s.b*s.t*c.Hidden
 	wte, wpe := w[:c.Vocab*C], w[c.Vocab*C:]
@@ -69,6 +72,9 @@ func (m *GPT) BlockForward(p Params, s *Stash, l int) error {
 		return err
 	}
 	defer p.ReleaseWeights(l + 1)
+	if m.part.Split() {
+		return m.blockForwardTP(w, s, l)
+	}
 	c, k := m.cfg, m.k
 	B, T, C := s.b, s.t, c.Hidden
 	BT := B * T
@@ -119,6 +125,9 @@ func (m *GPT) HeadForward(p Params, s *Stash) (float32, error) {
 		return 0, err
 	}
 	defer p.ReleaseWeights(0)
+	if m.part.Split() {
+		return m.headForwardTP(w, s)
+	}
 	c := m.cfg
 	BT := s.b * s.t
 	probs := s.probs[:BT*c.Vocab]
@@ -134,7 +143,7 @@ func (m *GPT) finalNorm(p Params, s *Stash) error {
 		return err
 	}
 	defer p.ReleaseWeights(u)
-	C := m.cfg.Hidden
-	ops.LayerNormForward(m.k, s.lnf, s.lnfM, s.lnfR, s.res[m.cfg.Layers], w[:C], w[C:2*C], s.b*s.t, C)
+	C, n := m.cfg.Hidden, m.d.tokens(s.b*s.t)
+	ops.LayerNormForward(m.k, s.lnf[:n*C], s.lnfM, s.lnfR, s.res[m.cfg.Layers][:n*C], w[:C], w[C:2*C], n, C)
 	return nil
 }

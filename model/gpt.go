@@ -17,6 +17,11 @@ type Options struct {
 	Device     *device.Device // where stashes (act) and backward scratch (workspace) are charged
 	MicroBatch int            // B, sequences per micro-batch
 	Seed       uint64         // keys the dropout masks
+	// Part is the piece of every layer this rank computes under tensor
+	// (and sequence) parallelism; the zero value is the whole model.
+	Part Part
+	// TP is the tensor-parallel group's communication (nil: one rank).
+	TP TPComm
 }
 
 // Validate checks the options.
@@ -31,8 +36,10 @@ func (o Options) Validate() error {
 		return errors.New("model: Options.Device is nil")
 	case o.MicroBatch <= 0:
 		return fmt.Errorf("model: micro_batch=%d must be positive", o.MicroBatch)
+	case o.Part.Split() && o.TP == nil:
+		return fmt.Errorf("model: tp=%d without a TPComm", o.Part.Degree())
 	}
-	return nil
+	return o.Part.Validate(o.Model)
 }
 
 // GPT runs the forward and backward passes of one model configuration for
@@ -45,6 +52,9 @@ type GPT struct {
 	dev    *device.Device
 	B      int
 	layout Layout
+	part   Part
+	d      dims
+	tp     TPComm
 
 	ws *device.Buffer // workspace, carved into the slices below
 	// dres is the gradient of the residual stream, updated in place from
@@ -54,9 +64,10 @@ type GPT struct {
 	// big holds, in turn, dlogits (B,T,V) in the head, then dfc2in (B,T,4C)
 	// and dfc (B,T,4C) in the MLP, then dqkv (B,T,3C) and datty (B,T,C) in
 	// attention: their lifetimes do not overlap.
-	big     []float32 // (max(B·T·V, 8·B·T·C))
-	branch  []float32 // (B,T,C) a branch output before dropout, or its masked gradient; nil without dropout
+	big     []float32 // (max(B·T·V, 8·B·T·C)); a tensor-parallel rank's sizes in dims.workspace
+	branch  []float32 // (B,T,C) a branch output before dropout, or its masked gradient; nil without dropout and tp
 	scratch []float32 // attention backward scratch
+	tpws    tpScratch // tensor parallelism's buffers (empty without it)
 
 	drop dropoutKeys
 }
@@ -75,15 +86,13 @@ func New(o Options) (*GPT, error) {
 		return nil, err
 	}
 	c := o.Model
-	m := &GPT{cfg: c, k: o.Kernels, dev: o.Device, B: o.MicroBatch, layout: c.Layout()}
-	BTC := m.B * c.SeqLen * c.Hidden
-	scratch := ops.AttentionScratchSize(m.k, m.B, c.SeqLen, c.Heads)
-	big := max(m.B*c.SeqLen*c.Vocab, 8*BTC)
-	n := 2*BTC + big + scratch
-	if c.Dropout > 0 {
-		n += BTC
+	m := &GPT{cfg: c, k: o.Kernels, dev: o.Device, B: o.MicroBatch, layout: c.PartLayout(o.Part), part: o.Part, tp: o.TP}
+	m.d = newDims(c, o.Part)
+	if m.tp == nil {
+		m.tp = soloTP{}
 	}
-	ws, err := o.Device.Alloc(device.Workspace, n)
+	sz := m.d.workspace(m.k, m.B, c)
+	ws, err := o.Device.Alloc(device.Workspace, sz.total())
 	if err != nil {
 		return nil, fmt.Errorf("model: backward scratch: %w", err)
 	}
@@ -94,10 +103,11 @@ func New(o Options) (*GPT, error) {
 		buf = buf[n:]
 		return s
 	}
-	m.dres, m.dln, m.big, m.scratch = next(BTC), next(BTC), next(big), next(scratch)
-	if c.Dropout > 0 {
-		m.branch = next(BTC)
+	m.dres, m.dln, m.big, m.scratch = next(sz.dres), next(sz.dln), next(sz.big), next(sz.scratch)
+	if sz.branch > 0 {
+		m.branch = next(sz.branch)
 	}
+	m.tpws = tpScratch{gath: next(sz.gath), dlnl: next(sz.dlnl), lnGrad: next(sz.lnGrad), ce: next(sz.ce)}
 	m.drop.embd = rng.Key(o.Seed, "dropout.embd")
 	for l := 0; l < c.Layers; l++ {
 		m.drop.attn = append(m.drop.attn, rng.Key(o.Seed, fmt.Sprintf("dropout.h.%d.attn", l)))
@@ -109,7 +119,10 @@ func New(o Options) (*GPT, error) {
 // Config is the model configuration.
 func (m *GPT) Config() Config { return m.cfg }
 
-// Layout is the parameter layout.
+// Part is the piece of every layer this runner computes.
+func (m *GPT) Part() Part { return m.part }
+
+// Layout is the parameter layout (PartLayout of the runner's part).
 func (m *GPT) Layout() Layout { return m.layout }
 
 // MicroBatch is B.
@@ -118,7 +131,8 @@ func (m *GPT) MicroBatch() int { return m.B }
 // WorkspaceBytes is the size of the backward scratch.
 func (m *GPT) WorkspaceBytes() int64 { return m.ws.Bytes() }
 
-// DResidual is the gradient of the residual stream, (B,T,C). After
+// DResidual is the gradient of the residual stream, (B,T,C) (with
+// sequence parallelism the rank's B·T/t tokens of it). After
 // BlockBackward(l) it holds the gradient with respect to block l's input;
 // a pipeline stage writes the gradient it receives here before the
 // backward of its last block, and reads the one it sends after the
@@ -130,11 +144,16 @@ func (m *GPT) Free() { m.ws.Free() }
 
 // dropoutAt is the dropout of a site for the stash's batch: keyed by
 // (seed, site, step), offset to the global index of the micro-batch's first
-// element.
+// element (with sequence parallelism, of the rank's first token,
+// r·B·T/t), so that every split draws the masks of one device.
 func (m *GPT) dropoutAt(s *Stash, site rng.Stream) ops.Dropout {
+	first := 0
+	if m.part.SP {
+		first = m.part.Rank * s.b * s.t / m.d.t
+	}
 	return ops.Dropout{
 		Stream: site.Sub(uint64(s.step)),
-		Offset: uint64(s.sample) * uint64(m.cfg.SeqLen*m.cfg.Hidden),
+		Offset: uint64(s.sample)*uint64(m.cfg.SeqLen*m.cfg.Hidden) + uint64(first*m.cfg.Hidden),
 		P:      float32(m.cfg.Dropout),
 	}
 }

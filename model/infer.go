@@ -38,6 +38,10 @@ func (m *GPT) Logits(p Params, s *Stash, prefix []int32, dst []float32) error {
 	}
 	copy(s.inputs, prefix)
 	s.b, s.t, s.eval = 1, n, true
+	if m.d.sp { // the tokens split evenly over the group: pad the end (causal, so harmless)
+		s.t = (n + m.d.t - 1) / m.d.t * m.d.t
+		clear(s.inputs[n:s.t])
+	}
 	if err := m.EmbedForward(p, s); err != nil {
 		return err
 	}
@@ -55,6 +59,27 @@ func (m *GPT) Logits(p Params, s *Stash, prefix []int32, dst []float32) error {
 	}
 	defer p.ReleaseWeights(0)
 	C := c.Hidden
+	if m.part.Split() {
+		return m.logitsTP(w, s, n, dst)
+	}
 	m.k.MatMul(ops.NT, 1, c.Vocab, C, s.lnf[(n-1)*C:n*C], C, w[:c.Vocab*C], C, dst, c.Vocab, false)
+	return nil
+}
+
+// logitsTP is Logits' head for a split part: the rank's V' logits of the
+// last position, gathered over the group (the padding dropped).
+func (m *GPT) logitsTP(w []float32, s *Stash, n int, dst []float32) error {
+	d := m.d
+	C := d.C
+	z, err := m.enterCol(s.lnf[:d.tokens(s.t)*C], s.t)
+	if err != nil {
+		return err
+	}
+	local, all := m.big[:d.Vl], m.big[d.Vl:d.Vl+d.t*d.Vl]
+	m.k.MatMul(ops.NT, 1, d.Vl, C, z[(n-1)*C:n*C], C, w[:d.Vl*C], C, local, d.Vl, false)
+	if err := m.tp.GatherSeq(all, local); err != nil {
+		return err
+	}
+	copy(dst, all[:m.cfg.Vocab])
 	return nil
 }

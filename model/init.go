@@ -22,10 +22,20 @@ const InitStd = 0.02
 // in the whole tensor, so a rank that initialises only its shard gets
 // exactly the global weights of a single device.
 func InitRange(cfg Config, seed uint64, dst []float32, lo, hi int) error {
+	return InitPart(cfg, Part{}, seed, dst, lo, hi)
+}
+
+// InitPart is InitRange for the local flat vector of part p (PartLayout):
+// each local element gets the value of the global element it holds, so
+// every tensor-parallel split has the same global weights; padding is 0.
+func InitPart(cfg Config, p Part, seed uint64, dst []float32, lo, hi int) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	lay := cfg.Layout()
+	if err := p.Validate(cfg); err != nil {
+		return err
+	}
+	lay := cfg.PartLayout(p)
 	if lo < 0 || hi > lay.Size || lo > hi || len(dst) != hi-lo {
 		return fmt.Errorf("model: InitRange [%d, %d) with %d values: want 0 <= lo <= hi <= %d and len(dst) = hi−lo", lo, hi, len(dst), lay.Size)
 	}
@@ -39,20 +49,36 @@ func InitRange(cfg Config, seed uint64, dst []float32, lo, hi int) error {
 			if a >= b {
 				continue
 			}
-			out := dst[a-lo : b-lo]
-			switch {
-			case strings.HasSuffix(t.Name, "ln_1.weight"), strings.HasSuffix(t.Name, "ln_2.weight"), t.Name == "ln_f.weight":
-				for i := range out {
-					out[i] = 1
-				}
-			case strings.HasSuffix(t.Name, ".bias"):
-				clear(out)
-			case strings.HasSuffix(t.Name, "c_proj.weight"):
-				rng.Key(seed, t.Name).FillNormal(out, uint64(a-t.Offset), 0, resid)
-			default:
-				rng.Key(seed, t.Name).FillNormal(out, uint64(a-t.Offset), 0, InitStd)
-			}
+			initTensor(t, seed, resid, dst[a-lo:b-lo], a-t.Offset)
 		}
 	}
 	return nil
+}
+
+// initTensor writes the initial values of t's local elements [at,
+// at+len(out)), mapping them to global indices through t.Global.
+func initTensor(t Tensor, seed uint64, resid float64, out []float32, at int) {
+	switch {
+	case strings.HasSuffix(t.Name, "ln_1.weight"), strings.HasSuffix(t.Name, "ln_2.weight"), t.Name == "ln_f.weight":
+		for i := range out {
+			out[i] = 1
+		}
+		return
+	case strings.HasSuffix(t.Name, ".bias"):
+		clear(out)
+		return
+	}
+	std := InitStd
+	if strings.HasSuffix(t.Name, "c_proj.weight") {
+		std = resid
+	}
+	clear(out) // padding stays 0
+	key := rng.Key(seed, t.Name)
+	end := at + len(out)
+	t.Global.Runs(t.Valid(), func(local, global, n int) {
+		a, b := max(at, local), min(end, local+n)
+		if a < b {
+			key.FillNormal(out[a-at:b-at], uint64(global+a-local), 0, std)
+		}
+	})
 }

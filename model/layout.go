@@ -8,6 +8,12 @@ type Tensor struct {
 	Shape  []int  // row-major
 	Offset int    // of its first element in the flat vector (global, not unit-relative)
 	Size   int    // number of elements, the product of Shape
+	// Global places a tensor-parallel rank's tensor in the global one
+	// (see PartLayout); the zero value is the whole tensor.
+	Global Slice
+	// Replicated: every rank of the tensor-parallel group holds the same
+	// copy (always false without tensor parallelism).
+	Replicated bool
 }
 
 // Unit is a group of tensors that is fetched, released and reduced together.
@@ -43,20 +49,7 @@ type Layout struct {
 func (c Config) Layout() Layout {
 	C, L := c.Hidden, c.Layers
 	var lay Layout
-	add := func(name string, tensors ...Tensor) {
-		u := Unit{Name: name, Offset: lay.Size}
-		for _, t := range tensors {
-			t.Size = 1
-			for _, d := range t.Shape {
-				t.Size *= d
-			}
-			t.Offset = lay.Size
-			lay.Size += t.Size
-			u.Tensors = append(u.Tensors, t)
-		}
-		u.Size = lay.Size - u.Offset
-		lay.Units = append(lay.Units, u)
-	}
+	add := lay.add
 	tn := func(name string, shape ...int) Tensor { return Tensor{Name: name, Shape: shape} }
 	add("embedding", tn("wte", c.Vocab, C), tn("wpe", c.SeqLen, C))
 	for l := 0; l < L; l++ {
@@ -73,6 +66,22 @@ func (c Config) Layout() Layout {
 	return lay
 }
 
+// add appends a unit of the given tensors, filling in sizes and offsets.
+func (l *Layout) add(name string, tensors ...Tensor) {
+	u := Unit{Name: name, Offset: l.Size}
+	for _, t := range tensors {
+		t.Size = 1
+		for _, d := range t.Shape {
+			t.Size *= d
+		}
+		t.Offset = l.Size
+		l.Size += t.Size
+		u.Tensors = append(u.Tensors, t)
+	}
+	u.Size = l.Size - u.Offset
+	l.Units = append(l.Units, u)
+}
+
 // Tensor finds a tensor by name.
 func (l Layout) Tensor(name string) (Tensor, bool) {
 	for _, u := range l.Units {
@@ -85,18 +94,25 @@ func (l Layout) Tensor(name string) (Tensor, bool) {
 	return Tensor{}, false
 }
 
-// blockView is one block's parameters (or gradients) as slices of its unit.
+// blockView is one block's parameters (or gradients) as slices of its
+// unit; the shapes are a tensor-parallel rank's (C' = C/t, F = 4C/t; t = 1
+// without tensor parallelism).
 type blockView struct {
 	ln1w, ln1b   []float32 // (C)
-	qkvw, qkvb   []float32 // (3C,C), (3C)
-	projw, projb []float32 // (C,C), (C)
+	qkvw, qkvb   []float32 // (3C',C), (3C')
+	projw, projb []float32 // (C,C'), (C)
 	ln2w, ln2b   []float32 // (C)
-	fcw, fcb     []float32 // (4C,C), (4C)
-	fc2w, fc2b   []float32 // (C,4C), (C)
+	fcw, fcb     []float32 // (F,C), (F)
+	fc2w, fc2b   []float32 // (C,F), (C)
 }
 
 // viewBlock slices a block unit's buffer (length 12C²+13C) in Layout order.
-func viewBlock(buf []float32, C int) blockView {
+func viewBlock(buf []float32, C int) blockView { return viewBlockPart(buf, C, 1) }
+
+// viewBlockPart slices the block unit of a tensor-parallel rank of t in
+// PartLayout order.
+func viewBlockPart(buf []float32, C, t int) blockView {
+	Cl, F := C/t, 4*C/t
 	var v blockView
 	next := func(n int) []float32 {
 		s := buf[:n:n]
@@ -104,10 +120,10 @@ func viewBlock(buf []float32, C int) blockView {
 		return s
 	}
 	v.ln1w, v.ln1b = next(C), next(C)
-	v.qkvw, v.qkvb = next(3*C*C), next(3*C)
-	v.projw, v.projb = next(C*C), next(C)
+	v.qkvw, v.qkvb = next(3*Cl*C), next(3*Cl)
+	v.projw, v.projb = next(C*Cl), next(C)
 	v.ln2w, v.ln2b = next(C), next(C)
-	v.fcw, v.fcb = next(4*C*C), next(4*C)
-	v.fc2w, v.fc2b = next(4*C*C), next(C)
+	v.fcw, v.fcb = next(F*C), next(F)
+	v.fc2w, v.fc2b = next(C*F), next(C)
 	return v
 }

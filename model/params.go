@@ -36,10 +36,19 @@ type FlatParams struct {
 
 // NewFlatParams allocates zeroed weights and gradients for cfg on dev.
 func NewFlatParams(cfg Config, dev *device.Device) (*FlatParams, error) {
+	return NewPartParams(cfg, Part{}, dev)
+}
+
+// NewPartParams allocates zeroed weights and gradients of part p of cfg
+// (laid out as PartLayout) on dev.
+func NewPartParams(cfg Config, p Part, dev *device.Device) (*FlatParams, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	lay := cfg.Layout()
+	if err := p.Validate(cfg); err != nil {
+		return nil, err
+	}
+	lay := cfg.PartLayout(p)
 	w, err := dev.Alloc(device.Param, lay.Size)
 	if err != nil {
 		return nil, fmt.Errorf("model: parameters: %w", err)

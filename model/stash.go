@@ -38,26 +38,34 @@ type Stash struct {
 	losses []float32   // (B,T)
 }
 
-// layerActs are one block's saved activations.
+// layerActs are one block's saved activations. Under tensor parallelism
+// (C' = C/t, F = 4C/t, NH' = NH/t) the split parts shrink by t; n = B·T
+// tokens, or B·T/t with sequence parallelism, in the LayerNorm and
+// residual regions.
 type layerActs struct {
-	ln1, ln1M, ln1R []float32 // (B,T,C), (B,T), (B,T)
-	qkv             []float32 // (B,T,3C)
-	att             []float32 // (B,NH,T,T) attention probabilities
-	atty            []float32 // (B,T,C) attention output before the projection
-	res2            []float32 // (B,T,C) residual stream between attention and MLP
-	ln2, ln2M, ln2R []float32 // (B,T,C), (B,T), (B,T)
-	fc              []float32 // (B,T,4C) MLP pre-activation
-	fcg             []float32 // (B,T,4C) GELU(fc)
+	ln1, ln1M, ln1R []float32 // (n,C), (n), (n)
+	qkv             []float32 // (B,T,3C')
+	att             []float32 // (B,NH',T,T) attention probabilities
+	atty            []float32 // (B,T,C') attention output before the projection
+	res2            []float32 // (n,C) residual stream between attention and MLP
+	ln2, ln2M, ln2R []float32 // (n,C), (n), (n)
+	fc              []float32 // (B,T,F) MLP pre-activation
+	fcg             []float32 // (B,T,F) GELU(fc)
 }
 
-// stashFloats is the number of fp32 values in a stash:
+// stashFloats is the number of fp32 values in a stash, with n = BT
+// (BT/t with SP), C' = C/t, F = 4C/t, NH' = NH/t, V' = ⌈V/t⌉:
 //
-//	(L+1)·BTC + L·(15·BTC + 4·BT + B·NH·T²) + BTC + 2·BT + BTV + BT
+//	(L+1)·nC + L·(3·nC + 4·n + 4·BTC' + 2·BTF + B·NH'·T²) + nC + 2n + BTV' + BT
+//
+// which for t = 1 is (L+1)·BTC + L·(15·BTC + 4·BT + B·NH·T²) + BTC + 2·BT + BTV + BT.
 func (m *GPT) stashFloats() int {
-	c := m.cfg
+	c, d := m.cfg, m.d
 	B, T, C := m.B, c.SeqLen, c.Hidden
-	BT, BTC := B*T, B*T*C
-	return (c.Layers+1)*BTC + c.Layers*(15*BTC+4*BT+B*c.Heads*T*T) + BTC + 2*BT + BT*c.Vocab + BT
+	BT := B * T
+	n := d.tokens(BT)
+	perLayer := 3*n*C + 4*n + 4*BT*d.Cl + 2*BT*d.F + B*d.NH*T*T
+	return (c.Layers+1)*n*C + c.Layers*perLayer + n*C + 2*n + BT*d.Vl + BT
 }
 
 // StashBytes is the size of one stash: its fp32 activations and its two
@@ -79,9 +87,10 @@ func (m *GPT) NewStash() (*Stash, error) {
 		return nil, fmt.Errorf("model: stash: %w", err)
 	}
 	s := &Stash{buf: buf, dev: m.dev, tokBytes: tokBytes, inputs: make([]int32, BT), targets: make([]int32, BT)}
-	c := m.cfg
+	c, d := m.cfg, m.d
 	B, T, C := m.B, c.SeqLen, c.Hidden
-	BTC := BT * C
+	n := d.tokens(BT)
+	nC := n * C
 	data := buf.Data
 	next := func(n int) []float32 {
 		x := data[:n:n]
@@ -89,18 +98,18 @@ func (m *GPT) NewStash() (*Stash, error) {
 		return x
 	}
 	for l := 0; l <= c.Layers; l++ {
-		s.res = append(s.res, next(BTC))
+		s.res = append(s.res, next(nC))
 	}
 	for l := 0; l < c.Layers; l++ {
 		var a layerActs
-		a.ln1, a.ln1M, a.ln1R = next(BTC), next(BT), next(BT)
-		a.qkv, a.att, a.atty, a.res2 = next(3*BTC), next(B*c.Heads*T*T), next(BTC), next(BTC)
-		a.ln2, a.ln2M, a.ln2R = next(BTC), next(BT), next(BT)
-		a.fc, a.fcg = next(4*BTC), next(4*BTC)
+		a.ln1, a.ln1M, a.ln1R = next(nC), next(n), next(n)
+		a.qkv, a.att, a.atty, a.res2 = next(3*BT*d.Cl), next(B*d.NH*T*T), next(BT*d.Cl), next(nC)
+		a.ln2, a.ln2M, a.ln2R = next(nC), next(n), next(n)
+		a.fc, a.fcg = next(BT*d.F), next(BT*d.F)
 		s.layers = append(s.layers, a)
 	}
-	s.lnf, s.lnfM, s.lnfR = next(BTC), next(BT), next(BT)
-	s.probs, s.losses = next(BT*c.Vocab), next(BT)
+	s.lnf, s.lnfM, s.lnfR = next(nC), next(n), next(n)
+	s.probs, s.losses = next(BT*d.Vl), next(BT)
 	return s, nil
 }
 
@@ -114,7 +123,8 @@ func (s *Stash) Free() {
 	s.buf = nil
 }
 
-// Residual is residual stream l, (B,T,C): the input of block l, or for
+// Residual is residual stream l, (B,T,C) (with sequence parallelism the
+// rank's B·T/t tokens): the input of block l, or for
 // l = L the output of the last block. A pipeline stage writes its received
 // activations into Residual(first block) before BlockForward, and sends
 // Residual(last block + 1) after.

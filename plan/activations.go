@@ -79,6 +79,9 @@ func (j Job) layerToken(p Plan) layerTokenBytes {
 //	output     the final norm's input and the output layer's input, h·e each,
 //	           and the fp32 softmax of the vocab-parallel loss, 4·V/t
 func (j Job) activations(p Plan) actSizes {
+	if j.Cluster.EngineStash && j.engineRuns(p) {
+		return j.engineActivations(p)
+	}
 	x := j.layerToken(p)
 	T := j.tokens(p)
 	h := float64(j.Model.Hidden)

@@ -58,6 +58,10 @@ type Cluster struct {
 	// recipes). Without it (the Megatron-LM of the A100 era) every
 	// tensor-parallel collective is exposed. See layerComm.
 	TPCommOverlap bool
+	// EngineStash: the ranks run the Trellis engine (a CPU host), so the
+	// activations of the plans it runs as its stash formula says
+	// (engineActivations), not as Megatron's layers keep them.
+	EngineStash bool
 }
 
 // Validate names the first field that breaks a rule.

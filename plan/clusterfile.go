@@ -29,6 +29,7 @@ import (
 //	mem_efficiency = 0.8       # default 0.8
 //	kernel_gap_us = 2          # default 0
 //	tp_comm_overlap = true     # TP collectives pipelined with GEMMs under sp (default false; Hopper presets true)
+//	engine_stash = true        # ranks run the Trellis engine: its activation formula (default false)
 //	[intra]                    # required without base
 //	bw_gbps = 360
 //	latency_us = 4
@@ -40,6 +41,7 @@ type clusterFile struct {
 	Base           string      `toml:"base" json:"base"`
 	DevicesPerNode *int        `toml:"devices_per_node" json:"devices_per_node"`
 	TPCommOverlap  *bool       `toml:"tp_comm_overlap" json:"tp_comm_overlap"`
+	EngineStash    *bool       `toml:"engine_stash" json:"engine_stash"`
 	Device         *deviceFile `toml:"device" json:"device"`
 	Intra          *linkFile   `toml:"intra" json:"intra"`
 	Inter          *linkFile   `toml:"inter" json:"inter"`
@@ -116,6 +118,9 @@ func (f clusterFile) build() (Cluster, error) {
 	}
 	if f.TPCommOverlap != nil {
 		c.TPCommOverlap = *f.TPCommOverlap
+	}
+	if f.EngineStash != nil {
+		c.EngineStash = *f.EngineStash
 	}
 	if f.Device == nil && !haveBase {
 		return c, fmt.Errorf("plan: cluster file: [device] is required (or give base)")

@@ -137,14 +137,11 @@ func (j Job) EnginePlan() (plan.Plan, error) {
 // checkSupported rejects the parts of a plan the engine does not run yet.
 func checkSupported(p plan.Plan) error {
 	var bad []string
-	if p.TP != 1 {
-		bad = append(bad, fmt.Sprintf("tp=%d (tensor parallelism)", p.TP))
+	if p.TP > 1 && p.PP > 1 {
+		bad = append(bad, fmt.Sprintf("pp=%d with tp=%d (pipeline and tensor parallelism together)", p.PP, p.TP))
 	}
 	if p.CP != 1 {
 		bad = append(bad, fmt.Sprintf("cp=%d (context parallelism)", p.CP))
-	}
-	if p.SP {
-		bad = append(bad, "sp=on (sequence parallelism)")
 	}
 	if p.Precision != plan.FP32 {
 		bad = append(bad, fmt.Sprintf("precision=%s (only fp32 so far)", p.Precision))
@@ -231,6 +228,9 @@ func (j Job) resolve() (settings, error) {
 		return s, err
 	}
 	if err := checkSupported(p); err != nil {
+		return s, err
+	}
+	if err := checkTP(j, p); err != nil {
 		return s, err
 	}
 	s.enginePlan = p

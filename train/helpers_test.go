@@ -35,6 +35,7 @@ func tinyJob(plan string) Job {
 type result struct {
 	sum     *Summary
 	losses  []float64
+	norms   []float64 // gradient norms before clipping, per step
 	w, m, v []float32
 }
 
@@ -59,6 +60,7 @@ func runJob(t *testing.T, j Job, dir, resume string, until int) result {
 			t.Fatal(err)
 		}
 		res.losses = append(res.losses, m.Loss)
+		res.norms = append(res.norms, m.GradNorm)
 	}
 	if dir != "" {
 		res.w, res.m, res.v = readState(t, j.Model, sum.Checkpoint)

@@ -131,11 +131,18 @@ func (r *rank) gatherStats() ([]RankStats, error) {
 	if c, ok := r.st.(commStatser); ok {
 		cs = c.CommStats()
 	}
+	var cb CommBytes
 	if r.pipe != nil {
 		cs = r.pipe.commStats()
+		cb = r.pipe.commBytes()
+	} else {
+		cb = r.commBytes(cs)
 	}
-	vals := append(ds.Peak[:], ds.PeakTotal, int64(cs.Busy), int64(cs.Wait))
-	const per = 9
+	if r.tpGroup != nil { // tensor parallelism's collectives block: all exposed
+		cs = cs.Add(r.tpGroup.Stats())
+	}
+	vals := append(ds.Peak[:], ds.PeakTotal, int64(cs.Busy), int64(cs.Wait), cb.TP, cb.DP, cb.PP)
+	const per = 12
 	mine := make([]float32, 3*per)
 	for i, v := range vals {
 		mine[3*i], mine[3*i+1], mine[3*i+2] = float32(v>>42), float32((v>>21)&(1<<21-1)), float32(v&(1<<21-1))
@@ -159,6 +166,7 @@ func (r *rank) gatherStats() ([]RankStats, error) {
 		}
 		out[q].PeakAll = get(6)
 		out[q].CommBusy, out[q].CommWait = time.Duration(get(7)), time.Duration(get(8))
+		out[q].CommBytes = CommBytes{TP: get(9), DP: get(10), PP: get(11)}
 	}
 	return out, nil
 }

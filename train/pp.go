@@ -191,3 +191,10 @@ func (r *rank) evalPipe() (float64, error) {
 
 // CommStats adds the point-to-point traffic to the state's.
 func (pi *pipe) commStats() comm.Stats { return pi.state.CommStats().Add(pi.stage.CommStats()) }
+
+// commBytes splits the pipeline rank's payload bytes by mesh axis: the
+// data-parallel group's, and the stage links' plus the tied embedding's.
+func (pi *pipe) commBytes() CommBytes {
+	all, dp := pi.commStats().Bytes, pi.state.DPStats().Bytes
+	return CommBytes{DP: dp, PP: all - dp}
+}

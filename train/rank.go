@@ -14,6 +14,7 @@ import (
 	"trellis/optim"
 	"trellis/parallel/dp"
 	"trellis/parallel/single"
+	"trellis/parallel/tp"
 	"trellis/parallel/zero"
 	"trellis/plan"
 	"trellis/rng"
@@ -42,6 +43,11 @@ type rank struct {
 	log    *slog.Logger
 	pipe   *pipe         // pipeline parallelism (nil: pp=1)
 	tr     *trace.Tracer // nil: no tracing
+
+	// Tensor parallelism (train/tp.go).
+	tp      *tp.Comm   // the tensor-parallel group's points (nil: tp=1)
+	tpGroup comm.Group // its group
+	part    model.Part // the piece of the model this rank computes
 }
 
 // rankConfig is what newRank needs besides the job.
@@ -71,6 +77,10 @@ func newRank(rc rankConfig) (*rank, error) {
 	if err := hyper.Validate(); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
+	if err := r.joinTP(s.enginePlan); err != nil {
+		r.free()
+		return nil, err
+	}
 	// State first, as the seed's formula lists it; then the runner's scratch
 	// and one micro-batch's activations.
 	st, err := newStrategy(r, hyper)
@@ -79,7 +89,8 @@ func newRank(rc rankConfig) (*rank, error) {
 		return nil, err
 	}
 	r.st = st
-	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch, Seed: j.Train.Seed}); err != nil {
+	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch, Seed: j.Train.Seed,
+		Part: r.part, TP: r.tpComm()}); err != nil {
 		r.free()
 		return nil, err
 	}
@@ -110,20 +121,23 @@ func newStrategy(r *rank, hyper optim.Hyper) (Strategy, error) {
 		return newPipeState(r, hyper)
 	}
 	if p.DP == 1 && p.ZeRO == 0 {
-		return single.New(single.Config{Model: r.job.Model, Device: r.dev, Kernels: r.k, Hyper: hyper})
+		return single.New(single.Config{Model: r.job.Model, Device: r.dev, Kernels: r.k, Hyper: hyper,
+			Part: r.part, ReduceNorm: r.reduceNorm()})
 	}
 	if err := r.joinDP(p); err != nil {
 		return nil, err
 	}
-	decay := single.Decay(r.job.Model)
+	decay := single.DecayPart(r.job.Model, r.part)
 	elems := int(r.set.bucket / 4)
 	if p.ZeRO == 0 {
 		return dp.New(dp.Config{Model: r.job.Model, Group: r.grads, Device: r.dev, Kernels: r.k,
-			Hyper: hyper, Decay: decay, BucketElems: elems, Overlap: r.job.Parallel.Overlap})
+			Hyper: hyper, Decay: decay, BucketElems: elems, Overlap: r.job.Parallel.Overlap,
+			Part: r.part, ReduceNorm: r.reduceNorm()})
 	}
 	return zero.New(zero.Config{Model: r.job.Model, Stage: p.ZeRO, Grads: r.grads, Params: r.params,
 		Device: r.dev, Kernels: r.k, Hyper: hyper, Decay: decay, BucketElems: elems,
-		Overlap: r.job.Parallel.Overlap, Prefetch: r.job.Parallel.Prefetch})
+		Overlap: r.job.Parallel.Overlap, Prefetch: r.job.Parallel.Prefetch,
+		Part: r.part, ReduceNorm: r.reduceNorm()})
 }
 
 // joinDP makes this rank's data-parallel groups, the ranks along the mesh's
@@ -131,9 +145,9 @@ func newStrategy(r *rank, hyper optim.Hyper) (Strategy, error) {
 // with its own queue and both apart from the world group the loop uses for
 // statistics.
 func (r *rank) joinDP(p plan.Plan) error {
-	m, err := mesh.New(mesh.Config{PP: p.PP, DP: p.DP, CP: p.CP, TP: p.TP, Order: p.Order, World: r.world.Size()})
+	m, err := r.mesh(p)
 	if err != nil {
-		return fmt.Errorf("train: %w", err)
+		return err
 	}
 	ranks, err := m.Group(r.id, mesh.DP)
 	if err != nil {
@@ -163,7 +177,7 @@ func (r *rank) free() {
 	if r.st != nil {
 		r.st.Free()
 	}
-	for _, g := range []comm.Group{r.grads, r.params} {
+	for _, g := range []comm.Group{r.grads, r.params, r.tpGroup} {
 		if g != nil {
 			g.Close()
 		}

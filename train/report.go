@@ -77,6 +77,8 @@ type metricsRank struct {
 	Peak      int64   `json:"peak"`
 	CommBusyS float64 `json:"comm_busy_s"`
 	CommWaitS float64 `json:"comm_wait_s"`
+
+	CommBytes CommBytes `json:"comm_bytes"` // per mesh axis
 }
 
 func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duration, stats []RankStats) {
@@ -94,7 +96,8 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		for _, s := range stats {
 			m.Ranks = append(m.Ranks, metricsRank{Rank: s.Rank, Param: s.Peak[device.Param], Grad: s.Peak[device.Grad],
 				Optim: s.Peak[device.Optim], Act: s.Peak[device.Act], Workspace: s.Peak[device.Workspace],
-				Comm: s.Peak[device.Comm], Peak: s.PeakAll, CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds()})
+				Comm: s.Peak[device.Comm], Peak: s.PeakAll, CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds(),
+				CommBytes: s.CommBytes})
 		}
 		b, _ := json.Marshal(m)
 		fmt.Fprintf(rep.o.Metrics, "%s\n", b)

@@ -65,6 +65,9 @@ type RankStats struct {
 	PeakAll  int64    // peak bytes of all tags together
 	CommBusy time.Duration
 	CommWait time.Duration
+
+	// CommBytes are the payload bytes passed to collectives per mesh axis.
+	CommBytes CommBytes
 }
 
 // Run trains the job: every rank of the world, as goroutines (local), or

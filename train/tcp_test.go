@@ -74,7 +74,7 @@ func TestTCPProcessesMatchLocal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts worker processes")
 	}
-	for _, plan := range []string{"dp=2,zero=3", "dp=2,zero=0"} {
+	for _, plan := range []string{"dp=2,zero=3", "dp=2,zero=0", "tp=2,sp=on"} {
 		t.Run(plan, func(t *testing.T) {
 			j := tinyJob(plan)
 			j.Parallel.Backend = "tcp"

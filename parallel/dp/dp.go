@@ -52,6 +52,10 @@ type Config struct {
 	// Overlap reduces each bucket as soon as it is ready; false reduces
 	// after the backward pass.
 	Overlap bool
+	// Part and ReduceNorm are single's: the rank's piece of the model
+	// under tensor parallelism, and the norm's reduction over its group.
+	Part       model.Part
+	ReduceNorm func(sq float64) (float64, error)
 }
 
 // Validate names the first field that breaks its rule.
@@ -88,7 +92,7 @@ func New(cfg Config) (*Strategy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	lay := cfg.Model.Layout()
+	lay := cfg.Model.PartLayout(cfg.Part)
 	sizes := make([]int, len(lay.Units))
 	for i, u := range lay.Units {
 		sizes[i] = u.Size
@@ -97,7 +101,8 @@ func New(cfg Config) (*Strategy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dp: %w", err)
 	}
-	st, err := single.New(single.Config{Model: cfg.Model, Device: cfg.Device, Kernels: cfg.Kernels, Hyper: cfg.Hyper, Decay: cfg.Decay})
+	st, err := single.New(single.Config{Model: cfg.Model, Device: cfg.Device, Kernels: cfg.Kernels, Hyper: cfg.Hyper, Decay: cfg.Decay,
+		Part: cfg.Part, ReduceNorm: cfg.ReduceNorm})
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 
 	"trellis/checkpoint"
 	"trellis/model"
+	"trellis/optim"
 )
 
 // Tensor locates one named tensor in the flat parameter vector.
@@ -13,20 +14,46 @@ type Tensor struct {
 	Offset int   // of its first element in the flat vector
 	Size   int   // elements, the product of Shape
 	Shape  []int // row-major
+	// Global places a tensor-parallel rank's tensor in the global one
+	// (zero: the tensor is whole), of shape GlobalShape. The box's
+	// elements lead; the rest of the tensor is padding, never saved nor
+	// counted in norms.
+	Global      model.Slice
+	GlobalShape []int
+	// Copy marks a replicated tensor another rank of the tensor-parallel
+	// group saves and counts in the gradient norm (this rank holds an
+	// identical copy).
+	Copy bool
 }
 
 // Shards cuts the flat elements [lo, lo+len(buf)) into per-tensor
 // checkpoint shards named prefix+tensor name, so that a checkpoint is
 // indexed by tensor whatever the sharding that wrote it.
+// valid is the number of leading elements that are weights.
+func (t Tensor) valid() int {
+	if t.Global.Whole() {
+		return t.Size
+	}
+	return t.Global.Elems()
+}
+
+// A tensor-parallel rank's tensors are saved as N-d boxes of the global
+// ones, without padding and without the replicated copies (Copy).
 func Shards(ts []Tensor, prefix string, lo int, buf []float32) []checkpoint.Shard {
 	hi := lo + len(buf)
 	var out []checkpoint.Shard
 	for _, t := range ts {
-		a, b := max(lo, t.Offset), min(hi, t.Offset+t.Size)
-		if a >= b {
+		a, b := max(lo, t.Offset), min(hi, t.Offset+t.valid())
+		if a >= b || t.Copy {
 			continue
 		}
-		out = append(out, checkpoint.Float32Shard(prefix+t.Name, t.Shape, int64(a-t.Offset), buf[a-lo:b-lo]))
+		v := buf[a-lo : b-lo]
+		if t.Global.Whole() {
+			out = append(out, checkpoint.Float32Shard(prefix+t.Name, t.Shape, int64(a-t.Offset), v))
+			continue
+		}
+		sl := checkpoint.Slice{View: t.Global.View, Off: t.Global.Off, Ext: t.Global.Ext}
+		out = append(out, checkpoint.SliceShard(prefix+t.Name, t.GlobalShape, sl, int64(a-t.Offset), v))
 	}
 	return out
 }
@@ -48,12 +75,46 @@ func Read(c *checkpoint.Checkpoint, ts []Tensor, prefix string, lo int, dst []fl
 		if err != nil {
 			return err
 		}
-		if len(v) != t.Size {
-			return fmt.Errorf("flat: checkpoint tensor %s has %d elements, the model wants %d", prefix+t.Name, len(v), t.Size)
+		want := t.Size
+		if !t.Global.Whole() {
+			want = numel(t.GlobalShape)
 		}
-		copy(dst[a-lo:b-lo], v[a-t.Offset:b-t.Offset])
+		if len(v) != want {
+			return fmt.Errorf("flat: checkpoint tensor %s has %d elements, the model wants %d", prefix+t.Name, len(v), want)
+		}
+		out := dst[a-lo : b-lo]
+		clear(out) // padding
+		t.Global.Runs(t.valid(), func(local, global, n int) {
+			x, y := max(a-t.Offset, local), min(b-t.Offset, local+n)
+			if x < y {
+				copy(out[x-(a-t.Offset):], v[global+x-local:global+y-local])
+			}
+		})
 	}
 	return nil
+}
+
+// SumSquares is Σ g² over the elements [lo, lo+len(g)) of the flat vector
+// that this rank counts in the global gradient norm: every weight once over
+// the tensor-parallel group (no padding, no replicated Copy).
+func SumSquares(ts []Tensor, lo int, g []float32) float64 {
+	hi := lo + len(g)
+	var s float64
+	for _, t := range ts {
+		a, b := max(lo, t.Offset), min(hi, t.Offset+t.valid())
+		if a < b && !t.Copy {
+			s += optim.SumSquares(g[a-lo : b-lo])
+		}
+	}
+	return s
+}
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
 }
 
 // TensorsOf lists the tensors of a model layout, in flat-vector order.
@@ -62,6 +123,28 @@ func TensorsOf(l model.Layout) []Tensor {
 	for _, u := range l.Units {
 		for _, t := range u.Tensors {
 			ts = append(ts, Tensor{Name: t.Name, Offset: t.Offset, Size: t.Size, Shape: t.Shape})
+		}
+	}
+	return ts
+}
+
+// TensorsOfPart lists the tensors part p of cfg holds (model.PartLayout),
+// in flat-vector order, with their places in the global tensors; ranks
+// other than the group's first mark their replicated tensors Copy.
+func TensorsOfPart(cfg model.Config, p model.Part) []Tensor {
+	return TensorsOfLocal(cfg.PartLayout(p), cfg.Layout(), p.Rank == 0)
+}
+
+// TensorsOfLocal lists the tensors of a rank's local layout (any part of
+// the global model: a tensor-parallel slice, a pipeline stage's units),
+// their global shapes taken from global. primary: this rank saves and
+// counts its Replicated tensors.
+func TensorsOfLocal(local, global model.Layout, primary bool) []Tensor {
+	var ts []Tensor
+	for _, u := range local.Units {
+		for _, t := range u.Tensors {
+			ts = append(ts, Tensor{Name: t.Name, Offset: t.Offset, Size: t.Size, Shape: t.Shape,
+				Global: t.Global, GlobalShape: t.GlobalShape(global), Copy: t.Replicated && !primary})
 		}
 	}
 	return ts

@@ -294,6 +294,14 @@ func (s *State) CommStats() comm.Stats {
 	return t
 }
 
+// DPStats is the data-parallel group's part of CommStats (zero without one).
+func (s *State) DPStats() comm.Stats {
+	if s.cfg.DP == nil {
+		return comm.Stats{}
+	}
+	return s.cfg.DP.Stats()
+}
+
 // Free returns the memory.
 func (s *State) Free() {
 	s.opt.Free()

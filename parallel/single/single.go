@@ -6,6 +6,7 @@ package single
 
 import (
 	"fmt"
+	"math"
 
 	"trellis/checkpoint"
 	"trellis/device"
@@ -21,7 +22,13 @@ type Config struct {
 	Device  *device.Device // param, grad and optim are charged here
 	Kernels *ops.Kernels   // the optimizer's threads (nil: inline)
 	Hyper   optim.Hyper
-	Decay   []optim.Range // global ranges that get weight decay; nil: Decay(Model)
+	Decay   []optim.Range // flat ranges that get weight decay; nil: DecayPart(Model, Part)
+	// Part is the piece of the model this rank holds under tensor
+	// parallelism (zero: the whole model).
+	Part model.Part
+	// ReduceNorm adds the partial squared gradient norms of the other
+	// ranks that hold other parts (nil: none); see flat.SumSquares.
+	ReduceNorm func(sq float64) (float64, error)
 }
 
 // Strategy holds one device's whole training state.
@@ -29,6 +36,7 @@ type Strategy struct {
 	*model.FlatParams
 	opt *optim.AdamW
 	cfg model.Config
+	c   Config
 	ts  []flat.Tensor
 }
 
@@ -37,24 +45,26 @@ func New(c Config) (*Strategy, error) {
 	if c.Device == nil {
 		return nil, fmt.Errorf("single: Config.Device is nil")
 	}
-	fp, err := model.NewFlatParams(c.Model, c.Device)
+	fp, err := model.NewPartParams(c.Model, c.Part, c.Device)
 	if err != nil {
 		return nil, err
 	}
 	decay := c.Decay
 	if decay == nil {
-		decay = Decay(c.Model)
+		decay = DecayPart(c.Model, c.Part)
 	}
 	opt, err := optim.New(optim.Config{Params: fp.W, Grads: fp.G, Decay: decay, Hyper: c.Hyper, Device: c.Device, Kernels: c.Kernels})
 	if err != nil {
 		fp.Free()
 		return nil, err
 	}
-	return &Strategy{FlatParams: fp, opt: opt, cfg: c.Model, ts: flat.TensorsOf(c.Model.Layout())}, nil
+	return &Strategy{FlatParams: fp, opt: opt, cfg: c.Model, c: c, ts: flat.TensorsOfPart(c.Model, c.Part)}, nil
 }
 
 // Init writes the initial weights for seed.
-func (s *Strategy) Init(seed uint64) error { return model.InitRange(s.cfg, seed, s.W, 0, len(s.W)) }
+func (s *Strategy) Init(seed uint64) error {
+	return model.InitPart(s.cfg, s.c.Part, seed, s.W, 0, len(s.W))
+}
 
 // BeginStep zeroes the gradients.
 func (s *Strategy) BeginStep() error { s.ZeroGrads(); return nil }
@@ -67,9 +77,28 @@ func (s *Strategy) FinishGrads() error { return nil }
 
 // Update clips to the global norm maxNorm (0: off) and applies AdamW.
 func (s *Strategy) Update(lr, maxNorm float64) (float64, error) {
-	norm := optim.GlobalNorm(s.G)
+	norm, err := s.norm()
+	if err != nil {
+		return 0, err
+	}
 	s.opt.Step(lr, optim.ClipScale(norm, maxNorm))
 	return norm, nil
+}
+
+// norm is the global gradient norm: ‖G‖, or with other parts on other
+// ranks √(ReduceNorm(Σ of the squares this rank counts)).
+func (s *Strategy) norm() (float64, error) {
+	if s.c.ReduceNorm == nil && !s.c.Part.Split() {
+		return optim.GlobalNorm(s.G), nil
+	}
+	sq := flat.SumSquares(s.ts, 0, s.G)
+	if s.c.ReduceNorm != nil {
+		var err error
+		if sq, err = s.c.ReduceNorm(sq); err != nil {
+			return 0, fmt.Errorf("single: gradient norm: %w", err)
+		}
+	}
+	return math.Sqrt(sq), nil
 }
 
 // Shards is the whole state under per-tensor names: the weights, and the
@@ -108,9 +137,12 @@ func (s *Strategy) Free() {
 
 // Decay is the GPT-2 rule for cfg (optim.Decay2D): matrices and
 // embeddings get weight decay, biases and LayerNorm parameters do not.
-func Decay(cfg model.Config) []optim.Range {
+func Decay(cfg model.Config) []optim.Range { return DecayPart(cfg, model.Part{}) }
+
+// DecayPart is Decay over the flat vector of part p (model.PartLayout).
+func DecayPart(cfg model.Config, p model.Part) []optim.Range {
 	var ts []optim.Tensor
-	for _, u := range cfg.Layout().Units {
+	for _, u := range cfg.PartLayout(p).Units {
 		for _, t := range u.Tensors {
 			ts = append(ts, optim.Tensor{Name: t.Name, Off: t.Offset, Shape: t.Shape})
 		}

@@ -45,9 +45,14 @@ func (s *Strategy) Update(lr, maxNorm float64) (float64, error) {
 // fp32 sum over ranks keeps.
 func (s *Strategy) globalNorm() (float64, error) {
 	var sq float64
+	var err error
 	for i := range s.bk {
 		b := &s.bk[i]
-		sq += optim.SumSquares(b.g[:b.valid])
+		if s.cfg.Part.Split() {
+			sq += flat.SumSquares(s.tensors, b.lo, b.g[:b.valid])
+		} else {
+			sq += optim.SumSquares(b.g[:b.valid])
+		}
 	}
 	if s.n > 1 {
 		hi := float32(sq)
@@ -57,6 +62,11 @@ func (s *Strategy) globalNorm() (float64, error) {
 			return 0, fmt.Errorf("zero: gradient norm: %w", err)
 		}
 		sq = float64(buf[0]) + float64(buf[1])
+	}
+	if s.cfg.ReduceNorm != nil {
+		if sq, err = s.cfg.ReduceNorm(sq); err != nil {
+			return 0, fmt.Errorf("zero: gradient norm: %w", err)
+		}
 	}
 	return math.Sqrt(sq), nil
 }

@@ -79,6 +79,13 @@ type Config struct {
 	// Prefetch, under stage 3, starts gathering the next unit's bucket as
 	// soon as the current one is in hand.
 	Prefetch bool
+	// Part is the piece of the model this rank holds under tensor
+	// parallelism (zero: the whole model); its flat vector is what the
+	// group shards.
+	Part model.Part
+	// ReduceNorm adds the partial squared gradient norms of the ranks that
+	// hold the other parts (nil: none).
+	ReduceNorm func(sq float64) (float64, error)
 }
 
 // Validate names the first field that breaks its rule.
@@ -140,7 +147,7 @@ func New(cfg Config) (*Strategy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	lay := cfg.Model.Layout()
+	lay := cfg.Model.PartLayout(cfg.Part)
 	sizes := make([]int, len(lay.Units))
 	for i, u := range lay.Units {
 		sizes[i] = u.Size
@@ -152,7 +159,7 @@ func New(cfg Config) (*Strategy, error) {
 	}
 	s := &Strategy{cfg: cfg, bl: bl, n: n, r: r, accum: 1, res: map[int]*gathered{}, next: -1,
 		pred: predictor{units: len(sizes), prev: -1}}
-	s.tensors = flat.TensorsOf(lay)
+	s.tensors = flat.TensorsOfPart(cfg.Model, cfg.Part)
 	if err := s.alloc(); err != nil {
 		s.Free()
 		return nil, err
@@ -212,9 +219,9 @@ func (s *Strategy) Init(seed uint64) error {
 		b := &s.bk[i]
 		var err error
 		if s.cfg.Stage < 3 {
-			err = model.InitRange(s.cfg.Model, seed, b.full[:b.Len], b.Offset, b.Offset+b.Len)
+			err = model.InitPart(s.cfg.Model, s.cfg.Part, seed, b.full[:b.Len], b.Offset, b.Offset+b.Len)
 		} else {
-			err = model.InitRange(s.cfg.Model, seed, b.p[:b.valid], b.lo, b.lo+b.valid)
+			err = model.InitPart(s.cfg.Model, s.cfg.Part, seed, b.p[:b.valid], b.lo, b.lo+b.valid)
 		}
 		if err != nil {
 			return err

@@ -1,0 +1,152 @@
+package model
+
+import "trellis/ops"
+
+// The backward pass of a tensor-parallel rank: the conjugates of the
+// forward's meeting points. g's backward is the identity (GatherSeq with
+// SP): the gradient of a row-parallel layer's output is replicated. f's
+// backward is ReduceFromTP (ScatterSeq with SP): the gradient of a
+// column-parallel layer's input is the sum of every rank's partial one; it
+// runs while the layer's weight gradient is computed (colBackward).
+
+// leaveRowBack is g's backward: the full (B·T, C) gradient of a
+// row-parallel layer's output from the rank's tokens of it.
+func (m *GPT) leaveRowBack(local []float32, bt int) ([]float32, error) {
+	if !m.d.sp {
+		return local, nil
+	}
+	full := m.tpws.gath[:bt*m.d.C]
+	return full, m.tp.GatherSeq(full, local)
+}
+
+// colBackward is a column-parallel layer's backward with f's: it sets
+// m.dln to the partial input gradient dout·w (B·T, C), starts its sum over
+// the group (f's backward), ACCUMULATES the weight and bias gradients
+// while the reduction runs, and returns the rank's tokens of the summed
+// input gradient:
+//
+//	dz = f*(dout·w);  dw += doutᵀ·inp;  db += Σ_rows dout
+//
+// inp (B·T, C), w (OC, C), dout (B·T, OC).
+func (m *GPT) colBackward(dw, db, dout, inp, w []float32, bt, OC int) ([]float32, error) {
+	C := m.d.C
+	m.k.MatMul(ops.NN, bt, C, OC, dout, OC, w, C, m.dln[:bt*C], C, false)
+	dz, wait := m.dln[:bt*C], func() error { return nil }
+	if m.d.sp {
+		dz = m.tpws.dlnl[:m.d.tokens(bt)*C]
+		wait = m.tp.StartScatterSeq(dz, m.dln[:bt*C])
+	} else {
+		wait = m.tp.StartReduceFromTP(dz)
+	}
+	ops.LinearBackward(m.k, nil, dw, db, dout, inp, w, bt, C, OC)
+	return dz, wait()
+}
+
+// headBackwardTP is HeadBackward for a split part: the vocab-parallel
+// loss's gradient into the rank's wte rows and, through f, into LN_f.
+func (m *GPT) headBackwardTP(p Params, s *Stash, dloss float32) error {
+	d := m.d
+	C, bt := d.C, s.b*s.t
+	n := d.tokens(bt)
+	w, err := weights(p, 0)
+	if err != nil {
+		return err
+	}
+	g, err := grads(p, 0)
+	if err != nil {
+		p.ReleaseWeights(0)
+		return err
+	}
+	dlogits := m.big[:bt*d.Vl]
+	m.vocabLossBackward(dlogits, s, dloss, bt)
+	z, err := m.enterCol(s.lnf[:n*C], bt) // SP: gathered again
+	if err != nil {
+		p.ReleaseWeights(0)
+		return err
+	}
+	dz, err := m.colBackward(g[:d.Vl*C], nil, dlogits, z, w[:d.Vl*C], bt, d.Vl)
+	p.ReleaseWeights(0)
+	if err != nil {
+		return err
+	}
+	u := m.cfg.Layers + 1
+	if w, err = weights(p, u); err != nil {
+		return err
+	}
+	defer p.ReleaseWeights(u)
+	if g, err = grads(p, u); err != nil {
+		return err
+	}
+	clear(m.dres)
+	if err := m.lnBackward(m.dres[:n*C], g[:C], g[C:2*C], dz, s.res[m.cfg.Layers][:n*C], w[:C], s.lnfM, s.lnfR, n); err != nil {
+		return err
+	}
+	return gradsDone(p, u)
+}
+
+// blockBackwardTP is BlockBackward's math for a split part, on the
+// block's weights w and gradients g.
+func (m *GPT) blockBackwardTP(w, g []float32, s *Stash, l int) error {
+	d, k := m.d, m.k
+	B, T, C := s.b, s.t, d.C
+	bt := B * T
+	n := d.tokens(bt)
+	v, dv, a := viewBlockPart(w, C, d.t), viewBlockPart(g, C, d.t), &s.layers[l]
+	dres := m.dres[:n*C]
+
+	// MLP: out = res2 + drop(g(fcg_r·W_fc2,rᵀ) + b), fcg_r = GELU(f(ln2)·W_fc,rᵀ + b_r).
+	dfcg, dfc := m.big[:bt*d.F], m.big[bt*d.F:2*bt*d.F]
+	dy, err := m.leaveRowBack(m.branchGrad(s, m.drop.mlp[l]), bt)
+	if err != nil {
+		return err
+	}
+	ops.LinearBackwardSet(k, dfcg, dv.fc2w, dv.fc2b, dy, a.fcg, v.fc2w, bt, d.F, C)
+	ops.GELUBackwardSet(k, dfc, a.fc, dfcg, bt*d.F)
+	z, err := m.enterCol(a.ln2[:n*C], bt)
+	if err != nil {
+		return err
+	}
+	dz, err := m.colBackward(dv.fcw, dv.fcb, dfc, z, v.fcw, bt, d.F)
+	if err != nil {
+		return err
+	}
+	if err := m.lnBackward(dres, dv.ln2w, dv.ln2b, dz, a.res2[:n*C], v.ln2w, a.ln2M, a.ln2R, n); err != nil {
+		return err
+	}
+
+	// Attention: res2 = x + drop(g(atty_r·W_proj,rᵀ) + b), qkv_r = f(ln1)·W_qkv,rᵀ + b_r.
+	dqkv, datty := m.big[:3*bt*d.Cl], m.big[bt*d.F:bt*d.F+bt*d.Cl]
+	if dy, err = m.leaveRowBack(m.branchGrad(s, m.drop.attn[l]), bt); err != nil {
+		return err
+	}
+	ops.LinearBackwardSet(k, datty, dv.projw, dv.projb, dy, a.atty, v.projw, bt, d.Cl, C)
+	ops.AttentionBackwardSet(k, dqkv, m.scratch, datty, a.qkv, a.att, B, T, d.Cl, d.NH)
+	if z, err = m.enterCol(a.ln1[:n*C], bt); err != nil {
+		return err
+	}
+	if dz, err = m.colBackward(dv.qkvw, dv.qkvb, dqkv, z, v.qkvw, bt, 3*d.Cl); err != nil {
+		return err
+	}
+	return m.lnBackward(dres, dv.ln1w, dv.ln1b, dz, s.res[l][:n*C], v.ln1w, a.ln1M, a.ln1R, n)
+}
+
+// embedBackwardTP is EmbedBackward for a split part: the full gradient of
+// the lookup (gathered with SP) into the rank's wte rows and into wpe.
+func (m *GPT) embedBackwardTP(g []float32, s *Stash) error {
+	d := m.d
+	C, bt := d.C, s.b*s.t
+	dh, err := m.leaveRowBack(m.branchGrad(s, m.drop.embd), bt)
+	if err != nil {
+		return err
+	}
+	dwte, dwpe := g[:d.Vl*C], g[d.Vl*C:]
+	for i, id := range s.inputs[:bt] {
+		dr := dh[i*C : (i+1)*C]
+		pos := i % s.t
+		ops.AddInto(m.k, dwpe[pos*C:(pos+1)*C], dr, C)
+		if j := int(id) - d.vlo; j >= 0 && j < d.vn {
+			ops.AddInto(m.k, dwte[j*C:(j+1)*C], dr, C)
+		}
+	}
+	return nil
+}
