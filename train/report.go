@@ -27,16 +27,24 @@ type reporter struct {
 }
 
 func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
-	rep := &reporter{o: o, on: r.id == 0}
+	rep := &reporter{o: o, on: r.id == 0 || (o.World != nil && o.Report)}
 	if !rep.on {
 		return rep
+	}
+	if w := o.Job.Train.Warmup; s.warmup != w {
+		o.Log.Warn("warmup clamped", "train.warmup", w, "train.steps", o.Job.Train.Steps,
+			"note", fmt.Sprintf("the learning rate warms up over all %d steps", s.warmup))
 	}
 	rep.tokens = float64(o.Job.Train.GlobalBatch * o.Job.Model.SeqLen)
 	rep.flops = o.Job.Model.FLOPsPerToken()
 	rep.peak = s.peak
 	o.Log.Info("run", "plan", s.enginePlan.Short(), "ranks", s.ranks, "threads_per_rank", s.threads,
 		"params", o.Job.Model.NumParams(), "accum", s.accum, "tokens_per_step", int(rep.tokens),
-		"kernels", r.k.ISA(), "device_memory", budgetText(s.budget), "from_step", start, "to_step", end)
+		"kernels", r.k.ISA(), "device_memory", budgetText(s.budget), "from_step", start, "to_step", end,
+		"checkpoint_dir", o.Job.Checkpoint.Dir)
+	if r.id != 0 {
+		o.Log.Info("this process reports for its node", "rank", r.id, "note", "--metrics and checkpoints are written by rank 0")
+	}
 	if o.Progress != nil {
 		rep.bar = progressbar.NewOptions(end-start,
 			progressbar.OptionSetWriter(o.Progress), progressbar.OptionSetWidth(24),
@@ -86,9 +94,9 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 	tps := rep.tokens / dt.Seconds()
 	mfu := tps * rep.flops / rep.peak
 	rep.tps, rep.mfu = append(rep.tps, tps), append(rep.mfu, mfu)
-	if rep.o.Metrics != nil {
+	if rep.o.Metrics != nil && r0(rep) {
 		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds()}
-		if !math.IsNaN(val) {
+		if finite(val) {
 			m.ValLoss = &val
 		}
 		for _, s := range stats {
@@ -96,8 +104,12 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 				Optim: s.Peak[device.Optim], Act: s.Peak[device.Act], Workspace: s.Peak[device.Workspace],
 				Comm: s.Peak[device.Comm], Peak: s.PeakAll, CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds()})
 		}
-		b, _ := json.Marshal(m)
-		fmt.Fprintf(rep.o.Metrics, "%s\n", b)
+		// Every field is finite here (runStep stops at a non-finite loss
+		// or norm), so a line is never lost to an encoding error; if one
+		// were, no partial line is written.
+		if b, err := json.Marshal(m); err == nil {
+			fmt.Fprintf(rep.o.Metrics, "%s\n", b)
+		}
 	}
 	if rep.bar != nil {
 		d := fmt.Sprintf("loss %.3f", res.loss)
@@ -121,6 +133,10 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		rep.o.Log.Info("step", args...)
 	}
 }
+
+// r0 reports whether this reporter is rank 0's, the only one writing
+// --metrics (a node's local rank 0 elsewhere reports on its terminal).
+func r0(rep *reporter) bool { return rep.o.World == nil || rep.o.World.Rank() == 0 }
 
 func round4(x float64) float64 { return math.Round(x*1e4) / 1e4 }
 
