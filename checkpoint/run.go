@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 )
 
 // RunFile is the file in a root naming the run that writes its
@@ -110,7 +111,7 @@ func CheckWritable(root string) error {
 			}
 			return probeDir(root, dir)
 		}
-		if !errors.Is(err, fs.ErrNotExist) {
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
 			return fmt.Errorf("checkpoint: dir %s: %w", root, err)
 		}
 		parent := filepath.Dir(dir)

@@ -31,7 +31,7 @@ func claimDir(j Job, res *resumeState) (string, error) {
 		return id, nil
 	}
 	if err := checkpoint.CheckWritable(dir); err != nil {
-		return "", fmt.Errorf("checkpoint.dir=%s: %w", dir, err)
+		return "", err
 	}
 	steps, err := checkpoint.Steps(dir)
 	if err != nil {
@@ -41,7 +41,12 @@ func claimDir(j Job, res *resumeState) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := mayWrite(dir, steps, owner, owned, id, res); err != nil {
+	c := claim{dir: dir, steps: steps, owner: owner, owned: owned, id: id, from: -1}
+	if res != nil {
+		c.from, c.fromDir = res.meta.Step, res.ckpt.Dir()
+		c.sameRoot = samePath(filepath.Dir(c.fromDir), dir)
+	}
+	if err := c.check(); err != nil {
 		return "", err
 	}
 	host, _ := os.Hostname()
@@ -49,30 +54,41 @@ func claimDir(j Job, res *resumeState) (string, error) {
 	return id, checkpoint.WriteRun(dir, run)
 }
 
-// mayWrite applies claimDir's rules to what dir holds.
-func mayWrite(dir string, steps []int, owner checkpoint.Run, owned bool, id string, res *resumeState) error {
-	if len(steps) == 0 {
+// claim is what claimDir found: the directory's complete steps and owner,
+// and the run that wants it.
+type claim struct {
+	dir      string
+	steps    []int // ascending
+	owner    checkpoint.Run
+	owned    bool   // dir has a run file
+	id       string // the claiming run
+	from     int    // the step it resumes from; -1: a fresh run
+	fromDir  string // the checkpoint it resumes from
+	sameRoot bool   // fromDir is a step of dir
+}
+
+// check applies claimDir's rules.
+func (c claim) check() error {
+	if len(c.steps) == 0 {
 		return nil
 	}
-	last := steps[len(steps)-1]
-	if res == nil {
+	last := c.steps[len(c.steps)-1]
+	if c.from < 0 {
 		who := "another run"
-		if owned {
-			who = "run " + owner.ID
+		if c.owned {
+			who = "run " + c.owner.ID
 		}
 		return fmt.Errorf("checkpoint.dir=%s holds the checkpoints of %s (steps up to %d): a new run would replace them; continue it with --resume %s, or give this run its own directory (--set checkpoint.dir=runs/NAME)",
-			dir, who, last, dir)
+			c.dir, who, last, c.dir)
 	}
-	from := res.ckpt.Dir()
-	sameRoot := samePath(filepath.Dir(from), dir)
 	switch {
-	case owned && owner.ID != id:
-		return fmt.Errorf("checkpoint.dir=%s belongs to run %s, not to run %s that %s continues: set checkpoint.dir to this run's directory or a new one", dir, owner.ID, id, from)
-	case !owned && !sameRoot:
-		return fmt.Errorf("checkpoint.dir=%s holds checkpoints of an unidentified run (no %s), not %s's: set checkpoint.dir to a new directory", dir, checkpoint.RunFile, from)
-	case last > res.meta.Step:
+	case c.owned && c.owner.ID != c.id:
+		return fmt.Errorf("checkpoint.dir=%s belongs to run %s, not to run %s that %s continues: set checkpoint.dir to this run's directory or a new one", c.dir, c.owner.ID, c.id, c.fromDir)
+	case !c.owned && !c.sameRoot:
+		return fmt.Errorf("checkpoint.dir=%s holds checkpoints of an unidentified run (no %s), not %s's: set checkpoint.dir to a new directory", c.dir, checkpoint.RunFile, c.fromDir)
+	case last > c.from:
 		return fmt.Errorf("checkpoint.dir=%s already holds step %d, past step %d that this run resumes from: continuing there would re-point latest and prune later steps; give this branch of the run its own directory (--set checkpoint.dir=runs/NAME)",
-			dir, last, res.meta.Step)
+			c.dir, last, c.from)
 	}
 	return nil
 }

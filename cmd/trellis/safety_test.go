@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Resuming from a copied checkpoint writes next to the copy and leaves the
+// original run's directory exactly as it was; a fork behind the copy's
+// latest step is refused, and goes to its own directory when asked.
+func TestCopiedCheckpointResume(t *testing.T) {
+	dir := t.TempDir()
+	if r := run(t, dir, tiny("checkpoint.dir=a", "checkpoint.every=5", "checkpoint.keep=0")...); r.err != nil {
+		t.Fatalf("run a: %v\n%s", r.err, r.stderr)
+	}
+	before := treeHash(t, filepath.Join(dir, "a"))
+	if err := exec.Command("cp", "-r", filepath.Join(dir, "a"), filepath.Join(dir, "c1")).Run(); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(filepath.Join(dir, "c1", "step-00000010")) // the copy was taken at step 5
+	os.WriteFile(filepath.Join(dir, "c1", "latest"), []byte("step-00000005\n"), 0o644)
+	r := run(t, dir, "train", "--resume", "c1/step-00000005", "--until", "8")
+	if r.err != nil {
+		t.Fatalf("resume the copy: %v\n%s", r.err, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "c1", "step-00000008", "index.json")); err != nil {
+		t.Errorf("the resumed run did not write next to its checkpoint: %v", err)
+	}
+	// a's copy holds steps 5 and 10: resuming at 5 there would re-point latest.
+	r = run(t, dir, "train", "--resume", "a/step-00000005", "--until", "8")
+	checkOneLineError(t, r, []string{"checkpoint.dir=a", "already holds step 10"})
+	r = run(t, dir, "train", "--resume", "a/step-00000005", "--until", "8", "--set", "checkpoint.dir=fork")
+	if r.err != nil {
+		t.Fatalf("fork into its own directory: %v\n%s", r.err, r.stderr)
+	}
+	if treeHash(t, filepath.Join(dir, "a")) != before {
+		t.Errorf("the original run's directory changed")
+	}
+}
+
+// --metrics on resume keeps the steps up to the checkpoint and appends
+// behind them: every step once, every line valid JSON, even when the
+// interrupted run had logged steps past its checkpoint and a partial line.
+func TestMetricsAcrossResume(t *testing.T) {
+	dir := t.TempDir()
+	if r := run(t, dir, append(tiny("checkpoint.dir=ck"), "--until", "5", "--metrics", "m.jsonl")...); r.err != nil {
+		t.Fatalf("first part: %v\n%s", r.err, r.stderr)
+	}
+	f, _ := os.OpenFile(filepath.Join(dir, "m.jsonl"), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"step":6,"loss":9}` + "\n" + `{"step":7,"lo`) // logged after the checkpoint, then a crash
+	f.Close()
+	if r := run(t, dir, "train", "--resume", "ck", "--metrics", "m.jsonl"); r.err != nil {
+		t.Fatalf("resume: %v\n%s", r.err, r.stderr)
+	}
+	l := losses(t, filepath.Join(dir, "m.jsonl")) // fails on a bad line
+	lines := strings.Count(string(readFile(t, filepath.Join(dir, "m.jsonl"))), "\n")
+	if len(l) != 10 || lines != 10 || l[6] == 9 {
+		t.Errorf("%d steps in %d lines (step 6 loss %v), want steps 1..10 once", len(l), lines, l[6])
+	}
+}
+
+// Two runs with default settings: the second refuses the first's
+// directory, naming it and what to do, and changes nothing there.
+func TestTwoDefaultRuns(t *testing.T) {
+	dir := t.TempDir()
+	if r := run(t, dir, tiny()...); r.err != nil {
+		t.Fatalf("first run: %v\n%s", r.err, r.stderr)
+	}
+	before := treeHash(t, filepath.Join(dir, "runs", "trellis"))
+	r := run(t, dir, tiny("train.steps=3")...)
+	checkOneLineError(t, r, []string{"checkpoint.dir=runs/trellis", "--resume runs/trellis", "checkpoint.dir=runs/NAME"})
+	if treeHash(t, filepath.Join(dir, "runs", "trellis")) != before {
+		t.Errorf("the refused run changed the first run's checkpoints")
+	}
+}
+
+// Ctrl-C checkpoints at the end of the step and prints the exact resume
+// command; running it finishes the run with every step logged once.
+func TestInterruptThenResume(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(trellisBin(t), append(tiny("checkpoint.dir=ck", "train.steps=100000"), "--metrics", "m.jsonl")...)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(filepath.Join(dir, "m.jsonl"))
+		if bytes.Count(b, []byte("\n")) >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no progress: %s", stderr.String())
+		}
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err == nil {
+		t.Fatalf("an interrupted run exited 0")
+	}
+	m := regexp.MustCompile(`resume with: trellis (train --resume (\S+) --metrics m\.jsonl)`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("no resume command in:\n%s", stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, m[2], "index.json")); err != nil {
+		t.Fatalf("the named checkpoint: %v", err)
+	}
+	done := len(losses(t, filepath.Join(dir, "m.jsonl")))
+	args := append(strings.Fields(m[1]), "--set", "train.steps="+strconv.Itoa(done+3))
+	if r := run(t, dir, args...); r.err != nil {
+		t.Fatalf("%v: %v\n%s", args, r.err, r.stderr)
+	}
+	if l := losses(t, filepath.Join(dir, "m.jsonl")); len(l) != done+3 {
+		t.Errorf("%d steps logged, want %d", len(l), done+3)
+	}
+}
+
+// Under a launcher, train without --backend runs one rank per process and
+// the launcher's world size decides dp; a pinned plan of another size is
+// refused before anything is written.
+func TestLaunchedWithoutBackend(t *testing.T) {
+	dir := t.TempDir()
+	bin := trellisBin(t)
+	var sets []string // tiny, without its plan: the launcher decides
+	for _, a := range tiny("checkpoint.dir=ck") {
+		if a == "parallel.plan=dp=1" {
+			sets = sets[:len(sets)-1]
+			continue
+		}
+		sets = append(sets, a)
+	}
+	args := append([]string{"launch", "--nproc-per-node", "2", "--", bin}, append(sets, "--metrics", "m.jsonl")...)
+	r := run(t, dir, args...)
+	if r.err != nil {
+		t.Fatalf("launched: %v\n%s%s", r.err, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, `plan="dp=2,`) || len(losses(t, filepath.Join(dir, "m.jsonl"))) != 10 {
+		t.Errorf("want a dp=2 run with 10 metrics lines:\n%s", r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ck", "step-00000010", "rank-00001-of-00002.safetensors")); err != nil {
+		t.Errorf("no two-rank checkpoint: %v", err)
+	}
+	args = append([]string{"launch", "--nproc-per-node", "2", "--", bin}, append(sets, "--set", "checkpoint.dir=ck2", "--parallel", "dp=4,mbs=1")...)
+	r = run(t, dir, args...)
+	if r.err == nil || !strings.Contains(r.stderr, "needs 4 ranks, but the launcher (torchrun) started 2") {
+		t.Errorf("a dp=4 plan under 2 processes: %v\n%s", r.err, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ck2")); err == nil {
+		t.Errorf("the refused run wrote its checkpoint directory")
+	}
+}
+
+// --metrics that cannot be written fails before step 1, with nothing
+// written.
+func TestMetricsPathChecked(t *testing.T) {
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "adir"), 0o755)
+	for _, c := range []struct{ path, want string }{
+		{"adir", "is a directory"},
+		{"no/such/m.jsonl", "directory no/such does not exist"},
+	} {
+		r := run(t, dir, append(tiny("checkpoint.dir=ck"), "--metrics", c.path)...)
+		checkOneLineError(t, r, []string{"--metrics " + c.path, c.want})
+		if _, err := os.Stat(filepath.Join(dir, "ck")); err == nil {
+			t.Errorf("%s: the run wrote checkpoints", c.path)
+		}
+	}
+}
