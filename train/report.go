@@ -4,13 +4,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 
+	"trellis/data"
 	"trellis/device"
 )
 
@@ -31,6 +34,7 @@ func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
 	if !rep.on {
 		return rep
 	}
+	logData(o.Log, o.Job.Data, r.loader)
 	if w := o.Job.Train.Warmup; s.warmup != w {
 		o.Log.Warn("warmup clamped", "train.warmup", w, "train.steps", o.Job.Train.Steps,
 			"note", fmt.Sprintf("the learning rate warms up over all %d steps", s.warmup))
@@ -52,6 +56,19 @@ func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
 			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
 	}
 	return rep
+}
+
+// logData says what the run trains on: one line with the source, its size
+// on disk (a file), its tokens and the train/validation split.
+func logData(log *slog.Logger, d data.Config, l *data.Loader) {
+	args := []any{"source", d.Source, "tokenizer", l.Tokenizer().Name()}
+	if st, err := os.Stat(d.Source); err == nil && st.Mode().IsRegular() {
+		args = append(args, "bytes", st.Size())
+	}
+	tr, va := l.TrainTokens(), l.ValTokens()
+	args = append(args, "tokens", tr+va, "train_tokens", tr, "val_tokens", va,
+		"train_sequences", l.TrainSamples(), "val_sequences", l.ValSamples())
+	log.Info("data", args...)
 }
 
 func budgetText(b int64) string {

@@ -36,6 +36,8 @@ type jobSpec struct {
 //   - parallel.plan, when nobody set it: under a launcher of W processes
 //     (or with --devices W) dp=W,zero=3, else the demonstration's
 //     dp=4,zero=3;
+//   - checkpoint.dir, when nobody set it: runs/trellis, or runs/trellis-N
+//     when that holds another run's checkpoints (freeRunDir);
 //   - parallel.device_memory, when nobody set it: the demonstration's
 //     48 MiB only for the default model and micro-batch (the budget is
 //     about that model's state), no budget otherwise.
@@ -51,7 +53,7 @@ func assembleJob(f trainFlags, sets []string, env *launch.Env) (jobSpec, error) 
 		spec.job.Checkpoint.Dir = resumeRoot(f.resume)
 		spec.job.Parallel.Backend = def.Parallel.Backend
 	} else {
-		spec.job.Parallel.Plan, spec.job.Parallel.DeviceMemory = unset, unset
+		spec.job.Parallel.Plan, spec.job.Parallel.DeviceMemory, spec.job.Checkpoint.Dir = unset, unset, unset
 	}
 	if err := config.Load(&spec.job, f.config, sets); err != nil {
 		return spec, err
@@ -74,10 +76,40 @@ func assembleJob(f trainFlags, sets []string, env *launch.Env) (jobSpec, error) 
 			j.Parallel.DeviceMemory = def.Parallel.DeviceMemory
 		}
 	}
+	if j.Checkpoint.Dir == unset {
+		dir, err := freeRunDir(def.Checkpoint.Dir)
+		if err != nil {
+			return spec, err
+		}
+		if j.Checkpoint.Dir = dir; dir != def.Checkpoint.Dir {
+			spec.notes = append(spec.notes, fmt.Sprintf("checkpoint.dir=%s: %s holds another run's checkpoints (set checkpoint.dir to choose)", dir, def.Checkpoint.Dir))
+		}
+	}
 	if f.resume == "" && j.Train.Prompt == def.Train.Prompt && j.Data.Source != def.Data.Source {
 		j.Train.Prompt = promptFrom(j.Data.Source)
 	}
 	return spec, nil
+}
+
+// freeRunDir gives a fresh run that did not choose a checkpoint directory
+// its own: base if it holds no checkpoints, else the first free base-2,
+// base-3, ... (a directory chosen explicitly is never changed: a run
+// refuses one that holds another run's checkpoints).
+func freeRunDir(base string) (string, error) {
+	for i := 1; i <= 1000; i++ {
+		dir := base
+		if i > 1 {
+			dir = fmt.Sprintf("%s-%d", base, i)
+		}
+		steps, err := checkpoint.Steps(dir)
+		if err != nil {
+			return "", err
+		}
+		if len(steps) == 0 {
+			return dir, nil
+		}
+	}
+	return "", fmt.Errorf("checkpoint.dir: %s-2 ... %s-1000 all hold checkpoints: set checkpoint.dir", base, base)
 }
 
 // resumeRoot is the checkpoint root of a --resume argument: the parent of

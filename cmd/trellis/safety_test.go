@@ -67,18 +67,31 @@ func TestMetricsAcrossResume(t *testing.T) {
 	}
 }
 
-// Two runs with default settings: the second refuses the first's
-// directory, naming it and what to do, and changes nothing there.
+// Two runs with default settings get a directory each (the second says
+// where); a run pointed explicitly at another run's directory refuses it,
+// naming it and what to do; neither changes the first run's checkpoints.
 func TestTwoDefaultRuns(t *testing.T) {
 	dir := t.TempDir()
 	if r := run(t, dir, tiny()...); r.err != nil {
 		t.Fatalf("first run: %v\n%s", r.err, r.stderr)
 	}
-	before := treeHash(t, filepath.Join(dir, "runs", "trellis"))
+	first := filepath.Join(dir, "runs", "trellis")
+	before := treeHash(t, first)
 	r := run(t, dir, tiny("train.steps=3")...)
+	if r.err != nil || !strings.Contains(r.stderr, "checkpoint.dir=runs/trellis-2") {
+		t.Fatalf("second run: %v\n%s", r.err, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "runs", "trellis-2", "step-00000003")); err != nil {
+		t.Errorf("the second run's checkpoint: %v", err)
+	}
+	r = run(t, dir, tiny("train.steps=3", "checkpoint.dir=runs/trellis")...)
 	checkOneLineError(t, r, []string{"checkpoint.dir=runs/trellis", "--resume runs/trellis", "checkpoint.dir=runs/NAME"})
-	if treeHash(t, filepath.Join(dir, "runs", "trellis")) != before {
-		t.Errorf("the refused run changed the first run's checkpoints")
+	if treeHash(t, first) != before {
+		t.Errorf("the later runs changed the first run's checkpoints")
+	}
+	s := run(t, dir, "sample", "--checkpoint", "runs/trellis", "--tokens", "3")
+	if s.err != nil {
+		t.Errorf("sample the first run: %v %s", s.err, s.stderr)
 	}
 }
 
