@@ -208,6 +208,8 @@ func WriteSummary(w io.Writer, s *Summary) {
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	tw.Flush()
+	fmt.Fprintln(w, "\ncomm total: time the rank's collectives were in flight (from when each could start to its end);")
+	fmt.Fprintln(w, "comm exposed: the part of it the rank's computation waited for (at most the total; the rest overlapped compute)")
 	if s.Checkpoint != "" {
 		fmt.Fprintf(w, "\ncheckpoint: %s\n", s.Checkpoint)
 	}

@@ -242,3 +242,24 @@ func TestVocabularyEveryDataSource(t *testing.T) {
 		t.Errorf("synthetic, byte tokenizer, vocab 250: %v", err)
 	}
 }
+
+// Exposed communication is a part of the total, whatever the plan and
+// overlap: the table's two columns are consistent by construction.
+func TestCommExposedWithinTotal(t *testing.T) {
+	for _, c := range []struct {
+		plan    string
+		overlap bool
+	}{{"dp=2", false}, {"dp=2", true}, {"dp=2,zero=3", false}, {"dp=2,zero=3", true}} {
+		j := tinyJob(c.plan)
+		j.Parallel.Overlap = c.overlap
+		sum, err := Run(context.Background(), Options{Job: j})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range sum.Ranks {
+			if r.CommWait > r.CommBusy || r.CommBusy <= 0 {
+				t.Errorf("%s overlap=%v rank %d: exposed %v, total %v", c.plan, c.overlap, r.Rank, r.CommWait, r.CommBusy)
+			}
+		}
+	}
+}
