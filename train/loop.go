@@ -142,12 +142,16 @@ func (r *rank) save(step int, pos data.Position, loss float64) (dir string, err 
 		if err != nil {
 			return "", err
 		}
-		if dir, err = store.Commit(checkpoint.Manifest{Step: step, World: r.world.Size(), Plan: r.set.enginePlan.String(), Meta: meta}); err != nil {
+		if _, err = store.Commit(checkpoint.Manifest{Step: step, World: r.world.Size(), Plan: r.set.enginePlan.String(), Meta: meta}); err != nil {
 			return "", err
 		}
 	}
-	// Nobody runs ahead (and could crash) before the checkpoint is whole.
-	return dir, comm.Barrier(r.world)
+	// Nobody runs ahead (and could crash) before the checkpoint is whole;
+	// then every rank knows where it is.
+	if err := comm.Barrier(r.world); err != nil {
+		return "", err
+	}
+	return store.StepDir(step), nil
 }
 
 // gatherStats collects every rank's memory peaks and communication times,

@@ -188,3 +188,55 @@ func TestMetricsPathChecked(t *testing.T) {
 		}
 	}
 }
+
+// Ctrl-C to trellis launch reaches every worker once: they stop after the
+// same step, checkpoint, and rank 0 prints the resume command, which
+// finishes the run under the launcher.
+func TestLaunchedInterruptThenResume(t *testing.T) {
+	dir := t.TempDir()
+	bin := trellisBin(t)
+	var sets []string
+	for _, a := range tiny("checkpoint.dir=ck", "train.steps=100000") {
+		if a == "parallel.plan=dp=1" {
+			sets = sets[:len(sets)-1]
+			continue
+		}
+		sets = append(sets, a)
+	}
+	cmd := exec.Command(bin, append([]string{"launch", "--nproc-per-node", "2", "--", bin}, append(sets, "--metrics", "m.jsonl")...)...)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(filepath.Join(dir, "m.jsonl"))
+		if bytes.Count(b, []byte("\n")) >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no progress: %s", out.String())
+		}
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err == nil {
+		t.Fatalf("an interrupted launch exited 0")
+	}
+	m := regexp.MustCompile(`\[rank 0\] trellis: interrupted after step (\d+); checkpoint (\S+); resume with: trellis train --resume (\S+)`).FindStringSubmatch(out.String())
+	if m == nil || m[2] != m[3] {
+		t.Fatalf("no resume command from rank 0 in:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "[rank 1] trellis: interrupted after step "+m[1]+"; checkpoint "+m[2]) {
+		t.Errorf("rank 1 did not stop at step %s with the same checkpoint:\n%s", m[1], out.String())
+	}
+	done, _ := strconv.Atoi(m[1])
+	args := []string{"launch", "--nproc-per-node", "2", "--", bin, "train", "--resume", m[2], "--metrics", "m.jsonl", "--set", "train.steps=" + strconv.Itoa(done+2)}
+	if r := run(t, dir, args...); r.err != nil {
+		t.Fatalf("%v: %v\n%s", args, r.err, r.stderr)
+	}
+	if l := losses(t, filepath.Join(dir, "m.jsonl")); len(l) != done+2 {
+		t.Errorf("%d steps logged, want %d", len(l), done+2)
+	}
+}
