@@ -27,6 +27,7 @@ type reporter struct {
 	peak     float64 // FLOP/s of the cores in use
 	bar      *progressbar.ProgressBar
 	tps, mfu []float64
+	metricsErr error // the first failed metrics write (reported once)
 }
 
 func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
@@ -125,7 +126,10 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		// or norm), so a line is never lost to an encoding error; if one
 		// were, no partial line is written.
 		if b, err := json.Marshal(m); err == nil {
-			fmt.Fprintf(rep.o.Metrics, "%s\n", b)
+			if _, err := fmt.Fprintf(rep.o.Metrics, "%s\n", b); err != nil && rep.metricsErr == nil {
+				rep.metricsErr = err
+				rep.o.Log.Error("metrics: cannot write; training goes on without them", "step", done, "err", err)
+			}
 		}
 	}
 	if rep.bar != nil {
