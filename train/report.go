@@ -20,13 +20,13 @@ import (
 // reporter is rank 0's voice: metrics lines, log lines or a progress bar,
 // samples and the end-of-run summary. On other ranks it is silent.
 type reporter struct {
-	o        Options
-	on       bool
-	tokens   float64 // tokens per optimizer step, all ranks
-	flops    float64 // model FLOPs per token
-	peak     float64 // FLOP/s of the cores in use
-	bar      *progressbar.ProgressBar
-	tps, mfu []float64
+	o          Options
+	on         bool
+	tokens     float64 // tokens per optimizer step, all ranks
+	flops      float64 // model FLOPs per token
+	peak       float64 // FLOP/s of the cores in use
+	bar        *progressbar.ProgressBar
+	tps, mfu   []float64
 	metricsErr error // the first failed metrics write (reported once)
 }
 
