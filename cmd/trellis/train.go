@@ -35,8 +35,16 @@ func newTrainCmd() *cobra.Command {
 
 The job is the embedded defaults, then --config FILE (TOML sections [model]
 [parallel] [train] [data] [checkpoint]), then each --set section.key=value,
-then the shorthand flags. With --resume and no --config, the checkpoint's own
-job is the starting point.`,
+then the shorthand flags. With --resume, the checkpoint's own job is the
+starting point, and the run writes next to that checkpoint.
+
+A checkpoint directory belongs to one run: with no checkpoint.dir a run
+writes to runs/trellis (runs/trellis-2, ... when that holds another run's
+checkpoints); a directory holding another run's checkpoints is refused.
+Ctrl-C stops after the current step, checkpoints, and prints the command that
+resumes; a second Ctrl-C aborts. Under a launcher (trellis launch, torchrun,
+Slurm, Open MPI) every process is one rank and the world size decides the
+plan unless one is given.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runTrain(cmd, f) },
 	}
@@ -46,10 +54,10 @@ job is the starting point.`,
 	fl.StringVar(&f.parallel, "parallel", "", `plan text, e.g. "dp=4,zero=3" (= --set parallel.plan=...)`)
 	fl.IntVar(&f.devices, "devices", 0, "number of ranks (= --set parallel.devices=N)")
 	fl.StringVar(&f.deviceMemory, "device-memory", "", "every rank's memory budget, e.g. 512MiB (= --set parallel.device_memory=...)")
-	fl.StringVar(&f.backend, "backend", "", "local (goroutines), tcp (processes under trellis launch) or auto")
+	fl.StringVar(&f.backend, "backend", "", "auto (default: processes under a launcher, else goroutines), local (goroutines) or tcp (processes)")
 	fl.StringVar(&f.resume, "resume", "", "continue from this checkpoint (a step directory or a checkpoint root)")
 	fl.IntVar(&f.until, "until", 0, "stop after this step, checkpointing first")
-	fl.StringVar(&f.metrics, "metrics", "", "write one JSON object per step to this file")
+	fl.StringVar(&f.metrics, "metrics", "", "write one JSON object per step to this file (a resumed run appends)")
 	return c
 }
 
