@@ -39,8 +39,9 @@ type jobSpec struct {
 //   - checkpoint.dir, when nobody set it: runs/trellis, or runs/trellis-N
 //     when that holds another run's checkpoints (freeRunDir);
 //   - parallel.device_memory, when nobody set it: the demonstration's
-//     48 MiB only for the default model and micro-batch (the budget is
-//     about that model's state), no budget otherwise.
+//     48 MiB only for the default model and micro-batch under the default
+//     plan or one the user chose (the budget is about that model's state
+//     on 4 devices, or its failing on fewer), no budget otherwise.
 func assembleJob(f trainFlags, sets []string, env *launch.Env) (jobSpec, error) {
 	def := train.DefaultJob()
 	spec := jobSpec{job: def, resumeStep: -1}
@@ -59,7 +60,9 @@ func assembleJob(f trainFlags, sets []string, env *launch.Env) (jobSpec, error) 
 		return spec, err
 	}
 	j := &spec.job
+	autoPlan := false // a plan other than the default, chosen here
 	if j.Parallel.Plan == unset {
+		autoPlan = env != nil && j.Parallel.Backend != "local" || j.Parallel.Devices > 0
 		switch {
 		case env != nil && j.Parallel.Backend != "local":
 			j.Parallel.Plan = fmt.Sprintf("dp=%d,zero=3", env.WorldSize)
@@ -72,7 +75,7 @@ func assembleJob(f trainFlags, sets []string, env *launch.Env) (jobSpec, error) 
 	}
 	if j.Parallel.DeviceMemory == unset {
 		j.Parallel.DeviceMemory = ""
-		if j.Model == def.Model && j.Train.MicroBatch == def.Train.MicroBatch {
+		if j.Model == def.Model && j.Train.MicroBatch == def.Train.MicroBatch && !autoPlan {
 			j.Parallel.DeviceMemory = def.Parallel.DeviceMemory
 		}
 	}

@@ -32,10 +32,11 @@ func TestAssembleJobDefaults(t *testing.T) {
 		{"another model", "", []string{"model.layers=6"}, nil, "dp=4,zero=3", "", ""},
 		{"another micro-batch", "", []string{"train.micro_batch=1"}, nil, "dp=4,zero=3", "", ""},
 		{"budget set", "", []string{"model.layers=6", "parallel.device_memory=1GiB"}, nil, "dp=4,zero=3", "1GiB", ""},
-		{"under a launcher", "", nil, world2, "dp=2,zero=3", "48MiB", ""},
+		{"under a launcher", "", nil, world2, "dp=2,zero=3", "", ""},
 		{"launcher, plan pinned", "", []string{"parallel.plan=dp=4"}, world2, "dp=4", "48MiB", ""},
 		{"launcher, plan from a file", job, nil, world2, "dp=2", "48MiB", ""},
-		{"devices", "", []string{"parallel.devices=2"}, nil, "dp=2,zero=3", "48MiB", ""},
+		{"devices", "", []string{"parallel.devices=2"}, nil, "dp=2,zero=3", "", ""},
+		{"plan chosen", "", []string{"parallel.plan=dp=1"}, nil, "dp=1", "48MiB", ""},
 		{"user text", "", []string{"data.source=" + text}, nil, "dp=4,zero=3", "48MiB", "Call me Ishmael. Some years ago, never"},
 	}
 	for _, c := range cases {

@@ -170,6 +170,12 @@ func TestLaunchedWithoutBackend(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "ck2")); err == nil {
 		t.Errorf("the refused run wrote its checkpoint directory")
 	}
+	// The command, on the default model: two processes, dp=2.
+	r = run(t, dir, "launch", "--nproc-per-node", "2", "--", bin, "train", "--set", "train.steps=1",
+		"--set", "train.eval_batches=1", "--set", "train.sample_every=-1", "--set", "checkpoint.dir=")
+	if r.err != nil {
+		t.Errorf("trellis launch --nproc-per-node 2 -- trellis train: %v\n%s", r.err, r.stderr)
+	}
 }
 
 // --metrics that cannot be written fails before step 1, with nothing
