@@ -47,9 +47,9 @@ type ParallelConfig struct {
 	Devices int `toml:"devices"`
 	// DeviceMemory is every rank's memory budget, e.g. "512MiB" ("" or "0": none).
 	DeviceMemory string `toml:"device_memory"`
-	// Backend is "local" (ranks are goroutines), "tcp" (one process per rank,
-	// started by `trellis launch` or a scheduler) or "auto" (tcp when a launch
-	// environment is present).
+	// Backend is "auto" (the default: tcp when a launch environment is
+	// present, else local), "local" (ranks are goroutines) or "tcp" (one
+	// process per rank, started by `trellis launch` or a scheduler).
 	Backend string `toml:"backend"`
 	// BucketSize is the gradient bucket of data parallelism and ZeRO, e.g. "4MiB".
 	BucketSize string `toml:"bucket_size"`

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -245,4 +246,56 @@ func TestLaunchedInterruptThenResume(t *testing.T) {
 	if l := losses(t, filepath.Join(dir, "m.jsonl")); len(l) != done+2 {
 		t.Errorf("%d steps logged, want %d", len(l), done+2)
 	}
+}
+
+// On a second node, the node's local rank 0 shows the progress (as
+// torchrun users expect); rank 0 alone writes --metrics.
+func TestSecondNodeShowsProgress(t *testing.T) {
+	dir := t.TempDir()
+	bin := trellisBin(t)
+	port := freeTCPPort(t)
+	var sets []string
+	for _, a := range tiny("checkpoint.dir=ck", "train.steps=3", "train.log_every=1") {
+		if a == "parallel.plan=dp=1" {
+			sets = sets[:len(sets)-1]
+			continue
+		}
+		sets = append(sets, a)
+	}
+	node := func(rank string) *exec.Cmd {
+		args := append([]string{"launch", "--nnodes", "2", "--node-rank", rank, "--nproc-per-node", "1",
+			"--master-addr", "127.0.0.1", "--master-port", port, "--", bin}, append(sets, "--metrics", "m"+rank+".jsonl")...)
+		c := exec.Command(bin, args...)
+		c.Dir = dir
+		c.Env = append(os.Environ(), "TRELLIS_JOB_TOKEN=0123456789abcdef0123456789abcdef")
+		return c
+	}
+	n1 := node("1")
+	var out1 bytes.Buffer
+	n1.Stdout, n1.Stderr = &out1, &out1
+	if err := n1.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out0, err := node("0").CombinedOutput()
+	if err1 := n1.Wait(); err != nil || err1 != nil {
+		t.Fatalf("node 0: %v\n%s\nnode 1: %v\n%s", err, out0, err1, out1.String())
+	}
+	if !strings.Contains(out1.String(), "[rank 1] time=") || !strings.Contains(out1.String(), "msg=step step=3") {
+		t.Errorf("node 1 shows no progress:\n%s", out1.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "m1.jsonl")); err == nil {
+		t.Errorf("rank 1 wrote a metrics file")
+	}
+	if l := losses(t, filepath.Join(dir, "m0.jsonl")); len(l) != 3 {
+		t.Errorf("rank 0's metrics: %d steps", len(l))
+	}
+}
+
+func freeTCPPort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
