@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"trellis/checkpoint"
 	"trellis/comm"
 )
 
@@ -59,14 +60,21 @@ func isWholeRun(err error) bool {
 
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
-// claimAgreed runs claimDir on rank 0 of a process world and lets every
-// rank learn its outcome, so that a refusal stops the whole job before
-// step 1 instead of leaving the other ranks to time out.
+// claimAgreed runs claimDir on rank 0 of a process world (and the
+// writability check on the others) and lets every rank learn the outcome,
+// so that a refusal stops the whole job before step 1 instead of leaving
+// the other ranks to time out.
 func claimAgreed(o Options, res *resumeState) (string, error) {
 	var id string
 	var err error
-	if o.World.Rank() == 0 {
+	switch {
+	case o.World.Rank() == 0:
 		id, err = claimDir(o.Job, res)
+	case o.Job.Checkpoint.Dir != "":
+		// Every rank writes its own file there (on its own node).
+		if err = checkpoint.CheckWritable(o.Job.Checkpoint.Dir); err != nil {
+			err = fmt.Errorf("rank %d: %w", o.World.Rank(), err)
+		}
 	}
 	flag := []float32{0}
 	if err != nil {
@@ -81,7 +89,7 @@ func claimAgreed(o Options, res *resumeState) (string, error) {
 	case err != nil:
 		return "", err
 	case flag[0] != 0:
-		return "", errors.New("train: rank 0 refused checkpoint.dir (its output says why)")
+		return "", errors.New("train: checkpoint.dir was refused on another rank (its output says why)")
 	}
 	return id, nil
 }
