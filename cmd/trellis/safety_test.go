@@ -173,7 +173,7 @@ func TestLaunchedWithoutBackend(t *testing.T) {
 	}
 	// The command, on the default model: two processes, dp=2.
 	r = run(t, dir, "launch", "--nproc-per-node", "2", "--", bin, "train", "--set", "train.steps=1",
-		"--set", "train.eval_batches=1", "--set", "train.sample_every=-1", "--set", "checkpoint.dir=")
+		"--set", "train.eval_batches=0", "--set", "train.sample_every=-1", "--set", "checkpoint.dir=")
 	if r.err != nil {
 		t.Errorf("trellis launch --nproc-per-node 2 -- trellis train: %v\n%s", r.err, r.stderr)
 	}
