@@ -105,11 +105,8 @@ func freeRunDir(base string) (string, error) {
 			dir = fmt.Sprintf("%s-%d", base, i)
 		}
 		steps, err := checkpoint.Steps(dir)
-		if err != nil {
-			return "", err
-		}
-		if len(steps) == 0 {
-			return dir, nil
+		if err != nil || len(steps) == 0 {
+			return dir, nil // an unreadable one is reported by the run's checks
 		}
 	}
 	return "", fmt.Errorf("checkpoint.dir: %s-2 ... %s-1000 all hold checkpoints: set checkpoint.dir", base, base)
