@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -298,4 +299,36 @@ func freeTCPPort(t *testing.T) string {
 	}
 	defer ln.Close()
 	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// A second Ctrl-C aborts at once (exit 130) instead of finishing the step.
+func TestSecondInterruptAborts(t *testing.T) {
+	dir := t.TempDir()
+	// The default model on one device without a budget: steps long enough
+	// that both signals land inside one.
+	cmd := exec.Command(trellisBin(t), "train", "--parallel", "dp=1", "--device-memory", "0", "--set", "train.threads=1",
+		"--set", "train.sample_every=-1", "--set", "data.cache_dir=off", "--set", "checkpoint.dir=ck", "--metrics", "m.jsonl")
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile(filepath.Join(dir, "m.jsonl")); len(b) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no progress: %s", stderr.String())
+		}
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	time.Sleep(5 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 || !strings.Contains(stderr.String(), "aborted") {
+		t.Errorf("exit %v, want 130 and \"aborted\":\n%s", err, stderr.String())
+	}
 }
