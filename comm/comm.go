@@ -144,7 +144,7 @@ type Group interface {
 type Stats struct {
 	Ops   int64         // operations completed
 	Bytes int64         // payload bytes this rank passed to operations
-	Busy  time.Duration // time operations spent running on the queue (total communication time)
+	Busy  time.Duration // time operations were in flight on the queue, from when each could start to its end (total communication time)
 	Wait  time.Duration // time callers spent blocked in Work.Wait (exposed communication)
 }
 

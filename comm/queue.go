@@ -19,6 +19,7 @@ type Queue struct {
 	err     error // sticky
 	closed  bool
 	stats   Stats
+	lastEnd time.Time // when the previous operation finished
 	done    chan struct{}
 }
 
@@ -31,12 +32,18 @@ func NewQueue() *Queue {
 }
 
 type work struct {
-	q     *Queue
-	fn    func() error
-	bytes int64
-	done  chan struct{}
-	err   error
+	q         *Queue
+	fn        func() error
+	bytes     int64
+	done      chan struct{}
+	err       error
+	submitted time.Time
+	finished  time.Time // set before done is closed
 }
+
+// FinishedAt is when the operation completed on its queue (zero for a
+// Work made by Done). Valid once Wait has returned.
+func (w *work) FinishedAt() time.Time { return w.finished }
 
 // Wait implements Work.
 func (w *work) Wait() error {
@@ -66,7 +73,7 @@ func Done(err error) Work {
 // Submit appends fn to the queue. bytes is the payload size for Stats. fn runs
 // after every earlier operation has finished; its error becomes the Work's.
 func (q *Queue) Submit(bytes int, fn func() error) Work {
-	w := &work{q: q, fn: fn, bytes: int64(bytes), done: make(chan struct{})}
+	w := &work{q: q, fn: fn, bytes: int64(bytes), done: make(chan struct{}), submitted: time.Now()}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	switch {
@@ -103,14 +110,22 @@ func (q *Queue) loop() {
 		}
 		q.mu.Unlock()
 
-		start := time.Now()
 		if err == nil {
 			err = w.fn()
 		}
-		busy := time.Since(start)
+		// Busy counts the time the operation was in flight: from when it
+		// could start (submitted, and the one before it finished) to its
+		// end. Any caller's blocked time in Wait lies inside these
+		// intervals, so exposed communication never exceeds the total.
+		end := time.Now()
+		begin := w.submitted
+		if q.lastEnd.After(begin) {
+			begin = q.lastEnd
+		}
 
 		q.mu.Lock()
-		q.stats.Busy += busy
+		q.lastEnd = end
+		q.stats.Busy += end.Sub(begin)
 		q.stats.Bytes += w.bytes
 		if err == nil {
 			q.stats.Ops++
@@ -118,7 +133,7 @@ func (q *Queue) loop() {
 			q.err = err
 		}
 		q.mu.Unlock()
-		w.err = err
+		w.err, w.finished = err, end
 		close(w.done)
 	}
 }

@@ -50,7 +50,7 @@ func loadFile(dst any, path string) error {
 	}
 	md, err := decode(b, dst)
 	if err != nil {
-		return fileError(path, err)
+		return fileError(path, b, err)
 	}
 	if unknown := topUnknown(md.Undecoded()); len(unknown) > 0 {
 		return fmt.Errorf("%s: %s", path, unknownMsg(unknown))
@@ -108,19 +108,37 @@ func decode(b []byte, dst any) (md toml.MetaData, err error) {
 }
 
 // fileError formats a decode error as "path:line: message" where it can.
-func fileError(path string, err error) error {
+// The line is that of the offending byte (the decoder's own line number
+// is one past it when the offending byte is a line's newline), and an
+// error inside a table header names the header, not the previous key.
+func fileError(path string, b []byte, err error) error {
 	var pe toml.ParseError
 	if errors.As(err, &pe) && pe.Position.Line > 0 {
+		line := pe.Position.Line
+		if st := pe.Position.Start; st >= 0 && st <= len(b) {
+			line = 1 + bytes.Count(b[:st], []byte("\n"))
+		}
 		msg := pe.Message
-		if pe.LastKey != "" {
+		if text := lineText(b, line); strings.HasPrefix(text, "[") {
+			msg = fmt.Sprintf("%s (table header %q)", msg, text)
+		} else if pe.LastKey != "" {
 			msg = fmt.Sprintf("%s (key %q)", msg, pe.LastKey)
 		}
-		return fmt.Errorf("%s:%d: %s", path, pe.Position.Line, msg)
+		return fmt.Errorf("%s:%d: %s", path, line, msg)
 	}
 	if m := decodeErrRE.FindStringSubmatch(err.Error()); m != nil {
 		return fmt.Errorf("%s:%s: %s: %s", path, m[1], m[2], m[3])
 	}
 	return fmt.Errorf("%s: %s", path, strings.TrimPrefix(err.Error(), "toml: "))
+}
+
+// lineText is line n (1-based) of b, trimmed.
+func lineText(b []byte, n int) string {
+	lines := bytes.Split(b, []byte("\n"))
+	if n < 1 || n > len(lines) {
+		return ""
+	}
+	return strings.TrimSpace(string(lines[n-1]))
 }
 
 // decodeErrRE matches the decoder's type errors,

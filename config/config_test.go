@@ -102,6 +102,8 @@ func TestLoadFileErrors(t *testing.T) {
 		{"skipped field", "[train]\nHidden = 3\n", `unknown key "train.Hidden"`},
 		{"bad type", "[train]\nsteps = \"abc\"\n", `job.toml:2: train.steps: incompatible types: TOML value has type string; destination has type integer`},
 		{"syntax", "[train]\nsteps = = 3\n", "job.toml:2: "},
+		{"unclosed table header", "[model]\nlayers = 2\n\n[train\nsteps = 3\n", `job.toml:4: expected '.' or ']' to end table name, but got '\n' instead (table header "[train")`},
+		{"unterminated string", "[model]\nlayers = 2\n[train]\nsteps = \"x\n", `job.toml:4: `},
 		{"overflow", "[train]\nsmall = 300\n", "job.toml:2: "},
 		{"bad duration", "[train]\ntimeout = \"soon\"\n", "job.toml:2: "},
 		{"value for a map section", "tags = 4\n", "job.toml: tags is a section, not a value (integer given)"},

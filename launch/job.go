@@ -139,9 +139,10 @@ func exitOf(rank int, err error) Exit {
 	return e
 }
 
-// supervise collects exits; after the first failure, or on cancellation, it
-// stops the rest: SIGTERM after the grace period (at once when cancelled),
-// SIGKILL one grace period later.
+// supervise collects exits; after the first failure it stops the rest:
+// SIGTERM after StopGrace, SIGKILL one StopGrace later. On cancellation it
+// forwards one SIGINT to every worker at once, and SIGTERM after
+// InterruptGrace.
 func (j *Job) supervise(ctx context.Context) {
 	defer close(j.done)
 	var term, kill <-chan time.Time
@@ -159,8 +160,8 @@ func (j *Job) supervise(ctx context.Context) {
 			j.mu.Lock()
 			j.interrupted = ctx.Err()
 			j.mu.Unlock()
-			j.signalAll(syscall.SIGTERM)
-			term, kill = nil, time.After(j.cfg.StopGrace)
+			j.signalAll(syscall.SIGINT)
+			term, kill = time.After(j.cfg.InterruptGrace), nil
 		case <-term:
 			term = nil
 			j.signalAll(syscall.SIGTERM)
@@ -189,6 +190,9 @@ func (j *Job) record(e Exit) {
 		j.first = &e
 	}
 }
+
+// Abort kills every worker still running (a second Ctrl-C).
+func (j *Job) Abort() { j.signalAll(syscall.SIGKILL) }
 
 // signalAll signals every worker still running.
 func (j *Job) signalAll(sig os.Signal) {

@@ -10,7 +10,9 @@
 // dead peer within its timeout and exits with an error naming it — then
 // SIGTERM, then, after another StopGrace, SIGKILL; Wait then reports the
 // first failure: its rank, exit status and last lines. Cancelling the
-// context (Ctrl-C) stops every worker the same way, at once.
+// context (Ctrl-C) sends every worker one SIGINT at once (trellis train then
+// stops after its current step and checkpoints), and SIGTERM only after
+// InterruptGrace; Abort kills them at once (a second Ctrl-C).
 package launch
 
 import (
@@ -31,8 +33,9 @@ import (
 
 // Defaults for zero Config fields.
 const (
-	DefaultStopGrace = 5 * time.Second
-	DefaultTailLines = 20
+	DefaultStopGrace      = 5 * time.Second
+	DefaultInterruptGrace = 5 * time.Minute
+	DefaultTailLines      = 20
 )
 
 // Config describes the workers of one node.
@@ -57,7 +60,11 @@ type Config struct {
 
 	Stdout, Stderr io.Writer     // where prefixed worker output goes (default os.Stdout, os.Stderr)
 	StopGrace      time.Duration // see the package doc; default 5 s
-	TailLines      int           // lines kept per worker for the failure report; default 20
+	// InterruptGrace is how long workers may take to stop after the
+	// forwarded SIGINT (finishing a step, writing a checkpoint) before
+	// SIGTERM; default 5 min.
+	InterruptGrace time.Duration
+	TailLines      int // lines kept per worker for the failure report; default 20
 }
 
 // Validate names the first field that breaks its rule.
@@ -78,8 +85,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("launch: Token is empty: the %d nodes of a job must share a job token (set %s or pass a token file)", nn, tcp.EnvToken)
 	case c.Program == "":
 		return fmt.Errorf("launch: Program is empty")
-	case c.StopGrace < 0 || c.TailLines < 0:
-		return fmt.Errorf("launch: StopGrace=%v, TailLines=%d: must not be negative", c.StopGrace, c.TailLines)
+	case c.StopGrace < 0 || c.TailLines < 0 || c.InterruptGrace < 0:
+		return fmt.Errorf("launch: StopGrace=%v, InterruptGrace=%v, TailLines=%d: must not be negative", c.StopGrace, c.InterruptGrace, c.TailLines)
 	}
 	return nil
 }
@@ -115,6 +122,9 @@ func (c Config) resolve() (Config, error) {
 	}
 	if c.StopGrace == 0 {
 		c.StopGrace = DefaultStopGrace
+	}
+	if c.InterruptGrace == 0 {
+		c.InterruptGrace = DefaultInterruptGrace
 	}
 	if c.TailLines == 0 {
 		c.TailLines = DefaultTailLines

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"time"
@@ -46,9 +47,9 @@ type ParallelConfig struct {
 	Devices int `toml:"devices"`
 	// DeviceMemory is every rank's memory budget, e.g. "512MiB" ("" or "0": none).
 	DeviceMemory string `toml:"device_memory"`
-	// Backend is "local" (ranks are goroutines), "tcp" (one process per rank,
-	// started by `trellis launch` or a scheduler) or "auto" (tcp when a launch
-	// environment is present).
+	// Backend is "auto" (the default: tcp when a launch environment is
+	// present, else local), "local" (ranks are goroutines) or "tcp" (one
+	// process per rank, started by `trellis launch` or a scheduler).
 	Backend string `toml:"backend"`
 	// BucketSize is the gradient bucket of data parallelism and ZeRO, e.g. "4MiB".
 	BucketSize string `toml:"bucket_size"`
@@ -89,7 +90,7 @@ func DefaultJob() Job {
 		Parallel: ParallelConfig{
 			Plan:         "dp=4,zero=3",
 			DeviceMemory: "48MiB",
-			Backend:      "local",
+			Backend:      "auto",
 			BucketSize:   "1MiB",
 			Overlap:      true,
 			Prefetch:     true,
@@ -106,27 +107,17 @@ func DefaultJob() Job {
 }
 
 // EnginePlan parses the plan text on top of the engine's defaults: fp32, no
-// flash attention, micro-batch from [train], one device per axis.
+// flash attention, micro-batch from [train], one device per axis. A plan's
+// mbs, when given, is the micro-batch (see Normalized). The parser is the
+// planner's (plan.ParseOnto), with its rules on unknown and repeated keys.
 func (j Job) EnginePlan() (plan.Plan, error) {
-	p := plan.Default()
-	p.Precision = plan.FP32
-	p.Flash = false
-	p.MBS = j.Train.MicroBatch
-	for _, kv := range strings.Split(j.Parallel.Plan, ",") {
-		kv = strings.TrimSpace(kv)
-		if kv == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return p, fmt.Errorf("parallel.plan: %q is not key=value", kv)
-		}
-		if err := p.Set(strings.TrimSpace(k), strings.TrimSpace(v)); err != nil {
-			return p, fmt.Errorf("parallel.plan: %w", err)
-		}
-		if strings.TrimSpace(k) == "mbs" && p.MBS != j.Train.MicroBatch {
-			return p, fmt.Errorf("parallel.plan: mbs=%d differs from train.micro_batch=%d (set one)", p.MBS, j.Train.MicroBatch)
-		}
+	base := plan.Default()
+	base.Precision = plan.FP32
+	base.Flash = false
+	base.MBS = j.Train.MicroBatch
+	p, err := plan.ParseOnto(base, j.Parallel.Plan)
+	if err != nil {
+		return p, fmt.Errorf("parallel.plan=%q: %w", j.Parallel.Plan, err)
 	}
 	if err := p.Validate(); err != nil {
 		return p, fmt.Errorf("parallel.plan: %w", err)
@@ -167,18 +158,18 @@ func (c Config) Validate() error {
 		return fmt.Errorf("train.global_batch=%d must be >= 1", c.GlobalBatch)
 	case c.Steps < 1:
 		return fmt.Errorf("train.steps=%d must be >= 1", c.Steps)
-	case !(c.LR > 0):
-		return fmt.Errorf("train.lr=%g must be > 0", c.LR)
-	case c.MinLR < 0 || c.MinLR > c.LR:
+	case !(c.LR > 0) || math.IsInf(c.LR, 0):
+		return fmt.Errorf("train.lr=%g must be a finite number > 0", c.LR)
+	case !(c.MinLR >= 0 && c.MinLR <= c.LR):
 		return fmt.Errorf("train.min_lr=%g must be in [0, train.lr=%g]", c.MinLR, c.LR)
-	case c.Warmup < 0 || c.Warmup > c.Steps:
-		return fmt.Errorf("train.warmup=%d must be in [0, train.steps=%d]", c.Warmup, c.Steps)
+	case c.Warmup < 0:
+		return fmt.Errorf("train.warmup=%d must be >= 0 (more than train.steps warms up over the whole run)", c.Warmup)
 	case c.EvalEvery < 0:
 		return fmt.Errorf("train.eval_every=%d must be >= 0", c.EvalEvery)
 	case c.EvalBatches < 0:
 		return fmt.Errorf("train.eval_batches=%d must be >= 0", c.EvalBatches)
-	case c.GradClip < 0:
-		return fmt.Errorf("train.grad_clip=%g must be >= 0", c.GradClip)
+	case !(c.GradClip >= 0) || math.IsInf(c.GradClip, 0):
+		return fmt.Errorf("train.grad_clip=%g must be a finite number >= 0 (0: off)", c.GradClip)
 	case c.Threads < 0:
 		return fmt.Errorf("train.threads=%d must be >= 0", c.Threads)
 	case c.SampleLen < 0:
@@ -201,6 +192,8 @@ type settings struct {
 	accum      int     // micro-steps per optimizer step
 	peak       float64 // FLOP/s of the cores the ranks use (MFU's denominator)
 	enginePlan plan.Plan
+	runID      string // the run's identity (claimDir), recorded in its checkpoints
+	warmup     int    // train.warmup clamped to train.steps
 }
 
 // resolve validates the job and derives everything the ranks need.
@@ -215,12 +208,10 @@ func (j Job) resolve() (settings, error) {
 	if err := j.Data.Validate(); err != nil {
 		return s, err
 	}
-	if j.Data.Source != data.SourceSynthetic {
-		if err := j.Data.CheckVocab(j.Model.Vocab); err != nil {
-			return s, err
-		}
+	if err := j.checkVocab(); err != nil {
+		return s, err
 	}
-	if err := j.Checkpoint.Validate(); err != nil && j.Checkpoint.Dir != "" {
+	if err := j.Checkpoint.Validate(); err != nil {
 		return s, err
 	}
 	p, err := j.EnginePlan()
@@ -249,6 +240,7 @@ func (j Job) resolve() (settings, error) {
 	if err := checkPipeline(j, p, s.accum); err != nil {
 		return s, err
 	}
+	s.warmup = min(j.Train.Warmup, j.Train.Steps)
 	if s.budget, err = parseSize("parallel.device_memory", j.Parallel.DeviceMemory); err != nil {
 		return s, err
 	}

@@ -89,6 +89,10 @@ func LoadMeta(path string) (Meta, error) {
 
 // Check validates a job without running it.
 func (j Job) Check() error {
-	_, err := j.resolve()
+	j, err := j.Normalized()
+	if err != nil {
+		return err
+	}
+	_, err = j.resolve()
 	return err
 }

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -45,60 +46,90 @@ func runRank(ctx context.Context, o Options, s settings, loader *data.Loader, re
 	}
 	rep := newReporter(o, s, r, start, end)
 	sum := &Summary{FirstStep: start, LastStep: start, ValLoss: math.NaN(), Plan: s.enginePlan.String()}
-	var last stepResult
 	for st := start; st < end; st++ {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+		stop, err := r.runStep(ctx, st, end, &pos, rep, sum)
+		if d := (*Diverged)(nil); errors.As(err, &d) {
+			d.LastGood = sum.Checkpoint
+			if d.LastGood == "" && res != nil {
+				d.LastGood = res.ckpt.Dir()
+			}
 		}
-		t0 := time.Now()
-		last, err = r.step(st, pos)
-		if err != nil {
-			return nil, fmt.Errorf("step %d: %w", st+1, err)
-		}
-		dt := time.Since(t0)
-		tr.SpanTo(trace.Step, fmt.Sprintf("step %d", st+1), t0, t0.Add(dt))
-		pos = pos.Advance(o.Job.Train.GlobalBatch)
-		done := st + 1
-		stats, err := r.gatherStats()
 		if err != nil {
 			return nil, err
 		}
-		val := math.NaN()
-		if ev := o.Job.Train.EvalEvery; (ev > 0 && done%ev == 0) || done == o.Job.Train.Steps {
-			if val, err = r.eval(); err != nil {
-				return nil, err
-			}
-			sum.ValLoss = val
-		}
-		rep.step(done, last, val, dt, stats)
-		if se := o.Job.Train.SampleEvery; se >= 0 && r.pipe == nil && ((se > 0 && done%se == 0) || done == o.Job.Train.Steps) {
-			txt, err := r.generate(o.Job.Train.Prompt, o.Job.Train.SampleLen, 1.0, 40, o.Job.Train.Seed+uint64(done))
-			if err != nil {
-				return nil, err
-			}
-			sum.Sample = txt
-			rep.sample(done, txt)
-		}
-		sum.LastStep, sum.Loss, sum.Ranks = done, last.loss, stats
-		if o.Job.Checkpoint.Dir != "" && (o.Job.Checkpoint.Due(done) || done == end) {
-			dir, err := r.save(done, pos, last.loss)
-			if err != nil {
-				return nil, err
-			}
-			sum.Checkpoint = dir
-			rep.saved(done, dir)
+		if stop && st+1 < end {
+			rep.finish(sum)
+			return sum, &Interrupted{Step: st + 1, Checkpoint: sum.Checkpoint}
 		}
 	}
 	rep.finish(sum)
 	return sum, writeTrace(o, world, tr)
 }
 
-// save writes this rank's shards; after a barrier rank 0 commits.
-func (r *rank) save(step int, pos data.Position, loss float64) (string, error) {
+// runStep runs optimizer step st and what follows it: statistics,
+// evaluation, report, sample and checkpoint. stop reports that some rank's
+// context was cancelled; every rank learns it at the same step (it travels
+// with the statistics), and the step is checkpointed before the run stops.
+func (r *rank) runStep(ctx context.Context, st, end int, pos *data.Position, rep *reporter, sum *Summary) (stop bool, err error) {
+	j := r.job
+	t0 := time.Now()
+	last, err := r.step(st, *pos)
+	if err != nil {
+		return false, fmt.Errorf("step %d: %w", st+1, err)
+	}
+	dt := time.Since(t0)
+	r.tr.SpanTo(trace.Step, fmt.Sprintf("step %d", st+1), t0, t0.Add(dt))
+	// The loss and the norm are global (every rank has the same), so
+	// every rank stops here together.
+	if !finite(last.loss) || !finite(last.norm) {
+		return false, &Diverged{Step: st + 1, Loss: last.loss, GradNorm: last.norm, LR: last.lr}
+	}
+	*pos = pos.Advance(j.Train.GlobalBatch)
+	done := st + 1
+	stats, stop, err := r.gatherStats(ctx)
+	if err != nil {
+		return false, err
+	}
+	val := math.NaN()
+	if ev := j.Train.EvalEvery; (ev > 0 && done%ev == 0) || done == j.Train.Steps {
+		if val, err = r.eval(); err != nil {
+			return false, err
+		}
+		sum.ValLoss = val
+	}
+	rep.step(done, last, val, dt, stats)
+	if se := j.Train.SampleEvery; se >= 0 && r.pipe == nil && ((se > 0 && done%se == 0) || done == j.Train.Steps) {
+		txt, err := r.generate(j.Train.Prompt, j.Train.SampleLen, 1.0, 40, j.Train.Seed+uint64(done))
+		if err != nil {
+			return false, err
+		}
+		sum.Sample = txt
+		rep.sample(done, txt)
+	}
+	sum.LastStep, sum.Loss, sum.Ranks = done, last.loss, stats
+	if j.Checkpoint.Dir != "" && (j.Checkpoint.Due(done) || done == end || stop) {
+		dir, err := r.save(done, *pos, last.loss)
+		if err != nil {
+			return false, err
+		}
+		sum.Checkpoint = dir
+		rep.saved(done, dir)
+	}
+	return stop, nil
+}
+
+// save writes this rank's shards; after a barrier rank 0 commits. A
+// failed save leaves no partial directory (rank 0 removes it).
+func (r *rank) save(step int, pos data.Position, loss float64) (dir string, err error) {
 	store, err := checkpoint.New(r.job.Checkpoint)
 	if err != nil {
 		return "", err
 	}
+	defer func() {
+		if err != nil && r.id == 0 {
+			store.Discard(step)
+		}
+	}()
 	shards, err := r.st.Shards()
 	if err != nil {
 		return "", err
@@ -109,23 +140,27 @@ func (r *rank) save(step int, pos data.Position, loss float64) (string, error) {
 	if err := comm.Barrier(r.world); err != nil {
 		return "", err
 	}
-	var dir string
 	if r.id == 0 {
-		meta, err := json.Marshal(Meta{Job: r.job, Step: step, Position: pos, OptSteps: r.st.OptimizerSteps(), Loss: loss})
+		meta, err := json.Marshal(Meta{Job: r.job, Step: step, Position: pos, OptSteps: r.st.OptimizerSteps(), Loss: loss, RunID: r.set.runID})
 		if err != nil {
 			return "", err
 		}
-		if dir, err = store.Commit(checkpoint.Manifest{Step: step, World: r.world.Size(), Plan: r.set.enginePlan.String(), Meta: meta}); err != nil {
+		if _, err = store.Commit(checkpoint.Manifest{Step: step, World: r.world.Size(), Plan: r.set.enginePlan.String(), Meta: meta}); err != nil {
 			return "", err
 		}
 	}
-	// Nobody runs ahead (and could crash) before the checkpoint is whole.
-	return dir, comm.Barrier(r.world)
+	// Nobody runs ahead (and could crash) before the checkpoint is whole;
+	// then every rank knows where it is.
+	if err := comm.Barrier(r.world); err != nil {
+		return "", err
+	}
+	return store.StepDir(step), nil
 }
 
-// gatherStats collects every rank's memory peaks and communication times.
-// Each int64 travels as three 21-bit fp32 pieces, exactly.
-func (r *rank) gatherStats() ([]RankStats, error) {
+// gatherStats collects every rank's memory peaks and communication times,
+// and whether any rank's context is done (stop). Each int64 travels as
+// three 21-bit fp32 pieces, exactly.
+func (r *rank) gatherStats(ctx context.Context) ([]RankStats, bool, error) {
 	ds := r.dev.Stats()
 	var cs comm.Stats
 	if c, ok := r.st.(commStatser); ok {
@@ -141,8 +176,12 @@ func (r *rank) gatherStats() ([]RankStats, error) {
 	if r.tpGroup != nil { // tensor parallelism's collectives block: all exposed
 		cs = cs.Add(r.tpGroup.Stats())
 	}
-	vals := append(ds.Peak[:], ds.PeakTotal, int64(cs.Busy), int64(cs.Wait), cb.TP, cb.DP, cb.PP)
-	const per = 12
+	var cancelled int64
+	if ctx.Err() != nil {
+		cancelled = 1
+	}
+	vals := append(ds.Peak[:], ds.PeakTotal, int64(cs.Busy), int64(cs.Wait), cb.TP, cb.DP, cb.PP, cancelled)
+	const per = 13
 	mine := make([]float32, 3*per)
 	for i, v := range vals {
 		mine[3*i], mine[3*i+1], mine[3*i+2] = float32(v>>42), float32((v>>21)&(1<<21-1)), float32(v&(1<<21-1))
@@ -151,10 +190,11 @@ func (r *rank) gatherStats() ([]RankStats, error) {
 	if n := r.world.Size(); n > 1 {
 		all = make([]float32, n*len(mine))
 		if err := comm.AllGather(r.world, comm.F32(all), comm.F32(mine)); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	out := make([]RankStats, len(all)/len(mine))
+	stop := false
 	for q := range out {
 		get := func(i int) int64 {
 			b := all[q*len(mine)+3*i:]
@@ -167,8 +207,9 @@ func (r *rank) gatherStats() ([]RankStats, error) {
 		out[q].PeakAll = get(6)
 		out[q].CommBusy, out[q].CommWait = time.Duration(get(7)), time.Duration(get(8))
 		out[q].CommBytes = CommBytes{TP: get(9), DP: get(10), PP: get(11)}
+		stop = stop || get(12) != 0
 	}
-	return out, nil
+	return out, stop, nil
 }
 
 // peakFLOPS is the machine's fp32 peak for ranks×threads goroutines, capped

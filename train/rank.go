@@ -69,7 +69,7 @@ func newRank(rc rankConfig) (*rank, error) {
 	if r.k, err = ops.New(ops.Config{Threads: s.threads}); err != nil {
 		return nil, err
 	}
-	r.sched = optim.Schedule{Warmup: j.Train.Warmup, Steps: j.Train.Steps, LR: j.Train.LR, MinLR: j.Train.MinLR}
+	r.sched = optim.Schedule{Warmup: s.warmup, Steps: j.Train.Steps, LR: j.Train.LR, MinLR: j.Train.MinLR}
 	if err := r.sched.Validate(); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
@@ -313,9 +313,14 @@ type GenerateConfig struct {
 // Generate samples Tokens tokens after Prompt. Token i is drawn by inverse
 // transform from softmax(logits/temperature) restricted to the top-k
 // logits, with the uniform variate rng.Key(seed, "sample").Uniform(i), so the
-// same seed gives the same text on every rank and every run.
+// same seed gives the same text on every rank and every run. The draw is
+// over the ids below min(model vocab, tokenizer vocab): those the model
+// outputs and the tokenizer decodes.
 func Generate(c GenerateConfig) (string, error) {
 	cfg := c.GPT.Config()
+	if err := checkPrompt(c.Tokenizer, c.Prompt, cfg.Vocab, "prompt"); err != nil {
+		return "", err
+	}
 	ids := c.Tokenizer.Encode(c.Prompt)
 	if len(ids) == 0 {
 		ids = []int32{0}
@@ -331,7 +336,7 @@ func Generate(c GenerateConfig) (string, error) {
 		if err := c.GPT.Logits(c.Params, c.Stash, ctx, logits); err != nil {
 			return "", err
 		}
-		ids = append(ids, pick(logits, c.Tokenizer.VocabSize(), c.Temperature, c.TopK, key.Uniform(uint64(i))))
+		ids = append(ids, pick(logits, min(cfg.Vocab, c.Tokenizer.VocabSize()), c.Temperature, c.TopK, key.Uniform(uint64(i))))
 	}
 	return c.Tokenizer.Decode(ids[start:]), nil
 }

@@ -4,39 +4,52 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 
+	"trellis/data"
 	"trellis/device"
 )
 
 // reporter is rank 0's voice: metrics lines, log lines or a progress bar,
 // samples and the end-of-run summary. On other ranks it is silent.
 type reporter struct {
-	o        Options
-	on       bool
-	tokens   float64 // tokens per optimizer step, all ranks
-	flops    float64 // model FLOPs per token
-	peak     float64 // FLOP/s of the cores in use
-	bar      *progressbar.ProgressBar
-	tps, mfu []float64
+	o          Options
+	on         bool
+	tokens     float64 // tokens per optimizer step, all ranks
+	flops      float64 // model FLOPs per token
+	peak       float64 // FLOP/s of the cores in use
+	bar        *progressbar.ProgressBar
+	tps, mfu   []float64
+	metricsErr error // the first failed metrics write (reported once)
 }
 
 func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
-	rep := &reporter{o: o, on: r.id == 0}
+	rep := &reporter{o: o, on: r.id == 0 || (o.World != nil && o.Report)}
 	if !rep.on {
 		return rep
+	}
+	logData(o.Log, o.Job.Data, r.loader)
+	if w := o.Job.Train.Warmup; s.warmup != w {
+		o.Log.Warn("warmup clamped", "train.warmup", w, "train.steps", o.Job.Train.Steps,
+			"note", fmt.Sprintf("the learning rate warms up over all %d steps", s.warmup))
 	}
 	rep.tokens = float64(o.Job.Train.GlobalBatch * o.Job.Model.SeqLen)
 	rep.flops = o.Job.Model.FLOPsPerToken()
 	rep.peak = s.peak
 	o.Log.Info("run", "plan", s.enginePlan.Short(), "ranks", s.ranks, "threads_per_rank", s.threads,
 		"params", o.Job.Model.NumParams(), "accum", s.accum, "tokens_per_step", int(rep.tokens),
-		"kernels", r.k.ISA(), "device_memory", budgetText(s.budget), "from_step", start, "to_step", end)
+		"kernels", r.k.ISA(), "device_memory", budgetText(s.budget), "from_step", start, "to_step", end,
+		"checkpoint_dir", o.Job.Checkpoint.Dir)
+	if r.id != 0 {
+		o.Log.Info("this process reports for its node", "rank", r.id, "note", "--metrics and checkpoints are written by rank 0")
+	}
 	if o.Progress != nil {
 		rep.bar = progressbar.NewOptions(end-start,
 			progressbar.OptionSetWriter(o.Progress), progressbar.OptionSetWidth(24),
@@ -44,6 +57,19 @@ func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
 			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
 	}
 	return rep
+}
+
+// logData says what the run trains on: one line with the source, its size
+// on disk (a file), its tokens and the train/validation split.
+func logData(log *slog.Logger, d data.Config, l *data.Loader) {
+	args := []any{"source", d.Source, "tokenizer", l.Tokenizer().Name()}
+	if st, err := os.Stat(d.Source); err == nil && st.Mode().IsRegular() {
+		args = append(args, "bytes", st.Size())
+	}
+	tr, va := l.TrainTokens(), l.ValTokens()
+	args = append(args, "tokens", tr+va, "train_tokens", tr, "val_tokens", va,
+		"train_sequences", l.TrainSamples(), "val_sequences", l.ValSamples())
+	log.Info("data", args...)
 }
 
 func budgetText(b int64) string {
@@ -88,9 +114,9 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 	tps := rep.tokens / dt.Seconds()
 	mfu := tps * rep.flops / rep.peak
 	rep.tps, rep.mfu = append(rep.tps, tps), append(rep.mfu, mfu)
-	if rep.o.Metrics != nil {
+	if rep.o.Metrics != nil && r0(rep) {
 		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds()}
-		if !math.IsNaN(val) {
+		if finite(val) {
 			m.ValLoss = &val
 		}
 		for _, s := range stats {
@@ -99,8 +125,15 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 				Comm: s.Peak[device.Comm], Peak: s.PeakAll, CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds(),
 				CommBytes: s.CommBytes})
 		}
-		b, _ := json.Marshal(m)
-		fmt.Fprintf(rep.o.Metrics, "%s\n", b)
+		// Every field is finite here (runStep stops at a non-finite loss
+		// or norm), so a line is never lost to an encoding error; if one
+		// were, no partial line is written.
+		if b, err := json.Marshal(m); err == nil {
+			if _, err := fmt.Fprintf(rep.o.Metrics, "%s\n", b); err != nil && rep.metricsErr == nil {
+				rep.metricsErr = err
+				rep.o.Log.Error("metrics: cannot write; training goes on without them", "step", done, "err", err)
+			}
+		}
 	}
 	if rep.bar != nil {
 		d := fmt.Sprintf("loss %.3f", res.loss)
@@ -124,6 +157,10 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		rep.o.Log.Info("step", args...)
 	}
 }
+
+// r0 reports whether this reporter is rank 0's, the only one writing
+// --metrics (a node's local rank 0 elsewhere reports on its terminal).
+func r0(rep *reporter) bool { return rep.o.World == nil || rep.o.World.Rank() == 0 }
 
 func round4(x float64) float64 { return math.Round(x*1e4) / 1e4 }
 
@@ -178,6 +215,8 @@ func WriteSummary(w io.Writer, s *Summary) {
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	tw.Flush()
+	fmt.Fprintln(w, "\ncomm total: time the rank's collectives were in flight (from when each could start to its end);")
+	fmt.Fprintln(w, "comm exposed: the part of it the rank's computation waited for (at most the total; the rest overlapped compute)")
 	if s.Checkpoint != "" {
 		fmt.Fprintf(w, "\ncheckpoint: %s\n", s.Checkpoint)
 	}

@@ -43,6 +43,10 @@ type Options struct {
 	// there and, when the ranks are goroutines of this process, they are
 	// merged into trace.json (trellis trace merge does it for processes).
 	Trace string
+	// Report, with World set, makes this process report (log lines,
+	// progress, samples, the summary) although it is not rank 0: a node's
+	// local rank 0, as torchrun users expect. Metrics stay rank 0's.
+	Report bool
 }
 
 // Summary is what a run reports at its end.
@@ -73,6 +77,10 @@ type RankStats struct {
 // Run trains the job: every rank of the world, as goroutines (local), or
 // this process's rank (tcp, when Options.World is set).
 func Run(ctx context.Context, o Options) (*Summary, error) {
+	var err error
+	if o.Job, err = o.Job.Normalized(); err != nil {
+		return nil, err
+	}
 	s, err := o.Job.resolve()
 	if err != nil {
 		return nil, err
@@ -98,8 +106,14 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		if o.World.Size() != s.ranks {
 			return nil, fmt.Errorf("train: the plan %s needs %d ranks, the launch started %d", s.enginePlan.Short(), s.ranks, o.World.Size())
 		}
+		if s.runID, err = claimAgreed(o, res); err != nil {
+			return nil, err
+		}
 		sum, err := runRank(ctx, o, s, loader, res, o.World)
 		return sum, oomHint(err, o.Job, s)
+	}
+	if s.runID, err = claimDir(o.Job, res); err != nil {
+		return nil, err
 	}
 	var link *local.LinkModel
 	if s.linkBW > 0 || s.linkLat > 0 {
@@ -157,6 +171,9 @@ func firstCause(errs []error) error {
 		if err == nil {
 			continue
 		}
+		if isWholeRun(err) {
+			return err
+		}
 		if len(errs) > 1 {
 			err = fmt.Errorf("rank %d: %w", r, err)
 		}
@@ -183,6 +200,9 @@ type Meta struct {
 	Position data.Position `json:"position"`
 	OptSteps int           `json:"opt_steps"`
 	Loss     float64       `json:"loss"`
+	// RunID identifies the run across resumptions (see claimDir); empty
+	// in checkpoints written before run identities existed.
+	RunID string `json:"run_id,omitempty"`
 }
 
 func prepareResume(o Options, s settings) (*resumeState, error) {
@@ -207,14 +227,19 @@ func prepareResume(o Options, s settings) (*resumeState, error) {
 		return nil, fmt.Errorf("--resume %s: %w", c.Dir(), err)
 	}
 	if m.Step >= o.Job.Train.Steps {
-		return nil, fmt.Errorf("--resume %s: the checkpoint is at step %d, train.steps=%d: nothing left to run", c.Dir(), m.Step, o.Job.Train.Steps)
+		return nil, fmt.Errorf("--resume %s: the checkpoint is at step %d, train.steps=%d: nothing left to run (raise train.steps to extend the run)", c.Dir(), m.Step, o.Job.Train.Steps)
+	}
+	if was := m.Job.Train.Steps; was != o.Job.Train.Steps {
+		o.Log.Warn("schedule changed", "train.steps", fmt.Sprintf("%d -> %d", was, o.Job.Train.Steps),
+			"note", fmt.Sprintf("the learning rate from step %d follows the cosine schedule of %d steps", m.Step+1, o.Job.Train.Steps))
 	}
 	return &resumeState{ckpt: c, meta: m}, nil
 }
 
 // sameRun checks that a resumed job continues the checkpoint's run: the
-// same model, data order and schedule, or the result would not be the run
-// the checkpoint belongs to.
+// same model, data order and learning rates, or the result would not be the
+// run the checkpoint belongs to. train.steps may change: the cosine
+// schedule is restated over the new total (prepareResume says so).
 func sameRun(a, b Job) error {
 	type field struct {
 		name string
@@ -225,7 +250,6 @@ func sameRun(a, b Job) error {
 		{"train.global_batch", a.Train.GlobalBatch, b.Train.GlobalBatch},
 		{"train.micro_batch", a.Train.MicroBatch, b.Train.MicroBatch},
 		{"train.seed", a.Train.Seed, b.Train.Seed},
-		{"train.steps", a.Train.Steps, b.Train.Steps},
 		{"train.lr", a.Train.LR, b.Train.LR},
 		{"train.min_lr", a.Train.MinLR, b.Train.MinLR},
 		{"train.warmup", a.Train.Warmup, b.Train.Warmup},

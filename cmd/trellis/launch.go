@@ -28,7 +28,8 @@ func newLaunchCmd() *cobra.Command {
 		Long: "Starts --nproc-per-node workers of PROGRAM on this node with RANK, WORLD_SIZE, LOCAL_RANK,\n" +
 			"LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT and TRELLIS_JOB_TOKEN set. Output is\n" +
 			"prefixed with \"[rank R] \". If a worker fails, the others are stopped and launch exits non-zero\n" +
-			"naming the rank, its exit status and its last lines; Ctrl-C stops every worker.\n\n" +
+			"naming the rank, its exit status and its last lines. Ctrl-C is forwarded once to every worker\n" +
+			"(trellis train stops after its step and checkpoints); a second Ctrl-C kills them.\n\n" +
 			"On one node the master defaults to 127.0.0.1 on a free port and a job token is generated.\n" +
 			"With --nnodes > 1, every node runs launch with its --node-rank, the same --master-addr and\n" +
 			"--master-port (default 29500), and the same token, from --token-file or TRELLIS_JOB_TOKEN.",
@@ -45,9 +46,23 @@ func newLaunchCmd() *cobra.Command {
 			if tok != "" {
 				cfg.Token = tok
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return launch.Run(ctx, cfg)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			sig := make(chan os.Signal, 2)
+			signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(sig)
+			j, err := launch.Start(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			go func() {
+				<-sig
+				fmt.Fprintln(os.Stderr, "trellis launch: interrupted: the workers stop after their current step; interrupt again to kill them")
+				cancel()
+				<-sig
+				j.Abort()
+			}()
+			return j.Wait()
 		},
 	}
 	c.Flags().SetInterspersed(false) // flags after PROGRAM belong to it
@@ -58,6 +73,7 @@ func newLaunchCmd() *cobra.Command {
 	f.StringVar(&cfg.MasterAddr, "master-addr", "", "host of node 0, where rank 0 serves the rendezvous (default 127.0.0.1 on one node)")
 	f.IntVar(&cfg.MasterPort, "master-port", 0, "rendezvous port (default: a free port on one node, 29500 on several)")
 	f.StringVar(&tokenFile, "token-file", "", "file holding the job token shared by all nodes (else $"+tcp.EnvToken+"; generated on one node)")
+	f.DurationVar(&cfg.InterruptGrace, "interrupt-grace", launch.DefaultInterruptGrace, "after Ctrl-C (forwarded once to every worker), how long they may take to stop before SIGTERM")
 	f.DurationVar(&cfg.StopGrace, "stop-grace", launch.DefaultStopGrace, "after a failure, how long the others may take to exit on their own before SIGTERM (and again before SIGKILL)")
 	return c
 }

@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -14,7 +14,6 @@ import (
 
 	"trellis/comm"
 	"trellis/comm/tcp"
-	"trellis/config"
 	"trellis/launch"
 	"trellis/train"
 )
@@ -37,8 +36,16 @@ func newTrainCmd() *cobra.Command {
 
 The job is the embedded defaults, then --config FILE (TOML sections [model]
 [parallel] [train] [data] [checkpoint]), then each --set section.key=value,
-then the shorthand flags. With --resume and no --config, the checkpoint's own
-job is the starting point.`,
+then the shorthand flags. With --resume, the checkpoint's own job is the
+starting point, and the run writes next to that checkpoint.
+
+A checkpoint directory belongs to one run: with no checkpoint.dir a run
+writes to runs/trellis (runs/trellis-2, ... when that holds another run's
+checkpoints); a directory holding another run's checkpoints is refused.
+Ctrl-C stops after the current step, checkpoints, and prints the command that
+resumes; a second Ctrl-C aborts. Under a launcher (trellis launch, torchrun,
+Slurm, Open MPI) every process is one rank and the world size decides the
+plan unless one is given.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runTrain(cmd, f) },
 	}
@@ -48,23 +55,15 @@ job is the starting point.`,
 	fl.StringVar(&f.parallel, "parallel", "", `plan text, e.g. "dp=4,zero=3" (= --set parallel.plan=...)`)
 	fl.IntVar(&f.devices, "devices", 0, "number of ranks (= --set parallel.devices=N)")
 	fl.StringVar(&f.deviceMemory, "device-memory", "", "every rank's memory budget, e.g. 512MiB (= --set parallel.device_memory=...)")
-	fl.StringVar(&f.backend, "backend", "", "local (goroutines), tcp (processes under trellis launch) or auto")
+	fl.StringVar(&f.backend, "backend", "", "auto (default: processes under a launcher, else goroutines), local (goroutines) or tcp (processes)")
 	fl.StringVar(&f.resume, "resume", "", "continue from this checkpoint (a step directory or a checkpoint root)")
 	fl.IntVar(&f.until, "until", 0, "stop after this step, checkpointing first")
-	fl.StringVar(&f.metrics, "metrics", "", "write one JSON object per step to this file")
+	fl.StringVar(&f.metrics, "metrics", "", "write one JSON object per step to this file (a resumed run appends)")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace-event timeline (Perfetto) of every rank to DIR/trace.json")
 	return c
 }
 
 func runTrain(cmd *cobra.Command, f trainFlags) error {
-	job := train.DefaultJob()
-	if f.resume != "" {
-		m, err := train.LoadMeta(f.resume)
-		if err != nil {
-			return err
-		}
-		job = m.Job
-	}
 	sets := append([]string(nil), f.sets...)
 	if f.parallel != "" {
 		sets = append(sets, "parallel.plan="+f.parallel)
@@ -78,54 +77,110 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 	if f.backend != "" {
 		sets = append(sets, "parallel.backend="+f.backend)
 	}
-	if err := config.Load(&job, f.config, sets); err != nil {
+	var env *launch.Env
+	if e, err := launch.WorkerEnv(); err == nil {
+		env = &e
+	}
+	spec, err := assembleJob(f, sets, env)
+	if err != nil {
 		return err
 	}
+	job := spec.job
 	if err := job.Check(); err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	world, err := tcpWorld(job.Parallel.Backend)
+	if err := checkLauncher(job, env); err != nil {
+		return err
+	}
+	if f.metrics != "" {
+		if err := checkOutputFile("--metrics", f.metrics); err != nil {
+			return err
+		}
+	}
+	world, err := tcpWorld(job.Parallel.Backend, env)
 	if err != nil {
 		return err
 	}
 	if world != nil {
 		defer world.Close()
 	}
-	quiet := world != nil && world.Rank() != 0
+	rank0 := world == nil || world.Rank() == 0
+	voice := rank0 || (env != nil && env.LocalRank == 0)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	opts := train.Options{Job: job, Resume: f.resume, Until: f.until, Log: log, Out: os.Stdout, World: world, Trace: f.trace}
-	if quiet {
+	ctx, stop := interruptContext(voice)
+	defer stop()
+	opts := train.Options{Job: job, Resume: f.resume, Until: f.until, Log: log, Out: os.Stdout, World: world, Report: voice, Trace: f.trace}
+	if !voice {
 		opts.Log, opts.Out = nil, nil
 	}
-	if !quiet && term.IsTerminal(int(os.Stderr.Fd())) {
+	for _, n := range spec.notes {
+		if voice {
+			log.Info("default", "note", n)
+		}
+	}
+	if voice && term.IsTerminal(int(os.Stderr.Fd())) {
 		opts.Progress = os.Stderr
 	}
-	if f.metrics != "" && !quiet {
-		mf := &lazyFile{path: f.metrics}
+	if f.metrics != "" && rank0 {
+		mf := &metricsFile{path: f.metrics, after: spec.resumeStep}
 		defer mf.Close()
 		opts.Metrics = mf
 	}
 	_, err = train.Run(ctx, opts)
+	var intr *train.Interrupted
+	if errors.As(err, &intr) && intr.Checkpoint != "" {
+		resume := "trellis train --resume " + intr.Checkpoint
+		if f.metrics != "" {
+			resume += " --metrics " + f.metrics
+		}
+		if env != nil {
+			resume += " (under the same launcher)"
+		}
+		return fmt.Errorf("%w; resume with: %s", err, resume)
+	}
 	return err
+}
+
+// interruptContext is cancelled by the first Ctrl-C (or SIGTERM): the run
+// stops at the end of the step, checkpointing first. A second one exits at
+// once.
+func interruptContext(say bool) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sig:
+		case <-done:
+			return
+		}
+		if say {
+			fmt.Fprintln(os.Stderr, "trellis: interrupted: stopping after this step (checkpointing first when checkpoint.dir is set); interrupt again to abort at once")
+		}
+		cancel()
+		select {
+		case <-sig:
+			fmt.Fprintln(os.Stderr, "trellis: aborted")
+			os.Exit(130)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sig)
+		close(done)
+		cancel()
+	}
 }
 
 // tcpWorld joins the process world when the backend asks for it (tcp, or
 // auto inside a launch environment); nil means ranks are goroutines here.
-func tcpWorld(backend string) (comm.Group, error) {
-	env, envErr := launch.WorkerEnv()
-	switch backend {
-	case "tcp":
-		if envErr != nil {
-			return nil, fmt.Errorf("parallel.backend=tcp: %w (start it with trellis launch, torchrun-style variables, Slurm or Open MPI)", envErr)
-		}
-	case "auto":
-		if envErr != nil {
-			return nil, nil
-		}
-	default:
+func tcpWorld(backend string, env *launch.Env) (comm.Group, error) {
+	switch {
+	case backend == "tcp" && env == nil:
+		_, err := launch.WorkerEnv()
+		return nil, fmt.Errorf("parallel.backend=tcp: %w (start it with trellis launch, torchrun-style variables, Slurm or Open MPI)", err)
+	case env == nil || (backend != "tcp" && backend != "auto"):
 		return nil, nil
 	}
 	cfg, err := env.TCPConfig(func(k string) (string, bool) { return os.LookupEnv(k) })
@@ -134,30 +189,3 @@ func tcpWorld(backend string) (comm.Group, error) {
 	}
 	return tcp.New(cfg)
 }
-
-// lazyFile creates its file on the first write, so a run that fails its
-// checks overwrites nothing.
-type lazyFile struct {
-	path string
-	f    *os.File
-	err  error
-}
-
-func (l *lazyFile) Write(p []byte) (int, error) {
-	if l.f == nil && l.err == nil {
-		l.f, l.err = os.Create(l.path)
-	}
-	if l.err != nil {
-		return 0, l.err
-	}
-	return l.f.Write(p)
-}
-
-func (l *lazyFile) Close() error {
-	if l.f == nil {
-		return nil
-	}
-	return l.f.Close()
-}
-
-var _ io.WriteCloser = (*lazyFile)(nil)

@@ -22,7 +22,11 @@ type Op struct {
 	t    *Tracker
 	done chan struct{}
 	err  error
+	end  time.Time // when the operation completed on its queue
 }
+
+// finishedAt is implemented by the Works of comm.Queue.
+type finishedAt interface{ FinishedAt() time.Time }
 
 // Watch starts following w. When w completes, then (if not nil) runs on the
 // watcher goroutine — for releasing memory the operation read, never for
@@ -31,6 +35,10 @@ func (t *Tracker) Watch(w comm.Work, then func()) *Op {
 	o := &Op{t: t, done: make(chan struct{})}
 	go func() {
 		o.err = w.Wait()
+		o.end = time.Now()
+		if f, ok := w.(finishedAt); ok && !f.FinishedAt().IsZero() {
+			o.end = f.FinishedAt()
+		}
 		if then != nil {
 			then()
 		}
@@ -50,15 +58,21 @@ func (o *Op) Done() bool {
 }
 
 // Wait blocks until the operation completes and returns its error; the
-// time blocked is exposed communication.
+// time blocked until the operation completed on its queue is exposed
+// communication (what follows — the watcher's release of memory, the wait
+// for a core — is not communication, and is not in the queue's Busy time).
 func (o *Op) Wait() error {
 	if o.Done() {
 		return o.err
 	}
 	start := time.Now()
 	<-o.done
+	blocked := time.Since(start)
+	if d := o.end.Sub(start); d < blocked {
+		blocked = max(d, 0)
+	}
 	o.t.mu.Lock()
-	o.t.wait += time.Since(start)
+	o.t.wait += blocked
 	o.t.mu.Unlock()
 	return o.err
 }
