@@ -46,6 +46,8 @@ var layer = map[string]int{
 	"train":            7,
 	"cmd/trellis":      8,
 	"internal/testenv": 0,
+	"internal/checked": 0, // overflow-checked size arithmetic
+	"internal/sysmem":  0, // the machine's physical memory
 }
 
 const module = "trellis"
