@@ -86,8 +86,10 @@ func (j Job) checkCounts(p plan.Plan) error {
 // checkMemory refuses, before anything is allocated, a job whose
 // estimated memory exceeds this machine's: every rank of the process (all
 // of them on the local backend, one under tcp or auto, where each process
-// is one rank). physical is the machine's memory in bytes (0: unknown,
-// no check). It also bounds parallel.bucket_size to the memory there is.
+// is one rank), each rank's state and activations counted up to the device
+// budget (the device refuses more, before allocating) plus its
+// bookkeeping. physical is the machine's memory in bytes (0: unknown, no
+// check). It also bounds parallel.bucket_size to the memory there is.
 func (j Job) checkMemory(s settings, physical int64) error {
 	e := estimate(j.Model, j.Train.MicroBatch, s.enginePlan, s.threads)
 	if physical <= 0 {
@@ -97,10 +99,21 @@ func (j Job) checkMemory(s settings, physical int64) error {
 	if j.Parallel.Backend == "" || j.Parallel.Backend == "local" {
 		ranksHere = s.ranks
 	}
-	need := e.perRank() * float64(ranksHere)
+	// The device budget, when set, bounds what is allocated through the
+	// device (state and runner) before anything is allocated: beyond it the
+	// device refuses with its tagged out-of-memory error and the hint.
+	tracked := e.state + e.runner
+	if s.budget > 0 {
+		tracked = min(tracked, float64(s.budget))
+	}
+	need := (tracked + e.meta) * float64(ranksHere)
 	if need > float64(physical) {
-		return fmt.Errorf("train: the job needs at least %s (%d rank(s) × (state %s for %.4g parameters + activations %s + bookkeeping %s)), more than this machine's memory, %s: shrink [model] or train.micro_batch, or shard the state (zero=3, more devices)",
-			fmtEstimate(need), ranksHere, fmtEstimate(e.state), e.params, fmtEstimate(e.runner), fmtEstimate(e.meta), device.FormatBytes(physical))
+		parts := fmt.Sprintf("state %s for %.4g parameters + activations %s", fmtEstimate(e.state), e.params, fmtEstimate(e.runner))
+		if tracked < e.state+e.runner {
+			parts = fmt.Sprintf("the device budget %s", device.FormatBytes(s.budget))
+		}
+		return fmt.Errorf("train: the job needs at least %s (%d rank(s) × (%s + bookkeeping %s for %d layers)), more than this machine's memory, %s: shrink [model] or train.micro_batch, or shard the state (zero=3, more devices)",
+			fmtEstimate(need), ranksHere, parts, fmtEstimate(e.meta), j.Model.Layers, device.FormatBytes(physical))
 	}
 	if s.bucket > physical {
 		return fmt.Errorf("parallel.bucket_size=%q is more than this machine's memory, %s", j.Parallel.BucketSize, device.FormatBytes(physical))

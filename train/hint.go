@@ -41,6 +41,6 @@ func oomHint(err error, j Job, s settings) error {
 				err, n, device.FormatBytes(int64(need)), n, n)
 		}
 	}
-	return fmt.Errorf("%w; no ZeRO-3 plan of up to 64 devices fits %s per device: lower train.micro_batch or raise --device-memory",
+	return fmt.Errorf("%w; no ZeRO-3 plan of up to 64 devices fits %s per device: shrink [model], lower train.micro_batch or raise --device-memory",
 		err, device.FormatBytes(s.budget))
 }
