@@ -65,9 +65,13 @@ func estimate(m model.Config, microBatch int, p plan.Plan, threads int) memEstim
 // checkCounts rejects batch sizes whose products overflow before anything
 // divides or allocates by them: dp × micro_batch (the samples of one
 // micro-step), micro_batch × seq_len (a token buffer) and steps ×
-// global_batch (the last sample index of the run).
+// global_batch (the last sample index of the run); and a thread count
+// beyond MaxThreads.
 func (j Job) checkCounts(p plan.Plan) error {
 	t := j.Train
+	if t.Threads > MaxThreads {
+		return fmt.Errorf("train.threads=%d must be at most %d (0: this process's CPUs / ranks)", t.Threads, MaxThreads)
+	}
 	for _, c := range []struct {
 		what string
 		xs   []int64
