@@ -62,15 +62,22 @@ func estimate(m model.Config, microBatch int, p plan.Plan, threads int) memEstim
 	}
 }
 
+// maxSampleLen bounds train.sample_len: the training loop's samples are
+// held whole before they are printed.
+const maxSampleLen = 1 << 20
+
 // checkCounts rejects batch sizes whose products overflow before anything
 // divides or allocates by them: dp × micro_batch (the samples of one
 // micro-step), micro_batch × seq_len (a token buffer) and steps ×
 // global_batch (the last sample index of the run); and a thread count
-// beyond MaxThreads.
+// beyond MaxThreads or a sample beyond maxSampleLen.
 func (j Job) checkCounts(p plan.Plan) error {
 	t := j.Train
 	if t.Threads > MaxThreads {
 		return fmt.Errorf("train.threads=%d must be at most %d (0: this process's CPUs / ranks)", t.Threads, MaxThreads)
+	}
+	if t.SampleLen > maxSampleLen {
+		return fmt.Errorf("train.sample_len=%d must be at most %d (a sample printed in the log, kept in memory; trellis sample streams longer ones)", t.SampleLen, maxSampleLen)
 	}
 	for _, c := range []struct {
 		what string

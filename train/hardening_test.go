@@ -31,6 +31,8 @@ func TestSizeOverflowIsAnError(t *testing.T) {
 		{"steps × global batch", func(j *Job) { j.Train.Steps, j.Train.GlobalBatch = huge, 1<<20 }, "train.steps=4611686018427387904 × train.global_batch=1048576 overflows"},
 		{"layers 2^62", func(j *Job) { j.Model.Layers = huge }, "more parameters than a 64-bit count holds"},
 		{"bucket 1e30", func(j *Job) { j.Parallel.BucketSize = "1e30" }, `parallel.bucket_size: bad size "1e30": larger than`},
+		{"threads", func(j *Job) { j.Train.Threads = 5000 }, "train.threads=5000 must be at most 1024"},
+		{"sample_len", func(j *Job) { j.Train.SampleLen = 1 << 40 }, "train.sample_len=1099511627776 must be at most 1048576"},
 		{"budget half a byte", func(j *Job) { j.Parallel.DeviceMemory = "0.5" }, `parallel.device_memory: bad size "0.5": less than one byte`},
 	} {
 		j := tinyJob("dp=2,zero=3")
