@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"trellis/device"
+	"trellis/internal/checked"
 	"trellis/parallel/zero"
 )
 
@@ -24,7 +25,8 @@ func oomHint(err error, j Job, s settings) error {
 	p := s.enginePlan
 	other := estimate(j.Model, j.Train.MicroBatch, p, s.threads).runner
 	for n := 2; n <= 64; n *= 2 {
-		if (p.ZeRO == 3 && n <= p.DP) || j.Train.GlobalBatch%(n*j.Train.MicroBatch) != 0 {
+		per, ok := checked.Mul(int64(n), int64(j.Train.MicroBatch))
+		if !ok || per == 0 || (p.ZeRO == 3 && n <= p.DP) || int64(j.Train.GlobalBatch)%per != 0 {
 			continue
 		}
 		// A lower bound first: Shape.Memory builds the layout and bucket
