@@ -103,6 +103,13 @@ func (j Job) checkCounts(p plan.Plan) error {
 // check). It also bounds parallel.bucket_size to the memory there is.
 func (j Job) checkMemory(s settings, physical int64) error {
 	e := estimate(j.Model, j.Train.MicroBatch, s.enginePlan, s.threads)
+	// Whatever the machine: past 2^62 bytes some element count of the
+	// runner or the state no longer fits an int (every buffer's length is
+	// below its byte size), so nothing may be sized from it.
+	if e.state+e.runner >= 1<<62 || e.meta >= 1<<62 {
+		return fmt.Errorf("train: the job needs %s per rank (state %s for %.4g parameters + activations %s), more than any machine: shrink [model] or train.micro_batch",
+			fmtEstimate(e.perRank()), fmtEstimate(e.state), e.params, fmtEstimate(e.runner))
+	}
 	if physical <= 0 {
 		return nil
 	}
