@@ -77,7 +77,7 @@ func SampleCheckpoint(o SampleOptions) (string, error) {
 	// Weights and gradients (NewFlatParams holds both) and a runner for one
 	// sequence, against the machine's memory, before allocating.
 	need := 8*cfg.ParamCount() + cfg.RunnerBytes(1, min(k.Threads(), cfg.Heads)) + layerBookkeeping*float64(cfg.Layers)
-	if phys := physicalMemory(); phys > 0 && need > float64(phys) {
+	if phys := physicalMemory(); need >= 1<<62 || (phys > 0 && need > float64(phys)) {
 		return "", fmt.Errorf("%s: the model (%v) needs at least %s to sample, more than this machine's memory, %s",
 			c.Dir(), cfg, fmtEstimate(need), device.FormatBytes(phys))
 	}
