@@ -62,7 +62,7 @@ func TestMemoryEstimateRefuses(t *testing.T) {
 		{"vocab 1e8, budget above the machine", func(j *Job) { j.Model.Vocab = 100_000_000; j.Parallel.DeviceMemory = "1TiB" }, 24 * gib, true},
 		{"layers 1e8 under a budget", func(j *Job) { j.Model.Layers = 100_000_000; j.Parallel.DeviceMemory = "1GiB" }, 24 * gib, true},
 		{"unknown machine", func(j *Job) { j.Model.Vocab = 100_000_000 }, 0, false},
-		{"unknown machine, beyond any", func(j *Job) { j.Model.Vocab, j.Model.SeqLen = 1 << 40, 1 << 20 }, 0, true},
+		{"unknown machine, beyond any", func(j *Job) { j.Model.Vocab, j.Model.SeqLen = 1<<40, 1<<20 }, 0, true},
 		{"tcp counts one rank", func(j *Job) { j.Model.Vocab = 1_000_000; j.Parallel.Backend = "tcp" }, 1 * gib, false},
 		{"local counts every rank", func(j *Job) { j.Model.Vocab = 1_000_000 }, 1 * gib, true},
 	} {
