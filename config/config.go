@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"reflect"
 	"regexp"
@@ -42,12 +43,48 @@ func Load(dst any, path string, sets []string) error {
 	return nil
 }
 
+// Decode is Load for a job file already in memory: text is decoded as the
+// file name would be (name labels the errors), then sets apply.
+func Decode(dst any, name string, text []byte, sets []string) error {
+	rv := reflect.ValueOf(dst)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Struct {
+		return fmt.Errorf("config: Decode wants a non-nil pointer to a struct, got %T", dst)
+	}
+	if err := decodeText(dst, name, text); err != nil {
+		return err
+	}
+	for _, s := range sets {
+		if err := apply(rv.Elem(), s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // loadFile decodes the file at path into dst and rejects unknown keys.
 func loadFile(dst any, path string) error {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return err // *fs.PathError names the file
 	}
+	defer f.Close()
+	// Bounded: --config /dev/zero must not read forever.
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxFileBytes {
+		return fmt.Errorf("%s: a job file may have at most %d bytes (1 MiB)", path, MaxFileBytes)
+	}
+	return decodeText(dst, path, b)
+}
+
+// MaxFileBytes bounds a job file; real ones are a few hundred bytes.
+const MaxFileBytes = 1 << 20
+
+// decodeText decodes job text b (labelled path) into dst and rejects
+// unknown keys.
+func decodeText(dst any, path string, b []byte) error {
 	md, err := decode(b, dst)
 	if err != nil {
 		return fileError(path, b, err)

@@ -2,6 +2,7 @@ package data
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,6 +82,13 @@ func (c Config) Validate() error {
 		if st.IsDir() {
 			return fmt.Errorf("data: source %s is a directory, want a .txt or .bin file", c.Source)
 		}
+		if !st.Mode().IsRegular() {
+			return fmt.Errorf("data: source %s is not a regular file (%s), want a .txt or .bin file", c.Source, fileKind(st.Mode()))
+		}
+		if k == "text" && st.Size() > MaxTextBytes {
+			return fmt.Errorf("data: source %s is %d bytes, more than the %d (1 GiB) a text source may have: tokenising it would hold several times that in memory; convert it to an llm.c token file (.bin) or split it",
+				c.Source, st.Size(), int64(MaxTextBytes))
+		}
 	}
 	return nil
 }
@@ -105,4 +113,24 @@ func (c Config) CheckVocab(modelVocab int) error {
 			name, v, modelVocab, v, (v+63)/64*64)
 	}
 	return nil
+}
+
+// MaxTextBytes bounds a text source: it is read whole and tokenised in
+// memory (about 8 bytes per byte with the byte tokenizer: the text, its
+// int32 ids and their uint16 copy).
+const MaxTextBytes = 1 << 30
+
+// fileKind names what a non-regular file is, for messages.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "mode " + m.String()
 }

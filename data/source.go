@@ -125,9 +125,9 @@ func (c textCache) cachePath(path string, content []byte, tok string) string {
 // (its "tokenisation" is a copy). A failure to read or write the cache is
 // logged and costs only time.
 func loadText(path string, tok Tokenizer, cache textCache) (store, error) {
-	content, err := os.ReadFile(path)
+	content, err := readBounded(path, MaxTextBytes)
 	if err != nil {
-		return nil, fmt.Errorf("data: %w", err)
+		return nil, err
 	}
 	if tok.Name() == ByteName || cache.dir == "" {
 		return toU16(tok.Encode(string(content))), nil
@@ -147,4 +147,30 @@ func loadText(path string, tok Tokenizer, cache textCache) (store, error) {
 		cache.log.Info("data: cached tokens", "text", path, "tokens", len(toks), "file", cp)
 	}
 	return toks, nil
+}
+
+// readBounded reads the regular file at path, refusing one (or one that
+// grows while read) past limit bytes, so that no source reads without
+// bound.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("data: source %s is not a regular file (%s)", path, fileKind(st.Mode()))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("data: source %s is more than the %d bytes a text source may have", path, limit)
+	}
+	return b, nil
 }

@@ -204,7 +204,7 @@ func (e *OOMError) Is(target error) bool { return target == ErrOutOfMemory }
 // FormatBytes prints n with a binary unit and three significant digits:
 // 512 B, 48.0 MiB, 1.20 GiB, 300 MiB.
 func FormatBytes(n int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
 	v := float64(n)
 	neg := v < 0
 	if neg {

@@ -2,6 +2,8 @@ package device
 
 import (
 	"errors"
+	"math"
+	"strings"
 	"testing"
 )
 
@@ -63,7 +65,8 @@ func TestFormatBytes(t *testing.T) {
 		n    int64
 		want string
 	}{{0, "0 B"}, {512, "512 B"}, {1024, "1.00 KiB"}, {48 << 20, "48.0 MiB"}, {300 << 20, "300 MiB"},
-		{1<<30 + 1<<28, "1.25 GiB"}, {1023<<20 + 1<<19, "1.00 GiB"}, {-2048, "-2.00 KiB"}} {
+		{1<<30 + 1<<28, "1.25 GiB"}, {1023<<20 + 1<<19, "1.00 GiB"}, {-2048, "-2.00 KiB"},
+		{1 << 62, "4.00 EiB"}, {math.MaxInt64, "8.00 EiB"}} {
 		if got := FormatBytes(c.n); got != c.want {
 			t.Errorf("FormatBytes(%d) = %q, want %q", c.n, got, c.want)
 		}
@@ -74,15 +77,24 @@ func TestParseBytes(t *testing.T) {
 	for _, c := range []struct {
 		s    string
 		want int64
-	}{{"512MiB", 512 << 20}, {"4GiB", 4 << 30}, {"1.5 GB", 1500000000}, {"300M", 300 << 20}, {"1048576", 1 << 20}, {"2kb", 2000}} {
+	}{{"512MiB", 512 << 20}, {"4GiB", 4 << 30}, {"1.5 GB", 1500000000}, {"300M", 300 << 20}, {"1048576", 1 << 20}, {"2kb", 2000},
+		{"2TiB", 2 << 40}, {"1PiB", 1 << 50}, {"0", 0}, {"1.5", 1}, {"4e3", 4000}} {
 		got, err := ParseBytes(c.s)
 		if err != nil || got != c.want {
 			t.Errorf("ParseBytes(%q) = %d, %v; want %d", c.s, got, err, c.want)
 		}
 	}
-	for _, s := range []string{"", "abc", "12XB", "-1GiB", "GiB"} {
-		if _, err := ParseBytes(s); err == nil {
-			t.Errorf("ParseBytes(%q) accepted", s)
+	// Overflow, fractions of a byte and non-finite values are errors that
+	// say which rule they break, not a wrapped or zero size.
+	for _, c := range []struct{ s, why string }{
+		{"", "want a number"}, {"abc", "want a number"}, {"12XB", "want a number"}, {"-1GiB", "want a number"},
+		{"GiB", "want a number"}, {"NaN", "want a number"}, {"Inf", "want a number"}, {"0x10", "want a number"},
+		{"1e30", "larger than the largest size"}, {"8EiB", "want a number"}, {"5000PiB", "larger than the largest size"},
+		{"0.5", "less than one byte"}, {"1e-10GiB", "less than one byte"},
+	} {
+		_, err := ParseBytes(c.s)
+		if err == nil || !strings.Contains(err.Error(), c.why) {
+			t.Errorf("ParseBytes(%q) = %v; want an error saying %q", c.s, err, c.why)
 		}
 	}
 }

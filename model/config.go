@@ -20,6 +20,8 @@ package model
 import (
 	"errors"
 	"fmt"
+
+	"trellis/internal/checked"
 )
 
 // Config is the [model] section of a job file.
@@ -50,7 +52,40 @@ func (c Config) Validate() error {
 	if !(c.Dropout >= 0 && c.Dropout < 1) {
 		errs = append(errs, fmt.Errorf("model.dropout=%v must be in [0, 1)", c.Dropout))
 	}
+	if len(errs) == 0 {
+		if _, ok := c.numParams(); !ok {
+			errs = append(errs, fmt.Errorf("model: %v has more parameters than a 64-bit count holds (V·C + T·C + L·(12C²+13C) + 2C %v)", c, checked.ErrOverflow))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// String names every field, for messages: "layers=4 hidden=256 heads=4
+// seq_len=128 vocab=256 dropout=0".
+func (c Config) String() string {
+	return fmt.Sprintf("layers=%d hidden=%d heads=%d seq_len=%d vocab=%d dropout=%g",
+		c.Layers, c.Hidden, c.Heads, c.SeqLen, c.Vocab, c.Dropout)
+}
+
+// numParams is NumParams with every product and sum checked; ok is false
+// when the count does not fit an int.
+func (c Config) numParams() (int, bool) {
+	C := int64(c.Hidden)
+	var sum int64
+	terms := [][]int64{{int64(c.Vocab), C}, {int64(c.SeqLen), C}, {2, C}, {int64(c.Layers), 12, C, C}, {int64(c.Layers), 13, C}}
+	for _, t := range terms {
+		p, ok := checked.Product(t...)
+		if !ok {
+			return 0, false
+		}
+		if sum, ok = checked.Add(sum, p); !ok {
+			return 0, false
+		}
+	}
+	if int64(int(sum)) != sum {
+		return 0, false
+	}
+	return int(sum), true
 }
 
 // blockParams is the number of parameters of one transformer block:

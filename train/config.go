@@ -232,6 +232,9 @@ func (j Job) resolve() (settings, error) {
 	if j.Parallel.Devices != 0 && j.Parallel.Devices != s.ranks {
 		return s, fmt.Errorf("parallel.devices=%d does not match the plan %q, which needs %d", j.Parallel.Devices, p.Short(), s.ranks)
 	}
+	if err := j.checkCounts(p); err != nil {
+		return s, err
+	}
 	per := p.DP * j.Train.MicroBatch
 	if j.Train.GlobalBatch%per != 0 {
 		return s, fmt.Errorf("train.global_batch=%d is not a multiple of dp=%d × train.micro_batch=%d", j.Train.GlobalBatch, p.DP, j.Train.MicroBatch)
@@ -266,6 +269,9 @@ func (j Job) resolve() (settings, error) {
 	s.threads = j.Train.Threads
 	if s.threads == 0 {
 		s.threads = max(1, runtime.GOMAXPROCS(0)/s.ranks)
+	}
+	if err := j.checkMemory(s, physicalMemory()); err != nil {
+		return s, err
 	}
 	return s, nil
 }

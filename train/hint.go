@@ -5,8 +5,7 @@ import (
 	"fmt"
 
 	"trellis/device"
-	"trellis/model"
-	"trellis/ops"
+	"trellis/internal/checked"
 	"trellis/parallel/zero"
 )
 
@@ -14,52 +13,36 @@ import (
 // fewest ZeRO-3 ranks N (a power of two, more than the plan has, dividing
 // the global batch into micro-batches) for which one rank's accounting —
 // the sharded state and communication buffers of zero.Shape.Memory plus
-// the activations and scratch of a micro-batch, measured on a scratch
-// device — is within the budget. The message stays on one line.
+// the runner's scratch, one micro-batch's activations and its token
+// buffers (model.Config.RunnerBytes + 8·B·T) — is within the budget. It
+// computes from formulas only: nothing is allocated, so the hint of a job
+// far beyond the budget cannot itself run out of memory. The message stays
+// on one line.
 func oomHint(err error, j Job, s settings) error {
 	if s.budget == 0 || !errors.Is(err, device.ErrOutOfMemory) {
 		return err
 	}
-	other, perr := microBatchBytes(j)
-	if perr != nil {
-		return err
-	}
 	p := s.enginePlan
+	other := estimate(j.Model, j.Train.MicroBatch, p, s.threads).runner
 	for n := 2; n <= 64; n *= 2 {
-		if (p.ZeRO == 3 && n <= p.DP) || j.Train.GlobalBatch%(n*j.Train.MicroBatch) != 0 {
+		per, ok := checked.Mul(int64(n), int64(j.Train.MicroBatch))
+		if !ok || per == 0 || (p.ZeRO == 3 && n <= p.DP) || int64(j.Train.GlobalBatch)%per != 0 {
+			continue
+		}
+		// A lower bound first: Shape.Memory builds the layout and bucket
+		// tables, which only a plausible candidate deserves.
+		if stateBytes(j.Model.ParamCount(), 3, n)+other > float64(s.budget) {
 			continue
 		}
 		m, merr := zero.Shape{Model: j.Model, Stage: 3, Ranks: n, BucketElems: int(s.bucket / 4), Overlap: j.Parallel.Overlap}.Memory()
 		if merr != nil {
 			return err
 		}
-		if need := m.State() + m.Comm + other; need <= s.budget {
+		if need := float64(m.State()+m.Comm) + other; need <= float64(s.budget) {
 			return fmt.Errorf("%w; with ZeRO-3 on %d devices it needs at most %s per device: try --parallel dp=%d,zero=3 --devices %d",
-				err, n, device.FormatBytes(need), n, n)
+				err, n, device.FormatBytes(int64(need)), n, n)
 		}
 	}
-	return fmt.Errorf("%w; no ZeRO-3 plan of up to 64 devices fits %s per device: lower train.micro_batch or raise --device-memory",
+	return fmt.Errorf("%w; no ZeRO-3 plan of up to 64 devices fits %s per device: shrink [model], lower train.micro_batch or raise --device-memory",
 		err, device.FormatBytes(s.budget))
-}
-
-// microBatchBytes measures what a rank allocates besides the training
-// state: the model's backward scratch, one micro-batch's activations and
-// its token buffers.
-func microBatchBytes(j Job) (int64, error) {
-	dev := device.New(device.Config{})
-	k, err := ops.New(ops.Config{Threads: 1})
-	if err != nil {
-		return 0, err
-	}
-	gpt, err := model.New(model.Options{Model: j.Model, Kernels: k, Device: dev, MicroBatch: j.Train.MicroBatch})
-	if err != nil {
-		return 0, err
-	}
-	defer gpt.Free()
-	st, err := gpt.NewStash()
-	if err != nil {
-		return 0, err
-	}
-	defer st.Free()
-	return dev.Stats().LiveTotal + int64(2*j.Train.MicroBatch*j.Model.SeqLen*4), nil
 }

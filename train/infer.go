@@ -2,6 +2,8 @@ package train
 
 import (
 	"fmt"
+	"io"
+	"math"
 
 	"trellis/checkpoint"
 	"trellis/data"
@@ -20,20 +22,37 @@ type SampleOptions struct {
 	TopK        int
 	Seed        uint64
 	Threads     int
+	// Out, if set, receives the text as it is generated (SampleCheckpoint
+	// then returns ""); nil collects it into the returned string.
+	Out io.Writer
+}
+
+// MaxThreads bounds every thread-count flag: more goroutines than this
+// only add scheduling overhead on any machine Trellis runs on.
+const MaxThreads = 1024
+
+// Validate checks the options as `trellis sample` flags, naming the flag
+// and the rule.
+func (o SampleOptions) Validate() error {
+	switch {
+	case o.Tokens < 0:
+		return fmt.Errorf("--tokens=%d must be >= 0", o.Tokens)
+	case math.IsNaN(o.Temperature) || math.IsInf(o.Temperature, 0) || o.Temperature < 0:
+		return fmt.Errorf("--temperature=%g must be a finite number >= 0 (0: greedy)", o.Temperature)
+	case o.TopK < 0:
+		return fmt.Errorf("--top-k=%d must be >= 0 (0: all tokens)", o.TopK)
+	case o.Threads < 0 || o.Threads > MaxThreads:
+		return fmt.Errorf("--threads=%d must be in [0, %d] (0: all CPUs)", o.Threads, MaxThreads)
+	}
+	return nil
 }
 
 // SampleCheckpoint loads the weights of a checkpoint written under any plan
 // (they are indexed by tensor, whatever the sharding) onto one device and
 // continues the prompt.
 func SampleCheckpoint(o SampleOptions) (string, error) {
-	if o.Tokens < 0 {
-		return "", fmt.Errorf("--tokens=%d must be >= 0", o.Tokens)
-	}
-	if o.Temperature < 0 {
-		return "", fmt.Errorf("--temperature=%g must be >= 0", o.Temperature)
-	}
-	if o.TopK < 0 {
-		return "", fmt.Errorf("--top-k=%d must be >= 0", o.TopK)
+	if err := o.Validate(); err != nil {
+		return "", err
 	}
 	c, err := checkpoint.Open(o.Checkpoint)
 	if err != nil {
@@ -51,11 +70,18 @@ func SampleCheckpoint(o SampleOptions) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dev := device.New(device.Config{})
 	k, err := ops.New(ops.Config{Threads: o.Threads})
 	if err != nil {
 		return "", err
 	}
+	// Weights and gradients (NewFlatParams holds both) and a runner for one
+	// sequence, against the machine's memory, before allocating.
+	need := 8*cfg.ParamCount() + cfg.RunnerBytes(1, min(k.Threads(), cfg.Heads)) + layerBookkeeping*float64(cfg.Layers)
+	if phys := physicalMemory(); need >= 1<<62 || (phys > 0 && need > float64(phys)) {
+		return "", fmt.Errorf("%s: the model (%v) needs at least %s to sample, more than this machine's memory, %s",
+			c.Dir(), cfg, fmtEstimate(need), device.FormatBytes(phys))
+	}
+	dev := device.New(device.Config{})
 	fp, err := model.NewFlatParams(cfg, dev)
 	if err != nil {
 		return "", err
@@ -72,7 +98,7 @@ func SampleCheckpoint(o SampleOptions) (string, error) {
 		return "", err
 	}
 	return Generate(GenerateConfig{GPT: gpt, Params: fp, Stash: st, Tokenizer: tok, Prompt: o.Prompt,
-		Tokens: o.Tokens, Temperature: o.Temperature, TopK: o.TopK, Seed: o.Seed})
+		Tokens: o.Tokens, Temperature: o.Temperature, TopK: o.TopK, Seed: o.Seed, Out: o.Out})
 }
 
 // LoadMeta reads the trainer's metadata of a checkpoint (its job, step and

@@ -28,6 +28,7 @@ func runRank(ctx context.Context, o Options, s settings, loader *data.Loader, re
 		return nil, err
 	}
 	defer r.free()
+	r.ctx = ctx
 	start, pos := 0, data.Position{}
 	if res != nil {
 		if err := r.st.Restore(res.ckpt, res.meta.OptSteps); err != nil {

@@ -1,7 +1,9 @@
 package train
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 
@@ -48,6 +50,7 @@ type rank struct {
 	tp      *tp.Comm   // the tensor-parallel group's points (nil: tp=1)
 	tpGroup comm.Group // its group
 	part    model.Part // the piece of the model this rank computes
+	ctx    context.Context // the run's; checked between micro-batches and units (nil: never cancelled)
 }
 
 // rankConfig is what newRank needs besides the job.
@@ -204,6 +207,9 @@ func (r *rank) step(s int, pos data.Position) (stepResult, error) {
 	accum := r.set.accum
 	var sum float64
 	for k := 0; k < accum; k++ {
+		if err := interrupted(r.ctx); err != nil {
+			return res, err
+		}
 		sl := r.slice(k)
 		if err := r.loader.Micro(pos, sl, r.in, r.tgt); err != nil {
 			return res, err
@@ -211,12 +217,12 @@ func (r *rank) step(s int, pos data.Position) (stepResult, error) {
 		b := model.Batch{Inputs: r.in, Targets: r.tgt, Step: int64(s), Sample: int(sl.First(pos) - pos.Sample)}
 		r.st.BeginMicro(k, accum)
 		t0 := r.tr.Now()
-		loss, err := r.gpt.Forward(r.st, r.stash, b)
+		loss, err := r.gpt.Forward(r.units(), r.stash, b)
 		if err != nil {
 			return res, err
 		}
 		t1 := r.tr.Now()
-		if err := r.gpt.Backward(r.st, r.stash, float32(1/float64(accum))); err != nil {
+		if err := r.gpt.Backward(r.units(), r.stash, float32(1/float64(accum))); err != nil {
 			return res, err
 		}
 		if r.tr != nil {
@@ -275,7 +281,7 @@ func (r *rank) eval() (float64, error) {
 		if err := r.loader.ValBatch(first, int(B), r.in, r.tgt); err != nil {
 			return 0, err
 		}
-		loss, err := r.gpt.EvalForward(r.st, r.stash, model.Batch{Inputs: r.in, Targets: r.tgt, Eval: true})
+		loss, err := r.gpt.EvalForward(r.units(), r.stash, model.Batch{Inputs: r.in, Targets: r.tgt, Eval: true})
 		if err != nil {
 			return 0, err
 		}
@@ -292,7 +298,7 @@ func (r *rank) generate(prompt string, n int, temperature float64, topK int, see
 		return "", fmt.Errorf("train: sampling needs the whole model, which pp=%d splits over stages: run trellis sample on a checkpoint", r.set.enginePlan.PP)
 	}
 	return Generate(GenerateConfig{
-		GPT: r.gpt, Params: r.st, Stash: r.stash, Tokenizer: r.loader.Tokenizer(),
+		GPT: r.gpt, Params: r.units(), Stash: r.stash, Tokenizer: r.loader.Tokenizer(),
 		Prompt: prompt, Tokens: n, Temperature: temperature, TopK: topK, Seed: seed,
 	})
 }
@@ -308,6 +314,10 @@ type GenerateConfig struct {
 	Temperature float64 // 0: greedy
 	TopK        int     // 0: the whole vocabulary
 	Seed        uint64
+	// Out, if set, receives each token's text as soon as it is drawn, and
+	// Generate returns "" and holds only the last seq_len tokens: memory
+	// and time to the first output do not grow with Tokens.
+	Out io.Writer
 }
 
 // Generate samples Tokens tokens after Prompt. Token i is drawn by inverse
@@ -336,7 +346,21 @@ func Generate(c GenerateConfig) (string, error) {
 		if err := c.GPT.Logits(c.Params, c.Stash, ctx, logits); err != nil {
 			return "", err
 		}
-		ids = append(ids, pick(logits, min(cfg.Vocab, c.Tokenizer.VocabSize()), c.Temperature, c.TopK, key.Uniform(uint64(i))))
+		id := pick(logits, min(cfg.Vocab, c.Tokenizer.VocabSize()), c.Temperature, c.TopK, key.Uniform(uint64(i)))
+		if c.Out == nil {
+			ids = append(ids, id)
+			continue
+		}
+		if _, err := io.WriteString(c.Out, c.Tokenizer.Decode([]int32{id})); err != nil {
+			return "", fmt.Errorf("sample: %w", err)
+		}
+		if len(ids) >= cfg.SeqLen { // keep the context window only
+			ids = append(ids[:0], ids[len(ids)-cfg.SeqLen+1:]...)
+		}
+		ids = append(ids, id)
+	}
+	if c.Out != nil {
+		return "", nil
 	}
 	return c.Tokenizer.Decode(ids[start:]), nil
 }

@@ -1,14 +1,52 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"trellis/comm/commbench"
+	"trellis/device"
+	"trellis/internal/checked"
+	"trellis/internal/sysmem"
 )
+
+// maxBenchRanks bounds --ranks: goroutines or processes on this one host.
+const maxBenchRanks = 1024
+
+// maxBenchIters bounds --iters and --warmup.
+const maxBenchIters = 1_000_000
+
+// checkBenchComm validates the numeric flags of bench comm, naming the
+// flag and the rule: every rank holds a send and a receive buffer of the
+// largest size, all on this host, so ranks × 2 × size must fit this
+// machine's memory.
+func checkBenchComm(ranks, iters, warmup int, sizes []int64) error {
+	switch {
+	case ranks < 1 || ranks > maxBenchRanks:
+		return fmt.Errorf("bench comm: --ranks=%d must be in [1, %d]", ranks, maxBenchRanks)
+	case iters < 0 || iters > maxBenchIters:
+		return fmt.Errorf("bench comm: --iters=%d must be in [0, %d] (0: automatic)", iters, maxBenchIters)
+	case warmup > maxBenchIters:
+		return fmt.Errorf("bench comm: --warmup=%d must be at most %d", warmup, maxBenchIters)
+	case len(sizes) == 0:
+		return fmt.Errorf("bench comm: --sizes is empty")
+	}
+	big := slices.Max(sizes)
+	need, ok := checked.Product(int64(ranks), 2, big)
+	if !ok {
+		return fmt.Errorf("bench comm: --sizes up to %s on --ranks=%d: ranks × 2 × size %v", device.FormatBytes(big), ranks, checked.ErrOverflow)
+	}
+	if phys, known := sysmem.Physical(); known && need > phys {
+		return fmt.Errorf("bench comm: --sizes up to %s on --ranks=%d needs at least %s (a send and a receive buffer per rank), more than this machine's memory, %s",
+			device.FormatBytes(big), ranks, device.FormatBytes(need), device.FormatBytes(phys))
+	}
+	return nil
+}
 
 // newBenchCommCmd: trellis bench comm --backend local|tcp --ranks N
 // [--ops allreduce,...] [--sizes 1KiB:256MiB] [--json]. The logic lives in
@@ -29,6 +67,9 @@ func newBenchCommCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sz, err := commbench.ParseSizes(sizes)
 			if err != nil {
+				return fmt.Errorf("bench comm: --sizes: %w", err)
+			}
+			if err := checkBenchComm(ranks, iters, warmup, sz); err != nil {
 				return err
 			}
 			cfg := commbench.Config{Backend: backend, Ranks: ranks, Ops: strings.Split(ops, ","), Sizes: sz,

@@ -5,12 +5,17 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"sort"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"trellis/device"
+	"trellis/internal/checked"
+	"trellis/internal/sysmem"
 	"trellis/ops"
+	"trellis/train"
 )
 
 // benchMatmulConfig is what `trellis bench matmul` measures.
@@ -23,18 +28,48 @@ type benchMatmulConfig struct {
 	JSON     bool
 }
 
-// Validate names the first bad field and its rule.
+// maxCoreGFLOPS bounds the fp32 rate of one core from above (the CPUs
+// seen so far peak near 210 GFLOP/s per thread): a matmul that cannot
+// finish within --time even at this rate is refused before it starts.
+const maxCoreGFLOPS = 500
+
+// Validate names the first bad flag and its rule: the dimensions, their
+// products (A, B and C must fit in int64 elements and in this machine's
+// memory) and one matmul's time, which must be possible within --time.
 func (c benchMatmulConfig) Validate() error {
 	switch {
 	case c.M < 1 || c.K < 1 || c.N < 1:
-		return fmt.Errorf("bench matmul: m=%d k=%d n=%d must all be >= 1", c.M, c.K, c.N)
-	case c.Threads < 0:
-		return fmt.Errorf("bench matmul: threads=%d must be >= 0 (0: all CPUs)", c.Threads)
+		return fmt.Errorf("bench matmul: --m=%d --k=%d --n=%d must all be >= 1", c.M, c.K, c.N)
+	case c.Threads < 0 || c.Threads > train.MaxThreads:
+		return fmt.Errorf("bench matmul: --threads=%d must be in [0, %d] (0: all CPUs)", c.Threads, train.MaxThreads)
 	case c.Duration <= 0:
-		return fmt.Errorf("bench matmul: time=%v must be > 0", c.Duration)
+		return fmt.Errorf("bench matmul: --time=%v must be > 0", c.Duration)
 	}
 	if _, err := ops.ParseLayout(c.Layout); err != nil {
-		return fmt.Errorf("bench matmul: layout: %w", err)
+		return fmt.Errorf("bench matmul: --layout: %w", err)
+	}
+	m, k, n := int64(c.M), int64(c.K), int64(c.N)
+	mk, ok1 := checked.Mul(m, k)
+	kn, ok2 := checked.Mul(k, n)
+	mn, ok3 := checked.Mul(m, n)
+	elems, ok4 := checked.Add(mk, kn)
+	elems, ok5 := checked.Add(elems, mn)
+	bytes, ok6 := checked.Mul(elems, 4)
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) {
+		return fmt.Errorf("bench matmul: --m=%d --k=%d --n=%d: the operands' size (m·k + k·n + m·n floats) %v", c.M, c.K, c.N, checked.ErrOverflow)
+	}
+	if phys, ok := sysmem.Physical(); ok && bytes > phys {
+		return fmt.Errorf("bench matmul: --m=%d --k=%d --n=%d: the operands need %s, more than this machine's memory, %s",
+			c.M, c.K, c.N, device.FormatBytes(bytes), device.FormatBytes(phys))
+	}
+	threads := c.Threads
+	if threads == 0 {
+		threads = runtime.NumCPU()
+	}
+	cores := float64(min(threads, runtime.NumCPU()))
+	if least := 2 * float64(m) * float64(n) * float64(k) / (maxCoreGFLOPS * 1e9 * cores); least > c.Duration.Seconds() {
+		return fmt.Errorf("bench matmul: one %dx%dx%d matmul takes at least %.3gs on %g core(s), longer than --time=%v: lower --m/--k/--n or raise --time",
+			c.M, c.K, c.N, least, cores, c.Duration)
 	}
 	return nil
 }
@@ -77,7 +112,7 @@ thread count, measured by this binary.`,
 	f.IntVar(&cfg.K, "k", cfg.K, "inner dimension")
 	f.IntVar(&cfg.N, "n", cfg.N, "columns of C")
 	f.StringVar(&cfg.Layout, "layout", cfg.Layout, "nn, nt or tn")
-	f.IntVar(&cfg.Threads, "threads", cfg.Threads, "goroutines (0: all CPUs)")
+	f.IntVar(&cfg.Threads, "threads", cfg.Threads, fmt.Sprintf("goroutines, at most %d (0: all CPUs)", train.MaxThreads))
 	f.StringVar(&cfg.ISA, "isa", cfg.ISA, "auto, avx512, avx2 or generic")
 	f.DurationVar(&cfg.Duration, "time", cfg.Duration, "how long to repeat the matmul")
 	f.BoolVar(&cfg.JSON, "json", false, `print {"gflops":..,"peak_gflops":..,...}`)
@@ -85,8 +120,8 @@ thread count, measured by this binary.`,
 }
 
 // runBenchMatmul times repeats of at least 50 ms (several matmuls each
-// when one is shorter) until cfg.Duration has passed and at least five
-// ran, then measures the FMA peak.
+// when one is shorter) until cfg.Duration has passed (at least one repeat;
+// five when they fit in the time), then measures the FMA peak.
 func runBenchMatmul(cfg benchMatmulConfig) (matmulResult, error) {
 	if err := cfg.Validate(); err != nil {
 		return matmulResult{}, err
@@ -110,9 +145,15 @@ func runBenchMatmul(cfg benchMatmulConfig) (matmulResult, error) {
 
 	start := time.Now()
 	call() // warm up: page in, fill the buffer pools
-	per := max(1, int(50*time.Millisecond/max(time.Since(start), time.Microsecond)))
+	one := max(time.Since(start), time.Microsecond)
+	per := max(1, int(50*time.Millisecond/one))
+	// Five repeats at least, unless they would overrun --time.
+	minRepeats := 5
+	if time.Duration(5*per)*one > cfg.Duration {
+		minRepeats = 1
+	}
 	var secs []float64
-	for begin := time.Now(); len(secs) < 5 || time.Since(begin) < cfg.Duration; {
+	for begin := time.Now(); len(secs) < minRepeats || time.Since(begin) < cfg.Duration; {
 		t0 := time.Now()
 		for i := 0; i < per; i++ {
 			call()
@@ -124,10 +165,18 @@ func runBenchMatmul(cfg benchMatmulConfig) (matmulResult, error) {
 	return matmulResult{
 		GFLOPS:     2 * float64(m) * float64(n) * float64(kk) / med / 1e9,
 		BestGFLOPS: 2 * float64(m) * float64(n) * float64(kk) / secs[0] / 1e9,
-		PeakGFLOPS: k.PeakGFLOPS(max(cfg.Duration/4, 200*time.Millisecond)),
+		PeakGFLOPS: peakOfCores(k, max(cfg.Duration/4, 200*time.Millisecond)),
 		ISA:        k.ISA(), Threads: k.Threads(), M: m, K: kk, N: n, Layout: l.String(),
 		Seconds: med, Repeats: len(secs),
 	}, nil
+}
+
+// peakOfCores measures the FMA peak of k's ISA on min(threads, CPUs)
+// goroutines: more goroutines than cores reach no higher rate, and the
+// measurement's work grows with the goroutine count (1000 threads on two
+// cores took a minute, whatever --time said).
+func peakOfCores(k *ops.Kernels, d time.Duration) float64 {
+	return ops.PeakGFLOPS(k.ISA(), min(k.Threads(), runtime.NumCPU()), d)
 }
 
 func randFloats(r *rand.Rand, n int) []float32 {

@@ -31,12 +31,20 @@ func TestParseSizes(t *testing.T) {
 		"4096, 1MB,2GiB": {4096, 1e6, 2 << 30},
 		"1KiB:1KiB":      {1024},
 		"3KiB:13KiB":     {3 << 10, 6 << 10, 12 << 10},
+		"2TiB":           {2 << 40}, // TiB parses like GiB; memory is the CLI's check
+		"2GiB:4611686018427387904": func() []int64 {
+			var out []int64
+			for v := int64(2 << 30); v > 0 && v <= 1<<62; v *= 2 {
+				out = append(out, v)
+			}
+			return out
+		}(), // the last doubling would overflow
 	} {
 		if got, err := ParseSizes(in); err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("%q: got %v, %v, want %v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "x", "8KiB:1KiB", "0:1KiB", "-1", "1TiB", "1KiB:"} {
+	for _, in := range []string{"", "x", "8KiB:1KiB", "0:1KiB", "-1", "1KiB:", "9999999TiB", "4611686018427387905"} {
 		if _, err := ParseSizes(in); err == nil {
 			t.Errorf("%q: accepted", in)
 		}

@@ -15,37 +15,39 @@ import (
 // A new package must be added here, which is the point: its place in the
 // architecture is decided, not discovered.
 var layer = map[string]int{
-	"tensor":          0,
-	"mesh":            0,
-	"config":          0,
-	"rng":             0,
-	"internal/layers": 0,
-	"plan":            0, // pure: see TestPlanIsPure
-	"device":          1,
-	"safetensors":     1,
-	"comm":            1,
-	"ops":             2,
-	"ops/asmgen":      2, // code generator (build-time only)
-	"comm/local":      2,
-	"comm/tcp":        2,
-	"data":            2,
-	"checkpoint":      2,
-	"model":           3,
-	"optim":           3,
-	"comm/commtest":   3,
-	"launch":          3,
-	"comm/commbench":  4, // starts tcp workers through launch
-	"parallel":        4, // the Strategy interface
-	"parallel/flat":   4,
-	"parallel/dp":     6, // single plus the gradient all-reduce
-	"parallel/dptest": 6, // the test harness of dp and zero (imports parallel/single)
-	"parallel/zero":   5,
-	"parallel/single": 5,
-	"parallel/tp":     5,
-	"parallel/pp":     5,
-	"trace":           0, // Chrome trace-event spans (no Trellis imports)
-	"train":           7,
-	"cmd/trellis":     8,
+	"tensor":           0,
+	"mesh":             0,
+	"config":           0,
+	"rng":              0,
+	"internal/layers":  0,
+	"plan":             0, // pure: see TestPlanIsPure
+	"device":           1,
+	"safetensors":      1,
+	"comm":             1,
+	"ops":              2,
+	"ops/asmgen":       2, // code generator (build-time only)
+	"comm/local":       2,
+	"comm/tcp":         2,
+	"data":             2,
+	"checkpoint":       2,
+	"model":            3,
+	"optim":            3,
+	"comm/commtest":    3,
+	"launch":           3,
+	"comm/commbench":   4, // starts tcp workers through launch
+	"parallel":         4, // the Strategy interface
+	"parallel/flat":    4,
+	"parallel/dp":      6, // single plus the gradient all-reduce
+	"parallel/dptest":  6, // the test harness of dp and zero (imports parallel/single)
+	"parallel/zero":    5,
+	"parallel/single":  5,
+	"parallel/tp":      5,
+	"parallel/pp":      5,
+	"trace":            0, // Chrome trace-event spans (no Trellis imports)
+	"train":            7,
+	"cmd/trellis":      8,
+	"internal/checked": 0, // overflow-checked size arithmetic
+	"internal/sysmem":  0, // the machine's physical memory
 }
 
 // planned are packages given their layer before they exist. Every other

@@ -1,0 +1,158 @@
+package train
+
+import (
+	"fmt"
+
+	"trellis/device"
+	"trellis/internal/checked"
+	"trellis/internal/sysmem"
+	"trellis/model"
+	"trellis/plan"
+)
+
+// layerBookkeeping is what one transformer block costs in Go-side
+// metadata besides its numbers (the parameter layout's tensor names and
+// shapes, dropout keys, bucket tables): about 2.7 KiB per block measured,
+// rounded up.
+const layerBookkeeping = 4 << 10
+
+// memEstimate is one rank's memory from formulas alone, in float64 so that
+// no configuration overflows it. It is a lower bound of what the rank
+// allocates (communication buffers and bucket padding are left out): a
+// job above a limit by this estimate cannot run, whatever the plan's
+// details.
+type memEstimate struct {
+	params float64 // Ψ, the model's parameter count
+	state  float64 // parameters, gradients and AdamW moments on this rank, bytes
+	runner float64 // backward scratch, one micro-batch's activations and token buffers, bytes
+	meta   float64 // per-block bookkeeping, bytes
+}
+
+// perRank is the whole estimate of one rank, in bytes.
+func (m memEstimate) perRank() float64 { return m.state + m.runner + m.meta }
+
+// stateBytes is one rank's training state for Ψ parameters under ZeRO
+// stage z on N data-parallel ranks (fp32 weights and gradients, two fp32
+// AdamW moments; the seed's 16 bytes per parameter, sharded):
+//
+//	z=0: 16Ψ   z=1: 4Ψ + 4Ψ + 8Ψ/N   z=2: 4Ψ + 12Ψ/N   z=3: 16Ψ/N
+func stateBytes(psi float64, zero, n int) float64 {
+	N := float64(max(1, n))
+	switch zero {
+	case 1:
+		return 8*psi + 8*psi/N
+	case 2:
+		return 4*psi + 12*psi/N
+	case 3:
+		return 16 * psi / N
+	}
+	return 16 * psi
+}
+
+// estimate is the memory of one rank of the job under plan p with
+// kernels of the given thread count.
+func estimate(m model.Config, microBatch int, p plan.Plan, threads int) memEstimate {
+	psi := m.ParamCount()
+	workers := max(1, min(threads, microBatch*max(1, m.Heads)))
+	return memEstimate{
+		params: psi,
+		state:  stateBytes(psi, p.ZeRO, p.DP),
+		runner: m.RunnerBytes(microBatch, workers) + 8*float64(microBatch)*float64(m.SeqLen),
+		meta:   layerBookkeeping * float64(m.Layers),
+	}
+}
+
+// maxSampleLen bounds train.sample_len: the training loop's samples are
+// held whole before they are printed.
+const maxSampleLen = 1 << 20
+
+// checkCounts rejects batch sizes whose products overflow before anything
+// divides or allocates by them: dp × micro_batch (the samples of one
+// micro-step), micro_batch × seq_len (a token buffer) and steps ×
+// global_batch (the last sample index of the run); and a thread count
+// beyond MaxThreads or a sample beyond maxSampleLen.
+func (j Job) checkCounts(p plan.Plan) error {
+	t := j.Train
+	if t.Threads > MaxThreads {
+		return fmt.Errorf("train.threads=%d must be at most %d (0: this process's CPUs / ranks)", t.Threads, MaxThreads)
+	}
+	if t.SampleLen > maxSampleLen {
+		return fmt.Errorf("train.sample_len=%d must be at most %d (a sample printed in the log, kept in memory; trellis sample streams longer ones)", t.SampleLen, maxSampleLen)
+	}
+	for _, c := range []struct {
+		what string
+		xs   []int64
+	}{
+		{fmt.Sprintf("dp=%d × train.micro_batch=%d", p.DP, t.MicroBatch), []int64{int64(p.DP), int64(t.MicroBatch)}},
+		{fmt.Sprintf("train.micro_batch=%d × model.seq_len=%d", t.MicroBatch, j.Model.SeqLen), []int64{int64(t.MicroBatch), int64(j.Model.SeqLen)}},
+		{fmt.Sprintf("train.steps=%d × train.global_batch=%d", t.Steps, t.GlobalBatch), []int64{int64(t.Steps), int64(t.GlobalBatch)}},
+	} {
+		if _, ok := checked.Product(c.xs...); !ok {
+			return fmt.Errorf("%s %v", c.what, checked.ErrOverflow)
+		}
+	}
+	return nil
+}
+
+// checkMemory refuses, before anything is allocated, a job whose
+// estimated memory exceeds this machine's: every rank of the process (all
+// of them on the local backend, one under tcp or auto, where each process
+// is one rank), each rank's state and activations counted up to the device
+// budget (the device refuses more, before allocating) plus its
+// bookkeeping. physical is the machine's memory in bytes (0: unknown, no
+// check). It also bounds parallel.bucket_size to the memory there is.
+func (j Job) checkMemory(s settings, physical int64) error {
+	e := estimate(j.Model, j.Train.MicroBatch, s.enginePlan, s.threads)
+	// Whatever the machine: past 2^62 bytes some element count of the
+	// runner or the state no longer fits an int (every buffer's length is
+	// below its byte size), so nothing may be sized from it.
+	if e.state+e.runner >= 1<<62 || e.meta >= 1<<62 {
+		return fmt.Errorf("train: the job needs %s per rank (state %s for %.4g parameters + activations %s), more than any machine: shrink [model] or train.micro_batch",
+			fmtEstimate(e.perRank()), fmtEstimate(e.state), e.params, fmtEstimate(e.runner))
+	}
+	if physical <= 0 {
+		return nil
+	}
+	ranksHere := 1
+	if j.Parallel.Backend == "" || j.Parallel.Backend == "local" {
+		ranksHere = s.ranks
+	}
+	// The device budget, when set, bounds what is allocated through the
+	// device (state and runner) before anything is allocated: beyond it the
+	// device refuses with its tagged out-of-memory error and the hint.
+	tracked := e.state + e.runner
+	if s.budget > 0 {
+		tracked = min(tracked, float64(s.budget))
+	}
+	need := (tracked + e.meta) * float64(ranksHere)
+	if need > float64(physical) {
+		parts := fmt.Sprintf("state %s for %.4g parameters + activations %s", fmtEstimate(e.state), e.params, fmtEstimate(e.runner))
+		if tracked < e.state+e.runner {
+			parts = fmt.Sprintf("the device budget %s", device.FormatBytes(s.budget))
+		}
+		return fmt.Errorf("train: the job needs at least %s (%d rank(s) × (%s + bookkeeping %s for %d layers)), more than this machine's memory, %s: shrink [model] or train.micro_batch, or shard the state (zero=3, more devices)",
+			fmtEstimate(need), ranksHere, parts, fmtEstimate(e.meta), j.Model.Layers, device.FormatBytes(physical))
+	}
+	if s.bucket > physical {
+		return fmt.Errorf("parallel.bucket_size=%q is more than this machine's memory, %s", j.Parallel.BucketSize, device.FormatBytes(physical))
+	}
+	return nil
+}
+
+// fmtEstimate prints a float64 byte count, with "more than 8 EiB" past
+// what an int64 holds.
+func fmtEstimate(b float64) string {
+	if !(b < 1<<63) {
+		return "more than 8 EiB"
+	}
+	return device.FormatBytes(int64(b))
+}
+
+// physicalMemory is the machine's memory for checkMemory (0: unknown).
+func physicalMemory() int64 {
+	n, ok := sysmem.Physical()
+	if !ok {
+		return 0
+	}
+	return n
+}
