@@ -47,10 +47,10 @@ type rank struct {
 	tr     *trace.Tracer // nil: no tracing
 
 	// Tensor parallelism (train/tp.go).
-	tp      *tp.Comm   // the tensor-parallel group's points (nil: tp=1)
-	tpGroup comm.Group // its group
-	part    model.Part // the piece of the model this rank computes
-	ctx    context.Context // the run's; checked between micro-batches and units (nil: never cancelled)
+	tp      *tp.Comm        // the tensor-parallel group's points (nil: tp=1)
+	tpGroup comm.Group      // its group
+	part    model.Part      // the piece of the model this rank computes
+	ctx     context.Context // the run's; checked between micro-batches and units (nil: never cancelled)
 }
 
 // rankConfig is what newRank needs besides the job.
