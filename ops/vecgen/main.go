@@ -26,6 +26,8 @@ func main() {
 	softmaxGradRowK()
 	softmaxCausalK()
 	softmaxGradCausalK()
+	flashExpK()
+	flashGradK()
 	lnFwdRows()
 	lnBwdRows()
 	lnBwdParamCols()
