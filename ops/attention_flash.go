@@ -29,8 +29,8 @@ import (
 // head (LSE) beside the output; the scratch is two blocks and the head's
 // packed Q, K, V, dO panels per worker.
 const (
-	flashQBlock = 96  // query rows per block: 8 tiles of the 12-row kernels
-	flashKBlock = 256 // keys per block (a multiple of 32): a 96×256 block is 96 KiB
+	flashQBlock = 192 // query rows per block: 16 tiles of the 12-row kernels
+	flashKBlock = 256 // keys per block (a multiple of 32): a 192×256 block is 192 KiB
 )
 
 // FlashAttentionForward is AttentionForward without the (B,NH,T,T)
@@ -106,11 +106,11 @@ func (h *flashHead) forward(out, lse, qkv []float32, bh int) {
 		}
 		for j0 := 0; j0 < i1; j0 += flashKBlock {
 			w := min(flashKBlock, i1-j0)
-			h.abT(s, flashKBlock, q[i0*3*g.C:], 3*g.C, rows, kk, h.kt, j0, w)
+			h.abT(s, flashKBlock, q[i0*3*g.C:], 3*g.C, i0, rows, kk, h.kt, j0, w)
 			for r := range rows {
 				h.onlineRow(s[r*flashKBlock:r*flashKBlock+w], i0+r-j0+1, &m[r], &l[r], o[(i0+r)*g.C:(i0+r)*g.C+g.HS], j0 > 0)
 			}
-			h.ab(o[i0*g.C:], g.C, s, flashKBlock, rows, w, v, h.vp, j0, j0 > 0)
+			h.ab(o[i0*g.C:], g.C, s, flashKBlock, i0, rows, w, v, h.vp, j0, j0 > 0)
 		}
 		for r := range rows {
 			rowScale(o[(i0+r)*g.C:(i0+r)*g.C+g.HS], 1/l[r])
@@ -158,8 +158,8 @@ func (h *flashHead) backward(dqkv, dout, qkv, out, lse []float32, bh int) {
 		i1 := i0 + rows
 		for j0 := 0; j0 < i1; j0 += flashKBlock {
 			w := min(flashKBlock, i1-j0)
-			h.abT(s, flashKBlock, q[i0*C3:], C3, rows, kk, h.kt, j0, w)
-			h.abT(dp, flashKBlock, dy[i0*g.C:], g.C, rows, v, h.vt, j0, w)
+			h.abT(s, flashKBlock, q[i0*C3:], C3, i0, rows, kk, h.kt, j0, w)
+			h.abT(dp, flashKBlock, dy[i0*g.C:], g.C, i0, rows, v, h.vt, j0, w)
 			for r := range rows {
 				sr, dr := s[r*flashKBlock:r*flashKBlock+w], dp[r*flashKBlock:r*flashKBlock+w]
 				nv := min(w, i0+r-j0+1)
@@ -169,9 +169,9 @@ func (h *flashHead) backward(dqkv, dout, qkv, out, lse []float32, bh int) {
 				clear(sr[max(nv, 0):])
 				clear(dr[max(nv, 0):])
 			}
-			h.ab(dq[i0*C3:], C3, dp, flashKBlock, rows, w, kk, h.kp, j0, true)
-			h.aTb(dk[j0*C3:], C3, dp, flashKBlock, w, rows, q, C3, h.qp, i0)
-			h.aTb(dv[j0*C3:], C3, s, flashKBlock, w, rows, dy, g.C, h.dyp, i0)
+			h.ab(dq[i0*C3:], C3, dp, flashKBlock, i0, rows, w, kk, h.kp, j0, true)
+			h.aTb(dk[j0*C3:], C3, dp, flashKBlock, j0, w, i0, rows, q, C3, h.qp)
+			h.aTb(dv[j0*C3:], C3, s, flashKBlock, j0, w, i0, rows, dy, g.C, h.dyp)
 		}
 	}
 }
