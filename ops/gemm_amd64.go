@@ -44,7 +44,7 @@ func bf16Impl(g *gemmImpl) (*gemmImpl, string) {
 		name: "avx512bf16", mr: 12, nr: 32, kc: 512, mc: 1032, nc: 512, // kc counts k: 256 pairs, the bytes of fp32's 256
 		kernels: []microKernel{nil, gemmBF16_1x32, gemmBF16_2x32, gemmBF16_3x32, gemmBF16_4x32, gemmBF16_5x32, gemmBF16_6x32,
 			gemmBF16_7x32, gemmBF16_8x32, gemmBF16_9x32, gemmBF16_10x32, gemmBF16_11x32, gemmBF16_12x32},
-		masked: true, pack: packer{copy: packCopy, transpose: packTranspose}, // fp32 packers: unused, bf16 packs itself
+		masked: true, pack: packer{copy: packCopyAVX512, transpose: packTransposeAVX512}, // moves pairs as dwords (gemm_half.go)
 		peak: dotLoopBF16, peakFlops: 24 * 64, minFlops: minFlopsPerThread,
 	}, ""
 }

@@ -21124,3 +21124,37 @@ dotLoopBF16_loop:
 dotLoopBF16_done:
 	VZEROUPPER
 	RET
+
+// func pairRows32(src *uint16, ld int, dst *float32, steps int)
+// Requires: AVX, AVX512F
+TEXT ·pairRows32(SB), NOSPLIT, $0-32
+	MOVQ  src+0(FP), SI
+	MOVQ  ld+8(FP), DX
+	MOVQ  dst+16(FP), DI
+	MOVQ  steps+24(FP), CX
+	SHLQ  $0x01, DX
+	TESTQ CX, CX
+	JLE   pairRows32_done
+
+pairRows32_loop:
+	MOVQ      SI, R8
+	ADDQ      DX, R8
+	VPMOVZXWD (SI), Z0
+	VPMOVZXWD 32(SI), Z1
+	VPMOVZXWD (R8), Z2
+	VPMOVZXWD 32(R8), Z3
+	VPSLLD    $0x10, Z2, Z2
+	VPSLLD    $0x10, Z3, Z3
+	VPORD     Z2, Z0, Z0
+	VPORD     Z3, Z1, Z1
+	VMOVUPS   Z0, (DI)
+	VMOVUPS   Z1, 64(DI)
+	ADDQ      DX, SI
+	ADDQ      DX, SI
+	ADDQ      $0x00000080, DI
+	DECQ      CX
+	JNE       pairRows32_loop
+
+pairRows32_done:
+	VZEROUPPER
+	RET

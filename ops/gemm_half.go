@@ -34,8 +34,9 @@ import (
 type halfOperands struct {
 	a, b     []uint16
 	lda, ldb int
-	f16      bool // fp16 bits; bf16 otherwise
-	pairs    bool // bf16 pairs of k for VDPBF16PS; widened to fp32 otherwise
+	f16      bool   // fp16 bits; bf16 otherwise
+	pairs    bool   // bf16 pairs of k for VDPBF16PS; widened to fp32 otherwise
+	pk       packer // the impl's fp32 packers: their transpose moves pairs as dwords
 }
 
 // MatMulBF16 is MatMul with A and B in bf16: C = op(A)·op(B) (accumulate
@@ -79,6 +80,7 @@ func (k *Kernels) matMulHalf(l Layout, m, n, kk int, h *halfOperands, c []float3
 	if h.pairs {
 		impl, bufs = k.bf, k.bfBufs
 	}
+	h.pk = impl.pack
 	k.start(gemm{impl: impl, bufs: bufs, l: l, m: m, n: n, k: kk, c: c, ldc: ldc, src: src, h: h})
 }
 
@@ -126,6 +128,9 @@ func (h *halfOperands) pack(src []uint16, ld int, xMajor bool, x0, nx, p0, kc in
 		pan := dst[q*w*kd : (q+1)*w*kd]
 		xs := x0 + q*w
 		switch {
+		case h.pairs && xMajor && ld%2 == 0 && p0%2 == 0 && kc%2 == 0:
+			// A row's pairs are its dwords: transpose them as fp32 bits.
+			h.pk.transpose(unsafe.Slice((*float32)(unsafe.Pointer(&src[0])), len(src)/2), ld/2, xs, p0/2, n, kc/2, pan, w)
 		case h.pairs && xMajor:
 			pairsXMajor(src, ld, xs, n, p0, kc, pan, w)
 		case h.pairs:
@@ -185,7 +190,14 @@ func pairsXMajor(src []uint16, ld, x0, n, p0, kc int, pan []float32, w int) {
 // step s interleaves rows p0+2s and p0+2s+1.
 func pairsPMajor(src []uint16, ld, x0, n, p0, kc int, pan []float32, w int) {
 	d := dwords(pan)
-	for s := 0; 2*s < kc; s++ {
+	s := 0
+	if haveAVX512 && n == 32 && w == 32 && kc >= 2 {
+		s = kc / 2
+		_ = src[(p0+2*s-1)*ld+x0+31] // the asm stays inside src and pan
+		_ = d[s*32-1]
+		pairRows32(&src[p0*ld+x0], ld, &pan[0], s)
+	}
+	for ; 2*s < kc; s++ {
 		r0 := src[(p0+2*s)*ld+x0 : (p0+2*s)*ld+x0+n]
 		out := d[s*w : s*w+n]
 		if 2*s+1 == kc {

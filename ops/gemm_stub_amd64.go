@@ -135,3 +135,6 @@ func fmaLoopAVX2(n int)
 
 // dotLoopBF16 runs n iterations of 24 independent VDPBF16PS (1536 flops each iteration).
 func dotLoopBF16(n int)
+
+// pairRows32 writes dst dword s*32+j = src[2s*ld+j] | src[(2s+1)*ld+j]<<16 for s < steps, j < 32.
+func pairRows32(src *uint16, ld int, dst *float32, steps int)

@@ -93,3 +93,45 @@ func dotLoop(name string, nacc int) {
 	VZEROUPPER()
 	RET()
 }
+
+// pairRows emits
+//
+//	pairRows32(src *uint16, ld int, dst *float32, steps int)
+//
+// the packing of a 32-column panel of a p-major bf16 operand into pairs
+// of k: for s < steps and j < 32, dst dword s*32+j = src[2s*ld + j] |
+// src[(2s+1)*ld + j] << 16 (two rows zero-extended, the second shifted
+// into the high halves).
+func pairRows(name string) {
+	TEXT(name, NOSPLIT, "func(src *uint16, ld int, dst *float32, steps int)")
+	Doc(fmt.Sprintf("%s writes dst dword s*32+j = src[2s*ld+j] | src[(2s+1)*ld+j]<<16 for s < steps, j < 32.", name))
+	src, ld, dst, n, row1 := reg.RSI, reg.RDX, reg.RDI, reg.RCX, reg.R8
+	Load(Param("src"), src)
+	Load(Param("ld"), ld)
+	Load(Param("dst"), dst)
+	Load(Param("steps"), n)
+	SHLQ(U8(1), ld) // bytes per row
+	TESTQ(n, n)
+	JLE(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	MOVQ(src, row1)
+	ADDQ(ld, row1)
+	VPMOVZXWD(Mem{Base: src}, reg.Z0)
+	VPMOVZXWD(Mem{Base: src, Disp: 32}, reg.Z1)
+	VPMOVZXWD(Mem{Base: row1}, reg.Z2)
+	VPMOVZXWD(Mem{Base: row1, Disp: 32}, reg.Z3)
+	VPSLLD(U8(16), reg.Z2, reg.Z2)
+	VPSLLD(U8(16), reg.Z3, reg.Z3)
+	VPORD(reg.Z2, reg.Z0, reg.Z0)
+	VPORD(reg.Z3, reg.Z1, reg.Z1)
+	VMOVUPS(reg.Z0, Mem{Base: dst})
+	VMOVUPS(reg.Z1, Mem{Base: dst, Disp: 64})
+	ADDQ(ld, src)
+	ADDQ(ld, src)
+	ADDQ(U32(128), dst)
+	DECQ(n)
+	JNE(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}

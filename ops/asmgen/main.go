@@ -50,6 +50,7 @@ func main() {
 	fmaLoop("fmaLoopAVX512", 16, 24)
 	fmaLoop("fmaLoopAVX2", 8, 12)
 	dotLoop("dotLoopBF16", 24)
+	pairRows("pairRows32")
 	Generate()
 }
 
