@@ -17,6 +17,10 @@ type Options struct {
 	Device     *device.Device // where stashes (act) and backward scratch (workspace) are charged
 	MicroBatch int            // B, sequences per micro-batch
 	Seed       uint64         // keys the dropout masks
+	// Flash runs IO-aware attention (ops.FlashAttentionForward/Backward):
+	// the stash keeps (B,NH,T) log-sum-exps instead of the (B,NH,T,T)
+	// probabilities and the backward needs no (T,T) scratch.
+	Flash bool
 }
 
 // Validate checks the options.
@@ -45,6 +49,7 @@ type GPT struct {
 	dev    *device.Device
 	B      int
 	layout Layout
+	flash  bool // Options.Flash
 
 	ws *device.Buffer // workspace, carved into the slices below
 	// dres is the gradient of the residual stream, updated in place from
@@ -75,9 +80,12 @@ func New(o Options) (*GPT, error) {
 		return nil, err
 	}
 	c := o.Model
-	m := &GPT{cfg: c, k: o.Kernels, dev: o.Device, B: o.MicroBatch, layout: c.Layout()}
+	m := &GPT{cfg: c, k: o.Kernels, dev: o.Device, B: o.MicroBatch, layout: c.Layout(), flash: o.Flash}
 	BTC := m.B * c.SeqLen * c.Hidden
-	scratch := ops.AttentionScratchSize(m.k, m.B, c.SeqLen, c.Heads)
+	scratch := 0
+	if !m.flash {
+		scratch = ops.AttentionScratchSize(m.k, m.B, c.SeqLen, c.Heads)
+	}
 	big := max(m.B*c.SeqLen*c.Vocab, 8*BTC)
 	n := 2*BTC + big + scratch
 	if c.Dropout > 0 {

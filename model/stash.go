@@ -42,7 +42,7 @@ type Stash struct {
 type layerActs struct {
 	ln1, ln1M, ln1R []float32 // (B,T,C), (B,T), (B,T)
 	qkv             []float32 // (B,T,3C)
-	att             []float32 // (B,NH,T,T) attention probabilities
+	att             []float32 // (B,NH,T,T) attention probabilities; with flash, (B,NH,T) log-sum-exps
 	atty            []float32 // (B,T,C) attention output before the projection
 	res2            []float32 // (B,T,C) residual stream between attention and MLP
 	ln2, ln2M, ln2R []float32 // (B,T,C), (B,T), (B,T)
@@ -52,12 +52,24 @@ type layerActs struct {
 
 // stashFloats is the number of fp32 values in a stash:
 //
-//	(L+1)·BTC + L·(15·BTC + 4·BT + B·NH·T²) + BTC + 2·BT + BTV + BT
+//	(L+1)·BTC + L·(15·BTC + 4·BT + A) + BTC + 2·BT + BTV + BT
+//
+// with A = B·NH·T² (attention probabilities) or, with flash, B·NH·T
+// (log-sum-exps).
 func (m *GPT) stashFloats() int {
 	c := m.cfg
 	B, T, C := m.B, c.SeqLen, c.Hidden
 	BT, BTC := B*T, B*T*C
-	return (c.Layers+1)*BTC + c.Layers*(15*BTC+4*BT+B*c.Heads*T*T) + BTC + 2*BT + BT*c.Vocab + BT
+	return (c.Layers+1)*BTC + c.Layers*(15*BTC+4*BT+m.attFloats()) + BTC + 2*BT + BT*c.Vocab + BT
+}
+
+// attFloats is A above: what one layer's attention keeps for its backward.
+func (m *GPT) attFloats() int {
+	n := m.B * m.cfg.Heads * m.cfg.SeqLen
+	if m.flash {
+		return n
+	}
+	return n * m.cfg.SeqLen
 }
 
 // StashBytes is the size of one stash: its fp32 activations and its two
@@ -80,7 +92,7 @@ func (m *GPT) NewStash() (*Stash, error) {
 	}
 	s := &Stash{buf: buf, dev: m.dev, tokBytes: tokBytes, inputs: make([]int32, BT), targets: make([]int32, BT)}
 	c := m.cfg
-	B, T, C := m.B, c.SeqLen, c.Hidden
+	C := c.Hidden
 	BTC := BT * C
 	data := buf.Data
 	next := func(n int) []float32 {
@@ -94,7 +106,7 @@ func (m *GPT) NewStash() (*Stash, error) {
 	for l := 0; l < c.Layers; l++ {
 		var a layerActs
 		a.ln1, a.ln1M, a.ln1R = next(BTC), next(BT), next(BT)
-		a.qkv, a.att, a.atty, a.res2 = next(3*BTC), next(B*c.Heads*T*T), next(BTC), next(BTC)
+		a.qkv, a.att, a.atty, a.res2 = next(3*BTC), next(m.attFloats()), next(BTC), next(BTC)
 		a.ln2, a.ln2M, a.ln2R = next(BTC), next(BT), next(BT)
 		a.fc, a.fcg = next(4*BTC), next(4*BTC)
 		s.layers = append(s.layers, a)

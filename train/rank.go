@@ -75,7 +75,7 @@ func newRank(rc rankConfig) (*rank, error) {
 		return nil, err
 	}
 	r.st = st
-	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch, Seed: j.Train.Seed}); err != nil {
+	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch, Seed: j.Train.Seed, Flash: r.set.enginePlan.Flash}); err != nil {
 		r.free()
 		return nil, err
 	}
