@@ -51,7 +51,11 @@ func microBatchBytes(j Job) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	gpt, err := model.New(model.Options{Model: j.Model, Kernels: k, Device: dev, MicroBatch: j.Train.MicroBatch})
+	p, err := j.EnginePlan()
+	if err != nil {
+		return 0, err
+	}
+	gpt, err := model.New(model.Options{Model: j.Model, Kernels: k, Device: dev, MicroBatch: j.Train.MicroBatch, Flash: p.Flash})
 	if err != nil {
 		return 0, err
 	}
