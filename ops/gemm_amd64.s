@@ -21158,3 +21158,48 @@ pairRows32_loop:
 pairRows32_done:
 	VZEROUPPER
 	RET
+
+// func widenF16(dst *float32, src *uint16, n int)
+// Requires: AVX, AVX512F
+TEXT ·widenF16(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), DI
+	MOVQ  src+8(FP), SI
+	MOVQ  n+16(FP), CX
+	SHRQ  $0x04, CX
+	TESTQ CX, CX
+	JLE   widenF16_done
+
+widenF16_loop:
+	VCVTPH2PS (SI), Z0
+	VMOVUPS   Z0, (DI)
+	ADDQ      $0x00000020, SI
+	ADDQ      $0x00000040, DI
+	DECQ      CX
+	JNE       widenF16_loop
+
+widenF16_done:
+	VZEROUPPER
+	RET
+
+// func widenBF16(dst *float32, src *uint16, n int)
+// Requires: AVX, AVX512F
+TEXT ·widenBF16(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), DI
+	MOVQ  src+8(FP), SI
+	MOVQ  n+16(FP), CX
+	SHRQ  $0x04, CX
+	TESTQ CX, CX
+	JLE   widenBF16_done
+
+widenBF16_loop:
+	VPMOVZXWD (SI), Z0
+	VPSLLD    $0x10, Z0, Z0
+	VMOVUPS   Z0, (DI)
+	ADDQ      $0x00000020, SI
+	ADDQ      $0x00000040, DI
+	DECQ      CX
+	JNE       widenBF16_loop
+
+widenBF16_done:
+	VZEROUPPER
+	RET

@@ -148,25 +148,46 @@ func (h *halfOperands) pack(src []uint16, ld int, xMajor bool, x0, nx, p0, kc in
 
 // widen is pack's fp32 panel of n lanes.
 func (h *halfOperands) widen(src []uint16, ld int, xMajor bool, x0, n, p0, kc int, pan []float32, w int) {
-	cvt := func(v uint16) float32 { return math.Float32frombits(uint32(v) << 16) }
-	if h.f16 {
-		cvt = func(v uint16) float32 { return tensor.F16Bits(v).Float32() }
-	}
-	if xMajor {
-		for x := 0; x < n; x++ {
-			row := src[(x0+x)*ld+p0 : (x0+x)*ld+p0+kc]
-			for p, v := range row {
-				pan[p*w+x] = cvt(v)
-			}
+	if !xMajor {
+		for p := 0; p < kc; p++ {
+			h.widenRow(pan[p*w:p*w+n], src[(p0+p)*ld+x0:(p0+p)*ld+x0+n])
 		}
 		return
 	}
-	for p := 0; p < kc; p++ {
-		row := src[(p0+p)*ld+x0 : (p0+p)*ld+x0+n]
-		d := pan[p*w : p*w+n]
-		for x, v := range row {
-			d[x] = cvt(v)
+	var tmp [1024]float32 // a lane's row, widened, then scattered down the panel
+	for x := 0; x < n; x++ {
+		row := src[(x0+x)*ld+p0 : (x0+x)*ld+p0+kc]
+		for c := 0; c < kc; c += len(tmp) {
+			part := row[c:min(kc, c+len(tmp))]
+			h.widenRow(tmp[:len(part)], part)
+			for p, v := range tmp[:len(part)] {
+				pan[(c+p)*w+x] = v
+			}
 		}
+	}
+}
+
+// widenRow sets dst[i] = src[i] widened to fp32: 16 at a time in AVX-512
+// (VCVTPH2PS for fp16), the rest in Go.
+func (h *halfOperands) widenRow(dst []float32, src []uint16) {
+	dst = dst[:len(src)]
+	i := 0
+	if haveAVX512 && len(src) >= 16 {
+		i = len(src) &^ 15
+		if h.f16 {
+			widenF16(&dst[0], &src[0], i)
+		} else {
+			widenBF16(&dst[0], &src[0], i)
+		}
+	}
+	if h.f16 {
+		for ; i < len(src); i++ {
+			dst[i] = tensor.F16Bits(src[i]).Float32()
+		}
+		return
+	}
+	for ; i < len(src); i++ {
+		dst[i] = math.Float32frombits(uint32(src[i]) << 16)
 	}
 }
 

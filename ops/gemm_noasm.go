@@ -10,3 +10,5 @@ func bf16Impl(g *gemmImpl) (*gemmImpl, string) { return nil, "no bf16 kernels on
 
 // pairRows32 is never called off amd64 (haveAVX512 is false).
 func pairRows32(src *uint16, ld int, dst *float32, steps int) { panic("ops: no AVX-512") }
+func widenF16(dst *float32, src *uint16, n int)               { panic("ops: no AVX-512") }
+func widenBF16(dst *float32, src *uint16, n int)              { panic("ops: no AVX-512") }

@@ -138,3 +138,9 @@ func dotLoopBF16(n int)
 
 // pairRows32 writes dst dword s*32+j = src[2s*ld+j] | src[(2s+1)*ld+j]<<16 for s < steps, j < 32.
 func pairRows32(src *uint16, ld int, dst *float32, steps int)
+
+// widenF16 sets dst[i] = float32(src[i]) for i < n (n a multiple of 16), src holding fp16 bits.
+func widenF16(dst *float32, src *uint16, n int)
+
+// widenBF16 sets dst[i] = float32(src[i]) for i < n (n a multiple of 16), src holding bf16 bits.
+func widenBF16(dst *float32, src *uint16, n int)

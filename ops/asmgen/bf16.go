@@ -135,3 +135,41 @@ func pairRows(name string) {
 	VZEROUPPER()
 	RET()
 }
+
+// widen emits
+//
+//	name(dst *float32, src *uint16, n int)
+//
+// dst[i] = src[i] widened to fp32 for i < n (n a multiple of 16), from
+// fp16 with VCVTPH2PS (exact, subnormals included) or from bf16 by
+// zero-extending each value into the high half of a dword.
+func widen(name string, f16 bool) {
+	TEXT(name, NOSPLIT, "func(dst *float32, src *uint16, n int)")
+	from := "bf16"
+	if f16 {
+		from = "fp16"
+	}
+	Doc(fmt.Sprintf("%s sets dst[i] = float32(src[i]) for i < n (n a multiple of 16), src holding %s bits.", name, from))
+	dst, src, n := reg.RDI, reg.RSI, reg.RCX
+	Load(Param("dst"), dst)
+	Load(Param("src"), src)
+	Load(Param("n"), n)
+	SHRQ(U8(4), n)
+	TESTQ(n, n)
+	JLE(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	if f16 {
+		VCVTPH2PS(Mem{Base: src}, reg.Z0)
+	} else {
+		VPMOVZXWD(Mem{Base: src}, reg.Z0)
+		VPSLLD(U8(16), reg.Z0, reg.Z0)
+	}
+	VMOVUPS(reg.Z0, Mem{Base: dst})
+	ADDQ(U32(32), src)
+	ADDQ(U32(64), dst)
+	DECQ(n)
+	JNE(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}

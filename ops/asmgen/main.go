@@ -51,6 +51,8 @@ func main() {
 	fmaLoop("fmaLoopAVX2", 8, 12)
 	dotLoop("dotLoopBF16", 24)
 	pairRows("pairRows32")
+	widen("widenF16", true)
+	widen("widenBF16", false)
 	Generate()
 }
 
