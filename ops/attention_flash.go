@@ -149,8 +149,13 @@ func (h *flashHead) backward(dqkv, dout, qkv, out, lse []float32, bh int) {
 	h.pack(kk, v, q, dy)
 	s, dp := h.ap.next(flashQBlock*flashKBlock), h.ap.next(flashQBlock*flashKBlock)
 	d := h.ap.next(g.T)
-	for i := range g.T {
-		d[i] = dot32(dy[i*g.C:i*g.C+g.HS], o[i*g.C:i*g.C+g.HS])
+	if h.simd {
+		_, _ = dy[(g.T-1)*g.C+g.HS-1], o[(g.T-1)*g.C+g.HS-1]
+		rowDotsAVX512(&d[0], &dy[0], g.C, &o[0], g.C, g.HS, g.T)
+	} else {
+		for i := range g.T {
+			d[i] = dot32(dy[i*g.C:i*g.C+g.HS], o[i*g.C:i*g.C+g.HS])
+		}
 	}
 	lrow := lse[bh*g.T : (bh+1)*g.T]
 	for i0 := 0; i0 < g.T; i0 += flashQBlock {

@@ -1100,6 +1100,75 @@ fg_end:
 	VZEROUPPER
 	RET
 
+// func rowDotsAVX512(out *float32, x *float32, ldx int, y *float32, ldy int, n int, rows int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·rowDotsAVX512(SB), NOSPLIT, $0-56
+	MOVQ  out+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  y+24(FP), DX
+	MOVQ  ldx+16(FP), BX
+	MOVQ  ldy+32(FP), SI
+	SHLQ  $0x02, BX
+	SHLQ  $0x02, SI
+	MOVQ  n+40(FP), DI
+	MOVQ  rows+48(FP), R8
+	MOVQ  DI, R9
+	ANDQ  $0x0000000f, R9
+	MOVQ  $0x00000001, R10
+	SHLXQ R9, R10, R10
+	DECQ  R10
+	KMOVW R10, K1
+	ANDQ  $-16, DI
+	TESTQ R8, R8
+	JE    rd_done
+
+rd_row:
+	VPXORD Z0, Z0, Z0
+	MOVQ   DI, R9
+	TESTQ  R9, R9
+	JE     rd_tail
+
+rd_loop:
+	VMOVUPS     (CX), Z1
+	VFMADD231PS (DX), Z1, Z0
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000040, DX
+	SUBQ        $0x00000010, R9
+	JNE         rd_loop
+
+rd_tail:
+	KORTESTW    K1, K1
+	JE          rd_end
+	VMOVUPS.Z   (CX), K1, Z1
+	VMOVUPS.Z   (DX), K1, Z2
+	VFMADD231PS Z2, Z1, Z0
+
+rd_end:
+	MOVQ       DI, R9
+	SHLQ       $0x02, R9
+	SUBQ       R9, CX
+	SUBQ       R9, DX
+	VSHUFF32X4 $0x4e, Z0, Z0, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0xb1, Z0, Z0, Z1
+	VADDPS     Z1, Z0, Z0
+	VPERMILPS  $0x4e, Z0, Z1
+	VADDPS     Z1, Z0, Z0
+	VPERMILPS  $0xb1, Z0, Z1
+	VADDPS     Z1, Z0, Z0
+	MOVL       $0x00000001, R9
+	KMOVW      R9, K2
+	VMOVUPS    Z0, K2, (AX)
+	ADDQ       $0x00000004, AX
+	ADDQ       BX, CX
+	ADDQ       SI, DX
+	DECQ       R8
+	JNE        rd_row
+
+rd_done:
+	VZEROUPPER
+	RET
+
 // func lnFwdRowsAVX512(out *float32, x *float32, w *float32, b *float32, mean *float32, rstd *float32, n int, rows int)
 // Requires: AVX, AVX512F, BMI2
 TEXT ·lnFwdRowsAVX512(SB), NOSPLIT, $0-64

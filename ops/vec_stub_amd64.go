@@ -59,6 +59,11 @@ func flashExpAVX512(p *float32, s *float32, n int, scale float32, res *float32)
 //go:noescape
 func flashGradAVX512(ds *float32, s *float32, n int, scale float32, lse float32, d float32)
 
+// rowDotsAVX512 sets out[r] = Σ_{i<n} x[r·ldx+i]·y[r·ldy+i] for r < rows (n >= 1).
+//
+//go:noescape
+func rowDotsAVX512(out *float32, x *float32, ldx int, y *float32, ldy int, n int, rows int)
+
 // lnFwdRowsAVX512 runs LayerNormForward over rows rows of n >= 1 channels: per row m = Σx/n, s = float32(1/√(float64(Σ(x−m)²/n)+ε)), out = (x−m)·s·w + b; mean[r] = m, rstd[r] = s.
 //
 //go:noescape

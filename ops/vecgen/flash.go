@@ -101,3 +101,45 @@ func flashGradK() {
 	VZEROUPPER()
 	RET()
 }
+
+// rowDotsK emits
+//
+//	rowDotsAVX512(out, x *float32, ldx int, y *float32, ldy, n, rows int)
+//
+// out[r] = Σ_{i<n} x[r·ldx+i]·y[r·ldy+i] for r < rows (n >= 1): the D =
+// rowsum(dO⊙O) of the flash backward, lanes summed as reduce does.
+func rowDotsK() {
+	text("rowDotsAVX512", "func(out, x *float32, ldx int, y *float32, ldy, n, rows int)")
+	Doc("rowDotsAVX512 sets out[r] = Σ_{i<n} x[r·ldx+i]·y[r·ldy+i] for r < rows (n >= 1).")
+	po, px, py := ptr("out"), ptr("x"), ptr("y")
+	ldx := Load(Param("ldx"), GP64()).(reg.GPVirtual)
+	ldy := Load(Param("ldy"), GP64()).(reg.GPVirtual)
+	SHLQ(U8(2), ldx)
+	SHLQ(U8(2), ldy)
+	n := Load(Param("n"), GP64()).(reg.GPVirtual)
+	rows := Load(Param("rows"), GP64()).(reg.GPVirtual)
+	k, full := tailMask(n)
+	TESTQ(rows, rows)
+	JE(LabelRef("rd_done"))
+	Label("rd_row")
+	s := zeroZ()
+	rowLoop("rd", full, k, []reg.GPVirtual{px, py}, func() {
+		v := load(px)
+		VFMADD231PS(mem(py), v, s)
+	}, func() {
+		v, w := ZMM(), ZMM()
+		VMOVUPS_Z(mem(px), k, v)
+		VMOVUPS_Z(mem(py), k, w)
+		VFMADD231PS(w, v, s)
+	})
+	reduce(s, VADDPS)
+	storeLane0(s, mem(po))
+	ADDQ(U32(4), po)
+	ADDQ(ldx, px)
+	ADDQ(ldy, py)
+	DECQ(rows)
+	JNE(LabelRef("rd_row"))
+	Label("rd_done")
+	VZEROUPPER()
+	RET()
+}

@@ -28,6 +28,7 @@ func main() {
 	softmaxGradCausalK()
 	flashExpK()
 	flashGradK()
+	rowDotsK()
 	lnFwdRows()
 	lnBwdRows()
 	lnBwdParamCols()
