@@ -6,12 +6,12 @@ import (
 )
 
 // TestFlashMatchesMaterialised trains 5 steps with flash=on and with the
-// materialising attention (alone and under dp=2) and holds the losses
+// materialising attention (alone, under dp=2 and under ZeRO-3) and holds the losses
 // within 1e-5 relative, and the measured act peak to the stash formula:
 // flash keeps L·B·NH·T log-sum-exps where the other keeps L·B·NH·T²
 // probabilities.
 func TestFlashMatchesMaterialised(t *testing.T) {
-	for _, base := range []string{"", "dp=2"} {
+	for _, base := range []string{"", "dp=2", "dp=2,zero=3"} {
 		sep := ""
 		if base != "" {
 			sep = ","
