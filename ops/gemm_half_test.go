@@ -1,7 +1,9 @@
 package ops
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -191,5 +193,44 @@ func TestMatMulBF16Fallback(t *testing.T) {
 	}
 	if bf, reason := bf16Impl(impls[0]); (bf != nil) != (k.BF16ISA() == "avx512bf16") {
 		t.Fatalf("avx512: BF16ISA() = %q, but bf16Impl gives %v (%s)", k.BF16ISA(), bf != nil, reason)
+	}
+}
+
+// countHandler counts the log records that reach it.
+type countHandler struct{ n *int }
+
+func (h countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countHandler) Handle(context.Context, slog.Record) error {
+	*h.n++
+	return nil
+}
+func (h countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestMatMulBF16NoticeOnce checks that bf16 on widening kernels says so
+// once per Kernels, its Single copies included, and VDPBF16PS never.
+func TestMatMulBF16NoticeOnce(t *testing.T) {
+	var n int
+	old := slog.Default()
+	slog.SetDefault(slog.New(countHandler{&n}))
+	defer slog.SetDefault(old)
+	a, b, c := make([]tensor.BF16Bits, 6), make([]tensor.BF16Bits, 6), make([]float32, 4)
+	k, err := New(Config{Threads: 2, ISA: "generic"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kk := range []*Kernels{k, k, k.Single()} {
+		kk.MatMulBF16(NN, 2, 2, 3, a, 3, b, 2, c, 2, false)
+	}
+	if n != 1 {
+		t.Fatalf("generic: %d notices after three bf16 matmuls, want 1", n)
+	}
+	k2, err := New(Config{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2.MatMulBF16(NN, 2, 2, 3, a, 3, b, 2, c, 2, false)
+	if want := map[bool]int{true: 1, false: 2}[k2.BF16ISA() == "avx512bf16"]; n != want {
+		t.Fatalf("auto (%s): %d notices in all, want %d", k2.BF16ISA(), n, want)
 	}
 }
