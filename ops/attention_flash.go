@@ -96,7 +96,7 @@ func (h *flashHead) forward(out, lse, qkv []float32, bh int) {
 	q, kk, v, o := g.qkvo(qkv, out, bh)
 	h.pack(kk, v, nil, nil)
 	s := h.ap.next(flashQBlock * flashKBlock)
-	m, l := h.ap.next(flashQBlock), h.ap.next(flashQBlock)
+	m, l, al := h.ap.next(flashQBlock), h.ap.next(flashQBlock), h.ap.next(flashQBlock)
 	lrow := lse[bh*g.T : (bh+1)*g.T]
 	for i0 := 0; i0 < g.T; i0 += flashQBlock {
 		rows := min(flashQBlock, g.T-i0)
@@ -108,34 +108,51 @@ func (h *flashHead) forward(out, lse, qkv []float32, bh int) {
 			w := min(flashKBlock, i1-j0)
 			h.abT(s, flashKBlock, q[i0*3*g.C:], 3*g.C, i0, rows, kk, h.kt, j0, w)
 			for r := range rows {
-				h.onlineRow(s[r*flashKBlock:r*flashKBlock+w], i0+r-j0+1, &m[r], &l[r], o[(i0+r)*g.C:(i0+r)*g.C+g.HS], j0 > 0)
+				al[r] = h.onlineRow(s[r*flashKBlock:r*flashKBlock+w], i0+r-j0+1, &m[r], &l[r])
+			}
+			if j0 > 0 { // O holds the earlier key blocks: rescale it
+				scaleRows(h.simd, o[i0*g.C:], g.C, g.HS, al[:rows])
 			}
 			h.ab(o[i0*g.C:], g.C, s, flashKBlock, i0, rows, w, v, h.vp, j0, j0 > 0)
 		}
 		for r := range rows {
-			rowScale(o[(i0+r)*g.C:(i0+r)*g.C+g.HS], 1/l[r])
+			al[r] = 1 / l[r]
 			lrow[i0+r] = m[r] + float32(math.Log(float64(l[r])))
 		}
+		scaleRows(h.simd, o[i0*g.C:], g.C, g.HS, al[:rows])
 	}
 }
 
 // onlineRow is the forward's step for one query row over a key block:
 // srow holds its scores and receives P (zero past the nv keys it may
-// see); m, l are updated and the row of O (not yet holding anything when
-// !started) rescaled by exp(m − m').
-func (h *flashHead) onlineRow(srow []float32, nv int, m, l *float32, orow []float32, started bool) {
+// see); m, l are updated, and it returns exp(m − m'), the factor of the
+// row's O so far (0 for the first block, where m = −∞).
+func (h *flashHead) onlineRow(srow []float32, nv int, m, l *float32) float32 {
 	nv = min(nv, len(srow))
 	if nv <= 0 { // every key of the block is after this query
 		clear(srow)
-		return
+		return 1
 	}
 	m1, sum := flashExpRow(h.simd, srow[:nv], h.g.scale, *m)
 	clear(srow[nv:])
-	a := exp32(*m - m1) // 0 for the first block (m = −∞)
+	a := exp32(*m - m1)
 	*l = *l*a + sum
 	*m = m1
-	if started {
-		rowScale(orow, a)
+	return a
+}
+
+// scaleRows sets x[r·ld+i] *= a[r] for i < n, r < len(a).
+func scaleRows(v bool, x []float32, ld, n int, a []float32) {
+	if len(a) == 0 {
+		return
+	}
+	_ = x[(len(a)-1)*ld+n-1]
+	if v {
+		scaleRowsAVX512(&x[0], ld, n, len(a), &a[0])
+		return
+	}
+	for r, f := range a {
+		rowScale(x[r*ld:r*ld+n], f)
 	}
 }
 

@@ -1169,6 +1169,59 @@ rd_done:
 	VZEROUPPER
 	RET
 
+// func scaleRowsAVX512(x *float32, ld int, n int, rows int, a *float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·scaleRowsAVX512(SB), NOSPLIT, $0-40
+	MOVQ  x+0(FP), AX
+	MOVQ  a+32(FP), CX
+	MOVQ  ld+8(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  n+16(FP), BX
+	MOVQ  rows+24(FP), SI
+	MOVQ  BX, DI
+	ANDQ  $0x0000000f, DI
+	MOVQ  $0x00000001, R8
+	SHLXQ DI, R8, R8
+	DECQ  R8
+	KMOVW R8, K1
+	ANDQ  $-16, BX
+	TESTQ SI, SI
+	JE    sr_done
+
+sr_row:
+	VBROADCASTSS (CX), Z0
+	MOVQ         BX, DI
+	TESTQ        DI, DI
+	JE           sr_tail
+
+sr_loop:
+	VMOVUPS (AX), Z1
+	VMULPS  Z0, Z1, Z1
+	VMOVUPS Z1, (AX)
+	ADDQ    $0x00000040, AX
+	SUBQ    $0x00000010, DI
+	JNE     sr_loop
+
+sr_tail:
+	KORTESTW  K1, K1
+	JE        sr_end
+	VMOVUPS.Z (AX), K1, Z1
+	VMULPS    Z0, Z1, Z1
+	VMOVUPS   Z1, K1, (AX)
+
+sr_end:
+	MOVQ BX, DI
+	SHLQ $0x02, DI
+	SUBQ DI, AX
+	ADDQ $0x00000004, CX
+	ADDQ DX, AX
+	DECQ SI
+	JNE  sr_row
+
+sr_done:
+	VZEROUPPER
+	RET
+
 // func lnFwdRowsAVX512(out *float32, x *float32, w *float32, b *float32, mean *float32, rstd *float32, n int, rows int)
 // Requires: AVX, AVX512F, BMI2
 TEXT ·lnFwdRowsAVX512(SB), NOSPLIT, $0-64

@@ -28,3 +28,4 @@ func flashGradAVX512(ds, s *float32, n int, scale, lse, d float32)     { panic("
 func rowDotsAVX512(out, x *float32, ldx int, y *float32, ldy, n, rows int) {
 	panic("ops: no AVX-512")
 }
+func scaleRowsAVX512(x *float32, ld, n, rows int, a *float32) { panic("ops: no AVX-512") }

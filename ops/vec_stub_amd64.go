@@ -64,6 +64,11 @@ func flashGradAVX512(ds *float32, s *float32, n int, scale float32, lse float32,
 //go:noescape
 func rowDotsAVX512(out *float32, x *float32, ldx int, y *float32, ldy int, n int, rows int)
 
+// scaleRowsAVX512 sets x[r·ld+i] *= a[r] for i < n (n >= 1), r < rows.
+//
+//go:noescape
+func scaleRowsAVX512(x *float32, ld int, n int, rows int, a *float32)
+
 // lnFwdRowsAVX512 runs LayerNormForward over rows rows of n >= 1 channels: per row m = Σx/n, s = float32(1/√(float64(Σ(x−m)²/n)+ε)), out = (x−m)·s·w + b; mean[r] = m, rstd[r] = s.
 //
 //go:noescape

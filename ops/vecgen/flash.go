@@ -143,3 +143,42 @@ func rowDotsK() {
 	VZEROUPPER()
 	RET()
 }
+
+// scaleRowsK emits
+//
+//	scaleRowsAVX512(x *float32, ld, n, rows int, a *float32)
+//
+// x[r·ld+i] *= a[r] for i < n (n >= 1), r < rows: the flash forward's
+// rescaling of output rows by exp(m − m') and its final 1/l.
+func scaleRowsK() {
+	text("scaleRowsAVX512", "func(x *float32, ld, n, rows int, a *float32)")
+	Doc("scaleRowsAVX512 sets x[r·ld+i] *= a[r] for i < n (n >= 1), r < rows.")
+	px, pa := ptr("x"), ptr("a")
+	ld := Load(Param("ld"), GP64()).(reg.GPVirtual)
+	SHLQ(U8(2), ld)
+	n := Load(Param("n"), GP64()).(reg.GPVirtual)
+	rows := Load(Param("rows"), GP64()).(reg.GPVirtual)
+	k, full := tailMask(n)
+	TESTQ(rows, rows)
+	JE(LabelRef("sr_done"))
+	Label("sr_row")
+	s := ZMM()
+	VBROADCASTSS(mem(pa), s)
+	rowLoop("sr", full, k, []reg.GPVirtual{px}, func() {
+		v := load(px)
+		VMULPS(s, v, v)
+		VMOVUPS(v, mem(px))
+	}, func() {
+		v := ZMM()
+		VMOVUPS_Z(mem(px), k, v)
+		VMULPS(s, v, v)
+		VMOVUPS(v, k, mem(px))
+	})
+	ADDQ(U32(4), pa)
+	ADDQ(ld, px)
+	DECQ(rows)
+	JNE(LabelRef("sr_row"))
+	Label("sr_done")
+	VZEROUPPER()
+	RET()
+}

@@ -29,6 +29,7 @@ func main() {
 	flashExpK()
 	flashGradK()
 	rowDotsK()
+	scaleRowsK()
 	lnFwdRows()
 	lnBwdRows()
 	lnBwdParamCols()
