@@ -128,7 +128,7 @@ func (h *halfOperands) pack(src []uint16, ld int, xMajor bool, x0, nx, p0, kc in
 		pan := dst[q*w*kd : (q+1)*w*kd]
 		xs := x0 + q*w
 		switch {
-		case h.pairs && xMajor && ld%2 == 0 && p0%2 == 0 && kc%2 == 0:
+		case h.pairs && xMajor && ld%2 == 0 && p0%2 == 0 && kc%2 == 0 && uintptr(unsafe.Pointer(&src[0]))%4 == 0:
 			// A row's pairs are its dwords: transpose them as fp32 bits.
 			h.pk.transpose(unsafe.Slice((*float32)(unsafe.Pointer(&src[0])), len(src)/2), ld/2, xs, p0/2, n, kc/2, pan, w)
 		case h.pairs && xMajor:
