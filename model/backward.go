@@ -126,7 +126,7 @@ func (m *GPT) BlockBackward(p Params, s *Stash, l int) error {
 	dqkv, datty := m.big[:3*BTC], m.big[4*BTC:5*BTC]
 	dbr = m.branchGrad(s, m.drop.attn[l])
 	ops.LinearBackwardSet(k, datty, dv.projw, dv.projb, dbr, a.atty, v.projw, BT, C, C)
-	ops.AttentionBackwardSet(k, dqkv, m.scratch, datty, a.qkv, a.att, B, T, C, c.Heads)
+	m.attnBackward(dqkv, datty, a, B, T, C, c.Heads)
 	ops.LinearBackwardSet(k, m.dln, dv.qkvw, dv.qkvb, dqkv, a.ln1, v.qkvw, BT, C, 3*C)
 	ops.LayerNormBackward(k, m.dres, dv.ln1w, dv.ln1b, m.dln, s.res[l], v.ln1w, a.ln1M, a.ln1R, BT, C)
 	return gradsDone(p, u)

@@ -6,11 +6,30 @@ import "trellis/ops"
 type dims struct {
 	t, r    int
 	sp      bool
-	C, Cl   int // model width and the rank's attention width C' = C/t
-	F       int // the rank's MLP width 4C/t
-	NH      int // the rank's heads NH/t
-	Vl      int // wte rows held, V' = ⌈V/t⌉ (padding included)
-	vlo, vn int // the global ids [vlo, vlo+vn) of the real rows
+	C, Cl   int  // model width and the rank's attention width C' = C/t
+	F       int  // the rank's MLP width 4C/t
+	NH      int  // the rank's heads NH/t
+	Vl      int  // wte rows held, V' = ⌈V/t⌉ (padding included)
+	vlo, vn int  // the global ids [vlo, vlo+vn) of the real rows
+	flash   bool // IO-aware attention (Options.Flash)
+}
+
+// attFloats is what one layer's attention keeps for its backward: the
+// (B,NH',T,T) probabilities, or with flash the (B,NH',T) log-sum-exps.
+func (d dims) attFloats(B, T int) int {
+	if d.flash {
+		return B * d.NH * T
+	}
+	return B * d.NH * T * T
+}
+
+// attnScratch is the materialising backward's (T,T) scratch per worker;
+// flash needs none.
+func (d dims) attnScratch(k *ops.Kernels, B, T int) int {
+	if d.flash {
+		return 0
+	}
+	return ops.AttentionScratchSize(k, B, T, d.NH)
 }
 
 func newDims(c Config, p Part) dims {
@@ -58,7 +77,7 @@ func (s wsSizes) total() int {
 func (d dims) workspace(k *ops.Kernels, B int, c Config) wsSizes {
 	BT := B * c.SeqLen
 	BTC, n := BT*d.C, d.tokens(BT)
-	s := wsSizes{dres: n * d.C, dln: BTC, big: max(BT*d.Vl, 2*BT*d.F), scratch: ops.AttentionScratchSize(k, B, c.SeqLen, d.NH)}
+	s := wsSizes{dres: n * d.C, dln: BTC, big: max(BT*d.Vl, 2*BT*d.F), scratch: d.attnScratch(k, B, c.SeqLen)}
 	if c.Dropout > 0 || d.t > 1 {
 		s.branch = n * d.C
 	}

@@ -82,7 +82,7 @@ func (m *GPT) BlockForward(p Params, s *Stash, l int) error {
 	x, out := s.res[l], s.res[l+1]
 	ops.LayerNormForward(k, a.ln1, a.ln1M, a.ln1R, x, v.ln1w, v.ln1b, BT, C)
 	ops.LinearForward(k, a.qkv, a.ln1, v.qkvw, v.qkvb, BT, C, 3*C)
-	ops.AttentionForward(k, a.atty, a.att, a.qkv, B, T, C, c.Heads)
+	m.attnForward(a, B, T, C, c.Heads)
 	m.residualBranch(s, a.res2, x, a.atty, v.projw, v.projb, C, l, false)
 	ops.LayerNormForward(k, a.ln2, a.ln2M, a.ln2R, a.res2, v.ln2w, v.ln2b, BT, C)
 	ops.LinearForward(k, a.fc, a.ln2, v.fcw, v.fcb, BT, C, 4*C)

@@ -22,6 +22,10 @@ type Options struct {
 	Part Part
 	// TP is the tensor-parallel group's communication (nil: one rank).
 	TP TPComm
+	// Flash runs IO-aware attention (ops.FlashAttentionForward/Backward):
+	// the stash keeps (B,NH,T) log-sum-exps instead of the (B,NH,T,T)
+	// probabilities and the backward needs no (T,T) scratch.
+	Flash bool
 }
 
 // Validate checks the options.
@@ -55,6 +59,7 @@ type GPT struct {
 	part   Part
 	d      dims
 	tp     TPComm
+	flash  bool // Options.Flash
 
 	ws *device.Buffer // workspace, carved into the slices below
 	// dres is the gradient of the residual stream, updated in place from
@@ -86,8 +91,9 @@ func New(o Options) (*GPT, error) {
 		return nil, err
 	}
 	c := o.Model
-	m := &GPT{cfg: c, k: o.Kernels, dev: o.Device, B: o.MicroBatch, layout: c.PartLayout(o.Part), part: o.Part, tp: o.TP}
+	m := &GPT{cfg: c, k: o.Kernels, dev: o.Device, B: o.MicroBatch, layout: c.PartLayout(o.Part), part: o.Part, tp: o.TP, flash: o.Flash}
 	m.d = newDims(c, o.Part)
+	m.d.flash = o.Flash
 	if m.tp == nil {
 		m.tp = soloTP{}
 	}

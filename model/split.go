@@ -105,7 +105,7 @@ func (m *GPT) BlockBackwardInput(p Params, s *Stash, w *WeightStash, l int) erro
 	copy(d.proj, m.branchGrad(s, m.drop.attn[l]))
 	k.MatMul(ops.NN, BT, C, C, d.proj, C, v.projw, C, datty, C, false)
 	ops.BiasBackward(k, dv.projb, d.proj, BT, C)
-	ops.AttentionBackwardSet(k, d.qkv, m.scratch, datty, a.qkv, a.att, B, T, C, c.Heads)
+	m.attnBackward(d.qkv, datty, a, B, T, C, c.Heads)
 	k.MatMul(ops.NN, BT, C, 3*C, d.qkv, 3*C, v.qkvw, C, m.dln, C, false)
 	ops.BiasBackward(k, dv.qkvb, d.qkv, BT, 3*C)
 	ops.LayerNormBackward(k, m.dres, dv.ln1w, dv.ln1b, m.dln, s.res[l], v.ln1w, a.ln1M, a.ln1R, BT, C)

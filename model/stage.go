@@ -11,15 +11,16 @@ import (
 // blocks' activations and, for the last stage (head), the final LayerNorm,
 // the softmax probabilities and the per-token losses:
 //
-//	(hi−lo+1)·BTC + (hi−lo)·(15·BTC + 4·BT + B·NH·T²) [+ BTC + 2·BT + BTV + BT]
+//	(hi−lo+1)·BTC + (hi−lo)·(15·BTC + 4·BT + A) [+ BTC + 2·BT + BTV + BT]
 //
-// NewStash's whole-model stash is the stage [0, L) with the head.
+// with A as in stashFloats (B·NH·T², or B·NH·T with flash). NewStash's
+// whole-model stash is the stage [0, L) with the head.
 func (m *GPT) StageStashFloats(lo, hi int, head bool) int {
 	c := m.cfg
 	B, T, C := m.B, c.SeqLen, c.Hidden
 	BT, BTC := B*T, B*T*C
 	n := hi - lo
-	f := (n+1)*BTC + n*(15*BTC+4*BT+B*c.Heads*T*T)
+	f := (n+1)*BTC + n*(15*BTC+4*BT+m.d.attFloats(B, T))
 	if head {
 		f += BTC + 2*BT + BT*c.Vocab + BT
 	}
@@ -70,7 +71,7 @@ func (m *GPT) NewStageStash(lo, hi int, head bool) (*Stash, error) {
 	for l := lo; l < hi; l++ {
 		a := &s.layers[l]
 		a.ln1, a.ln1M, a.ln1R = next(BTC), next(BT), next(BT)
-		a.qkv, a.att, a.atty, a.res2 = next(3*BTC), next(B*c.Heads*T*T), next(BTC), next(BTC)
+		a.qkv, a.att, a.atty, a.res2 = next(3*BTC), next(m.d.attFloats(B, T)), next(BTC), next(BTC)
 		a.ln2, a.ln2M, a.ln2R = next(BTC), next(BT), next(BT)
 		a.fc, a.fcg = next(4*BTC), next(4*BTC)
 	}

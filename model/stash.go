@@ -45,7 +45,7 @@ type Stash struct {
 type layerActs struct {
 	ln1, ln1M, ln1R []float32 // (n,C), (n), (n)
 	qkv             []float32 // (B,T,3C')
-	att             []float32 // (B,NH',T,T) attention probabilities
+	att             []float32 // (B,NH',T,T) attention probabilities; with flash, (B,NH',T) log-sum-exps
 	atty            []float32 // (B,T,C') attention output before the projection
 	res2            []float32 // (n,C) residual stream between attention and MLP
 	ln2, ln2M, ln2R []float32 // (n,C), (n), (n)
@@ -56,15 +56,16 @@ type layerActs struct {
 // stashFloats is the number of fp32 values in a stash, with n = BT
 // (BT/t with SP), C' = C/t, F = 4C/t, NH' = NH/t, V' = ⌈V/t⌉:
 //
-//	(L+1)·nC + L·(3·nC + 4·n + 4·BTC' + 2·BTF + B·NH'·T²) + nC + 2n + BTV' + BT
+//	(L+1)·nC + L·(3·nC + 4·n + 4·BTC' + 2·BTF + A) + nC + 2n + BTV' + BT
 //
-// which for t = 1 is (L+1)·BTC + L·(15·BTC + 4·BT + B·NH·T²) + BTC + 2·BT + BTV + BT.
+// with A = B·NH'·T² (attention probabilities) or, with flash, B·NH'·T
+// (log-sum-exps), which for t = 1 is (L+1)·BTC + L·(15·BTC + 4·BT + B·NH·T²) + BTC + 2·BT + BTV + BT.
 func (m *GPT) stashFloats() int {
 	c, d := m.cfg, m.d
 	B, T, C := m.B, c.SeqLen, c.Hidden
 	BT := B * T
 	n := d.tokens(BT)
-	perLayer := 3*n*C + 4*n + 4*BT*d.Cl + 2*BT*d.F + B*d.NH*T*T
+	perLayer := 3*n*C + 4*n + 4*BT*d.Cl + 2*BT*d.F + d.attFloats(B, T)
 	return (c.Layers+1)*n*C + c.Layers*perLayer + n*C + 2*n + BT*d.Vl + BT
 }
 
@@ -103,7 +104,7 @@ func (m *GPT) NewStash() (*Stash, error) {
 	for l := 0; l < c.Layers; l++ {
 		var a layerActs
 		a.ln1, a.ln1M, a.ln1R = next(nC), next(n), next(n)
-		a.qkv, a.att, a.atty, a.res2 = next(3*BT*d.Cl), next(B*d.NH*T*T), next(BT*d.Cl), next(nC)
+		a.qkv, a.att, a.atty, a.res2 = next(3*BT*d.Cl), next(d.attFloats(B, T)), next(BT*d.Cl), next(nC)
 		a.ln2, a.ln2M, a.ln2R = next(nC), next(n), next(n)
 		a.fc, a.fcg = next(BT*d.F), next(BT*d.F)
 		s.layers = append(s.layers, a)

@@ -120,7 +120,7 @@ func (m *GPT) blockBackwardTP(w, g []float32, s *Stash, l int) error {
 		return err
 	}
 	ops.LinearBackwardSet(k, datty, dv.projw, dv.projb, dy, a.atty, v.projw, bt, d.Cl, C)
-	ops.AttentionBackwardSet(k, dqkv, m.scratch, datty, a.qkv, a.att, B, T, d.Cl, d.NH)
+	m.attnBackward(dqkv, datty, a, B, T, d.Cl, d.NH)
 	if z, err = m.enterCol(a.ln1[:n*C], bt); err != nil {
 		return err
 	}

@@ -103,7 +103,7 @@ func (m *GPT) blockForwardTP(w []float32, s *Stash, l int) error {
 		return err
 	}
 	ops.LinearForward(k, a.qkv, z, v.qkvw, v.qkvb, bt, C, 3*d.Cl)
-	ops.AttentionForward(k, a.atty, a.att, a.qkv, B, T, d.Cl, d.NH)
+	m.attnForward(a, B, T, d.Cl, d.NH)
 	if err := m.rowBranch(s, a.res2[:n*C], x, a.atty, v.projw, v.projb, d.Cl, m.drop.attn[l]); err != nil {
 		return err
 	}

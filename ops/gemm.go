@@ -121,8 +121,9 @@ func alignedFloats(n int) []float32 {
 
 // matmulCheck panics when the operands are too short for the shapes and
 // strides: the micro-kernels write through raw pointers, so this is the
-// line that keeps a caller's mistake from corrupting memory.
-func matmulCheck(l Layout, m, n, kk int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+// line that keeps a caller's mistake from corrupting memory. E is the
+// element type of A and B (fp32, or the bits of bf16 and fp16).
+func matmulCheck[E any](l Layout, m, n, kk int, a []E, lda int, b []E, ldb int, c []float32, ldc int) {
 	if m < 0 || n < 0 || kk < 0 {
 		panic(fmt.Sprintf("ops: MatMul: negative size m=%d n=%d k=%d", m, n, kk))
 	}
@@ -136,20 +137,20 @@ func matmulCheck(l Layout, m, n, kk int, a []float32, lda int, b []float32, ldb 
 	default:
 		panic(fmt.Sprintf("ops: MatMul: unknown %v", l))
 	}
-	need := func(name string, s []float32, rows, cols, ld int) {
+	need := func(name string, size, rows, cols, ld int) {
 		if rows == 0 || cols == 0 {
 			return
 		}
 		if ld < cols {
 			panic(fmt.Sprintf("ops: MatMul %v: ld%s=%d < %d columns", l, name, ld, cols))
 		}
-		if len(s) < (rows-1)*ld+cols {
-			panic(fmt.Sprintf("ops: MatMul %v: len(%s)=%d < %d for (%d,%d) with stride %d", l, name, len(s), (rows-1)*ld+cols, rows, cols, ld))
+		if size < (rows-1)*ld+cols {
+			panic(fmt.Sprintf("ops: MatMul %v: len(%s)=%d < %d for (%d,%d) with stride %d", l, name, size, (rows-1)*ld+cols, rows, cols, ld))
 		}
 	}
-	need("a", a, ar, ac, lda)
-	need("b", b, br, bc, ldb)
-	need("c", c, m, n, ldc)
+	need("a", len(a), ar, ac, lda)
+	need("b", len(b), br, bc, ldb)
+	need("c", len(c), m, n, ldc)
 }
 
 // MatMul computes C = op(A)·op(B) (accumulate false) or C += op(A)·op(B)
@@ -181,25 +182,32 @@ func (k *Kernels) MatMul(l Layout, m, n, kk int, a []float32, lda int, b []float
 func (k *Kernels) matMulEp(l Layout, m, n, kk int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, src, bias []float32) {
 	matmulCheck(l, m, n, kk, a, lda, b, ldb, c, ldc)
 	epilogueCheck(m, n, ldc, src, bias)
-	if m == 0 || n == 0 {
+	k.start(gemm{impl: k.impl, bufs: k.bufs, l: l, m: m, n: n, k: kk,
+		a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc, src: src, bias: bias})
+}
+
+// start runs the checked product g on up to k.Threads() goroutines, fewer
+// when each would get less than g.impl.minFlops; with a depth of 0 it
+// only applies the epilogue.
+func (k *Kernels) start(g gemm) {
+	if g.m == 0 || g.n == 0 {
 		return
 	}
-	if kk == 0 {
-		for i := 0; i < m; i++ {
+	if g.k == 0 {
+		for i := 0; i < g.m; i++ {
 			var s []float32
-			if src != nil {
-				s = src[i*ldc : i*ldc+n]
+			if g.src != nil {
+				s = g.src[i*g.ldc : i*g.ldc+g.n]
 			}
-			epilogueRow(c[i*ldc:i*ldc+n], s, bias)
+			epilogueRow(g.c[i*g.ldc:i*g.ldc+g.n], s, g.bias)
 		}
 		return
 	}
 	t := k.threads
-	if g := k.impl.minFlops; g > 0 && 2*m*n*kk/g < t {
-		t = max(2*m*n*kk/g, 1)
+	if f := g.impl.minFlops; f > 0 && 2*g.m*g.n*g.k/f < t {
+		t = max(2*g.m*g.n*g.k/f, 1)
 	}
-	g := gemm{impl: k.impl, bufs: k.bufs, threads: t, l: l, m: m, n: n, k: kk,
-		a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc, src: src, bias: bias}
+	g.threads = t
 	g.run()
 }
 

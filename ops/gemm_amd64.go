@@ -31,6 +31,24 @@ func archImpls() []*gemmImpl {
 	return out
 }
 
+// bf16Impl returns the VDPBF16PS micro-kernels that go with the fp32
+// impl g (avx512 only), or nil and the reason there are none.
+func bf16Impl(g *gemmImpl) (*gemmImpl, string) {
+	switch {
+	case g.name != "avx512":
+		return nil, "isa " + g.name + " has no bf16 kernels"
+	case !cpu.X86.HasAVX512BF16:
+		return nil, "this CPU lacks AVX512_BF16"
+	}
+	return &gemmImpl{
+		name: "avx512bf16", mr: 12, nr: 32, kc: 512, mc: 1032, nc: 512, // kc counts k: 256 pairs, the bytes of fp32's 256
+		kernels: []microKernel{nil, gemmBF16_1x32, gemmBF16_2x32, gemmBF16_3x32, gemmBF16_4x32, gemmBF16_5x32, gemmBF16_6x32,
+			gemmBF16_7x32, gemmBF16_8x32, gemmBF16_9x32, gemmBF16_10x32, gemmBF16_11x32, gemmBF16_12x32},
+		masked: true, pack: packer{copy: packCopyAVX512, transpose: packTransposeAVX512}, // moves pairs as dwords (gemm_half.go)
+		peak: dotLoopBF16, peakFlops: 24 * 64, minFlops: minFlopsPerThread,
+	}, ""
+}
+
 // packTransposeAVX512 is packTranspose with the 16-column blocks of full
 // 12- and 32-row panels (the A and B panels of the AVX-512 kernel)
 // transposed in registers.

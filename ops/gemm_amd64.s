@@ -9784,6 +9784,10320 @@ gemmAVX512_12x32r_overwrite:
 	VZEROUPPER
 	RET
 
+// func gemmBF16_1x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmBF16_1x32(SB), NOSPLIT, $0-80
+	MOVQ       cols+56(FP), CX
+	MOVQ       $0x00000001, AX
+	SHLQ       CL, AX
+	DECQ       AX
+	KMOVW      AX, K1
+	SHRQ       $0x10, AX
+	KMOVW      AX, K2
+	MOVQ       kc+0(FP), CX
+	MOVQ       a+8(FP), AX
+	MOVQ       sa+16(FP), R8
+	MOVQ       b+24(FP), BX
+	MOVQ       sb+32(FP), R9
+	MOVQ       c+40(FP), DX
+	MOVQ       ldc+48(FP), SI
+	SHLQ       $0x02, R8
+	SHLQ       $0x02, R9
+	SHLQ       $0x02, SI
+	MOVQ       DX, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmBF16_1x32_zero
+	CMPQ       R10, DX
+	JE         gemmBF16_1x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmBF16_1x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	SUBQ   $0x00000004, CX
+	JL     gemmBF16_1x32_tail
+
+gemmBF16_1x32_loop:
+	VMOVUPS      (BX), Z2
+	VMOVUPS      64(BX), Z3
+	VPBROADCASTD (AX), Z4
+
+	// VDPBF16PS Z4, Z2, Z0
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x6e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z4, Z3, Z1
+	BYTE         $0x62
+	BYTE         $0xf2
+	BYTE         $0x66
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcc
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z2
+	VMOVUPS      64(BX), Z3
+	VPBROADCASTD (AX), Z5
+
+	// VDPBF16PS Z5, Z2, Z0
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x6e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc5
+
+	// VDPBF16PS Z5, Z3, Z1
+	BYTE         $0x62
+	BYTE         $0xf2
+	BYTE         $0x66
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcd
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z2
+	VMOVUPS      64(BX), Z3
+	VPBROADCASTD (AX), Z6
+
+	// VDPBF16PS Z6, Z2, Z0
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x6e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z6, Z3, Z1
+	BYTE         $0x62
+	BYTE         $0xf2
+	BYTE         $0x66
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xce
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z2
+	VMOVUPS      64(BX), Z3
+	VPBROADCASTD (AX), Z7
+
+	// VDPBF16PS Z7, Z2, Z0
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x6e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc7
+
+	// VDPBF16PS Z7, Z3, Z1
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x66
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xcf
+	ADDQ R8, AX
+	ADDQ R9, BX
+	SUBQ $0x00000004, CX
+	JGE  gemmBF16_1x32_loop
+
+gemmBF16_1x32_tail:
+	ADDQ $0x00000004, CX
+	JE   gemmBF16_1x32_store
+
+gemmBF16_1x32_one:
+	VMOVUPS      (BX), Z2
+	VMOVUPS      64(BX), Z3
+	VPBROADCASTD (AX), Z4
+
+	// VDPBF16PS Z4, Z2, Z0
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x6e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z4, Z3, Z1
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x66
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xcc
+	ADDQ R8, AX
+	ADDQ R9, BX
+	DECQ CX
+	JNE  gemmBF16_1x32_one
+
+gemmBF16_1x32_store:
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmBF16_1x32_nobias
+	VMOVUPS.Z (R11), K1, Z2
+	VMOVUPS.Z 64(R11), K2, Z3
+	TESTQ     R10, R10
+	JE        gemmBF16_1x32_bias
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z4
+	VADDPS    Z2, Z4, Z4
+	VADDPS    Z4, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z5
+	VADDPS    Z3, Z5, Z5
+	VADDPS    Z5, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_1x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z2, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z3, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_1x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmBF16_1x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z4
+	VADDPS    Z4, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z5
+	VADDPS    Z5, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_1x32_overwrite:
+	MOVQ    DX, DI
+	VMOVUPS Z0, K1, (DI)
+	VMOVUPS Z1, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+// func gemmBF16_2x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmBF16_2x32(SB), NOSPLIT, $0-80
+	MOVQ       cols+56(FP), CX
+	MOVQ       $0x00000001, AX
+	SHLQ       CL, AX
+	DECQ       AX
+	KMOVW      AX, K1
+	SHRQ       $0x10, AX
+	KMOVW      AX, K2
+	MOVQ       kc+0(FP), CX
+	MOVQ       a+8(FP), AX
+	MOVQ       sa+16(FP), R8
+	MOVQ       b+24(FP), BX
+	MOVQ       sb+32(FP), R9
+	MOVQ       c+40(FP), DX
+	MOVQ       ldc+48(FP), SI
+	SHLQ       $0x02, R8
+	SHLQ       $0x02, R9
+	SHLQ       $0x02, SI
+	MOVQ       DX, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmBF16_2x32_zero
+	CMPQ       R10, DX
+	JE         gemmBF16_2x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmBF16_2x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	SUBQ   $0x00000004, CX
+	JL     gemmBF16_2x32_tail
+
+gemmBF16_2x32_loop:
+	VMOVUPS      (BX), Z4
+	VMOVUPS      64(BX), Z5
+	VPBROADCASTD (AX), Z6
+
+	// VDPBF16PS Z6, Z4, Z0
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x5e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z6, Z5, Z1
+	BYTE         $0x62
+	BYTE         $0xf2
+	BYTE         $0x56
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 4(AX), Z7
+
+	// VDPBF16PS Z7, Z4, Z2
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x5e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z7, Z5, Z3
+	BYTE         $0x62
+	BYTE         $0xf2
+	BYTE         $0x56
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdf
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z4
+	VMOVUPS      64(BX), Z5
+	VPBROADCASTD (AX), Z8
+
+	// VDPBF16PS Z8, Z4, Z0
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x5e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z8, Z5, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x56
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc8
+	VPBROADCASTD 4(AX), Z9
+
+	// VDPBF16PS Z9, Z4, Z2
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x5e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd1
+
+	// VDPBF16PS Z9, Z5, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x56
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd9
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z4
+	VMOVUPS      64(BX), Z5
+	VPBROADCASTD (AX), Z10
+
+	// VDPBF16PS Z10, Z4, Z0
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x5e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z10, Z5, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x56
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 4(AX), Z11
+
+	// VDPBF16PS Z11, Z4, Z2
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x5e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z11, Z5, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x56
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdb
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z4
+	VMOVUPS      64(BX), Z5
+	VPBROADCASTD (AX), Z12
+
+	// VDPBF16PS Z12, Z4, Z0
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x5e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z12, Z5, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x56
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 4(AX), Z13
+
+	// VDPBF16PS Z13, Z4, Z2
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x5e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd5
+
+	// VDPBF16PS Z13, Z5, Z3
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x56
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xdd
+	ADDQ R8, AX
+	ADDQ R9, BX
+	SUBQ $0x00000004, CX
+	JGE  gemmBF16_2x32_loop
+
+gemmBF16_2x32_tail:
+	ADDQ $0x00000004, CX
+	JE   gemmBF16_2x32_store
+
+gemmBF16_2x32_one:
+	VMOVUPS      (BX), Z4
+	VMOVUPS      64(BX), Z5
+	VPBROADCASTD (AX), Z6
+
+	// VDPBF16PS Z6, Z4, Z0
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x5e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z6, Z5, Z1
+	BYTE         $0x62
+	BYTE         $0xf2
+	BYTE         $0x56
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 4(AX), Z7
+
+	// VDPBF16PS Z7, Z4, Z2
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x5e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z7, Z5, Z3
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x56
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xdf
+	ADDQ R8, AX
+	ADDQ R9, BX
+	DECQ CX
+	JNE  gemmBF16_2x32_one
+
+gemmBF16_2x32_store:
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmBF16_2x32_nobias
+	VMOVUPS.Z (R11), K1, Z4
+	VMOVUPS.Z 64(R11), K2, Z5
+	TESTQ     R10, R10
+	JE        gemmBF16_2x32_bias
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z6
+	VADDPS    Z4, Z6, Z6
+	VADDPS    Z6, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z7
+	VADDPS    Z5, Z7, Z7
+	VADDPS    Z7, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z6
+	VADDPS    Z4, Z6, Z6
+	VADDPS    Z6, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z7
+	VADDPS    Z5, Z7, Z7
+	VADDPS    Z7, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_2x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z4, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z5, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z4, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z5, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_2x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmBF16_2x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z6
+	VADDPS    Z6, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z7
+	VADDPS    Z7, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z6
+	VADDPS    Z6, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z7
+	VADDPS    Z7, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_2x32_overwrite:
+	MOVQ    DX, DI
+	VMOVUPS Z0, K1, (DI)
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z2, K1, (DI)
+	VMOVUPS Z3, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+// func gemmBF16_3x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmBF16_3x32(SB), NOSPLIT, $0-80
+	MOVQ       cols+56(FP), CX
+	MOVQ       $0x00000001, AX
+	SHLQ       CL, AX
+	DECQ       AX
+	KMOVW      AX, K1
+	SHRQ       $0x10, AX
+	KMOVW      AX, K2
+	MOVQ       kc+0(FP), CX
+	MOVQ       a+8(FP), AX
+	MOVQ       sa+16(FP), R8
+	MOVQ       b+24(FP), BX
+	MOVQ       sb+32(FP), R9
+	MOVQ       c+40(FP), DX
+	MOVQ       ldc+48(FP), SI
+	SHLQ       $0x02, R8
+	SHLQ       $0x02, R9
+	SHLQ       $0x02, SI
+	MOVQ       DX, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmBF16_3x32_zero
+	CMPQ       R10, DX
+	JE         gemmBF16_3x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmBF16_3x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	SUBQ   $0x00000004, CX
+	JL     gemmBF16_3x32_tail
+
+gemmBF16_3x32_loop:
+	VMOVUPS      (BX), Z6
+	VMOVUPS      64(BX), Z7
+	VPBROADCASTD (AX), Z8
+
+	// VDPBF16PS Z8, Z6, Z0
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x4e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z8, Z7, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x46
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc8
+	VPBROADCASTD 4(AX), Z9
+
+	// VDPBF16PS Z9, Z6, Z2
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x4e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd1
+
+	// VDPBF16PS Z9, Z7, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x46
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd9
+	VPBROADCASTD 8(AX), Z10
+
+	// VDPBF16PS Z10, Z6, Z4
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x4e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe2
+
+	// VDPBF16PS Z10, Z7, Z5
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x46
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xea
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z6
+	VMOVUPS      64(BX), Z7
+	VPBROADCASTD (AX), Z11
+
+	// VDPBF16PS Z11, Z6, Z0
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x4e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc3
+
+	// VDPBF16PS Z11, Z7, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x46
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD 4(AX), Z12
+
+	// VDPBF16PS Z12, Z6, Z2
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x4e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd4
+
+	// VDPBF16PS Z12, Z7, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x46
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdc
+	VPBROADCASTD 8(AX), Z13
+
+	// VDPBF16PS Z13, Z6, Z4
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x4e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe5
+
+	// VDPBF16PS Z13, Z7, Z5
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x46
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xed
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z6
+	VMOVUPS      64(BX), Z7
+	VPBROADCASTD (AX), Z14
+
+	// VDPBF16PS Z14, Z6, Z0
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x4e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z14, Z7, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x46
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 4(AX), Z15
+
+	// VDPBF16PS Z15, Z6, Z2
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x4e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z15, Z7, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x46
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 8(AX), Z16
+
+	// VDPBF16PS Z16, Z6, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x4e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z16, Z7, Z5
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x46
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xe8
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z6
+	VMOVUPS      64(BX), Z7
+	VPBROADCASTD (AX), Z17
+
+	// VDPBF16PS Z17, Z6, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x4e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc1
+
+	// VDPBF16PS Z17, Z7, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x46
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc9
+	VPBROADCASTD 4(AX), Z18
+
+	// VDPBF16PS Z18, Z6, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x4e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd2
+
+	// VDPBF16PS Z18, Z7, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x46
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xda
+	VPBROADCASTD 8(AX), Z19
+
+	// VDPBF16PS Z19, Z6, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x4e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe3
+
+	// VDPBF16PS Z19, Z7, Z5
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x46
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xeb
+	ADDQ R8, AX
+	ADDQ R9, BX
+	SUBQ $0x00000004, CX
+	JGE  gemmBF16_3x32_loop
+
+gemmBF16_3x32_tail:
+	ADDQ $0x00000004, CX
+	JE   gemmBF16_3x32_store
+
+gemmBF16_3x32_one:
+	VMOVUPS      (BX), Z6
+	VMOVUPS      64(BX), Z7
+	VPBROADCASTD (AX), Z8
+
+	// VDPBF16PS Z8, Z6, Z0
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x4e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z8, Z7, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x46
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc8
+	VPBROADCASTD 4(AX), Z9
+
+	// VDPBF16PS Z9, Z6, Z2
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x4e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd1
+
+	// VDPBF16PS Z9, Z7, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x46
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd9
+	VPBROADCASTD 8(AX), Z10
+
+	// VDPBF16PS Z10, Z6, Z4
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x4e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe2
+
+	// VDPBF16PS Z10, Z7, Z5
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x46
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xea
+	ADDQ R8, AX
+	ADDQ R9, BX
+	DECQ CX
+	JNE  gemmBF16_3x32_one
+
+gemmBF16_3x32_store:
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmBF16_3x32_nobias
+	VMOVUPS.Z (R11), K1, Z6
+	VMOVUPS.Z 64(R11), K2, Z7
+	TESTQ     R10, R10
+	JE        gemmBF16_3x32_bias
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z6, Z8, Z8
+	VADDPS    Z8, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z9
+	VADDPS    Z7, Z9, Z9
+	VADDPS    Z9, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z6, Z8, Z8
+	VADDPS    Z8, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z9
+	VADDPS    Z7, Z9, Z9
+	VADDPS    Z9, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z6, Z8, Z8
+	VADDPS    Z8, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z9
+	VADDPS    Z7, Z9, Z9
+	VADDPS    Z9, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_3x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z6, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z7, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z6, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z7, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z6, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z7, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_3x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmBF16_3x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z8, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z9
+	VADDPS    Z9, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z8, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z9
+	VADDPS    Z9, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z8
+	VADDPS    Z8, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z9
+	VADDPS    Z9, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_3x32_overwrite:
+	MOVQ    DX, DI
+	VMOVUPS Z0, K1, (DI)
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z2, K1, (DI)
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z4, K1, (DI)
+	VMOVUPS Z5, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+// func gemmBF16_4x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmBF16_4x32(SB), NOSPLIT, $0-80
+	MOVQ       cols+56(FP), CX
+	MOVQ       $0x00000001, AX
+	SHLQ       CL, AX
+	DECQ       AX
+	KMOVW      AX, K1
+	SHRQ       $0x10, AX
+	KMOVW      AX, K2
+	MOVQ       kc+0(FP), CX
+	MOVQ       a+8(FP), AX
+	MOVQ       sa+16(FP), R8
+	MOVQ       b+24(FP), BX
+	MOVQ       sb+32(FP), R9
+	MOVQ       c+40(FP), DX
+	MOVQ       ldc+48(FP), SI
+	SHLQ       $0x02, R8
+	SHLQ       $0x02, R9
+	SHLQ       $0x02, SI
+	MOVQ       DX, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmBF16_4x32_zero
+	CMPQ       R10, DX
+	JE         gemmBF16_4x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmBF16_4x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	SUBQ   $0x00000004, CX
+	JL     gemmBF16_4x32_tail
+
+gemmBF16_4x32_loop:
+	VMOVUPS      (BX), Z8
+	VMOVUPS      64(BX), Z9
+	VPBROADCASTD (AX), Z10
+
+	// VDPBF16PS Z10, Z8, Z0
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z10, Z9, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 4(AX), Z11
+
+	// VDPBF16PS Z11, Z8, Z2
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z11, Z9, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 8(AX), Z12
+
+	// VDPBF16PS Z12, Z8, Z4
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z12, Z9, Z5
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 12(AX), Z13
+
+	// VDPBF16PS Z13, Z8, Z6
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z13, Z9, Z7
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xfd
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z8
+	VMOVUPS      64(BX), Z9
+	VPBROADCASTD (AX), Z14
+
+	// VDPBF16PS Z14, Z8, Z0
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z14, Z9, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 4(AX), Z15
+
+	// VDPBF16PS Z15, Z8, Z2
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z15, Z9, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 8(AX), Z16
+
+	// VDPBF16PS Z16, Z8, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z16, Z9, Z5
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xe8
+	VPBROADCASTD 12(AX), Z17
+
+	// VDPBF16PS Z17, Z8, Z6
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z17, Z9, Z7
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xf9
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z8
+	VMOVUPS      64(BX), Z9
+	VPBROADCASTD (AX), Z18
+
+	// VDPBF16PS Z18, Z8, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z18, Z9, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 4(AX), Z19
+
+	// VDPBF16PS Z19, Z8, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z19, Z9, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 8(AX), Z20
+
+	// VDPBF16PS Z20, Z8, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z20, Z9, Z5
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 12(AX), Z21
+
+	// VDPBF16PS Z21, Z8, Z6
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z21, Z9, Z7
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xfd
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z8
+	VMOVUPS      64(BX), Z9
+	VPBROADCASTD (AX), Z22
+
+	// VDPBF16PS Z22, Z8, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z22, Z9, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 4(AX), Z23
+
+	// VDPBF16PS Z23, Z8, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z23, Z9, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 8(AX), Z24
+
+	// VDPBF16PS Z24, Z8, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z24, Z9, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xe8
+	VPBROADCASTD 12(AX), Z25
+
+	// VDPBF16PS Z25, Z8, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z25, Z9, Z7
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x36
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf9
+	ADDQ R8, AX
+	ADDQ R9, BX
+	SUBQ $0x00000004, CX
+	JGE  gemmBF16_4x32_loop
+
+gemmBF16_4x32_tail:
+	ADDQ $0x00000004, CX
+	JE   gemmBF16_4x32_store
+
+gemmBF16_4x32_one:
+	VMOVUPS      (BX), Z8
+	VMOVUPS      64(BX), Z9
+	VPBROADCASTD (AX), Z10
+
+	// VDPBF16PS Z10, Z8, Z0
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z10, Z9, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 4(AX), Z11
+
+	// VDPBF16PS Z11, Z8, Z2
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z11, Z9, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 8(AX), Z12
+
+	// VDPBF16PS Z12, Z8, Z4
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z12, Z9, Z5
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 12(AX), Z13
+
+	// VDPBF16PS Z13, Z8, Z6
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x3e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z13, Z9, Z7
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x36
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xfd
+	ADDQ R8, AX
+	ADDQ R9, BX
+	DECQ CX
+	JNE  gemmBF16_4x32_one
+
+gemmBF16_4x32_store:
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmBF16_4x32_nobias
+	VMOVUPS.Z (R11), K1, Z8
+	VMOVUPS.Z 64(R11), K2, Z9
+	TESTQ     R10, R10
+	JE        gemmBF16_4x32_bias
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z8, Z10, Z10
+	VADDPS    Z10, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z9, Z11, Z11
+	VADDPS    Z11, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z8, Z10, Z10
+	VADDPS    Z10, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z9, Z11, Z11
+	VADDPS    Z11, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z8, Z10, Z10
+	VADDPS    Z10, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z9, Z11, Z11
+	VADDPS    Z11, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z8, Z10, Z10
+	VADDPS    Z10, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z9, Z11, Z11
+	VADDPS    Z11, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_4x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z8, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z8, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z8, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z9, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z8, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z9, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_4x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmBF16_4x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z10, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z11, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z10, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z11, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z10, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z11, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z10
+	VADDPS    Z10, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z11
+	VADDPS    Z11, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_4x32_overwrite:
+	MOVQ    DX, DI
+	VMOVUPS Z0, K1, (DI)
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z2, K1, (DI)
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z4, K1, (DI)
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z6, K1, (DI)
+	VMOVUPS Z7, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+// func gemmBF16_5x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmBF16_5x32(SB), NOSPLIT, $0-80
+	MOVQ       cols+56(FP), CX
+	MOVQ       $0x00000001, AX
+	SHLQ       CL, AX
+	DECQ       AX
+	KMOVW      AX, K1
+	SHRQ       $0x10, AX
+	KMOVW      AX, K2
+	MOVQ       kc+0(FP), CX
+	MOVQ       a+8(FP), AX
+	MOVQ       sa+16(FP), R8
+	MOVQ       b+24(FP), BX
+	MOVQ       sb+32(FP), R9
+	MOVQ       c+40(FP), DX
+	MOVQ       ldc+48(FP), SI
+	SHLQ       $0x02, R8
+	SHLQ       $0x02, R9
+	SHLQ       $0x02, SI
+	MOVQ       DX, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmBF16_5x32_zero
+	CMPQ       R10, DX
+	JE         gemmBF16_5x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmBF16_5x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	SUBQ   $0x00000004, CX
+	JL     gemmBF16_5x32_tail
+
+gemmBF16_5x32_loop:
+	VMOVUPS      (BX), Z10
+	VMOVUPS      64(BX), Z11
+	VPBROADCASTD (AX), Z12
+
+	// VDPBF16PS Z12, Z10, Z0
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z12, Z11, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 4(AX), Z13
+
+	// VDPBF16PS Z13, Z10, Z2
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd5
+
+	// VDPBF16PS Z13, Z11, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 8(AX), Z14
+
+	// VDPBF16PS Z14, Z10, Z4
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe6
+
+	// VDPBF16PS Z14, Z11, Z5
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xee
+	VPBROADCASTD 12(AX), Z15
+
+	// VDPBF16PS Z15, Z10, Z6
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf7
+
+	// VDPBF16PS Z15, Z11, Z7
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xff
+	VPBROADCASTD 16(AX), Z16
+
+	// VDPBF16PS Z16, Z10, Z8
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z16, Z11, Z9
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc8
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z10
+	VMOVUPS      64(BX), Z11
+	VPBROADCASTD (AX), Z17
+
+	// VDPBF16PS Z17, Z10, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc1
+
+	// VDPBF16PS Z17, Z11, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc9
+	VPBROADCASTD 4(AX), Z18
+
+	// VDPBF16PS Z18, Z10, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd2
+
+	// VDPBF16PS Z18, Z11, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xda
+	VPBROADCASTD 8(AX), Z19
+
+	// VDPBF16PS Z19, Z10, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe3
+
+	// VDPBF16PS Z19, Z11, Z5
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD 12(AX), Z20
+
+	// VDPBF16PS Z20, Z10, Z6
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf4
+
+	// VDPBF16PS Z20, Z11, Z7
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xfc
+	VPBROADCASTD 16(AX), Z21
+
+	// VDPBF16PS Z21, Z10, Z8
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc5
+
+	// VDPBF16PS Z21, Z11, Z9
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcd
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z10
+	VMOVUPS      64(BX), Z11
+	VPBROADCASTD (AX), Z22
+
+	// VDPBF16PS Z22, Z10, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z22, Z11, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 4(AX), Z23
+
+	// VDPBF16PS Z23, Z10, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z23, Z11, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 8(AX), Z24
+
+	// VDPBF16PS Z24, Z10, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z24, Z11, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xe8
+	VPBROADCASTD 12(AX), Z25
+
+	// VDPBF16PS Z25, Z10, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z25, Z11, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xf9
+	VPBROADCASTD 16(AX), Z26
+
+	// VDPBF16PS Z26, Z10, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z26, Z11, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xca
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z10
+	VMOVUPS      64(BX), Z11
+	VPBROADCASTD (AX), Z27
+
+	// VDPBF16PS Z27, Z10, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc3
+
+	// VDPBF16PS Z27, Z11, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD 4(AX), Z28
+
+	// VDPBF16PS Z28, Z10, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd4
+
+	// VDPBF16PS Z28, Z11, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdc
+	VPBROADCASTD 8(AX), Z29
+
+	// VDPBF16PS Z29, Z10, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe5
+
+	// VDPBF16PS Z29, Z11, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD 12(AX), Z30
+
+	// VDPBF16PS Z30, Z10, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf6
+
+	// VDPBF16PS Z30, Z11, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xfe
+	VPBROADCASTD 16(AX), Z31
+
+	// VDPBF16PS Z31, Z10, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc7
+
+	// VDPBF16PS Z31, Z11, Z9
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x26
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xcf
+	ADDQ R8, AX
+	ADDQ R9, BX
+	SUBQ $0x00000004, CX
+	JGE  gemmBF16_5x32_loop
+
+gemmBF16_5x32_tail:
+	ADDQ $0x00000004, CX
+	JE   gemmBF16_5x32_store
+
+gemmBF16_5x32_one:
+	VMOVUPS      (BX), Z10
+	VMOVUPS      64(BX), Z11
+	VPBROADCASTD (AX), Z12
+
+	// VDPBF16PS Z12, Z10, Z0
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z12, Z11, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 4(AX), Z13
+
+	// VDPBF16PS Z13, Z10, Z2
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd5
+
+	// VDPBF16PS Z13, Z11, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 8(AX), Z14
+
+	// VDPBF16PS Z14, Z10, Z4
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe6
+
+	// VDPBF16PS Z14, Z11, Z5
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xee
+	VPBROADCASTD 12(AX), Z15
+
+	// VDPBF16PS Z15, Z10, Z6
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf7
+
+	// VDPBF16PS Z15, Z11, Z7
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x26
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xff
+	VPBROADCASTD 16(AX), Z16
+
+	// VDPBF16PS Z16, Z10, Z8
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x2e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z16, Z11, Z9
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x26
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc8
+	ADDQ R8, AX
+	ADDQ R9, BX
+	DECQ CX
+	JNE  gemmBF16_5x32_one
+
+gemmBF16_5x32_store:
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmBF16_5x32_nobias
+	VMOVUPS.Z (R11), K1, Z10
+	VMOVUPS.Z 64(R11), K2, Z11
+	TESTQ     R10, R10
+	JE        gemmBF16_5x32_bias
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z10, Z12, Z12
+	VADDPS    Z12, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z11, Z13, Z13
+	VADDPS    Z13, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z10, Z12, Z12
+	VADDPS    Z12, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z11, Z13, Z13
+	VADDPS    Z13, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z10, Z12, Z12
+	VADDPS    Z12, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z11, Z13, Z13
+	VADDPS    Z13, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z10, Z12, Z12
+	VADDPS    Z12, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z11, Z13, Z13
+	VADDPS    Z13, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z10, Z12, Z12
+	VADDPS    Z12, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z11, Z13, Z13
+	VADDPS    Z13, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_5x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z10, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z11, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z10, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z11, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z10, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z11, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z10, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z11, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z10, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z11, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_5x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmBF16_5x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z12, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z13, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z12, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z13, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z12, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z13, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z12, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z13, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z12
+	VADDPS    Z12, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z13
+	VADDPS    Z13, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_5x32_overwrite:
+	MOVQ    DX, DI
+	VMOVUPS Z0, K1, (DI)
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z2, K1, (DI)
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z4, K1, (DI)
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z6, K1, (DI)
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z8, K1, (DI)
+	VMOVUPS Z9, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+// func gemmBF16_6x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmBF16_6x32(SB), NOSPLIT, $0-80
+	MOVQ       cols+56(FP), CX
+	MOVQ       $0x00000001, AX
+	SHLQ       CL, AX
+	DECQ       AX
+	KMOVW      AX, K1
+	SHRQ       $0x10, AX
+	KMOVW      AX, K2
+	MOVQ       kc+0(FP), CX
+	MOVQ       a+8(FP), AX
+	MOVQ       sa+16(FP), R8
+	MOVQ       b+24(FP), BX
+	MOVQ       sb+32(FP), R9
+	MOVQ       c+40(FP), DX
+	MOVQ       ldc+48(FP), SI
+	SHLQ       $0x02, R8
+	SHLQ       $0x02, R9
+	SHLQ       $0x02, SI
+	MOVQ       DX, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmBF16_6x32_zero
+	CMPQ       R10, DX
+	JE         gemmBF16_6x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmBF16_6x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	SUBQ   $0x00000004, CX
+	JL     gemmBF16_6x32_tail
+
+gemmBF16_6x32_loop:
+	VMOVUPS      (BX), Z12
+	VMOVUPS      64(BX), Z13
+	VPBROADCASTD (AX), Z14
+
+	// VDPBF16PS Z14, Z12, Z0
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z14, Z13, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 4(AX), Z15
+
+	// VDPBF16PS Z15, Z12, Z2
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z15, Z13, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 8(AX), Z16
+
+	// VDPBF16PS Z16, Z12, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z16, Z13, Z5
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xe8
+	VPBROADCASTD 12(AX), Z17
+
+	// VDPBF16PS Z17, Z12, Z6
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z17, Z13, Z7
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xf9
+	VPBROADCASTD 16(AX), Z18
+
+	// VDPBF16PS Z18, Z12, Z8
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z18, Z13, Z9
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 20(AX), Z19
+
+	// VDPBF16PS Z19, Z12, Z10
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z19, Z13, Z11
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdb
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z12
+	VMOVUPS      64(BX), Z13
+	VPBROADCASTD (AX), Z20
+
+	// VDPBF16PS Z20, Z12, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z20, Z13, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 4(AX), Z21
+
+	// VDPBF16PS Z21, Z12, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd5
+
+	// VDPBF16PS Z21, Z13, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 8(AX), Z22
+
+	// VDPBF16PS Z22, Z12, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe6
+
+	// VDPBF16PS Z22, Z13, Z5
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xee
+	VPBROADCASTD 12(AX), Z23
+
+	// VDPBF16PS Z23, Z12, Z6
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf7
+
+	// VDPBF16PS Z23, Z13, Z7
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xff
+	VPBROADCASTD 16(AX), Z24
+
+	// VDPBF16PS Z24, Z12, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z24, Z13, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc8
+	VPBROADCASTD 20(AX), Z25
+
+	// VDPBF16PS Z25, Z12, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd1
+
+	// VDPBF16PS Z25, Z13, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd9
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z12
+	VMOVUPS      64(BX), Z13
+	VPBROADCASTD (AX), Z26
+
+	// VDPBF16PS Z26, Z12, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z26, Z13, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 4(AX), Z27
+
+	// VDPBF16PS Z27, Z12, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z27, Z13, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 8(AX), Z28
+
+	// VDPBF16PS Z28, Z12, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z28, Z13, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 12(AX), Z29
+
+	// VDPBF16PS Z29, Z12, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z29, Z13, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD 16(AX), Z30
+
+	// VDPBF16PS Z30, Z12, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z30, Z13, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 20(AX), Z31
+
+	// VDPBF16PS Z31, Z12, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z31, Z13, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdf
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z12
+	VMOVUPS      64(BX), Z13
+	VPBROADCASTD (AX), Z14
+
+	// VDPBF16PS Z14, Z12, Z0
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z14, Z13, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 4(AX), Z15
+
+	// VDPBF16PS Z15, Z12, Z2
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z15, Z13, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 8(AX), Z16
+
+	// VDPBF16PS Z16, Z12, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z16, Z13, Z5
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xe8
+	VPBROADCASTD 12(AX), Z17
+
+	// VDPBF16PS Z17, Z12, Z6
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z17, Z13, Z7
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xf9
+	VPBROADCASTD 16(AX), Z18
+
+	// VDPBF16PS Z18, Z12, Z8
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z18, Z13, Z9
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 20(AX), Z19
+
+	// VDPBF16PS Z19, Z12, Z10
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z19, Z13, Z11
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x16
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xdb
+	ADDQ R8, AX
+	ADDQ R9, BX
+	SUBQ $0x00000004, CX
+	JGE  gemmBF16_6x32_loop
+
+gemmBF16_6x32_tail:
+	ADDQ $0x00000004, CX
+	JE   gemmBF16_6x32_store
+
+gemmBF16_6x32_one:
+	VMOVUPS      (BX), Z12
+	VMOVUPS      64(BX), Z13
+	VPBROADCASTD (AX), Z14
+
+	// VDPBF16PS Z14, Z12, Z0
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z14, Z13, Z1
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 4(AX), Z15
+
+	// VDPBF16PS Z15, Z12, Z2
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z15, Z13, Z3
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 8(AX), Z16
+
+	// VDPBF16PS Z16, Z12, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z16, Z13, Z5
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xe8
+	VPBROADCASTD 12(AX), Z17
+
+	// VDPBF16PS Z17, Z12, Z6
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z17, Z13, Z7
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xf9
+	VPBROADCASTD 16(AX), Z18
+
+	// VDPBF16PS Z18, Z12, Z8
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z18, Z13, Z9
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x16
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 20(AX), Z19
+
+	// VDPBF16PS Z19, Z12, Z10
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z19, Z13, Z11
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x16
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xdb
+	ADDQ R8, AX
+	ADDQ R9, BX
+	DECQ CX
+	JNE  gemmBF16_6x32_one
+
+gemmBF16_6x32_store:
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmBF16_6x32_nobias
+	VMOVUPS.Z (R11), K1, Z12
+	VMOVUPS.Z 64(R11), K2, Z13
+	TESTQ     R10, R10
+	JE        gemmBF16_6x32_bias
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
+	VADDPS    Z14, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
+	VADDPS    Z15, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
+	VADDPS    Z14, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
+	VADDPS    Z15, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
+	VADDPS    Z14, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
+	VADDPS    Z15, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
+	VADDPS    Z14, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
+	VADDPS    Z15, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
+	VADDPS    Z14, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
+	VADDPS    Z15, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z12, Z14, Z14
+	VADDPS    Z14, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z13, Z15, Z15
+	VADDPS    Z15, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_6x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z12, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z13, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z12, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z13, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z12, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z13, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z12, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z13, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z12, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z13, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z12, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z13, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_6x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmBF16_6x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z15, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z15, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z15, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z15, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z15, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z14
+	VADDPS    Z14, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z15
+	VADDPS    Z15, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_6x32_overwrite:
+	MOVQ    DX, DI
+	VMOVUPS Z0, K1, (DI)
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z2, K1, (DI)
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z4, K1, (DI)
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z6, K1, (DI)
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z8, K1, (DI)
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z10, K1, (DI)
+	VMOVUPS Z11, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+// func gemmBF16_7x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmBF16_7x32(SB), NOSPLIT, $0-80
+	MOVQ       cols+56(FP), CX
+	MOVQ       $0x00000001, AX
+	SHLQ       CL, AX
+	DECQ       AX
+	KMOVW      AX, K1
+	SHRQ       $0x10, AX
+	KMOVW      AX, K2
+	MOVQ       kc+0(FP), CX
+	MOVQ       a+8(FP), AX
+	MOVQ       sa+16(FP), R8
+	MOVQ       b+24(FP), BX
+	MOVQ       sb+32(FP), R9
+	MOVQ       c+40(FP), DX
+	MOVQ       ldc+48(FP), SI
+	SHLQ       $0x02, R8
+	SHLQ       $0x02, R9
+	SHLQ       $0x02, SI
+	MOVQ       DX, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmBF16_7x32_zero
+	CMPQ       R10, DX
+	JE         gemmBF16_7x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmBF16_7x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	SUBQ   $0x00000004, CX
+	JL     gemmBF16_7x32_tail
+
+gemmBF16_7x32_loop:
+	VMOVUPS      (BX), Z14
+	VMOVUPS      64(BX), Z15
+	VPBROADCASTD (AX), Z16
+
+	// VDPBF16PS Z16, Z14, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z16, Z15, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc8
+	VPBROADCASTD 4(AX), Z17
+
+	// VDPBF16PS Z17, Z14, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd1
+
+	// VDPBF16PS Z17, Z15, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd9
+	VPBROADCASTD 8(AX), Z18
+
+	// VDPBF16PS Z18, Z14, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe2
+
+	// VDPBF16PS Z18, Z15, Z5
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xea
+	VPBROADCASTD 12(AX), Z19
+
+	// VDPBF16PS Z19, Z14, Z6
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf3
+
+	// VDPBF16PS Z19, Z15, Z7
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xfb
+	VPBROADCASTD 16(AX), Z20
+
+	// VDPBF16PS Z20, Z14, Z8
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z20, Z15, Z9
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 20(AX), Z21
+
+	// VDPBF16PS Z21, Z14, Z10
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd5
+
+	// VDPBF16PS Z21, Z15, Z11
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 24(AX), Z22
+
+	// VDPBF16PS Z22, Z14, Z12
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe6
+
+	// VDPBF16PS Z22, Z15, Z13
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xee
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z14
+	VMOVUPS      64(BX), Z15
+	VPBROADCASTD (AX), Z23
+
+	// VDPBF16PS Z23, Z14, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc7
+
+	// VDPBF16PS Z23, Z15, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD 4(AX), Z24
+
+	// VDPBF16PS Z24, Z14, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z24, Z15, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd8
+	VPBROADCASTD 8(AX), Z25
+
+	// VDPBF16PS Z25, Z14, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe1
+
+	// VDPBF16PS Z25, Z15, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xe9
+	VPBROADCASTD 12(AX), Z26
+
+	// VDPBF16PS Z26, Z14, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf2
+
+	// VDPBF16PS Z26, Z15, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xfa
+	VPBROADCASTD 16(AX), Z27
+
+	// VDPBF16PS Z27, Z14, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc3
+
+	// VDPBF16PS Z27, Z15, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD 20(AX), Z28
+
+	// VDPBF16PS Z28, Z14, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd4
+
+	// VDPBF16PS Z28, Z15, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdc
+	VPBROADCASTD 24(AX), Z29
+
+	// VDPBF16PS Z29, Z14, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe5
+
+	// VDPBF16PS Z29, Z15, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xed
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z14
+	VMOVUPS      64(BX), Z15
+	VPBROADCASTD (AX), Z30
+
+	// VDPBF16PS Z30, Z14, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z30, Z15, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 4(AX), Z31
+
+	// VDPBF16PS Z31, Z14, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z31, Z15, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 8(AX), Z16
+
+	// VDPBF16PS Z16, Z14, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z16, Z15, Z5
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xe8
+	VPBROADCASTD 12(AX), Z17
+
+	// VDPBF16PS Z17, Z14, Z6
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z17, Z15, Z7
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xf9
+	VPBROADCASTD 16(AX), Z18
+
+	// VDPBF16PS Z18, Z14, Z8
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z18, Z15, Z9
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 20(AX), Z19
+
+	// VDPBF16PS Z19, Z14, Z10
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z19, Z15, Z11
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 24(AX), Z20
+
+	// VDPBF16PS Z20, Z14, Z12
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z20, Z15, Z13
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xec
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z14
+	VMOVUPS      64(BX), Z15
+	VPBROADCASTD (AX), Z21
+
+	// VDPBF16PS Z21, Z14, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc5
+
+	// VDPBF16PS Z21, Z15, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD 4(AX), Z22
+
+	// VDPBF16PS Z22, Z14, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd6
+
+	// VDPBF16PS Z22, Z15, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xde
+	VPBROADCASTD 8(AX), Z23
+
+	// VDPBF16PS Z23, Z14, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe7
+
+	// VDPBF16PS Z23, Z15, Z5
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD 12(AX), Z24
+
+	// VDPBF16PS Z24, Z14, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z24, Z15, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xf8
+	VPBROADCASTD 16(AX), Z25
+
+	// VDPBF16PS Z25, Z14, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc1
+
+	// VDPBF16PS Z25, Z15, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc9
+	VPBROADCASTD 20(AX), Z26
+
+	// VDPBF16PS Z26, Z14, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd2
+
+	// VDPBF16PS Z26, Z15, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xda
+	VPBROADCASTD 24(AX), Z27
+
+	// VDPBF16PS Z27, Z14, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe3
+
+	// VDPBF16PS Z27, Z15, Z13
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x06
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xeb
+	ADDQ R8, AX
+	ADDQ R9, BX
+	SUBQ $0x00000004, CX
+	JGE  gemmBF16_7x32_loop
+
+gemmBF16_7x32_tail:
+	ADDQ $0x00000004, CX
+	JE   gemmBF16_7x32_store
+
+gemmBF16_7x32_one:
+	VMOVUPS      (BX), Z14
+	VMOVUPS      64(BX), Z15
+	VPBROADCASTD (AX), Z16
+
+	// VDPBF16PS Z16, Z14, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z16, Z15, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc8
+	VPBROADCASTD 4(AX), Z17
+
+	// VDPBF16PS Z17, Z14, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd1
+
+	// VDPBF16PS Z17, Z15, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd9
+	VPBROADCASTD 8(AX), Z18
+
+	// VDPBF16PS Z18, Z14, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe2
+
+	// VDPBF16PS Z18, Z15, Z5
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xea
+	VPBROADCASTD 12(AX), Z19
+
+	// VDPBF16PS Z19, Z14, Z6
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf3
+
+	// VDPBF16PS Z19, Z15, Z7
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xfb
+	VPBROADCASTD 16(AX), Z20
+
+	// VDPBF16PS Z20, Z14, Z8
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z20, Z15, Z9
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 20(AX), Z21
+
+	// VDPBF16PS Z21, Z14, Z10
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd5
+
+	// VDPBF16PS Z21, Z15, Z11
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 24(AX), Z22
+
+	// VDPBF16PS Z22, Z14, Z12
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe6
+
+	// VDPBF16PS Z22, Z15, Z13
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xee
+	ADDQ R8, AX
+	ADDQ R9, BX
+	DECQ CX
+	JNE  gemmBF16_7x32_one
+
+gemmBF16_7x32_store:
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmBF16_7x32_nobias
+	VMOVUPS.Z (R11), K1, Z14
+	VMOVUPS.Z 64(R11), K2, Z15
+	TESTQ     R10, R10
+	JE        gemmBF16_7x32_bias
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
+	VADDPS    Z16, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
+	VADDPS    Z17, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
+	VADDPS    Z16, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
+	VADDPS    Z17, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
+	VADDPS    Z16, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
+	VADDPS    Z17, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
+	VADDPS    Z16, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
+	VADDPS    Z17, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
+	VADDPS    Z16, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
+	VADDPS    Z17, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
+	VADDPS    Z16, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
+	VADDPS    Z17, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z14, Z16, Z16
+	VADDPS    Z16, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z15, Z17, Z17
+	VADDPS    Z17, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_7x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z14, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z15, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z15, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z15, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z15, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z15, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z15, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z14, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z15, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_7x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmBF16_7x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z16
+	VADDPS    Z16, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z17
+	VADDPS    Z17, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_7x32_overwrite:
+	MOVQ    DX, DI
+	VMOVUPS Z0, K1, (DI)
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z2, K1, (DI)
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z4, K1, (DI)
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z6, K1, (DI)
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z8, K1, (DI)
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z10, K1, (DI)
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z12, K1, (DI)
+	VMOVUPS Z13, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+// func gemmBF16_8x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmBF16_8x32(SB), NOSPLIT, $0-80
+	MOVQ       cols+56(FP), CX
+	MOVQ       $0x00000001, AX
+	SHLQ       CL, AX
+	DECQ       AX
+	KMOVW      AX, K1
+	SHRQ       $0x10, AX
+	KMOVW      AX, K2
+	MOVQ       kc+0(FP), CX
+	MOVQ       a+8(FP), AX
+	MOVQ       sa+16(FP), R8
+	MOVQ       b+24(FP), BX
+	MOVQ       sb+32(FP), R9
+	MOVQ       c+40(FP), DX
+	MOVQ       ldc+48(FP), SI
+	SHLQ       $0x02, R8
+	SHLQ       $0x02, R9
+	SHLQ       $0x02, SI
+	MOVQ       DX, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmBF16_8x32_zero
+	CMPQ       R10, DX
+	JE         gemmBF16_8x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmBF16_8x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	SUBQ   $0x00000004, CX
+	JL     gemmBF16_8x32_tail
+
+gemmBF16_8x32_loop:
+	VMOVUPS      (BX), Z16
+	VMOVUPS      64(BX), Z17
+	VPBROADCASTD (AX), Z18
+
+	// VDPBF16PS Z18, Z16, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z18, Z17, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 4(AX), Z19
+
+	// VDPBF16PS Z19, Z16, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z19, Z17, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 8(AX), Z20
+
+	// VDPBF16PS Z20, Z16, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z20, Z17, Z5
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 12(AX), Z21
+
+	// VDPBF16PS Z21, Z16, Z6
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z21, Z17, Z7
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD 16(AX), Z22
+
+	// VDPBF16PS Z22, Z16, Z8
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z22, Z17, Z9
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 20(AX), Z23
+
+	// VDPBF16PS Z23, Z16, Z10
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z23, Z17, Z11
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 24(AX), Z24
+
+	// VDPBF16PS Z24, Z16, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z24, Z17, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe8
+	VPBROADCASTD 28(AX), Z25
+
+	// VDPBF16PS Z25, Z16, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z25, Z17, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z16
+	VMOVUPS      64(BX), Z17
+	VPBROADCASTD (AX), Z26
+
+	// VDPBF16PS Z26, Z16, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z26, Z17, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 4(AX), Z27
+
+	// VDPBF16PS Z27, Z16, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z27, Z17, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 8(AX), Z28
+
+	// VDPBF16PS Z28, Z16, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z28, Z17, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 12(AX), Z29
+
+	// VDPBF16PS Z29, Z16, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z29, Z17, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD 16(AX), Z30
+
+	// VDPBF16PS Z30, Z16, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z30, Z17, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 20(AX), Z31
+
+	// VDPBF16PS Z31, Z16, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z31, Z17, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 24(AX), Z18
+
+	// VDPBF16PS Z18, Z16, Z12
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// VDPBF16PS Z18, Z17, Z13
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xea
+	VPBROADCASTD 28(AX), Z19
+
+	// VDPBF16PS Z19, Z16, Z14
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf3
+
+	// VDPBF16PS Z19, Z17, Z15
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z16
+	VMOVUPS      64(BX), Z17
+	VPBROADCASTD (AX), Z20
+
+	// VDPBF16PS Z20, Z16, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z20, Z17, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 4(AX), Z21
+
+	// VDPBF16PS Z21, Z16, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd5
+
+	// VDPBF16PS Z21, Z17, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 8(AX), Z22
+
+	// VDPBF16PS Z22, Z16, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// VDPBF16PS Z22, Z17, Z5
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xee
+	VPBROADCASTD 12(AX), Z23
+
+	// VDPBF16PS Z23, Z16, Z6
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf7
+
+	// VDPBF16PS Z23, Z17, Z7
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VPBROADCASTD 16(AX), Z24
+
+	// VDPBF16PS Z24, Z16, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z24, Z17, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc8
+	VPBROADCASTD 20(AX), Z25
+
+	// VDPBF16PS Z25, Z16, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd1
+
+	// VDPBF16PS Z25, Z17, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VPBROADCASTD 24(AX), Z26
+
+	// VDPBF16PS Z26, Z16, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// VDPBF16PS Z26, Z17, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xea
+	VPBROADCASTD 28(AX), Z27
+
+	// VDPBF16PS Z27, Z16, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf3
+
+	// VDPBF16PS Z27, Z17, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z16
+	VMOVUPS      64(BX), Z17
+	VPBROADCASTD (AX), Z28
+
+	// VDPBF16PS Z28, Z16, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z28, Z17, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 4(AX), Z29
+
+	// VDPBF16PS Z29, Z16, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd5
+
+	// VDPBF16PS Z29, Z17, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 8(AX), Z30
+
+	// VDPBF16PS Z30, Z16, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// VDPBF16PS Z30, Z17, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xee
+	VPBROADCASTD 12(AX), Z31
+
+	// VDPBF16PS Z31, Z16, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf7
+
+	// VDPBF16PS Z31, Z17, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VPBROADCASTD 16(AX), Z18
+
+	// VDPBF16PS Z18, Z16, Z8
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z18, Z17, Z9
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 20(AX), Z19
+
+	// VDPBF16PS Z19, Z16, Z10
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z19, Z17, Z11
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 24(AX), Z20
+
+	// VDPBF16PS Z20, Z16, Z12
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z20, Z17, Z13
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 28(AX), Z21
+
+	// VDPBF16PS Z21, Z16, Z14
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z21, Z17, Z15
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x76
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xfd
+	ADDQ R8, AX
+	ADDQ R9, BX
+	SUBQ $0x00000004, CX
+	JGE  gemmBF16_8x32_loop
+
+gemmBF16_8x32_tail:
+	ADDQ $0x00000004, CX
+	JE   gemmBF16_8x32_store
+
+gemmBF16_8x32_one:
+	VMOVUPS      (BX), Z16
+	VMOVUPS      64(BX), Z17
+	VPBROADCASTD (AX), Z18
+
+	// VDPBF16PS Z18, Z16, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z18, Z17, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 4(AX), Z19
+
+	// VDPBF16PS Z19, Z16, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z19, Z17, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 8(AX), Z20
+
+	// VDPBF16PS Z20, Z16, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z20, Z17, Z5
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 12(AX), Z21
+
+	// VDPBF16PS Z21, Z16, Z6
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z21, Z17, Z7
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD 16(AX), Z22
+
+	// VDPBF16PS Z22, Z16, Z8
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z22, Z17, Z9
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 20(AX), Z23
+
+	// VDPBF16PS Z23, Z16, Z10
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z23, Z17, Z11
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 24(AX), Z24
+
+	// VDPBF16PS Z24, Z16, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z24, Z17, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe8
+	VPBROADCASTD 28(AX), Z25
+
+	// VDPBF16PS Z25, Z16, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z25, Z17, Z15
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x76
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+	ADDQ R8, AX
+	ADDQ R9, BX
+	DECQ CX
+	JNE  gemmBF16_8x32_one
+
+gemmBF16_8x32_store:
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmBF16_8x32_nobias
+	VMOVUPS.Z (R11), K1, Z16
+	VMOVUPS.Z 64(R11), K2, Z17
+	TESTQ     R10, R10
+	JE        gemmBF16_8x32_bias
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
+	VADDPS    Z18, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
+	VADDPS    Z19, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
+	VADDPS    Z18, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
+	VADDPS    Z19, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
+	VADDPS    Z18, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
+	VADDPS    Z19, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
+	VADDPS    Z18, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
+	VADDPS    Z19, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
+	VADDPS    Z18, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
+	VADDPS    Z19, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
+	VADDPS    Z18, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
+	VADDPS    Z19, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
+	VADDPS    Z18, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
+	VADDPS    Z19, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z16, Z18, Z18
+	VADDPS    Z18, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z17, Z19, Z19
+	VADDPS    Z19, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_8x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z16, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z17, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z17, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z17, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z17, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z17, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z17, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z17, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z16, Z14, Z14
+	VMOVUPS Z14, K1, (DI)
+	VADDPS  Z17, Z15, Z15
+	VMOVUPS Z15, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_8x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmBF16_8x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z18
+	VADDPS    Z18, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z19
+	VADDPS    Z19, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_8x32_overwrite:
+	MOVQ    DX, DI
+	VMOVUPS Z0, K1, (DI)
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z2, K1, (DI)
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z4, K1, (DI)
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z6, K1, (DI)
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z8, K1, (DI)
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z10, K1, (DI)
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z12, K1, (DI)
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z14, K1, (DI)
+	VMOVUPS Z15, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+// func gemmBF16_9x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmBF16_9x32(SB), NOSPLIT, $0-80
+	MOVQ       cols+56(FP), CX
+	MOVQ       $0x00000001, AX
+	SHLQ       CL, AX
+	DECQ       AX
+	KMOVW      AX, K1
+	SHRQ       $0x10, AX
+	KMOVW      AX, K2
+	MOVQ       kc+0(FP), CX
+	MOVQ       a+8(FP), AX
+	MOVQ       sa+16(FP), R8
+	MOVQ       b+24(FP), BX
+	MOVQ       sb+32(FP), R9
+	MOVQ       c+40(FP), DX
+	MOVQ       ldc+48(FP), SI
+	SHLQ       $0x02, R8
+	SHLQ       $0x02, R9
+	SHLQ       $0x02, SI
+	MOVQ       DX, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmBF16_9x32_zero
+	CMPQ       R10, DX
+	JE         gemmBF16_9x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmBF16_9x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	SUBQ   $0x00000004, CX
+	JL     gemmBF16_9x32_tail
+
+gemmBF16_9x32_loop:
+	VMOVUPS      (BX), Z18
+	VMOVUPS      64(BX), Z19
+	VPBROADCASTD (AX), Z20
+
+	// VDPBF16PS Z20, Z18, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z20, Z19, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 4(AX), Z21
+
+	// VDPBF16PS Z21, Z18, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd5
+
+	// VDPBF16PS Z21, Z19, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 8(AX), Z22
+
+	// VDPBF16PS Z22, Z18, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// VDPBF16PS Z22, Z19, Z5
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xee
+	VPBROADCASTD 12(AX), Z23
+
+	// VDPBF16PS Z23, Z18, Z6
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf7
+
+	// VDPBF16PS Z23, Z19, Z7
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VPBROADCASTD 16(AX), Z24
+
+	// VDPBF16PS Z24, Z18, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z24, Z19, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc8
+	VPBROADCASTD 20(AX), Z25
+
+	// VDPBF16PS Z25, Z18, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd1
+
+	// VDPBF16PS Z25, Z19, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VPBROADCASTD 24(AX), Z26
+
+	// VDPBF16PS Z26, Z18, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// VDPBF16PS Z26, Z19, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xea
+	VPBROADCASTD 28(AX), Z27
+
+	// VDPBF16PS Z27, Z18, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf3
+
+	// VDPBF16PS Z27, Z19, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VPBROADCASTD 32(AX), Z28
+
+	// VDPBF16PS Z28, Z18, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z28, Z19, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z18
+	VMOVUPS      64(BX), Z19
+	VPBROADCASTD (AX), Z29
+
+	// VDPBF16PS Z29, Z18, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc5
+
+	// VDPBF16PS Z29, Z19, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD 4(AX), Z30
+
+	// VDPBF16PS Z30, Z18, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd6
+
+	// VDPBF16PS Z30, Z19, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xde
+	VPBROADCASTD 8(AX), Z31
+
+	// VDPBF16PS Z31, Z18, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe7
+
+	// VDPBF16PS Z31, Z19, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD 12(AX), Z20
+
+	// VDPBF16PS Z20, Z18, Z6
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf4
+
+	// VDPBF16PS Z20, Z19, Z7
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfc
+	VPBROADCASTD 16(AX), Z21
+
+	// VDPBF16PS Z21, Z18, Z8
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc5
+
+	// VDPBF16PS Z21, Z19, Z9
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD 20(AX), Z22
+
+	// VDPBF16PS Z22, Z18, Z10
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd6
+
+	// VDPBF16PS Z22, Z19, Z11
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xde
+	VPBROADCASTD 24(AX), Z23
+
+	// VDPBF16PS Z23, Z18, Z12
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe7
+
+	// VDPBF16PS Z23, Z19, Z13
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD 28(AX), Z24
+
+	// VDPBF16PS Z24, Z18, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z24, Z19, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf8
+	VPBROADCASTD 32(AX), Z25
+
+	// VDPBF16PS Z25, Z18, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc1
+
+	// VDPBF16PS Z25, Z19, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z18
+	VMOVUPS      64(BX), Z19
+	VPBROADCASTD (AX), Z26
+
+	// VDPBF16PS Z26, Z18, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z26, Z19, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 4(AX), Z27
+
+	// VDPBF16PS Z27, Z18, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z27, Z19, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 8(AX), Z28
+
+	// VDPBF16PS Z28, Z18, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z28, Z19, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 12(AX), Z29
+
+	// VDPBF16PS Z29, Z18, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z29, Z19, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD 16(AX), Z30
+
+	// VDPBF16PS Z30, Z18, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z30, Z19, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 20(AX), Z31
+
+	// VDPBF16PS Z31, Z18, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z31, Z19, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 24(AX), Z20
+
+	// VDPBF16PS Z20, Z18, Z12
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z20, Z19, Z13
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 28(AX), Z21
+
+	// VDPBF16PS Z21, Z18, Z14
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z21, Z19, Z15
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD 32(AX), Z22
+
+	// VDPBF16PS Z22, Z18, Z16
+	BYTE $0x62
+	BYTE $0xa2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z22, Z19, Z17
+	BYTE         $0x62
+	BYTE         $0xa2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z18
+	VMOVUPS      64(BX), Z19
+	VPBROADCASTD (AX), Z23
+
+	// VDPBF16PS Z23, Z18, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc7
+
+	// VDPBF16PS Z23, Z19, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD 4(AX), Z24
+
+	// VDPBF16PS Z24, Z18, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z24, Z19, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd8
+	VPBROADCASTD 8(AX), Z25
+
+	// VDPBF16PS Z25, Z18, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe1
+
+	// VDPBF16PS Z25, Z19, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VPBROADCASTD 12(AX), Z26
+
+	// VDPBF16PS Z26, Z18, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf2
+
+	// VDPBF16PS Z26, Z19, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfa
+	VPBROADCASTD 16(AX), Z27
+
+	// VDPBF16PS Z27, Z18, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc3
+
+	// VDPBF16PS Z27, Z19, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD 20(AX), Z28
+
+	// VDPBF16PS Z28, Z18, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd4
+
+	// VDPBF16PS Z28, Z19, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VPBROADCASTD 24(AX), Z29
+
+	// VDPBF16PS Z29, Z18, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe5
+
+	// VDPBF16PS Z29, Z19, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD 28(AX), Z30
+
+	// VDPBF16PS Z30, Z18, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf6
+
+	// VDPBF16PS Z30, Z19, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfe
+	VPBROADCASTD 32(AX), Z31
+
+	// VDPBF16PS Z31, Z18, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc7
+
+	// VDPBF16PS Z31, Z19, Z17
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x66
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xcf
+	ADDQ R8, AX
+	ADDQ R9, BX
+	SUBQ $0x00000004, CX
+	JGE  gemmBF16_9x32_loop
+
+gemmBF16_9x32_tail:
+	ADDQ $0x00000004, CX
+	JE   gemmBF16_9x32_store
+
+gemmBF16_9x32_one:
+	VMOVUPS      (BX), Z18
+	VMOVUPS      64(BX), Z19
+	VPBROADCASTD (AX), Z20
+
+	// VDPBF16PS Z20, Z18, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z20, Z19, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 4(AX), Z21
+
+	// VDPBF16PS Z21, Z18, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd5
+
+	// VDPBF16PS Z21, Z19, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 8(AX), Z22
+
+	// VDPBF16PS Z22, Z18, Z4
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// VDPBF16PS Z22, Z19, Z5
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xee
+	VPBROADCASTD 12(AX), Z23
+
+	// VDPBF16PS Z23, Z18, Z6
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf7
+
+	// VDPBF16PS Z23, Z19, Z7
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VPBROADCASTD 16(AX), Z24
+
+	// VDPBF16PS Z24, Z18, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z24, Z19, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc8
+	VPBROADCASTD 20(AX), Z25
+
+	// VDPBF16PS Z25, Z18, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd1
+
+	// VDPBF16PS Z25, Z19, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VPBROADCASTD 24(AX), Z26
+
+	// VDPBF16PS Z26, Z18, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// VDPBF16PS Z26, Z19, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xea
+	VPBROADCASTD 28(AX), Z27
+
+	// VDPBF16PS Z27, Z18, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf3
+
+	// VDPBF16PS Z27, Z19, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VPBROADCASTD 32(AX), Z28
+
+	// VDPBF16PS Z28, Z18, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z28, Z19, Z17
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x66
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xcc
+	ADDQ R8, AX
+	ADDQ R9, BX
+	DECQ CX
+	JNE  gemmBF16_9x32_one
+
+gemmBF16_9x32_store:
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmBF16_9x32_nobias
+	VMOVUPS.Z (R11), K1, Z18
+	VMOVUPS.Z 64(R11), K2, Z19
+	TESTQ     R10, R10
+	JE        gemmBF16_9x32_bias
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
+	VADDPS    Z20, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
+	VADDPS    Z21, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
+	VADDPS    Z20, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
+	VADDPS    Z21, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
+	VADDPS    Z20, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
+	VADDPS    Z21, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
+	VADDPS    Z20, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
+	VADDPS    Z21, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
+	VADDPS    Z20, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
+	VADDPS    Z21, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
+	VADDPS    Z20, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
+	VADDPS    Z21, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
+	VADDPS    Z20, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
+	VADDPS    Z21, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
+	VADDPS    Z20, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
+	VADDPS    Z21, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z18, Z20, Z20
+	VADDPS    Z20, Z16, Z16
+	VMOVUPS   Z16, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z19, Z21, Z21
+	VADDPS    Z21, Z17, Z17
+	VMOVUPS   Z17, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_9x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z18, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z19, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z19, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z19, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z19, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z19, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z19, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z19, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z14, Z14
+	VMOVUPS Z14, K1, (DI)
+	VADDPS  Z19, Z15, Z15
+	VMOVUPS Z15, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z18, Z16, Z16
+	VMOVUPS Z16, K1, (DI)
+	VADDPS  Z19, Z17, Z17
+	VMOVUPS Z17, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_9x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmBF16_9x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z20
+	VADDPS    Z20, Z16, Z16
+	VMOVUPS   Z16, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z21
+	VADDPS    Z21, Z17, Z17
+	VMOVUPS   Z17, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_9x32_overwrite:
+	MOVQ    DX, DI
+	VMOVUPS Z0, K1, (DI)
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z2, K1, (DI)
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z4, K1, (DI)
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z6, K1, (DI)
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z8, K1, (DI)
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z10, K1, (DI)
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z12, K1, (DI)
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z14, K1, (DI)
+	VMOVUPS Z15, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z16, K1, (DI)
+	VMOVUPS Z17, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+// func gemmBF16_10x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmBF16_10x32(SB), NOSPLIT, $0-80
+	MOVQ       cols+56(FP), CX
+	MOVQ       $0x00000001, AX
+	SHLQ       CL, AX
+	DECQ       AX
+	KMOVW      AX, K1
+	SHRQ       $0x10, AX
+	KMOVW      AX, K2
+	MOVQ       kc+0(FP), CX
+	MOVQ       a+8(FP), AX
+	MOVQ       sa+16(FP), R8
+	MOVQ       b+24(FP), BX
+	MOVQ       sb+32(FP), R9
+	MOVQ       c+40(FP), DX
+	MOVQ       ldc+48(FP), SI
+	SHLQ       $0x02, R8
+	SHLQ       $0x02, R9
+	SHLQ       $0x02, SI
+	MOVQ       DX, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmBF16_10x32_zero
+	CMPQ       R10, DX
+	JE         gemmBF16_10x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmBF16_10x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	SUBQ   $0x00000004, CX
+	JL     gemmBF16_10x32_tail
+
+gemmBF16_10x32_loop:
+	VMOVUPS      (BX), Z20
+	VMOVUPS      64(BX), Z21
+	VPBROADCASTD (AX), Z22
+
+	// VDPBF16PS Z22, Z20, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z22, Z21, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 4(AX), Z23
+
+	// VDPBF16PS Z23, Z20, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z23, Z21, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 8(AX), Z24
+
+	// VDPBF16PS Z24, Z20, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z24, Z21, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe8
+	VPBROADCASTD 12(AX), Z25
+
+	// VDPBF16PS Z25, Z20, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z25, Z21, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VPBROADCASTD 16(AX), Z26
+
+	// VDPBF16PS Z26, Z20, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z26, Z21, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 20(AX), Z27
+
+	// VDPBF16PS Z27, Z20, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z27, Z21, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 24(AX), Z28
+
+	// VDPBF16PS Z28, Z20, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z28, Z21, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 28(AX), Z29
+
+	// VDPBF16PS Z29, Z20, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z29, Z21, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD 32(AX), Z30
+
+	// VDPBF16PS Z30, Z20, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z30, Z21, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 36(AX), Z31
+
+	// VDPBF16PS Z31, Z20, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z31, Z21, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z20
+	VMOVUPS      64(BX), Z21
+	VPBROADCASTD (AX), Z22
+
+	// VDPBF16PS Z22, Z20, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z22, Z21, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 4(AX), Z23
+
+	// VDPBF16PS Z23, Z20, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z23, Z21, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 8(AX), Z24
+
+	// VDPBF16PS Z24, Z20, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z24, Z21, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe8
+	VPBROADCASTD 12(AX), Z25
+
+	// VDPBF16PS Z25, Z20, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z25, Z21, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VPBROADCASTD 16(AX), Z26
+
+	// VDPBF16PS Z26, Z20, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z26, Z21, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 20(AX), Z27
+
+	// VDPBF16PS Z27, Z20, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z27, Z21, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 24(AX), Z28
+
+	// VDPBF16PS Z28, Z20, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z28, Z21, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 28(AX), Z29
+
+	// VDPBF16PS Z29, Z20, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z29, Z21, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD 32(AX), Z30
+
+	// VDPBF16PS Z30, Z20, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z30, Z21, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 36(AX), Z31
+
+	// VDPBF16PS Z31, Z20, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z31, Z21, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z20
+	VMOVUPS      64(BX), Z21
+	VPBROADCASTD (AX), Z22
+
+	// VDPBF16PS Z22, Z20, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z22, Z21, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 4(AX), Z23
+
+	// VDPBF16PS Z23, Z20, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z23, Z21, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 8(AX), Z24
+
+	// VDPBF16PS Z24, Z20, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z24, Z21, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe8
+	VPBROADCASTD 12(AX), Z25
+
+	// VDPBF16PS Z25, Z20, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z25, Z21, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VPBROADCASTD 16(AX), Z26
+
+	// VDPBF16PS Z26, Z20, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z26, Z21, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 20(AX), Z27
+
+	// VDPBF16PS Z27, Z20, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z27, Z21, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 24(AX), Z28
+
+	// VDPBF16PS Z28, Z20, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z28, Z21, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 28(AX), Z29
+
+	// VDPBF16PS Z29, Z20, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z29, Z21, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD 32(AX), Z30
+
+	// VDPBF16PS Z30, Z20, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z30, Z21, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 36(AX), Z31
+
+	// VDPBF16PS Z31, Z20, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z31, Z21, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z20
+	VMOVUPS      64(BX), Z21
+	VPBROADCASTD (AX), Z22
+
+	// VDPBF16PS Z22, Z20, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z22, Z21, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 4(AX), Z23
+
+	// VDPBF16PS Z23, Z20, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z23, Z21, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 8(AX), Z24
+
+	// VDPBF16PS Z24, Z20, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z24, Z21, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe8
+	VPBROADCASTD 12(AX), Z25
+
+	// VDPBF16PS Z25, Z20, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z25, Z21, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VPBROADCASTD 16(AX), Z26
+
+	// VDPBF16PS Z26, Z20, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z26, Z21, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 20(AX), Z27
+
+	// VDPBF16PS Z27, Z20, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z27, Z21, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 24(AX), Z28
+
+	// VDPBF16PS Z28, Z20, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z28, Z21, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 28(AX), Z29
+
+	// VDPBF16PS Z29, Z20, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z29, Z21, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD 32(AX), Z30
+
+	// VDPBF16PS Z30, Z20, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z30, Z21, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 36(AX), Z31
+
+	// VDPBF16PS Z31, Z20, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z31, Z21, Z19
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x56
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xdf
+	ADDQ R8, AX
+	ADDQ R9, BX
+	SUBQ $0x00000004, CX
+	JGE  gemmBF16_10x32_loop
+
+gemmBF16_10x32_tail:
+	ADDQ $0x00000004, CX
+	JE   gemmBF16_10x32_store
+
+gemmBF16_10x32_one:
+	VMOVUPS      (BX), Z20
+	VMOVUPS      64(BX), Z21
+	VPBROADCASTD (AX), Z22
+
+	// VDPBF16PS Z22, Z20, Z0
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z22, Z21, Z1
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 4(AX), Z23
+
+	// VDPBF16PS Z23, Z20, Z2
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z23, Z21, Z3
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 8(AX), Z24
+
+	// VDPBF16PS Z24, Z20, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z24, Z21, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe8
+	VPBROADCASTD 12(AX), Z25
+
+	// VDPBF16PS Z25, Z20, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z25, Z21, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VPBROADCASTD 16(AX), Z26
+
+	// VDPBF16PS Z26, Z20, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z26, Z21, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 20(AX), Z27
+
+	// VDPBF16PS Z27, Z20, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z27, Z21, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 24(AX), Z28
+
+	// VDPBF16PS Z28, Z20, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z28, Z21, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 28(AX), Z29
+
+	// VDPBF16PS Z29, Z20, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z29, Z21, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD 32(AX), Z30
+
+	// VDPBF16PS Z30, Z20, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z30, Z21, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x56
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 36(AX), Z31
+
+	// VDPBF16PS Z31, Z20, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x5e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z31, Z21, Z19
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x56
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xdf
+	ADDQ R8, AX
+	ADDQ R9, BX
+	DECQ CX
+	JNE  gemmBF16_10x32_one
+
+gemmBF16_10x32_store:
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmBF16_10x32_nobias
+	VMOVUPS.Z (R11), K1, Z20
+	VMOVUPS.Z 64(R11), K2, Z21
+	TESTQ     R10, R10
+	JE        gemmBF16_10x32_bias
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
+	VADDPS    Z22, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
+	VADDPS    Z23, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
+	VADDPS    Z22, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
+	VADDPS    Z23, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
+	VADDPS    Z22, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
+	VADDPS    Z23, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
+	VADDPS    Z22, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
+	VADDPS    Z23, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
+	VADDPS    Z22, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
+	VADDPS    Z23, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
+	VADDPS    Z22, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
+	VADDPS    Z23, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
+	VADDPS    Z22, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
+	VADDPS    Z23, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
+	VADDPS    Z22, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
+	VADDPS    Z23, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
+	VADDPS    Z22, Z16, Z16
+	VMOVUPS   Z16, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
+	VADDPS    Z23, Z17, Z17
+	VMOVUPS   Z17, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z20, Z22, Z22
+	VADDPS    Z22, Z18, Z18
+	VMOVUPS   Z18, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z21, Z23, Z23
+	VADDPS    Z23, Z19, Z19
+	VMOVUPS   Z19, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_10x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z20, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z21, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z21, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z21, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z21, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z21, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z21, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z21, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z14, Z14
+	VMOVUPS Z14, K1, (DI)
+	VADDPS  Z21, Z15, Z15
+	VMOVUPS Z15, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z16, Z16
+	VMOVUPS Z16, K1, (DI)
+	VADDPS  Z21, Z17, Z17
+	VMOVUPS Z17, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z20, Z18, Z18
+	VMOVUPS Z18, K1, (DI)
+	VADDPS  Z21, Z19, Z19
+	VMOVUPS Z19, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_10x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmBF16_10x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z16, Z16
+	VMOVUPS   Z16, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z17, Z17
+	VMOVUPS   Z17, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z22
+	VADDPS    Z22, Z18, Z18
+	VMOVUPS   Z18, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z23
+	VADDPS    Z23, Z19, Z19
+	VMOVUPS   Z19, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_10x32_overwrite:
+	MOVQ    DX, DI
+	VMOVUPS Z0, K1, (DI)
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z2, K1, (DI)
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z4, K1, (DI)
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z6, K1, (DI)
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z8, K1, (DI)
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z10, K1, (DI)
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z12, K1, (DI)
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z14, K1, (DI)
+	VMOVUPS Z15, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z16, K1, (DI)
+	VMOVUPS Z17, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z18, K1, (DI)
+	VMOVUPS Z19, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+// func gemmBF16_11x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmBF16_11x32(SB), NOSPLIT, $0-80
+	MOVQ       cols+56(FP), CX
+	MOVQ       $0x00000001, AX
+	SHLQ       CL, AX
+	DECQ       AX
+	KMOVW      AX, K1
+	SHRQ       $0x10, AX
+	KMOVW      AX, K2
+	MOVQ       kc+0(FP), CX
+	MOVQ       a+8(FP), AX
+	MOVQ       sa+16(FP), R8
+	MOVQ       b+24(FP), BX
+	MOVQ       sb+32(FP), R9
+	MOVQ       c+40(FP), DX
+	MOVQ       ldc+48(FP), SI
+	SHLQ       $0x02, R8
+	SHLQ       $0x02, R9
+	SHLQ       $0x02, SI
+	MOVQ       DX, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmBF16_11x32_zero
+	CMPQ       R10, DX
+	JE         gemmBF16_11x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmBF16_11x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	SUBQ   $0x00000004, CX
+	JL     gemmBF16_11x32_tail
+
+gemmBF16_11x32_loop:
+	VMOVUPS      (BX), Z22
+	VMOVUPS      64(BX), Z23
+	VPBROADCASTD (AX), Z24
+
+	// VDPBF16PS Z24, Z22, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z24, Z23, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc8
+	VPBROADCASTD 4(AX), Z25
+
+	// VDPBF16PS Z25, Z22, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd1
+
+	// VDPBF16PS Z25, Z23, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VPBROADCASTD 8(AX), Z26
+
+	// VDPBF16PS Z26, Z22, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// VDPBF16PS Z26, Z23, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xea
+	VPBROADCASTD 12(AX), Z27
+
+	// VDPBF16PS Z27, Z22, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf3
+
+	// VDPBF16PS Z27, Z23, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VPBROADCASTD 16(AX), Z28
+
+	// VDPBF16PS Z28, Z22, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z28, Z23, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 20(AX), Z29
+
+	// VDPBF16PS Z29, Z22, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd5
+
+	// VDPBF16PS Z29, Z23, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 24(AX), Z30
+
+	// VDPBF16PS Z30, Z22, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// VDPBF16PS Z30, Z23, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xee
+	VPBROADCASTD 28(AX), Z31
+
+	// VDPBF16PS Z31, Z22, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf7
+
+	// VDPBF16PS Z31, Z23, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VPBROADCASTD 32(AX), Z24
+
+	// VDPBF16PS Z24, Z22, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z24, Z23, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc8
+	VPBROADCASTD 36(AX), Z25
+
+	// VDPBF16PS Z25, Z22, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd1
+
+	// VDPBF16PS Z25, Z23, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VPBROADCASTD 40(AX), Z26
+
+	// VDPBF16PS Z26, Z22, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// VDPBF16PS Z26, Z23, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xea
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z22
+	VMOVUPS      64(BX), Z23
+	VPBROADCASTD (AX), Z27
+
+	// VDPBF16PS Z27, Z22, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc3
+
+	// VDPBF16PS Z27, Z23, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD 4(AX), Z28
+
+	// VDPBF16PS Z28, Z22, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd4
+
+	// VDPBF16PS Z28, Z23, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VPBROADCASTD 8(AX), Z29
+
+	// VDPBF16PS Z29, Z22, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe5
+
+	// VDPBF16PS Z29, Z23, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD 12(AX), Z30
+
+	// VDPBF16PS Z30, Z22, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf6
+
+	// VDPBF16PS Z30, Z23, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfe
+	VPBROADCASTD 16(AX), Z31
+
+	// VDPBF16PS Z31, Z22, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc7
+
+	// VDPBF16PS Z31, Z23, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD 20(AX), Z24
+
+	// VDPBF16PS Z24, Z22, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// VDPBF16PS Z24, Z23, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd8
+	VPBROADCASTD 24(AX), Z25
+
+	// VDPBF16PS Z25, Z22, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe1
+
+	// VDPBF16PS Z25, Z23, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VPBROADCASTD 28(AX), Z26
+
+	// VDPBF16PS Z26, Z22, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf2
+
+	// VDPBF16PS Z26, Z23, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfa
+	VPBROADCASTD 32(AX), Z27
+
+	// VDPBF16PS Z27, Z22, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc3
+
+	// VDPBF16PS Z27, Z23, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD 36(AX), Z28
+
+	// VDPBF16PS Z28, Z22, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd4
+
+	// VDPBF16PS Z28, Z23, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdc
+	VPBROADCASTD 40(AX), Z29
+
+	// VDPBF16PS Z29, Z22, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe5
+
+	// VDPBF16PS Z29, Z23, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z22
+	VMOVUPS      64(BX), Z23
+	VPBROADCASTD (AX), Z30
+
+	// VDPBF16PS Z30, Z22, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z30, Z23, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 4(AX), Z31
+
+	// VDPBF16PS Z31, Z22, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z31, Z23, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 8(AX), Z24
+
+	// VDPBF16PS Z24, Z22, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z24, Z23, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe8
+	VPBROADCASTD 12(AX), Z25
+
+	// VDPBF16PS Z25, Z22, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z25, Z23, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VPBROADCASTD 16(AX), Z26
+
+	// VDPBF16PS Z26, Z22, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z26, Z23, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 20(AX), Z27
+
+	// VDPBF16PS Z27, Z22, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z27, Z23, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 24(AX), Z28
+
+	// VDPBF16PS Z28, Z22, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z28, Z23, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 28(AX), Z29
+
+	// VDPBF16PS Z29, Z22, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z29, Z23, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD 32(AX), Z30
+
+	// VDPBF16PS Z30, Z22, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z30, Z23, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 36(AX), Z31
+
+	// VDPBF16PS Z31, Z22, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z31, Z23, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 40(AX), Z24
+
+	// VDPBF16PS Z24, Z22, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// VDPBF16PS Z24, Z23, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe8
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z22
+	VMOVUPS      64(BX), Z23
+	VPBROADCASTD (AX), Z25
+
+	// VDPBF16PS Z25, Z22, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc1
+
+	// VDPBF16PS Z25, Z23, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VPBROADCASTD 4(AX), Z26
+
+	// VDPBF16PS Z26, Z22, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd2
+
+	// VDPBF16PS Z26, Z23, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xda
+	VPBROADCASTD 8(AX), Z27
+
+	// VDPBF16PS Z27, Z22, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe3
+
+	// VDPBF16PS Z27, Z23, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD 12(AX), Z28
+
+	// VDPBF16PS Z28, Z22, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf4
+
+	// VDPBF16PS Z28, Z23, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfc
+	VPBROADCASTD 16(AX), Z29
+
+	// VDPBF16PS Z29, Z22, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc5
+
+	// VDPBF16PS Z29, Z23, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD 20(AX), Z30
+
+	// VDPBF16PS Z30, Z22, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd6
+
+	// VDPBF16PS Z30, Z23, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xde
+	VPBROADCASTD 24(AX), Z31
+
+	// VDPBF16PS Z31, Z22, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe7
+
+	// VDPBF16PS Z31, Z23, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD 28(AX), Z24
+
+	// VDPBF16PS Z24, Z22, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// VDPBF16PS Z24, Z23, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf8
+	VPBROADCASTD 32(AX), Z25
+
+	// VDPBF16PS Z25, Z22, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc1
+
+	// VDPBF16PS Z25, Z23, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VPBROADCASTD 36(AX), Z26
+
+	// VDPBF16PS Z26, Z22, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd2
+
+	// VDPBF16PS Z26, Z23, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xda
+	VPBROADCASTD 40(AX), Z27
+
+	// VDPBF16PS Z27, Z22, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe3
+
+	// VDPBF16PS Z27, Z23, Z21
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x46
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xeb
+	ADDQ R8, AX
+	ADDQ R9, BX
+	SUBQ $0x00000004, CX
+	JGE  gemmBF16_11x32_loop
+
+gemmBF16_11x32_tail:
+	ADDQ $0x00000004, CX
+	JE   gemmBF16_11x32_store
+
+gemmBF16_11x32_one:
+	VMOVUPS      (BX), Z22
+	VMOVUPS      64(BX), Z23
+	VPBROADCASTD (AX), Z24
+
+	// VDPBF16PS Z24, Z22, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z24, Z23, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc8
+	VPBROADCASTD 4(AX), Z25
+
+	// VDPBF16PS Z25, Z22, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd1
+
+	// VDPBF16PS Z25, Z23, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VPBROADCASTD 8(AX), Z26
+
+	// VDPBF16PS Z26, Z22, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// VDPBF16PS Z26, Z23, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xea
+	VPBROADCASTD 12(AX), Z27
+
+	// VDPBF16PS Z27, Z22, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf3
+
+	// VDPBF16PS Z27, Z23, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VPBROADCASTD 16(AX), Z28
+
+	// VDPBF16PS Z28, Z22, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z28, Z23, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 20(AX), Z29
+
+	// VDPBF16PS Z29, Z22, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd5
+
+	// VDPBF16PS Z29, Z23, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 24(AX), Z30
+
+	// VDPBF16PS Z30, Z22, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// VDPBF16PS Z30, Z23, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xee
+	VPBROADCASTD 28(AX), Z31
+
+	// VDPBF16PS Z31, Z22, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf7
+
+	// VDPBF16PS Z31, Z23, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VPBROADCASTD 32(AX), Z24
+
+	// VDPBF16PS Z24, Z22, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// VDPBF16PS Z24, Z23, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc8
+	VPBROADCASTD 36(AX), Z25
+
+	// VDPBF16PS Z25, Z22, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd1
+
+	// VDPBF16PS Z25, Z23, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x46
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VPBROADCASTD 40(AX), Z26
+
+	// VDPBF16PS Z26, Z22, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x4e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// VDPBF16PS Z26, Z23, Z21
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x46
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xea
+	ADDQ R8, AX
+	ADDQ R9, BX
+	DECQ CX
+	JNE  gemmBF16_11x32_one
+
+gemmBF16_11x32_store:
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmBF16_11x32_nobias
+	VMOVUPS.Z (R11), K1, Z22
+	VMOVUPS.Z 64(R11), K2, Z23
+	TESTQ     R10, R10
+	JE        gemmBF16_11x32_bias
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
+	VADDPS    Z24, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
+	VADDPS    Z25, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
+	VADDPS    Z24, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
+	VADDPS    Z25, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
+	VADDPS    Z24, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
+	VADDPS    Z25, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
+	VADDPS    Z24, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
+	VADDPS    Z25, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
+	VADDPS    Z24, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
+	VADDPS    Z25, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
+	VADDPS    Z24, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
+	VADDPS    Z25, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
+	VADDPS    Z24, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
+	VADDPS    Z25, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
+	VADDPS    Z24, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
+	VADDPS    Z25, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
+	VADDPS    Z24, Z16, Z16
+	VMOVUPS   Z16, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
+	VADDPS    Z25, Z17, Z17
+	VMOVUPS   Z17, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
+	VADDPS    Z24, Z18, Z18
+	VMOVUPS   Z18, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
+	VADDPS    Z25, Z19, Z19
+	VMOVUPS   Z19, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z22, Z24, Z24
+	VADDPS    Z24, Z20, Z20
+	VMOVUPS   Z20, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z23, Z25, Z25
+	VADDPS    Z25, Z21, Z21
+	VMOVUPS   Z21, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_11x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z22, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z23, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z23, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z23, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z23, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z23, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z23, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z23, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z14, Z14
+	VMOVUPS Z14, K1, (DI)
+	VADDPS  Z23, Z15, Z15
+	VMOVUPS Z15, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z16, Z16
+	VMOVUPS Z16, K1, (DI)
+	VADDPS  Z23, Z17, Z17
+	VMOVUPS Z17, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z18, Z18
+	VMOVUPS Z18, K1, (DI)
+	VADDPS  Z23, Z19, Z19
+	VMOVUPS Z19, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z22, Z20, Z20
+	VMOVUPS Z20, K1, (DI)
+	VADDPS  Z23, Z21, Z21
+	VMOVUPS Z21, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_11x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmBF16_11x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z16, Z16
+	VMOVUPS   Z16, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z17, Z17
+	VMOVUPS   Z17, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z18, Z18
+	VMOVUPS   Z18, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z19, Z19
+	VMOVUPS   Z19, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z24
+	VADDPS    Z24, Z20, Z20
+	VMOVUPS   Z20, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z25
+	VADDPS    Z25, Z21, Z21
+	VMOVUPS   Z21, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_11x32_overwrite:
+	MOVQ    DX, DI
+	VMOVUPS Z0, K1, (DI)
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z2, K1, (DI)
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z4, K1, (DI)
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z6, K1, (DI)
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z8, K1, (DI)
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z10, K1, (DI)
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z12, K1, (DI)
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z14, K1, (DI)
+	VMOVUPS Z15, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z16, K1, (DI)
+	VMOVUPS Z17, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z18, K1, (DI)
+	VMOVUPS Z19, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z20, K1, (DI)
+	VMOVUPS Z21, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+// func gemmBF16_12x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmBF16_12x32(SB), NOSPLIT, $0-80
+	MOVQ       cols+56(FP), CX
+	MOVQ       $0x00000001, AX
+	SHLQ       CL, AX
+	DECQ       AX
+	KMOVW      AX, K1
+	SHRQ       $0x10, AX
+	KMOVW      AX, K2
+	MOVQ       kc+0(FP), CX
+	MOVQ       a+8(FP), AX
+	MOVQ       sa+16(FP), R8
+	MOVQ       b+24(FP), BX
+	MOVQ       sb+32(FP), R9
+	MOVQ       c+40(FP), DX
+	MOVQ       ldc+48(FP), SI
+	SHLQ       $0x02, R8
+	SHLQ       $0x02, R9
+	SHLQ       $0x02, SI
+	MOVQ       DX, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	MOVQ       src+64(FP), R10
+	TESTQ      R10, R10
+	JE         gemmBF16_12x32_zero
+	CMPQ       R10, DX
+	JE         gemmBF16_12x32_zero
+	MOVQ       R10, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 124(DI)
+
+gemmBF16_12x32_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	SUBQ   $0x00000004, CX
+	JL     gemmBF16_12x32_tail
+
+gemmBF16_12x32_loop:
+	VMOVUPS      (BX), Z24
+	VMOVUPS      64(BX), Z25
+	VPBROADCASTD (AX), Z26
+
+	// VDPBF16PS Z26, Z24, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z26, Z25, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 4(AX), Z27
+
+	// VDPBF16PS Z27, Z24, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z27, Z25, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 8(AX), Z28
+
+	// VDPBF16PS Z28, Z24, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z28, Z25, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 12(AX), Z29
+
+	// VDPBF16PS Z29, Z24, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z29, Z25, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD 16(AX), Z30
+
+	// VDPBF16PS Z30, Z24, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z30, Z25, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 20(AX), Z31
+
+	// VDPBF16PS Z31, Z24, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z31, Z25, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 24(AX), Z26
+
+	// VDPBF16PS Z26, Z24, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// VDPBF16PS Z26, Z25, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xea
+	VPBROADCASTD 28(AX), Z27
+
+	// VDPBF16PS Z27, Z24, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf3
+
+	// VDPBF16PS Z27, Z25, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VPBROADCASTD 32(AX), Z28
+
+	// VDPBF16PS Z28, Z24, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z28, Z25, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 36(AX), Z29
+
+	// VDPBF16PS Z29, Z24, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd5
+
+	// VDPBF16PS Z29, Z25, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 40(AX), Z30
+
+	// VDPBF16PS Z30, Z24, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// VDPBF16PS Z30, Z25, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xee
+	VPBROADCASTD 44(AX), Z31
+
+	// VDPBF16PS Z31, Z24, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf7
+
+	// VDPBF16PS Z31, Z25, Z23
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z24
+	VMOVUPS      64(BX), Z25
+	VPBROADCASTD (AX), Z26
+
+	// VDPBF16PS Z26, Z24, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z26, Z25, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 4(AX), Z27
+
+	// VDPBF16PS Z27, Z24, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z27, Z25, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 8(AX), Z28
+
+	// VDPBF16PS Z28, Z24, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z28, Z25, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 12(AX), Z29
+
+	// VDPBF16PS Z29, Z24, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z29, Z25, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD 16(AX), Z30
+
+	// VDPBF16PS Z30, Z24, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z30, Z25, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 20(AX), Z31
+
+	// VDPBF16PS Z31, Z24, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z31, Z25, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 24(AX), Z26
+
+	// VDPBF16PS Z26, Z24, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// VDPBF16PS Z26, Z25, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xea
+	VPBROADCASTD 28(AX), Z27
+
+	// VDPBF16PS Z27, Z24, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf3
+
+	// VDPBF16PS Z27, Z25, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VPBROADCASTD 32(AX), Z28
+
+	// VDPBF16PS Z28, Z24, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z28, Z25, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 36(AX), Z29
+
+	// VDPBF16PS Z29, Z24, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd5
+
+	// VDPBF16PS Z29, Z25, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 40(AX), Z30
+
+	// VDPBF16PS Z30, Z24, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// VDPBF16PS Z30, Z25, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xee
+	VPBROADCASTD 44(AX), Z31
+
+	// VDPBF16PS Z31, Z24, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf7
+
+	// VDPBF16PS Z31, Z25, Z23
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z24
+	VMOVUPS      64(BX), Z25
+	VPBROADCASTD (AX), Z26
+
+	// VDPBF16PS Z26, Z24, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z26, Z25, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 4(AX), Z27
+
+	// VDPBF16PS Z27, Z24, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z27, Z25, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 8(AX), Z28
+
+	// VDPBF16PS Z28, Z24, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z28, Z25, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 12(AX), Z29
+
+	// VDPBF16PS Z29, Z24, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z29, Z25, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD 16(AX), Z30
+
+	// VDPBF16PS Z30, Z24, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z30, Z25, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 20(AX), Z31
+
+	// VDPBF16PS Z31, Z24, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z31, Z25, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 24(AX), Z26
+
+	// VDPBF16PS Z26, Z24, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// VDPBF16PS Z26, Z25, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xea
+	VPBROADCASTD 28(AX), Z27
+
+	// VDPBF16PS Z27, Z24, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf3
+
+	// VDPBF16PS Z27, Z25, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VPBROADCASTD 32(AX), Z28
+
+	// VDPBF16PS Z28, Z24, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z28, Z25, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 36(AX), Z29
+
+	// VDPBF16PS Z29, Z24, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd5
+
+	// VDPBF16PS Z29, Z25, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 40(AX), Z30
+
+	// VDPBF16PS Z30, Z24, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// VDPBF16PS Z30, Z25, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xee
+	VPBROADCASTD 44(AX), Z31
+
+	// VDPBF16PS Z31, Z24, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf7
+
+	// VDPBF16PS Z31, Z25, Z23
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	ADDQ         R8, AX
+	ADDQ         R9, BX
+	VMOVUPS      (BX), Z24
+	VMOVUPS      64(BX), Z25
+	VPBROADCASTD (AX), Z26
+
+	// VDPBF16PS Z26, Z24, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z26, Z25, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 4(AX), Z27
+
+	// VDPBF16PS Z27, Z24, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z27, Z25, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 8(AX), Z28
+
+	// VDPBF16PS Z28, Z24, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z28, Z25, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 12(AX), Z29
+
+	// VDPBF16PS Z29, Z24, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z29, Z25, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD 16(AX), Z30
+
+	// VDPBF16PS Z30, Z24, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z30, Z25, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 20(AX), Z31
+
+	// VDPBF16PS Z31, Z24, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z31, Z25, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 24(AX), Z26
+
+	// VDPBF16PS Z26, Z24, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// VDPBF16PS Z26, Z25, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xea
+	VPBROADCASTD 28(AX), Z27
+
+	// VDPBF16PS Z27, Z24, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf3
+
+	// VDPBF16PS Z27, Z25, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VPBROADCASTD 32(AX), Z28
+
+	// VDPBF16PS Z28, Z24, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z28, Z25, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 36(AX), Z29
+
+	// VDPBF16PS Z29, Z24, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd5
+
+	// VDPBF16PS Z29, Z25, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 40(AX), Z30
+
+	// VDPBF16PS Z30, Z24, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// VDPBF16PS Z30, Z25, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xee
+	VPBROADCASTD 44(AX), Z31
+
+	// VDPBF16PS Z31, Z24, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf7
+
+	// VDPBF16PS Z31, Z25, Z23
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xff
+	ADDQ R8, AX
+	ADDQ R9, BX
+	SUBQ $0x00000004, CX
+	JGE  gemmBF16_12x32_loop
+
+gemmBF16_12x32_tail:
+	ADDQ $0x00000004, CX
+	JE   gemmBF16_12x32_store
+
+gemmBF16_12x32_one:
+	VMOVUPS      (BX), Z24
+	VMOVUPS      64(BX), Z25
+	VPBROADCASTD (AX), Z26
+
+	// VDPBF16PS Z26, Z24, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// VDPBF16PS Z26, Z25, Z1
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xca
+	VPBROADCASTD 4(AX), Z27
+
+	// VDPBF16PS Z27, Z24, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd3
+
+	// VDPBF16PS Z27, Z25, Z3
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 8(AX), Z28
+
+	// VDPBF16PS Z28, Z24, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// VDPBF16PS Z28, Z25, Z5
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xec
+	VPBROADCASTD 12(AX), Z29
+
+	// VDPBF16PS Z29, Z24, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf5
+
+	// VDPBF16PS Z29, Z25, Z7
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD 16(AX), Z30
+
+	// VDPBF16PS Z30, Z24, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// VDPBF16PS Z30, Z25, Z9
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xce
+	VPBROADCASTD 20(AX), Z31
+
+	// VDPBF16PS Z31, Z24, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd7
+
+	// VDPBF16PS Z31, Z25, Z11
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 24(AX), Z26
+
+	// VDPBF16PS Z26, Z24, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// VDPBF16PS Z26, Z25, Z13
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xea
+	VPBROADCASTD 28(AX), Z27
+
+	// VDPBF16PS Z27, Z24, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf3
+
+	// VDPBF16PS Z27, Z25, Z15
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VPBROADCASTD 32(AX), Z28
+
+	// VDPBF16PS Z28, Z24, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// VDPBF16PS Z28, Z25, Z17
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 36(AX), Z29
+
+	// VDPBF16PS Z29, Z24, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd5
+
+	// VDPBF16PS Z29, Z25, Z19
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 40(AX), Z30
+
+	// VDPBF16PS Z30, Z24, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// VDPBF16PS Z30, Z25, Z21
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x36
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xee
+	VPBROADCASTD 44(AX), Z31
+
+	// VDPBF16PS Z31, Z24, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf7
+
+	// VDPBF16PS Z31, Z25, Z23
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x36
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xff
+	ADDQ R8, AX
+	ADDQ R9, BX
+	DECQ CX
+	JNE  gemmBF16_12x32_one
+
+gemmBF16_12x32_store:
+	MOVQ      src+64(FP), R10
+	MOVQ      bias+72(FP), R11
+	TESTQ     R11, R11
+	JE        gemmBF16_12x32_nobias
+	VMOVUPS.Z (R11), K1, Z24
+	VMOVUPS.Z 64(R11), K2, Z25
+	TESTQ     R10, R10
+	JE        gemmBF16_12x32_bias
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
+	VADDPS    Z26, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
+	VADDPS    Z27, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
+	VADDPS    Z26, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
+	VADDPS    Z27, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
+	VADDPS    Z26, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
+	VADDPS    Z27, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
+	VADDPS    Z26, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
+	VADDPS    Z27, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
+	VADDPS    Z26, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
+	VADDPS    Z27, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
+	VADDPS    Z26, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
+	VADDPS    Z27, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
+	VADDPS    Z26, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
+	VADDPS    Z27, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
+	VADDPS    Z26, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
+	VADDPS    Z27, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
+	VADDPS    Z26, Z16, Z16
+	VMOVUPS   Z16, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
+	VADDPS    Z27, Z17, Z17
+	VMOVUPS   Z17, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
+	VADDPS    Z26, Z18, Z18
+	VMOVUPS   Z18, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
+	VADDPS    Z27, Z19, Z19
+	VMOVUPS   Z19, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
+	VADDPS    Z26, Z20, Z20
+	VMOVUPS   Z20, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
+	VADDPS    Z27, Z21, Z21
+	VMOVUPS   Z21, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z24, Z26, Z26
+	VADDPS    Z26, Z22, Z22
+	VMOVUPS   Z22, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z25, Z27, Z27
+	VADDPS    Z27, Z23, Z23
+	VMOVUPS   Z23, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_12x32_bias:
+	MOVQ    DX, DI
+	VADDPS  Z24, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	VADDPS  Z25, Z1, Z1
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z2, Z2
+	VMOVUPS Z2, K1, (DI)
+	VADDPS  Z25, Z3, Z3
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z4, Z4
+	VMOVUPS Z4, K1, (DI)
+	VADDPS  Z25, Z5, Z5
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z6, Z6
+	VMOVUPS Z6, K1, (DI)
+	VADDPS  Z25, Z7, Z7
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	VADDPS  Z25, Z9, Z9
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z10, Z10
+	VMOVUPS Z10, K1, (DI)
+	VADDPS  Z25, Z11, Z11
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z12, Z12
+	VMOVUPS Z12, K1, (DI)
+	VADDPS  Z25, Z13, Z13
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z14, Z14
+	VMOVUPS Z14, K1, (DI)
+	VADDPS  Z25, Z15, Z15
+	VMOVUPS Z15, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z16, Z16
+	VMOVUPS Z16, K1, (DI)
+	VADDPS  Z25, Z17, Z17
+	VMOVUPS Z17, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z18, Z18
+	VMOVUPS Z18, K1, (DI)
+	VADDPS  Z25, Z19, Z19
+	VMOVUPS Z19, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z20, Z20
+	VMOVUPS Z20, K1, (DI)
+	VADDPS  Z25, Z21, Z21
+	VMOVUPS Z21, K2, 64(DI)
+	ADDQ    SI, DI
+	VADDPS  Z24, Z22, Z22
+	VMOVUPS Z22, K1, (DI)
+	VADDPS  Z25, Z23, Z23
+	VMOVUPS Z23, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_12x32_nobias:
+	TESTQ     R10, R10
+	JE        gemmBF16_12x32_overwrite
+	MOVQ      DX, DI
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z1, Z1
+	VMOVUPS   Z1, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z3, Z3
+	VMOVUPS   Z3, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z5, Z5
+	VMOVUPS   Z5, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z6, Z6
+	VMOVUPS   Z6, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z7, Z7
+	VMOVUPS   Z7, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z8, Z8
+	VMOVUPS   Z8, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z9, Z9
+	VMOVUPS   Z9, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z11, Z11
+	VMOVUPS   Z11, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z12, Z12
+	VMOVUPS   Z12, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z13, Z13
+	VMOVUPS   Z13, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z14, Z14
+	VMOVUPS   Z14, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z15, Z15
+	VMOVUPS   Z15, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z16, Z16
+	VMOVUPS   Z16, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z17, Z17
+	VMOVUPS   Z17, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z18, Z18
+	VMOVUPS   Z18, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z19, Z19
+	VMOVUPS   Z19, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z20, Z20
+	VMOVUPS   Z20, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z21, Z21
+	VMOVUPS   Z21, K2, 64(DI)
+	ADDQ      SI, DI
+	ADDQ      SI, R10
+	VMOVUPS.Z (R10), K1, Z26
+	VADDPS    Z26, Z22, Z22
+	VMOVUPS   Z22, K1, (DI)
+	VMOVUPS.Z 64(R10), K2, Z27
+	VADDPS    Z27, Z23, Z23
+	VMOVUPS   Z23, K2, 64(DI)
+	VZEROUPPER
+	RET
+
+gemmBF16_12x32_overwrite:
+	MOVQ    DX, DI
+	VMOVUPS Z0, K1, (DI)
+	VMOVUPS Z1, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z2, K1, (DI)
+	VMOVUPS Z3, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z4, K1, (DI)
+	VMOVUPS Z5, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z6, K1, (DI)
+	VMOVUPS Z7, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z8, K1, (DI)
+	VMOVUPS Z9, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z10, K1, (DI)
+	VMOVUPS Z11, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z12, K1, (DI)
+	VMOVUPS Z13, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z14, K1, (DI)
+	VMOVUPS Z15, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z16, K1, (DI)
+	VMOVUPS Z17, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z18, K1, (DI)
+	VMOVUPS Z19, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z20, K1, (DI)
+	VMOVUPS Z21, K2, 64(DI)
+	ADDQ    SI, DI
+	VMOVUPS Z22, K1, (DI)
+	VMOVUPS Z23, K2, 64(DI)
+	VZEROUPPER
+	RET
+
 // func gemmAVX2_6x16(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 // Requires: AVX, FMA3, MMX+
 TEXT ·gemmAVX2_6x16(SB), NOSPLIT, $0-80
@@ -10576,5 +20890,316 @@ fmaLoopAVX2_loop:
 	JNE         fmaLoopAVX2_loop
 
 fmaLoopAVX2_done:
+	VZEROUPPER
+	RET
+
+// func dotLoopBF16(n int)
+// Requires: AVX, AVX512F
+TEXT ·dotLoopBF16(SB), NOSPLIT, $0-8
+	MOVQ   n+0(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	TESTQ  CX, CX
+	JLE    dotLoopBF16_done
+
+dotLoopBF16_loop:
+	// VDPBF16PS Z25, Z24, Z0
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc1
+
+	// VDPBF16PS Z25, Z24, Z1
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// VDPBF16PS Z25, Z24, Z2
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd1
+
+	// VDPBF16PS Z25, Z24, Z3
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd9
+
+	// VDPBF16PS Z25, Z24, Z4
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe1
+
+	// VDPBF16PS Z25, Z24, Z5
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe9
+
+	// VDPBF16PS Z25, Z24, Z6
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z25, Z24, Z7
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+
+	// VDPBF16PS Z25, Z24, Z8
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc1
+
+	// VDPBF16PS Z25, Z24, Z9
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// VDPBF16PS Z25, Z24, Z10
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd1
+
+	// VDPBF16PS Z25, Z24, Z11
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd9
+
+	// VDPBF16PS Z25, Z24, Z12
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe1
+
+	// VDPBF16PS Z25, Z24, Z13
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe9
+
+	// VDPBF16PS Z25, Z24, Z14
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z25, Z24, Z15
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+
+	// VDPBF16PS Z25, Z24, Z16
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc1
+
+	// VDPBF16PS Z25, Z24, Z17
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// VDPBF16PS Z25, Z24, Z18
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd1
+
+	// VDPBF16PS Z25, Z24, Z19
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd9
+
+	// VDPBF16PS Z25, Z24, Z20
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe1
+
+	// VDPBF16PS Z25, Z24, Z21
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe9
+
+	// VDPBF16PS Z25, Z24, Z22
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf1
+
+	// VDPBF16PS Z25, Z24, Z23
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+	DECQ CX
+	JNE  dotLoopBF16_loop
+
+dotLoopBF16_done:
+	VZEROUPPER
+	RET
+
+// func pairRows32(src *uint16, ld int, dst *float32, steps int)
+// Requires: AVX, AVX512F
+TEXT ·pairRows32(SB), NOSPLIT, $0-32
+	MOVQ  src+0(FP), SI
+	MOVQ  ld+8(FP), DX
+	MOVQ  dst+16(FP), DI
+	MOVQ  steps+24(FP), CX
+	SHLQ  $0x01, DX
+	TESTQ CX, CX
+	JLE   pairRows32_done
+
+pairRows32_loop:
+	MOVQ      SI, R8
+	ADDQ      DX, R8
+	VPMOVZXWD (SI), Z0
+	VPMOVZXWD 32(SI), Z1
+	VPMOVZXWD (R8), Z2
+	VPMOVZXWD 32(R8), Z3
+	VPSLLD    $0x10, Z2, Z2
+	VPSLLD    $0x10, Z3, Z3
+	VPORD     Z2, Z0, Z0
+	VPORD     Z3, Z1, Z1
+	VMOVUPS   Z0, (DI)
+	VMOVUPS   Z1, 64(DI)
+	ADDQ      DX, SI
+	ADDQ      DX, SI
+	ADDQ      $0x00000080, DI
+	DECQ      CX
+	JNE       pairRows32_loop
+
+pairRows32_done:
+	VZEROUPPER
+	RET
+
+// func widenF16(dst *float32, src *uint16, n int)
+// Requires: AVX, AVX512F
+TEXT ·widenF16(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), DI
+	MOVQ  src+8(FP), SI
+	MOVQ  n+16(FP), CX
+	SHRQ  $0x04, CX
+	TESTQ CX, CX
+	JLE   widenF16_done
+
+widenF16_loop:
+	VCVTPH2PS (SI), Z0
+	VMOVUPS   Z0, (DI)
+	ADDQ      $0x00000020, SI
+	ADDQ      $0x00000040, DI
+	DECQ      CX
+	JNE       widenF16_loop
+
+widenF16_done:
+	VZEROUPPER
+	RET
+
+// func widenBF16(dst *float32, src *uint16, n int)
+// Requires: AVX, AVX512F
+TEXT ·widenBF16(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), DI
+	MOVQ  src+8(FP), SI
+	MOVQ  n+16(FP), CX
+	SHRQ  $0x04, CX
+	TESTQ CX, CX
+	JLE   widenBF16_done
+
+widenBF16_loop:
+	VPMOVZXWD (SI), Z0
+	VPSLLD    $0x10, Z0, Z0
+	VMOVUPS   Z0, (DI)
+	ADDQ      $0x00000020, SI
+	ADDQ      $0x00000040, DI
+	DECQ      CX
+	JNE       widenBF16_loop
+
+widenBF16_done:
 	VZEROUPPER
 	RET

@@ -39,6 +39,9 @@ type gemm struct {
 	// aDirect and bDirect say that A and op(B) (NN, TN) are read in place
 	// instead of packed.
 	aDirect, bDirect bool
+	// h, if not nil, holds 16-bit A and B in place of a and b: always
+	// packed, into fp32 or bf16 pairs (gemm_half.go).
+	h *halfOperands
 }
 
 // pass is one (ic, pc, jc) step of the loops: rows [ic, ic+mcb), depth
@@ -59,6 +62,9 @@ func (g *gemm) run() {
 		g.aDirect = im.rowKernels != nil && g.n <= im.direct.a
 	}
 	g.bDirect = im.masked && g.l != NT && (g.m <= im.direct.bM || g.k*g.n <= im.direct.bSize)
+	if g.h != nil {
+		g.aDirect, g.bDirect = false, false
+	}
 	var bp []float32
 	if !g.bDirect {
 		buf := g.bufs.getB()
@@ -104,10 +110,14 @@ func (g *gemm) packB(p pass, w, t int) {
 	if g.bDirect {
 		return
 	}
-	nr := g.impl.nr
+	nr, kd := g.impl.nr, g.depth(p.kc)
 	np := (p.nc + nr - 1) / nr
 	lo, hi := w*np/t, (w+1)*np/t
-	if lo < hi {
+	switch {
+	case lo >= hi:
+	case g.h != nil:
+		g.h.packB(g.l, p.pc, p.kc, p.jc+lo*nr, min(p.nc, hi*nr)-lo*nr, p.bp[lo*nr*kd:hi*nr*kd], nr)
+	default:
 		packBPanels(g.l, g.b, g.ldb, p.pc, p.kc, p.jc+lo*nr, min(p.nc, hi*nr)-lo*nr, p.bp[lo*nr*p.kc:hi*nr*p.kc], nr, g.impl.pack)
 	}
 }
@@ -128,7 +138,11 @@ func (g *gemm) work(s *gemmScratch, p pass, w, t int) {
 		if s.a == nil { // 1 MiB or so: only when A is packed
 			s.a = alignedFloats(im.mc * im.kc)
 		}
-		packABlock(g.l, g.a, g.lda, i0, i1-i0, p.pc, p.kc, s.a, im.mr, im.pack)
+		if g.h != nil {
+			g.h.packA(g.l, i0, i1-i0, p.pc, p.kc, s.a, im.mr)
+		} else {
+			packABlock(g.l, g.a, g.lda, i0, i1-i0, p.pc, p.kc, s.a, im.mr, im.pack)
+		}
 	}
 	g.block(s, p, i0, i1, j0, j1)
 }
@@ -137,8 +151,8 @@ func (g *gemm) work(s *gemmScratch, p pass, w, t int) {
 // micro-panels [j0, j1) of pass p, clipped to the block's nc columns.
 func (g *gemm) block(s *gemmScratch, p pass, i0, i1, j0, j1 int) {
 	im := g.impl
-	mr, nr, kc := im.mr, im.nr, p.kc
-	edge := -1 // an in-place B's last, narrow panel: padded into s.bedge
+	mr, nr, kc := im.mr, im.nr, g.depth(p.kc) // kc: steps of the kernels
+	edge := -1                                // an in-place B's last, narrow panel: padded into s.bedge
 	if g.bDirect && j1*nr > p.nc && j0 < j1 {
 		edge = j1 - 1
 		packBPanels(g.l, g.b, g.ldb, p.pc, kc, p.jc+edge*nr, p.nc-edge*nr, s.bedge, nr, im.pack)
@@ -179,6 +193,15 @@ func (g *gemm) block(s *gemmScratch, p pass, i0, i1, j0, j1 int) {
 			mergeTile(s.tile, nr, rows, cols, g.c[ci:], g.ldc, src, bias)
 		}
 	}
+}
+
+// depth is the number of packed k steps of a pass of kc: kc, or the
+// pairs of k of bf16 pairs.
+func (g *gemm) depth(kc int) int {
+	if g.h != nil && g.h.pairs {
+		return (kc + 1) / 2
+	}
+	return kc
 }
 
 // epilogue returns what the tile at C[ci] (column j of C) adds to its

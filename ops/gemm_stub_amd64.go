@@ -76,6 +76,42 @@ func gemmAVX512_12x32(kc int, a *float32, sa int, b *float32, sb int, c *float32
 // gemmAVX512_12x32r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 12, j < cols.
 func gemmAVX512_12x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
+// gemmBF16_1x32 computes C[i][j] = Σ_p a[p*sa+i].lo·b[p*sb+j].lo + a[p*sa+i].hi·b[p*sb+j].hi (+ src[i*ldc+j] + bias[j]) for i < 1, j < cols.
+func gemmBF16_1x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmBF16_2x32 computes C[i][j] = Σ_p a[p*sa+i].lo·b[p*sb+j].lo + a[p*sa+i].hi·b[p*sb+j].hi (+ src[i*ldc+j] + bias[j]) for i < 2, j < cols.
+func gemmBF16_2x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmBF16_3x32 computes C[i][j] = Σ_p a[p*sa+i].lo·b[p*sb+j].lo + a[p*sa+i].hi·b[p*sb+j].hi (+ src[i*ldc+j] + bias[j]) for i < 3, j < cols.
+func gemmBF16_3x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmBF16_4x32 computes C[i][j] = Σ_p a[p*sa+i].lo·b[p*sb+j].lo + a[p*sa+i].hi·b[p*sb+j].hi (+ src[i*ldc+j] + bias[j]) for i < 4, j < cols.
+func gemmBF16_4x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmBF16_5x32 computes C[i][j] = Σ_p a[p*sa+i].lo·b[p*sb+j].lo + a[p*sa+i].hi·b[p*sb+j].hi (+ src[i*ldc+j] + bias[j]) for i < 5, j < cols.
+func gemmBF16_5x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmBF16_6x32 computes C[i][j] = Σ_p a[p*sa+i].lo·b[p*sb+j].lo + a[p*sa+i].hi·b[p*sb+j].hi (+ src[i*ldc+j] + bias[j]) for i < 6, j < cols.
+func gemmBF16_6x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmBF16_7x32 computes C[i][j] = Σ_p a[p*sa+i].lo·b[p*sb+j].lo + a[p*sa+i].hi·b[p*sb+j].hi (+ src[i*ldc+j] + bias[j]) for i < 7, j < cols.
+func gemmBF16_7x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmBF16_8x32 computes C[i][j] = Σ_p a[p*sa+i].lo·b[p*sb+j].lo + a[p*sa+i].hi·b[p*sb+j].hi (+ src[i*ldc+j] + bias[j]) for i < 8, j < cols.
+func gemmBF16_8x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmBF16_9x32 computes C[i][j] = Σ_p a[p*sa+i].lo·b[p*sb+j].lo + a[p*sa+i].hi·b[p*sb+j].hi (+ src[i*ldc+j] + bias[j]) for i < 9, j < cols.
+func gemmBF16_9x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmBF16_10x32 computes C[i][j] = Σ_p a[p*sa+i].lo·b[p*sb+j].lo + a[p*sa+i].hi·b[p*sb+j].hi (+ src[i*ldc+j] + bias[j]) for i < 10, j < cols.
+func gemmBF16_10x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmBF16_11x32 computes C[i][j] = Σ_p a[p*sa+i].lo·b[p*sb+j].lo + a[p*sa+i].hi·b[p*sb+j].hi (+ src[i*ldc+j] + bias[j]) for i < 11, j < cols.
+func gemmBF16_11x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmBF16_12x32 computes C[i][j] = Σ_p a[p*sa+i].lo·b[p*sb+j].lo + a[p*sa+i].hi·b[p*sb+j].hi (+ src[i*ldc+j] + bias[j]) for i < 12, j < cols.
+func gemmBF16_12x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
 // gemmAVX2_6x16 computes C[i][j] = Σ_p a[p*sa+i]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 6, j < 16.
 func gemmAVX2_6x16(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
@@ -96,3 +132,15 @@ func fmaLoopAVX512(n int)
 
 // fmaLoopAVX2 runs n iterations of 12 independent 8-lane FMAs (192 flops each iteration).
 func fmaLoopAVX2(n int)
+
+// dotLoopBF16 runs n iterations of 24 independent VDPBF16PS (1536 flops each iteration).
+func dotLoopBF16(n int)
+
+// pairRows32 writes dst dword s*32+j = src[2s*ld+j] | src[(2s+1)*ld+j]<<16 for s < steps, j < 32.
+func pairRows32(src *uint16, ld int, dst *float32, steps int)
+
+// widenF16 sets dst[i] = float32(src[i]) for i < n (n a multiple of 16), src holding fp16 bits.
+func widenF16(dst *float32, src *uint16, n int)
+
+// widenBF16 sets dst[i] = float32(src[i]) for i < n (n a multiple of 16), src holding bf16 bits.
+func widenBF16(dst *float32, src *uint16, n int)

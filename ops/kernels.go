@@ -38,6 +38,11 @@ type Kernels struct {
 	threads int
 	impl    *gemmImpl
 	bufs    *gemmBuffers // shared with the Kernels Single returns
+	// bf runs MatMulBF16 with VDPBF16PS; nil where the CPU lacks
+	// AVX512_BF16 or the ISA is not avx512 (bf16 then widens to fp32).
+	bf     *gemmImpl
+	bfBufs *gemmBuffers
+	note   *halfNote // why bf is nil, said once
 }
 
 // New checks cfg and returns the kernels for this CPU.
@@ -57,7 +62,12 @@ func New(cfg Config) (*Kernels, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Kernels{threads: t, impl: impl, bufs: newGemmBuffers(impl)}, nil
+	k := &Kernels{threads: t, impl: impl, bufs: newGemmBuffers(impl), note: &halfNote{}}
+	k.bf, k.note.reason = bf16Impl(impl)
+	if k.bf != nil {
+		k.bfBufs = newGemmBuffers(k.bf)
+	}
+	return k, nil
 }
 
 // Threads is the number of goroutines a kernel may use.

@@ -869,6 +869,359 @@ sgc_done:
 	VZEROUPPER
 	RET
 
+// func flashExpAVX512(p *float32, s *float32, n int, scale float32, res *float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·flashExpAVX512(SB), NOSPLIT, $0-40
+	MOVQ         p+0(FP), AX
+	MOVQ         s+8(FP), CX
+	MOVQ         res+32(FP), DX
+	MOVQ         n+16(FP), BX
+	VBROADCASTSS scale+24(FP), Z0
+	VBROADCASTSS vc18<>+0(SB), Z1
+	VBROADCASTSS vc19<>+0(SB), Z2
+	VBROADCASTSS vc20<>+0(SB), Z3
+	VBROADCASTSS vc21<>+0(SB), Z4
+	VBROADCASTSS vc22<>+0(SB), Z5
+	VBROADCASTSS vc16<>+0(SB), Z6
+	VBROADCASTSS vc23<>+0(SB), Z7
+	VBROADCASTSS vc24<>+0(SB), Z8
+	VBROADCASTSS vc25<>+0(SB), Z9
+	VBROADCASTSS vc26<>+0(SB), Z10
+	VBROADCASTSS vc27<>+0(SB), Z11
+	VBROADCASTSS vc15<>+0(SB), Z12
+	MOVQ         BX, SI
+	ANDQ         $0x0000000f, SI
+	MOVQ         $0x00000001, DI
+	SHLXQ        SI, DI, DI
+	DECQ         DI
+	KMOVW        DI, K1
+	ANDQ         $-16, BX
+	VBROADCASTSS vc28<>+0(SB), Z13
+	MOVQ         BX, SI
+	TESTQ        SI, SI
+	JE           feMax_tail
+
+feMax_loop:
+	VMAXPS (CX), Z13, Z13
+	ADDQ   $0x00000040, CX
+	SUBQ   $0x00000010, SI
+	JNE    feMax_loop
+
+feMax_tail:
+	KORTESTW K1, K1
+	JE       feMax_end
+	VMAXPS   (CX), Z13, K1, Z13
+
+feMax_end:
+	MOVQ         BX, SI
+	SHLQ         $0x02, SI
+	SUBQ         SI, CX
+	VSHUFF32X4   $0x4e, Z13, Z13, Z14
+	VMAXPS       Z14, Z13, Z13
+	VSHUFF32X4   $0xb1, Z13, Z13, Z14
+	VMAXPS       Z14, Z13, Z13
+	VPERMILPS    $0x4e, Z13, Z14
+	VMAXPS       Z14, Z13, Z13
+	VPERMILPS    $0xb1, Z13, Z14
+	VMAXPS       Z14, Z13, Z13
+	VMULPS       Z0, Z13, Z13
+	VBROADCASTSS (DX), Z14
+	VMAXPS       Z14, Z13, Z13
+	VPXORD       Z15, Z15, Z15
+	MOVQ         BX, SI
+	TESTQ        SI, SI
+	JE           feExp_tail
+
+feExp_loop:
+	VMOVUPS      (CX), Z14
+	VFMSUB213PS  Z13, Z0, Z14
+	VMAXPS       Z1, Z14, Z14
+	VMINPS       Z2, Z14, Z14
+	VMULPS       Z3, Z14, Z16
+	VRNDSCALEPS  $0x00, Z16, Z16
+	VFNMADD231PS Z4, Z16, Z14
+	VFNMADD231PS Z5, Z16, Z14
+	VMOVAPS      Z7, Z17
+	VFMADD213PS  Z8, Z14, Z17
+	VFMADD213PS  Z9, Z14, Z17
+	VFMADD213PS  Z10, Z14, Z17
+	VFMADD213PS  Z11, Z14, Z17
+	VFMADD213PS  Z12, Z14, Z17
+	VMULPS       Z14, Z14, Z18
+	VFMADD213PS  Z14, Z18, Z17
+	VADDPS       Z6, Z17, Z17
+	VSCALEFPS    Z16, Z17, Z14
+	VMOVUPS      Z14, (AX)
+	VADDPS       Z14, Z15, Z15
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	SUBQ         $0x00000010, SI
+	JNE          feExp_loop
+
+feExp_tail:
+	KORTESTW     K1, K1
+	JE           feExp_end
+	VMOVUPS.Z    (CX), K1, Z14
+	VFMSUB213PS  Z13, Z0, Z14
+	VMAXPS       Z1, Z14, Z14
+	VMINPS       Z2, Z14, Z14
+	VMULPS       Z3, Z14, Z0
+	VRNDSCALEPS  $0x00, Z0, Z0
+	VFNMADD231PS Z4, Z0, Z14
+	VFNMADD231PS Z5, Z0, Z14
+	VMOVAPS      Z7, Z1
+	VFMADD213PS  Z8, Z14, Z1
+	VFMADD213PS  Z9, Z14, Z1
+	VFMADD213PS  Z10, Z14, Z1
+	VFMADD213PS  Z11, Z14, Z1
+	VFMADD213PS  Z12, Z14, Z1
+	VMULPS       Z14, Z14, Z2
+	VFMADD213PS  Z14, Z2, Z1
+	VADDPS       Z6, Z1, Z1
+	VSCALEFPS    Z0, Z1, Z0
+	VMOVUPS      Z0, K1, (AX)
+	VADDPS       Z0, Z15, K1, Z15
+
+feExp_end:
+	SHLQ       $0x02, BX
+	SUBQ       BX, AX
+	SUBQ       BX, CX
+	VSHUFF32X4 $0x4e, Z15, Z15, Z0
+	VADDPS     Z0, Z15, Z15
+	VSHUFF32X4 $0xb1, Z15, Z15, Z0
+	VADDPS     Z0, Z15, Z15
+	VPERMILPS  $0x4e, Z15, Z0
+	VADDPS     Z0, Z15, Z15
+	VPERMILPS  $0xb1, Z15, Z0
+	VADDPS     Z0, Z15, Z15
+	MOVL       $0x00000001, AX
+	KMOVW      AX, K1
+	VMOVUPS    Z13, K1, (DX)
+	MOVL       $0x00000001, AX
+	KMOVW      AX, K1
+	VMOVUPS    Z15, K1, 4(DX)
+	VZEROUPPER
+	RET
+
+// func flashGradAVX512(ds *float32, s *float32, n int, scale float32, lse float32, d float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·flashGradAVX512(SB), NOSPLIT, $0-36
+	MOVQ         ds+0(FP), AX
+	MOVQ         s+8(FP), CX
+	MOVQ         n+16(FP), DX
+	VBROADCASTSS scale+24(FP), Z0
+	VBROADCASTSS lse+28(FP), Z1
+	VBROADCASTSS d+32(FP), Z2
+	VBROADCASTSS vc18<>+0(SB), Z3
+	VBROADCASTSS vc19<>+0(SB), Z4
+	VBROADCASTSS vc20<>+0(SB), Z5
+	VBROADCASTSS vc21<>+0(SB), Z6
+	VBROADCASTSS vc22<>+0(SB), Z7
+	VBROADCASTSS vc16<>+0(SB), Z8
+	VBROADCASTSS vc23<>+0(SB), Z9
+	VBROADCASTSS vc24<>+0(SB), Z10
+	VBROADCASTSS vc25<>+0(SB), Z11
+	VBROADCASTSS vc26<>+0(SB), Z12
+	VBROADCASTSS vc27<>+0(SB), Z13
+	VBROADCASTSS vc15<>+0(SB), Z14
+	MOVQ         DX, BX
+	ANDQ         $0x0000000f, BX
+	MOVQ         $0x00000001, SI
+	SHLXQ        BX, SI, SI
+	DECQ         SI
+	KMOVW        SI, K1
+	ANDQ         $-16, DX
+	MOVQ         DX, BX
+	TESTQ        BX, BX
+	JE           fg_tail
+
+fg_loop:
+	VMOVUPS      (CX), Z15
+	VMOVUPS      (AX), Z16
+	VFMSUB213PS  Z1, Z0, Z15
+	VMAXPS       Z3, Z15, Z15
+	VMINPS       Z4, Z15, Z15
+	VMULPS       Z5, Z15, Z17
+	VRNDSCALEPS  $0x00, Z17, Z17
+	VFNMADD231PS Z6, Z17, Z15
+	VFNMADD231PS Z7, Z17, Z15
+	VMOVAPS      Z9, Z18
+	VFMADD213PS  Z10, Z15, Z18
+	VFMADD213PS  Z11, Z15, Z18
+	VFMADD213PS  Z12, Z15, Z18
+	VFMADD213PS  Z13, Z15, Z18
+	VFMADD213PS  Z14, Z15, Z18
+	VMULPS       Z15, Z15, Z19
+	VFMADD213PS  Z15, Z19, Z18
+	VADDPS       Z8, Z18, Z18
+	VSCALEFPS    Z17, Z18, Z15
+	VSUBPS       Z2, Z16, Z16
+	VMULPS       Z0, Z15, Z17
+	VMULPS       Z17, Z16, Z16
+	VMOVUPS      Z15, (CX)
+	VMOVUPS      Z16, (AX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	SUBQ         $0x00000010, BX
+	JNE          fg_loop
+
+fg_tail:
+	KORTESTW     K1, K1
+	JE           fg_end
+	VMOVUPS.Z    (CX), K1, Z15
+	VMOVUPS.Z    (AX), K1, Z16
+	VFMSUB213PS  Z1, Z0, Z15
+	VMAXPS       Z3, Z15, Z15
+	VMINPS       Z4, Z15, Z15
+	VMULPS       Z5, Z15, Z1
+	VRNDSCALEPS  $0x00, Z1, Z1
+	VFNMADD231PS Z6, Z1, Z15
+	VFNMADD231PS Z7, Z1, Z15
+	VMOVAPS      Z9, Z3
+	VFMADD213PS  Z10, Z15, Z3
+	VFMADD213PS  Z11, Z15, Z3
+	VFMADD213PS  Z12, Z15, Z3
+	VFMADD213PS  Z13, Z15, Z3
+	VFMADD213PS  Z14, Z15, Z3
+	VMULPS       Z15, Z15, Z4
+	VFMADD213PS  Z15, Z4, Z3
+	VADDPS       Z8, Z3, Z3
+	VSCALEFPS    Z1, Z3, Z1
+	VSUBPS       Z2, Z16, Z16
+	VMULPS       Z0, Z1, Z0
+	VMULPS       Z0, Z16, Z16
+	VMOVUPS      Z1, K1, (CX)
+	VMOVUPS      Z16, K1, (AX)
+
+fg_end:
+	SHLQ $0x02, DX
+	SUBQ DX, AX
+	SUBQ DX, CX
+	VZEROUPPER
+	RET
+
+// func rowDotsAVX512(out *float32, x *float32, ldx int, y *float32, ldy int, n int, rows int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·rowDotsAVX512(SB), NOSPLIT, $0-56
+	MOVQ  out+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  y+24(FP), DX
+	MOVQ  ldx+16(FP), BX
+	MOVQ  ldy+32(FP), SI
+	SHLQ  $0x02, BX
+	SHLQ  $0x02, SI
+	MOVQ  n+40(FP), DI
+	MOVQ  rows+48(FP), R8
+	MOVQ  DI, R9
+	ANDQ  $0x0000000f, R9
+	MOVQ  $0x00000001, R10
+	SHLXQ R9, R10, R10
+	DECQ  R10
+	KMOVW R10, K1
+	ANDQ  $-16, DI
+	TESTQ R8, R8
+	JE    rd_done
+
+rd_row:
+	VPXORD Z0, Z0, Z0
+	MOVQ   DI, R9
+	TESTQ  R9, R9
+	JE     rd_tail
+
+rd_loop:
+	VMOVUPS     (CX), Z1
+	VFMADD231PS (DX), Z1, Z0
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000040, DX
+	SUBQ        $0x00000010, R9
+	JNE         rd_loop
+
+rd_tail:
+	KORTESTW    K1, K1
+	JE          rd_end
+	VMOVUPS.Z   (CX), K1, Z1
+	VMOVUPS.Z   (DX), K1, Z2
+	VFMADD231PS Z2, Z1, Z0
+
+rd_end:
+	MOVQ       DI, R9
+	SHLQ       $0x02, R9
+	SUBQ       R9, CX
+	SUBQ       R9, DX
+	VSHUFF32X4 $0x4e, Z0, Z0, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0xb1, Z0, Z0, Z1
+	VADDPS     Z1, Z0, Z0
+	VPERMILPS  $0x4e, Z0, Z1
+	VADDPS     Z1, Z0, Z0
+	VPERMILPS  $0xb1, Z0, Z1
+	VADDPS     Z1, Z0, Z0
+	MOVL       $0x00000001, R9
+	KMOVW      R9, K2
+	VMOVUPS    Z0, K2, (AX)
+	ADDQ       $0x00000004, AX
+	ADDQ       BX, CX
+	ADDQ       SI, DX
+	DECQ       R8
+	JNE        rd_row
+
+rd_done:
+	VZEROUPPER
+	RET
+
+// func scaleRowsAVX512(x *float32, ld int, n int, rows int, a *float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·scaleRowsAVX512(SB), NOSPLIT, $0-40
+	MOVQ  x+0(FP), AX
+	MOVQ  a+32(FP), CX
+	MOVQ  ld+8(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  n+16(FP), BX
+	MOVQ  rows+24(FP), SI
+	MOVQ  BX, DI
+	ANDQ  $0x0000000f, DI
+	MOVQ  $0x00000001, R8
+	SHLXQ DI, R8, R8
+	DECQ  R8
+	KMOVW R8, K1
+	ANDQ  $-16, BX
+	TESTQ SI, SI
+	JE    sr_done
+
+sr_row:
+	VBROADCASTSS (CX), Z0
+	MOVQ         BX, DI
+	TESTQ        DI, DI
+	JE           sr_tail
+
+sr_loop:
+	VMOVUPS (AX), Z1
+	VMULPS  Z0, Z1, Z1
+	VMOVUPS Z1, (AX)
+	ADDQ    $0x00000040, AX
+	SUBQ    $0x00000010, DI
+	JNE     sr_loop
+
+sr_tail:
+	KORTESTW  K1, K1
+	JE        sr_end
+	VMOVUPS.Z (AX), K1, Z1
+	VMULPS    Z0, Z1, Z1
+	VMOVUPS   Z1, K1, (AX)
+
+sr_end:
+	MOVQ BX, DI
+	SHLQ $0x02, DI
+	SUBQ DI, AX
+	ADDQ $0x00000004, CX
+	ADDQ DX, AX
+	DECQ SI
+	JNE  sr_row
+
+sr_done:
+	VZEROUPPER
+	RET
+
 // func lnFwdRowsAVX512(out *float32, x *float32, w *float32, b *float32, mean *float32, rstd *float32, n int, rows int)
 // Requires: AVX, AVX512F, BMI2
 TEXT ·lnFwdRowsAVX512(SB), NOSPLIT, $0-64

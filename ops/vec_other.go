@@ -23,3 +23,9 @@ func softmaxCausalAVX512(a *float32, ld, n0, rows int, scale float32) { panic("o
 func softmaxGradCausalAVX512(d *float32, ldd int, p *float32, ldp, n0, rows int, scale float32) {
 	panic("ops: no AVX-512")
 }
+func flashExpAVX512(p, s *float32, n int, scale float32, res *float32) { panic("ops: no AVX-512") }
+func flashGradAVX512(ds, s *float32, n int, scale, lse, d float32)     { panic("ops: no AVX-512") }
+func rowDotsAVX512(out, x *float32, ldx int, y *float32, ldy, n, rows int) {
+	panic("ops: no AVX-512")
+}
+func scaleRowsAVX512(x *float32, ld, n, rows int, a *float32) { panic("ops: no AVX-512") }

@@ -49,6 +49,26 @@ func softmaxCausalAVX512(a *float32, ld int, n0 int, rows int, scale float32)
 //go:noescape
 func softmaxGradCausalAVX512(d *float32, ldd int, p *float32, ldp int, n0 int, rows int, scale float32)
 
+// flashExpAVX512 sets m = max(res[0], scale·max(s)), p[i] = exp(scale·s[i] − m) for i < n (n >= 1, p may be s), res[0] = m, res[1] = Σ p.
+//
+//go:noescape
+func flashExpAVX512(p *float32, s *float32, n int, scale float32, res *float32)
+
+// flashGradAVX512 sets s[i] = P = exp(scale·s[i] − lse) and ds[i] = scale·P·(ds[i] − d) for i < n (n >= 1).
+//
+//go:noescape
+func flashGradAVX512(ds *float32, s *float32, n int, scale float32, lse float32, d float32)
+
+// rowDotsAVX512 sets out[r] = Σ_{i<n} x[r·ldx+i]·y[r·ldy+i] for r < rows (n >= 1).
+//
+//go:noescape
+func rowDotsAVX512(out *float32, x *float32, ldx int, y *float32, ldy int, n int, rows int)
+
+// scaleRowsAVX512 sets x[r·ld+i] *= a[r] for i < n (n >= 1), r < rows.
+//
+//go:noescape
+func scaleRowsAVX512(x *float32, ld int, n int, rows int, a *float32)
+
 // lnFwdRowsAVX512 runs LayerNormForward over rows rows of n >= 1 channels: per row m = Σx/n, s = float32(1/√(float64(Σ(x−m)²/n)+ε)), out = (x−m)·s·w + b; mean[r] = m, rstd[r] = s.
 //
 //go:noescape

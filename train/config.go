@@ -137,9 +137,6 @@ func checkSupported(p plan.Plan) error {
 	if p.Precision != plan.FP32 {
 		bad = append(bad, fmt.Sprintf("precision=%s (only fp32 so far)", p.Precision))
 	}
-	if p.Flash {
-		bad = append(bad, "flash=on (the engine materialises attention scores so far)")
-	}
 	if p.Recompute != plan.RecomputeNone {
 		bad = append(bad, fmt.Sprintf("recompute=%s", p.Recompute))
 	}

@@ -15,6 +15,7 @@ import (
 	"trellis/internal/checked"
 	"trellis/internal/sysmem"
 	"trellis/ops"
+	"trellis/tensor"
 	"trellis/train"
 )
 
@@ -24,6 +25,7 @@ type benchMatmulConfig struct {
 	Layout   string
 	Threads  int
 	ISA      string
+	DType    string // fp32, bf16 or fp16: the type of A and B (C is fp32)
 	Duration time.Duration
 	JSON     bool
 }
@@ -71,6 +73,9 @@ func (c benchMatmulConfig) Validate() error {
 		return fmt.Errorf("bench matmul: one %dx%dx%d matmul takes at least %.3gs on %g core(s), longer than --time=%v: lower --m/--k/--n or raise --time",
 			c.M, c.K, c.N, least, cores, c.Duration)
 	}
+	if _, err := tensor.ParseDType(c.DType); err != nil {
+		return fmt.Errorf("bench matmul: dtype: %w", err)
+	}
 	return nil
 }
 
@@ -80,6 +85,7 @@ type matmulResult struct {
 	BestGFLOPS float64 `json:"best_gflops"` // the fastest repeat (others share this CPU)
 	PeakGFLOPS float64 `json:"peak_gflops"` // FMA loop of the same ISA on the same threads
 	ISA        string  `json:"isa"`
+	DType      string  `json:"dtype"`
 	Threads    int     `json:"threads"`
 	M          int     `json:"m"`
 	K          int     `json:"k"`
@@ -90,7 +96,7 @@ type matmulResult struct {
 }
 
 func newBenchMatmulCmd() *cobra.Command {
-	cfg := benchMatmulConfig{M: 1024, K: 768, N: 3072, Layout: "nn", Threads: 1, ISA: "auto", Duration: 3 * time.Second}
+	cfg := benchMatmulConfig{M: 1024, K: 768, N: 3072, Layout: "nn", Threads: 1, ISA: "auto", DType: "fp32", Duration: 3 * time.Second}
 	c := &cobra.Command{
 		Use:   "matmul",
 		Short: "Measure matmul GFLOP/s against this CPU's FMA peak",
@@ -114,6 +120,7 @@ thread count, measured by this binary.`,
 	f.StringVar(&cfg.Layout, "layout", cfg.Layout, "nn, nt or tn")
 	f.IntVar(&cfg.Threads, "threads", cfg.Threads, fmt.Sprintf("goroutines, at most %d (0: all CPUs)", train.MaxThreads))
 	f.StringVar(&cfg.ISA, "isa", cfg.ISA, "auto, avx512, avx2 or generic")
+	f.StringVar(&cfg.DType, "dtype", cfg.DType, "fp32, bf16 or fp16: A and B (C and the sums are fp32); bf16 runs VDPBF16PS where the CPU has AVX512_BF16, fp16 widens to fp32")
 	f.DurationVar(&cfg.Duration, "time", cfg.Duration, "how long to repeat the matmul")
 	f.BoolVar(&cfg.JSON, "json", false, `print {"gflops":..,"peak_gflops":..,...}`)
 	return c
@@ -141,7 +148,7 @@ func runBenchMatmul(cfg benchMatmulConfig) (matmulResult, error) {
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	a, b, c := randFloats(r, m*kk), randFloats(r, kk*n), make([]float32, m*n)
-	call := func() { k.MatMul(l, m, n, kk, a, lda, b, ldb, c, n, false) }
+	call, isa, peak := matmulCall(k, cfg.DType, l, m, n, kk, a, lda, b, ldb, c)
 
 	start := time.Now()
 	call() // warm up: page in, fill the buffer pools
@@ -165,8 +172,8 @@ func runBenchMatmul(cfg benchMatmulConfig) (matmulResult, error) {
 	return matmulResult{
 		GFLOPS:     2 * float64(m) * float64(n) * float64(kk) / med / 1e9,
 		BestGFLOPS: 2 * float64(m) * float64(n) * float64(kk) / secs[0] / 1e9,
-		PeakGFLOPS: peakOfCores(k, max(cfg.Duration/4, 200*time.Millisecond)),
-		ISA:        k.ISA(), Threads: k.Threads(), M: m, K: kk, N: n, Layout: l.String(),
+		PeakGFLOPS: peak(max(cfg.Duration/4, 200*time.Millisecond)),
+		ISA:        isa, DType: cfg.DType, Threads: k.Threads(), M: m, K: kk, N: n, Layout: l.String(),
 		Seconds: med, Repeats: len(secs),
 	}, nil
 }
@@ -177,6 +184,37 @@ func runBenchMatmul(cfg benchMatmulConfig) (matmulResult, error) {
 // cores took a minute, whatever --time said).
 func peakOfCores(k *ops.Kernels, d time.Duration) float64 {
 	return ops.PeakGFLOPS(k.ISA(), min(k.Threads(), runtime.NumCPU()), d)
+}
+
+// matmulCall returns one matmul of the given dtype (fp32 operands a, b
+// rounded to it), the kernels that run it and its peak.
+func matmulCall(k *ops.Kernels, dtype string, l ops.Layout, m, n, kk int, a []float32, lda int, b []float32, ldb int, c []float32) (func(), string, func(time.Duration) float64) {
+	dt, _ := tensor.ParseDType(dtype)
+	switch dt {
+	case tensor.BF16:
+		a16, b16 := convertSlice(a, tensor.ToBF16), convertSlice(b, tensor.ToBF16)
+		return func() { k.MatMulBF16(l, m, n, kk, a16, lda, b16, ldb, c, n, false) }, k.BF16ISA(), k.PeakGFLOPSBF16
+	case tensor.F16:
+		a16, b16 := convertSlice(a, tensor.ToF16), convertSlice(b, tensor.ToF16)
+		return func() { k.MatMulF16(l, m, n, kk, a16, lda, b16, ldb, c, n, false) }, k.ISA() + "+widen", k.PeakGFLOPS
+	}
+	return func() { k.MatMul(l, m, n, kk, a, lda, b, ldb, c, n, false) }, k.ISA(), k.PeakGFLOPS
+}
+
+// peakLoop names the loop the peak of isa is measured with.
+func peakLoop(isa string) string {
+	if isa == "avx512bf16" {
+		return "VDPBF16PS"
+	}
+	return "FMA"
+}
+
+func convertSlice[E any](s []float32, f func(float32) E) []E {
+	out := make([]E, len(s))
+	for i, v := range s {
+		out[i] = f(v)
+	}
+	return out
 }
 
 func randFloats(r *rand.Rand, n int) []float32 {
@@ -191,7 +229,7 @@ func printMatmulResult(w io.Writer, res matmulResult, asJSON bool) error {
 	if asJSON {
 		return json.NewEncoder(w).Encode(res)
 	}
-	_, err := fmt.Fprintf(w, "matmul %s m=%d k=%d n=%d, %s, %d thread(s): %.1f GFLOP/s (median of %d, %.3g ms each; best %.1f); FMA peak %.1f GFLOP/s (median %.0f%% of it)\n",
-		res.Layout, res.M, res.K, res.N, res.ISA, res.Threads, res.GFLOPS, res.Repeats, res.Seconds*1e3, res.BestGFLOPS, res.PeakGFLOPS, 100*res.GFLOPS/res.PeakGFLOPS)
+	_, err := fmt.Fprintf(w, "matmul %s %s m=%d k=%d n=%d, %s, %d thread(s): %.1f GFLOP/s (median of %d, %.3g ms each; best %.1f); %s peak %.1f GFLOP/s (median %.0f%% of it)\n",
+		res.Layout, res.DType, res.M, res.K, res.N, res.ISA, res.Threads, res.GFLOPS, res.Repeats, res.Seconds*1e3, res.BestGFLOPS, peakLoop(res.ISA), res.PeakGFLOPS, 100*res.GFLOPS/res.PeakGFLOPS)
 	return err
 }

@@ -49,7 +49,11 @@ func kernel(t tile) {
 	if t.rowsA {
 		aij = "a[i*sa+p]"
 	}
-	Doc(fmt.Sprintf("%s computes C[i][j] = Σ_p %s·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < %d, j < %s.", t.name, aij, t.mr, map[bool]string{true: "cols", false: fmt.Sprint(nr)}[t.masked]))
+	term := aij + "·b[p*sb+j]"
+	if t.bf16 { // a and b hold dwords, each a pair (lo, hi) of bf16
+		term = "a[p*sa+i].lo·b[p*sb+j].lo + a[p*sa+i].hi·b[p*sb+j].hi"
+	}
+	Doc(fmt.Sprintf("%s computes C[i][j] = Σ_p %s (+ src[i*ldc+j] + bias[j]) for i < %d, j < %s.", t.name, term, t.mr, map[bool]string{true: "cols", false: fmt.Sprint(nr)}[t.masked]))
 	kc, pa, pb, pc, ldc, sa, sb := reg.RCX, reg.RAX, reg.RBX, reg.RDX, reg.RSI, reg.R8, reg.R9
 	if t.masked { // lane masks: bits [16v, 16v+16) of 1<<cols - 1
 		Load(Param("cols"), kc)
@@ -140,6 +144,13 @@ func kernel(t tile) {
 		}
 		for i := 0; i < t.mr; i++ {
 			x := tmp(u*t.mr + i)
+			if t.bf16 { // one dword: A's pair of k values for row i
+				VPBROADCASTD(aval(i, disp), x)
+				for v := 0; v < t.nv; v++ {
+					VDPBF16PS(acc(i, v), breg(v), x)
+				}
+				continue
+			}
 			VBROADCASTSS(aval(i, disp), x)
 			for v := 0; v < t.nv; v++ {
 				VFMADD231PS(breg(v), x, acc(i, v))

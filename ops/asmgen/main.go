@@ -20,6 +20,9 @@ type tile struct {
 	unroll int  // k steps per loop iteration
 	masked bool // column edges through AVX-512 lane masks
 	rowsA  bool // A read in place as rows, a[i*sa + p]
+	// bf16: A and B are packed bf16 pairs of k, one dword per (pair, row
+	// or column); kc counts pairs and the step is VDPBF16PS.
+	bf16 bool
 }
 
 // The AVX-512 micro-kernels are 12×32: 24 zmm accumulators, two zmm of B
@@ -36,6 +39,9 @@ func main() {
 		kernel(tile{name: fmt.Sprintf("gemmAVX512_%dx32", mr), mr: mr, nv: 2, lanes: 16, unroll: 4, masked: true})
 		kernel(tile{name: fmt.Sprintf("gemmAVX512_%dx32r", mr), mr: mr, nv: 2, lanes: 16, unroll: 4, masked: true, rowsA: true})
 	}
+	for mr := 1; mr <= 12; mr++ { // the bf16 kernels: the same tile, pairs of k per step
+		kernel(tile{name: fmt.Sprintf("gemmBF16_%dx32", mr), mr: mr, nv: 2, lanes: 16, unroll: 4, masked: true, bf16: true})
+	}
 	kernel(tile{name: "gemmAVX2_6x16", mr: 6, nv: 2, lanes: 8, unroll: 4})
 	transpose16("transposeAVX512_16x32", 16, 32)
 	transpose16("transposeAVX512_12x12", 12, 12)
@@ -43,6 +49,10 @@ func main() {
 	copyPanels("copyPanelsAVX512_32", 32)
 	fmaLoop("fmaLoopAVX512", 16, 24)
 	fmaLoop("fmaLoopAVX2", 8, 12)
+	dotLoop("dotLoopBF16", 24)
+	pairRows("pairRows32")
+	widen("widenF16", true)
+	widen("widenBF16", false)
 	Generate()
 }
 

@@ -1,0 +1,227 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+)
+
+// IO-aware causal attention (FlashAttention, Dao et al. 2022, with the
+// loop order of FlashAttention-2) for this CPU: the (T,T) scores and
+// probabilities never exist whole. Per head, query blocks of flashQBlock
+// rows meet key blocks of flashKBlock keys (stopping at the diagonal);
+// each block's scores S = Q_I·K_Jᵀ live in an L2-sized scratch block.
+//
+// Forward, per query row i, an online softmax over the key blocks: with
+// the running maximum m and sum l,
+//
+//	m' = max(m, max_j scale·S_ij)        P_ij = exp(scale·S_ij − m')
+//	l' = l·exp(m − m') + Σ_j P_ij        O_i = O_i·exp(m − m') + Σ_j P_ij·V_j
+//
+// and at the end O_i /= l, LSE_i = m + log l: only O and LSE are stored.
+//
+// Backward, with D_i = Σ_c dO_ic·O_ic, block by block:
+//
+//	P = exp(scale·Q_I·K_Jᵀ − LSE_I)      dP = dO_I·V_Jᵀ
+//	dS = scale·P⊙(dP − D_I)
+//	dV_J += Pᵀ·dO_I    dQ_I += dS·K_J    dK_J += dSᵀ·Q_I
+//
+// Keys after a query's position get P = 0. Activation memory is O(T) per
+// head (LSE) beside the output; the scratch is two blocks and the head's
+// packed Q, K, V, dO panels per worker.
+const (
+	flashQBlock = 192 // query rows per block: 16 tiles of the 12-row kernels
+	flashKBlock = 256 // keys per block (a multiple of 32): a 192×256 block is 192 KiB
+)
+
+// FlashAttentionForward is AttentionForward without the (B,NH,T,T)
+// probabilities: per batch b and head h, with Q, K, V the head's (T,HS)
+// slices of qkv,
+//
+//	out[b,:,h·HS:(h+1)·HS] = softmax(mask(Q·Kᵀ/√HS))·V
+//	lse[b,h,i] = log Σ_{j<=i} exp(Q_i·K_j/√HS)
+//
+//	out (B,T,C)   lse (B,NH,T) saved for the backward   qkv (B,T,3C)
+//
+// The (b,h) pairs run in parallel, one goroutine each.
+func FlashAttentionForward(k *Kernels, out, lse, qkv []float32, B, T, C, NH int) {
+	flashCheck(qkv, out, lse, B, T, C, NH)
+	g := newAttnGeom(k, T, C, NH)
+	forEachHead(k, B*NH, func(ks *Kernels, _, bh int) {
+		h := newFlashHead(ks, g)
+		defer h.release()
+		h.forward(out, lse, qkv, bh)
+	})
+}
+
+// FlashAttentionBackward ACCUMULATES the gradient of FlashAttentionForward
+// into dqkv, recomputing the probabilities from qkv and lse block by block
+// (see the formulas above); out is the forward's output.
+//
+//	dqkv (B,T,3C)   dout (B,T,C)   qkv (B,T,3C)   out (B,T,C)   lse (B,NH,T)
+func FlashAttentionBackward(k *Kernels, dqkv, dout, qkv, out, lse []float32, B, T, C, NH int) {
+	flashCheck(qkv, out, lse, B, T, C, NH)
+	if len(dqkv) < B*T*3*C || len(dout) < B*T*C {
+		panic(fmt.Sprintf("ops: FlashAttentionBackward: dqkv %d or dout %d too short for B=%d T=%d C=%d", len(dqkv), len(dout), B, T, C))
+	}
+	g := newAttnGeom(k, T, C, NH)
+	forEachHead(k, B*NH, func(ks *Kernels, _, bh int) {
+		h := newFlashHead(ks, g)
+		defer h.release()
+		h.backward(dqkv, dout, qkv, out, lse, bh)
+	})
+}
+
+// FlashAttentionActBytes is what attention keeps for its backward beyond
+// its input qkv: the output and, flash, the per-row log-sum-exp (B,NH,T)
+// or, not flash, the probabilities (B,NH,T,T); fp32.
+func FlashAttentionActBytes(B, T, C, NH int, flash bool) int64 {
+	per := int64(T) * int64(T)
+	if flash {
+		per = int64(T)
+	}
+	return 4 * (int64(B)*int64(T)*int64(C) + int64(B)*int64(NH)*per)
+}
+
+// flashCheck panics when a buffer is too short for (B, T, C, NH).
+func flashCheck(qkv, out, lse []float32, B, T, C, NH int) {
+	if C%NH != 0 || len(qkv) < B*T*3*C || len(out) < B*T*C || len(lse) < B*NH*T {
+		panic(fmt.Sprintf("ops: flash attention: buffers qkv %d, out %d, lse %d too short for B=%d T=%d C=%d NH=%d",
+			len(qkv), len(out), len(lse), B, T, C, NH))
+	}
+}
+
+// forward runs one head: query blocks, each over key blocks [0, i1).
+func (h *flashHead) forward(out, lse, qkv []float32, bh int) {
+	g := h.g
+	q, kk, v, o := g.qkvo(qkv, out, bh)
+	h.pack(kk, v, nil, nil)
+	s := h.ap.next(flashQBlock * flashKBlock)
+	m, l, al := h.ap.next(flashQBlock), h.ap.next(flashQBlock), h.ap.next(flashQBlock)
+	lrow := lse[bh*g.T : (bh+1)*g.T]
+	for i0 := 0; i0 < g.T; i0 += flashQBlock {
+		rows := min(flashQBlock, g.T-i0)
+		i1 := i0 + rows
+		for r := range rows {
+			m[r], l[r] = float32(math.Inf(-1)), 0
+		}
+		for j0 := 0; j0 < i1; j0 += flashKBlock {
+			w := min(flashKBlock, i1-j0)
+			h.abT(s, flashKBlock, q[i0*3*g.C:], 3*g.C, i0, rows, kk, h.kt, j0, w)
+			for r := range rows {
+				al[r] = h.onlineRow(s[r*flashKBlock:r*flashKBlock+w], i0+r-j0+1, &m[r], &l[r])
+			}
+			if j0 > 0 { // O holds the earlier key blocks: rescale it
+				scaleRows(h.simd, o[i0*g.C:], g.C, g.HS, al[:rows])
+			}
+			h.ab(o[i0*g.C:], g.C, s, flashKBlock, i0, rows, w, v, h.vp, j0, j0 > 0)
+		}
+		for r := range rows {
+			al[r] = 1 / l[r]
+			lrow[i0+r] = m[r] + float32(math.Log(float64(l[r])))
+		}
+		scaleRows(h.simd, o[i0*g.C:], g.C, g.HS, al[:rows])
+	}
+}
+
+// onlineRow is the forward's step for one query row over a key block:
+// srow holds its scores and receives P (zero past the nv keys it may
+// see); m, l are updated, and it returns exp(m − m'), the factor of the
+// row's O so far (0 for the first block, where m = −∞).
+func (h *flashHead) onlineRow(srow []float32, nv int, m, l *float32) float32 {
+	nv = min(nv, len(srow))
+	if nv <= 0 { // every key of the block is after this query
+		clear(srow)
+		return 1
+	}
+	m1, sum := flashExpRow(h.simd, srow[:nv], h.g.scale, *m)
+	clear(srow[nv:])
+	a := exp32(*m - m1)
+	*l = *l*a + sum
+	*m = m1
+	return a
+}
+
+// scaleRows sets x[r·ld+i] *= a[r] for i < n, r < len(a).
+func scaleRows(v bool, x []float32, ld, n int, a []float32) {
+	if len(a) == 0 {
+		return
+	}
+	_ = x[(len(a)-1)*ld+n-1]
+	if v {
+		scaleRowsAVX512(&x[0], ld, n, len(a), &a[0])
+		return
+	}
+	for r, f := range a {
+		rowScale(x[r*ld:r*ld+n], f)
+	}
+}
+
+// backward runs one head: D = rowsum(dO⊙O), then every (query, key) block
+// on or below the diagonal.
+func (h *flashHead) backward(dqkv, dout, qkv, out, lse []float32, bh int) {
+	g := h.g
+	C3 := 3 * g.C
+	q, kk, v, dy := g.qkvo(qkv, dout, bh)
+	dq, dk, dv, o := g.qkvo(dqkv, out, bh)
+	h.pack(kk, v, q, dy)
+	s, dp := h.ap.next(flashQBlock*flashKBlock), h.ap.next(flashQBlock*flashKBlock)
+	d := h.ap.next(g.T)
+	if h.simd {
+		_, _ = dy[(g.T-1)*g.C+g.HS-1], o[(g.T-1)*g.C+g.HS-1]
+		rowDotsAVX512(&d[0], &dy[0], g.C, &o[0], g.C, g.HS, g.T)
+	} else {
+		for i := range g.T {
+			d[i] = dot32(dy[i*g.C:i*g.C+g.HS], o[i*g.C:i*g.C+g.HS])
+		}
+	}
+	lrow := lse[bh*g.T : (bh+1)*g.T]
+	for i0 := 0; i0 < g.T; i0 += flashQBlock {
+		rows := min(flashQBlock, g.T-i0)
+		i1 := i0 + rows
+		for j0 := 0; j0 < i1; j0 += flashKBlock {
+			w := min(flashKBlock, i1-j0)
+			h.abT(s, flashKBlock, q[i0*C3:], C3, i0, rows, kk, h.kt, j0, w)
+			h.abT(dp, flashKBlock, dy[i0*g.C:], g.C, i0, rows, v, h.vt, j0, w)
+			for r := range rows {
+				sr, dr := s[r*flashKBlock:r*flashKBlock+w], dp[r*flashKBlock:r*flashKBlock+w]
+				nv := min(w, i0+r-j0+1)
+				if nv > 0 {
+					flashGradRow(h.simd, dr[:nv], sr[:nv], g.scale, lrow[i0+r], d[i0+r])
+				}
+				clear(sr[max(nv, 0):])
+				clear(dr[max(nv, 0):])
+			}
+			h.ab(dq[i0*C3:], C3, dp, flashKBlock, i0, rows, w, kk, h.kp, j0, true)
+			h.aTb(dk[j0*C3:], C3, dp, flashKBlock, j0, w, i0, rows, q, C3, h.qp)
+			h.aTb(dv[j0*C3:], C3, s, flashKBlock, j0, w, i0, rows, dy, g.C, h.dyp)
+		}
+	}
+}
+
+// flashExpRow is flashExpAVX512 (or its pure-Go path): with m0 the
+// running maximum, m = max(m0, scale·max(s)), s[i] = exp(scale·s[i] − m);
+// it returns m and Σ s. len(s) >= 1.
+func flashExpRow(v bool, s []float32, scale, m0 float32) (m, sum float32) {
+	if v {
+		res := [2]float32{m0, 0}
+		flashExpAVX512(&s[0], &s[0], len(s), scale, &res[0])
+		return res[0], res[1]
+	}
+	m = max(m0, rowMax(s)*scale)
+	return m, rowExp(s, s, scale, m)
+}
+
+// flashGradRow is flashGradAVX512 (or its pure-Go path): s[i] = P =
+// exp(scale·s[i] − lse), ds[i] = scale·P·(ds[i] − d). len(s) >= 1.
+func flashGradRow(v bool, ds, s []float32, scale, lse, d float32) {
+	s = s[:len(ds)]
+	if v {
+		flashGradAVX512(&ds[0], &s[0], len(ds), scale, lse, d)
+		return
+	}
+	for i, x := range s {
+		p := exp32(x*scale - lse)
+		s[i] = p
+		ds[i] = scale * p * (ds[i] - d)
+	}
+}

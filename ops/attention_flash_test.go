@@ -1,0 +1,139 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// flashCase is one attention shape under test.
+type flashCase struct{ B, T, C, NH int }
+
+// TestFlashAttentionMatchesNaive holds FlashAttentionForward and
+// FlashAttentionBackward to the materialising kernels (AttentionForward,
+// AttentionBackward) within 1e-5 (relative to max(1, |want|)) at T = 64,
+// 256, 1024 and 4096, on the tiled path (heads of 32 or 64 channels on
+// AVX-512), the portable one (HS = 24, and isa generic), and uneven
+// blocks (T = 300); lse against log Σ exp of the scores, in float64.
+func TestFlashAttentionMatchesNaive(t *testing.T) {
+	cases := []struct {
+		c   flashCase
+		cfg Config
+	}{
+		{flashCase{2, 64, 128, 2}, Config{Threads: 2}},
+		{flashCase{1, 256, 128, 2}, Config{Threads: 1}},
+		{flashCase{1, 300, 48, 2}, Config{Threads: 1}}, // HS = 24: portable path
+		{flashCase{1, 300, 64, 2}, Config{Threads: 1}},
+		{flashCase{1, 1024, 64, 1}, Config{Threads: 1}},
+		{flashCase{1, 4096, 32, 1}, Config{Threads: 1}},
+		{flashCase{2, 130, 64, 2}, Config{Threads: 2, ISA: "generic"}},
+	}
+	for _, tc := range cases {
+		c := tc.c
+		t.Run(fmt.Sprintf("%s/B%dT%dC%dNH%d", configName(tc.cfg), c.B, c.T, c.C, c.NH), func(t *testing.T) {
+			k := newKernelsConfig(t, tc.cfg)
+			r := rand.New(rand.NewPCG(uint64(c.T), 7))
+			qkv, dout := randn(r, c.B*c.T*3*c.C, 1), randn(r, c.B*c.T*c.C, 1)
+			out, att := make([]float32, c.B*c.T*c.C), make([]float32, c.B*c.NH*c.T*c.T)
+			dqkv := randn(r, len(qkv), 1) // accumulated into: both start from it
+			AttentionForward(k, out, att, qkv, c.B, c.T, c.C, c.NH)
+			wantD := append([]float32(nil), dqkv...)
+			AttentionBackward(k, wantD, make([]float32, AttentionScratchSize(k, c.B, c.T, c.NH)), dout, qkv, att, c.B, c.T, c.C, c.NH)
+			att = nil
+
+			fout, lse := make([]float32, len(out)), make([]float32, c.B*c.NH*c.T)
+			for i := range fout {
+				fout[i] = float32(math.NaN()) // never read
+			}
+			FlashAttentionForward(k, fout, lse, qkv, c.B, c.T, c.C, c.NH)
+			closeTo(t, "out", fout, out, 1e-5)
+			FlashAttentionBackward(k, dqkv, dout, qkv, fout, lse, c.B, c.T, c.C, c.NH)
+			closeTo(t, "dqkv", dqkv, wantD, 1e-5)
+			if c.T <= 300 {
+				closeTo(t, "lse", lse, lseRef(qkv, c), 1e-5)
+			}
+		})
+	}
+}
+
+// closeTo fails t at the first got[i] farther than tol·max(1, |want[i]|)
+// from want[i].
+func closeTo(t *testing.T, name string, got, want []float32, tol float64) {
+	t.Helper()
+	worst := 0.0
+	for i := range want {
+		d := math.Abs(float64(got[i]) - float64(want[i]))
+		if !(d <= tol*max(1, math.Abs(float64(want[i])))) {
+			t.Fatalf("%s[%d] = %g, want %g (|diff| %g > %g)", name, i, got[i], want[i], d, tol)
+		}
+		worst = max(worst, d)
+	}
+	t.Logf("%s: max |diff| %.3g", name, worst)
+}
+
+// lseRef is log Σ_{j<=i} exp(Q_i·K_j/√HS) per (b, h, i), in float64.
+func lseRef(qkv []float32, c flashCase) []float32 {
+	HS := c.C / c.NH
+	out := make([]float32, c.B*c.NH*c.T)
+	for b := range c.B {
+		for h := range c.NH {
+			for i := range c.T {
+				sc := make([]float64, i+1)
+				m := math.Inf(-1)
+				for j := 0; j <= i; j++ {
+					var s float64
+					for d := range HS {
+						s += float64(qkv[(b*c.T+i)*3*c.C+h*HS+d]) * float64(qkv[(b*c.T+j)*3*c.C+c.C+h*HS+d])
+					}
+					sc[j] = s / math.Sqrt(float64(HS))
+					m = max(m, sc[j])
+				}
+				var z float64
+				for _, s := range sc {
+					z += math.Exp(s - m)
+				}
+				out[(b*c.NH+h)*c.T+i] = float32(m + math.Log(z))
+			}
+		}
+	}
+	return out
+}
+
+// TestFlashAttentionGradients is the finite-difference check of
+// FlashAttentionBackward (through fdCompare: it must accumulate), on the
+// tiled and the portable paths, with T spanning two query and two key
+// blocks in the larger case.
+func TestFlashAttentionGradients(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		fc      flashCase
+		samples int
+	}{
+		{"tiny", flashCase{2, 5, 8, 2}, 0},
+		{"HS=32 T=29", flashCase{2, 29, 64, 2}, 300},
+		{"HS=32 T=300 (2 key blocks)", flashCase{1, 300, 32, 1}, 100},
+	} {
+		for i, kc := range kernelConfigs {
+			t.Run(c.name+"/"+configName(kc), func(t *testing.T) {
+				k := newKernelsConfig(t, kc)
+				checkGrads(t, flashGradCase(k, rand.New(rand.NewPCG(43, uint64(i))), c.fc, c.samples))
+			})
+		}
+	}
+}
+
+func flashGradCase(k *Kernels, r *rand.Rand, c flashCase, samples int) gradCase {
+	B, T, C, NH := c.B, c.T, c.C, c.NH
+	qkv, dqkv := randn(r, B*T*3*C, 1), make([]float32, B*T*3*C)
+	out, lse, w := make([]float32, B*T*C), make([]float32, B*NH*T), randn(r, B*T*C, 1)
+	return gradCase{
+		vars: []fdVar{{"qkv", qkv, dqkv}},
+		loss: func() float64 { FlashAttentionForward(k, out, lse, qkv, B, T, C, NH); return probe(out, w) },
+		backward: func() {
+			FlashAttentionForward(k, out, lse, qkv, B, T, C, NH)
+			FlashAttentionBackward(k, dqkv, w, qkv, out, lse, B, T, C, NH)
+		},
+		samples: samples,
+	}
+}
