@@ -6,6 +6,7 @@ import (
 	"trellis/device"
 	"trellis/internal/checked"
 	"trellis/internal/sysmem"
+	"trellis/launch"
 	"trellis/model"
 	"trellis/plan"
 )
@@ -94,6 +95,14 @@ func (j Job) checkCounts(p plan.Plan) error {
 	return nil
 }
 
+// inLaunchEnv reports whether this process is one rank of a launched
+// world (torchrun, Slurm or Open MPI variables), where backend=auto means
+// tcp: one rank per process.
+func inLaunchEnv() bool {
+	_, err := launch.WorkerEnv()
+	return err == nil
+}
+
 // checkMemory refuses, before anything is allocated, a job whose
 // estimated memory exceeds this machine's: every rank of the process (all
 // of them on the local backend, one under tcp or auto, where each process
@@ -114,7 +123,7 @@ func (j Job) checkMemory(s settings, physical int64) error {
 		return nil
 	}
 	ranksHere := 1
-	if j.Parallel.Backend == "" || j.Parallel.Backend == "local" {
+	if b := j.Parallel.Backend; b == "" || b == "local" || (b == "auto" && !inLaunchEnv()) {
 		ranksHere = s.ranks
 	}
 	// The device budget, when set, bounds what is allocated through the

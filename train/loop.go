@@ -28,6 +28,7 @@ func runRank(ctx context.Context, o Options, s settings, loader *data.Loader, re
 		return nil, err
 	}
 	defer r.free()
+	r.stopc = o.Stop
 	r.ctx = ctx
 	start, pos := 0, data.Position{}
 	if res != nil {
@@ -178,7 +179,7 @@ func (r *rank) gatherStats(ctx context.Context) ([]RankStats, bool, error) {
 		cs = cs.Add(r.tpGroup.Stats())
 	}
 	var cancelled int64
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || r.stopRequested() {
 		cancelled = 1
 	}
 	vals := append(ds.Peak[:], ds.PeakTotal, int64(cs.Busy), int64(cs.Wait), cb.TP, cb.DP, cb.PP, cancelled)

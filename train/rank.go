@@ -51,6 +51,7 @@ type rank struct {
 	tpGroup comm.Group      // its group
 	part    model.Part      // the piece of the model this rank computes
 	ctx     context.Context // the run's; checked between micro-batches and units (nil: never cancelled)
+	stopc   <-chan struct{} // Options.Stop: closed asks for a graceful stop after the step
 }
 
 // rankConfig is what newRank needs besides the job.

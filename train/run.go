@@ -47,6 +47,11 @@ type Options struct {
 	// progress, samples, the summary) although it is not rank 0: a node's
 	// local rank 0, as torchrun users expect. Metrics stay rank 0's.
 	Report bool
+	// Stop, when closed, stops the run gracefully: every rank finishes the
+	// step under way, the step is checkpointed (when checkpoint.dir is
+	// set) and Run returns *Interrupted. Cancelling Run's context instead
+	// aborts at once: the inner loops (micro-batches, units) see it.
+	Stop <-chan struct{}
 }
 
 // Summary is what a run reports at its end.

@@ -16,8 +16,8 @@ import (
 	"trellis/checkpoint"
 )
 
-// cancelAfter is a metrics writer that cancels the run's context after n
-// lines, as a Ctrl-C during step n would, and keeps the lines.
+// cancelAfter is a metrics writer that calls cancel after n lines (closing
+// Options.Stop, as a Ctrl-C during step n would), and keeps the lines.
 type cancelAfter struct {
 	n      int
 	cancel context.CancelFunc
@@ -52,7 +52,7 @@ func metricLosses(t *testing.T, b []byte) map[int]float64 {
 	return out
 }
 
-// A cancelled context (Ctrl-C) stops every rank at the same step boundary,
+// A closed Options.Stop (Ctrl-C) stops every rank at the same step boundary,
 // the first after the cancellation (here: during step 3's report, so after
 // step 4), with a checkpoint there; resuming from it finishes the run bit
 // for bit as an uninterrupted one.
@@ -63,10 +63,9 @@ func TestInterruptCheckpointsAndResumes(t *testing.T) {
 
 	dir := filepath.Join(t.TempDir(), "ck")
 	j.Checkpoint = checkpoint.Config{Dir: dir, Keep: 1}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	m := &cancelAfter{n: 3, cancel: cancel}
-	_, err := Run(ctx, Options{Job: j, Metrics: m})
+	stop := make(chan struct{})
+	m := &cancelAfter{n: 3, cancel: func() { close(stop) }}
+	_, err := Run(context.Background(), Options{Job: j, Metrics: m, Stop: stop})
 	var intr *Interrupted
 	if !errors.As(err, &intr) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("error %v, want *Interrupted", err)

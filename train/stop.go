@@ -93,3 +93,13 @@ func claimAgreed(o Options, res *resumeState) (string, error) {
 	}
 	return id, nil
 }
+
+// stopRequested reports whether Options.Stop has been closed.
+func (r *rank) stopRequested() bool {
+	select {
+	case <-r.stopc:
+		return true
+	default:
+		return false
+	}
+}

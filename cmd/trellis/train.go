@@ -107,9 +107,9 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 	rank0 := world == nil || world.Rank() == 0
 	voice := rank0 || (env != nil && env.LocalRank == 0)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	ctx, stop := interruptContext(voice)
+	ctx, graceful, stop := interruptContext(voice)
 	defer stop()
-	opts := train.Options{Job: job, Resume: f.resume, Until: f.until, Log: log, Out: os.Stdout, World: world, Report: voice, Trace: f.trace}
+	opts := train.Options{Job: job, Resume: f.resume, Until: f.until, Log: log, Out: os.Stdout, World: world, Report: voice, Trace: f.trace, Stop: graceful}
 	if !voice {
 		opts.Log, opts.Out = nil, nil
 	}
@@ -144,29 +144,40 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 // interruptContext is cancelled by the first Ctrl-C (or SIGTERM): the run
 // stops at the end of the step, checkpointing first. A second one exits at
 // once.
-func interruptContext(say bool) (context.Context, func()) {
+func interruptContext(say bool) (context.Context, <-chan struct{}, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	done := make(chan struct{})
+	done, graceful := make(chan struct{}), make(chan struct{})
 	go func() {
 		select {
-		case <-sig:
+		case s := <-sig:
+			if s == syscall.SIGTERM { // a scheduler's or the launcher's hard stop
+				if say {
+					fmt.Fprintln(os.Stderr, "trellis: terminated: stopping now")
+				}
+				cancel()
+				return
+			}
 		case <-done:
 			return
 		}
 		if say {
 			fmt.Fprintln(os.Stderr, "trellis: interrupted: stopping after this step (checkpointing first when checkpoint.dir is set); interrupt again to abort at once")
 		}
-		cancel()
+		close(graceful)
 		select {
-		case <-sig:
+		case s := <-sig:
+			if s == syscall.SIGTERM {
+				cancel()
+				return
+			}
 			fmt.Fprintln(os.Stderr, "trellis: aborted")
 			os.Exit(130)
 		case <-done:
 		}
 	}()
-	return ctx, func() {
+	return ctx, graceful, func() {
 		signal.Stop(sig)
 		close(done)
 		cancel()
