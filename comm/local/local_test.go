@@ -12,7 +12,7 @@ import (
 )
 
 func factory(t *testing.T, n int, opts commtest.Options) commtest.World {
-	gs, err := local.New(local.Config{Size: n, Timeout: opts.Timeout})
+	gs, err := local.New(local.Config{Size: n, Timeout: opts.Timeout, MaxBuffered: opts.MaxBuffered})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"trellis/comm"
 )
 
 // Defaults for the zero values of Config's durations.
@@ -47,6 +49,12 @@ type Config struct {
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF in bytes; 0 keeps the
 	// kernel's autotuning, which is usually best.
 	SocketBuffer int
+	// MaxBuffered bounds the bytes this rank holds, per peer, of frames
+	// that arrived before their receives were posted (a Send far ahead of
+	// its Recv, or frames nobody will receive); a frame beyond it fails
+	// the connection with comm.ErrBufferFull naming the peer. 0 means
+	// comm.DefaultMaxBuffered.
+	MaxBuffered int64
 }
 
 // Validate names the first field that breaks its rule.
@@ -58,6 +66,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("tcp: Rank=%d: must be in [0, Size=%d)", c.Rank, c.Size)
 	case c.Timeout < 0 || c.OpTimeout < 0 || c.RendezvousTimeout < 0:
 		return fmt.Errorf("tcp: Timeout=%v, OpTimeout=%v, RendezvousTimeout=%v: must not be negative", c.Timeout, c.OpTimeout, c.RendezvousTimeout)
+	case c.MaxBuffered < 0:
+		return fmt.Errorf("tcp: MaxBuffered=%d: must not be negative", c.MaxBuffered)
 	case c.SocketBuffer < 0:
 		return fmt.Errorf("tcp: SocketBuffer=%d: must not be negative", c.SocketBuffer)
 	case c.StoreListener != nil && c.Rank != 0:
@@ -83,6 +93,9 @@ func (c Config) withDefaults() Config {
 	if c.RendezvousTimeout == 0 {
 		c.RendezvousTimeout = DefaultRendezvousTimeout
 	}
+	if c.MaxBuffered == 0 {
+		c.MaxBuffered = comm.DefaultMaxBuffered
+	}
 	return c
 }
 
@@ -97,6 +110,7 @@ const (
 	EnvTimeout           = "TRELLIS_COMM_TIMEOUT"
 	EnvOpTimeout         = "TRELLIS_COMM_OP_TIMEOUT"
 	EnvRendezvousTimeout = "TRELLIS_RENDEZVOUS_TIMEOUT"
+	EnvMaxBuffered       = "TRELLIS_COMM_MAX_BUFFERED"
 )
 
 // FromEnv builds a Config from the torchrun-style environment that
@@ -136,6 +150,11 @@ func FromLookup(lookup func(string) (string, bool)) (Config, error) {
 			if *d.dst, err = time.ParseDuration(v); err != nil {
 				return c, fmt.Errorf("tcp: %s=%q: %v", d.key, v, err)
 			}
+		}
+	}
+	if v := get(EnvMaxBuffered); v != "" {
+		if c.MaxBuffered, err = strconv.ParseInt(v, 10, 64); err != nil || c.MaxBuffered < 1 {
+			return c, fmt.Errorf("tcp: %s=%q: must be a positive number of bytes", EnvMaxBuffered, v)
 		}
 	}
 	return c, c.Validate()

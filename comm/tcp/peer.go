@@ -47,7 +47,7 @@ func newPeer(w *world, rank int, conn net.Conn) *peer {
 		}
 	}
 	p := &peer{w: w, rank: rank, conn: conn, br: bufio.NewReaderSize(conn, 64<<10),
-		box: newMailbox(rank, &w.pool), scratch: alignedBytes(scratchBytes),
+		box: newMailbox(rank, &w.pool, w.cfg.MaxBuffered), scratch: alignedBytes(scratchBytes),
 		readerDone: make(chan struct{}), writerDone: make(chan struct{})}
 	p.out.wake = make(chan struct{}, 1)
 	return p
@@ -224,7 +224,13 @@ func (p *peer) readLoop() {
 // readData reads one data frame's payload straight into the receive that
 // waits for it (reducing through the scratch block), or into a buffer.
 func (p *peer) readData(h header) error {
-	r, a := p.box.take(h)
+	if !validGroupID(h.group) {
+		return fmt.Errorf("%w: data frame for group id %#x, which no group can have", errFrame, h.group)
+	}
+	r, a, err := p.box.take(h)
+	if err != nil {
+		return err
+	}
 	if a != nil {
 		_, err := io.ReadFull(p.br, a.data)
 		if err != nil {
@@ -239,7 +245,7 @@ func (p *peer) readData(h header) error {
 		r.done <- err
 		return rerr
 	}
-	err := p.readInto(r)
+	err = p.readInto(r)
 	if err != nil {
 		r.done <- p.broken(err)
 		return err

@@ -10,7 +10,7 @@ import (
 // goroutine holding its own TCP endpoint.
 func TestConformance(t *testing.T) {
 	commtest.Run(t, func(t *testing.T, n int, opts commtest.Options) commtest.World {
-		gs := startWorld(t, n, opts.Timeout, nil)
+		gs := startWorld(t, n, opts.Timeout, func(r int, c *Config) { c.MaxBuffered = opts.MaxBuffered })
 		return commtest.World{Groups: gs, Kill: func(r int) { kill(gs[r]) }}
 	})
 }

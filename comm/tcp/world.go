@@ -86,7 +86,7 @@ func New(cfg Config) (comm.Group, error) {
 	w := &world{cfg: cfg, token: []byte(cfg.Token), rank: cfg.Rank, size: cfg.Size,
 		peers:  make([]*peer, cfg.Size),
 		groups: map[uint64]*group{}, flushed: make(chan struct{}), shut: make(chan struct{})}
-	w.self = newMailbox(cfg.Rank, &w.pool)
+	w.self = newMailbox(cfg.Rank, &w.pool, cfg.MaxBuffered)
 	g := w.newGroup(0, "world", identity(cfg.Size))
 	if cfg.Size == 1 {
 		return g, nil
