@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -26,7 +27,8 @@ type Config struct {
 	// MasterAddr is host:port of the rendezvous store that rank 0 serves.
 	MasterAddr string
 	// Token is the job token every connection proves with an HMAC
-	// challenge; ranks with a different or empty token are refused.
+	// challenge; connections with a different or empty token are refused.
+	// At least MinTokenBytes long when Size > 1.
 	Token string
 
 	// Timeout bounds how long a peer may stay silent (each connection
@@ -49,6 +51,14 @@ type Config struct {
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF in bytes; 0 keeps the
 	// kernel's autotuning, which is usually best.
 	SocketBuffer int
+	// Logger receives the rendezvous's progress (whom a rank waits for,
+	// every few seconds) and the refused connections. Default
+	// slog.Default().
+	Logger *slog.Logger
+
+	waitLogEvery time.Duration       // how often the rendezvous logs (tests); default 5 s
+	onListen     func(addr net.Addr) // tests: called once the peer listener is open, before it is published
+
 	// MaxBuffered bounds the bytes this rank holds, per peer, of frames
 	// that arrived before their receives were posted (a Send far ahead of
 	// its Recv, or frames nobody will receive); a frame beyond it fails
@@ -59,6 +69,14 @@ type Config struct {
 
 // Validate names the first field that breaks its rule.
 func (c Config) Validate() error {
+	if err := c.validateShape(); err != nil || c.Size == 1 {
+		return err
+	}
+	return checkToken(c.Token, "Token ("+EnvToken+")", c.Size)
+}
+
+// validateShape checks everything but the token.
+func (c Config) validateShape() error {
 	switch {
 	case c.Size < 1:
 		return fmt.Errorf("tcp: Size=%d: must be at least 1", c.Size)
@@ -82,6 +100,22 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// MinTokenBytes is the shortest job token accepted: 16 bytes, such as the
+// 32 hex digits of `openssl rand -hex 16`.
+const MinTokenBytes = 16
+
+// checkToken holds a token to MinTokenBytes; source names where it came
+// from. The token itself is never printed.
+func checkToken(token, source string, size int) error {
+	switch {
+	case token == "":
+		return fmt.Errorf("tcp: %s is not set: every rank of a world of %d needs the job token (generate one with `openssl rand -hex 16`)", source, size)
+	case len(token) < MinTokenBytes:
+		return fmt.Errorf("tcp: %s is %d bytes: a job token must be at least %d bytes (generate one with `openssl rand -hex 16`)", source, len(token), MinTokenBytes)
+	}
+	return nil
+}
+
 // withDefaults fills zero durations.
 func (c Config) withDefaults() Config {
 	if c.Timeout == 0 {
@@ -95,6 +129,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBuffered == 0 {
 		c.MaxBuffered = comm.DefaultMaxBuffered
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	return c
 }
@@ -139,9 +176,11 @@ func FromLookup(lookup func(string) (string, bool)) (Config, error) {
 		}
 		c.MasterAddr = net.JoinHostPort(host, port)
 	}
-	if c.Token, err = envToken(get); err != nil {
+	var source string
+	if c.Token, source, err = envToken(get); err != nil {
 		return c, err
 	}
+
 	for _, d := range []struct {
 		key string
 		dst *time.Duration
@@ -157,7 +196,10 @@ func FromLookup(lookup func(string) (string, bool)) (Config, error) {
 			return c, fmt.Errorf("tcp: %s=%q: must be a positive number of bytes", EnvMaxBuffered, v)
 		}
 	}
-	return c, c.Validate()
+	if err := c.validateShape(); err != nil || c.Size == 1 {
+		return c, err
+	}
+	return c, checkToken(c.Token, source, c.Size)
 }
 
 func envInt(get func(string) string, key string) (int, error) {
@@ -172,17 +214,18 @@ func envInt(get func(string) string, key string) (int, error) {
 	return n, nil
 }
 
-func envToken(get func(string) string) (string, error) {
+// envToken reads the token and says where from, for error messages.
+func envToken(get func(string) string) (string, string, error) {
 	if t := get(EnvToken); t != "" {
-		return t, nil
+		return t, EnvToken, nil
 	}
 	f := get(EnvTokenFile)
 	if f == "" {
-		return "", nil // New refuses to talk without a token, with a clear error on both sides
+		return "", EnvToken + " (or " + EnvTokenFile + ")", nil
 	}
 	b, err := os.ReadFile(f)
 	if err != nil {
-		return "", fmt.Errorf("tcp: %s: %w", EnvTokenFile, err)
+		return "", "", fmt.Errorf("tcp: %s: %w", EnvTokenFile, err)
 	}
-	return strings.TrimSpace(string(b)), nil
+	return strings.TrimSpace(string(b)), fmt.Sprintf("the token in %s=%s", EnvTokenFile, f), nil
 }

@@ -44,6 +44,7 @@ package tcp
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -60,6 +61,11 @@ type world struct {
 	peers []*peer  // by world rank; nil for this rank
 	self  *mailbox // sends to oneself
 	pool  framePool
+	log   *slog.Logger
+
+	refused refusals // rate limit of the refused-connection log
+	claimed []bool   // ranks whose handshake passed the check, by world rank (guarded by mu)
+	joining int      // phaseStore or phasePeers (guarded by mu)
 
 	mu        sync.Mutex
 	groups    map[uint64]*group
@@ -73,8 +79,10 @@ type world struct {
 
 // New joins the world described by cfg and returns the world group (ranks
 // 0..Size-1). It blocks until every rank has connected, or fails after
-// RendezvousTimeout; a wrong or missing job token fails it at once, on the
-// refusing and the refused side.
+// RendezvousTimeout naming the ranks that never joined; a rank whose job
+// token differs from rank 0's is refused and fails at once with the reason,
+// while the ranks it tried to join log the refusal and keep waiting (so a
+// stray process cannot abort a job).
 func New(cfg Config) (comm.Group, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -84,7 +92,7 @@ func New(cfg Config) (comm.Group, error) {
 	}
 	cfg = cfg.withDefaults()
 	w := &world{cfg: cfg, token: []byte(cfg.Token), rank: cfg.Rank, size: cfg.Size,
-		peers:  make([]*peer, cfg.Size),
+		peers: make([]*peer, cfg.Size), claimed: make([]bool, cfg.Size), log: cfg.Logger,
 		groups: map[uint64]*group{}, flushed: make(chan struct{}), shut: make(chan struct{})}
 	w.self = newMailbox(cfg.Rank, &w.pool, cfg.MaxBuffered)
 	g := w.newGroup(0, "world", identity(cfg.Size))
@@ -95,9 +103,7 @@ func New(cfg Config) (comm.Group, error) {
 	if err != nil {
 		g.shutdown()
 		if st != nil {
-			// Serve the refusal a little longer, so that ranks still
-			// starting learn why instead of finding no store.
-			time.AfterFunc(cfg.Timeout, st.close)
+			st.close() // the ranks waiting on it stop waiting
 		}
 		return nil, err
 	}
