@@ -65,7 +65,7 @@ var strays = []stray{
 		c := dial(t, addr)
 		return func() {
 			defer c.Close()
-			_, err := clientHandshake(c, []byte("a-stray-job-token-0123456789"), role, 1, time.Now().Add(5*time.Second))
+			_, _, err := clientHandshake(c, []byte("a-stray-job-token-0123456789"), role, 1, time.Now().Add(5*time.Second), true)
 			if !errors.Is(err, ErrAuth) {
 				t.Errorf("stray with a wrong token: got %v, want ErrAuth", err)
 			}
@@ -75,7 +75,7 @@ var strays = []stray{
 		c := dial(t, addr)
 		return func() {
 			defer c.Close()
-			if _, err := clientHandshake(c, nil, role, 1, time.Now().Add(5*time.Second)); !errors.Is(err, ErrAuth) {
+			if _, _, err := clientHandshake(c, nil, role, 1, time.Now().Add(5*time.Second), true); !errors.Is(err, ErrAuth) {
 				t.Errorf("stray without a token: got %v, want ErrAuth", err)
 			}
 		}

@@ -73,7 +73,7 @@ func (w *world) acceptPeer(c net.Conn) bool {
 		w.claimed[r], claimed = true, r
 		return nil
 	}
-	r, err := serverHandshake(c, w.token, rolePeer, w.rank, time.Now().Add(w.cfg.Timeout), check)
+	r, keys, err := serverHandshake(c, w.token, rolePeer, w.rank, time.Now().Add(w.cfg.Timeout), !w.cfg.PlainFrames, check)
 	if err != nil {
 		c.Close()
 		if claimed >= 0 {
@@ -84,7 +84,7 @@ func (w *world) acceptPeer(c net.Conn) bool {
 		w.refused.log(w.log, "tcp: refused a connection to the peer listener", "rank", w.rank, "from", c.RemoteAddr().String(), "reason", err)
 		return false
 	}
-	w.setPeer(r, c)
+	w.setPeer(r, c, keys)
 	return true
 }
 

@@ -32,13 +32,13 @@ func TestHandshake(t *testing.T) {
 			srv := make(chan error, 1)
 			var gotClient int
 			go func() {
-				r, err := serverHandshake(b, []byte(c.server), rolePeer, 0, deadline, nil)
+				r, _, err := serverHandshake(b, []byte(c.server), rolePeer, 0, deadline, true, nil)
 				if err == nil && r != 4 {
 					err = errors.New("server saw the wrong rank")
 				}
 				srv <- err
 			}()
-			gotServer, cerr := clientHandshake(a, []byte(c.client), rolePeer, 4, deadline)
+			gotServer, _, cerr := clientHandshake(a, []byte(c.client), rolePeer, 4, deadline, true)
 			serr := <-srv
 			check := func(side string, err error, want string) {
 				if want == "" {
@@ -68,10 +68,10 @@ func TestHandshakeRefusesRank(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 	deadline := time.Now().Add(5 * time.Second)
-	go serverHandshake(b, []byte("k"), rolePeer, 0, deadline, func(r int) error {
+	go serverHandshake(b, []byte("k"), rolePeer, 0, deadline, true, func(r int) error {
 		return errors.New("unexpected rank 7")
 	})
-	if _, err := clientHandshake(a, []byte("k"), rolePeer, 7, deadline); err == nil || !strings.Contains(err.Error(), "unexpected rank 7") {
+	if _, _, err := clientHandshake(a, []byte("k"), rolePeer, 7, deadline, true); err == nil || !strings.Contains(err.Error(), "unexpected rank 7") {
 		t.Fatalf("got %v, want the refusal reason", err)
 	}
 }

@@ -56,8 +56,17 @@ type Config struct {
 	// slog.Default().
 	Logger *slog.Logger
 
-	waitLogEvery time.Duration       // how often the rendezvous logs (tests); default 5 s
-	onListen     func(addr net.Addr) // tests: called once the peer listener is open, before it is published
+	waitLogEvery time.Duration           // how often the rendezvous logs (tests); default 5 s
+	onListen     func(addr net.Addr)     // tests: called once the peer listener is open, before it is published
+	wrapConn     func(net.Conn) net.Conn // tests: wraps each connection this rank dials to a peer (an on-path attacker)
+
+	// PlainFrames turns frame authentication off: by default every frame
+	// between two ranks carries a 16-byte AES-GCM tag under a session key
+	// from the handshake, so a frame altered, injected, replayed or dropped
+	// on the network fails with ErrTampered naming the peer
+	// (docs/SECURITY.md). Every rank must agree; TRELLIS_COMM_FRAME_AUTH=off
+	// sets it.
+	PlainFrames bool
 
 	// MaxBuffered bounds the bytes this rank holds, per peer, of frames
 	// that arrived before their receives were posted (a Send far ahead of
@@ -148,13 +157,16 @@ const (
 	EnvOpTimeout         = "TRELLIS_COMM_OP_TIMEOUT"
 	EnvRendezvousTimeout = "TRELLIS_RENDEZVOUS_TIMEOUT"
 	EnvMaxBuffered       = "TRELLIS_COMM_MAX_BUFFERED"
+	EnvFrameAuth         = "TRELLIS_COMM_FRAME_AUTH"
 )
 
 // FromEnv builds a Config from the torchrun-style environment that
 // `trellis launch` sets: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and
 // TRELLIS_JOB_TOKEN (or TRELLIS_JOB_TOKEN_FILE naming a file that holds it),
 // with optional TRELLIS_COMM_TIMEOUT, TRELLIS_COMM_OP_TIMEOUT and
-// TRELLIS_RENDEZVOUS_TIMEOUT (Go durations such as "30s"). Package launch
+// TRELLIS_RENDEZVOUS_TIMEOUT (Go durations such as "30s"),
+// TRELLIS_COMM_FRAME_AUTH (on, the default, or off) and
+// TRELLIS_COMM_MAX_BUFFERED (bytes). Package launch
 // also understands Slurm and Open MPI environments.
 func FromEnv() (Config, error) { return FromLookup(os.LookupEnv) }
 
@@ -190,6 +202,13 @@ func FromLookup(lookup func(string) (string, bool)) (Config, error) {
 				return c, fmt.Errorf("tcp: %s=%q: %v", d.key, v, err)
 			}
 		}
+	}
+	switch v := strings.ToLower(get(EnvFrameAuth)); v {
+	case "", "on", "1", "true":
+	case "off", "0", "false":
+		c.PlainFrames = true
+	default:
+		return c, fmt.Errorf("tcp: %s=%q: must be on or off", EnvFrameAuth, v)
 	}
 	if v := get(EnvMaxBuffered); v != "" {
 		if c.MaxBuffered, err = strconv.ParseInt(v, 10, 64); err != nil || c.MaxBuffered < 1 {

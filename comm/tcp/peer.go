@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,12 +34,15 @@ type peer struct {
 	box     *mailbox
 	out     outbox
 	scratch []byte
+	tx, rx  *framer // frame tags of each direction; nil with Config.PlainFrames
+
+	violated atomic.Bool // it sent a tampered frame or more than MaxBuffered
 
 	readerDone chan struct{}
 	writerDone chan struct{}
 }
 
-func newPeer(w *world, rank int, conn net.Conn) *peer {
+func newPeer(w *world, rank int, conn net.Conn, keys sessionKeys) *peer {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 		if n := w.cfg.SocketBuffer; n > 0 {
@@ -50,6 +54,10 @@ func newPeer(w *world, rank int, conn net.Conn) *peer {
 		box: newMailbox(rank, &w.pool, w.cfg.MaxBuffered), scratch: alignedBytes(scratchBytes),
 		readerDone: make(chan struct{}), writerDone: make(chan struct{})}
 	p.out.wake = make(chan struct{}, 1)
+	if !w.cfg.PlainFrames {
+		p.tx, p.rx = newFramer(keys.send), newFramer(keys.recv)
+		p.scratch = alignedBytes(pieceBytes) // a frame is checked whole before it is reduced
+	}
 	return p
 }
 
@@ -187,7 +195,23 @@ func (p *peer) drainOut(err error) {
 func (p *peer) write(r *req) error {
 	p.conn.SetWriteDeadline(time.Now().Add(p.w.cfg.Timeout))
 	bufs := net.Buffers{r.hdr[:], r.payload}
+	if p.tx != nil {
+		bufs = append(bufs, p.tx.tag(r.hdr[:], r.payload))
+	}
 	_, err := bufs.WriteTo(p.conn)
+	return err
+}
+
+// verify reads and checks the tag of the frame just read (a no-op with
+// plain frames). A mismatch is a *comm.PeerError naming the peer.
+func (p *peer) verify(hdr, payload []byte) error {
+	if p.rx == nil {
+		return nil
+	}
+	err := p.rx.check(p.br, hdr, payload)
+	if errors.Is(err, ErrTampered) {
+		return &comm.PeerError{Rank: p.rank, Op: "recv", Err: fmt.Errorf("%w, from rank %d", err, p.rank)}
+	}
 	return err
 }
 
@@ -201,18 +225,25 @@ func (p *peer) readLoop() {
 			return
 		}
 		h, err := decodeHeader(hb)
+		if err == nil && p.rx != nil && h.length > pieceBytes {
+			err = fmt.Errorf("%w: %d-byte frame: authenticated frames are at most %d bytes", errFrame, h.length, pieceBytes)
+		}
 		if err != nil {
 			p.lost(err)
 			return
 		}
 		switch h.typ {
 		case frameData:
-			err = p.readData(h)
+			err = p.readData(h, hb)
 		case frameAbort:
-			err = p.readAbort(h)
+			err = p.readAbort(h, hb)
+		case frameHeartbeat:
+			err = p.verify(hb, nil)
 		case frameBye:
-			p.byePeer()
-			return
+			if err = p.verify(hb, nil); err == nil {
+				p.byePeer()
+				return
+			}
 		}
 		if err != nil {
 			p.lost(err)
@@ -222,8 +253,9 @@ func (p *peer) readLoop() {
 }
 
 // readData reads one data frame's payload straight into the receive that
-// waits for it (reducing through the scratch block), or into a buffer.
-func (p *peer) readData(h header) error {
+// waits for it (reducing through the scratch block), or into a buffer, and
+// checks its tag before the receive or the buffer is marked complete.
+func (p *peer) readData(h header, hb []byte) error {
 	if !validGroupID(h.group) {
 		return fmt.Errorf("%w: data frame for group id %#x, which no group can have", errFrame, h.group)
 	}
@@ -233,6 +265,9 @@ func (p *peer) readData(h header) error {
 	}
 	if a != nil {
 		_, err := io.ReadFull(p.br, a.data)
+		if err == nil {
+			err = p.verify(hb, a.data)
+		}
 		if err != nil {
 			p.box.filled(a, p.broken(err))
 			return err
@@ -241,11 +276,11 @@ func (p *peer) readData(h header) error {
 		return nil
 	}
 	if err := p.box.check(r, int(h.length), h.last, h.bf16); err != nil {
-		_, rerr := io.CopyN(io.Discard, p.br, int64(h.length))
+		rerr := p.discard(h, hb)
 		r.done <- err
 		return rerr
 	}
-	err = p.readInto(r)
+	err = p.readInto(r, hb)
 	if err != nil {
 		r.done <- p.broken(err)
 		return err
@@ -265,10 +300,39 @@ func (p *peer) broken(err error) error {
 	return p.w.peerError(p.rank, err)
 }
 
-func (p *peer) readInto(r *req) error {
-	if r.red == nil {
-		_, err := io.ReadFull(p.br, r.dst)
+// discard reads and checks a frame nobody can use.
+func (p *peer) discard(h header, hb []byte) error {
+	if p.rx == nil {
+		_, err := io.CopyN(io.Discard, p.br, int64(h.length))
 		return err
+	}
+	b := p.scratch[:h.length]
+	if _, err := io.ReadFull(p.br, b); err != nil {
+		return err
+	}
+	return p.verify(hb, b)
+}
+
+// readInto reads a frame into its receive: copied straight into dst, or
+// reduced into it block by block; with tags, the whole frame is read into
+// the scratch and checked before it is reduced.
+func (p *peer) readInto(r *req, hb []byte) error {
+	if r.red == nil {
+		if _, err := io.ReadFull(p.br, r.dst); err != nil {
+			return err
+		}
+		return p.verify(hb, r.dst)
+	}
+	if p.rx != nil {
+		b := p.scratch[:len(r.dst)]
+		if _, err := io.ReadFull(p.br, b); err != nil {
+			return err
+		}
+		if err := p.verify(hb, b); err != nil {
+			return err
+		}
+		r.red.apply(r.dst, b)
+		return nil
 	}
 	for off := 0; off < len(r.dst); {
 		n := min(len(p.scratch), len(r.dst)-off)
@@ -281,9 +345,12 @@ func (p *peer) readInto(r *req) error {
 	return nil
 }
 
-func (p *peer) readAbort(h header) error {
+func (p *peer) readAbort(h header, hb []byte) error {
 	reason := make([]byte, h.length)
 	if _, err := io.ReadFull(p.br, reason); err != nil {
+		return err
+	}
+	if err := p.verify(hb, reason); err != nil {
 		return err
 	}
 	dead := int(h.tag)
@@ -318,13 +385,23 @@ func (p *peer) lost(err error) {
 	}
 	if p.box.failed() {
 		// It said goodbye or aborted first: the end of the connection is
-		// expected and says nothing new.
-		p.conn.Close()
+		// expected and says nothing new. After a violation the world's
+		// failure closes the connection, once the abort is out.
+		if !p.violated.Load() {
+			p.conn.Close()
+		}
 		return
 	}
 	pe := p.w.lostPeer(p.w.peerError(p.rank, err))
 	p.box.fail(pe)
 	p.out.failData(pe)
+	if errors.Is(err, ErrTampered) || errors.Is(err, comm.ErrBufferFull) {
+		// The peer broke the protocol but may be alive: fail the world,
+		// which tells it why (an abort naming it) before closing.
+		p.violated.Store(true)
+		p.w.fail(pe)
+		return
+	}
 	p.conn.Close()
 }
 

@@ -139,7 +139,10 @@ func (w *world) dialPeers(sc *storeClient, deadline time.Time) error {
 		if err != nil {
 			return fmt.Errorf("tcp: rank %d: connect to rank %d at %s: %w", w.rank, j, addr, err)
 		}
-		got, err := clientHandshake(c, w.token, rolePeer, w.rank, earliest(deadline, w.cfg.Timeout))
+		if w.cfg.wrapConn != nil {
+			c = w.cfg.wrapConn(c)
+		}
+		got, keys, err := clientHandshake(c, w.token, rolePeer, w.rank, earliest(deadline, w.cfg.Timeout), !w.cfg.PlainFrames)
 		if err == nil && got != j {
 			err = fmt.Errorf("tcp: rank %d: %s answered as rank %d, want %d", w.rank, addr, got, j)
 		}
@@ -147,7 +150,7 @@ func (w *world) dialPeers(sc *storeClient, deadline time.Time) error {
 			c.Close()
 			return fmt.Errorf("tcp: rank %d: connecting to rank %d: %w", w.rank, j, err)
 		}
-		w.setPeer(j, c)
+		w.setPeer(j, c, keys)
 	}
 	return nil
 }

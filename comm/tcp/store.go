@@ -115,7 +115,7 @@ func (s *store) serve(c net.Conn) {
 		}
 		return nil
 	}
-	if _, err := serverHandshake(c, s.token, roleStore, 0, time.Now().Add(s.limit), check); err != nil {
+	if _, _, err := serverHandshake(c, s.token, roleStore, 0, time.Now().Add(s.limit), false, check); err != nil {
 		s.refused.log(s.log, "tcp: refused a connection to the rendezvous store", "from", c.RemoteAddr().String(), "reason", err)
 		return
 	}
@@ -260,7 +260,7 @@ func dialStore(addr string, token []byte, rank int, deadline time.Time, hsTimeou
 	for {
 		c, err := net.DialTimeout("tcp", addr, min(time.Until(deadline), hsTimeout))
 		if err == nil {
-			if _, err := clientHandshake(c, token, roleStore, rank, earliest(deadline, hsTimeout)); err != nil {
+			if _, _, err := clientHandshake(c, token, roleStore, rank, earliest(deadline, hsTimeout), false); err != nil {
 				c.Close()
 				return nil, fmt.Errorf("tcp: rank %d: joining the rendezvous store at %s (rank 0): %w", rank, addr, err)
 			}

@@ -134,10 +134,11 @@ func identity(n int) []int {
 	return r
 }
 
-func (w *world) setPeer(r int, c net.Conn) {
+func (w *world) setPeer(r int, c net.Conn, keys sessionKeys) {
+	p := newPeer(w, r, c, keys)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.peers[r] = newPeer(w, r, c)
+	w.peers[r] = p
 }
 
 func (w *world) hasPeer(r int) bool {
@@ -183,7 +184,7 @@ func (w *world) fail(pe *comm.PeerError) {
 		reason = reason[:maxReasonBytes]
 	}
 	for _, p := range w.peers {
-		if p != nil && p.rank != pe.Rank {
+		if p != nil { // the named rank too: if it is alive, it learns why (aborted)
 			h := header{typ: frameAbort, tag: uint64(pe.Rank), timeout: errors.Is(pe, comm.ErrTimeout)}
 			aborts = append(aborts, p.sendCtrl(h, reason))
 		}
