@@ -73,7 +73,7 @@ func (w *world) acceptPeer(c net.Conn) bool {
 		w.claimed[r], claimed = true, r
 		return nil
 	}
-	r, keys, err := serverHandshake(c, w.token, rolePeer, w.rank, time.Now().Add(w.cfg.Timeout), !w.cfg.PlainFrames, check)
+	r, keys, err := serverHandshake(c, w.token, rolePeer, w.rank, time.Now().Add(w.cfg.Timeout), w.cfg.FrameAuth, check)
 	if err != nil {
 		c.Close()
 		if claimed >= 0 {

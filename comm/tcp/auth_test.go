@@ -90,7 +90,7 @@ func TestWorldRefusesBadToken(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, errs := tryWorld(t, 3, 5*time.Second, func(r int, cfg *Config) {
-				cfg.RendezvousTimeout = 2 * time.Second
+				cfg.RendezvousTimeout = time.Second
 				if r == 2 {
 					cfg.Token = c.token
 				}

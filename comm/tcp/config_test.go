@@ -56,8 +56,11 @@ func TestFromLookup(t *testing.T) {
 	}
 	cfg, err := FromLookup(with(EnvTimeout, "2s", EnvOpTimeout, "1m", EnvMaxBuffered, "1000"))
 	if err != nil || cfg.Rank != 1 || cfg.Size != 4 || cfg.MasterAddr != "10.0.0.1:29500" || cfg.Token != testToken ||
-		cfg.Timeout != 2*time.Second || cfg.OpTimeout != time.Minute || cfg.MaxBuffered != 1000 {
+		cfg.Timeout != 2*time.Second || cfg.OpTimeout != time.Minute || cfg.MaxBuffered != 1000 || cfg.FrameAuth {
 		t.Fatalf("got %+v, %v", cfg, err)
+	}
+	if cfg, err := FromLookup(with(EnvFrameAuth, "on")); err != nil || !cfg.FrameAuth {
+		t.Fatalf("%s=on: got %+v, %v", EnvFrameAuth, cfg, err)
 	}
 	if cfg, err := FromLookup(with(EnvToken, "", EnvTokenFile, tokFile)); err != nil || cfg.Token != "from-file-0123456789" {
 		t.Fatalf("token file: got %q, %v", cfg.Token, err)
@@ -75,6 +78,7 @@ func TestFromLookup(t *testing.T) {
 		{with(EnvToken, "x"), "TRELLIS_JOB_TOKEN is 1 bytes: a job token must be at least 16 bytes"},
 		{with(EnvToken, "", EnvTokenFile, shortFile), "the token in TRELLIS_JOB_TOKEN_FILE=" + shortFile + " is 5 bytes"},
 		{with(EnvMaxBuffered, "-5"), EnvMaxBuffered},
+		{with(EnvFrameAuth, "maybe"), EnvFrameAuth},
 		{with("RANK", "9"), "Rank=9"},
 	} {
 		if _, err := FromLookup(c.look); err == nil || !strings.Contains(err.Error(), c.want) {

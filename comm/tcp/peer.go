@@ -34,7 +34,7 @@ type peer struct {
 	box     *mailbox
 	out     outbox
 	scratch []byte
-	tx, rx  *framer // frame tags of each direction; nil with Config.PlainFrames
+	tx, rx  *framer // frame tags of each direction; nil unless Config.FrameAuth
 
 	violated atomic.Bool // it sent a tampered frame or more than MaxBuffered
 
@@ -54,7 +54,7 @@ func newPeer(w *world, rank int, conn net.Conn, keys sessionKeys) *peer {
 		box: newMailbox(rank, &w.pool, w.cfg.MaxBuffered), scratch: alignedBytes(scratchBytes),
 		readerDone: make(chan struct{}), writerDone: make(chan struct{})}
 	p.out.wake = make(chan struct{}, 1)
-	if !w.cfg.PlainFrames {
+	if w.cfg.FrameAuth {
 		p.tx, p.rx = newFramer(keys.send), newFramer(keys.recv)
 		p.scratch = alignedBytes(pieceBytes) // a frame is checked whole before it is reduced
 	}

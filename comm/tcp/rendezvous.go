@@ -142,7 +142,7 @@ func (w *world) dialPeers(sc *storeClient, deadline time.Time) error {
 		if w.cfg.wrapConn != nil {
 			c = w.cfg.wrapConn(c)
 		}
-		got, keys, err := clientHandshake(c, w.token, rolePeer, w.rank, earliest(deadline, w.cfg.Timeout), !w.cfg.PlainFrames)
+		got, keys, err := clientHandshake(c, w.token, rolePeer, w.rank, earliest(deadline, w.cfg.Timeout), w.cfg.FrameAuth)
 		if err == nil && got != j {
 			err = fmt.Errorf("tcp: rank %d: %s answered as rank %d, want %d", w.rank, addr, got, j)
 		}

@@ -12,7 +12,7 @@ import (
 	"io"
 )
 
-// Frame authentication. After the handshake each direction of a peer
+// Frame authentication (Config.FrameAuth). After the handshake each direction of a peer
 // connection has its own session key,
 //
 //	k_c→s = HMAC-SHA256(token, "trellis frames client to server" ‖ hello_c ‖ hello_s)[:16]

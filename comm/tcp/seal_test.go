@@ -28,7 +28,7 @@ func (t *tamperer) Write(b []byte) (int, error) {
 	return t.Conn.Write(b)
 }
 
-// TestTamperedFrame: with frame authentication on (the default), a payload
+// TestTamperedFrame: with frame authentication on, a payload
 // altered between two ranks fails the all-reduce on the receiver with
 // ErrTampered naming the sender; with it off, the same attack goes
 // unnoticed and the sum is wrong (which is what authentication is for).
@@ -37,7 +37,7 @@ func TestTamperedFrame(t *testing.T) {
 		name := map[bool]string{false: "auth", true: "plain"}[plain]
 		t.Run(name, func(t *testing.T) {
 			gs := startWorld(t, 2, 5*time.Second, func(r int, c *Config) {
-				c.PlainFrames = plain
+				c.FrameAuth = !plain
 				if r == 1 { // rank 1 dials rank 0: its frames to rank 0 pass the attacker
 					c.wrapConn = func(c net.Conn) net.Conn { return &tamperer{Conn: c} }
 				}
@@ -86,7 +86,7 @@ func TestTamperedFrame(t *testing.T) {
 func TestFrameAuthMismatch(t *testing.T) {
 	_, errs := tryWorld(t, 2, 5*time.Second, func(r int, c *Config) {
 		c.RendezvousTimeout = time.Second
-		c.PlainFrames = r == 1
+		c.FrameAuth = r == 0
 	})
 	if errs[1] == nil || !strings.Contains(errs[1].Error(), "frame authentication is off there and on here (TRELLIS_COMM_FRAME_AUTH must agree on every rank)") {
 		t.Errorf("rank 1: got %v, want the frame authentication mismatch", errs[1])

@@ -1,7 +1,15 @@
 // Package tcp is the comm backend for ranks that are processes, on one host
 // or many: persistent TCP connections between every pair of ranks, a
 // rendezvous through a key-value store that rank 0 serves at MasterAddr,
-// and HMAC authentication with the job token on every connection.
+// HMAC authentication with the job token on every connection, and, with
+// Config.FrameAuth, an AES-GCM tag on every frame under per-connection
+// session keys (seal.go). docs/SECURITY.md states the threat model.
+//
+// Start-up. Connections that are not ranks of this job (strays, wrong
+// tokens, silent ones) are refused and logged, each handshake on its own
+// goroutine within Timeout; they never abort or stall the rendezvous. A rank
+// logs whom it waits for every few seconds, and a rendezvous that times out
+// names the ranks that never joined (rank 0 also the hosts that did).
 //
 // Connections. Each pair of ranks shares one connection; every group
 // multiplexes over it, with the group id and a tag in each frame. A reader
@@ -20,7 +28,9 @@
 //	broadcast       root sends to all (small, or p = 2); else a pipelined chain
 //	all-to-all      direct, every pair at once
 //	barrier         dissemination: ⌈log2 p⌉ rounds of empty messages
-//	send/recv       pieces on the user's tag, in order per (peer, tag)
+//	send/recv       pieces on the user's tag, in order per (peer, tag), outside the
+//	                group's queue: queued to the connection or posted to the
+//	                mailbox when issued (see comm)
 //
 // Failure. A connection that breaks without a goodbye, or stays silent for
 // Timeout (heartbeats keep idle connections talking), marks that peer dead:
