@@ -33,19 +33,23 @@ func recvFirst(p int) func(e *env) error {
 	return func(e *env) error {
 		w := e.world(p, normalTimeout)
 		for _, d := range []tensor.DType{tensor.F32, tensor.BF16} {
-			for _, n := range []int{0, 7, 3<<18 + 5} {
+			for _, n := range []int{0, 7, e.large + 5} { // large: several pieces on tcp
+				msgs := make([][2]msg, p) // rank r's messages with tags 1 and 2
+				for r := range msgs {
+					msgs[r] = [2]msg{message(d, r, 1, n), message(d, r, 2, n)}
+				}
 				err := each(w.Groups, func(r int, g comm.Group) error {
 					next, prev := (r+1)%p, (r+p-1)%p
 					fromPrev, fromNext := newBuf(d, n), newBuf(d, n)
 					ws := []comm.Work{g.Recv(fromPrev, prev, 1), g.Recv(fromNext, next, 2)}
-					ws = append(ws, g.Send(message(d, r, 1, n).buf, next, 1), g.Send(message(d, r, 2, n).buf, prev, 2))
+					ws = append(ws, g.Send(msgs[r][0].buf, next, 1), g.Send(msgs[r][1].buf, prev, 2))
 					if err := waitAll(ws); err != nil {
 						return err
 					}
-					if err := exact(fromPrev, 0, message(d, prev, 1, n).xs); err != nil {
+					if err := exact(fromPrev, 0, msgs[prev][0].xs); err != nil {
 						return fmt.Errorf("from rank %d: %w", prev, err)
 					}
-					return exact(fromNext, 0, message(d, next, 2, n).xs)
+					return exact(fromNext, 0, msgs[next][1].xs)
 				})
 				if err != nil {
 					return fmt.Errorf("recv-first ring %v n=%d (p=%d): %w", d, n, p, err)
@@ -62,13 +66,14 @@ func recvFirst(p int) func(e *env) error {
 // posted Recv does not hold the queue.
 func crossOrder(e *env) error {
 	w := e.world(2, normalTimeout)
-	const n = 1<<18 + 3
+	n := e.large/4 + 3 // several pieces on tcp, unless the run is short
 	for round := range 2 {
 		waiter := round // the rank that receives before it sends
+		msgs := []msg{message(tensor.F32, 0, 3+round, n), message(tensor.F32, 1, 3+round, n)}
 		err := each(w.Groups, func(r int, g comm.Group) error {
 			peer := 1 - r
 			in := newBuf(tensor.F32, n)
-			want := message(tensor.F32, peer, 3+round, n)
+			want := msgs[peer]
 			if r == waiter {
 				rv := g.Recv(in, peer, 3+round)
 				sum := []float32{float32(r + 1)}
@@ -78,7 +83,7 @@ func crossOrder(e *env) error {
 				if err := rv.Wait(); err != nil {
 					return err
 				}
-				if err := comm.Send(g, message(tensor.F32, r, 3+round, n).buf, peer, 3+round); err != nil {
+				if err := comm.Send(g, msgs[r].buf, peer, 3+round); err != nil {
 					return err
 				}
 			} else {
@@ -86,7 +91,7 @@ func crossOrder(e *env) error {
 				if err := comm.AllReduce(g, comm.F32(sum), comm.Sum); err != nil || sum[0] != 3 {
 					return fmt.Errorf("all-reduce: %v, sum %g", err, sum[0])
 				}
-				s := g.Send(message(tensor.F32, r, 3+round, n).buf, peer, 3+round)
+				s := g.Send(msgs[r].buf, peer, 3+round)
 				if err := errors.Join(comm.Recv(g, in, peer, 3+round), s.Wait()); err != nil {
 					return err
 				}
