@@ -210,3 +210,23 @@ func TestMissingRank(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingRankZero: without rank 0 there is no store; a rank says so
+// while it waits and when it gives up.
+func TestMissingRankZero(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nobody serves the store
+	var logs logBuf
+	_, err = New(Config{Rank: 1, Size: 2, MasterAddr: addr, Token: testToken, RendezvousTimeout: time.Second,
+		Logger: logs.logger(), waitLogEvery: 200 * time.Millisecond})
+	if !errors.Is(err, comm.ErrTimeout) || !strings.Contains(err.Error(), "cannot reach the rendezvous store at "+addr+" (rank 0)") {
+		t.Errorf("got %v, want a timeout naming the store and rank 0", err)
+	}
+	if out := logs.String(); !strings.Contains(out, "tcp: rendezvous: waiting for the store (rank 0)") {
+		t.Errorf("no waiting line:\n%s", out)
+	}
+}
