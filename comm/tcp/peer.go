@@ -188,6 +188,13 @@ func (p *peer) readLoop() {
 		}
 		if err != nil {
 			p.lost(err)
+			if p.violated.Load() {
+				// Keep draining until the world closes the connection, so
+				// that it closes with nothing unread (a FIN, not a reset
+				// that could overtake the abort telling the peer why).
+				p.conn.SetReadDeadline(time.Now().Add(p.w.cfg.Timeout))
+				io.Copy(io.Discard, p.br)
+			}
 			return
 		}
 	}

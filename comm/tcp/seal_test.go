@@ -74,8 +74,10 @@ func TestTamperedFrame(t *testing.T) {
 			if !errors.Is(errs[0], ErrTampered) || !errors.As(errs[0], &pe) || pe.Rank != 1 || !strings.Contains(errs[0].Error(), "from rank 1") {
 				t.Errorf("rank 0: got %v, want ErrTampered naming rank 1", errs[0])
 			}
-			if !errors.Is(errs[1], comm.ErrPeer) || !strings.Contains(errs[1].Error(), "reported by rank 0: tcp: frame failed its integrity check") {
-				t.Errorf("rank 1: got %v, want the reason rank 0 gave up", errs[1])
+			// Rank 1 fails too; it is told why (an abort frame) unless its
+			// own write fails first once rank 0 closes, which is a race.
+			if !errors.Is(errs[1], comm.ErrPeer) {
+				t.Errorf("rank 1: got %v, want a *comm.PeerError", errs[1])
 			}
 		})
 	}
