@@ -22,7 +22,7 @@ import (
 //	response  status(1) ‖ len(4) ‖ value or error text      status: 0 ok, 1 error
 //
 // Set fails if the key exists (a rank registered twice); get blocks until the
-// key is set or the store is aborted or closed. Keys are at most
+// key is set or the store is closed. Keys are at most
 // maxKeyBytes and values maxValueBytes; longer ones are refused.
 const (
 	maxKeyBytes   = 256

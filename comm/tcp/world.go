@@ -40,7 +40,8 @@
 // declares that peer dead the same way, with comm.ErrTimeout. The first
 // operation to fail breaks this rank's world: every pending and later
 // operation on every group fails with the same *comm.PeerError, and an abort
-// frame naming the dead rank goes to every other peer before the
+// frame naming the dead rank goes to every peer (the named one too: if it
+// is alive, a tampered frame or a flood, say, it learns why) before the
 // connections close. A rank that reads an abort treats the sender as failed
 // because of the named rank, so ranks that were waiting on a rank that gave
 // up, rather than on the dead one, fail too and name the original (the
