@@ -97,6 +97,25 @@ func CheckPeer(op string, peer, size int) error {
 	return nil
 }
 
+// MaxTag bounds the tags of Send and Recv: 0 ≤ tag < MaxTag.
+const MaxTag = 1 << 62
+
+// CheckTag checks the tag of a Send or Recv (op names it).
+func CheckTag(op string, tag int) error {
+	if tag < 0 || tag >= MaxTag {
+		return fmt.Errorf("%w: %s: tag %d is out of range [0, 2^62)", ErrArgs, op, tag)
+	}
+	return nil
+}
+
+// CheckP2P checks the peer and the tag of a Send or Recv.
+func CheckP2P(op string, peer, tag, size int) error {
+	if err := CheckPeer(op, peer, size); err != nil {
+		return err
+	}
+	return CheckTag(op, tag)
+}
+
 // CheckMatch checks that a received message fits the receive buffer: same
 // dtype and length.
 func CheckMatch(recv Buf, sentType tensor.DType, sentLen int) error {

@@ -2,10 +2,38 @@
 // implements (comm/local for goroutines in one process, comm/tcp for processes
 // and hosts), the payload type Buf, and the async Work handle.
 //
-// Ordering. A group's operations run in the order they were issued, one at a
-// time, on that group's own queue (think of a CUDA stream). Every member must
-// issue the same collectives in the same order. A rank may belong to many
-// groups; different groups progress concurrently.
+// Ordering. A group's collectives (everything but Send and Recv) run in the
+// order they were issued, one at a time, on that group's own queue (think of
+// a CUDA stream). Every member must issue the same collectives in the same
+// order. A rank may belong to many groups; different groups progress
+// concurrently.
+//
+// Point-to-point. Send and Recv do not occupy the queue: each is posted the
+// moment it is issued and completes on its own, independently of the
+// collectives and of other sends and receives. A message is matched by
+// (sender, receiver, tag) only; messages with the same (peer, tag) are
+// matched first in, first out, in the order the sends and the receives were
+// issued. So no issue order deadlocks: two ranks may each Recv then Send,
+// or one Recv-then-Send while the other Sends-then-Recvs, with any number of
+// operations in flight. A pipeline stage posts its step's receives and
+// sends, possibly as one BatchP2P, and waits on them:
+//
+//	w := comm.BatchP2P(g, []comm.P2POp{
+//		comm.RecvOp(act, prev, tagAct), // from the previous stage
+//		comm.SendOp(grad, prev, tagGrad),
+//	})
+//	... compute ...
+//	err := w.Wait()
+//
+// Send completes once its buffer may be reused, which never waits for the
+// matching Recv: a message that arrives before its Recv is posted is
+// buffered by the receiver. Buffered bytes are bounded (the backend's
+// MaxBuffered, DefaultMaxBuffered unless configured); a message beyond the
+// bound fails the group with ErrBufferFull, naming the sender, rather than
+// growing memory without limit. Stats.Buffered reports the bytes held now,
+// for the caller to charge to its `comm` memory tag. A Send and a
+// collective issued on the same group may progress in either order: use
+// different buffers, or wait for one before issuing the other.
 //
 // Async and blocking. Every operation returns a Work immediately; Wait blocks
 // until it is done. The blocking forms are the package functions AllReduce,
@@ -25,7 +53,8 @@
 //	Broadcast(buf, root)      buf ← buf of root
 //	AllToAll(dst, src)        len(src) = len(dst) = p·n; dst[r·n:(r+1)·n] = src[me·n:(me+1)·n] of rank r
 //	Send(buf, peer, tag)      matched by Recv(buf, me, tag) on peer; messages with the same
-//	Recv(buf, peer, tag)      (peer, tag) arrive in order. Send completes once buf may be reused.
+//	Recv(buf, peer, tag)      (peer, tag) arrive in order; 0 ≤ tag < MaxTag. Send completes
+//	                          once buf may be reused. Neither waits for the queue.
 //
 // Ranks in a Group's methods are ranks within that group (0..Size()-1).
 package comm
@@ -144,13 +173,19 @@ type Group interface {
 type Stats struct {
 	Ops   int64         // operations completed
 	Bytes int64         // payload bytes this rank passed to operations
-	Busy  time.Duration // time operations were in flight on the queue, from when each could start to its end (total communication time)
+	Busy  time.Duration // time collectives were in flight on the queue (from when each could start to its end), plus time with point-to-point operations in flight: total communication time
 	Wait  time.Duration // time callers spent blocked in Work.Wait (exposed communication)
+	// Buffered is the memory, in bytes, that messages sent to this rank on
+	// this group occupy now because they arrived before their Recv was
+	// posted (a gauge, not a total: charge it to the `comm` memory tag).
+	// It is bounded: see ErrBufferFull.
+	Buffered int64
 }
 
-// Add returns s + o.
+// Add returns s + o (Buffered gauges add too: the sum over groups).
 func (s Stats) Add(o Stats) Stats {
-	return Stats{Ops: s.Ops + o.Ops, Bytes: s.Bytes + o.Bytes, Busy: s.Busy + o.Busy, Wait: s.Wait + o.Wait}
+	return Stats{Ops: s.Ops + o.Ops, Bytes: s.Bytes + o.Bytes, Busy: s.Busy + o.Busy, Wait: s.Wait + o.Wait,
+		Buffered: s.Buffered + o.Buffered}
 }
 
 // Errors. Match with errors.Is.
@@ -165,6 +200,10 @@ var (
 	// ErrArgs: the arguments of an operation are inconsistent (lengths,
 	// ranks, dtypes).
 	ErrArgs = errors.New("comm: bad arguments")
+	// ErrBufferFull: messages sent to a rank that has not posted their
+	// receives exceed the backend's bound on buffered bytes (a sender far
+	// ahead of its receiver, or a receive that is never posted).
+	ErrBufferFull = errors.New("comm: too many bytes buffered for receives not yet posted")
 )
 
 // PeerError names the world rank that failed.

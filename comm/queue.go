@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"errors"
 	"sync"
 	"time"
 )
@@ -21,6 +22,11 @@ type Queue struct {
 	stats   Stats
 	lastEnd time.Time // when the previous operation finished
 	done    chan struct{}
+
+	// Point-to-point operations in flight (see Start) and since when the
+	// count was last above zero.
+	inflight  int
+	busySince time.Time
 }
 
 // NewQueue starts a queue's goroutine; Close stops it.
@@ -171,4 +177,45 @@ func (q *Queue) Close() {
 	q.cond.Signal()
 	q.mu.Unlock()
 	<-q.done
+}
+
+// Start begins an operation that runs outside the queue's order (a Send or
+// Recv): it returns the operation's Work and the function that finishes it
+// with its outcome, which must be called exactly once. The operation is
+// accounted in Stats like a queued one (Busy counts the time at least one
+// started operation is in flight); its failure breaks the queue too. If the
+// queue is already broken or closed, Start returns that error instead.
+func (q *Queue) Start(bytes int) (Work, func(error), error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case q.closed:
+		return nil, nil, ErrClosed
+	case q.err != nil:
+		return nil, nil, q.err
+	}
+	if q.inflight == 0 {
+		q.busySince = time.Now()
+	}
+	q.inflight++
+	w := &work{q: q, bytes: int64(bytes), done: make(chan struct{})}
+	return w, func(err error) { q.finish(w, err) }, nil
+}
+
+// finish ends a started operation.
+func (q *Queue) finish(w *work, err error) {
+	q.mu.Lock()
+	q.inflight--
+	if q.inflight == 0 {
+		q.stats.Busy += time.Since(q.busySince)
+	}
+	q.stats.Bytes += w.bytes
+	if err == nil {
+		q.stats.Ops++
+	} else if q.err == nil && !errors.Is(err, ErrClosed) {
+		q.err = err
+	}
+	q.mu.Unlock()
+	w.err = err
+	close(w.done)
 }

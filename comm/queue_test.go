@@ -75,3 +75,56 @@ func TestPeerError(t *testing.T) {
 		t.Fatal(err.Error())
 	}
 }
+
+// TestQueueStart: operations started outside the order are accounted like
+// queued ones, run while the queue is blocked, and their failure breaks
+// the queue; a broken or closed queue starts nothing.
+func TestQueueStart(t *testing.T) {
+	q := NewQueue()
+	defer q.Close()
+	block := make(chan struct{})
+	queued := q.Submit(0, func() error { <-block; return nil })
+	w1, finish1, err := q.Start(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2, finish2, _ := q.Start(20)
+	finish1(nil) // completes although the queue is blocked
+	if err := w1.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	finish2(nil)
+	w2.Wait()
+	close(block)
+	queued.Wait()
+	if s := q.Stats(); s.Ops != 3 || s.Bytes != 30 || s.Busy <= 0 {
+		t.Fatalf("stats %+v, want 3 ops, 30 bytes, some Busy", s)
+	}
+	boom := errors.New("boom")
+	w3, finish3, _ := q.Start(0)
+	finish3(boom)
+	if !errors.Is(w3.Wait(), boom) || !errors.Is(q.Submit(0, func() error { return nil }).Wait(), boom) {
+		t.Fatal("a failed started op did not break the queue")
+	}
+	if _, _, err := q.Start(0); !errors.Is(err, boom) {
+		t.Fatalf("Start on a broken queue: %v", err)
+	}
+	q2 := NewQueue()
+	q2.Close()
+	if _, _, err := q2.Start(0); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start on a closed queue: %v", err)
+	}
+}
+
+// TestBatchP2PJoinsErrors: a batch waits for every op and reports each
+// failure.
+func TestBatchP2PJoinsErrors(t *testing.T) {
+	a, b := errors.New("a"), errors.New("b")
+	w := batch{Done(a), Done(nil), Done(b)}
+	if err := w.Wait(); !errors.Is(err, a) || !errors.Is(err, b) {
+		t.Fatalf("got %v, want both errors", err)
+	}
+	if err := (batch{Done(nil)}).Wait(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -99,11 +99,11 @@ func TestFirstHost(t *testing.T) {
 
 func TestTCPConfig(t *testing.T) {
 	e := Env{Rank: 1, WorldSize: 4, LocalRank: 1, LocalWorldSize: 4, MasterAddr: "::1", MasterPort: 4242}
-	cfg, err := e.TCPConfig(lookupOf(map[string]string{"TRELLIS_JOB_TOKEN": "tok", "TRELLIS_COMM_TIMEOUT": "3s", "RANK": "3"}))
+	cfg, err := e.TCPConfig(lookupOf(map[string]string{"TRELLIS_JOB_TOKEN": "tok-0123456789abcdef", "TRELLIS_COMM_TIMEOUT": "3s", "RANK": "3"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Rank != 1 || cfg.Size != 4 || cfg.MasterAddr != "[::1]:4242" || cfg.Token != "tok" || cfg.Timeout.Seconds() != 3 {
+	if cfg.Rank != 1 || cfg.Size != 4 || cfg.MasterAddr != "[::1]:4242" || cfg.Token != "tok-0123456789abcdef" || cfg.Timeout.Seconds() != 3 {
 		t.Fatalf("got %+v", cfg)
 	}
 }

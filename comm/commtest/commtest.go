@@ -21,6 +21,12 @@
 //   - Send completes without waiting for the matching Recv (both sides of an
 //     exchange may send first, even 1 MiB), tags select messages, and
 //     messages with one (peer, tag) arrive in order;
+//   - Send and Recv never wait for the queue or each other: receives posted
+//     first (both neighbours of a ring), rank 0 receiving before sending
+//     while rank 1 sends first with a collective in between, and dozens of
+//     messages in flight through BatchP2P, all complete; buffered messages
+//     show in Stats.Buffered, and a sender beyond MaxBuffered fails the
+//     group with ErrBufferFull;
 //   - subgroups (NewGroup), nested and permuted, and differently named groups
 //     over the same ranks progress independently, also from several
 //     goroutines of one rank;
@@ -50,6 +56,9 @@ type Options struct {
 	// Timeout is the deadline the backend must apply to every wait on
 	// peers. The failure tests use a short one.
 	Timeout time.Duration
+	// MaxBuffered, if not 0, is the bound the backend must apply to the
+	// bytes a rank buffers for receives not yet posted (its MaxBuffered).
+	MaxBuffered int64
 }
 
 // World is a started world of ranks.
@@ -113,7 +122,14 @@ func cases() []testCase {
 	for _, n := range []int{2, 3, 5} {
 		cs = append(cs, testCase{fmt.Sprintf("PointToPoint/n=%d", n), pointToPoint(n)})
 	}
+	for _, n := range []int{2, 4} {
+		cs = append(cs, testCase{fmt.Sprintf("PointToPoint/RecvFirst/n=%d", n), recvFirst(n)},
+			testCase{fmt.Sprintf("PointToPoint/ManyInFlight/n=%d", n), manyInFlight(n)})
+	}
 	return append(cs,
+		testCase{"PointToPoint/CrossOrder", crossOrder},
+		testCase{"PointToPoint/Buffered", buffered},
+		testCase{"PointToPoint/BufferBound", bufferBound},
 		testCase{"RecvMismatch", recvMismatch},
 		testCase{"Barrier", barrierCase},
 		testCase{"Subgroups", subgroups},

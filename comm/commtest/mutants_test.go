@@ -21,6 +21,7 @@ type mutant struct {
 	defect string
 	mu     sync.Mutex
 	held   map[[2]int]comm.Buf // "fifo": a message held back per (peer, tag)
+	last   *chain              // "queued-p2p": the latest Send or Recv
 }
 
 // flip changes the lowest bit of element i.
@@ -127,7 +128,42 @@ func (m *mutant) Broadcast(buf comm.Buf, root int) comm.Work {
 	return m.Group.Broadcast(buf, root)
 }
 
+// serial runs do after the previous serialized op finished, the way a
+// backend that ran Send and Recv on its queue would.
+func (m *mutant) serial(do func() comm.Work) comm.Work {
+	m.mu.Lock()
+	prev := m.last
+	l := &chain{done: make(chan struct{})}
+	m.last = l
+	m.mu.Unlock()
+	go func() {
+		if prev != nil {
+			prev.Wait()
+		}
+		l.err = do().Wait()
+		close(l.done)
+	}()
+	return l
+}
+
+type chain struct {
+	done chan struct{}
+	err  error
+}
+
+func (c *chain) Wait() error { <-c.done; return c.err }
+
+func (m *mutant) Recv(buf comm.Buf, peer, tag int) comm.Work {
+	if m.defect == "queued-p2p" {
+		return m.serial(func() comm.Work { return m.Group.Recv(buf, peer, tag) })
+	}
+	return m.Group.Recv(buf, peer, tag)
+}
+
 func (m *mutant) Send(buf comm.Buf, peer, tag int) comm.Work {
+	if m.defect == "queued-p2p" {
+		return m.serial(func() comm.Work { return m.Group.Send(buf, peer, tag) })
+	}
 	if m.defect != "fifo" || tag != 1 {
 		return m.Group.Send(buf, peer, tag)
 	}
@@ -185,7 +221,7 @@ func (r reversedRanks) GlobalRanks() []int {
 
 func mutantFactory(defect string) Factory {
 	return func(t *testing.T, n int, opts Options) World {
-		gs, err := local.New(local.Config{Size: n, Timeout: min(opts.Timeout, 2*time.Second)})
+		gs, err := local.New(local.Config{Size: n, Timeout: min(opts.Timeout, 2*time.Second), MaxBuffered: opts.MaxBuffered})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,6 +246,8 @@ func TestSuiteCatchesMutants(t *testing.T) {
 		{"fifo", func(e *env) error {
 			return tagsAndOrder(e.world(2, normalTimeout).Groups, tensor.F32, 1)
 		}},
+		{"queued-p2p", recvFirst(2)},
+		{"queued-p2p", manyInFlight(3)},
 		{"barrier-no-wait", barrierCase},
 		{"stats-miscount", statsCase},
 		{"no-arg-check", argsCase},

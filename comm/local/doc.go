@@ -23,10 +23,12 @@
 //	               all-gather as above (the root copies nothing). Payloads
 //	               under 32 KiB are copied from the root in one phase.
 //	AllToAll       rank r copies chunk r of every rank's src into its dst.
-//	Send/Recv      if the matching Recv is already posted, Send copies
-//	               straight into its buffer; otherwise Send copies the payload
-//	               into the receiver's mailbox and completes (it never waits
-//	               for the receiver). Messages with the same (sender, tag) are
+//	Send/Recv      outside the queue, matched when issued: if the matching
+//	               Recv is already posted, Send copies straight into its
+//	               buffer; otherwise Send copies the payload into the
+//	               receiver's mailbox (at most Config.MaxBuffered bytes per
+//	               receiver and group) and completes (it never waits for the
+//	               receiver). Messages with the same (sender, tag) are
 //	               received in the order sent.
 //
 // In an all-reduce each rank reads n elements and writes n, whatever p (of

@@ -17,13 +17,14 @@ type group struct {
 
 	mu       sync.Mutex
 	closed   bool
-	children []*group // groups made from this one, closed with it
+	children []*group              // groups made from this one, closed with it
+	lastSend map[int]chan struct{} // link emulation: the latest Send to each peer, closed once delivered
 }
 
 var _ comm.Group = (*group)(nil)
 
 func newGroup(w *world, t *team, rank int) *group {
-	return &group{w: w, t: t, rank: rank, q: comm.NewQueue()}
+	return &group{w: w, t: t, rank: rank, q: comm.NewQueue(), lastSend: map[int]chan struct{}{}}
 }
 
 func (g *group) Rank() int { return g.rank }
@@ -31,7 +32,15 @@ func (g *group) Size() int { return len(g.t.ranks) }
 
 func (g *group) GlobalRanks() []int { return append([]int(nil), g.t.ranks...) }
 
-func (g *group) Stats() comm.Stats { return g.q.Stats() }
+// Stats is the queue's accounting and the bytes of messages waiting in this
+// member's mailbox.
+func (g *group) Stats() comm.Stats {
+	s := g.q.Stats()
+	g.t.mu.Lock()
+	s.Buffered = g.t.held[g.rank]
+	g.t.mu.Unlock()
+	return s
+}
 
 // submit queues fn; an operation of a group this rank has closed reports
 // ErrClosed rather than the error its own closing caused.
@@ -85,20 +94,6 @@ func (g *group) AllToAll(dst, src comm.Buf) comm.Work {
 		return comm.Done(err)
 	}
 	return g.submit(src.Bytes(), func() error { return g.allToAll(dst, src) })
-}
-
-func (g *group) Send(buf comm.Buf, peer, tag int) comm.Work {
-	if err := comm.CheckPeer("send", peer, g.Size()); err != nil {
-		return comm.Done(err)
-	}
-	return g.submit(buf.Bytes(), func() error { return g.send(buf, peer, tag) })
-}
-
-func (g *group) Recv(buf comm.Buf, peer, tag int) comm.Work {
-	if err := comm.CheckPeer("recv", peer, g.Size()); err != nil {
-		return comm.Done(err)
-	}
-	return g.submit(buf.Bytes(), func() error { return g.recv(buf, peer, tag) })
 }
 
 func (g *group) Barrier() comm.Work {

@@ -19,6 +19,10 @@ type Config struct {
 	Timeout time.Duration
 	// Link, if set, emulates a network (see the package documentation).
 	Link *LinkModel
+	// MaxBuffered bounds the bytes of messages a member holds, per group,
+	// for Recvs it has not posted yet; a Send beyond it breaks the group
+	// with comm.ErrBufferFull. 0 means comm.DefaultMaxBuffered.
+	MaxBuffered int64
 }
 
 // Validate checks the size, the timeout and the link model.
@@ -28,6 +32,9 @@ func (c Config) Validate() error {
 	}
 	if c.Timeout < 0 {
 		return fmt.Errorf("local: Timeout=%v must not be negative", c.Timeout)
+	}
+	if c.MaxBuffered < 0 {
+		return fmt.Errorf("local: MaxBuffered=%d must not be negative", c.MaxBuffered)
 	}
 	if c.Link != nil {
 		if err := c.Link.Validate(); err != nil {
@@ -45,6 +52,9 @@ func New(cfg Config) ([]comm.Group, error) {
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxBuffered == 0 {
+		cfg.MaxBuffered = comm.DefaultMaxBuffered
 	}
 	w := &world{cfg: cfg, teams: map[string]*team{}, made: map[string]int{}}
 	ranks := make([]int, cfg.Size)

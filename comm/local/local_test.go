@@ -12,7 +12,7 @@ import (
 )
 
 func factory(t *testing.T, n int, opts commtest.Options) commtest.World {
-	gs, err := local.New(local.Config{Size: n, Timeout: opts.Timeout})
+	gs, err := local.New(local.Config{Size: n, Timeout: opts.Timeout, MaxBuffered: opts.MaxBuffered})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +211,30 @@ func TestLinkEmulationLowerBounds(t *testing.T) {
 		}
 		if d := time.Since(start); d < inter+40*time.Millisecond {
 			return errors.New("inter-node all-gather faster than the model: " + d.String())
+		}
+		return nil
+	})
+}
+
+// TestLinkSendsInOrder: with link emulation a large message and then a
+// small one on the same (peer, tag) still arrive in the order sent.
+func TestLinkSendsInOrder(t *testing.T) {
+	gs := newWorld(t, local.Config{Size: 2, Link: &local.LinkModel{
+		RanksPerNode: 2, Intra: local.Link{Latency: time.Millisecond, Bandwidth: 1e9}}})
+	run(t, gs, func(r int, g comm.Group) error {
+		if r == 0 {
+			big := make([]float32, 1<<18)
+			big[0] = 1
+			w1 := g.Send(comm.F32(big), 1, 0) // both in flight at once
+			w2 := g.Send(comm.F32([]float32{2}), 1, 0)
+			return errors.Join(w1.Wait(), w2.Wait())
+		}
+		big, small := make([]float32, 1<<18), []float32{0}
+		if err := errors.Join(comm.Recv(g, comm.F32(big), 0, 0), comm.Recv(g, comm.F32(small), 0, 0)); err != nil {
+			return err
+		}
+		if big[0] != 1 || small[0] != 2 {
+			return errors.New("messages overtook each other")
 		}
 		return nil
 	})

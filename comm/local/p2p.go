@@ -8,69 +8,105 @@ import (
 	"trellis/tensor"
 )
 
+// Point-to-point. Send and Recv run outside the group's queue (comm's
+// package documentation): each is matched the moment it is issued. A Send
+// whose Recv is posted copies straight into the receiver's buffer;
+// otherwise it copies the payload into the receiver's mailbox, within the
+// bound Config.MaxBuffered on the bytes a member holds, and completes. A
+// Recv takes the oldest mailbox message of its (peer, tag) or posts itself;
+// posted Recvs of one (peer, tag) are served first in, first out.
+
 // mailKey identifies a message stream: messages from src to dst with tag
 // arrive in the order sent.
 type mailKey struct{ src, dst, tag int }
 
 // recvReq is a posted Recv waiting for its message.
 type recvReq struct {
-	src, tag int
-	buf      comm.Buf
-	done     chan error // receives the outcome once a sender has copied
-	claimed  bool       // a sender took the request (guarded by team.mu)
+	buf     comm.Buf
+	done    chan error // receives the outcome once a sender has copied
+	claimed bool       // a sender took the request (guarded by team.mu)
 }
 
-// send delivers buf to member peer: straight into its buffer when the
-// matching Recv is posted, otherwise as a copy in its mailbox. It never waits
-// for the receiver. With link emulation the transfer time passes first.
-func (g *group) send(buf comm.Buf, peer, tag int) error {
+// Send issues a send. With link emulation the transfer time passes first,
+// on a goroutine; sends to one peer are delivered in issue order.
+func (g *group) Send(buf comm.Buf, peer, tag int) comm.Work {
+	if err := comm.CheckP2P("send", peer, tag, g.Size()); err != nil {
+		return comm.Done(err)
+	}
+	w, finish, err := g.q.Start(buf.Bytes())
+	if err != nil {
+		return comm.Done(err)
+	}
+	m := g.w.cfg.Link
+	if m == nil {
+		finish(g.p2pErr(g.deliver(buf, peer, tag)))
+		return w
+	}
+	bytes := int64(buf.Bytes())
+	d := m.Cost(g.t.ranks[g.rank], g.t.ranks, func(q int) (int64, int64, bool) { return bytes, 0, q == peer })
+	g.mu.Lock()
+	prev := g.lastSend[peer]
+	now := make(chan struct{})
+	g.lastSend[peer] = now
+	g.mu.Unlock()
+	go func() {
+		defer close(now)
+		if prev != nil {
+			<-prev
+		}
+		g.t.waitOrBreak(time.Now().Add(d))
+		finish(g.p2pErr(g.deliver(buf, peer, tag)))
+	}()
+	return w
+}
+
+// deliver hands buf to member peer: into its posted Recv, or its mailbox.
+func (g *group) deliver(buf comm.Buf, peer, tag int) error {
 	t := g.t
-	if m := g.w.cfg.Link; m != nil {
-		bytes := int64(buf.Bytes())
-		d := m.Cost(t.ranks[g.rank], t.ranks, func(q int) (int64, int64, bool) {
-			return bytes, 0, q == peer
-		})
-		t.waitOrBreak(time.Now().Add(d))
-	}
+	k := mailKey{g.rank, peer, tag}
 	t.mu.Lock()
-	req, err := t.takeLocked(g.rank, peer, tag)
-	t.mu.Unlock()
-	if req != nil || err != nil {
-		return fill(req, buf, err)
-	}
-	msg := cloneBuf(buf) // outside the lock: it may be large
-	t.mu.Lock()
-	// The Recv may have been posted while we copied.
-	if req, err = t.takeLocked(g.rank, peer, tag); req == nil && err == nil {
-		k := mailKey{g.rank, peer, tag}
-		t.mail[k] = append(t.mail[k], msg)
-	}
-	t.mu.Unlock()
-	return fill(req, buf, err)
-}
-
-// takeLocked claims member dst's posted Recv if it waits for (src, tag).
-// It fails if the group is broken. Called with t.mu held.
-func (t *team) takeLocked(src, dst, tag int) (*recvReq, error) {
 	if t.err != nil {
-		return nil, t.err
-	}
-	req := t.posted[dst]
-	if req == nil || req.src != src || req.tag != tag {
-		return nil, nil
-	}
-	t.posted[dst] = nil
-	req.claimed = true
-	return req, nil
-}
-
-// fill copies buf into a claimed request (if any) and completes it; a
-// mismatch of dtype or length fails both sides.
-func fill(req *recvReq, buf comm.Buf, err error) error {
-	if req == nil || err != nil {
+		err := t.err
+		t.mu.Unlock()
 		return err
 	}
-	err = comm.CheckMatch(req.buf, buf.DType(), buf.Len())
+	if q := t.posted[k]; len(q) > 0 {
+		req := q[0]
+		t.popPosted(k)
+		req.claimed = true
+		t.mu.Unlock()
+		return fill(req, buf)
+	}
+	n := int64(buf.Bytes())
+	if limit := g.w.cfg.MaxBuffered; t.held[peer]+n > limit {
+		t.breakLocked(&comm.PeerError{Rank: t.ranks[g.rank], Op: "send", Err: fmt.Errorf(
+			"%w: world rank %d sent %d bytes with tag %d to world rank %d, which already holds %d bytes of messages it has not received (MaxBuffered=%d)",
+			comm.ErrBufferFull, t.ranks[g.rank], n, tag, t.ranks[peer], t.held[peer], limit)})
+		err := t.err
+		t.mu.Unlock()
+		return err
+	}
+	t.held[peer] += n
+	t.mail[k] = append(t.mail[k], cloneBuf(buf))
+	t.mu.Unlock()
+	return nil
+}
+
+// popPosted removes the oldest posted Recv of k. Called with t.mu held.
+func (t *team) popPosted(k mailKey) {
+	q := t.posted[k]
+	q[0] = nil
+	if len(q) == 1 {
+		delete(t.posted, k)
+	} else {
+		t.posted[k] = q[1:]
+	}
+}
+
+// fill copies buf into a claimed request and completes it; a mismatch of
+// dtype or length fails both sides.
+func fill(req *recvReq, buf comm.Buf) error {
+	err := comm.CheckMatch(req.buf, buf.DType(), buf.Len())
 	if err == nil {
 		copyBuf(req.buf, buf)
 	}
@@ -85,10 +121,17 @@ func cloneBuf(b comm.Buf) comm.Buf {
 	return comm.F32(append([]float32(nil), b.Float32s()...))
 }
 
-// recv takes the oldest message from peer with tag, or posts a request and
-// waits for one until the timeout or the group breaks. A message sent before
-// the group broke is still delivered.
-func (g *group) recv(buf comm.Buf, peer, tag int) error {
+// Recv issues a receive: the oldest buffered message from peer with tag, or
+// a posted request that a goroutine waits on until the timeout or the group
+// breaks. A message sent before the group broke is still delivered.
+func (g *group) Recv(buf comm.Buf, peer, tag int) comm.Work {
+	if err := comm.CheckP2P("recv", peer, tag, g.Size()); err != nil {
+		return comm.Done(err)
+	}
+	w, finish, err := g.q.Start(buf.Bytes())
+	if err != nil {
+		return comm.Done(err)
+	}
 	t := g.t
 	k := mailKey{peer, g.rank, tag}
 	t.mu.Lock()
@@ -100,21 +143,32 @@ func (g *group) recv(buf comm.Buf, peer, tag int) error {
 		} else {
 			t.mail[k] = q[1:]
 		}
+		t.held[g.rank] -= int64(msg.Bytes())
 		t.mu.Unlock()
-		if err := comm.CheckMatch(buf, msg.DType(), msg.Len()); err != nil {
-			return err
+		err := comm.CheckMatch(buf, msg.DType(), msg.Len())
+		if err == nil {
+			copyBuf(buf, msg)
 		}
-		copyBuf(buf, msg)
-		return nil
+		finish(g.p2pErr(err))
+		return w
 	}
 	if t.err != nil {
+		err := t.err
 		t.mu.Unlock()
-		return t.err
+		finish(g.p2pErr(err))
+		return w
 	}
-	req := &recvReq{src: peer, tag: tag, buf: buf, done: make(chan error, 1)}
-	t.posted[g.rank] = req
+	req := &recvReq{buf: buf, done: make(chan error, 1)}
+	t.posted[k] = append(t.posted[k], req)
 	t.mu.Unlock()
+	go func() { finish(g.p2pErr(g.await(req, k))) }()
+	return w
+}
 
+// await waits for a posted Recv. Past the timeout it withdraws the request
+// and breaks the group naming the silent sender.
+func (g *group) await(req *recvReq, k mailKey) error {
+	t := g.t
 	timeout := g.w.cfg.Timeout
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -129,12 +183,36 @@ func (g *group) recv(buf comm.Buf, peer, tag int) error {
 		t.mu.Unlock()
 		return <-req.done
 	}
-	t.posted[g.rank] = nil
+	t.withdraw(k, req)
 	if t.err == nil {
-		t.breakLocked(&comm.PeerError{Rank: t.ranks[peer], Op: "recv",
-			Err: fmt.Errorf("%w: waited %v for a message with tag %d", comm.ErrTimeout, timeout, tag)})
+		t.breakLocked(&comm.PeerError{Rank: t.ranks[k.src], Op: "recv",
+			Err: fmt.Errorf("%w: waited %v for a message with tag %d", comm.ErrTimeout, timeout, k.tag)})
 	}
 	err := t.err
 	t.mu.Unlock()
+	return err
+}
+
+// withdraw removes a posted request. Called with t.mu held.
+func (t *team) withdraw(k mailKey, req *recvReq) {
+	q := t.posted[k]
+	for i, r := range q {
+		if r == req {
+			q = append(q[:i:i], q[i+1:]...)
+			break
+		}
+	}
+	if len(q) == 0 {
+		delete(t.posted, k)
+	} else {
+		t.posted[k] = q
+	}
+}
+
+// p2pErr reports ErrClosed for an operation of a group this rank closed.
+func (g *group) p2pErr(err error) error {
+	if err != nil && g.isClosed() {
+		return comm.ErrClosed
+	}
 	return err
 }

@@ -37,7 +37,8 @@ type team struct {
 	quiet   *sync.Cond
 
 	mail   map[mailKey][]comm.Buf // sent, not yet received messages
-	posted []*recvReq             // each member's pending Recv, if any
+	held   []int64                // bytes in mail, by receiving member
+	posted map[mailKey][]*recvReq // posted Recvs, oldest first
 }
 
 // args are one member's arguments of a collective, for its peers to read and
@@ -59,7 +60,8 @@ func newTeam(key string, ranks []int) *team {
 		args:    make([]args, len(ranks)),
 		broken:  make(chan struct{}),
 		mail:    map[mailKey][]comm.Buf{},
-		posted:  make([]*recvReq, len(ranks)),
+		held:    make([]int64, len(ranks)),
+		posted:  map[mailKey][]*recvReq{},
 		inPhase: make([]bool, len(ranks)),
 	}
 	t.quiet = sync.NewCond(&t.mu)

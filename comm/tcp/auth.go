@@ -48,10 +48,11 @@ const (
 )
 
 type hello struct {
-	role     byte
-	hasToken bool
-	rank     uint32
-	nonce    [32]byte
+	role      byte
+	hasToken  bool
+	frameAuth bool // peer connections: this side tags its frames (seal.go)
+	rank      uint32
+	nonce     [32]byte
 }
 
 func (h hello) encode() []byte {
@@ -60,6 +61,9 @@ func (h hello) encode() []byte {
 	b[8] = h.role
 	if h.hasToken {
 		b[9] = 1
+	}
+	if h.frameAuth {
+		b[10] = 1
 	}
 	binary.LittleEndian.PutUint32(b[12:], h.rank)
 	copy(b[16:], h.nonce[:])
@@ -70,16 +74,16 @@ func decodeHello(b []byte) (hello, error) {
 	if len(b) != helloSize || string(b[:8]) != "TRELLIS1" {
 		return hello{}, fmt.Errorf("%w: not a trellis peer (bad hello)", errFrame)
 	}
-	if b[9] > 1 || b[10]|b[11] != 0 || (b[8] != roleStore && b[8] != rolePeer) {
+	if b[9] > 1 || b[10] > 1 || b[11] != 0 || (b[8] != roleStore && b[8] != rolePeer) {
 		return hello{}, fmt.Errorf("%w: malformed hello", errFrame)
 	}
-	h := hello{role: b[8], hasToken: b[9] == 1, rank: binary.LittleEndian.Uint32(b[12:])}
+	h := hello{role: b[8], hasToken: b[9] == 1, frameAuth: b[10] == 1, rank: binary.LittleEndian.Uint32(b[12:])}
 	copy(h.nonce[:], b[16:])
 	return h, nil
 }
 
-func newHello(role byte, token []byte, rank int) (hello, error) {
-	h := hello{role: role, hasToken: len(token) > 0, rank: uint32(rank)}
+func newHello(role byte, token []byte, rank int, frameAuth bool) (hello, error) {
+	h := hello{role: role, hasToken: len(token) > 0, frameAuth: frameAuth, rank: uint32(rank)}
 	if _, err := rand.Read(h.nonce[:]); err != nil {
 		return hello{}, fmt.Errorf("tcp: nonce: %w", err)
 	}
@@ -124,49 +128,59 @@ func readVerdict(r io.Reader) (byte, string, error) {
 }
 
 // clientHandshake authenticates conn from the dialing side and returns the
-// rank the server claims.
-func clientHandshake(conn net.Conn, token []byte, role byte, rank int, deadline time.Time) (int, error) {
+// rank the server claims and the connection's session keys (seal.go);
+// frameAuth says whether this side wants tagged frames (peers must agree).
+func clientHandshake(conn net.Conn, token []byte, role byte, rank int, deadline time.Time, frameAuth bool) (int, sessionKeys, error) {
 	conn.SetDeadline(deadline)
 	defer conn.SetDeadline(time.Time{})
 	who := conn.RemoteAddr().String()
-	mine, err := newHello(role, token, rank)
+	mine, err := newHello(role, token, rank, frameAuth)
 	if err != nil {
-		return 0, err
+		return 0, sessionKeys{}, err
 	}
+	r, hc, hs, err := clientExchange(conn, token, mine, who)
+	if err != nil {
+		return 0, sessionKeys{}, err
+	}
+	return r, deriveKeys(token, hc, hs, true), nil
+}
+
+// clientExchange runs the client's side of the messages.
+func clientExchange(conn net.Conn, token []byte, mine hello, who string) (int, []byte, []byte, error) {
 	hc := mine.encode()
 	if _, err := conn.Write(hc); err != nil {
-		return 0, fmt.Errorf("tcp: handshake with %s: %w", who, err)
+		return 0, nil, nil, fmt.Errorf("tcp: handshake with %s: %w", who, err)
 	}
 	hs := make([]byte, helloSize)
 	if _, err := io.ReadFull(conn, hs); err != nil {
-		return 0, fmt.Errorf("tcp: handshake with %s: %w", who, err)
+		return 0, nil, nil, fmt.Errorf("tcp: handshake with %s: %w", who, err)
 	}
 	theirs, err := decodeHello(hs)
 	if err != nil {
-		return 0, fmt.Errorf("tcp: handshake with %s: %w", who, err)
+		return 0, nil, nil, fmt.Errorf("tcp: handshake with %s: %w", who, err)
 	}
 	pc := make([]byte, macSize)
 	if mine.hasToken {
 		pc = proof(token, "client", hc, hs)
 	}
 	if _, err := conn.Write(pc); err != nil {
-		return 0, fmt.Errorf("tcp: handshake with %s: %w", who, err)
+		return 0, nil, nil, fmt.Errorf("tcp: handshake with %s: %w", who, err)
 	}
 	code, reason, err := readVerdict(conn)
 	if err != nil {
-		return 0, fmt.Errorf("tcp: handshake with %s: %w", who, err)
+		return 0, nil, nil, fmt.Errorf("tcp: handshake with %s: %w", who, err)
 	}
 	if code != verdictOK {
-		return 0, clientRefusal(code, reason, who, int(theirs.rank))
+		return 0, nil, nil, clientRefusal(code, reason, who, int(theirs.rank))
 	}
 	ps := make([]byte, macSize)
 	if _, err := io.ReadFull(conn, ps); err != nil {
-		return 0, fmt.Errorf("tcp: handshake with %s: %w", who, err)
+		return 0, nil, nil, fmt.Errorf("tcp: handshake with %s: %w", who, err)
 	}
 	if !hmac.Equal(ps, proof(token, "server", hc, hs)) {
-		return 0, fmt.Errorf("%w: rank %d at %s accepted this rank but failed to prove the job token", ErrAuth, theirs.rank, who)
+		return 0, nil, nil, fmt.Errorf("%w: rank %d at %s accepted this rank but failed to prove the job token", ErrAuth, theirs.rank, who)
 	}
-	return int(theirs.rank), nil
+	return int(theirs.rank), hc, hs, nil
 }
 
 func clientRefusal(code byte, reason, who string, rank int) error {
@@ -182,47 +196,57 @@ func clientRefusal(code byte, reason, who string, rank int) error {
 }
 
 // serverHandshake authenticates an accepted conn and returns the client's
-// rank. check vets the claimed rank once the token is proven; its error is
-// sent to the client as the refusal reason.
-func serverHandshake(conn net.Conn, token []byte, role byte, rank int, deadline time.Time, check func(int) error) (int, error) {
+// rank and the session keys. check vets the claimed rank once the token is
+// proven; its error is sent to the client as the refusal reason. A peer
+// whose frameAuth differs from this side's is refused.
+func serverHandshake(conn net.Conn, token []byte, role byte, rank int, deadline time.Time, frameAuth bool, check func(int) error) (int, sessionKeys, error) {
 	conn.SetDeadline(deadline)
 	defer conn.SetDeadline(time.Time{})
 	who := conn.RemoteAddr().String()
+	r, hc, hs, err := serverExchange(conn, token, role, rank, who, frameAuth, check)
+	if err != nil {
+		return 0, sessionKeys{}, err
+	}
+	return r, deriveKeys(token, hc, hs, false), nil
+}
+
+// serverExchange runs the server's side of the messages.
+func serverExchange(conn net.Conn, token []byte, role byte, rank int, who string, frameAuth bool, check func(int) error) (int, []byte, []byte, error) {
 	hc := make([]byte, helloSize)
 	if _, err := io.ReadFull(conn, hc); err != nil {
-		return 0, fmt.Errorf("tcp: handshake from %s: %w", who, err)
+		return 0, nil, nil, fmt.Errorf("tcp: handshake from %s: %w", who, err)
 	}
 	theirs, err := decodeHello(hc)
 	if err != nil {
-		return 0, fmt.Errorf("tcp: handshake from %s: %w", who, err)
+		return 0, nil, nil, fmt.Errorf("tcp: handshake from %s: %w", who, err)
 	}
 	if theirs.role != role {
-		return 0, fmt.Errorf("tcp: handshake from %s: wrong role %q", who, theirs.role)
+		return 0, nil, nil, fmt.Errorf("tcp: handshake from %s: wrong role %q", who, theirs.role)
 	}
-	mine, err := newHello(role, token, rank)
+	mine, err := newHello(role, token, rank, frameAuth)
 	if err != nil {
-		return 0, err
+		return 0, nil, nil, err
 	}
 	hs := mine.encode()
 	if _, err := conn.Write(hs); err != nil {
-		return 0, fmt.Errorf("tcp: handshake from %s: %w", who, err)
+		return 0, nil, nil, fmt.Errorf("tcp: handshake from %s: %w", who, err)
 	}
 	pc := make([]byte, macSize)
 	if _, err := io.ReadFull(conn, pc); err != nil {
-		return 0, fmt.Errorf("tcp: handshake from %s: %w", who, err)
+		return 0, nil, nil, fmt.Errorf("tcp: handshake from %s: %w", who, err)
 	}
-	code, refusal := serverVerdict(token, theirs, pc, hc, hs, who, check)
+	code, refusal := serverVerdict(token, theirs, mine, pc, hc, hs, who, check)
 	if code != verdictOK {
 		conn.Write(encodeVerdict(code, refusal.Error()))
-		return 0, refusal
+		return 0, nil, nil, refusal
 	}
 	if _, err := conn.Write(append(encodeVerdict(verdictOK, ""), proof(token, "server", hc, hs)...)); err != nil {
-		return 0, fmt.Errorf("tcp: handshake from %s: %w", who, err)
+		return 0, nil, nil, fmt.Errorf("tcp: handshake from %s: %w", who, err)
 	}
-	return int(theirs.rank), nil
+	return int(theirs.rank), hc, hs, nil
 }
 
-func serverVerdict(token []byte, theirs hello, pc, hc, hs []byte, who string, check func(int) error) (byte, error) {
+func serverVerdict(token []byte, theirs, mine hello, pc, hc, hs []byte, who string, check func(int) error) (byte, error) {
 	claim := fmt.Sprintf("%s (claiming rank %d)", who, theirs.rank)
 	switch {
 	case len(token) == 0:
@@ -231,6 +255,9 @@ func serverVerdict(token []byte, theirs hello, pc, hc, hs []byte, who string, ch
 		return verdictClientNoToken, fmt.Errorf("%w: refused %s: it has no job token", ErrAuth, claim)
 	case !hmac.Equal(pc, proof(token, "client", hc, hs)):
 		return verdictWrongToken, fmt.Errorf("%w: refused %s: wrong job token", ErrAuth, claim)
+	case theirs.role == rolePeer && theirs.frameAuth != mine.frameAuth:
+		return verdictRefused, fmt.Errorf("tcp: refused %s: frame authentication is %s there and %s here (%s must agree on every rank)",
+			claim, onOff(theirs.frameAuth), onOff(mine.frameAuth), EnvFrameAuth)
 	}
 	if check != nil {
 		if err := check(int(theirs.rank)); err != nil {
@@ -238,4 +265,11 @@ func serverVerdict(token []byte, theirs hello, pc, hc, hs []byte, who string, ch
 		}
 	}
 	return verdictOK, nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }

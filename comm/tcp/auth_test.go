@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"trellis/comm"
 )
 
 // TestHandshake runs the handshake over a pipe for every combination of
@@ -30,13 +32,13 @@ func TestHandshake(t *testing.T) {
 			srv := make(chan error, 1)
 			var gotClient int
 			go func() {
-				r, err := serverHandshake(b, []byte(c.server), rolePeer, 0, deadline, nil)
+				r, _, err := serverHandshake(b, []byte(c.server), rolePeer, 0, deadline, true, nil)
 				if err == nil && r != 4 {
 					err = errors.New("server saw the wrong rank")
 				}
 				srv <- err
 			}()
-			gotServer, cerr := clientHandshake(a, []byte(c.client), rolePeer, 4, deadline)
+			gotServer, _, cerr := clientHandshake(a, []byte(c.client), rolePeer, 4, deadline, true)
 			serr := <-srv
 			check := func(side string, err error, want string) {
 				if want == "" {
@@ -66,41 +68,45 @@ func TestHandshakeRefusesRank(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 	deadline := time.Now().Add(5 * time.Second)
-	go serverHandshake(b, []byte("k"), rolePeer, 0, deadline, func(r int) error {
+	go serverHandshake(b, []byte("k"), rolePeer, 0, deadline, true, func(r int) error {
 		return errors.New("unexpected rank 7")
 	})
-	if _, err := clientHandshake(a, []byte("k"), rolePeer, 7, deadline); err == nil || !strings.Contains(err.Error(), "unexpected rank 7") {
+	if _, _, err := clientHandshake(a, []byte("k"), rolePeer, 7, deadline, true); err == nil || !strings.Contains(err.Error(), "unexpected rank 7") {
 		t.Fatalf("got %v, want the refusal reason", err)
 	}
 }
 
-// TestWorldRefusesBadToken: a rank with a wrong or missing token makes New
-// fail quickly on that rank and on rank 0, each saying why.
+// TestWorldRefusesBadToken: a rank with a wrong token is refused and fails
+// at once, saying why; the others do not abort but wait for it and, at the
+// rendezvous deadline, name it as the rank that never joined. A missing or
+// short token fails the rank itself before it connects.
 func TestWorldRefusesBadToken(t *testing.T) {
 	for _, c := range []struct {
-		name, token, want0, want2 string
+		name, token, want2 string
 	}{
-		{"wrong", "other-token", "wrong job token", "wrong job token"},
-		{"missing", "", "it has no job token", "this rank has no job token"},
+		{"wrong", "another-token-0123456789abcdef", "wrong job token"},
+		{"missing", "", "Token (TRELLIS_JOB_TOKEN) is not set"},
+		{"short", "x", "Token (TRELLIS_JOB_TOKEN) is 1 bytes: a job token must be at least 16 bytes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			start := time.Now()
 			_, errs := tryWorld(t, 3, 5*time.Second, func(r int, cfg *Config) {
+				cfg.RendezvousTimeout = time.Second
 				if r == 2 {
 					cfg.Token = c.token
 				}
 			})
-			if took := time.Since(start); took > 4*time.Second {
-				t.Errorf("New took %v to fail, want fast", took)
+			if errs[2] == nil || !strings.Contains(errs[2].Error(), c.want2) {
+				t.Errorf("rank 2: got %v, want an error mentioning %q", errs[2], c.want2)
 			}
-			if !errors.Is(errs[0], ErrAuth) || !strings.Contains(errs[0].Error(), c.want0) {
-				t.Errorf("rank 0: got %v, want ErrAuth mentioning %q", errs[0], c.want0)
+			if c.name == "wrong" && !errors.Is(errs[2], ErrAuth) {
+				t.Errorf("rank 2: got %v, want ErrAuth", errs[2])
 			}
-			if !errors.Is(errs[2], ErrAuth) || !strings.Contains(errs[2].Error(), c.want2) {
-				t.Errorf("rank 2: got %v, want ErrAuth mentioning %q", errs[2], c.want2)
+			if !errors.Is(errs[0], comm.ErrTimeout) || !strings.Contains(errs[0].Error(), "ranks 2 never joined the store") {
+				t.Errorf("rank 0: got %v, want a timeout naming rank 2 as never joined", errs[0])
 			}
-			if errs[1] == nil {
-				t.Errorf("rank 1: New succeeded in a world with a refused rank")
+			// Rank 1 times out too, or learns first that rank 0 gave up.
+			if errs[1] == nil || !strings.Contains(errs[1].Error(), "ranks 2 ") {
+				t.Errorf("rank 1: got %v, want an error naming rank 2 as missing", errs[1])
 			}
 		})
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 func TestConfigValidate(t *testing.T) {
-	ok := Config{Rank: 1, Size: 2, MasterAddr: "127.0.0.1:1234"}
+	ok := Config{Rank: 1, Size: 2, MasterAddr: "127.0.0.1:1234", Token: testToken}
 	for _, c := range []struct {
 		edit func(*Config)
 		want string
@@ -20,6 +20,9 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.MasterAddr = "nohostport" }, "MasterAddr"},
 		{func(c *Config) { c.Timeout = -time.Second }, "Timeout"},
 		{func(c *Config) { c.SocketBuffer = -1 }, "SocketBuffer"},
+		{func(c *Config) { c.MaxBuffered = -1 }, "MaxBuffered"},
+		{func(c *Config) { c.Token = "" }, "Token (TRELLIS_JOB_TOKEN) is not set"},
+		{func(c *Config) { c.Token = "0123456789abcde" }, "Token (TRELLIS_JOB_TOKEN) is 15 bytes: a job token must be at least 16 bytes"},
 	} {
 		cfg := ok
 		c.edit(&cfg)
@@ -37,8 +40,10 @@ func TestConfigValidate(t *testing.T) {
 
 func TestFromLookup(t *testing.T) {
 	tokFile := filepath.Join(t.TempDir(), "token")
-	os.WriteFile(tokFile, []byte("from-file\n"), 0o600)
-	base := map[string]string{"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+	os.WriteFile(tokFile, []byte("from-file-0123456789\n"), 0o600)
+	shortFile := filepath.Join(t.TempDir(), "short")
+	os.WriteFile(shortFile, []byte("short\n"), 0o600)
+	base := map[string]string{"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", EnvToken: testToken}
 	with := func(kv ...string) func(string) (string, bool) {
 		m := map[string]string{}
 		for k, v := range base {
@@ -49,12 +54,15 @@ func TestFromLookup(t *testing.T) {
 		}
 		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 	}
-	cfg, err := FromLookup(with(EnvToken, "tok", EnvTimeout, "2s", EnvOpTimeout, "1m"))
-	if err != nil || cfg.Rank != 1 || cfg.Size != 4 || cfg.MasterAddr != "10.0.0.1:29500" || cfg.Token != "tok" ||
-		cfg.Timeout != 2*time.Second || cfg.OpTimeout != time.Minute {
+	cfg, err := FromLookup(with(EnvTimeout, "2s", EnvOpTimeout, "1m", EnvMaxBuffered, "1000"))
+	if err != nil || cfg.Rank != 1 || cfg.Size != 4 || cfg.MasterAddr != "10.0.0.1:29500" || cfg.Token != testToken ||
+		cfg.Timeout != 2*time.Second || cfg.OpTimeout != time.Minute || cfg.MaxBuffered != 1000 || cfg.FrameAuth {
 		t.Fatalf("got %+v, %v", cfg, err)
 	}
-	if cfg, err := FromLookup(with(EnvTokenFile, tokFile)); err != nil || cfg.Token != "from-file" {
+	if cfg, err := FromLookup(with(EnvFrameAuth, "on")); err != nil || !cfg.FrameAuth {
+		t.Fatalf("%s=on: got %+v, %v", EnvFrameAuth, cfg, err)
+	}
+	if cfg, err := FromLookup(with(EnvToken, "", EnvTokenFile, tokFile)); err != nil || cfg.Token != "from-file-0123456789" {
 		t.Fatalf("token file: got %q, %v", cfg.Token, err)
 	}
 	for _, c := range []struct {
@@ -65,7 +73,12 @@ func TestFromLookup(t *testing.T) {
 		{with("WORLD_SIZE", "four"), "WORLD_SIZE"},
 		{with("MASTER_PORT", ""), "MASTER_PORT"},
 		{with(EnvTimeout, "soon"), EnvTimeout},
-		{with(EnvTokenFile, filepath.Join(t.TempDir(), "missing")), EnvTokenFile},
+		{with(EnvToken, "", EnvTokenFile, filepath.Join(t.TempDir(), "missing")), EnvTokenFile},
+		{with(EnvToken, ""), "TRELLIS_JOB_TOKEN (or TRELLIS_JOB_TOKEN_FILE) is not set"},
+		{with(EnvToken, "x"), "TRELLIS_JOB_TOKEN is 1 bytes: a job token must be at least 16 bytes"},
+		{with(EnvToken, "", EnvTokenFile, shortFile), "the token in TRELLIS_JOB_TOKEN_FILE=" + shortFile + " is 5 bytes"},
+		{with(EnvMaxBuffered, "-5"), EnvMaxBuffered},
+		{with(EnvFrameAuth, "maybe"), EnvFrameAuth},
 		{with("RANK", "9"), "Rank=9"},
 	} {
 		if _, err := FromLookup(c.look); err == nil || !strings.Contains(err.Error(), c.want) {

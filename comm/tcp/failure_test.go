@@ -16,7 +16,7 @@ import (
 // waiting on a survivor rather than on the dead rank.
 func TestKillDuringRing(t *testing.T) {
 	const n, victim = 4, 0
-	timeout := 2 * time.Second
+	timeout := 2 * time.Second * raceSlow
 	gs := startWorld(t, n, timeout, nil)
 	started := make(chan struct{})
 	var once sync.Once

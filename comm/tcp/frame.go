@@ -23,10 +23,21 @@ import (
 //
 // Integers are little-endian, and so is the payload (elements are sent as
 // their in-memory little-endian bytes). A data payload is at most
-// maxFrameBytes; an abort payload (a UTF-8 reason) at most maxReasonBytes;
-// heartbeats and byes carry none. The decoder rejects anything else, so a
-// corrupt or hostile stream can never make a rank allocate more than one
-// bounded frame.
+// maxFrameBytes (pieceBytes when frames are authenticated); an abort
+// payload (a UTF-8 reason) at most maxReasonBytes; heartbeats and byes
+// carry none. The decoder rejects anything else. With frame authentication
+// (Config.FrameAuth; seal.go) every frame is followed by a 16-byte tag, checked
+// before the frame is used.
+//
+// Memory. One frame is bounded, but frames whose receive is not posted yet
+// are buffered, and a peer may legitimately run ahead: a Send before its
+// Recv, or a collective on a subgroup this rank has not created yet
+// (NewGroup needs no communication, so such group ids cannot be told from
+// unknown ones). So the bytes buffered per peer are capped at
+// Config.MaxBuffered; the frame beyond the cap fails the connection with
+// comm.ErrBufferFull naming the peer (which is told why). A group id that
+// no group can have (even, other than the world's 0 and the rendezvous
+// barrier's 2) is rejected as a bad frame.
 const (
 	headerSize     = 32
 	frameVersion   = 1

@@ -110,7 +110,7 @@ func FuzzDecodeFrame(f *testing.F) {
 
 // FuzzDecodeHello: the handshake's first message.
 func FuzzDecodeHello(f *testing.F) {
-	h, _ := newHello(rolePeer, []byte("k"), 3)
+	h, _ := newHello(rolePeer, []byte("k"), 3, true)
 	f.Add(h.encode())
 	f.Add([]byte("TRELLIS1"))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -14,12 +14,11 @@ import (
 // counts the group's collectives (equal on every member, because all issue
 // the same ones in the same order) and sub numbers the operation's
 // sub-channels (ring steps). Send/recv use the caller's tag, which must be
-// below maxUserTag.
+// below comm.MaxTag.
 const (
-	collTag    = uint64(1) << 63
-	subBits    = 24
-	seqMask    = 1<<(63-subBits) - 1
-	maxUserTag = 1 << 62
+	collTag = uint64(1) << 63
+	subBits = 24
+	seqMask = 1<<(63-subBits) - 1
 )
 
 // group is a comm.Group over a list of world ranks.
@@ -36,7 +35,13 @@ type group struct {
 
 	mu     sync.Mutex
 	closed bool
+
+	p2pMu sync.Mutex // held while one Send or Recv queues its pieces
 }
+
+// validGroupID reports whether a group could have id: the world's 0, the
+// rendezvous barrier's, or an odd subgroup id (NewGroup).
+func validGroupID(id uint64) bool { return id == 0 || id == rendezvousGroup || id&1 == 1 }
 
 func (w *world) newGroup(id uint64, name string, ranks []int) *group {
 	g := &group{w: w, id: id, name: name, ranks: ranks, q: comm.NewQueue()}
@@ -58,7 +63,19 @@ func (w *world) newGroup(id uint64, name string, ranks []int) *group {
 func (g *group) Rank() int          { return g.me }
 func (g *group) Size() int          { return len(g.ranks) }
 func (g *group) GlobalRanks() []int { return append([]int(nil), g.ranks...) }
-func (g *group) Stats() comm.Stats  { return g.q.Stats() }
+
+// Stats is the queue's accounting and the bytes of frames for this group
+// buffered before their receives were posted.
+func (g *group) Stats() comm.Stats {
+	s := g.q.Stats()
+	s.Buffered = g.w.self.heldFor(g.id)
+	for _, p := range g.w.peers {
+		if p != nil {
+			s.Buffered += p.box.heldFor(g.id)
+		}
+	}
+	return s
+}
 
 // NewGroup derives a subgroup. Its id hashes the parent's id, the name and
 // the world ranks, so every member computes the same id without talking.
@@ -181,31 +198,36 @@ func (g *group) Barrier() comm.Work {
 	return g.submit("barrier", comm.Buf{}, true, func(o *op) error { return o.barrier() })
 }
 
-func checkTag(name string, tag int) error {
-	if tag < 0 || tag >= maxUserTag {
-		return fmt.Errorf("%w: %s: tag %d is out of range [0, 2^62)", comm.ErrArgs, name, tag)
-	}
-	return nil
-}
-
+// Send and Recv run outside the queue (see comm): the frames are queued to
+// the connection, or the receives posted to the mailbox, when the operation
+// is issued, under p2pMu so that concurrent issuers never interleave the
+// pieces of two messages; a goroutine then waits for them, up to
+// OpTimeout, and finishes the Work.
 func (g *group) Send(b comm.Buf, peer, tag int) comm.Work {
-	if w, bad := fail(comm.CheckPeer("send", peer, len(g.ranks)), checkTag("send", tag)); bad {
-		return w
-	}
-	return g.submit("send", b, false, func(o *op) error {
-		o.tag = uint64(tag)
+	return g.p2p("send", b, peer, tag, func(o *op) {
 		o.sendMsg(peer, bytesOf(b), b.DType().Size(), 0)
-		return nil
 	})
 }
 
 func (g *group) Recv(b comm.Buf, peer, tag int) comm.Work {
-	if w, bad := fail(comm.CheckPeer("recv", peer, len(g.ranks)), checkTag("recv", tag)); bad {
+	return g.p2p("recv", b, peer, tag, func(o *op) {
+		o.recvMsg(peer, bytesOf(b), b.DType().Size(), nil, 0)
+	})
+}
+
+func (g *group) p2p(name string, b comm.Buf, peer, tag int, issue func(o *op)) comm.Work {
+	if w, bad := fail(comm.CheckP2P(name, peer, tag, len(g.ranks))); bad {
 		return w
 	}
-	return g.submit("recv", b, false, func(o *op) error {
-		o.tag = uint64(tag)
-		o.recvMsg(peer, bytesOf(b), b.DType().Size(), nil, 0)
-		return nil
-	})
+	w, finish, err := g.q.Start(b.Bytes())
+	if err != nil {
+		return comm.Done(err)
+	}
+	o := g.newOp(name, false, b.DType())
+	o.tag = uint64(tag)
+	g.p2pMu.Lock()
+	issue(o)
+	g.p2pMu.Unlock()
+	go func() { finish(o.end(nil)) }()
+	return w
 }

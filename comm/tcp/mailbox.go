@@ -55,17 +55,38 @@ type channel struct {
 
 // mailbox matches the frames arriving from one peer with posted receives,
 // first in first out per (group, tag). Frames nobody waits for yet are
-// buffered, so a peer's sends never wait for this rank's receives.
+// buffered, so a peer's sends never wait for this rank's receives, but only
+// up to limit bytes: a frame beyond it is refused with comm.ErrBufferFull
+// (the reader then fails the connection, naming the peer).
 type mailbox struct {
-	peer  int
-	pool  *framePool
-	mu    sync.Mutex
-	chans map[chanKey]*channel
-	err   error // once set, receives that find no buffered frame fail
+	peer   int
+	pool   *framePool
+	limit  int64 // bound on held
+	mu     sync.Mutex
+	chans  map[chanKey]*channel
+	err    error            // once set, receives that find no buffered frame fail
+	held   int64            // bytes of buffered arrivals no receive has claimed
+	heldBy map[uint64]int64 // held, by group id
 }
 
-func newMailbox(peer int, pool *framePool) *mailbox {
-	return &mailbox{peer: peer, pool: pool, chans: map[chanKey]*channel{}}
+func newMailbox(peer int, pool *framePool, limit int64) *mailbox {
+	return &mailbox{peer: peer, pool: pool, limit: limit, chans: map[chanKey]*channel{}, heldBy: map[uint64]int64{}}
+}
+
+// hold accounts n more (or, negative, fewer) buffered bytes of group.
+// Called with m.mu held.
+func (m *mailbox) hold(group uint64, n int64) {
+	m.held += n
+	if m.heldBy[group] += n; m.heldBy[group] == 0 {
+		delete(m.heldBy, group)
+	}
+}
+
+// heldFor is the bytes buffered for group.
+func (m *mailbox) heldFor(group uint64) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.heldBy[group]
 }
 
 // framePool recycles the buffers of full-size frames that arrived before
@@ -108,6 +129,7 @@ func (m *mailbox) post(r *req) {
 		a := c.arrived[0]
 		c.arrived = c.arrived[1:]
 		m.tidy(r.key, c)
+		m.hold(r.key.group, -int64(len(a.data)))
 		if !a.ready {
 			a.claimed = r // the reader finishes it
 			m.mu.Unlock()
@@ -128,22 +150,29 @@ func (m *mailbox) post(r *req) {
 }
 
 // take is the reader's side: the posted receive for a frame with header h,
-// or, when none is posted, a new arrival to read the payload into.
-func (m *mailbox) take(h header) (*req, *arrival) {
+// or, when none is posted, a new arrival to read the payload into; or an
+// error when buffering the frame would pass the mailbox's limit.
+func (m *mailbox) take(h header) (*req, *arrival, error) {
 	k := chanKey{h.group, h.tag}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	c := m.channel(k)
-	if len(c.posted) > 0 {
+	if c := m.chans[k]; c != nil && len(c.posted) > 0 {
 		r := c.posted[0]
 		c.posted = c.posted[1:]
 		m.tidy(k, c)
-		return r, nil
+		return r, nil, nil
 	}
+	if n := int64(h.length); m.held+n > m.limit {
+		return nil, nil, &comm.PeerError{Rank: m.peer, Op: "recv", Err: fmt.Errorf(
+			"%w: rank %d sent a %d-byte frame (group %#x, tag %#x) while this rank already held %d bytes from it for receives not yet posted (MaxBuffered=%d, %s)",
+			comm.ErrBufferFull, m.peer, n, h.group, h.tag, m.held, m.limit, EnvMaxBuffered)}
+	}
+	c := m.channel(k)
 	a := &arrival{last: h.last, bf16: h.bf16}
 	a.data, a.pooled = m.pool.get(int(h.length))
 	c.arrived = append(c.arrived, a)
-	return nil, a
+	m.hold(k.group, int64(len(a.data)))
+	return nil, a, nil
 }
 
 // filled marks an arrival complete and finishes a receive that claimed it.
@@ -158,14 +187,18 @@ func (m *mailbox) filled(a *arrival, err error) {
 }
 
 // deliver hands a whole frame to the mailbox (sends to oneself).
-func (m *mailbox) deliver(k chanKey, data []byte, last, bf16 bool) {
-	r, a := m.take(header{group: k.group, tag: k.tag, length: uint32(len(data)), last: last, bf16: bf16})
-	if r != nil {
+func (m *mailbox) deliver(k chanKey, data []byte, last, bf16 bool) error {
+	r, a, err := m.take(header{group: k.group, tag: k.tag, length: uint32(len(data)), last: last, bf16: bf16})
+	switch {
+	case err != nil:
+		return err
+	case r != nil:
 		r.done <- m.complete(r, &arrival{data: data, last: last, bf16: bf16, ready: true})
-		return
+		return nil
 	}
 	copy(a.data, data)
 	m.filled(a, nil)
+	return nil
 }
 
 // complete copies or reduces a buffered arrival into its receive.

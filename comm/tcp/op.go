@@ -48,8 +48,7 @@ func (o *op) send(peer int, b []byte, last bool, sub uint64) *req {
 	o.reqs = append(o.reqs, r)
 	k := chanKey{o.g.id, o.tag | sub}
 	if wr == w.rank {
-		w.self.deliver(k, b, last, o.bf16)
-		r.done <- nil
+		r.done <- w.self.deliver(k, b, last, o.bf16)
 		return r
 	}
 	encodeHeader(r.hdr[:], header{typ: frameData, last: last, bf16: o.bf16, group: k.group, tag: k.tag, length: uint32(len(b))})

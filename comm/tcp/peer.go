@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,12 +33,15 @@ type peer struct {
 	box     *mailbox
 	out     outbox
 	scratch []byte
+	tx, rx  *framer // frame tags of each direction; nil unless Config.FrameAuth
+
+	violated atomic.Bool // it sent a tampered frame or more than MaxBuffered
 
 	readerDone chan struct{}
 	writerDone chan struct{}
 }
 
-func newPeer(w *world, rank int, conn net.Conn) *peer {
+func newPeer(w *world, rank int, conn net.Conn, keys sessionKeys) *peer {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 		if n := w.cfg.SocketBuffer; n > 0 {
@@ -47,73 +50,19 @@ func newPeer(w *world, rank int, conn net.Conn) *peer {
 		}
 	}
 	p := &peer{w: w, rank: rank, conn: conn, br: bufio.NewReaderSize(conn, 64<<10),
-		box: newMailbox(rank, &w.pool), scratch: alignedBytes(scratchBytes),
+		box: newMailbox(rank, &w.pool, w.cfg.MaxBuffered), scratch: alignedBytes(scratchBytes),
 		readerDone: make(chan struct{}), writerDone: make(chan struct{})}
 	p.out.wake = make(chan struct{}, 1)
+	if w.cfg.FrameAuth {
+		p.tx, p.rx = newFramer(keys.send), newFramer(keys.recv)
+		p.scratch = alignedBytes(pieceBytes) // a frame is checked whole before it is reduced
+	}
 	return p
 }
 
 func (p *peer) start() {
 	go p.readLoop()
 	go p.writeLoop()
-}
-
-// outbox queues a peer's outgoing frames without ever blocking the sender.
-type outbox struct {
-	mu   sync.Mutex
-	q    []*req
-	err  error // data frames fail with it; control frames still go
-	wake chan struct{}
-}
-
-func (o *outbox) push(r *req) {
-	o.mu.Lock()
-	if o.err != nil && !r.ctrl {
-		err := o.err
-		o.mu.Unlock()
-		r.done <- err
-		return
-	}
-	o.q = append(o.q, r)
-	o.mu.Unlock()
-	select {
-	case o.wake <- struct{}{}:
-	default:
-	}
-}
-
-// takeAll returns the queued frames, having failed the data frames if the
-// outbox is failed.
-func (o *outbox) takeAll() []*req {
-	o.mu.Lock()
-	q, err := o.q, o.err
-	o.q = nil
-	o.mu.Unlock()
-	if err == nil {
-		return q
-	}
-	keep := q[:0]
-	for _, r := range q {
-		if r.ctrl {
-			keep = append(keep, r)
-		} else {
-			r.done <- err
-		}
-	}
-	return keep
-}
-
-// failData fails queued and later data frames.
-func (o *outbox) failData(err error) {
-	o.mu.Lock()
-	if o.err == nil {
-		o.err = err
-	}
-	o.mu.Unlock()
-	select {
-	case o.wake <- struct{}{}:
-	default:
-	}
 }
 
 func (p *peer) writeLoop() {
@@ -187,7 +136,23 @@ func (p *peer) drainOut(err error) {
 func (p *peer) write(r *req) error {
 	p.conn.SetWriteDeadline(time.Now().Add(p.w.cfg.Timeout))
 	bufs := net.Buffers{r.hdr[:], r.payload}
+	if p.tx != nil {
+		bufs = append(bufs, p.tx.tag(r.hdr[:], r.payload))
+	}
 	_, err := bufs.WriteTo(p.conn)
+	return err
+}
+
+// verify reads and checks the tag of the frame just read (a no-op with
+// plain frames). A mismatch is a *comm.PeerError naming the peer.
+func (p *peer) verify(hdr, payload []byte) error {
+	if p.rx == nil {
+		return nil
+	}
+	err := p.rx.check(p.br, hdr, payload)
+	if errors.Is(err, ErrTampered) {
+		return &comm.PeerError{Rank: p.rank, Op: "recv", Err: fmt.Errorf("%w, from rank %d", err, p.rank)}
+	}
 	return err
 }
 
@@ -201,32 +166,56 @@ func (p *peer) readLoop() {
 			return
 		}
 		h, err := decodeHeader(hb)
+		if err == nil && p.rx != nil && h.length > pieceBytes {
+			err = fmt.Errorf("%w: %d-byte frame: authenticated frames are at most %d bytes", errFrame, h.length, pieceBytes)
+		}
 		if err != nil {
 			p.lost(err)
 			return
 		}
 		switch h.typ {
 		case frameData:
-			err = p.readData(h)
+			err = p.readData(h, hb)
 		case frameAbort:
-			err = p.readAbort(h)
+			err = p.readAbort(h, hb)
+		case frameHeartbeat:
+			err = p.verify(hb, nil)
 		case frameBye:
-			p.byePeer()
-			return
+			if err = p.verify(hb, nil); err == nil {
+				p.byePeer()
+				return
+			}
 		}
 		if err != nil {
 			p.lost(err)
+			if p.violated.Load() {
+				// Keep draining until the world closes the connection, so
+				// that it closes with nothing unread (a FIN, not a reset
+				// that could overtake the abort telling the peer why).
+				p.conn.SetReadDeadline(time.Now().Add(p.w.cfg.Timeout))
+				io.Copy(io.Discard, p.br)
+			}
 			return
 		}
 	}
 }
 
 // readData reads one data frame's payload straight into the receive that
-// waits for it (reducing through the scratch block), or into a buffer.
-func (p *peer) readData(h header) error {
-	r, a := p.box.take(h)
+// waits for it (reducing through the scratch block), or into a buffer, and
+// checks its tag before the receive or the buffer is marked complete.
+func (p *peer) readData(h header, hb []byte) error {
+	if !validGroupID(h.group) {
+		return fmt.Errorf("%w: data frame for group id %#x, which no group can have", errFrame, h.group)
+	}
+	r, a, err := p.box.take(h)
+	if err != nil {
+		return err
+	}
 	if a != nil {
 		_, err := io.ReadFull(p.br, a.data)
+		if err == nil {
+			err = p.verify(hb, a.data)
+		}
 		if err != nil {
 			p.box.filled(a, p.broken(err))
 			return err
@@ -235,11 +224,11 @@ func (p *peer) readData(h header) error {
 		return nil
 	}
 	if err := p.box.check(r, int(h.length), h.last, h.bf16); err != nil {
-		_, rerr := io.CopyN(io.Discard, p.br, int64(h.length))
+		rerr := p.discard(h, hb)
 		r.done <- err
 		return rerr
 	}
-	err := p.readInto(r)
+	err = p.readInto(r, hb)
 	if err != nil {
 		r.done <- p.broken(err)
 		return err
@@ -259,10 +248,39 @@ func (p *peer) broken(err error) error {
 	return p.w.peerError(p.rank, err)
 }
 
-func (p *peer) readInto(r *req) error {
-	if r.red == nil {
-		_, err := io.ReadFull(p.br, r.dst)
+// discard reads and checks a frame nobody can use.
+func (p *peer) discard(h header, hb []byte) error {
+	if p.rx == nil {
+		_, err := io.CopyN(io.Discard, p.br, int64(h.length))
 		return err
+	}
+	b := p.scratch[:h.length]
+	if _, err := io.ReadFull(p.br, b); err != nil {
+		return err
+	}
+	return p.verify(hb, b)
+}
+
+// readInto reads a frame into its receive: copied straight into dst, or
+// reduced into it block by block; with tags, the whole frame is read into
+// the scratch and checked before it is reduced.
+func (p *peer) readInto(r *req, hb []byte) error {
+	if r.red == nil {
+		if _, err := io.ReadFull(p.br, r.dst); err != nil {
+			return err
+		}
+		return p.verify(hb, r.dst)
+	}
+	if p.rx != nil {
+		b := p.scratch[:len(r.dst)]
+		if _, err := io.ReadFull(p.br, b); err != nil {
+			return err
+		}
+		if err := p.verify(hb, b); err != nil {
+			return err
+		}
+		r.red.apply(r.dst, b)
+		return nil
 	}
 	for off := 0; off < len(r.dst); {
 		n := min(len(p.scratch), len(r.dst)-off)
@@ -275,9 +293,12 @@ func (p *peer) readInto(r *req) error {
 	return nil
 }
 
-func (p *peer) readAbort(h header) error {
+func (p *peer) readAbort(h header, hb []byte) error {
 	reason := make([]byte, h.length)
 	if _, err := io.ReadFull(p.br, reason); err != nil {
+		return err
+	}
+	if err := p.verify(hb, reason); err != nil {
 		return err
 	}
 	dead := int(h.tag)
@@ -312,13 +333,23 @@ func (p *peer) lost(err error) {
 	}
 	if p.box.failed() {
 		// It said goodbye or aborted first: the end of the connection is
-		// expected and says nothing new.
-		p.conn.Close()
+		// expected and says nothing new. After a violation the world's
+		// failure closes the connection, once the abort is out.
+		if !p.violated.Load() {
+			p.conn.Close()
+		}
 		return
 	}
 	pe := p.w.lostPeer(p.w.peerError(p.rank, err))
 	p.box.fail(pe)
 	p.out.failData(pe)
+	if errors.Is(err, ErrTampered) || errors.Is(err, comm.ErrBufferFull) {
+		// The peer broke the protocol but may be alive: fail the world,
+		// which tells it why (an abort naming it) before closing.
+		p.violated.Store(true)
+		p.w.fail(pe)
+		return
+	}
 	p.conn.Close()
 }
 

@@ -20,7 +20,7 @@ func TestStopStress(t *testing.T) {
 		rounds = 8
 	}
 	for k := 0; k < rounds; k++ {
-		gs, errs := tryWorld(t, 4, time.Second, nil)
+		gs, errs := tryWorld(t, 4, time.Second*raceSlow, nil)
 		for _, e := range errs {
 			if e != nil {
 				t.Fatal(e)

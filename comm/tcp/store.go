@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
+
+	"trellis/comm"
 )
 
 // The rendezvous store: a tiny key-value service rank 0 serves at
@@ -19,7 +22,7 @@ import (
 //	response  status(1) ‖ len(4) ‖ value or error text      status: 0 ok, 1 error
 //
 // Set fails if the key exists (a rank registered twice); get blocks until the
-// key is set or the store is aborted or closed. Keys are at most
+// key is set or the store is closed. Keys are at most
 // maxKeyBytes and values maxValueBytes; longer ones are refused.
 const (
 	maxKeyBytes   = 256
@@ -30,32 +33,52 @@ const (
 
 // store serves the rendezvous.
 type store struct {
-	ln    net.Listener
-	token []byte
-	size  int
-	limit time.Duration // per-handshake deadline
+	ln      net.Listener
+	token   []byte
+	size    int
+	limit   time.Duration // per-handshake deadline
+	log     *slog.Logger
+	refused refusals
 
 	mu    sync.Mutex
 	cond  *sync.Cond
 	kv    map[string][]byte
-	err   error // set by abort: gets fail with it
 	conns map[net.Conn]struct{}
 	done  bool
 	wg    sync.WaitGroup
-
-	aborted chan struct{} // closed on the first abort
 }
 
-// serveStore starts serving on ln until close. A client that claims a world
-// rank but fails the token check aborts the rendezvous: every waiting rank
-// (and the owner, through aborted) learns why.
-func serveStore(ln net.Listener, token []byte, size int, limit time.Duration) *store {
-	s := &store{ln: ln, token: token, size: size, limit: limit, kv: map[string][]byte{},
-		conns: map[net.Conn]struct{}{}, aborted: make(chan struct{})}
+// serveStore starts serving on ln until close. Every connection is
+// authenticated on its own goroutine within limit; one that fails (a stray
+// or a rank with another token, which learns why from the refusal) is
+// logged and closed, and the store serves on.
+func serveStore(ln net.Listener, token []byte, size int, limit time.Duration, log *slog.Logger) *store {
+	s := &store{ln: ln, token: token, size: size, limit: limit, log: log, kv: map[string][]byte{},
+		conns: map[net.Conn]struct{}{}}
 	s.cond = sync.NewCond(&s.mu)
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return s
+}
+
+// joined lists the ranks that have not published their address yet, and
+// the hosts of those that have.
+func (s *store) joined() (missing []int, hosts []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[string]bool{}
+	for r := range s.size {
+		v, ok := s.kv[fmt.Sprintf("addr/%d", r)]
+		if !ok {
+			missing = append(missing, r)
+			continue
+		}
+		if h, _, err := net.SplitHostPort(string(v)); err == nil && !seen[h] {
+			seen[h] = true
+			hosts = append(hosts, h)
+		}
+	}
+	return missing, hosts
 }
 
 func (s *store) acceptLoop() {
@@ -92,10 +115,8 @@ func (s *store) serve(c net.Conn) {
 		}
 		return nil
 	}
-	if _, err := serverHandshake(c, s.token, roleStore, 0, time.Now().Add(s.limit), check); err != nil {
-		if errors.Is(err, ErrAuth) {
-			s.abort(err)
-		}
+	if _, _, err := serverHandshake(c, s.token, roleStore, 0, time.Now().Add(s.limit), false, check); err != nil {
+		s.refused.log(s.log, "tcp: refused a connection to the rendezvous store", "from", c.RemoteAddr().String(), "reason", err)
 		return
 	}
 	br := bufio.NewReader(c)
@@ -121,9 +142,6 @@ func (s *store) serve(c net.Conn) {
 func (s *store) set(key string, val []byte) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.err != nil {
-		return nil, s.err
-	}
 	if _, ok := s.kv[key]; ok {
 		return nil, fmt.Errorf("key %q is already set (a rank registered twice?)", key)
 	}
@@ -136,9 +154,6 @@ func (s *store) get(key string) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
-		if s.err != nil {
-			return nil, s.err
-		}
 		if v, ok := s.kv[key]; ok {
 			return v, nil
 		}
@@ -147,24 +162,6 @@ func (s *store) get(key string) ([]byte, error) {
 		}
 		s.cond.Wait()
 	}
-}
-
-// abort fails every waiting and later request with err.
-func (s *store) abort(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err == nil {
-		s.err = fmt.Errorf("rendezvous aborted: %w", err)
-		close(s.aborted)
-	}
-	s.cond.Broadcast()
-}
-
-// abortErr is the abort reason, if any.
-func (s *store) abortErr() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
 }
 
 // close stops the store and waits for its goroutines.
@@ -257,20 +254,20 @@ type storeClient struct {
 }
 
 // dialStore connects to the store at addr, retrying until deadline (rank 0
-// may not be listening yet), and authenticates.
-func dialStore(addr string, token []byte, rank int, deadline time.Time) (*storeClient, error) {
+// may not be listening yet), and authenticates within hsTimeout.
+func dialStore(addr string, token []byte, rank int, deadline time.Time, hsTimeout time.Duration) (*storeClient, error) {
 	wait := 20 * time.Millisecond
 	for {
-		c, err := net.DialTimeout("tcp", addr, time.Until(deadline))
+		c, err := net.DialTimeout("tcp", addr, min(time.Until(deadline), hsTimeout))
 		if err == nil {
-			if _, err := clientHandshake(c, token, roleStore, rank, deadline); err != nil {
+			if _, _, err := clientHandshake(c, token, roleStore, rank, earliest(deadline, hsTimeout), false); err != nil {
 				c.Close()
-				return nil, err
+				return nil, fmt.Errorf("tcp: rank %d: joining the rendezvous store at %s (rank 0): %w", rank, addr, err)
 			}
 			return &storeClient{conn: c, br: bufio.NewReader(c)}, nil
 		}
 		if time.Now().Add(wait).After(deadline) {
-			return nil, fmt.Errorf("tcp: cannot reach the rendezvous store at %s (rank 0): %w", addr, err)
+			return nil, fmt.Errorf("tcp: rank %d: %w: cannot reach the rendezvous store at %s (rank 0) before the rendezvous deadline: %v", rank, comm.ErrTimeout, addr, err)
 		}
 		time.Sleep(wait)
 		wait = min(2*wait, time.Second)

@@ -1,7 +1,15 @@
 // Package tcp is the comm backend for ranks that are processes, on one host
 // or many: persistent TCP connections between every pair of ranks, a
 // rendezvous through a key-value store that rank 0 serves at MasterAddr,
-// and HMAC authentication with the job token on every connection.
+// HMAC authentication with the job token on every connection, and, with
+// Config.FrameAuth, an AES-GCM tag on every frame under per-connection
+// session keys (seal.go). docs/SECURITY.md states the threat model.
+//
+// Start-up. Connections that are not ranks of this job (strays, wrong
+// tokens, silent ones) are refused and logged, each handshake on its own
+// goroutine within Timeout; they never abort or stall the rendezvous. A rank
+// logs whom it waits for every few seconds, and a rendezvous that times out
+// names the ranks that never joined (rank 0 also the hosts that did).
 //
 // Connections. Each pair of ranks shares one connection; every group
 // multiplexes over it, with the group id and a tag in each frame. A reader
@@ -20,7 +28,9 @@
 //	broadcast       root sends to all (small, or p = 2); else a pipelined chain
 //	all-to-all      direct, every pair at once
 //	barrier         dissemination: ⌈log2 p⌉ rounds of empty messages
-//	send/recv       pieces on the user's tag, in order per (peer, tag)
+//	send/recv       pieces on the user's tag, in order per (peer, tag), outside the
+//	                group's queue: queued to the connection or posted to the
+//	                mailbox when issued (see comm)
 //
 // Failure. A connection that breaks without a goodbye, or stays silent for
 // Timeout (heartbeats keep idle connections talking), marks that peer dead:
@@ -30,7 +40,8 @@
 // declares that peer dead the same way, with comm.ErrTimeout. The first
 // operation to fail breaks this rank's world: every pending and later
 // operation on every group fails with the same *comm.PeerError, and an abort
-// frame naming the dead rank goes to every other peer before the
+// frame naming the dead rank goes to every peer (the named one too: if it
+// is alive, a tampered frame or a flood, say, it learns why) before the
 // connections close. A rank that reads an abort treats the sender as failed
 // because of the named rank, so ranks that were waiting on a rank that gave
 // up, rather than on the dead one, fail too and name the original (the
@@ -44,6 +55,7 @@ package tcp
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -60,6 +72,11 @@ type world struct {
 	peers []*peer  // by world rank; nil for this rank
 	self  *mailbox // sends to oneself
 	pool  framePool
+	log   *slog.Logger
+
+	refused refusals // rate limit of the refused-connection log
+	claimed []bool   // ranks whose handshake passed the check, by world rank (guarded by mu)
+	joining int      // phaseStore or phasePeers (guarded by mu)
 
 	mu        sync.Mutex
 	groups    map[uint64]*group
@@ -73,8 +90,10 @@ type world struct {
 
 // New joins the world described by cfg and returns the world group (ranks
 // 0..Size-1). It blocks until every rank has connected, or fails after
-// RendezvousTimeout; a wrong or missing job token fails it at once, on the
-// refusing and the refused side.
+// RendezvousTimeout naming the ranks that never joined; a rank whose job
+// token differs from rank 0's is refused and fails at once with the reason,
+// while the ranks it tried to join log the refusal and keep waiting (so a
+// stray process cannot abort a job).
 func New(cfg Config) (comm.Group, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -84,9 +103,9 @@ func New(cfg Config) (comm.Group, error) {
 	}
 	cfg = cfg.withDefaults()
 	w := &world{cfg: cfg, token: []byte(cfg.Token), rank: cfg.Rank, size: cfg.Size,
-		peers:  make([]*peer, cfg.Size),
+		peers: make([]*peer, cfg.Size), claimed: make([]bool, cfg.Size), log: cfg.Logger,
 		groups: map[uint64]*group{}, flushed: make(chan struct{}), shut: make(chan struct{})}
-	w.self = newMailbox(cfg.Rank, &w.pool)
+	w.self = newMailbox(cfg.Rank, &w.pool, cfg.MaxBuffered)
 	g := w.newGroup(0, "world", identity(cfg.Size))
 	if cfg.Size == 1 {
 		return g, nil
@@ -95,9 +114,7 @@ func New(cfg Config) (comm.Group, error) {
 	if err != nil {
 		g.shutdown()
 		if st != nil {
-			// Serve the refusal a little longer, so that ranks still
-			// starting learn why instead of finding no store.
-			time.AfterFunc(cfg.Timeout, st.close)
+			st.close() // the ranks waiting on it stop waiting
 		}
 		return nil, err
 	}
@@ -128,10 +145,11 @@ func identity(n int) []int {
 	return r
 }
 
-func (w *world) setPeer(r int, c net.Conn) {
+func (w *world) setPeer(r int, c net.Conn, keys sessionKeys) {
+	p := newPeer(w, r, c, keys)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.peers[r] = newPeer(w, r, c)
+	w.peers[r] = p
 }
 
 func (w *world) hasPeer(r int) bool {
@@ -177,7 +195,7 @@ func (w *world) fail(pe *comm.PeerError) {
 		reason = reason[:maxReasonBytes]
 	}
 	for _, p := range w.peers {
-		if p != nil && p.rank != pe.Rank {
+		if p != nil { // the named rank too: if it is alive, it learns why (aborted)
 			h := header{typ: frameAbort, tag: uint64(pe.Rank), timeout: errors.Is(pe, comm.ErrTimeout)}
 			aborts = append(aborts, p.sendCtrl(h, reason))
 		}

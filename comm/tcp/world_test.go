@@ -9,13 +9,30 @@ import (
 	"trellis/comm"
 )
 
-const testToken = "test-token"
+const testToken = "test-token-0123456789abcdef"
 
 // startWorld starts n ranks as goroutines of this process, each with its
 // own listener and connections, on loopback, and closes them when t ends.
 func startWorld(t testing.TB, n int, timeout time.Duration, edit func(r int, c *Config)) []comm.Group {
 	t.Helper()
 	groups, errs := tryWorld(t, n, timeout, edit)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, g := range groups {
+			g.Close()
+		}
+	})
+	return groups
+}
+
+// startWorldOn is startWorld with the store on ln.
+func startWorldOn(t testing.TB, ln net.Listener, n int, edit func(r int, c *Config)) []comm.Group {
+	t.Helper()
+	groups, errs := tryWorldOn(t, ln, n, DefaultTimeout, edit)
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
@@ -36,6 +53,12 @@ func tryWorld(t testing.TB, n int, timeout time.Duration, edit func(r int, c *Co
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tryWorldOn(t, ln, n, timeout, edit)
+}
+
+// tryWorldOn is tryWorld with the store on ln.
+func tryWorldOn(t testing.TB, ln net.Listener, n int, timeout time.Duration, edit func(r int, c *Config)) ([]comm.Group, []error) {
+	t.Helper()
 	groups := make([]comm.Group, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
