@@ -30,6 +30,7 @@ var layer = map[string]int{
 	"comm/tcp":         2,
 	"data":             2,
 	"checkpoint":       2,
+	"hf":               4, // Hugging Face GPT-2 layout: model + safetensors
 	"model":            3,
 	"optim":            3,
 	"comm/commtest":    3,
