@@ -30,6 +30,8 @@ var layer = map[string]int{
 	"comm/tcp":         2,
 	"data":             2,
 	"checkpoint":       2,
+	"hf":               4, // Hugging Face GPT-2 layout: model + safetensors
+	"profile":          5, // measures this machine for the planner (ops, commbench, plan)
 	"model":            3,
 	"optim":            3,
 	"comm/commtest":    3,

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"trellis/hf"
+	"trellis/safetensors"
+	"trellis/train"
+)
+
+func newExportCmd() *cobra.Command {
+	var ckpt, out, dtype string
+	c := &cobra.Command{
+		Use:   "export",
+		Short: "Write a checkpoint's weights as a Hugging Face GPT-2 model (model.safetensors + config.json)",
+		Long: `Export reads the weights of a checkpoint written under any plan and writes
+a directory that transformers' GPT2LMHeadModel.from_pretrained loads:
+model.safetensors in Hugging Face GPT-2 naming (Conv1D weights stored
+(in, out), the LM head tied to wte) and config.json.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ckpt == "" || out == "" {
+				return fmt.Errorf("--checkpoint and --out are required")
+			}
+			dt := safetensors.DType(strings.ToUpper(dtype))
+			if dt != safetensors.F32 && dt != safetensors.BF16 && dt != safetensors.F16 {
+				return fmt.Errorf("--dtype=%q: want f32, bf16 or f16", dtype)
+			}
+			m, w, err := train.CheckpointWeights(ckpt)
+			if err != nil {
+				return err
+			}
+			if err := hf.Write(out, m.Job.Model, w, dt); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/{%s,%s}: %d parameters (%s) from step %d\n",
+				out, hf.WeightsFile, hf.ConfigFile, len(w), strings.ToLower(dtype), m.Step)
+			return nil
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&ckpt, "checkpoint", "", "checkpoint directory (a step directory or a checkpoint root)")
+	fl.StringVar(&out, "out", "", "output directory")
+	fl.StringVar(&dtype, "dtype", "f32", "element type of the weights: f32, bf16 or f16")
+	return c
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"trellis/plan"
+	"trellis/profile"
+)
+
+// newProfileCmd: trellis profile [-o host.toml] [--quick]. It measures this
+// machine in the planner's terms and writes a cluster file; the tcp
+// collectives re-execute this binary as `bench comm --worker`.
+func newProfileCmd() *cobra.Command {
+	var (
+		out, backends string
+		c             profile.Config
+	)
+	cmd := &cobra.Command{
+		Use:   "profile",
+		Short: "Measure this machine (GEMM, attention, memory, collectives) and write a cluster file for the planner",
+		Example: "  trellis profile -o host.toml\n" +
+			"  trellis profile --quick --backends local\n" +
+			"  trellis plan --model gpt2-124m --cluster host.toml --devices 2 --seq 1024 --global-batch 8",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c.Backends = strings.Split(backends, ",")
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			c.TCP = func(cc profile.CommConfig) profile.CommConfig {
+				sizes := make([]string, len(cc.Sizes))
+				for i, s := range cc.Sizes {
+					sizes[i] = strconv.FormatInt(s, 10)
+				}
+				cc.Program = exe
+				cc.Args = []string{"bench", "comm", "--worker", "--backend", "tcp", "--ranks", strconv.Itoa(cc.Ranks),
+					"--ops", strings.Join(cc.Ops, ","), "--sizes", strings.Join(sizes, ","),
+					"--iters", strconv.Itoa(cc.Iters), "--warmup", strconv.Itoa(cc.Warmup)}
+				return cc
+			}
+			stderr := cmd.ErrOrStderr()
+			tty := term.IsTerminal(int(os.Stderr.Fd()))
+			c.Progress = func(stage string, done, total int) {
+				switch {
+				case tty:
+					fmt.Fprintf(stderr, "\r\033[Kprofile: %s %d/%d", stage, done+1, total)
+				case done == 0:
+					fmt.Fprintf(stderr, "profile: %s\n", stage)
+				}
+			}
+			res, err := profile.Run(cmd.Context(), c)
+			if tty {
+				fmt.Fprintln(stderr)
+			}
+			if err != nil {
+				return err
+			}
+			var buf bytes.Buffer
+			if err := res.WriteTOML(&buf); err != nil {
+				return err
+			}
+			if _, err := plan.ParseClusterFile(buf.Bytes()); err != nil {
+				return fmt.Errorf("profile: the measured cluster file does not validate: %w\n%s", err, buf.String())
+			}
+			if out == "" || out == "-" {
+				_, err = cmd.OutOrStdout().Write(buf.Bytes())
+				return err
+			}
+			if err := writeFileAtomic(out, buf.Bytes()); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%s): peak %.1f GFLOP/s per device, GEMM η=%.2f κ=%.0f, memory %.1f GB/s\n",
+				out, res.Took.Round(1e8), res.PeakFLOPs/1e9, res.GEMMEff, res.GEMMKnee, res.Memory.CopyGBps)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&out, "out", "o", "", "write the cluster file here (default: standard output)")
+	f.BoolVar(&c.Quick, "quick", false, "fewer shapes and shorter timings (under 30 s)")
+	f.IntVar(&c.Threads, "threads", 1, "kernel threads of one device (rank)")
+	f.IntVar(&c.Ranks, "ranks", 0, "ranks of the collective timings (0: the CPU count, at least 2)")
+	f.StringVar(&backends, "backends", "local,tcp", "comm backends to time: local ([intra]) and/or tcp ([inter])")
+	return cmd
+}
+
+// writeFileAtomic writes b to path through a temporary file and a rename.
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}

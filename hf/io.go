@@ -1,0 +1,194 @@
+package hf
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"trellis/model"
+	"trellis/safetensors"
+)
+
+// File names inside a Hugging Face model directory.
+const (
+	WeightsFile = "model.safetensors"
+	ConfigFile  = "config.json"
+)
+
+// Write saves the flat weights w (cfg.Layout()) as a Hugging Face GPT-2
+// model directory: dir/model.safetensors (tensors of dtype, F32, BF16 or
+// F16) and dir/config.json. Each file is written to a temporary name and
+// renamed, so an interrupted export leaves no half-written file under the
+// final names.
+func Write(dir string, cfg model.Config, w []float32, dtype safetensors.DType) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	lay := cfg.Layout()
+	if len(w) != lay.Size {
+		return fmt.Errorf("hf: %d weights, the model has %d", len(w), lay.Size)
+	}
+	torchName := map[safetensors.DType]string{safetensors.F32: "float32", safetensors.BF16: "bfloat16", safetensors.F16: "float16"}[dtype]
+	if torchName == "" {
+		return fmt.Errorf("hf: --dtype %s: want F32, BF16 or F16", dtype)
+	}
+	var ts []safetensors.Tensor
+	for _, u := range lay.Units {
+		for _, t := range u.Tensors {
+			st, err := safetensors.FromFloat32As(Name(t.Name), dtype, HFShape(t), toHF(t, w[t.Offset:t.Offset+t.Size]))
+			if err != nil {
+				return fmt.Errorf("hf: %s: %w", t.Name, err)
+			}
+			ts = append(ts, st)
+		}
+	}
+	js, err := json.MarshalIndent(ConfigOf(cfg, torchName), "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("hf: %w", err)
+	}
+	meta := map[string]string{"format": "pt", "producer": "trellis"}
+	if err := safetensors.WriteFile(filepath.Join(dir, WeightsFile), ts, meta); err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, ConfigFile), append(js, '\n'))
+}
+
+// Read loads a Hugging Face GPT-2 model: path is the model directory or
+// its model.safetensors, with config.json beside it. It returns the model
+// configuration and the weights as a flat vector in cfg.Layout() order.
+// Every tensor the layout needs must be present with its shape; a separate
+// lm_head.weight must equal wte (Trellis ties them); any other tensor is
+// an error naming it (the attention mask buffers older exports carry,
+// "….attn.bias" and "….attn.masked_bias", are skipped).
+func Read(path string) (model.Config, []float32, error) {
+	dir, weights := path, filepath.Join(path, WeightsFile)
+	if st, err := os.Stat(path); err == nil && !st.IsDir() {
+		dir, weights = filepath.Dir(path), path
+	}
+	cb, err := os.ReadFile(filepath.Join(dir, ConfigFile))
+	if err != nil {
+		return model.Config{}, nil, fmt.Errorf("hf: %w (a Hugging Face model needs its config.json beside %s)", err, filepath.Base(weights))
+	}
+	h, err := ParseConfig(cb)
+	if err != nil {
+		return model.Config{}, nil, fmt.Errorf("hf: %s: %w", dir, err)
+	}
+	cfg, err := h.ModelConfig()
+	if err != nil {
+		return cfg, nil, fmt.Errorf("hf: %s: %w", dir, err)
+	}
+	f, err := safetensors.ReadFile(weights)
+	if err != nil {
+		return cfg, nil, err
+	}
+	w, err := unpack(f, cfg)
+	return cfg, w, err
+}
+
+// unpack fills the flat vector from f's tensors.
+func unpack(f *safetensors.File, cfg model.Config) ([]float32, error) {
+	names := map[string]bool{}
+	for _, n := range f.Names() {
+		names[n] = true
+	}
+	find := func(trellis string) (string, bool) {
+		for _, n := range []string{Name(trellis), bare(trellis)} {
+			if names[n] {
+				return n, true
+			}
+		}
+		return "", false
+	}
+	lay := cfg.Layout()
+	w := make([]float32, lay.Size)
+	var errs []error
+	for _, u := range lay.Units {
+		for _, t := range u.Tensors {
+			n, ok := find(t.Name)
+			if !ok {
+				errs = append(errs, fmt.Errorf("hf: %s: missing tensor %s", f.Name(), Name(t.Name)))
+				continue
+			}
+			delete(names, n)
+			if err := readTensor(f, n, t, w[t.Offset:t.Offset+t.Size]); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if err := checkHead(f, names, lay, w); err != nil {
+		return nil, err
+	}
+	for n := range names {
+		if !isMaskBuffer(n) {
+			return nil, fmt.Errorf("hf: %s: tensor %s is not part of a GPT-2 that Trellis computes", f.Name(), n)
+		}
+	}
+	return w, nil
+}
+
+func readTensor(f *safetensors.File, name string, t model.Tensor, dst []float32) error {
+	info, err := f.Info(name)
+	if err != nil {
+		return err
+	}
+	want := HFShape(t)
+	if !slices.Equal(info.Shape, want) {
+		return fmt.Errorf("hf: %s: tensor %s has shape %v, config.json implies %v", f.Name(), name, info.Shape, want)
+	}
+	v, err := f.Float32(name)
+	if err != nil {
+		return err
+	}
+	fromHF(t, v, dst)
+	return nil
+}
+
+// checkHead accepts an explicit lm_head.weight only when it equals wte.
+func checkHead(f *safetensors.File, names map[string]bool, lay model.Layout, w []float32) error {
+	if !names["lm_head.weight"] {
+		return nil
+	}
+	delete(names, "lm_head.weight")
+	wte, _ := lay.Tensor("wte")
+	head, err := f.Float32("lm_head.weight")
+	if err != nil {
+		return err
+	}
+	emb := w[wte.Offset : wte.Offset+wte.Size]
+	if len(head) != len(emb) {
+		return fmt.Errorf("hf: %s: lm_head.weight has %d elements, wte %d", f.Name(), len(head), len(emb))
+	}
+	for i := range head {
+		if head[i] != emb[i] {
+			return fmt.Errorf("hf: %s: lm_head.weight differs from wte at element %d: Trellis ties the LM head to the embedding", f.Name(), i)
+		}
+	}
+	return nil
+}
+
+func isMaskBuffer(n string) bool {
+	return strings.HasSuffix(n, ".attn.bias") || strings.HasSuffix(n, ".attn.masked_bias")
+}
+
+// writeFileAtomic writes b to path through a temporary file and a rename.
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("hf: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("hf: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,66 @@
+package profile
+
+import (
+	"math"
+	"testing"
+)
+
+// TestFitGEMMRecovers: timings made from the planner's own model with
+// known η_max and κ (and ±2% noise) give them back.
+func TestFitGEMMRecovers(t *testing.T) {
+	const peak = 200e9
+	for _, c := range []struct{ eff, knee float64 }{{0.9, 24}, {0.6, 128}, {0.75, 4}} {
+		var ss []GEMMSample
+		i := 0
+		for _, m := range []int{8, 16, 32, 64, 128, 256, 512, 1024} {
+			for _, n := range []int{64, 768, 3072} {
+				s := GEMMSample{M: m, N: n, K: 768}
+				noise := 1 + 0.02*math.Sin(float64(i))
+				i++
+				s.Seconds = s.FLOPs() / (peak * c.eff * gemmShape(s, c.knee)) * noise
+				ss = append(ss, s)
+			}
+		}
+		eff, knee, rms, err := FitGEMM(ss, peak)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(eff/c.eff-1) > 0.03 || math.Abs(knee/c.knee-1) > 0.1 || rms > 0.03 {
+			t.Errorf("want η=%g κ=%g: got η=%.4g κ=%.4g rms=%.3g", c.eff, c.knee, eff, knee, rms)
+		}
+	}
+	if _, _, _, err := FitGEMM(nil, 1); err == nil {
+		t.Error("no samples: want an error")
+	}
+}
+
+// TestFitLinkRecovers: collective timings from the planner's ring model
+// with known α and β give them back, for all-reduce, reduce-scatter and
+// all-gather together, and the clamp keeps α ≥ 0.
+func TestFitLinkRecovers(t *testing.T) {
+	for _, c := range []struct{ alpha, bw float64 }{{20e-6, 5e9}, {1e-6, 40e9}, {0, 1e9}} {
+		var ss []CommSample
+		i := 0
+		for _, op := range []string{"allreduce", "reducescatter", "allgather"} {
+			for _, n := range []int{2, 4} {
+				for _, S := range []int64{4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20} {
+					s := CommSample{Op: op, Ranks: n, Bytes: S}
+					a, b, _ := s.terms()
+					s.Seconds = (a*c.alpha + b/c.bw) * (1 + 0.01*math.Cos(float64(i)))
+					i++
+					ss = append(ss, s)
+				}
+			}
+		}
+		alpha, bw, rms, err := FitLink(ss)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if alpha < 0 || math.Abs(alpha-c.alpha) > 0.05*c.alpha+0.2e-6 || math.Abs(bw/c.bw-1) > 0.03 || rms > 0.02 {
+			t.Errorf("want α=%g β=%g: got α=%.4g β=%.4g rms=%.3g", c.alpha, c.bw, alpha, bw, rms)
+		}
+	}
+	if _, _, _, err := FitLink([]CommSample{{Op: "allreduce", Ranks: 1, Bytes: 4, Seconds: 1}}); err == nil {
+		t.Error("one rank only: want an error")
+	}
+}

@@ -1,0 +1,195 @@
+package profile
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"time"
+
+	"trellis/ops"
+)
+
+// Config selects what Run measures and for how long.
+type Config struct {
+	Quick   bool   // fewer shapes and shorter timings (under 30 s; for CI)
+	Threads int    // kernel threads of one rank, the planner's "device" (0: 1)
+	ISA     string // kernel ISA ("" or "auto": the best this CPU has)
+	// Ranks is the world size of the collective timings (0: the CPU count,
+	// at least 2); Backends lists "local" (goroutine ranks: the [intra]
+	// link) and/or "tcp" (processes over loopback: the [inter] link).
+	Ranks    int
+	Backends []string
+	// TCP fills in the worker program of a tcp collective benchmark (the
+	// CLI re-executes itself); required when Backends has "tcp".
+	TCP func(CommConfig) CommConfig
+	// Progress, if set, is told what is being measured.
+	Progress func(stage string, done, total int)
+}
+
+func (c Config) threads() int { return max(c.Threads, 1) }
+
+func (c Config) ranks() int {
+	if c.Ranks > 0 {
+		return c.Ranks
+	}
+	return max(2, runtime.NumCPU())
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.Threads < 0 || c.Threads > 4096:
+		return fmt.Errorf("profile: --threads=%d: want 0 (one) to 4096", c.Threads)
+	case c.Ranks < 0 || c.Ranks == 1 || c.Ranks > 256:
+		return fmt.Errorf("profile: --ranks=%d: want 0 (the CPU count) or 2 to 256", c.Ranks)
+	}
+	for _, b := range c.Backends {
+		if b != "local" && b != "tcp" {
+			return fmt.Errorf("profile: --backends: unknown backend %q (want local and/or tcp)", b)
+		}
+		if b == "tcp" && c.TCP == nil {
+			return fmt.Errorf("profile: the tcp backend needs a worker program (Config.TCP)")
+		}
+	}
+	return nil
+}
+
+// timeIt returns the median seconds of one call of f over rounds of
+// repeated calls lasting about budget in all (at least 5 rounds).
+func timeIt(ctx context.Context, budget time.Duration, f func()) (float64, error) {
+	t0 := time.Now()
+	f() // warm up: page in, fill buffer pools
+	one := max(time.Since(t0), 100*time.Nanosecond)
+	per := max(1, int(budget/10/one))
+	var secs []float64
+	for begin := time.Now(); len(secs) < 5 || time.Since(begin) < budget; {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		t := time.Now()
+		for i := 0; i < per; i++ {
+			f()
+		}
+		secs = append(secs, time.Since(t).Seconds()/float64(per))
+	}
+	slices.Sort(secs)
+	return secs[len(secs)/2], nil
+}
+
+func randSlice(r *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = r.Float32()*2 - 1
+	}
+	return v
+}
+
+// gemmShapes are the products timed: the small dimension swept through
+// the knee on each side, at the widths a transformer layer uses.
+func gemmShapes(quick bool) []GEMMSample {
+	ms := []int{8, 16, 32, 64, 128, 256, 512, 1024}
+	if quick {
+		ms = []int{8, 32, 128, 1024}
+	}
+	var out []GEMMSample
+	for _, m := range ms {
+		out = append(out, GEMMSample{M: m, N: 3072, K: 768}, GEMMSample{M: 1024, N: 768, K: m})
+	}
+	return append(out, GEMMSample{M: 1024, N: 64, K: 1024}, GEMMSample{M: 1024, N: 768, K: 3072})
+}
+
+// measureGEMMs times every shape (nn layout) on k.
+func measureGEMMs(ctx context.Context, c Config, k *ops.Kernels, progress func(int, int)) ([]GEMMSample, error) {
+	shapes := gemmShapes(c.Quick)
+	budget := 150 * time.Millisecond
+	if c.Quick {
+		budget = 40 * time.Millisecond
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range shapes {
+		progress(i, len(shapes))
+		s := &shapes[i]
+		a, b, out := randSlice(r, s.M*s.K), randSlice(r, s.K*s.N), make([]float32, s.M*s.N)
+		sec, err := timeIt(ctx, budget, func() { k.MatMul(ops.NN, s.M, s.N, s.K, a, s.K, b, s.N, out, s.N, false) })
+		if err != nil {
+			return nil, err
+		}
+		s.Seconds = sec
+	}
+	return shapes, nil
+}
+
+// AttnSample is the timed attention core of one (B·NH heads, T, head size)
+// shape, forward and backward.
+type AttnSample struct {
+	B, T, C, NH   int
+	Fwd, Bwd      float64 // seconds
+	FlopsForward  float64 // the planner's count: 4·heads·T²·d·½ (causal)
+	PlannerEffOut float64 // the attn_efficiency that makes the planner's time equal the measured one
+}
+
+// measureAttention times ops.AttentionForward/Backward and converts them
+// to the planner's attention efficiency: the planner costs the forward at
+// F/(η·peak) and the backward at 2.5·F/(0.8·η·peak) (plan/compute.go), so
+// η = F·(1 + 2.5/0.8) / (peak·(t_fwd + t_bwd)).
+func measureAttention(ctx context.Context, c Config, k *ops.Kernels, peak float64) (AttnSample, error) {
+	s := AttnSample{B: 1, T: 1024, C: 256, NH: 4}
+	budget := 300 * time.Millisecond
+	if c.Quick {
+		s.T, budget = 256, 60*time.Millisecond
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	B, T, C, NH := s.B, s.T, s.C, s.NH
+	qkv, out, dout := randSlice(r, B*T*3*C), make([]float32, B*T*C), randSlice(r, B*T*C)
+	att, dqkv, scratch := make([]float32, B*NH*T*T), make([]float32, B*T*3*C), make([]float32, B*NH*T*T)
+	var err error
+	if s.Fwd, err = timeIt(ctx, budget, func() { ops.AttentionForward(k, out, att, qkv, B, T, C, NH) }); err != nil {
+		return s, err
+	}
+	if s.Bwd, err = timeIt(ctx, budget, func() { ops.AttentionBackwardSet(k, dqkv, scratch, dout, qkv, att, B, T, C, NH) }); err != nil {
+		return s, err
+	}
+	s.FlopsForward = 4 * float64(B*NH) * float64(T) * float64(T) * float64(C/NH) * 0.5
+	s.PlannerEffOut = s.FlopsForward * (1 + 2.5/0.8) / (peak * (s.Fwd + s.Bwd))
+	return s, nil
+}
+
+// MemSample is memory bandwidth as a copy reaches it and as Trellis's
+// memory-bound kernels reach it, on buffers far larger than the caches.
+type MemSample struct {
+	CopyGBps   float64 // copy(): read + write bytes per second
+	KernelGBps float64 // LayerNorm and GELU forward: bytes read + written per second (the slower)
+	GapSeconds float64 // a tiny kernel's time: the fixed cost per kernel call
+}
+
+func measureMemory(ctx context.Context, c Config, k *ops.Kernels) (MemSample, error) {
+	var s MemSample
+	N, C := 16384, 768 // 48 MiB per operand
+	budget := 200 * time.Millisecond
+	if c.Quick {
+		N, budget = 8192, 50*time.Millisecond
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	x, y := randSlice(r, N*C), make([]float32, N*C)
+	w, b := randSlice(r, C), randSlice(r, C)
+	mean, rstd := make([]float32, N), make([]float32, N)
+	bytes := float64(2 * 4 * N * C)
+	sec, err := timeIt(ctx, budget, func() { copy(y, x) })
+	if err != nil {
+		return s, err
+	}
+	s.CopyGBps = bytes / sec / 1e9
+	ln, err := timeIt(ctx, budget, func() { ops.LayerNormForward(k, y, mean, rstd, x, w, b, N, C) })
+	if err != nil {
+		return s, err
+	}
+	gelu, err := timeIt(ctx, budget, func() { ops.GELUForward(k, y, x, N*C) })
+	if err != nil {
+		return s, err
+	}
+	s.KernelGBps = bytes / max(ln, gelu) / 1e9
+	s.GapSeconds, err = timeIt(ctx, budget/4, func() { ops.LayerNormForward(k, y[:64], mean[:1], rstd[:1], x[:64], w[:64], b[:64], 1, 64) })
+	return s, err
+}

@@ -1,0 +1,46 @@
+package profile
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"trellis/plan"
+)
+
+// TestQuickProfileIsAClusterFile runs the quick profile on this machine
+// (local collectives only) and checks that what it writes is a valid
+// cluster file whose device and links carry the measured numbers.
+func TestQuickProfileIsAClusterFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures the machine for several seconds")
+	}
+	r, err := Run(context.Background(), Config{Quick: true, Backends: []string{"local"}, Ranks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := r.WriteTOML(&b); err != nil {
+		t.Fatal(err)
+	}
+	c, err := plan.ParseClusterFile(b.Bytes())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, b.String())
+	}
+	if c.DevicesPerNode < 1 || !(c.Accel.Peak[plan.FP32] > 0) || !(c.Intra.BW > 0) || c.Intra != c.Inter {
+		t.Fatalf("cluster %+v from\n%s", c, b.String())
+	}
+	for _, g := range r.GEMM {
+		if e := g.Efficiency(r.PeakFLOPs); e > 1 {
+			t.Errorf("GEMM %dx%dx%d at %.2f of the peak: the peak must bound every product", g.M, g.N, g.K, e)
+		}
+	}
+}
+
+func TestConfigRefuses(t *testing.T) {
+	for _, c := range []Config{{Threads: -1}, {Ranks: 1}, {Backends: []string{"mpi"}}, {Backends: []string{"tcp"}}} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%+v: want an error", c)
+		}
+	}
+}

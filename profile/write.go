@@ -1,0 +1,94 @@
+package profile
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// WriteTOML writes the result as a cluster file in the planner's format
+// (plan.ParseClusterFile): one device per rank of Threads cores, as many
+// per node as the cores allow, memory shared equally. [intra] is the local
+// backend's link (goroutine ranks in one process) when it was measured,
+// [inter] the tcp backend's (processes over loopback: the best a network
+// between hosts could do; a real network is slower — edit it). The raw
+// measurements are written as comments.
+func (r *Result) WriteTOML(w io.Writer) error {
+	per := max(1, r.Cores/max(r.Threads, 1))
+	memGiB := float64(r.MemTotalBytes) / float64(per) / (1 << 30)
+	if memGiB <= 0 {
+		memGiB = 1
+	}
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	p("# Measured by `trellis profile` on %s (%s%s) in %s.", time.Unix(r.MeasuredAtUnix, 0).UTC().Format(time.RFC3339), r.CPU, quickNote(r.Quick), r.Took.Round(time.Second))
+	p("# A device is one rank of %d kernel thread(s) (%s kernels); a node is this host.", r.Threads, r.ISA)
+	p("name = %q", "this-host")
+	p("devices_per_node = %d", per)
+	p("")
+	p("[device]")
+	p("name = %q", fmt.Sprintf("%s, %d thread(s)", r.CPU, r.Threads))
+	p("memory_gib = %.3f      # MemTotal %.2f GiB shared by %d devices", memGiB, float64(r.MemTotalBytes)/(1<<30), per)
+	p("reserved_gib = 0")
+	p("mem_bw_gbps = %.2f      # copy(): bytes read + written per second, 48 MiB buffers", r.Memory.CopyGBps)
+	peak := r.PeakFLOPs / 1e12
+	p("peak_tflops = { fp32 = %.4f, bf16 = %.4f, fp16 = %.4f }   # FMA loop; 16-bit runs at the fp32 rate until 16-bit kernels are measured", peak, peak, peak)
+	p("gemm_efficiency = %.4f   # fit of η·m/(m+κ)·n/(n+κ)·k/(k+κ) to %d GEMMs, RMS error %.1f%%", r.GEMMEff, len(r.GEMM), 100*r.GEMMFitRMS)
+	p("gemm_knee = %.2f", r.GEMMKnee)
+	a := r.Attention
+	p("attn_efficiency = %.4f   # attention B=%d T=%d C=%d NH=%d: fwd %.3g s, bwd %.3g s", clamp01(a.PlannerEffOut), a.B, a.T, a.C, a.NH, a.Fwd, a.Bwd)
+	p("mem_efficiency = %.4f    # LayerNorm/GELU forward at %.2f GB/s of the copy's %.2f", clamp01(r.Memory.KernelGBps/r.Memory.CopyGBps), r.Memory.KernelGBps, r.Memory.CopyGBps)
+	p("kernel_gap_us = %.3f", r.Memory.GapSeconds*1e6)
+	p("")
+	p("# GEMM samples (m n k: GFLOP/s, fraction of peak):")
+	for _, s := range r.GEMM {
+		p("#   %5d %5d %5d: %7.1f  %.3f", s.M, s.N, s.K, s.FLOPs()/s.Seconds/1e9, s.Efficiency(r.PeakFLOPs))
+	}
+	for _, sec := range []struct{ name, backend, what string }{
+		{"intra", "local", "goroutine ranks in one process (comm/local)"},
+		{"inter", "tcp", "processes over loopback TCP (comm/tcp); a network between hosts is slower"},
+	} {
+		l, ok := r.link(sec.backend)
+		if !ok {
+			l, ok = r.anyLink()
+			if !ok {
+				return fmt.Errorf("profile: no collective was measured: give at least one backend")
+			}
+			p("\n# [%s] not measured: copied from the %s backend", sec.name, l.Backend)
+		}
+		p("\n[%s]   # %s, %d ranks; α–β fit to %d collectives, RMS error %.1f%%", sec.name, sec.what, l.Ranks, len(l.Samples), 100*l.RMS)
+		p("bw_gbps = %.3f", l.BWBytes/1e9)
+		p("latency_us = %.3f", l.LatencyS*1e6)
+		if l.StreamGBs > 0 && l.Backend == "tcp" {
+			p("# one loopback TCP stream: %.2f GB/s", l.StreamGBs)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (r *Result) link(backend string) (Link, bool) {
+	for _, l := range r.Links {
+		if l.Backend == backend {
+			return l, true
+		}
+	}
+	return Link{}, false
+}
+
+func (r *Result) anyLink() (Link, bool) {
+	if len(r.Links) == 0 {
+		return Link{}, false
+	}
+	return r.Links[0], true
+}
+
+func quickNote(q bool) string {
+	if q {
+		return ", --quick"
+	}
+	return ""
+}
+
+func clamp01(x float64) float64 { return min(max(x, 0.001), 1) }
