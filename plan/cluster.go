@@ -58,6 +58,9 @@ type Cluster struct {
 	// recipes). Without it (the Megatron-LM of the A100 era) every
 	// tensor-parallel collective is exposed. See layerComm.
 	TPCommOverlap bool
+	// Software is the rest of what the training stack does with the
+	// plan's communication (software.go).
+	Software Software
 }
 
 // Validate names the first field that breaks a rule.
@@ -101,6 +104,9 @@ func (c Cluster) Validate() error {
 		}
 	}
 	if err := c.validRanges(); err != nil {
+		return err
+	}
+	if err := c.Software.validate(c.Name); err != nil {
 		return err
 	}
 	if a.Memory > 1<<50 {
@@ -192,14 +198,17 @@ func clusterPresets() []Cluster {
 	h200.Name, h200.Memory, h200.MemBW = "H200-SXM5-141GB", 143771*mib, 4800*giga
 	a100s := a100
 	a100s.Name, a100s.Memory, a100s.MemBW = "A100-SXM4-40GB", 40960*mib, 1555*giga
+	// The Hopper presets' published runs use Megatron-Core, whose
+	// tensor-parallel backward is asynchronous (Software.TPGradOverlap).
+	megatronCore := Software{TPGradOverlap: true}
 	return []Cluster{
 		{Name: "dgx-a100", Accel: a100, DevicesPerNode: 8,
 			Intra: Link{BW: 230 * giga, Latency: 4 * us}, Inter: Link{BW: 23 * giga, Latency: 8 * us}},
 		{Name: "dgx-a100-40gb", Accel: a100s, DevicesPerNode: 8,
 			Intra: Link{BW: 230 * giga, Latency: 4 * us}, Inter: Link{BW: 23 * giga, Latency: 8 * us}},
-		{Name: "dgx-h100", Accel: h100, DevicesPerNode: 8, TPCommOverlap: true,
+		{Name: "dgx-h100", Accel: h100, DevicesPerNode: 8, TPCommOverlap: true, Software: megatronCore,
 			Intra: Link{BW: 360 * giga, Latency: 4 * us}, Inter: Link{BW: 45 * giga, Latency: 8 * us}},
-		{Name: "dgx-h200", Accel: h200, DevicesPerNode: 8, TPCommOverlap: true,
+		{Name: "dgx-h200", Accel: h200, DevicesPerNode: 8, TPCommOverlap: true, Software: megatronCore,
 			Intra: Link{BW: 360 * giga, Latency: 4 * us}, Inter: Link{BW: 45 * giga, Latency: 8 * us}},
 	}
 }

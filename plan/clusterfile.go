@@ -29,6 +29,10 @@ import (
 //	mem_efficiency = 0.8       # default 0.8
 //	kernel_gap_us = 2          # default 0
 //	tp_comm_overlap = true     # TP collectives pipelined with GEMMs under sp (default false; Hopper presets true)
+//	tp_grad_overlap = true     # TP input-gradient collectives behind the dW GEMMs (Megatron ≥ 2022; default false; Hopper presets true)
+//	flat_rings = true          # cross-node all-gather/reduce-scatter as one NCCL ring over all ranks (default false: hierarchical)
+//	zero3_modules = 4          # ZeRO-3 collectives per layer: 1 per layer (FSDP), 4 per linear module (DeepSpeed) (default 1)
+//	zero3_regather = true      # full recomputation gathers ZeRO-3 parameters again (DeepSpeed) (default false)
 //	[intra]                    # required without base
 //	bw_gbps = 360
 //	latency_us = 4
@@ -40,6 +44,10 @@ type clusterFile struct {
 	Base           string      `toml:"base" json:"base"`
 	DevicesPerNode *int        `toml:"devices_per_node" json:"devices_per_node"`
 	TPCommOverlap  *bool       `toml:"tp_comm_overlap" json:"tp_comm_overlap"`
+	TPGradOverlap  *bool       `toml:"tp_grad_overlap" json:"tp_grad_overlap"`
+	FlatRings      *bool       `toml:"flat_rings" json:"flat_rings"`
+	ZeRO3Modules   *int        `toml:"zero3_modules" json:"zero3_modules"`
+	ZeRO3Regather  *bool       `toml:"zero3_regather" json:"zero3_regather"`
 	Device         *deviceFile `toml:"device" json:"device"`
 	Intra          *linkFile   `toml:"intra" json:"intra"`
 	Inter          *linkFile   `toml:"inter" json:"inter"`
@@ -117,6 +125,7 @@ func (f clusterFile) build() (Cluster, error) {
 	if f.TPCommOverlap != nil {
 		c.TPCommOverlap = *f.TPCommOverlap
 	}
+	f.applySoftware(&c.Software)
 	if f.Device == nil && !haveBase {
 		return c, fmt.Errorf("plan: cluster file: [device] is required (or give base)")
 	}
@@ -218,4 +227,19 @@ func (l *linkFile) apply(name string, dst *Link, haveBase bool) error {
 	setF(&dst.BW, l.BWGBps, giga)
 	setF(&dst.Latency, l.LatencyUS, us)
 	return nil
+}
+
+// applySoftware sets the software profile's keys the file gives.
+func (f clusterFile) applySoftware(s *Software) {
+	for _, b := range []struct {
+		v   *bool
+		dst *bool
+	}{{f.TPGradOverlap, &s.TPGradOverlap}, {f.FlatRings, &s.FlatRings}, {f.ZeRO3Regather, &s.ZeRO3Regather}} {
+		if b.v != nil {
+			*b.dst = *b.v
+		}
+	}
+	if f.ZeRO3Modules != nil {
+		s.ZeRO3Modules = *f.ZeRO3Modules
+	}
 }
