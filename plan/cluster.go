@@ -200,11 +200,12 @@ func clusterPresets() []Cluster {
 	a100s.Name, a100s.Memory, a100s.MemBW = "A100-SXM4-40GB", 40960*mib, 1555*giga
 	// The Hopper presets' published runs use Megatron-Core, whose
 	// tensor-parallel backward is asynchronous (Software.TPGradOverlap).
-	megatronCore := Software{TPGradOverlap: true}
+	megatronCore := Software{TPGradOverlap: true, FlatRings: true}
+	nccl := Software{FlatRings: true}
 	return []Cluster{
-		{Name: "dgx-a100", Accel: a100, DevicesPerNode: 8,
+		{Name: "dgx-a100", Accel: a100, DevicesPerNode: 8, Software: nccl,
 			Intra: Link{BW: 230 * giga, Latency: 4 * us}, Inter: Link{BW: 23 * giga, Latency: 8 * us}},
-		{Name: "dgx-a100-40gb", Accel: a100s, DevicesPerNode: 8,
+		{Name: "dgx-a100-40gb", Accel: a100s, DevicesPerNode: 8, Software: nccl,
 			Intra: Link{BW: 230 * giga, Latency: 4 * us}, Inter: Link{BW: 23 * giga, Latency: 8 * us}},
 		{Name: "dgx-h100", Accel: h100, DevicesPerNode: 8, TPCommOverlap: true, Software: megatronCore,
 			Intra: Link{BW: 360 * giga, Latency: 4 * us}, Inter: Link{BW: 45 * giga, Latency: 8 * us}},
