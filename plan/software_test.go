@@ -91,7 +91,7 @@ func TestFlatRingCost(t *testing.T) {
 	g := group{n: 64, k: 8}
 	S := 1e9
 	want := 63*c.Inter.Latency + 63.0/64*S/(8*c.Inter.BW)
-	if got := c.flatRing(S, g); !near(got, want, 1e-12) {
+	if got := c.flatRing(S, g); !relNear(got, want, 1e-12) {
 		t.Errorf("flat ring %.6g, want %.6g", got, want)
 	}
 	flat, hier := c, c
@@ -105,7 +105,7 @@ func TestFlatRingCost(t *testing.T) {
 	}
 }
 
-func near(a, b, rel float64) bool { return a == b || (a-b)/b < rel && (b-a)/b < rel }
+func relNear(a, b, rel float64) bool { return a == b || (a-b)/b < rel && (b-a)/b < rel }
 
 // TestTPGradOverlap: Megatron's asynchronous backward hides the
 // column-parallel input-gradient collectives behind the dW GEMMs, so the
