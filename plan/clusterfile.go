@@ -33,6 +33,8 @@ import (
 //	flat_rings = true          # cross-node all-gather/reduce-scatter as one NCCL ring over all ranks (default false: hierarchical)
 //	zero3_modules = 4          # ZeRO-3 collectives per layer: 1 per layer (FSDP), 4 per linear module (DeepSpeed) (default 1)
 //	zero3_regather = true      # full recomputation gathers ZeRO-3 parameters again (DeepSpeed) (default false)
+//	pp_blocking_p2p = true     # each pipeline send and receive blocks on its own (DeepSpeed's engine) (default false)
+//	grad_accum_pass = true     # bf16 gradients added into fp32 by a pass per micro-batch (DeepSpeed bf16) (default false)
 //	[intra]                    # required without base
 //	bw_gbps = 360
 //	latency_us = 4
@@ -48,6 +50,8 @@ type clusterFile struct {
 	FlatRings      *bool       `toml:"flat_rings" json:"flat_rings"`
 	ZeRO3Modules   *int        `toml:"zero3_modules" json:"zero3_modules"`
 	ZeRO3Regather  *bool       `toml:"zero3_regather" json:"zero3_regather"`
+	PPBlockingP2P  *bool       `toml:"pp_blocking_p2p" json:"pp_blocking_p2p"`
+	GradAccumPass  *bool       `toml:"grad_accum_pass" json:"grad_accum_pass"`
 	Device         *deviceFile `toml:"device" json:"device"`
 	Intra          *linkFile   `toml:"intra" json:"intra"`
 	Inter          *linkFile   `toml:"inter" json:"inter"`
@@ -234,7 +238,8 @@ func (f clusterFile) applySoftware(s *Software) {
 	for _, b := range []struct {
 		v   *bool
 		dst *bool
-	}{{f.TPGradOverlap, &s.TPGradOverlap}, {f.FlatRings, &s.FlatRings}, {f.ZeRO3Regather, &s.ZeRO3Regather}} {
+	}{{f.TPGradOverlap, &s.TPGradOverlap}, {f.FlatRings, &s.FlatRings}, {f.ZeRO3Regather, &s.ZeRO3Regather},
+		{f.PPBlockingP2P, &s.PPBlockingP2P}, {f.GradAccumPass, &s.GradAccumPass}} {
 		if b.v != nil {
 			*b.dst = *b.v
 		}

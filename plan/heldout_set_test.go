@@ -8,12 +8,14 @@ import "fmt"
 // rank order of the framework: tp, then dp, then pp for Megatron and
 // DeepSpeed; [TP, CP, PP, DP] for Llama 3); the planner chooses the rest,
 // as the authors tuned theirs. The tolerance is the error reached today
-// plus a few points, so regressions show; two rows miss ±15% and
+// plus a few points, so regressions show; the rows that miss ±15% are in
+// heldOutZeRO3, and
 // docs/PLANNER.md says why.
 func heldOutSet() []heldOut {
 	const (
 		a100 = "dgx-a100"
 		h100 = "dgx-h100"
+		mds  = "megatron-deepspeed-a100.toml" // DeepSpeed's pipeline engine and bf16 optimizer
 	)
 	const mtnlg = "tp=8,pp=35,cp=1,zero=1,sp=off,mbs=1,schedule=1f1b,recompute=full,precision=bf16,flash=off"
 	const mcore = "tp=%d,pp=%d,cp=1,zero=1,precision=bf16,flash=on"
@@ -28,9 +30,9 @@ func heldOutSet() []heldOut {
 			"dp=8,tp=4,pp=12,cp=1,zero=1,sp=off,mbs=2,schedule=1f1b,recompute=full,precision=bf16,flash=off", "hw_tflops", 150, 0.08},
 		{"GPT-NeoX-20B (Black et al. 2022, §3)", "gpt-neox-20b", "neox-a100-40gb.toml", 96, 2048, 1536,
 			"dp=12,tp=2,pp=4,cp=1,zero=1,sp=off,mbs=4,schedule=1f1b,recompute=full,precision=fp16,flash=off,order=tp-cp-dp-pp", "tflops", 117, 0.06},
-		{"MT-NLG (Smith et al. 2022, §2.3)", "mt-nlg-530b", a100, 2240, 2048, 1920, mtnlg, "step_s", 60.1, 0.15},
-		{"MT-NLG (Smith et al. 2022, §2.3)", "mt-nlg-530b", a100, 2800, 2048, 1920, mtnlg, "step_s", 50.2, 0.15},
-		{"MT-NLG (Smith et al. 2022, §2.3)", "mt-nlg-530b", a100, 3360, 2048, 1920, mtnlg, "step_s", 44.4, 0.20}, // a miss
+		{"MT-NLG (Smith et al. 2022, §2.3)", "mt-nlg-530b", mds, 2240, 2048, 1920, mtnlg, "step_s", 60.1, 0.08},
+		{"MT-NLG (Smith et al. 2022, §2.3)", "mt-nlg-530b", mds, 2800, 2048, 1920, mtnlg, "step_s", 50.2, 0.09},
+		{"MT-NLG (Smith et al. 2022, §2.3)", "mt-nlg-530b", mds, 3360, 2048, 1920, mtnlg, "step_s", 44.4, 0.12},
 		{"GPT-3 175B (Narayanan et al. 2021, §5.1)", "megatron-175b", a100, 1024, 2048, 1536,
 			"tp=8,pp=8,cp=1,zero=0,sp=off,recompute=full,precision=fp16,flash=off", "hw_tflops", 140, 0.15},
 		{"OPT-175B (Zhang et al. 2022, §2.4)", "opt-175b", a100, 992, 2048, 992,

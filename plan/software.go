@@ -42,6 +42,28 @@ type Software struct {
 	// checkpoint inside the wrapped unit reuses the backward's one
 	// gather). File key zero3_regather.
 	ZeRO3Regather bool
+	// PPBlockingP2P: the pipeline engine sends and receives each
+	// activation and gradient as its own blocking transfer, four per
+	// micro-batch and chunk on a middle stage, where Megatron pairs a send
+	// with the receive that follows it (two): DeepSpeed's pipeline engine
+	// (Megatron-DeepSpeed, GPT-NeoX). File key pp_blocking_p2p.
+	PPBlockingP2P bool
+	// GradAccumPass: bf16 gradients are added into an fp32 accumulator by
+	// a separate memory-bound pass after every micro-batch's backward
+	// (read 2 + read 4 + write 4 bytes per parameter of the stage), where
+	// Megatron accumulates in fp32 inside the dW GEMM: DeepSpeed's bf16
+	// optimizer. File key grad_accum_pass.
+	GradAccumPass bool
+}
+
+// gradAccumBytes is what GradAccumPass moves per parameter and micro-batch
+// for precision p: bf16 and fp8 weights have bf16 gradients accumulated
+// into fp32; fp16 and fp32 accumulate in their own type inside autograd.
+func (s Software) gradAccumBytes(p Precision) float64 {
+	if !s.GradAccumPass || (p != BF16 && p != FP8) {
+		return 0
+	}
+	return 2 + 4 + 4
 }
 
 // validate names the first field out of range.

@@ -148,3 +148,35 @@ func TestSoftwareClusterKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestDeepSpeedPipelineEngine: blocking each send and receive separately
+// doubles a synchronous schedule's exposed point-to-point time, and the
+// separate fp32 gradient-accumulation pass adds a memory-bound pass over
+// the stage's parameters per micro-batch in bf16 (none in fp16, whose
+// gradients accumulate in autograd).
+func TestDeepSpeedPipelineEngine(t *testing.T) {
+	j := job(t, "megatron-530b", "dgx-a100", 280, 2048, 280)
+	const plan = "tp=8,pp=35,mbs=1,recompute=full,flash=off"
+	base := stepWith(t, j, Software{}, plan)
+	blocking := stepWith(t, j, Software{PPBlockingP2P: true}, plan)
+	if !relNear(blocking.PP, 2*base.PP, 1e-9) {
+		t.Errorf("exposed p2p %.4f s blocking, %.4f s paired; want twice", blocking.PP, base.PP)
+	}
+	accum := stepWith(t, j, Software{GradAccumPass: true}, plan)
+	p, _ := Parse(plan)
+	sp := j.shapeParams(p)
+	k := newKernels(j.Cluster.Accel, BF16)
+	perMB := k.stream(sp.maxStage()*10, 1)
+	m := float64(base.MicroBatches)
+	if got := accum.Compute - base.Compute; got < 0.9*m*perMB || got > 1.1*m*perMB {
+		t.Errorf("accumulation pass adds %.4f s of compute, want about m·P·10 bytes / bandwidth = %.4f s", got, m*perMB)
+	}
+	fp16 := plan + ",precision=fp16"
+	if a, b := stepWith(t, j, Software{}, fp16), stepWith(t, j, Software{GradAccumPass: true}, fp16); a != b {
+		t.Errorf("fp16: accumulation pass changed the step %.6f → %.6f", a.Step, b.Step)
+	}
+	c, err := ParseClusterFile([]byte("base = \"dgx-a100\"\npp_blocking_p2p = true\ngrad_accum_pass = true\n"))
+	if err != nil || !c.Software.PPBlockingP2P || !c.Software.GradAccumPass {
+		t.Errorf("pp_blocking_p2p, grad_accum_pass: %v %+v", err, c.Software)
+	}
+}

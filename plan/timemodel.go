@@ -174,6 +174,9 @@ func (j Job) stage(p Plan, pl placement, lc layerCost, sp shapeParams, s int) st
 	if p.PP > 1 {
 		sc.pp = j.pipeComm(p, pl, layer, sp.pt)
 	}
+	if b := j.Cluster.Software.gradAccumBytes(p.Precision); b > 0 {
+		sc.compute.bwd += lc.k.stream(sp.params(s, n)*b, 1)
+	}
 	sc.zero = j.zeroPerMicroBatch(p, pl, layer, sc, sp, s, n)
 	return sc
 }
@@ -182,13 +185,17 @@ func (j Job) stage(p Plan, pl placement, lc layerCost, sp shapeParams, s int) st
 // stage: each of the vpp chunks receives an activation in the forward and a
 // gradient in the backward (2·vpp transfers of boundaryBytes). 1F1B and
 // GPipe exchange them synchronously between the two neighbours, so they
-// sit on the critical path; the interleaved schedule posts them
+// sit on the critical path (4·vpp when the engine blocks on each send and
+// each receive separately, Software.PPBlockingP2P); the interleaved schedule posts them
 // asynchronously and computes another chunk meanwhile, so only a
 // transfer's excess over one chunk's forward (or backward) is exposed.
 func (j Job) pipeComm(p Plan, pl placement, layer passTime, pt partition) float64 {
 	t := p2p(j.boundaryBytes(p), j.Cluster.link(pl.pp))
 	v := float64(p.VPP)
 	if p.Schedule != Interleaved {
+		if j.Cluster.Software.PPBlockingP2P {
+			return 4 * v * t
+		}
 		return 2 * v * t
 	}
 	chunk := layer.scale(pt.chunk)
