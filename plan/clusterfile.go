@@ -33,6 +33,7 @@ import (
 //	flat_rings = true          # cross-node all-gather/reduce-scatter as one NCCL ring over all ranks (default false: hierarchical)
 //	zero3_modules = 4          # ZeRO-3 collectives per layer: 1 per layer (FSDP), 4 per linear module (DeepSpeed) (default 1)
 //	zero3_regather = true      # full recomputation gathers ZeRO-3 parameters again (DeepSpeed) (default false)
+//	zero3_backward_post = true # the backward's ZeRO-3 gather issued after the previous layer's backward (FSDP BACKWARD_POST) (default false)
 //	pp_blocking_p2p = true     # each pipeline send and receive blocks on its own (DeepSpeed's engine) (default false)
 //	grad_accum_pass = true     # bf16 gradients added into fp32 by a pass per micro-batch (DeepSpeed bf16) (default false)
 //	[intra]                    # required without base
@@ -51,6 +52,7 @@ type clusterFile struct {
 	ZeRO3Modules   *int        `toml:"zero3_modules" json:"zero3_modules"`
 	ZeRO3Regather  *bool       `toml:"zero3_regather" json:"zero3_regather"`
 	PPBlockingP2P  *bool       `toml:"pp_blocking_p2p" json:"pp_blocking_p2p"`
+	ZeRO3BwdPost   *bool       `toml:"zero3_backward_post" json:"zero3_backward_post"`
 	GradAccumPass  *bool       `toml:"grad_accum_pass" json:"grad_accum_pass"`
 	Device         *deviceFile `toml:"device" json:"device"`
 	Intra          *linkFile   `toml:"intra" json:"intra"`
@@ -239,7 +241,7 @@ func (f clusterFile) applySoftware(s *Software) {
 		v   *bool
 		dst *bool
 	}{{f.TPGradOverlap, &s.TPGradOverlap}, {f.FlatRings, &s.FlatRings}, {f.ZeRO3Regather, &s.ZeRO3Regather},
-		{f.PPBlockingP2P, &s.PPBlockingP2P}, {f.GradAccumPass, &s.GradAccumPass}} {
+		{f.PPBlockingP2P, &s.PPBlockingP2P}, {f.GradAccumPass, &s.GradAccumPass}, {f.ZeRO3BwdPost, &s.ZeRO3BackwardPost}} {
 		if b.v != nil {
 			*b.dst = *b.v
 		}

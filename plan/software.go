@@ -42,6 +42,13 @@ type Software struct {
 	// checkpoint inside the wrapped unit reuses the backward's one
 	// gather). File key zero3_regather.
 	ZeRO3Regather bool
+	// ZeRO3BackwardPost: the backward's gather of the next layer is issued
+	// only after the current layer's backward has finished (FSDP's
+	// BACKWARD_POST prefetch, Composer's default), so each layer's
+	// backward waits for its whole gather; the ideal (and FSDP's
+	// BACKWARD_PRE, FSDP2's default) issues it before, behind the current
+	// layer's compute. File key zero3_backward_post.
+	ZeRO3BackwardPost bool
 	// PPBlockingP2P: the pipeline engine sends and receives each
 	// activation and gradient as its own blocking transfer, four per
 	// micro-batch and chunk on a middle stage, where Megatron pairs a send

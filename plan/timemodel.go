@@ -211,8 +211,10 @@ func (j Job) pipeComm(p Plan, pl placement, layer passTime, pt partition) float6
 // prefetched behind the current layer's compute, so only the excess of
 // communication over compute is exposed, plus the first unit's gather.
 // The cluster's software decides how many collectives a layer's gather is
-// (Software.ZeRO3Modules, each paying its latency) and whether full
-// recomputation gathers again in the backward (Software.ZeRO3Regather).
+// (Software.ZeRO3Modules, each paying its latency), whether full
+// recomputation gathers again in the backward (Software.ZeRO3Regather) and
+// whether the backward's gather is issued only after the previous layer's
+// backward, so that it is exposed whole (Software.ZeRO3BackwardPost).
 func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCost, sp shapeParams, s, n int) float64 {
 	c := j.Cluster
 	w, g := weightBytes(p.Precision), gradBytes(p.Precision)
@@ -235,7 +237,11 @@ func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCos
 		if n > 0 {
 			perLayerTP = sc.tp / nl
 		}
-		exposed := nl * (math.Max(0, ag-layer.fwd-perLayerTP/3) + math.Max(0, bwdGathers*ag+rs-layer.bwd-layer.rc))
+		bwd := math.Max(0, bwdGathers*ag+rs-layer.bwd-layer.rc)
+		if sw.ZeRO3BackwardPost {
+			bwd = ag + math.Max(0, (bwdGathers-1)*ag+rs-layer.bwd-layer.rc)
+		}
+		exposed := nl * (math.Max(0, ag-layer.fwd-perLayerTP/3) + bwd)
 		first := ag
 		if s == 0 || s == p.PP-1 {
 			first = math.Max(ag, c.allGather(sp.vocab*w, pl.dp))
