@@ -10,8 +10,8 @@ import (
 // collective library, not of the plan (Cluster.TPCommOverlap is another).
 // The zero value is the ideal framework: hierarchical collectives, one
 // ZeRO-3 gather per layer, prefetched, no regather under recomputation, no
-// asynchronous tensor-parallel backward. docs/PLANNER.md ("Software
-// profile") says which published stack has which.
+// asynchronous tensor-parallel backward. docs/PLANNER.md ("Clusters")
+// says which published stack has which.
 type Software struct {
 	// TPGradOverlap: the collective on a column-parallel layer's input
 	// gradient (an all-reduce, or a reduce-scatter under sp) runs while the
