@@ -62,6 +62,9 @@ type Cluster struct {
 	// activations of the plans it runs as its stash formula says
 	// (engineActivations), not as Megatron's layers keep them.
 	EngineStash bool
+	// Software is the rest of what the training stack does with the
+	// plan's communication (software.go).
+	Software Software
 }
 
 // Validate names the first field that breaks a rule.
@@ -105,6 +108,9 @@ func (c Cluster) Validate() error {
 		}
 	}
 	if err := c.validRanges(); err != nil {
+		return err
+	}
+	if err := c.Software.validate(c.Name); err != nil {
 		return err
 	}
 	if a.Memory > 1<<50 {
@@ -196,14 +202,18 @@ func clusterPresets() []Cluster {
 	h200.Name, h200.Memory, h200.MemBW = "H200-SXM5-141GB", 143771*mib, 4800*giga
 	a100s := a100
 	a100s.Name, a100s.Memory, a100s.MemBW = "A100-SXM4-40GB", 40960*mib, 1555*giga
+	// The Hopper presets' published runs use Megatron-Core, whose
+	// tensor-parallel backward is asynchronous (Software.TPGradOverlap).
+	megatronCore := Software{TPGradOverlap: true, FlatRings: true}
+	nccl := Software{FlatRings: true}
 	return []Cluster{
-		{Name: "dgx-a100", Accel: a100, DevicesPerNode: 8,
+		{Name: "dgx-a100", Accel: a100, DevicesPerNode: 8, Software: nccl,
 			Intra: Link{BW: 230 * giga, Latency: 4 * us}, Inter: Link{BW: 23 * giga, Latency: 8 * us}},
-		{Name: "dgx-a100-40gb", Accel: a100s, DevicesPerNode: 8,
+		{Name: "dgx-a100-40gb", Accel: a100s, DevicesPerNode: 8, Software: nccl,
 			Intra: Link{BW: 230 * giga, Latency: 4 * us}, Inter: Link{BW: 23 * giga, Latency: 8 * us}},
-		{Name: "dgx-h100", Accel: h100, DevicesPerNode: 8, TPCommOverlap: true,
+		{Name: "dgx-h100", Accel: h100, DevicesPerNode: 8, TPCommOverlap: true, Software: megatronCore,
 			Intra: Link{BW: 360 * giga, Latency: 4 * us}, Inter: Link{BW: 45 * giga, Latency: 8 * us}},
-		{Name: "dgx-h200", Accel: h200, DevicesPerNode: 8, TPCommOverlap: true,
+		{Name: "dgx-h200", Accel: h200, DevicesPerNode: 8, TPCommOverlap: true, Software: megatronCore,
 			Intra: Link{BW: 360 * giga, Latency: 4 * us}, Inter: Link{BW: 45 * giga, Latency: 8 * us}},
 	}
 }

@@ -30,6 +30,13 @@ import (
 //	kernel_gap_us = 2          # default 0
 //	tp_comm_overlap = true     # TP collectives pipelined with GEMMs under sp (default false; Hopper presets true)
 //	engine_stash = true        # ranks run the Trellis engine: its activation formula (default false)
+//	tp_grad_overlap = true     # TP input-gradient collectives behind the dW GEMMs (Megatron ≥ 2022; default false; Hopper presets true)
+//	flat_rings = true          # cross-node all-gather/reduce-scatter as one NCCL ring over all ranks (default false: hierarchical)
+//	zero3_modules = 4          # ZeRO-3 collectives per layer: 1 per layer (FSDP), 4 per linear module (DeepSpeed) (default 1)
+//	zero3_regather = true      # full recomputation gathers ZeRO-3 parameters again (DeepSpeed) (default false)
+//	zero3_backward_post = true # the backward's ZeRO-3 gather issued after the previous layer's backward (FSDP BACKWARD_POST) (default false)
+//	pp_blocking_p2p = true     # each pipeline send and receive blocks on its own (DeepSpeed's engine) (default false)
+//	grad_accum_pass = true     # bf16 gradients added into fp32 by a pass per micro-batch (DeepSpeed bf16) (default false)
 //	[intra]                    # required without base
 //	bw_gbps = 360
 //	latency_us = 4
@@ -42,6 +49,13 @@ type clusterFile struct {
 	DevicesPerNode *int        `toml:"devices_per_node" json:"devices_per_node"`
 	TPCommOverlap  *bool       `toml:"tp_comm_overlap" json:"tp_comm_overlap"`
 	EngineStash    *bool       `toml:"engine_stash" json:"engine_stash"`
+	TPGradOverlap  *bool       `toml:"tp_grad_overlap" json:"tp_grad_overlap"`
+	FlatRings      *bool       `toml:"flat_rings" json:"flat_rings"`
+	ZeRO3Modules   *int        `toml:"zero3_modules" json:"zero3_modules"`
+	ZeRO3Regather  *bool       `toml:"zero3_regather" json:"zero3_regather"`
+	PPBlockingP2P  *bool       `toml:"pp_blocking_p2p" json:"pp_blocking_p2p"`
+	ZeRO3BwdPost   *bool       `toml:"zero3_backward_post" json:"zero3_backward_post"`
+	GradAccumPass  *bool       `toml:"grad_accum_pass" json:"grad_accum_pass"`
 	Device         *deviceFile `toml:"device" json:"device"`
 	Intra          *linkFile   `toml:"intra" json:"intra"`
 	Inter          *linkFile   `toml:"inter" json:"inter"`
@@ -122,6 +136,7 @@ func (f clusterFile) build() (Cluster, error) {
 	if f.EngineStash != nil {
 		c.EngineStash = *f.EngineStash
 	}
+	f.applySoftware(&c.Software)
 	if f.Device == nil && !haveBase {
 		return c, fmt.Errorf("plan: cluster file: [device] is required (or give base)")
 	}
@@ -223,4 +238,20 @@ func (l *linkFile) apply(name string, dst *Link, haveBase bool) error {
 	setF(&dst.BW, l.BWGBps, giga)
 	setF(&dst.Latency, l.LatencyUS, us)
 	return nil
+}
+
+// applySoftware sets the software profile's keys the file gives.
+func (f clusterFile) applySoftware(s *Software) {
+	for _, b := range []struct {
+		v   *bool
+		dst *bool
+	}{{f.TPGradOverlap, &s.TPGradOverlap}, {f.FlatRings, &s.FlatRings}, {f.ZeRO3Regather, &s.ZeRO3Regather},
+		{f.PPBlockingP2P, &s.PPBlockingP2P}, {f.GradAccumPass, &s.GradAccumPass}, {f.ZeRO3BwdPost, &s.ZeRO3BackwardPost}} {
+		if b.v != nil {
+			*b.dst = *b.v
+		}
+	}
+	if f.ZeRO3Modules != nil {
+		s.ZeRO3Modules = *f.ZeRO3Modules
+	}
 }

@@ -105,7 +105,8 @@ func flatAllReduce(S float64, n int, l Link) float64 {
 // inter-node link (one NIC rail per device); otherwise it is hierarchical:
 // a reduce-scatter inside each node over its k members, the operation over
 // the n/k nodes on S/k bytes per rail (all k rails at once), then an
-// all-gather inside the node.
+// all-gather inside the node — or, when the cluster's software runs flat
+// rings (Software.FlatRings), one ring through all n members.
 func (c Cluster) reduceScatter(S float64, g group) float64 {
 	switch {
 	case g.n <= 1:
@@ -114,6 +115,8 @@ func (c Cluster) reduceScatter(S float64, g group) float64 {
 		return ring(S, g.n, c.Intra)
 	case g.k == 1:
 		return ring(S, g.n, c.Inter)
+	case c.Software.FlatRings:
+		return c.flatRing(S, g)
 	}
 	return ring(S, g.k, c.Intra) + ring(S/float64(g.k), g.nodes(), c.Inter)
 }
@@ -128,6 +131,8 @@ func (c Cluster) allReduce(S float64, g group) float64 {
 		return flatAllReduce(S, g.n, c.Intra)
 	case g.k == 1:
 		return flatAllReduce(S, g.n, c.Inter)
+	case c.Software.FlatRings:
+		return c.flatRingAllReduce(S, g)
 	}
 	return 2*ring(S, g.k, c.Intra) + flatAllReduce(S/float64(g.k), g.nodes(), c.Inter)
 }

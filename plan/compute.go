@@ -123,22 +123,23 @@ type computeParts struct {
 	// and dX GEMMs split into tp chunks (when its tensor-parallel
 	// collectives are pipelined with them: tpOverlap).
 	layer, chunked passTime
-	// linear are the forward and input-gradient (dX) times of the four
-	// chunked linear layers (QKV, attention output, MLP up, MLP down): the
-	// GEMMs that tensor-parallel collectives overlap with.
+	// linear are the forward, input-gradient (dX) and weight-gradient
+	// (dW) times of the four linear layers (QKV, attention output, MLP up,
+	// MLP down), chunked under tpOverlap: the GEMMs that tensor-parallel
+	// collectives overlap with.
 	linear [4]linearTime
 }
 
-// linearTime is one linear layer's forward GEMM and its input-gradient
-// GEMM (the backward's dX = dY·Wᵀ).
-type linearTime struct{ fwd, dx float64 }
+// linearTime is one linear layer's forward GEMM, its input-gradient GEMM
+// (the backward's dX = dY·Wᵀ) and its weight-gradient GEMM (dW = Xᵀ·dY).
+type linearTime struct{ fwd, dx, dw float64 }
 
 func (j Job) computeParts(p Plan) computeParts {
 	k := newKernels(j.Cluster.Accel, p.Precision)
 	c := computeParts{k: k, core: j.attentionCore(p, k), embed: j.embedCompute(p, k), head: j.headCompute(p, k)}
 	rest := c.core.add(j.elementwise(p, k))
-	lin, _ := j.layerLinear(p, k, 1)
-	c.layer = lin.add(rest)
+	lin, each := j.layerLinear(p, k, 1)
+	c.layer, c.linear = lin.add(rest), each
 	if p.SP && p.TP > 1 && j.Cluster.TPCommOverlap {
 		lin, c.linear = j.layerLinear(p, k, float64(p.TP))
 		c.chunked = lin.add(rest)
@@ -184,7 +185,7 @@ func (j Job) layerLinear(p Plan, k kernels, chunks float64) (passTime, [4]linear
 		lt.fwd += fw
 		lt.bwd += dx + dw
 		lt.wgt += dw
-		each[i] = linearTime{fw, dx}
+		each[i] = linearTime{fw, dx, dw}
 	}
 	return lt, each
 }

@@ -94,7 +94,7 @@ func (h heldOut) command() string {
 // is ±15%; docs/PLANNER.md says which rows miss it and why). Run with -v
 // for the table in docs/PLANNER.md.
 func TestHeldOutThroughput(t *testing.T) {
-	for _, h := range heldOutSet() {
+	for _, h := range append(heldOutSet(), heldOutZeRO3()...) {
 		got, e := h.predict(t)
 		err := got/h.value - 1
 		t.Logf("| %s | %s | %d | `%s` | %.4g %s | %.4g | %+.1f%% | %.1f%% |", h.source, h.model, h.devices,

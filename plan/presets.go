@@ -26,6 +26,11 @@ package plan
 //     parameters due to larger vocabulary size").
 //   - llama2-*: Meta Llama 2 (Touvron et al. 2023; Hugging Face
 //     config.json), vocabulary 32,000.
+//   - mpt-70b: the 70B model of MosaicML llm-foundry's throughput tables
+//     (scripts/train/benchmarking/README.md, yamls/mpt-70b): 80 layers,
+//     h = 8192, 64 heads, MLP 4h, vocabulary 50,368, 2,048 learned
+//     positions, tied, no biases, no dropout; 64,855,220,224 parameters
+//     (the table's 64,862,437,376, within 0.02%).
 func heldOutPresets() []Model {
 	bloom := gptModel("bloom-176b", 70, 14336, 112, 250880, 2048, true)
 	bloom.RelPos, bloom.EmbedNorm = true, true
@@ -52,6 +57,8 @@ func heldOutPresets() []Model {
 		m.Vocab, m.MaxSeq = 32000, 4096
 		return m
 	}
+	mpt := gptModel("mpt-70b", 80, 8192, 64, 50368, 2048, true)
+	mpt.AttnBias, mpt.MLPBias, mpt.Dropout = false, false, false
 	return append(ps, l2("llama2-7b", 32, 4096, 32, 32, 11008), l2("llama2-13b", 40, 5120, 40, 40, 13824),
-		l2("llama2-70b", 80, 8192, 64, 8, 28672))
+		l2("llama2-70b", 80, 8192, 64, 8, 28672), mpt)
 }

@@ -97,15 +97,18 @@ func (j Job) layerComm(p Plan, pl placement, parts computeParts) (tp, cp float64
 			tp += fwd
 		}
 	} else {
-		passes := 2.0
-		if p.Recompute == RecomputeFull {
-			passes = 3
-		}
 		per := c.allReduce(S, pl.tp)
 		if p.SP {
 			per = c.allGather(S, pl.tp) + c.reduceScatter(S, pl.tp)
 		}
-		tp = 2 * per * passes
+		fwd, bwd := 2*per, 2*per
+		if c.Software.TPGradOverlap && p.TP > 1 {
+			bwd = j.tpGradOverlapped(p, pl, parts, S)
+		}
+		tp = fwd + bwd
+		if p.Recompute == RecomputeFull {
+			tp += fwd
+		}
 	}
 	if p.CP > 1 {
 		core := parts.core
@@ -120,6 +123,30 @@ func (j Job) layerComm(p Plan, pl placement, parts computeParts) (tp, cp float64
 		}
 	}
 	return tp, cp
+}
+
+// tpGradOverlapped is the exposed tensor-parallel communication of one
+// layer's backward when the framework overlaps it asynchronously
+// (Software.TPGradOverlap): the collective on each column-parallel layer's
+// (QKV, MLP up) input gradient hides behind its dW GEMM, and under sp the
+// re-gather of its input behind its dX GEMM; the all-gathers of the
+// row-parallel layers' output gradients (sp) stay exposed:
+//
+//	no sp: Σ_col max(0, AR − dW)
+//	sp:    2·AG + Σ_col [max(0, RS − dW) + max(0, AG − dX)]
+func (j Job) tpGradOverlapped(p Plan, pl placement, parts computeParts, S float64) float64 {
+	c := j.Cluster
+	g := parts.linear
+	if !p.SP {
+		ar := c.allReduce(S, pl.tp)
+		return hideBehind(ar, g[0].dw) + hideBehind(ar, g[2].dw)
+	}
+	ag, rs := c.allGather(S, pl.tp), c.reduceScatter(S, pl.tp)
+	e := 2 * ag
+	for _, col := range []linearTime{g[0], g[2]} {
+		e += hideBehind(rs, col.dw) + hideBehind(ag, col.dx)
+	}
+	return e
 }
 
 // stage costs one micro-batch through stage s holding n layers, the
@@ -147,6 +174,9 @@ func (j Job) stage(p Plan, pl placement, lc layerCost, sp shapeParams, s int) st
 	if p.PP > 1 {
 		sc.pp = j.pipeComm(p, pl, layer, sp.pt)
 	}
+	if b := j.Cluster.Software.gradAccumBytes(p.Precision); b > 0 {
+		sc.compute.bwd += lc.k.stream(sp.params(s, n)*b, 1)
+	}
 	sc.zero = j.zeroPerMicroBatch(p, pl, layer, sc, sp, s, n)
 	return sc
 }
@@ -155,13 +185,17 @@ func (j Job) stage(p Plan, pl placement, lc layerCost, sp shapeParams, s int) st
 // stage: each of the vpp chunks receives an activation in the forward and a
 // gradient in the backward (2·vpp transfers of boundaryBytes). 1F1B and
 // GPipe exchange them synchronously between the two neighbours, so they
-// sit on the critical path; the interleaved schedule posts them
+// sit on the critical path (4·vpp when the engine blocks on each send and
+// each receive separately, Software.PPBlockingP2P); the interleaved schedule posts them
 // asynchronously and computes another chunk meanwhile, so only a
 // transfer's excess over one chunk's forward (or backward) is exposed.
 func (j Job) pipeComm(p Plan, pl placement, layer passTime, pt partition) float64 {
 	t := p2p(j.boundaryBytes(p), j.Cluster.link(pl.pp))
 	v := float64(p.VPP)
 	if p.Schedule != Interleaved {
+		if j.Cluster.Software.PPBlockingP2P {
+			return 4 * v * t
+		}
 		return 2 * v * t
 	}
 	chunk := layer.scale(pt.chunk)
@@ -176,6 +210,11 @@ func (j Job) pipeComm(p Plan, pl placement, layer passTime, pt partition) float6
 // reduce-scatters its gradients after; the next layer's gather is
 // prefetched behind the current layer's compute, so only the excess of
 // communication over compute is exposed, plus the first unit's gather.
+// The cluster's software decides how many collectives a layer's gather is
+// (Software.ZeRO3Modules, each paying its latency), whether full
+// recomputation gathers again in the backward (Software.ZeRO3Regather) and
+// whether the backward's gather is issued only after the previous layer's
+// backward, so that it is exposed whole (Software.ZeRO3BackwardPost).
 func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCost, sp shapeParams, s, n int) float64 {
 	c := j.Cluster
 	w, g := weightBytes(p.Precision), gradBytes(p.Precision)
@@ -186,12 +225,23 @@ func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCos
 		return math.Max(bucket, c.reduceScatter(P*g, pl.dp)-sc.compute.bwd-sc.compute.rc)
 	case 3:
 		nl := float64(n)
-		ag, rs := c.allGather(sp.layer*w, pl.dp), c.reduceScatter(sp.layer*g, pl.dp)
+		sw := c.Software
+		mods := sw.modules()
+		ag := mods * c.allGather(sp.layer*w/mods, pl.dp)
+		rs := mods * c.reduceScatter(sp.layer*g/mods, pl.dp)
+		bwdGathers := 1.0
+		if sw.ZeRO3Regather && p.Recompute == RecomputeFull {
+			bwdGathers = 2
+		}
 		perLayerTP := 0.0
 		if n > 0 {
 			perLayerTP = sc.tp / nl
 		}
-		exposed := nl * (math.Max(0, ag-layer.fwd-perLayerTP/3) + math.Max(0, ag+rs-layer.bwd-layer.rc))
+		bwd := math.Max(0, bwdGathers*ag+rs-layer.bwd-layer.rc)
+		if sw.ZeRO3BackwardPost {
+			bwd = ag + math.Max(0, (bwdGathers-1)*ag+rs-layer.bwd-layer.rc)
+		}
+		exposed := nl * (math.Max(0, ag-layer.fwd-perLayerTP/3) + bwd)
 		first := ag
 		if s == 0 || s == p.PP-1 {
 			first = math.Max(ag, c.allGather(sp.vocab*w, pl.dp))
@@ -203,7 +253,8 @@ func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCos
 
 // stepComm is the data-parallel traffic done once per step, and what of it
 // is exposed. ZeRO-0 all-reduces the gradients and ZeRO-1 reduce-scatters
-// them, bucket by bucket as the last micro-batch's backward produces them,
+// them, bucket by bucket as the last micro-batch's backward produces them
+// (one collective per 40M-parameter bucket, each paying its latency),
 // so all but the last bucket hide behind that backward (and, on stage s of
 // a pipeline, behind the s backward steps of the drain that follow it
 // elsewhere). ZeRO-1/2 then all-gather the updated parameters, hidden
@@ -225,12 +276,12 @@ func (j Job) stepComm(p Plan, pl placement, sp shapeParams, first, last stageCos
 		var e float64
 		switch p.ZeRO {
 		case 0:
-			e = math.Max(c.allReduce(bucket*g, pl.dp), c.allReduce(P*g, pl.dp)-window-slack)
+			e = math.Max(c.allReduce(bucket*g, pl.dp), bucketed(c.allReduce, P, g, pl.dp)-window-slack)
 		case 1:
-			e = math.Max(c.reduceScatter(bucket*g, pl.dp), c.reduceScatter(P*g, pl.dp)-window-slack)
+			e = math.Max(c.reduceScatter(bucket*g, pl.dp), bucketed(c.reduceScatter, P, g, pl.dp)-window-slack)
 		}
 		if p.ZeRO == 1 || p.ZeRO == 2 {
-			e += math.Max(c.allGather(bucket*w, pl.dp), c.allGather(P*w, pl.dp)-first.compute.fwd)
+			e += math.Max(c.allGather(bucket*w, pl.dp), bucketed(c.allGather, P, w, pl.dp)-first.compute.fwd)
 		}
 		exposed = math.Max(exposed, e)
 	}

@@ -1,0 +1,123 @@
+package plan
+
+import (
+	"fmt"
+	"math"
+)
+
+// Software is what the training stack on a cluster does with the
+// communication a plan implies: properties of the framework and its
+// collective library, not of the plan (Cluster.TPCommOverlap is another).
+// The zero value is the ideal framework: hierarchical collectives, one
+// ZeRO-3 gather per layer, prefetched, no regather under recomputation, no
+// asynchronous tensor-parallel backward. docs/PLANNER.md ("Clusters")
+// says which published stack has which.
+type Software struct {
+	// TPGradOverlap: the collective on a column-parallel layer's input
+	// gradient (an all-reduce, or a reduce-scatter under sp) runs while the
+	// layer's weight-gradient GEMM computes, and under sp the re-gather of
+	// that layer's input (which the dW GEMM needs) while its dX GEMM
+	// computes: Megatron-LM since 2022 (the asynchronous path of
+	// LinearWithGradAccumulationAndAsyncCommunication, on by default).
+	// File key tp_grad_overlap.
+	TPGradOverlap bool
+	// FlatRings: all-gathers, reduce-scatters and ring all-reduces over a
+	// group that spans nodes with several members per node run as one ring
+	// through all n members (NCCL's ring algorithm), n−1 steps each paying
+	// the inter-node latency, instead of the hierarchical schedule (k−1
+	// steps inside the node, nodes−1 across). The bandwidth term is the
+	// same: the ring's k channels each cross one of the node's k rails.
+	// File key flat_rings.
+	FlatRings bool
+	// ZeRO3Modules is how many collectives one layer's ZeRO-3 gather (and
+	// its gradient reduce-scatter) is split into: 1 (or 0) when the
+	// framework gathers each transformer layer as one unit (FSDP's
+	// transformer auto-wrap, torchtitan's per-block fully_shard), 4 when it
+	// gathers each linear module on its own (DeepSpeed ZeRO-3's per-module
+	// hooks). Each collective pays its own latency. File key zero3_modules.
+	ZeRO3Modules int
+	// ZeRO3Regather: full recomputation gathers a layer's parameters again
+	// inside the backward (DeepSpeed ZeRO-3 releases them after the
+	// recomputed forward and fetches them again for the backward; FSDP's
+	// checkpoint inside the wrapped unit reuses the backward's one
+	// gather). File key zero3_regather.
+	ZeRO3Regather bool
+	// ZeRO3BackwardPost: the backward's gather of the next layer is issued
+	// only after the current layer's backward has finished (FSDP's
+	// BACKWARD_POST prefetch, Composer's default), so each layer's
+	// backward waits for its whole gather; the ideal (and FSDP's
+	// BACKWARD_PRE, FSDP2's default) issues it before, behind the current
+	// layer's compute. File key zero3_backward_post.
+	ZeRO3BackwardPost bool
+	// PPBlockingP2P: the pipeline engine sends and receives each
+	// activation and gradient as its own blocking transfer, four per
+	// micro-batch and chunk on a middle stage, where Megatron pairs a send
+	// with the receive that follows it (two): DeepSpeed's pipeline engine
+	// (Megatron-DeepSpeed, GPT-NeoX). File key pp_blocking_p2p.
+	PPBlockingP2P bool
+	// GradAccumPass: bf16 gradients are added into an fp32 accumulator by
+	// a separate memory-bound pass after every micro-batch's backward
+	// (read 2 + read 4 + write 4 bytes per parameter of the stage), where
+	// Megatron accumulates in fp32 inside the dW GEMM: DeepSpeed's bf16
+	// optimizer. File key grad_accum_pass.
+	GradAccumPass bool
+}
+
+// gradAccumBytes is what GradAccumPass moves per parameter and micro-batch
+// for precision p: bf16 and fp8 weights have bf16 gradients accumulated
+// into fp32; fp16 and fp32 accumulate in their own type inside autograd.
+func (s Software) gradAccumBytes(p Precision) float64 {
+	if !s.GradAccumPass || (p != BF16 && p != FP8) {
+		return 0
+	}
+	return 2 + 4 + 4
+}
+
+// validate names the first field out of range.
+func (s Software) validate(cluster string) error {
+	if s.ZeRO3Modules < 0 || s.ZeRO3Modules > 64 {
+		return fmt.Errorf("plan: cluster %s: zero3_modules=%d: must be between 1 and 64 (0 means 1)", cluster, s.ZeRO3Modules)
+	}
+	return nil
+}
+
+// modules is the number of ZeRO-3 collectives per layer and direction.
+func (s Software) modules() float64 { return float64(max(1, s.ZeRO3Modules)) }
+
+// flatRing is a reduce-scatter or all-gather of S bytes as one ring over
+// the g.n members of a group spread k per node over several nodes:
+//
+//	t = (n−1)·α_inter + (n−1)/n · S / min(k·β_inter, β_intra)
+//
+// every step waits for the slowest hop (an inter-node one); the k channels
+// of the ring each leave the node through one of its k rails, so a node
+// moves k·β_inter, unless NVLink is the narrower.
+func (c Cluster) flatRing(S float64, g group) float64 {
+	n := float64(g.n)
+	bw := math.Min(float64(g.k)*c.Inter.BW, c.Intra.BW)
+	return (n-1)*c.Inter.Latency + (n-1)/n*S/bw
+}
+
+// flatRingAllReduce is NCCL's choice over the whole group: two rings, or a
+// double binary tree across all n members (2·⌈log2 n⌉ inter-node steps).
+func (c Cluster) flatRingAllReduce(S float64, g group) float64 {
+	bw := math.Min(float64(g.k)*c.Inter.BW, c.Intra.BW)
+	tree := 2*math.Ceil(math.Log2(float64(g.n)))*c.Inter.Latency + 2*S/bw
+	return math.Min(2*c.flatRing(S, g), tree)
+}
+
+// buckets splits P parameters into the framework's gradient buckets: how
+// many collectives a data-parallel reduction of P issues (each pays its
+// latency), at least one.
+func buckets(P float64) float64 { return math.Max(1, math.Ceil(P/bucketParams)) }
+
+// bucketed is a collective f on P parameters of b bytes each, issued as
+// buckets(P) collectives of equal size.
+func bucketed(f func(float64, group) float64, P, b float64, g group) float64 {
+	n := buckets(P)
+	return n * f(P*b/n, g)
+}
+
+// hideBehind is what of a collective c stays exposed when it runs
+// concurrently with independent compute g.
+func hideBehind(c, g float64) float64 { return math.Max(0, c-g) }
