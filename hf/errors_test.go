@@ -15,7 +15,7 @@ func TestReadRefuses(t *testing.T) {
 	cfg := tiny()
 	w := weights(t, cfg)
 	good := t.TempDir()
-	if err := Write(good, cfg, w, safetensors.F32); err != nil {
+	if err := Write(good, Model{Config: cfg, W: w}, safetensors.F32); err != nil {
 		t.Fatal(err)
 	}
 	f, err := safetensors.ReadFile(filepath.Join(good, WeightsFile))
@@ -103,7 +103,7 @@ func TestReadRefuses(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, _, err := Read(c.dir(t))
+			_, err := Read(c.dir(t))
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v, want it to contain %q", err, c.want)
 			}
@@ -117,7 +117,7 @@ func TestReadRefuses(t *testing.T) {
 		}
 		return append(ts, head(1))
 	}, "", "")
-	if _, back, err := Read(filepath.Join(ok, WeightsFile)); err != nil || back[len(back)-1] != w[len(w)-1] {
+	if m, err := Read(filepath.Join(ok, WeightsFile)); err != nil || m.W[len(m.W)-1] != w[len(w)-1] {
 		t.Fatalf("unprefixed names with a tied lm_head: %v", err)
 	}
 }

@@ -50,13 +50,14 @@ func TestRoundTrip(t *testing.T) {
 	for _, dt := range []safetensors.DType{safetensors.F32, safetensors.BF16, safetensors.F16} {
 		t.Run(string(dt), func(t *testing.T) {
 			dir := t.TempDir()
-			if err := Write(dir, cfg, w, dt); err != nil {
+			if err := Write(dir, Model{Config: cfg, W: w}, dt); err != nil {
 				t.Fatal(err)
 			}
-			got, back, err := Read(dir)
+			m, err := Read(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
+			got, back := m.Config, m.W
 			if got != cfg {
 				t.Fatalf("config %+v, want %+v", got, cfg)
 			}
@@ -82,7 +83,7 @@ func TestLayout(t *testing.T) {
 	cfg := tiny()
 	w := weights(t, cfg)
 	dir := t.TempDir()
-	if err := Write(dir, cfg, w, safetensors.F32); err != nil {
+	if err := Write(dir, Model{Config: cfg, W: w}, safetensors.F32); err != nil {
 		t.Fatal(err)
 	}
 	f, err := safetensors.ReadFile(filepath.Join(dir, WeightsFile))
@@ -172,7 +173,7 @@ func TestMatchesPyTorch(t *testing.T) {
 	cfg := tiny()
 	w := weights(t, cfg)
 	dir := t.TempDir()
-	if err := Write(dir, cfg, w, safetensors.F32); err != nil {
+	if err := Write(dir, Model{Config: cfg, W: w}, safetensors.F32); err != nil {
 		t.Fatal(err)
 	}
 	fixture := filepath.Join("testdata", "torch_logits.safetensors")

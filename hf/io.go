@@ -19,12 +19,26 @@ const (
 	ConfigFile  = "config.json"
 )
 
-// Write saves the flat weights w (cfg.Layout()) as a Hugging Face GPT-2
-// model directory: dir/model.safetensors (tensors of dtype, F32, BF16 or
-// F16) and dir/config.json. Each file is written to a temporary name and
-// renamed, so an interrupted export leaves no half-written file under the
-// final names.
-func Write(dir string, cfg model.Config, w []float32, dtype safetensors.DType) error {
+// Model is a GPT-2's configuration and weights, the flat vector in
+// Config.Layout() order, with the safetensors metadata (Trellis records
+// its tokenizer there as "trellis.tokenizer").
+type Model struct {
+	Config model.Config
+	W      []float32
+	Meta   map[string]string
+}
+
+// MetaTokenizer is the metadata key of the tokenizer a Trellis export was
+// trained with.
+const MetaTokenizer = "trellis.tokenizer"
+
+// Write saves m as a Hugging Face GPT-2 model directory:
+// dir/model.safetensors (tensors of dtype, F32, BF16 or F16) and
+// dir/config.json. Each file is written to a temporary name and renamed,
+// so an interrupted export leaves no half-written file under the final
+// names.
+func Write(dir string, m Model, dtype safetensors.DType) error {
+	cfg, w := m.Config, m.W
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -54,6 +68,9 @@ func Write(dir string, cfg model.Config, w []float32, dtype safetensors.DType) e
 		return fmt.Errorf("hf: %w", err)
 	}
 	meta := map[string]string{"format": "pt", "producer": "trellis"}
+	for k, v := range m.Meta {
+		meta[k] = v
+	}
 	if err := safetensors.WriteFile(filepath.Join(dir, WeightsFile), ts, meta); err != nil {
 		return err
 	}
@@ -67,29 +84,55 @@ func Write(dir string, cfg model.Config, w []float32, dtype safetensors.DType) e
 // lm_head.weight must equal wte (Trellis ties them); any other tensor is
 // an error naming it (the attention mask buffers older exports carry,
 // "….attn.bias" and "….attn.masked_bias", are skipped).
-func Read(path string) (model.Config, []float32, error) {
+func Read(path string) (Model, error) {
+	cfg, weights, err := ReadConfig(path)
+	if err != nil {
+		return Model{}, err
+	}
+	f, err := safetensors.ReadFile(weights)
+	if err != nil {
+		return Model{Config: cfg}, err
+	}
+	w, err := unpack(f, cfg)
+	return Model{Config: cfg, W: w, Meta: f.Metadata()}, err
+}
+
+// ReadConfig reads only config.json of the model at path (a directory or
+// its model.safetensors) and returns the model configuration and the
+// weights file's path.
+func ReadConfig(path string) (model.Config, string, error) {
 	dir, weights := path, filepath.Join(path, WeightsFile)
 	if st, err := os.Stat(path); err == nil && !st.IsDir() {
 		dir, weights = filepath.Dir(path), path
 	}
 	cb, err := os.ReadFile(filepath.Join(dir, ConfigFile))
 	if err != nil {
-		return model.Config{}, nil, fmt.Errorf("hf: %w (a Hugging Face model needs its config.json beside %s)", err, filepath.Base(weights))
+		return model.Config{}, "", fmt.Errorf("hf: %w (a Hugging Face model needs its config.json beside %s)", err, filepath.Base(weights))
 	}
 	h, err := ParseConfig(cb)
 	if err != nil {
-		return model.Config{}, nil, fmt.Errorf("hf: %s: %w", dir, err)
+		return model.Config{}, "", fmt.Errorf("hf: %s: %w", dir, err)
 	}
 	cfg, err := h.ModelConfig()
 	if err != nil {
-		return cfg, nil, fmt.Errorf("hf: %s: %w", dir, err)
+		return cfg, "", fmt.Errorf("hf: %s: %w", dir, err)
 	}
-	f, err := safetensors.ReadFile(weights)
-	if err != nil {
-		return cfg, nil, err
+	return cfg, weights, nil
+}
+
+// IsModelDir reports whether path is a Hugging Face model directory (or
+// its weights file): config.json and model.safetensors side by side.
+func IsModelDir(path string) bool {
+	dir := path
+	if st, err := os.Stat(path); err == nil && !st.IsDir() {
+		dir = filepath.Dir(path)
 	}
-	w, err := unpack(f, cfg)
-	return cfg, w, err
+	for _, f := range []string{ConfigFile, WeightsFile} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || !st.Mode().IsRegular() {
+			return false
+		}
+	}
+	return true
 }
 
 // unpack fills the flat vector from f's tensors.

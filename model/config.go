@@ -32,6 +32,11 @@ type Config struct {
 	SeqLen  int     `toml:"seq_len" json:"seq_len"` // T, the context length
 	Vocab   int     `toml:"vocab" json:"vocab"`     // V, the vocabulary size
 	Dropout float64 `toml:"dropout" json:"dropout"` // probability in [0, 1); 0 disables dropout
+	// Init, if set, is a Hugging Face GPT-2 model (its directory, or its
+	// model.safetensors with config.json beside it) whose weights a new run
+	// starts from instead of GPT-2's random initialisation (fine-tuning).
+	// Its shape must be this config's.
+	Init string `toml:"init" json:"init,omitempty"`
 }
 
 // Validate names the first field that breaks a rule.

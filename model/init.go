@@ -29,6 +29,21 @@ func InitRange(cfg Config, seed uint64, dst []float32, lo, hi int) error {
 // each local element gets the value of the global element it holds, so
 // every tensor-parallel split has the same global weights; padding is 0.
 func InitPart(cfg Config, p Part, seed uint64, dst []float32, lo, hi int) error {
+	return InitPartWith(cfg, p, Init{Seed: seed}, dst, lo, hi)
+}
+
+// Init is where initial weights come from: GPT-2's initialisation keyed by
+// Seed or, when Weights is set, those global weights (cfg.Layout() order,
+// e.g. a Hugging Face model to fine-tune). Either way every element is a
+// function of its global index, so every plan starts from the same model.
+type Init struct {
+	Seed    uint64
+	Weights []float32 // (Layout.Size) global weights; nil: from Seed
+}
+
+// InitPartWith is InitPart from in: the local elements [lo, hi) of part p
+// get the values of the global elements they hold; padding is 0.
+func InitPartWith(cfg Config, p Part, in Init, dst []float32, lo, hi int) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -38,6 +53,12 @@ func InitPart(cfg Config, p Part, seed uint64, dst []float32, lo, hi int) error 
 	lay := cfg.PartLayout(p)
 	if lo < 0 || hi > lay.Size || lo > hi || len(dst) != hi-lo {
 		return fmt.Errorf("model: InitRange [%d, %d) with %d values: want 0 <= lo <= hi <= %d and len(dst) = hi−lo", lo, hi, len(dst), lay.Size)
+	}
+	var global Layout
+	if in.Weights != nil {
+		if global = cfg.Layout(); len(in.Weights) != global.Size {
+			return fmt.Errorf("model: %d initial weights, the model has %d", len(in.Weights), global.Size)
+		}
 	}
 	resid := InitStd / math.Sqrt(2*float64(cfg.Layers))
 	for _, u := range lay.Units {
@@ -49,7 +70,12 @@ func InitPart(cfg Config, p Part, seed uint64, dst []float32, lo, hi int) error 
 			if a >= b {
 				continue
 			}
-			initTensor(t, seed, resid, dst[a-lo:b-lo], a-t.Offset)
+			if in.Weights != nil {
+				g, _ := global.Tensor(t.Name)
+				copyTensor(t, in.Weights[g.Offset:g.Offset+g.Size], dst[a-lo:b-lo], a-t.Offset)
+				continue
+			}
+			initTensor(t, in.Seed, resid, dst[a-lo:b-lo], a-t.Offset)
 		}
 	}
 	return nil
@@ -79,6 +105,19 @@ func initTensor(t Tensor, seed uint64, resid float64, out []float32, at int) {
 		a, b := max(at, local), min(end, local+n)
 		if a < b {
 			key.FillNormal(out[a-at:b-at], uint64(global+a-local), 0, std)
+		}
+	})
+}
+
+// copyTensor writes t's local elements [at, at+len(out)) from the whole
+// global tensor src, mapping them through t.Global; padding is 0.
+func copyTensor(t Tensor, src, out []float32, at int) {
+	clear(out)
+	end := at + len(out)
+	t.Global.Runs(t.Valid(), func(local, global, n int) {
+		a, b := max(at, local), min(end, local+n)
+		if a < b {
+			copy(out[a-at:b-at], src[global+a-local:global+b-local])
 		}
 	})
 }

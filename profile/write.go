@@ -26,6 +26,7 @@ func (r *Result) WriteTOML(w io.Writer) error {
 	p("# A device is one rank of %d kernel thread(s) (%s kernels); a node is this host.", r.Threads, r.ISA)
 	p("name = %q", "this-host")
 	p("devices_per_node = %d", per)
+	p("engine_stash = true   # the ranks run the Trellis engine: its activation formula")
 	p("")
 	p("[device]")
 	p("name = %q", fmt.Sprintf("%s, %d thread(s)", r.CPU, r.Threads))

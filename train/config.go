@@ -189,8 +189,9 @@ type settings struct {
 	accum      int     // micro-steps per optimizer step
 	peak       float64 // FLOP/s of the cores the ranks use (MFU's denominator)
 	enginePlan plan.Plan
-	runID      string // the run's identity (claimDir), recorded in its checkpoints
-	warmup     int    // train.warmup clamped to train.steps
+	runID      string    // the run's identity (claimDir), recorded in its checkpoints
+	init       []float32 // [model] init's global weights (loadInit); nil: random
+	warmup     int       // train.warmup clamped to train.steps
 }
 
 // resolve validates the job and derives everything the ranks need.
@@ -206,6 +207,9 @@ func (j Job) resolve() (settings, error) {
 		return s, err
 	}
 	if err := j.checkVocab(); err != nil {
+		return s, err
+	}
+	if err := j.checkInit(); err != nil {
 		return s, err
 	}
 	if err := j.Checkpoint.Validate(); err != nil {

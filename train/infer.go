@@ -6,16 +6,15 @@ import (
 	"math"
 
 	"trellis/checkpoint"
-	"trellis/data"
 	"trellis/device"
 	"trellis/model"
 	"trellis/ops"
-	"trellis/parallel/flat"
 )
 
 // SampleOptions configures SampleCheckpoint.
 type SampleOptions struct {
-	Checkpoint  string // a step directory or a checkpoint root (latest step)
+	Checkpoint  string // a step directory, a checkpoint root (latest step) or a Hugging Face model directory
+	Tokenizer   string // "" : the one the checkpoint records (or its vocabulary implies)
 	Prompt      string
 	Tokens      int
 	Temperature float64
@@ -54,41 +53,35 @@ func SampleCheckpoint(o SampleOptions) (string, error) {
 	if err := o.Validate(); err != nil {
 		return "", err
 	}
-	c, err := checkpoint.Open(o.Checkpoint)
-	if err != nil {
-		return "", err
-	}
-	var m Meta
-	if err := c.DecodeMeta(&m); err != nil {
-		return "", err
-	}
-	cfg := m.Job.Model
-	if err := cfg.Validate(); err != nil {
-		return "", fmt.Errorf("%s: %w", c.Dir(), err)
-	}
-	tok, err := data.NewTokenizer(m.Job.Data.Tokenizer)
-	if err != nil {
-		return "", err
-	}
 	k, err := ops.New(ops.Config{Threads: o.Threads})
 	if err != nil {
 		return "", err
 	}
-	// Weights and gradients (NewFlatParams holds both) and a runner for one
-	// sequence, against the machine's memory, before allocating.
-	need := 8*cfg.ParamCount() + cfg.RunnerBytes(1, min(k.Threads(), cfg.Heads)) + layerBookkeeping*float64(cfg.Layers)
-	if phys := physicalMemory(); need >= 1<<62 || (phys > 0 && need > float64(phys)) {
-		return "", fmt.Errorf("%s: the model (%v) needs at least %s to sample, more than this machine's memory, %s",
-			c.Dir(), cfg, fmtEstimate(need), device.FormatBytes(phys))
+	// The weights, their gradients (NewFlatParams holds both) and a runner
+	// for one sequence, against the machine's memory, before allocating.
+	fits := func(cfg model.Config) error {
+		need := 8*cfg.ParamCount() + cfg.RunnerBytes(1, min(k.Threads(), cfg.Heads)) + layerBookkeeping*float64(cfg.Layers)
+		if phys := physicalMemory(); need >= 1<<62 || (phys > 0 && need > float64(phys)) {
+			return fmt.Errorf("the model (%v) needs at least %s to sample, more than this machine's memory, %s",
+				cfg, fmtEstimate(need), device.FormatBytes(phys))
+		}
+		return nil
 	}
+	ws, err := LoadWeights(o.Checkpoint, fits)
+	if err != nil {
+		return "", err
+	}
+	tok, err := ws.tokenizerFor(o.Tokenizer)
+	if err != nil {
+		return "", err
+	}
+	cfg := ws.Model
 	dev := device.New(device.Config{})
 	fp, err := model.NewFlatParams(cfg, dev)
 	if err != nil {
 		return "", err
 	}
-	if err := flat.Read(c, flat.TensorsOf(cfg.Layout()), "", 0, fp.W); err != nil {
-		return "", err
-	}
+	copy(fp.W, ws.W)
 	gpt, err := model.New(model.Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: 1})
 	if err != nil {
 		return "", err

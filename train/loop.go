@@ -36,7 +36,7 @@ func runRank(ctx context.Context, o Options, s settings, loader *data.Loader, re
 			return nil, err
 		}
 		start, pos = res.meta.Step, res.meta.Position
-	} else if err := r.st.Init(o.Job.Train.Seed); err != nil {
+	} else if err := initWeights(r.st, o.Job.Train.Seed, s.init); err != nil {
 		return nil, err
 	}
 	end := o.Job.Train.Steps

@@ -107,6 +107,11 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	if res == nil {
+		if s.init, err = o.Job.loadInit(o.Log); err != nil {
+			return nil, err
+		}
+	}
 	if o.World != nil {
 		if o.World.Size() != s.ranks {
 			return nil, fmt.Errorf("train: the plan %s needs %d ranks, the launch started %d", s.enginePlan.Short(), s.ranks, o.World.Size())

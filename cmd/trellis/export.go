@@ -29,15 +29,19 @@ model.safetensors in Hugging Face GPT-2 naming (Conv1D weights stored
 			if dt != safetensors.F32 && dt != safetensors.BF16 && dt != safetensors.F16 {
 				return fmt.Errorf("--dtype=%q: want f32, bf16 or f16", dtype)
 			}
-			m, w, err := train.CheckpointWeights(ckpt)
+			ws, err := train.LoadWeights(ckpt, nil)
 			if err != nil {
 				return err
 			}
-			if err := hf.Write(out, m.Job.Model, w, dt); err != nil {
+			m := hf.Model{Config: ws.Model, W: ws.W}
+			if ws.Tokenizer != "" {
+				m.Meta = map[string]string{hf.MetaTokenizer: ws.Tokenizer}
+			}
+			if err := hf.Write(out, m, dt); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/{%s,%s}: %d parameters (%s) from step %d\n",
-				out, hf.WeightsFile, hf.ConfigFile, len(w), strings.ToLower(dtype), m.Step)
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/{%s,%s}: %d parameters (%s) from %s\n",
+				out, hf.WeightsFile, hf.ConfigFile, len(ws.W), strings.ToLower(dtype), ws.Source)
 			return nil
 		},
 	}

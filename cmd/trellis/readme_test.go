@@ -164,6 +164,9 @@ func tinyCommand(t *testing.T, dir string, c readmeCmd) (args []string, ok bool)
 	if w[0] == "sample" {
 		w = append(w, "--tokens", "8")
 	}
+	if w[0] == "profile" {
+		w = append(w, "--quick", "--backends", "local")
+	}
 	if w[0] == "train" || w[0] == "launch" {
 		for _, s := range tinySets {
 			w = append(w, "--set", s)

@@ -153,12 +153,15 @@ func (s *State) GradsDone(int) error { return nil }
 
 // Init writes the initial weights of the held units, keyed by global
 // element index: the same values one device has.
-func (s *State) Init(seed uint64) error {
+func (s *State) Init(seed uint64) error { return s.InitWith(model.Init{Seed: seed}) }
+
+// InitWith is Init from in (a seed or given global weights).
+func (s *State) InitWith(in model.Init) error {
 	lay := s.cfg.Model.Layout()
 	for _, u := range s.cfg.Units {
 		un := lay.Units[u]
 		o := s.off[u]
-		if err := model.InitRange(s.cfg.Model, seed, s.w.Data[o:o+un.Size], un.Offset, un.Offset+un.Size); err != nil {
+		if err := model.InitPartWith(s.cfg.Model, model.Part{}, in, s.w.Data[o:o+un.Size], un.Offset, un.Offset+un.Size); err != nil {
 			return err
 		}
 	}

@@ -62,8 +62,11 @@ func New(c Config) (*Strategy, error) {
 }
 
 // Init writes the initial weights for seed.
-func (s *Strategy) Init(seed uint64) error {
-	return model.InitPart(s.cfg, s.c.Part, seed, s.W, 0, len(s.W))
+func (s *Strategy) Init(seed uint64) error { return s.InitWith(model.Init{Seed: seed}) }
+
+// InitWith writes the initial weights from in (a seed or given weights).
+func (s *Strategy) InitWith(in model.Init) error {
+	return model.InitPartWith(s.cfg, s.c.Part, in, s.W, 0, len(s.W))
 }
 
 // BeginStep zeroes the gradients.

@@ -214,14 +214,17 @@ func (s *Strategy) alloc() error {
 
 // Init writes the initial weights of what this rank holds: every weight
 // (stages 1, 2) or its chunks (3), the same values a single device has.
-func (s *Strategy) Init(seed uint64) error {
+func (s *Strategy) Init(seed uint64) error { return s.InitWith(model.Init{Seed: seed}) }
+
+// InitWith is Init from in (a seed or given global weights).
+func (s *Strategy) InitWith(in model.Init) error {
 	for i := range s.bk {
 		b := &s.bk[i]
 		var err error
 		if s.cfg.Stage < 3 {
-			err = model.InitPart(s.cfg.Model, s.cfg.Part, seed, b.full[:b.Len], b.Offset, b.Offset+b.Len)
+			err = model.InitPartWith(s.cfg.Model, s.cfg.Part, in, b.full[:b.Len], b.Offset, b.Offset+b.Len)
 		} else {
-			err = model.InitPart(s.cfg.Model, s.cfg.Part, seed, b.p[:b.valid], b.lo, b.lo+b.valid)
+			err = model.InitPartWith(s.cfg.Model, s.cfg.Part, in, b.p[:b.valid], b.lo, b.lo+b.valid)
 		}
 		if err != nil {
 			return err
