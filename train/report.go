@@ -24,6 +24,7 @@ type reporter struct {
 	peak     float64 // FLOP/s of the cores in use
 	bar      *progressbar.ProgressBar
 	tps, mfu []float64
+	budget   int64 // bytes per device, 0: none
 }
 
 func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
@@ -34,6 +35,10 @@ func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
 	rep.tokens = float64(o.Job.Train.GlobalBatch * o.Job.Model.SeqLen)
 	rep.flops = o.Job.Model.FLOPsPerToken()
 	rep.peak = s.peak
+	rep.budget = s.budget
+	if o.Observer != nil {
+		o.Observer.Start(runInfo(o, s, start, end))
+	}
 	o.Log.Info("run", "plan", s.enginePlan.Short(), "ranks", s.ranks, "threads_per_rank", s.threads,
 		"params", o.Job.Model.NumParams(), "accum", s.accum, "tokens_per_step", int(rep.tokens),
 		"kernels", r.k.ISA(), "device_memory", budgetText(s.budget), "from_step", start, "to_step", end)
@@ -63,6 +68,7 @@ type metricsLine struct {
 	TokensPerS float64       `json:"tokens_per_s"`
 	MFU        float64       `json:"mfu"`
 	StepS      float64       `json:"step_s"`
+	Budget     int64         `json:"budget,omitempty"` // bytes per device
 	Ranks      []metricsRank `json:"ranks"`
 }
 
@@ -86,8 +92,8 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 	tps := rep.tokens / dt.Seconds()
 	mfu := tps * rep.flops / rep.peak
 	rep.tps, rep.mfu = append(rep.tps, tps), append(rep.mfu, mfu)
-	if rep.o.Metrics != nil {
-		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds()}
+	if rep.o.Metrics != nil || rep.o.Observer != nil {
+		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds(), Budget: rep.budget}
 		if !math.IsNaN(val) {
 			m.ValLoss = &val
 		}
@@ -97,7 +103,12 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 				Comm: s.Peak[device.Comm], Peak: s.PeakAll, CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds()})
 		}
 		b, _ := json.Marshal(m)
-		fmt.Fprintf(rep.o.Metrics, "%s\n", b)
+		if rep.o.Metrics != nil {
+			fmt.Fprintf(rep.o.Metrics, "%s\n", b)
+		}
+		if rep.o.Observer != nil {
+			rep.o.Observer.Step(b)
+		}
 	}
 	if rep.bar != nil {
 		d := fmt.Sprintf("loss %.3f", res.loss)
@@ -132,6 +143,9 @@ func (rep *reporter) sample(done int, txt string) {
 		rep.bar.Clear()
 	}
 	fmt.Fprintf(rep.o.Out, "--- sample at step %d ---\n%s%s\n---\n", done, rep.o.Job.Train.Prompt, txt)
+	if rep.o.Observer != nil {
+		rep.o.Observer.Sample(done, rep.o.Job.Train.Prompt+txt)
+	}
 }
 
 func (rep *reporter) saved(done int, dir string) {

@@ -39,6 +39,8 @@ type Options struct {
 	// World is this process's world group when ranks are processes
 	// (comm/tcp); nil runs every rank as a goroutine here (comm/local).
 	World comm.Group
+	// Observer, if set, sees rank 0's reports as they happen (observe.go).
+	Observer Observer
 }
 
 // Summary is what a run reports at its end.

@@ -54,6 +54,7 @@ cluster file (see docs/PLANNER.md).`,
 	fl.IntVar(&f.top, "top", 5, "how many plans to show")
 	fl.StringVar(&f.explain, "explain", "", "explain one plan (missing keys take their defaults): why it is rejected or slower")
 	fl.BoolVar(&f.json, "json", false, "print JSON")
+	addServeFlag(c, &f) // plan_serve.go
 	return c
 }
 

@@ -25,6 +25,7 @@ type trainFlags struct {
 	parallel, deviceMemory  string
 	devices, until          int
 	backend                 string
+	dashboard               string // listen address of the live dashboard (dashboard.go)
 }
 
 func newTrainCmd() *cobra.Command {
@@ -51,6 +52,7 @@ job is the starting point.`,
 	fl.StringVar(&f.resume, "resume", "", "continue from this checkpoint (a step directory or a checkpoint root)")
 	fl.IntVar(&f.until, "until", 0, "stop after this step, checkpointing first")
 	fl.StringVar(&f.metrics, "metrics", "", "write one JSON object per step to this file")
+	fl.StringVar(&f.dashboard, "dashboard", "", "serve a live dashboard at this address while training, e.g. :8080")
 	return c
 }
 
@@ -105,6 +107,13 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 		mf := &lazyFile{path: f.metrics}
 		defer mf.Close()
 		opts.Metrics = mf
+	}
+	if f.dashboard != "" && !quiet {
+		d, derr := startDashboard(f.dashboard, &opts, log)
+		if derr != nil {
+			return derr
+		}
+		defer func() { d.finish(err) }()
 	}
 	_, err = train.Run(ctx, opts)
 	return err
