@@ -46,8 +46,9 @@ func (p *page) reqs() []string {
 	return append([]string(nil), p.requests...)
 }
 
-// newPage starts Chromium, or skips the test when there is none.
-func newPage(t *testing.T) *page {
+// browser starts headless Chromium, or skips the test when there is none
+// (fails instead when TRELLIS_BROWSER_TESTS=require, as in CI).
+func browser(t *testing.T) context.Context {
 	t.Helper()
 	exe := ""
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
@@ -57,19 +58,29 @@ func newPage(t *testing.T) *page {
 		}
 	}
 	if exe == "" {
+		if os.Getenv("TRELLIS_BROWSER_TESTS") == "require" {
+			t.Fatal("TRELLIS_BROWSER_TESTS=require and no chromium on PATH")
+		}
 		t.Skip("browser test skipped: no chromium on PATH (Debian: apt-get install chromium)")
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU)
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	return actx
+}
+
+// newPage opens a tab of the browser.
+func newPage(t *testing.T, browser context.Context) *page {
+	t.Helper()
 	p := &page{}
-	ctx, cancel := chromedp.NewContext(actx, chromedp.WithListener(func(ev any) {
+	ctx, cancel := chromedp.NewContext(browser, chromedp.WithListener(func(ev any) {
 		if e, ok := ev.(*network.EventRequestWillBeSent); ok {
 			p.mu.Lock()
 			p.requests = append(p.requests, e.Request.URL)
 			p.mu.Unlock()
 		}
 	}))
-	t.Cleanup(func() { cancel(); cancelA() })
+	t.Cleanup(cancel)
 	p.ctx = ctx
 	msgs := chromedp.Console(ctx)
 	go func() {
@@ -85,6 +96,14 @@ func newPage(t *testing.T) *page {
 		}
 	}()
 	return p
+}
+
+// TestBrowser runs the browser tests serially in one Chromium, a tab each.
+func TestBrowser(t *testing.T) {
+	b := browser(t)
+	t.Run("dashboard", func(t *testing.T) { testDashboard(t, newPage(t, b)) })
+	t.Run("report", func(t *testing.T) { testReport(t, newPage(t, b)) })
+	t.Run("plan-explorer", func(t *testing.T) { testPlanExplorer(t, newPage(t, b)) })
 }
 
 // eval runs a JavaScript expression, failing the test on error.
@@ -158,11 +177,10 @@ func metricsLines(t *testing.T, path string) [][]byte {
 	return bytes.Split(bytes.TrimSpace(b), []byte("\n"))
 }
 
-// TestBrowserDashboard: a real run's dashboard shows a loss point per step
+// testDashboard: a real run's dashboard shows a loss point per step
 // logged and memory bars equal to --metrics, mid-run and after it, and
 // updates in place while the run goes on.
-func TestBrowserDashboard(t *testing.T) {
-	p := newPage(t)
+func testDashboard(t *testing.T, p *page) {
 	const steps, mid = 6, 3
 	path := filepath.Join(t.TempDir(), "run.jsonl")
 	mf, err := os.Create(path)
@@ -212,10 +230,9 @@ func TestBrowserDashboard(t *testing.T) {
 	}
 }
 
-// TestBrowserReport: a finished run's report renders from a file with no
+// testReport: a finished run's report renders from a file with no
 // request beyond the file itself and no console error.
-func TestBrowserReport(t *testing.T) {
-	p := newPage(t)
+func testReport(t *testing.T, p *page) {
 	metrics := tinyRun(t, 5)
 	out := filepath.Join(t.TempDir(), "report.html")
 	if err := runReport(metrics, reportFlags{out: out}); err != nil {
@@ -246,10 +263,9 @@ func TestBrowserReport(t *testing.T) {
 	}
 }
 
-// TestBrowserPlanExplorer: the explorer's best plan is `trellis plan
+// testPlanExplorer: the explorer's best plan is `trellis plan
 // --json`'s first, for the flags' inputs and for inputs typed in the form.
-func TestBrowserPlanExplorer(t *testing.T) {
-	p := newPage(t)
+func testPlanExplorer(t *testing.T, p *page) {
 	f := planFlags{model: "gpt2", cluster: "dgx-h100", devices: 8, seq: 1024, batch: 64, top: 5}
 	srv := httptest.NewServer(newExplorer(f))
 	defer srv.Close()
