@@ -228,8 +228,8 @@ func meshTable(groups map[string][][]int) string {
 	b.WriteString(`<table class="mesh"><tr><th>axis</th><th>groups (ranks)</th></tr>`)
 	for _, ax := range []string{"pp", "dp", "cp", "tp"} {
 		gs, ok := groups[ax]
-		if !ok {
-			continue
+		if !ok || (ax != "dp" && len(gs) > 0 && len(gs[0]) < 2) {
+			continue // an axis of size 1: every rank alone in its group
 		}
 		fmt.Fprintf(&b, `<tr data-axis="%s"><th>%s</th><td>`, ax, ax)
 		for i, g := range gs {
