@@ -46,6 +46,8 @@ var layer = map[string]int{
 	"train":            7,
 	"cmd/trellis":      8,
 	"internal/testenv": 0,
+	"viz":              1, // pages and SVG from metrics, traces and plans: no runtime package
+	"dashboard":        2, // serves viz pages; never train (it gets metrics through train.Observer)
 }
 
 const module = "trellis"
