@@ -110,8 +110,18 @@ func form(in PlanInputs) template.HTML {
 	var b strings.Builder
 	b.WriteString(`<form class="inputs" method="get" action="">`)
 	field := func(name, label, val, hint string) {
-		fmt.Fprintf(&b, `<label>%s <input name="%s" value="%s" title="%s"></label>`,
-			label, name, template.HTMLEscapeString(val), template.HTMLEscapeString(hint))
+		fmt.Fprintf(&b, `<label>%s <input name="%s" value="%s" title="%s" list="%s-choices"></label>`,
+			label, name, template.HTMLEscapeString(val), template.HTMLEscapeString(hint), name)
+	}
+	for _, l := range []struct {
+		id    string
+		names []string
+	}{{"model", plan.ModelPresetNames()}, {"cluster", plan.ClusterPresetNames()}} {
+		fmt.Fprintf(&b, `<datalist id="%s-choices">`, l.id)
+		for _, n := range l.names {
+			fmt.Fprintf(&b, `<option value="%s">`, template.HTMLEscapeString(n))
+		}
+		b.WriteString(`</datalist>`)
 	}
 	field("model", "model", in.Model, "preset: "+strings.Join(plan.ModelPresetNames(), ", "))
 	field("cluster", "cluster", in.Cluster, "preset: "+strings.Join(plan.ClusterPresetNames(), ", "))

@@ -157,9 +157,11 @@ func (h *Hub) snapshot() (info viz.Info, lines [][]byte, dropped int, samples []
 // render returns the frame of the current version, rendering it if no
 // browser has yet. Lines that do not parse are logged and skipped.
 func (h *Hub) render() frame {
-	info, lines, dropped, samples, v, done, status := h.snapshot()
+	// The snapshot is taken under rmu, so that renders see the history
+	// grow monotonically (the parse state follows it).
 	h.rmu.Lock()
 	defer h.rmu.Unlock()
+	info, lines, dropped, samples, v, done, status := h.snapshot()
 	if v == h.frameV {
 		return h.frame
 	}

@@ -207,3 +207,43 @@ func TestPageAndMetrics(t *testing.T) {
 		t.Errorf("GET /nothing: %s", resp.Status)
 	}
 }
+
+// TestConcurrentRenders: browsers rendering while steps arrive and the
+// front of the history is dropped see a consistent, growing history.
+func TestConcurrentRenders(t *testing.T) {
+	h := New(Config{MaxSteps: 50})
+	done := make(chan struct{})
+	errs := make(chan string, 4)
+	for range 4 {
+		go func() {
+			last := 0
+			for {
+				select {
+				case <-done:
+					errs <- ""
+					return
+				default:
+				}
+				f := h.render()
+				n := pointCount(f.Panels["loss"])
+				if n > 50 || (n < last && last < 50) {
+					errs <- fmt.Sprintf("points went from %d to %d", last, n)
+					return
+				}
+				last = n
+			}
+		}()
+	}
+	for i := 1; i <= 400; i++ {
+		h.Step(line(i))
+	}
+	close(done)
+	for range 4 {
+		if e := <-errs; e != "" {
+			t.Error(e)
+		}
+	}
+	if n := pointCount(h.render().Panels["loss"]); n != 50 {
+		t.Errorf("%d points at the end, want 50", n)
+	}
+}

@@ -32,9 +32,10 @@ type LineChart struct {
 	W, H   int // pixels; zero takes 560x240
 }
 
-// MaxPoints bounds the points a series draws: longer series keep every
-// k-th point and the last, so that a long run's page stays small.
-const MaxPoints = 4000
+// MaxPoints bounds the points a series draws (a chart is under 500 pixels
+// wide): longer series keep every k-th point and the last, so that a long
+// run's page and the dashboard's frames stay small.
+const MaxPoints = 1000
 
 const (
 	padL, padR, padT, padB = 64, 16, 24, 40
@@ -205,7 +206,7 @@ func (c LineChart) axes(b *strings.Builder, xs, ys scale, w, h int, logY bool) {
 }
 
 func (c LineChart) series(b *strings.Builder, s Series, i int, xs, ys scale, logY bool) {
-	var pts strings.Builder
+	pts := make([]byte, 0, 12*min(len(s.Y), MaxPoints+1))
 	n := 0
 	every := 1 + (len(s.Y)-1)/MaxPoints
 	for j, y := range s.Y {
@@ -213,13 +214,15 @@ func (c LineChart) series(b *strings.Builder, s Series, i int, xs, ys scale, log
 			continue
 		}
 		if n > 0 {
-			pts.WriteByte(' ')
+			pts = append(pts, ' ')
 		}
-		fmt.Fprintf(&pts, "%.1f,%.1f", xs.px(s.X[j]), ys.px(y))
+		pts = strconv.AppendFloat(pts, xs.px(s.X[j]), 'f', 1, 64)
+		pts = append(pts, ',')
+		pts = strconv.AppendFloat(pts, ys.px(y), 'f', 1, 64)
 		n++
 	}
 	fmt.Fprintf(b, `<polyline class="series s%d" data-series="%s" data-n="%d" stroke="%s" points="%s"/>`,
-		i, esc(s.Name), n, s.Color, pts.String())
+		i, esc(s.Name), n, s.Color, pts)
 	if !s.Markers {
 		return
 	}

@@ -108,7 +108,7 @@ func TestLineChart(t *testing.T) {
 		{"decade, linear", x, decay, false, 50, false},
 		{"narrow", x, flat, true, 50, false},
 		{"NaN left out", x, holes, true, 45, true},
-		{"long, thinned", xl, long, false, 3003, false}, // every 4th of 12007, and the last
+		{"long, thinned", xl, long, false, 753, false}, // every 4th of 3007 (752 points) and the last
 	} {
 		svg := LineChart{ID: "c", X: Axis{Label: "step"}, Y: Axis{Label: "loss", Auto: c.auto},
 			Series: []Series{{Name: "s", Color: "#000", X: c.x, Y: c.y}}}.SVG()
