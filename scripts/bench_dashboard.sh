@@ -22,7 +22,7 @@ url="http://127.0.0.1:$port"
 sseurl="http://127.0.0.1:$((port + 1))"
 tmp=$(mktemp -d)
 chrome_pid=
-trap '[ -n "$chrome_pid" ] && kill "$chrome_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'if [ -n "$chrome_pid" ]; then kill "$chrome_pid" 2>/dev/null; wait "$chrome_pid" 2>/dev/null; sleep 1; fi; rm -rf "$tmp" 2>/dev/null || true' EXIT
 go build -o "$tmp/trellis" ./cmd/trellis
 chrome=$(command -v chromium || command -v chromium-browser || true)
 
