@@ -190,7 +190,9 @@ func stepTimePanel(r *Run) Panel {
 	}
 	c := BarChart{ID: "steptime-chart", Unit: "s", Bars: bars, Legend: legend}
 	return Panel{ID: "steptime", Title: "Step time per rank",
-		Note: "mean per step after the first: T_step = compute + misc + exposed communication (+ bubble)", HTML: template.HTML(c.SVG())}
+		Note: "mean per step after the first: T_step = compute + misc + exposed communication (+ bubble); step time is rank 0's, " +
+			"so a rank that waits for rank 0's work between steps (evaluation, samples) shows more exposed communication than that",
+		HTML: template.HTML(c.SVG())}
 }
 
 func planPanel(r *Run) Panel {
