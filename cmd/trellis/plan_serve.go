@@ -54,11 +54,19 @@ func explorerDefaults(f planFlags) dashboard.PlanInputs {
 }
 
 // newExplorer is the explorer handler; its jobs are built by planJob, as
-// `trellis plan` builds them.
+// `trellis plan` builds them. A page may name presets, and the files given
+// on the command line, but no other file: the server reads nothing a
+// browser chooses.
 func newExplorer(f planFlags) http.Handler {
 	return dashboard.Explorer(dashboard.ExplorerConfig{
 		Defaults: explorerDefaults(f),
 		Job: func(in dashboard.PlanInputs) (plan.Job, error) {
+			if _, err := plan.ModelPreset(in.Model); err != nil && in.Model != f.model {
+				return plan.Job{}, err
+			}
+			if _, err := plan.ClusterPreset(in.Cluster); err != nil && in.Cluster != f.cluster {
+				return plan.Job{}, err
+			}
 			return planJob(planFlags{model: in.Model, cluster: in.Cluster, devices: in.Devices, seq: in.Seq, batch: in.Batch})
 		},
 	})

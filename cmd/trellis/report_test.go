@@ -3,6 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -133,3 +137,29 @@ type recorder struct {
 func (r *recorder) Start(i train.RunInfo)        { r.info = i }
 func (r *recorder) Step(b []byte)                { r.lines = append(r.lines, string(b)) }
 func (r *recorder) Sample(step int, text string) { r.samples = append(r.samples, text) }
+
+// TestExplorerReadsNoChosenFile: the explorer takes presets and the
+// command line's files, never a path typed into the page.
+func TestExplorerReadsNoChosenFile(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	os.WriteFile(cfg, []byte(`{"model_type":"gpt2","n_layer":2,"n_embd":64,"n_head":2,"vocab_size":100,"n_positions":128}`), 0o644)
+	srv := httptest.NewServer(newExplorer(planFlags{model: cfg, cluster: "dgx-h100", devices: 8, seq: 128, batch: 8, top: 3}))
+	defer srv.Close()
+	for _, c := range []struct{ query, want string }{
+		{"", `class="best"`},                                      // the command line's file
+		{"?model=gpt2", `class="best"`},                           // a preset
+		{"?model=" + url.QueryEscape(cfg+"x"), "no model preset"}, // any other path
+		{"?cluster=" + url.QueryEscape(cfg), "no cluster preset"},
+	} {
+		resp, err := http.Get(srv.URL + "/" + c.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), c.want) {
+			t.Errorf("%q: page lacks %q", c.query, c.want)
+		}
+	}
+}
