@@ -28,6 +28,7 @@ type reporter struct {
 	bar        *progressbar.ProgressBar
 	tps, mfu   []float64
 	metricsErr error // the first failed metrics write (reported once)
+	budget     int64 // bytes per device, 0: none
 }
 
 func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
@@ -43,6 +44,10 @@ func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
 	rep.tokens = float64(o.Job.Train.GlobalBatch * o.Job.Model.SeqLen)
 	rep.flops = o.Job.Model.FLOPsPerToken()
 	rep.peak = s.peak
+	rep.budget = s.budget
+	if o.Observer != nil {
+		o.Observer.Start(runInfo(o, s, start, end))
+	}
 	o.Log.Info("run", "plan", s.enginePlan.Short(), "ranks", s.ranks, "threads_per_rank", s.threads,
 		"params", o.Job.Model.NumParams(), "accum", s.accum, "tokens_per_step", int(rep.tokens),
 		"kernels", r.k.ISA(), "device_memory", budgetText(s.budget), "from_step", start, "to_step", end,
@@ -89,6 +94,7 @@ type metricsLine struct {
 	TokensPerS float64       `json:"tokens_per_s"`
 	MFU        float64       `json:"mfu"`
 	StepS      float64       `json:"step_s"`
+	Budget     int64         `json:"budget,omitempty"` // bytes per device
 	Ranks      []metricsRank `json:"ranks"`
 }
 
@@ -114,8 +120,8 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 	tps := rep.tokens / dt.Seconds()
 	mfu := tps * rep.flops / rep.peak
 	rep.tps, rep.mfu = append(rep.tps, tps), append(rep.mfu, mfu)
-	if rep.o.Metrics != nil && r0(rep) {
-		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds()}
+	if (rep.o.Metrics != nil && r0(rep)) || rep.o.Observer != nil {
+		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds(), Budget: rep.budget}
 		if finite(val) {
 			m.ValLoss = &val
 		}
@@ -129,9 +135,14 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		// or norm), so a line is never lost to an encoding error; if one
 		// were, no partial line is written.
 		if b, err := json.Marshal(m); err == nil {
-			if _, err := fmt.Fprintf(rep.o.Metrics, "%s\n", b); err != nil && rep.metricsErr == nil {
-				rep.metricsErr = err
-				rep.o.Log.Error("metrics: cannot write; training goes on without them", "step", done, "err", err)
+			if rep.o.Metrics != nil && r0(rep) {
+				if _, err := fmt.Fprintf(rep.o.Metrics, "%s\n", b); err != nil && rep.metricsErr == nil {
+					rep.metricsErr = err
+					rep.o.Log.Error("metrics: cannot write; training goes on without them", "step", done, "err", err)
+				}
+			}
+			if rep.o.Observer != nil {
+				rep.o.Observer.Step(b)
 			}
 		}
 	}
@@ -172,6 +183,9 @@ func (rep *reporter) sample(done int, txt string) {
 		rep.bar.Clear()
 	}
 	fmt.Fprintf(rep.o.Out, "--- sample at step %d ---\n%s%s\n---\n", done, rep.o.Job.Train.Prompt, txt)
+	if rep.o.Observer != nil {
+		rep.o.Observer.Sample(done, rep.o.Job.Train.Prompt+txt)
+	}
 }
 
 func (rep *reporter) saved(done int, dir string) {

@@ -52,6 +52,8 @@ type Options struct {
 	// set) and Run returns *Interrupted. Cancelling Run's context instead
 	// aborts at once: the inner loops (micro-batches, units) see it.
 	Stop <-chan struct{}
+	// Observer, if set, sees rank 0's reports as they happen (observe.go).
+	Observer Observer
 }
 
 // Summary is what a run reports at its end.

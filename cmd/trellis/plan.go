@@ -76,6 +76,7 @@ cluster file (see docs/PLANNER.md).`,
 	fl.BoolVar(&f.json, "json", false, "print JSON")
 	fl.StringVar(&f.emit, "emit", "", "print the chosen plan (or --explain's) as a framework runs it: megatron, torchtitan or deepspeed")
 	fl.StringVar(&f.from, "from", "", "read a framework configuration and explain it: --from megatron -- ARGS... (or a file of them), --from torchtitan job.toml, --from deepspeed ds_config.json (with --fix for the keys DeepSpeed's JSON lacks)")
+	addServeFlag(c, &f) // plan_serve.go
 	return c
 }
 

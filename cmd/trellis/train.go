@@ -25,6 +25,7 @@ type trainFlags struct {
 	devices, until          int
 	backend                 string
 	trace                   string
+	dashboard               string // listen address of the live dashboard (dashboard.go)
 }
 
 func newTrainCmd() *cobra.Command {
@@ -60,6 +61,7 @@ plan unless one is given.`,
 	fl.IntVar(&f.until, "until", 0, "stop after this step, checkpointing first")
 	fl.StringVar(&f.metrics, "metrics", "", "write one JSON object per step to this file (a resumed run appends)")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace-event timeline (Perfetto) of every rank to DIR/trace.json")
+	fl.StringVar(&f.dashboard, "dashboard", "", "serve a live dashboard at this address while training, e.g. :8080")
 	return c
 }
 
@@ -125,6 +127,13 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 		mf := &metricsFile{path: f.metrics, after: spec.resumeStep}
 		defer mf.Close()
 		opts.Metrics = mf
+	}
+	if f.dashboard != "" && rank0 {
+		d, derr := startDashboard(f.dashboard, &opts, log)
+		if derr != nil {
+			return derr
+		}
+		defer func() { d.finish(err) }()
 	}
 	_, err = train.Run(ctx, opts)
 	var intr *train.Interrupted

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"trellis/viz"
+)
+
+type reportFlags struct {
+	trace, out, title string
+}
+
+// newReportCmd is `trellis report`: one self-contained HTML file (inline
+// SVG, no script, nothing fetched) from a finished run's --metrics file.
+func newReportCmd() *cobra.Command {
+	var f reportFlags
+	c := &cobra.Command{
+		Use:   "report RUN.jsonl [--trace DIR] -o report.html",
+		Short: "Write an HTML report of a finished run from its --metrics file",
+		Long: `Write one self-contained HTML file with the plots of a finished run: loss and
+validation loss, learning rate, tokens/s and MFU per step, each rank's memory by
+tag against the device budget and its step time split. With --trace DIR, the
+Chrome trace DIR/trace.json adds a timeline per rank (skipped when absent).`,
+		Example: `  trellis train --set train.steps=200 --metrics run.jsonl
+  trellis report run.jsonl -o report.html`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return runReport(args[0], f) },
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.trace, "trace", "", "directory holding trace.json (Chrome trace events)")
+	fl.StringVarP(&f.out, "out", "o", "report.html", "the HTML file to write")
+	fl.StringVar(&f.title, "title", "", "page title (default: the metrics file's name)")
+	return c
+}
+
+func runReport(metrics string, f reportFlags) error {
+	in, err := os.Open(metrics)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	steps, err := viz.ReadMetrics(in)
+	if err != nil {
+		return fmt.Errorf("%s: %w", metrics, err)
+	}
+	if len(steps) == 0 {
+		return fmt.Errorf("%s: no steps (want the file trellis train --metrics writes)", metrics)
+	}
+	run := &viz.Run{Steps: steps, Status: fmt.Sprintf("%d steps, %d..%d", len(steps), steps[0].Step, steps[len(steps)-1].Step)}
+	run.Info.Ranks = len(steps[len(steps)-1].Ranks)
+	if f.trace != "" {
+		if run.Trace, err = readTrace(f.trace); err != nil {
+			return err
+		}
+	}
+	title := f.title
+	if title == "" {
+		title = "trellis report: " + filepath.Base(metrics)
+	}
+	tmp := f.out + ".tmp"
+	out, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	err = viz.WriteHTML(out, viz.Page{Title: title, Status: run.Status, Panels: viz.Panels(run)})
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, f.out)
+}
+
+// readTrace reads DIR/trace.json; a missing file is no trace (nil, nil).
+func readTrace(dir string) (*viz.Trace, error) {
+	p := filepath.Join(dir, "trace.json")
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		fmt.Fprintf(os.Stderr, "trellis report: no %s: the report has no timeline\n", p)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	t, err := viz.ParseTrace(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	return t, nil
+}

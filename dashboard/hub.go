@@ -1,0 +1,214 @@
+// Package dashboard serves live pages over HTTP: a training run's
+// dashboard (loss, learning rate, throughput, memory and step time per
+// rank, plan, mesh and samples, pushed by server-sent events) and the
+// planner's explorer. Pages are rendered by package viz; the one script is
+// embedded and inline; nothing is fetched from the network.
+package dashboard
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"trellis/viz"
+)
+
+// Config tunes a Hub.
+type Config struct {
+	// MinInterval is the least time between two frames sent to one
+	// browser (default 250ms): updates in between are coalesced.
+	MinInterval time.Duration
+	// MaxSteps bounds the steps kept in memory (default 1<<20); beyond it
+	// the oldest are dropped.
+	MaxSteps int
+	// Title heads the page (default "trellis train").
+	Title string
+	Log   *slog.Logger
+}
+
+// Hub holds a run's history and fans it out to browsers. The training side
+// (Start, Step, Sample, Finish) only appends under a short lock and signals
+// subscribers without blocking; rendering happens on the browsers'
+// goroutines, at most once per version of the history.
+type Hub struct {
+	cfg Config
+
+	mu      sync.Mutex
+	info    viz.Info
+	lines   [][]byte // --metrics objects, append-only
+	dropped int      // lines dropped from the front (MaxSteps)
+	samples []viz.Sample
+	version uint64
+	done    bool
+	status  string
+	subs    map[chan struct{}]struct{}
+
+	rmu    sync.Mutex // the render cache
+	parsed []viz.Step
+	parseN int // lines of the history parsed (counting dropped ones)
+	frameV uint64
+	frame  frame
+}
+
+// frame is one rendering of the history: what a browser swaps in.
+type frame struct {
+	Version uint64            `json:"v"`
+	Status  string            `json:"status"`
+	Panels  map[string]string `json:"panels"`
+	Notes   map[string]string `json:"notes"`
+	Done    bool              `json:"done"`
+	page    []viz.Panel
+}
+
+// New returns an empty hub.
+func New(cfg Config) *Hub {
+	if cfg.MinInterval <= 0 {
+		cfg.MinInterval = 250 * time.Millisecond
+	}
+	if cfg.MaxSteps <= 0 {
+		cfg.MaxSteps = 1 << 20
+	}
+	if cfg.Title == "" {
+		cfg.Title = "trellis train"
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Hub{cfg: cfg, subs: map[chan struct{}]struct{}{}, frameV: ^uint64(0)}
+}
+
+// changed bumps the version and wakes every subscriber without blocking:
+// each has a one-slot channel, so a pending wake-up absorbs the rest.
+// Called with mu held.
+func (h *Hub) changed() {
+	h.version++
+	for ch := range h.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Start records the run's description.
+func (h *Hub) Start(info viz.Info) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.info = info
+	h.changed()
+}
+
+// Step appends one --metrics object; the hub keeps the slice.
+func (h *Hub) Step(line []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lines = append(h.lines, line)
+	if len(h.lines) > h.cfg.MaxSteps {
+		h.lines = h.lines[1:]
+		h.dropped++
+	}
+	h.changed()
+}
+
+// Sample records a generated text.
+func (h *Hub) Sample(step int, text string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.samples = append(h.samples, viz.Sample{Step: step, Text: text})
+	if len(h.samples) > viz.MaxSamples {
+		h.samples = h.samples[len(h.samples)-viz.MaxSamples:]
+	}
+	h.changed()
+}
+
+// Finish marks the run over: browsers get the last frame and an end event.
+func (h *Hub) Finish(status string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.done, h.status = true, status
+	h.changed()
+}
+
+// subscribe returns a channel that receives a value after every change
+// (coalesced), and its cancel function.
+func (h *Hub) subscribe() (chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	h.mu.Lock()
+	h.subs[ch] = struct{}{}
+	h.mu.Unlock()
+	return ch, func() {
+		h.mu.Lock()
+		delete(h.subs, ch)
+		h.mu.Unlock()
+	}
+}
+
+// snapshot copies what a frame needs; lines is an append-only prefix, so
+// its elements can be read after the lock is released.
+func (h *Hub) snapshot() (info viz.Info, lines [][]byte, dropped int, samples []viz.Sample, v uint64, done bool, status string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.info, h.lines, h.dropped, append([]viz.Sample(nil), h.samples...), h.version, h.done, h.status
+}
+
+// render returns the frame of the current version, rendering it if no
+// browser has yet. Lines that do not parse are logged and skipped.
+func (h *Hub) render() frame {
+	// The snapshot is taken under rmu, so that renders see the history
+	// grow monotonically (the parse state follows it).
+	h.rmu.Lock()
+	defer h.rmu.Unlock()
+	info, lines, dropped, samples, v, done, status := h.snapshot()
+	if v == h.frameV {
+		return h.frame
+	}
+	if h.parseN < dropped { // the front was dropped: parse again from the start
+		h.parsed, h.parseN = nil, dropped
+	}
+	for _, b := range lines[h.parseN-dropped:] {
+		h.parseN++
+		s, err := viz.ParseStep(b)
+		if err != nil {
+			h.cfg.Log.Warn("dashboard: skipping a metrics line", "err", err)
+			continue
+		}
+		h.parsed = append(h.parsed, s)
+	}
+	if n := len(h.parsed) - h.cfg.MaxSteps; n > 0 {
+		h.parsed = h.parsed[n:]
+	}
+	run := &viz.Run{Info: info, Steps: h.parsed, Samples: samples, Status: statusLine(info, h.parsed, done, status), Live: true}
+	f := frame{Version: v, Status: run.Status, Done: done, Panels: map[string]string{}, Notes: map[string]string{}, page: viz.Panels(run)}
+	for _, p := range f.page {
+		f.Panels[p.ID], f.Notes[p.ID] = string(p.HTML), p.Note
+	}
+	h.frameV, h.frame = v, f
+	return f
+}
+
+func statusLine(info viz.Info, steps []viz.Step, done bool, status string) string {
+	if done {
+		return status
+	}
+	if len(steps) == 0 {
+		return "waiting for the first step"
+	}
+	s := fmt.Sprintf("running: step %d", steps[len(steps)-1].Step)
+	if info.ToStep > 0 {
+		s += fmt.Sprintf(" of %d", info.ToStep)
+	}
+	return s
+}
+
+// json encodes the frame on one line (as an event's data must be),
+// leaving <, > and & as they are.
+func (f frame) json() []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(f)
+	return bytes.TrimRight(b.Bytes(), "\n")
+}

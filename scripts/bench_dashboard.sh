@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Training throughput with the live dashboard open against without, side by
+# side: the default job (dp=4, ZeRO-3) for STEPS steps, REPS rounds of three
+# interleaved runs:
+#   off      no dashboard;
+#   sse      --dashboard, one server-sent-events client (curl) taking every frame;
+#   browser  --dashboard, shown by headless Chromium on this same machine.
+# One Chromium runs for the whole benchmark (its start-up is not measured): a
+# local page polls the dashboard's address and loads it into an iframe each
+# time a run's server comes up. Prints each run's median tokens/s (from the
+# end-of-run summary) and the CPU seconds of the trellis process (which other
+# tenants of a shared machine disturb less than wall time), and the ratios of
+# the means to "off".
+#
+# Usage: scripts/bench_dashboard.sh [REPS] [STEPS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+reps=${1:-3}
+steps=${2:-30}
+port=18765 # the browser watches this one; the sse runs use port+1
+url="http://127.0.0.1:$port"
+sseurl="http://127.0.0.1:$((port + 1))"
+tmp=$(mktemp -d)
+chrome_pid=
+trap 'if [ -n "$chrome_pid" ]; then kill "$chrome_pid" 2>/dev/null; wait "$chrome_pid" 2>/dev/null; sleep 1; fi; rm -rf "$tmp" 2>/dev/null || true' EXIT
+go build -o "$tmp/trellis" ./cmd/trellis
+chrome=$(command -v chromium || command -v chromium-browser || true)
+
+# tps ARGS...: one run's median tokens/s and the CPU seconds (user + system)
+# the trellis process used, as "TPS CPU".
+tps() {
+	/usr/bin/time -f "%U %S" -o "$tmp/time" "$tmp/trellis" train --set train.steps="$steps" --set checkpoint.dir= \
+		--set train.sample_every=-1 --set train.eval_every=0 --set train.warmup=5 "$@" 2>/dev/null >"$tmp/out" || true
+	echo "$(grep -o '[0-9]* tokens/s' "$tmp/out" | head -1 | cut -d' ' -f1) $(awk '{print $1 + $2}' "$tmp/time")"
+}
+
+if [ -n "$chrome" ]; then
+	cat >"$tmp/viewer.html" <<HTML
+<!DOCTYPE html><iframe id="f" style="width:1300px;height:1800px"></iframe><script>
+let up = false;
+setInterval(() => fetch("$url/favicon.ico", {mode: "no-cors", cache: "no-store"})
+  .then(() => { if (!up) { up = true; document.getElementById("f").src = "$url/?" + Date.now(); } })
+  .catch(() => { up = false; }), 300);
+</script>
+HTML
+	"$chrome" --headless --no-sandbox --disable-gpu --remote-debugging-port=0 --user-data-dir="$tmp/profile" \
+		"file://$tmp/viewer.html" >/dev/null 2>&1 &
+	chrome_pid=$!
+	sleep 15 # let it start before the first measurement
+fi
+
+printf "%-5s %22s %22s %22s\n" round "off: tok/s, CPU s" "sse: tok/s, CPU s" "browser: tok/s, CPU s"
+for r in $(seq "$reps"); do
+	off=$(tps)
+	(until curl -sN "$sseurl/events" >/dev/null 2>&1; do sleep 0.1; done) & v=$!
+	sse=$(tps --dashboard "127.0.0.1:$((port + 1))")
+	wait $v
+	br="0 0"
+	[ -n "$chrome" ] && br=$(tps --dashboard "127.0.0.1:$port")
+	printf "%-5s %22s %22s %22s\n" "$r" "$off" "$sse" "$br"
+	echo "$off $sse $br" >>"$tmp/all"
+done
+awk '{for (i = 1; i <= 6; i++) s[i] += $i}
+END {printf "mean  %15.0f %6.2f %15.0f %6.2f %15.0f %6.2f\n", s[1]/NR, s[2]/NR, s[3]/NR, s[4]/NR, s[5]/NR, s[6]/NR
+     printf "ratio to off: tokens/s sse %.3f, browser %.3f; CPU s sse %.3f, browser %.3f\n", s[3]/s[1], s[5]/s[1], s[4]/s[2], s[6]/s[2]}' "$tmp/all"

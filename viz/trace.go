@@ -1,0 +1,196 @@
+package viz
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"html/template"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Event is one complete ("ph":"X") event of a Chrome trace: times in
+// microseconds; pid is the rank, tid a stream of it.
+type Event struct {
+	Name string  `json:"name"`
+	Cat  string  `json:"cat"`
+	Ph   string  `json:"ph"`
+	TS   float64 `json:"ts"`
+	Dur  float64 `json:"dur"`
+	PID  int     `json:"pid"`
+	TID  int     `json:"tid"`
+}
+
+// Trace is the complete events of a trace file, sorted by start.
+type Trace struct {
+	Events []Event
+}
+
+// ParseTrace reads Chrome trace JSON: an object with traceEvents or a bare
+// array. Events other than "X" are ignored; an X event with a negative or
+// non-finite time is an error.
+func ParseTrace(data []byte) (*Trace, error) {
+	var obj struct {
+		TraceEvents []Event `json:"traceEvents"`
+	}
+	var evs []Event
+	if err := json.Unmarshal(data, &obj); err == nil {
+		evs = obj.TraceEvents
+	} else if err2 := json.Unmarshal(data, &evs); err2 != nil {
+		return nil, fmt.Errorf("trace: not Chrome trace JSON (an object with traceEvents or an array): %w", err)
+	}
+	t := &Trace{}
+	for i, e := range evs {
+		if e.Ph != "X" {
+			continue
+		}
+		if !(e.Dur >= 0) || math.IsInf(e.Dur, 0) || math.IsNaN(e.TS) || math.IsInf(e.TS, 0) {
+			return nil, fmt.Errorf("trace: event %d (%q): ts=%g dur=%g: want finite times and dur >= 0", i, e.Name, e.TS, e.Dur)
+		}
+		t.Events = append(t.Events, e)
+	}
+	slices.SortStableFunc(t.Events, func(a, b Event) int {
+		switch {
+		case a.TS < b.TS:
+			return -1
+		case a.TS > b.TS:
+			return 1
+		}
+		return 0
+	})
+	return t, nil
+}
+
+// idle reports whether an event marks waiting rather than work.
+func idle(e Event) bool {
+	s := strings.ToLower(e.Name + " " + e.Cat)
+	return strings.Contains(s, "wait") || strings.Contains(s, "idle") || strings.Contains(s, "bubble")
+}
+
+// Utilisation is, per pid, the fraction of the trace's span [first start,
+// last end] covered by at least one working (not waiting) event.
+func (t *Trace) Utilisation() map[int]float64 {
+	lo, hi := t.span()
+	out := map[int]float64{}
+	byPID := map[int][][2]float64{}
+	for _, e := range t.Events {
+		if _, ok := out[e.PID]; !ok {
+			out[e.PID] = 0
+		}
+		if !idle(e) {
+			byPID[e.PID] = append(byPID[e.PID], [2]float64{e.TS, e.TS + e.Dur})
+		}
+	}
+	if hi <= lo {
+		return out
+	}
+	for pid, iv := range byPID {
+		out[pid] = union(iv) / (hi - lo)
+	}
+	return out
+}
+
+// union is the length covered by intervals sorted by start.
+func union(iv [][2]float64) float64 {
+	total, end := 0.0, math.Inf(-1)
+	for _, x := range iv {
+		if x[1] <= end {
+			continue
+		}
+		total += x[1] - math.Max(x[0], end)
+		end = x[1]
+	}
+	return total
+}
+
+func (t *Trace) span() (lo, hi float64) {
+	lo, hi = math.Inf(1), math.Inf(-1)
+	for _, e := range t.Events {
+		lo, hi = math.Min(lo, e.TS), math.Max(hi, e.TS+e.Dur)
+	}
+	return lo, hi
+}
+
+type lane struct{ pid, tid int }
+
+// MaxTraceEvents bounds the rectangles a timeline draws.
+const MaxTraceEvents = 20000
+
+// TimelineSVG draws one lane per (pid, tid), each event a rect coloured by
+// its name, time in milliseconds from the trace's first event.
+func (t *Trace) TimelineSVG(w int) string {
+	lanes := map[lane]int{}
+	var order []lane
+	for _, e := range t.Events {
+		l := lane{e.PID, e.TID}
+		if _, ok := lanes[l]; !ok {
+			lanes[l] = 0
+			order = append(order, l)
+		}
+	}
+	slices.SortFunc(order, func(a, b lane) int {
+		if a.pid != b.pid {
+			return a.pid - b.pid
+		}
+		return a.tid - b.tid
+	})
+	for i, l := range order {
+		lanes[l] = i
+	}
+	lo, hi := t.span()
+	h := barTop + rowH*len(order) + padB
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg id="timeline-chart" class="chart" viewBox="0 0 %d %d" width="%d" height="%d" role="img">`, w, h, w, h)
+	if len(order) == 0 {
+		b.WriteString(`<text x="20" y="40" class="empty">no complete events</text></svg>`)
+		return b.String()
+	}
+	xs := newScale(0, math.Max((hi-lo)/1e3, 1e-3), barPadL, float64(w-barPadR), false)
+	for i, tk := range xs.ticks {
+		x := xs.px(tk)
+		fmt.Fprintf(&b, `<line class="grid" x1="%.1f" x2="%.1f" y1="%d" y2="%d"/><text class="tick" x="%.1f" y="%d" text-anchor="middle">%s</text>`,
+			x, x, barTop, h-padB, x, h-padB+14, xs.tickText[i])
+	}
+	fmt.Fprintf(&b, `<text class="label" x="%d" y="%d" text-anchor="middle">time (ms)</text>`, (barPadL+w-padR)/2, h-8)
+	util := t.Utilisation()
+	for i, l := range order {
+		fmt.Fprintf(&b, `<text class="tick" x="%d" y="%d" text-anchor="end" data-pid="%d" data-util="%.4f">rank %d/%d · %.0f%%</text>`,
+			barPadL-4, barTop+i*rowH+barH-4, l.pid, util[l.pid], l.pid, l.tid, 100*util[l.pid])
+	}
+	names := map[string]bool{}
+	for i, e := range t.Events {
+		if i == MaxTraceEvents {
+			break
+		}
+		names[e.Name] = true
+		x0, x1 := xs.px((e.TS-lo)/1e3), xs.px((e.TS+e.Dur-lo)/1e3)
+		fmt.Fprintf(&b, `<rect class="ev" x="%.2f" y="%d" width="%.2f" height="%d" fill="%s"><title>%s %.3f ms</title></rect>`,
+			x0, barTop+lanes[lane{e.PID, e.TID}]*rowH, math.Max(0.5, x1-x0), barH, nameColor(e.Name), esc(e.Name), e.Dur/1e3)
+	}
+	x := barPadL
+	for _, n := range slices.Sorted(maps.Keys(names)) {
+		fmt.Fprintf(&b, `<rect x="%d" y="4" width="10" height="10" fill="%s"/><text class="legend" x="%d" y="13">%s</text>`, x, nameColor(n), x+13, esc(n))
+		x += 22 + 7*len(n)
+	}
+	b.WriteString(`</svg>`)
+	return b.String()
+}
+
+var palette = []string{"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"}
+
+// nameColor gives each event name a stable colour.
+func nameColor(name string) string {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return palette[h.Sum32()%uint32(len(palette))]
+}
+
+func timelinePanel(t *Trace) Panel {
+	note := "each rank's events (lanes: rank/stream), time from the first event; the percentage is the busy fraction (events not named wait, idle or bubble)"
+	if len(t.Events) > MaxTraceEvents {
+		note += fmt.Sprintf("; the first %d of %d events are drawn", MaxTraceEvents, len(t.Events))
+	}
+	return Panel{ID: "timeline", Title: "Timeline", Note: note, Wide: true, HTML: template.HTML(t.TimelineSVG(1140))}
+}
