@@ -67,7 +67,7 @@ func newExplorer(f planFlags) http.Handler {
 			if _, err := plan.ClusterPreset(in.Cluster); err != nil && in.Cluster != f.cluster {
 				return plan.Job{}, err
 			}
-			return planJob(planFlags{model: in.Model, cluster: in.Cluster, devices: in.Devices, seq: in.Seq, batch: in.Batch})
+			return planJob(planFlags{model: in.Model, cluster: in.Cluster, devices: in.Devices, seq: in.Seq, batch: in.Batch, top: max(in.Top, 1)})
 		},
 	})
 }
