@@ -137,3 +137,31 @@ func (m *GPT) recomputeForWeights(p Params, s *Stash, l int) error {
 	defer p.ReleaseWeights(l + 1)
 	return m.blockForward(w, s, l)
 }
+
+// StashFloatCountFor is stashFloats, in float64 (see StashFloatCount),
+// for micro-batch B on one device with flash attention on or off and
+// recomputation rc:
+//
+//	(L+1)·BTC + layers + BTC + 2·BT + BTV + BT
+//
+// with layers = layersFloats: per layer 15·BTC + 4·BT + A, A = B·NH·T²
+// (B·NH·T with flash), all L for none, one A shared for selective
+// without flash, one layer for full.
+func (c Config) StashFloatCountFor(B int, flash bool, rc Recompute) float64 {
+	b, T, C, L := float64(B), float64(c.SeqLen), float64(c.Hidden), float64(c.Layers)
+	BT, BTC := b*T, b*T*C
+	A := b * float64(c.Heads) * T * T
+	if flash {
+		A = b * float64(c.Heads) * T
+	}
+	layer := 15*BTC + 4*BT + A
+	layers := L * layer
+	switch {
+	case L == 0:
+	case rc == RecomputeFull:
+		layers = layer
+	case rc == RecomputeSelective && !flash:
+		layers = L*(layer-A) + A
+	}
+	return (L+1)*BTC + layers + BTC + 2*BT + BT*float64(c.Vocab) + BT
+}

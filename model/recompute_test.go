@@ -144,3 +144,20 @@ func TestRecomputeStageStash(t *testing.T) {
 		t.Errorf("recompute=7 accepted")
 	}
 }
+
+// StashFloatCountFor, the float64 formula, equals the stash a one-device
+// runner allocates for every flash × recompute combination.
+func TestStashFloatCountFor(t *testing.T) {
+	cfg := Config{Layers: 3, Hidden: 16, Heads: 2, SeqLen: 7, Vocab: 13}
+	for _, flash := range []bool{false, true} {
+		for _, rc := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
+			_, _, _, m := rcRun(t, cfg, Options{Flash: flash, Recompute: rc}, false)
+			if got, want := cfg.StashFloatCountFor(2, flash, rc), float64(m.stashFloats()); got != want {
+				t.Errorf("flash=%v %v: StashFloatCountFor %g, stash %g floats", flash, rc, got, want)
+			}
+		}
+	}
+	if cfg.StashFloatCountFor(2, false, RecomputeNone) != cfg.StashFloatCount(2) {
+		t.Errorf("StashFloatCountFor without flash or recomputation differs from StashFloatCount")
+	}
+}

@@ -19,3 +19,11 @@ func engineRecompute(r plan.Recompute) model.Recompute {
 	}
 	return model.RecomputeNone
 }
+
+// stashSaving is what flash attention and recomputation take off
+// model.Config.RunnerBytes's stash (which has neither), in bytes, so that
+// the memory estimate stays a lower bound for the plans that need them to
+// fit.
+func stashSaving(m model.Config, microBatch int, p plan.Plan) float64 {
+	return 4 * (m.StashFloatCount(microBatch) - m.StashFloatCountFor(microBatch, p.Flash, engineRecompute(p.Recompute)))
+}
