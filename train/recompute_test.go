@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"trellis/device"
+	"trellis/parallel/pp"
+	"trellis/plan"
 )
 
 // rcFormula is the per-rank act peak docs/ARCHITECTURE.md states under
@@ -51,7 +53,8 @@ func rcFormula(j Job, t int, sp, flash bool, rc string) int64 {
 // with dropout on (flash on too under ZeRO-3), trains bit-identically to no
 // recomputation over 5 steps: every step's loss and gradient norm equal.
 // Outside pipelines every rank's act peak equals rcFormula, and so does
-// the planner's prediction for the CPU host cluster file.
+// the planner's prediction for the CPU host cluster file; under 1f1b it
+// is the micro-batches in flight times rcStageBytes.
 func TestRecomputeBitIdentical(t *testing.T) {
 	for _, tc := range []struct {
 		plan string
@@ -86,6 +89,9 @@ func TestRecomputeBitIdentical(t *testing.T) {
 					if !slices.Equal(got.losses, ref.losses) || !slices.Equal(got.norms, ref.norms) {
 						t.Errorf("losses %v norms %v, without recomputation %v %v", got.losses, got.norms, ref.losses, ref.norms)
 					}
+					if tc.plan == "pp=2,schedule=1f1b" {
+						checkStageAct(t, j, got, rc)
+					}
 					if strings.HasPrefix(tc.plan, "pp") {
 						return
 					}
@@ -100,6 +106,54 @@ func TestRecomputeBitIdentical(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// rcStageBytes is a pipeline stage's stash for blocks [lo, hi) under
+// recomputation rc: stashBytes with the n layers' activations
+// n·(15·BTC + 4·BT + A) replaced by n·(…) − (n−1)·A for selective and one
+// layer's for full.
+func rcStageBytes(j Job, lo, hi int, head bool, rc string) int64 {
+	c := j.Model
+	B, T, C := int64(j.Train.MicroBatch), int64(c.SeqLen), int64(c.Hidden)
+	BT, BTC, A := B*T, B*T*C, B*int64(c.Heads)*T*T
+	n := int64(hi - lo)
+	layer := 15*BTC + 4*BT + A
+	layers := n * layer
+	switch {
+	case n == 0:
+	case rc == "full":
+		layers = layer
+	case rc == "selective":
+		layers = n*(layer-A) + A
+	}
+	f := (n+1)*BTC + layers
+	if head {
+		f += BTC + 2*BT + BT*int64(c.Vocab) + BT
+	}
+	return f*4 + 2*BT*4
+}
+
+// checkStageAct holds each rank of a pp=2 1f1b run to its peak in-flight
+// micro-batches times its stage stash, plus the rank's token ids.
+func checkStageAct(t *testing.T, j Job, got result, rc string) {
+	t.Helper()
+	c := pp.Config{Kind: pp.OneFOneB, PP: 2, VPP: 1, Micro: j.Train.GlobalBatch / j.Train.MicroBatch}
+	counts, err := plan.ChunkLayers(j.Model.Layers, 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	BT := int64(j.Train.MicroBatch * j.Model.SeqLen)
+	for _, rs := range got.sum.Ranks {
+		r := rs.Rank
+		lo := 0
+		for st := 0; st < r; st++ {
+			lo += counts[st]
+		}
+		want := 8*BT + int64(pp.PeakInFlight(c, r))*rcStageBytes(j, lo, lo+counts[r], r == 1, rc)
+		if a := rs.Peak[device.Act]; a != want {
+			t.Errorf("rank %d: act peak %d bytes, want %d", r, a, want)
 		}
 	}
 }
