@@ -27,3 +27,13 @@ func engineRecompute(r plan.Recompute) model.Recompute {
 func stashSaving(m model.Config, microBatch int, p plan.Plan) float64 {
 	return 4 * (m.StashFloatCount(microBatch) - m.StashFloatCountFor(microBatch, p.Flash, engineRecompute(p.Recompute)))
 }
+
+// recomputeNote is the run log's line on a plan's recomputation, or "":
+// selective with flash=on drops nothing more (flash keeps no attention
+// probabilities and its backward recomputes them already).
+func recomputeNote(p plan.Plan) string {
+	if p.Recompute == plan.RecomputeSelective && p.Flash {
+		return "recompute=selective with flash=on is what flash already does: the stash keeps no attention probabilities (only log-sum-exps) and flash's backward recomputes them; nothing more is dropped"
+	}
+	return ""
+}

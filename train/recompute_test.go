@@ -157,3 +157,20 @@ func checkStageAct(t *testing.T, j Job, got result, rc string) {
 		}
 	}
 }
+
+// The run log says that selective recomputation under flash is flash's
+// own behaviour, and says nothing for the other combinations.
+func TestRecomputeNote(t *testing.T) {
+	for _, tc := range []struct {
+		plan string
+		note bool
+	}{{"recompute=selective,flash=on", true}, {"recompute=selective", false}, {"recompute=full,flash=on", false}, {"flash=on", false}} {
+		p, err := tinyJob(tc.plan).EnginePlan()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := recomputeNote(p) != ""; got != tc.note {
+			t.Errorf("%s: note %q, want one: %v", tc.plan, recomputeNote(p), tc.note)
+		}
+	}
+}
