@@ -102,6 +102,9 @@ func (m *GPT) BlockBackward(p Params, s *Stash, l int) error {
 	if err != nil {
 		return err
 	}
+	if err := m.recompute(w, s, l); err != nil {
+		return err
+	}
 	if m.part.Split() {
 		if err := m.blockBackwardTP(w, g, s, l); err != nil {
 			return err

@@ -6,12 +6,13 @@ import "trellis/ops"
 type dims struct {
 	t, r    int
 	sp      bool
-	C, Cl   int  // model width and the rank's attention width C' = C/t
-	F       int  // the rank's MLP width 4C/t
-	NH      int  // the rank's heads NH/t
-	Vl      int  // wte rows held, V' = ⌈V/t⌉ (padding included)
-	vlo, vn int  // the global ids [vlo, vlo+vn) of the real rows
-	flash   bool // IO-aware attention (Options.Flash)
+	C, Cl   int       // model width and the rank's attention width C' = C/t
+	F       int       // the rank's MLP width 4C/t
+	NH      int       // the rank's heads NH/t
+	Vl      int       // wte rows held, V' = ⌈V/t⌉ (padding included)
+	vlo, vn int       // the global ids [vlo, vlo+vn) of the real rows
+	flash   bool      // IO-aware attention (Options.Flash)
+	rc      Recompute // activation recomputation (Options.Recompute)
 }
 
 // attFloats is what one layer's attention keeps for its backward: the

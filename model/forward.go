@@ -72,6 +72,11 @@ func (m *GPT) BlockForward(p Params, s *Stash, l int) error {
 		return err
 	}
 	defer p.ReleaseWeights(l + 1)
+	return m.blockForward(w, s, l)
+}
+
+// blockForward is BlockForward with block l's weights w.
+func (m *GPT) blockForward(w []float32, s *Stash, l int) error {
 	if m.part.Split() {
 		return m.blockForwardTP(w, s, l)
 	}

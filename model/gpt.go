@@ -26,6 +26,9 @@ type Options struct {
 	// the stash keeps (B,NH,T) log-sum-exps instead of the (B,NH,T,T)
 	// probabilities and the backward needs no (T,T) scratch.
 	Flash bool
+	// Recompute drops activations from the stash that the backward
+	// recomputes (see Recompute).
+	Recompute Recompute
 }
 
 // Validate checks the options.
@@ -40,6 +43,8 @@ func (o Options) Validate() error {
 		return errors.New("model: Options.Device is nil")
 	case o.MicroBatch <= 0:
 		return fmt.Errorf("model: micro_batch=%d must be positive", o.MicroBatch)
+	case o.Recompute < RecomputeNone || o.Recompute > RecomputeFull:
+		return fmt.Errorf("model: recompute=%v is not none, selective or full", o.Recompute)
 	case o.Part.Split() && o.TP == nil:
 		return fmt.Errorf("model: tp=%d without a TPComm", o.Part.Degree())
 	}
@@ -93,7 +98,7 @@ func New(o Options) (*GPT, error) {
 	c := o.Model
 	m := &GPT{cfg: c, k: o.Kernels, dev: o.Device, B: o.MicroBatch, layout: c.PartLayout(o.Part), part: o.Part, tp: o.TP, flash: o.Flash}
 	m.d = newDims(c, o.Part)
-	m.d.flash = o.Flash
+	m.d.flash, m.d.rc = o.Flash, o.Recompute
 	if m.tp == nil {
 		m.tp = soloTP{}
 	}

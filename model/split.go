@@ -85,6 +85,9 @@ func (m *GPT) BlockBackwardInput(p Params, s *Stash, w *WeightStash, l int) erro
 	if err != nil {
 		return err
 	}
+	if err := m.recompute(wt, s, l); err != nil {
+		return err
+	}
 	c, k := m.cfg, m.k
 	B, T, C := s.b, s.t, c.Hidden
 	BT, BTC := B*T, B*T*C
@@ -117,7 +120,9 @@ func (m *GPT) BlockBackwardInput(p Params, s *Stash, w *WeightStash, l int) erro
 //
 //	dW += dYᵀ·X     (fc2: X = GELU(fc); fc: LN₂; proj: atty; qkv: LN₁)
 //
-// then calls GradsDone(l+1). Together the two give BlockBackward's
+// then calls GradsDone(l+1). With full recomputation it reruns block l's
+// forward first (other blocks' backward passes overwrote the shared
+// activations since BlockBackwardInput). Together the two give BlockBackward's
 // gradients bit for bit.
 func (m *GPT) BlockBackwardWeight(p Params, s *Stash, w *WeightStash, l int) error {
 	defer m.pin()()
@@ -126,6 +131,9 @@ func (m *GPT) BlockBackwardWeight(p Params, s *Stash, w *WeightStash, l int) err
 		return err
 	}
 	u := l + 1
+	if err := m.recomputeForWeights(p, s, l); err != nil {
+		return err
+	}
 	g, err := grads(p, u)
 	if err != nil {
 		return err

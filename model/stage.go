@@ -13,14 +13,15 @@ import (
 //
 //	(hi−lo+1)·BTC + (hi−lo)·(15·BTC + 4·BT + A) [+ BTC + 2·BT + BTV + BT]
 //
-// with A as in stashFloats (B·NH·T², or B·NH·T with flash). NewStash's
+// with A as in stashFloats (B·NH·T², or B·NH·T with flash); recomputation
+// replaces the (hi−lo)·(…) term by dims.layersFloats. NewStash's
 // whole-model stash is the stage [0, L) with the head.
 func (m *GPT) StageStashFloats(lo, hi int, head bool) int {
 	c := m.cfg
 	B, T, C := m.B, c.SeqLen, c.Hidden
 	BT, BTC := B*T, B*T*C
 	n := hi - lo
-	f := (n+1)*BTC + n*(15*BTC+4*BT+m.d.attFloats(B, T))
+	f := (n+1)*BTC + m.d.layersFloats(B, T, n)
 	if head {
 		f += BTC + 2*BT + BT*c.Vocab + BT
 	}
@@ -57,8 +58,7 @@ func (m *GPT) NewStageStash(lo, hi int, head bool) (*Stash, error) {
 	}
 	s := &Stash{buf: buf, dev: m.dev, tokBytes: tokBytes, inputs: make([]int32, BT), targets: make([]int32, BT),
 		res: make([][]float32, c.Layers+1), layers: make([]layerActs, c.Layers)}
-	B, T, C := m.B, c.SeqLen, c.Hidden
-	BTC := BT * C
+	BTC := BT * c.Hidden
 	data := buf.Data
 	next := func(n int) []float32 {
 		x := data[:n:n]
@@ -68,13 +68,7 @@ func (m *GPT) NewStageStash(lo, hi int, head bool) (*Stash, error) {
 	for l := lo; l <= hi; l++ {
 		s.res[l] = next(BTC)
 	}
-	for l := lo; l < hi; l++ {
-		a := &s.layers[l]
-		a.ln1, a.ln1M, a.ln1R = next(BTC), next(BT), next(BT)
-		a.qkv, a.att, a.atty, a.res2 = next(3*BTC), next(m.d.attFloats(B, T)), next(BTC), next(BTC)
-		a.ln2, a.ln2M, a.ln2R = next(BTC), next(BT), next(BT)
-		a.fc, a.fcg = next(4*BTC), next(4*BTC)
-	}
+	m.carveLayers(s, lo, hi, next)
 	if head {
 		s.lnf, s.lnfM, s.lnfR = next(BTC), next(BT), next(BT)
 		s.probs, s.losses = next(BT*c.Vocab), next(BT)

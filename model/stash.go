@@ -60,13 +60,14 @@ type layerActs struct {
 //
 // with A = B·NH'·T² (attention probabilities) or, with flash, B·NH'·T
 // (log-sum-exps), which for t = 1 is (L+1)·BTC + L·(15·BTC + 4·BT + B·NH·T²) + BTC + 2·BT + BTV + BT.
+// Recomputation replaces the L·(…) term by dims.layersFloats: selective
+// keeps one A for all layers, full one layer's activations.
 func (m *GPT) stashFloats() int {
 	c, d := m.cfg, m.d
 	B, T, C := m.B, c.SeqLen, c.Hidden
 	BT := B * T
 	n := d.tokens(BT)
-	perLayer := 3*n*C + 4*n + 4*BT*d.Cl + 2*BT*d.F + d.attFloats(B, T)
-	return (c.Layers+1)*n*C + c.Layers*perLayer + n*C + 2*n + BT*d.Vl + BT
+	return (c.Layers+1)*n*C + d.layersFloats(B, T, c.Layers) + n*C + 2*n + BT*d.Vl + BT
 }
 
 // StashBytes is the size of one stash: its fp32 activations and its two
@@ -89,9 +90,8 @@ func (m *GPT) NewStash() (*Stash, error) {
 	}
 	s := &Stash{buf: buf, dev: m.dev, tokBytes: tokBytes, inputs: make([]int32, BT), targets: make([]int32, BT)}
 	c, d := m.cfg, m.d
-	B, T, C := m.B, c.SeqLen, c.Hidden
 	n := d.tokens(BT)
-	nC := n * C
+	nC := n * c.Hidden
 	data := buf.Data
 	next := func(n int) []float32 {
 		x := data[:n:n]
@@ -101,14 +101,8 @@ func (m *GPT) NewStash() (*Stash, error) {
 	for l := 0; l <= c.Layers; l++ {
 		s.res = append(s.res, next(nC))
 	}
-	for l := 0; l < c.Layers; l++ {
-		var a layerActs
-		a.ln1, a.ln1M, a.ln1R = next(nC), next(n), next(n)
-		a.qkv, a.att, a.atty, a.res2 = next(3*BT*d.Cl), next(d.attFloats(B, T)), next(BT*d.Cl), next(nC)
-		a.ln2, a.ln2M, a.ln2R = next(nC), next(n), next(n)
-		a.fc, a.fcg = next(BT*d.F), next(BT*d.F)
-		s.layers = append(s.layers, a)
-	}
+	s.layers = make([]layerActs, c.Layers)
+	m.carveLayers(s, 0, c.Layers, next)
 	s.lnf, s.lnfM, s.lnfR = next(nC), next(n), next(n)
 	s.probs, s.losses = next(BT*d.Vl), next(BT)
 	return s, nil

@@ -6,6 +6,10 @@ type actSizes struct {
 	embed   float64 // kept by the input embedding (first stage)
 	head    float64 // kept by the final norm, output layer and loss (last stage)
 	working float64 // transient peak while one layer is recomputed
+	// perStash is kept once per micro-batch in flight by a stage with
+	// layers, whatever their number: the Trellis engine's shared
+	// recomputation buffers (engineActivations).
+	perStash float64
 }
 
 // layerTokenBytes derives, from first principles, the bytes one token of one

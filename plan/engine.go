@@ -4,11 +4,11 @@ import "math"
 
 // engineRuns says whether the Trellis engine runs p for the job's model the
 // way its stash formula describes: a GPT block (FFN = 4h, one key/value head
-// per head, not gated), fp32, no recomputation, no flash attention, cp = 1.
+// per head, not gated), fp32, cp = 1 (any recomputation, flash or not).
 func (j Job) engineRuns(p Plan) bool {
 	m := j.Model
 	return !m.gated() && m.KVHeads == m.Heads && m.FFN == 4*m.Hidden &&
-		p.Precision == FP32 && p.Recompute == RecomputeNone && !p.Flash && p.CP == 1
+		p.Precision == FP32 && p.CP == 1
 }
 
 // engineActivations is the Trellis engine's own stash (docs/ARCHITECTURE.md,
@@ -16,8 +16,15 @@ func (j Job) engineRuns(p Plan) bool {
 // b = mbs sequences of s tokens on one of t tensor ranks, h the width, a
 // the heads, n = bs (bs/t with sequence parallelism), V' = ⌈V/t⌉:
 //
-//	layer  4·(4nh + 4n + 12bsh/t + a·b·s²/t)
+//	layer  4·(4nh + 4n + 12bsh/t + A)
 //	head   4·(2nh + 2n + bs·V' + bs) + 16bs    (last residual, ln_f, probabilities, losses; ids)
+//
+// with A = a·b·s²/t the attention probabilities (a·b·s/t log-sum-exps with
+// flash). Recomputation moves bytes from every layer to one shared copy
+// per stash (perStash):
+//
+//	selective  layer − 4A per layer, 4A per stash   (nothing moves with flash)
+//	full       4nh per layer (its input), 4·(3nh + 4n + 12bsh/t + A) per stash
 //
 // Dropout masks are recomputed, so the embedding keeps nothing of its own
 // (its output is the first layer's residual).
@@ -32,8 +39,19 @@ func (j Job) engineActivations(p Plan) actSizes {
 		n = bs / t
 	}
 	vl := math.Ceil(float64(m.Vocab) / t)
-	return actSizes{
-		layer: 4 * (4*n*h + 4*n + 12*bs*h/t + a*b*s*s/t),
+	A := a * b * s * s / t
+	if p.Flash {
+		A = a * b * s / t
+	}
+	acts := actSizes{
+		layer: 4 * (4*n*h + 4*n + 12*bs*h/t + A),
 		head:  4*(2*n*h+2*n+bs*vl+bs) + 16*bs,
 	}
+	switch {
+	case p.Recompute == RecomputeFull:
+		acts.layer, acts.perStash = 4*n*h, acts.layer-4*n*h
+	case p.Recompute == RecomputeSelective && !p.Flash:
+		acts.layer, acts.perStash = acts.layer-4*A, 4*A
+	}
+	return acts
 }

@@ -229,6 +229,9 @@ func (j Job) stageMemory(p Plan, sp shapeParams, a actSizes, stage, layers int) 
 	modelStates(&mem, sp.params(stage, layers), p)
 	mem.InFlight = j.inFlight(p, stage)
 	perMB := a.layer * float64(layers)
+	if layers > 0 {
+		perMB += a.perStash
+	}
 	if stage == 0 {
 		perMB += a.embed
 	}

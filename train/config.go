@@ -137,9 +137,6 @@ func checkSupported(p plan.Plan) error {
 	if p.Precision != plan.FP32 {
 		bad = append(bad, fmt.Sprintf("precision=%s (only fp32 so far)", p.Precision))
 	}
-	if p.Recompute != plan.RecomputeNone {
-		bad = append(bad, fmt.Sprintf("recompute=%s", p.Recompute))
-	}
 	if len(bad) > 0 {
 		return fmt.Errorf("parallel.plan: the engine does not implement %s yet", strings.Join(bad, ", "))
 	}

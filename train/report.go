@@ -52,6 +52,9 @@ func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
 		"params", o.Job.Model.NumParams(), "accum", s.accum, "tokens_per_step", int(rep.tokens),
 		"kernels", r.k.ISA(), "device_memory", budgetText(s.budget), "from_step", start, "to_step", end,
 		"checkpoint_dir", o.Job.Checkpoint.Dir)
+	if note := recomputeNote(s.enginePlan); note != "" {
+		o.Log.Info("recompute", "note", note)
+	}
 	if r.id != 0 {
 		o.Log.Info("this process reports for its node", "rank", r.id, "note", "--metrics and checkpoints are written by rank 0")
 	}

@@ -36,6 +36,8 @@ type Job struct {
 	Global int
 	Steps  int
 	Clip   float64
+	// Recompute is the model's activation recomputation.
+	Recompute model.Recompute
 }
 
 // Outcome is what a run produced: per-step mean loss and norm, and the
@@ -120,7 +122,7 @@ func (j Job) rank(world comm.Group, dev *device.Device, build Builder) ([]float6
 		return nil, nil, nil, err
 	}
 	defer st.Free()
-	gpt, err := model.New(model.Options{Model: j.Model, Kernels: k, Device: dev, MicroBatch: j.MB, Seed: 5})
+	gpt, err := model.New(model.Options{Model: j.Model, Kernels: k, Device: dev, MicroBatch: j.MB, Seed: 5, Recompute: j.Recompute})
 	if err != nil {
 		return nil, nil, nil, err
 	}

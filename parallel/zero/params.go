@@ -84,6 +84,7 @@ func (s *Strategy) gather(bi int) (*gathered, error) {
 	w := s.cfg.Params.AllGather(comm.F32(buf.Data), comm.F32(b.p))
 	g := &gathered{buf: buf, op: s.track.Watch(w, nil)}
 	s.res[bi] = g
+	s.gathers[bi]++
 	return g, nil
 }
 

@@ -9,7 +9,10 @@ package zero
 //	backward  0(head), L+1, L, …, 1        (the embedding needs no weights)
 //
 // A forward pass after BeginMicro is followed by a backward pass; an
-// evaluation or sampling forward is not. A wrong guess costs only a
+// evaluation or sampling forward is not. Activation recomputation
+// (model.Recompute) keeps this order: block l's recomputed forward runs
+// inside its backward's Weights(l+1) hold, so the gather that serves the
+// backward serves the recomputation too. A wrong guess costs only a
 // wasted gather; it never changes results.
 type predictor struct {
 	units     int  // L+2

@@ -139,7 +139,8 @@ type Strategy struct {
 	inflight []pending // reduce-scatters in issue order
 	res      map[int]*gathered
 	pred     predictor
-	next     int // the unit expected after the latest Weights call (-1: none)
+	next     int         // the unit expected after the latest Weights call (-1: none)
+	gathers  map[int]int // stage 3: all-gathers issued per bucket, over the strategy's life
 }
 
 // New allocates the state of cfg.Stage.
@@ -157,7 +158,7 @@ func New(cfg Config) (*Strategy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zero: %w", err)
 	}
-	s := &Strategy{cfg: cfg, bl: bl, n: n, r: r, accum: 1, res: map[int]*gathered{}, next: -1,
+	s := &Strategy{cfg: cfg, bl: bl, n: n, r: r, accum: 1, res: map[int]*gathered{}, next: -1, gathers: map[int]int{},
 		pred: predictor{units: len(sizes), prev: -1}}
 	s.tensors = flat.TensorsOfPart(cfg.Model, cfg.Part)
 	if err := s.alloc(); err != nil {
