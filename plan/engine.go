@@ -4,11 +4,11 @@ import "math"
 
 // engineRuns says whether the Trellis engine runs p for the job's model the
 // way its stash formula describes: a GPT block (FFN = 4h, one key/value head
-// per head, not gated), fp32, no recomputation, no flash attention, cp = 1.
+// per head, not gated), fp32, no recomputation, cp = 1.
 func (j Job) engineRuns(p Plan) bool {
 	m := j.Model
 	return !m.gated() && m.KVHeads == m.Heads && m.FFN == 4*m.Hidden &&
-		p.Precision == FP32 && p.Recompute == RecomputeNone && !p.Flash && p.CP == 1
+		p.Precision == FP32 && p.Recompute == RecomputeNone && p.CP == 1
 }
 
 // engineActivations is the Trellis engine's own stash (docs/ARCHITECTURE.md,
@@ -16,9 +16,12 @@ func (j Job) engineRuns(p Plan) bool {
 // b = mbs sequences of s tokens on one of t tensor ranks, h the width, a
 // the heads, n = bs (bs/t with sequence parallelism), V' = ⌈V/t⌉:
 //
-//	layer  4·(4nh + 4n + 12bsh/t + a·b·s²/t)
-//	head   4·(2nh + 2n + bs·V' + bs) + 16bs    (last residual, ln_f, probabilities, losses; ids)
+//	layer  4·(4nh + 4n + 12bsh/t + a·b·s²/t)    (a·b·s/t log-sum-exps with flash)
+//	stage  4·nh + 16bs                          (the stage's last residual; input and target ids)
+//	head   4·(nh + 2n + bs·V' + bs)             (ln_f and its stats, probabilities, losses)
 //
+// Every pipeline stage keeps "stage" once per micro-batch (in actSizes.embed,
+// which engineStageMemory charges on every stage); the last adds "head".
 // Dropout masks are recomputed, so the embedding keeps nothing of its own
 // (its output is the first layer's residual).
 func (j Job) engineActivations(p Plan) actSizes {
@@ -32,8 +35,13 @@ func (j Job) engineActivations(p Plan) actSizes {
 		n = bs / t
 	}
 	vl := math.Ceil(float64(m.Vocab) / t)
+	att := a * b * s * s / t
+	if p.Flash {
+		att = a * b * s / t
+	}
 	return actSizes{
-		layer: 4 * (4*n*h + 4*n + 12*bs*h/t + a*b*s*s/t),
-		head:  4*(2*n*h+2*n+bs*vl+bs) + 16*bs,
+		layer: 4 * (4*n*h + 4*n + 12*bs*h/t + att),
+		embed: 4*n*h + 16*bs,
+		head:  4 * (n*h + 2*n + bs*vl + bs),
 	}
 }

@@ -27,7 +27,11 @@ type reporter struct {
 	peak       float64 // FLOP/s of the cores in use
 	bar        *progressbar.ProgressBar
 	tps, mfu   []float64
-	metricsErr error // the first failed metrics write (reported once)
+	steps      []time.Duration
+	exposed    []float64   // per step: the ranks' mean wait for collectives, seconds
+	waitSoFar  float64     // the ranks' mean cumulative wait after the last step
+	pred       *Prediction // the planner's prediction (nil: none)
+	metricsErr error       // the first failed metrics write (reported once)
 }
 
 func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
@@ -43,6 +47,16 @@ func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
 	rep.tokens = float64(o.Job.Train.GlobalBatch * o.Job.Model.SeqLen)
 	rep.flops = o.Job.Model.FLOPsPerToken()
 	rep.peak = s.peak
+	if pr, err := o.Job.predict(s); err != nil {
+		o.Log.Warn("no prediction", "err", err)
+	} else {
+		rep.pred = pr
+		args := []any{"cluster", pr.Source, "peak_bytes_rank0", pr.Ranks[0].PeakAll}
+		if pr.Err == nil {
+			args = append(args, "step_s", round4(pr.Time.Step))
+		}
+		o.Log.Info("prediction", args...)
+	}
 	o.Log.Info("run", "plan", s.enginePlan.Short(), "ranks", s.ranks, "threads_per_rank", s.threads,
 		"params", o.Job.Model.NumParams(), "accum", s.accum, "tokens_per_step", int(rep.tokens),
 		"kernels", r.k.ISA(), "device_memory", budgetText(s.budget), "from_step", start, "to_step", end,
@@ -89,6 +103,7 @@ type metricsLine struct {
 	TokensPerS float64       `json:"tokens_per_s"`
 	MFU        float64       `json:"mfu"`
 	StepS      float64       `json:"step_s"`
+	PredStepS  float64       `json:"predicted_step_s,omitempty"`
 	Ranks      []metricsRank `json:"ranks"`
 }
 
@@ -105,6 +120,8 @@ type metricsRank struct {
 	CommWaitS float64 `json:"comm_wait_s"`
 
 	CommBytes CommBytes `json:"comm_bytes"` // per mesh axis
+
+	Predicted *predictedJSON `json:"predicted,omitempty"` // the planner's prediction of the peaks
 }
 
 func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duration, stats []RankStats) {
@@ -113,9 +130,17 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 	}
 	tps := rep.tokens / dt.Seconds()
 	mfu := tps * rep.flops / rep.peak
-	rep.tps, rep.mfu = append(rep.tps, tps), append(rep.mfu, mfu)
+	rep.tps, rep.mfu, rep.steps = append(rep.tps, tps), append(rep.mfu, mfu), append(rep.steps, dt)
+	if len(stats) > 0 {
+		w := 0.0
+		for _, s := range stats {
+			w += s.CommWait.Seconds()
+		}
+		w /= float64(len(stats))
+		rep.exposed, rep.waitSoFar = append(rep.exposed, w-rep.waitSoFar), w
+	}
 	if rep.o.Metrics != nil && r0(rep) {
-		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds()}
+		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds(), PredStepS: rep.pred.stepS()}
 		if finite(val) {
 			m.ValLoss = &val
 		}
@@ -123,7 +148,7 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 			m.Ranks = append(m.Ranks, metricsRank{Rank: s.Rank, Param: s.Peak[device.Param], Grad: s.Peak[device.Grad],
 				Optim: s.Peak[device.Optim], Act: s.Peak[device.Act], Workspace: s.Peak[device.Workspace],
 				Comm: s.Peak[device.Comm], Peak: s.PeakAll, CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds(),
-				CommBytes: s.CommBytes})
+				CommBytes: s.CommBytes, Predicted: rep.pred.rankJSON(s.Rank)})
 		}
 		// Every field is finite here (runStep stops at a non-finite loss
 		// or norm), so a line is never lost to an encoding error; if one
@@ -188,6 +213,7 @@ func (rep *reporter) finish(s *Summary) {
 		rep.bar.Finish()
 	}
 	s.TokensPerSec, s.MFU = median(rep.tps), median(rep.mfu)
+	s.StepSeconds, s.ExposedSeconds, s.Prediction = medianDur(rep.steps), median(rep.exposed), rep.pred
 	WriteSummary(rep.o.Out, s)
 }
 
@@ -217,6 +243,7 @@ func WriteSummary(w io.Writer, s *Summary) {
 	tw.Flush()
 	fmt.Fprintln(w, "\ncomm total: time the rank's collectives were in flight (from when each could start to its end);")
 	fmt.Fprintln(w, "comm exposed: the part of it the rank's computation waited for (at most the total; the rest overlapped compute)")
+	writePrediction(w, s)
 	if s.Checkpoint != "" {
 		fmt.Fprintf(w, "\ncheckpoint: %s\n", s.Checkpoint)
 	}
