@@ -76,27 +76,37 @@ func (j Job) jobCluster(s settings) (plan.Cluster, string, error) {
 	return c, "cluster file " + j.Parallel.Cluster, nil
 }
 
-// planJob is the planner's job for rank `rank` (its ZeRO buffers depend
-// on its shard).
-func (j Job) planJob(s settings, c plan.Cluster, dpRank, tpRank, pipeStage int) plan.Job {
-	p := s.enginePlan
+// planJob is the planner's job for a rank at data-parallel index dpRank
+// and tensor-parallel index tpRank (its ZeRO buffers depend on its shard),
+// with the engine's store for whichever plan the planner asks about.
+func (j Job) planJob(s settings, c plan.Cluster, dpRank, tpRank int) plan.Job {
 	store := &plan.EngineStore{Threads: s.threads}
-	if p.ZeRO >= 2 && p.PP == 1 {
-		part := model.Part{TP: p.TP, Rank: tpRank, SP: p.SP}
-		sh := zero.Shape{Model: j.Model, Stage: p.ZeRO, Ranks: p.DP, Rank: dpRank, BucketElems: int(s.bucket / 4), Overlap: j.Parallel.Overlap, Part: part}
-		store.Buffers = func(plan.Plan, int) float64 {
-			m, err := sh.Memory()
-			if err != nil {
-				return 0
-			}
-			return float64(m.Comm)
-		}
-	}
-	if p.PP > 1 {
-		store.Stashes = func(plan.Plan, int) ([]int, []int) { return pipeStashes(p, s.accum, pipeStage) }
+	store.Buffers = func(p plan.Plan, _ int) float64 { return j.engineBuffers(s, p, dpRank, tpRank) }
+	store.Stashes = func(p plan.Plan, stage int) ([]int, []int) {
+		return pipeStashes(p, j.Train.GlobalBatch/max(1, p.DP*p.MBS), stage)
 	}
 	return plan.Job{Model: planModel(j.Model), Cluster: c, Devices: s.ranks, Seq: j.Model.SeqLen,
 		GlobalBatch: j.Train.GlobalBatch, Engine: store}
+}
+
+// engineBuffers is what the engine charges to tag comm under p: ZeRO-2
+// and -3's buckets as parallel/zero accounts them (an upper bound), a
+// pipeline's boundary buffers (at most four (B,s,h) activations: a send
+// and a receive each way, also an upper bound), nothing else.
+func (j Job) engineBuffers(s settings, p plan.Plan, dpRank, tpRank int) float64 {
+	switch {
+	case p.PP > 1:
+		return 4 * 4 * float64(p.MBS) * float64(j.Model.SeqLen) * float64(j.Model.Hidden)
+	case p.ZeRO < 2:
+		return 0
+	}
+	part := model.Part{TP: p.TP, Rank: min(tpRank, p.TP-1), SP: p.SP}
+	m, err := zero.Shape{Model: j.Model, Stage: p.ZeRO, Ranks: p.DP, Rank: min(dpRank, p.DP-1), BucketElems: int(s.bucket / 4),
+		Overlap: j.Parallel.Overlap, Part: part}.Memory()
+	if err != nil {
+		return 0
+	}
+	return float64(m.Comm)
 }
 
 // predictMemory is every rank's predicted peak bytes per device tag (in
@@ -113,7 +123,7 @@ func (j Job) predictMemory(s settings, c plan.Cluster) ([]Predicted, error) {
 		if err != nil {
 			return nil, fmt.Errorf("train: %w", err)
 		}
-		pj := j.planJob(s, c, co.Get(mesh.DP), co.Get(mesh.TP), co.Get(mesh.PP))
+		pj := j.planJob(s, c, co.Get(mesh.DP), co.Get(mesh.TP))
 		if err := pj.Check(p); err != nil {
 			return nil, fmt.Errorf("train: the planner cannot predict plan %s: %w", p.Short(), err)
 		}

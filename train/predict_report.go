@@ -34,7 +34,7 @@ func (j Job) predict(s settings) (*Prediction, error) {
 		return nil, err
 	}
 	pr := &Prediction{Source: src, Ranks: ranks}
-	e, err := j.planJob(s, c, 0, 0, 0).Evaluate(s.enginePlan)
+	e, err := j.planJob(s, c, 0, 0).Evaluate(s.enginePlan)
 	if err != nil {
 		pr.Err = err
 	} else {
@@ -142,4 +142,28 @@ func medianDur(ds []time.Duration) float64 {
 		xs[i] = d.Seconds()
 	}
 	return median(xs)
+}
+
+// writePredictionOnly prints a prediction with nothing measured (a dry run).
+func writePredictionOnly(w io.Writer, pr *Prediction) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	hdr := []string{"rank"}
+	for _, t := range device.Tags() {
+		hdr = append(hdr, t.String())
+	}
+	fmt.Fprintln(tw, strings.Join(append(hdr, "peak", ""), "\t"))
+	for _, p := range pr.Ranks {
+		row := []string{fmt.Sprint(p.Rank)}
+		for i := range device.Tags() {
+			row = append(row, device.FormatBytes(p.Peak[i]))
+		}
+		fmt.Fprintln(tw, strings.Join(append(row, device.FormatBytes(p.PeakAll), ""), "\t"))
+	}
+	tw.Flush()
+	if pr.Err != nil {
+		return
+	}
+	t := pr.Time
+	fmt.Fprintf(w, "\nstep %s = compute %s + exposed comm %s + bubble %s + misc %s\n",
+		secs(t.Step), secs(t.Compute), secs(t.CommExposed), secs(t.Bubble), secs(t.Misc))
 }
