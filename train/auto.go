@@ -92,10 +92,16 @@ func (j Job) resolveShape() (settings, error) {
 // engine's memory model and the job's budget, and returns the fastest
 // predicted plan the engine accepts.
 func (j Job) ChoosePlan() (AutoChoice, error) {
+	for _, err := range []error{j.Model.Validate(), j.Train.Validate(), j.Data.Validate(), j.checkVocab(), j.Checkpoint.Validate()} {
+		if err != nil {
+			return AutoChoice{}, err
+		}
+	}
 	fix, err := j.engineFix()
 	if err != nil {
 		return AutoChoice{}, err
 	}
+	var refused error // the engine's reason for the planner's first plan
 	corePeak := ops.PeakGFLOPS("auto", 1, 100*time.Millisecond) * 1e9
 	type cand struct {
 		e   plan.Estimate
@@ -122,11 +128,17 @@ func (j Job) ChoosePlan() (AutoChoice, error) {
 			txt := e.Plan.String()
 			if _, err := j.withPlan(txt, d).resolve(); err == nil {
 				all = append(all, cand{e, txt, d})
+			} else if refused == nil {
+				refused = err
 			}
 		}
 	}
 	if len(all) == 0 {
-		return AutoChoice{}, fmt.Errorf("parallel.plan=auto: no plan the engine runs fits parallel.device_memory=%q on %v devices: shrink [model] or train.micro_batch, or raise the budget", j.Parallel.DeviceMemory, j.autoDevices())
+		why := ""
+		if refused != nil {
+			why = fmt.Sprintf(" (the planner's best: %v)", refused)
+		}
+		return AutoChoice{}, fmt.Errorf("parallel.plan=auto: no plan the engine runs fits parallel.device_memory=%q on %v devices%s: shrink [model] or train.micro_batch, or raise the budget", j.Parallel.DeviceMemory, j.autoDevices(), why)
 	}
 	slices.SortStableFunc(all, func(a, b cand) int {
 		switch {
