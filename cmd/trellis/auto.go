@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"trellis/launch"
 	"trellis/train"
@@ -24,4 +25,31 @@ func choosePlan(j *train.Job, env *launch.Env) error {
 		fmt.Fprintln(os.Stderr, "parallel.plan=auto: "+w)
 	}
 	return nil
+}
+
+// cachedProfilePath is where `trellis profile --cache` keeps this
+// machine's cluster file: trellis/host.toml under the user cache
+// directory.
+func cachedProfilePath() (string, error) {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(d, "trellis", "host.toml"), nil
+}
+
+// useCachedProfile points a job that names no cluster file at the cached
+// profile, when there is one, and says so (the run says which cluster its
+// predictions use either way).
+func useCachedProfile(j *train.Job) {
+	if j.Parallel.Cluster != "" {
+		return
+	}
+	p, err := cachedProfilePath()
+	if err != nil {
+		return
+	}
+	if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+		j.Parallel.Cluster = p
+	}
 }

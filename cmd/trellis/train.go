@@ -88,6 +88,7 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 		return err
 	}
 	job := spec.job
+	useCachedProfile(&job)
 	if job.Parallel.Plan == train.Auto {
 		if err := choosePlan(&job, env); err != nil {
 			return err
