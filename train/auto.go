@@ -185,7 +185,7 @@ func (j Job) DryRun(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "plan %s on %d rank(s), predicted on the %s\n\n", s.enginePlan.Short(), s.ranks, pr.Source)
+	fmt.Fprintf(w, "plan %s on %d rank(s), predicted on the %s\n\n", j.engineShort(s.enginePlan), s.ranks, pr.Source)
 	writePredictionOnly(w, pr)
 	for _, r := range pr.Ranks {
 		if s.budget > 0 && r.PeakAll > s.budget {
