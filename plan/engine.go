@@ -17,10 +17,13 @@ func (j Job) engineRuns(p Plan) bool {
 // the heads, n = bs (bs/t with sequence parallelism), V' = ⌈V/t⌉:
 //
 //	layer  4·(4nh + 4n + 12bsh/t + A)
-//	head   4·(2nh + 2n + bs·V' + bs) + 16bs    (last residual, ln_f, probabilities, losses; ids)
+//	stage  4·nh + 16bs                          (the stage's last residual; input and target ids)
+//	head   4·(nh + 2n + bs·V' + bs)             (ln_f and its stats, probabilities, losses)
 //
 // with A = a·b·s²/t the attention probabilities (a·b·s/t log-sum-exps with
-// flash). Recomputation moves bytes from every layer to one shared copy
+// flash). Every pipeline stage keeps "stage" once per micro-batch (in
+// actSizes.embed, which engineStageMemory charges on every stage); the last
+// adds "head". Recomputation moves bytes from every layer to one shared copy
 // per stash (perStash):
 //
 //	selective  layer − 4A per layer, 4A per stash   (nothing moves with flash)
@@ -45,7 +48,8 @@ func (j Job) engineActivations(p Plan) actSizes {
 	}
 	acts := actSizes{
 		layer: 4 * (4*n*h + 4*n + 12*bs*h/t + A),
-		head:  4*(2*n*h+2*n+bs*vl+bs) + 16*bs,
+		embed: 4*n*h + 16*bs,
+		head:  4 * (n*h + 2*n + bs*vl + bs),
 	}
 	switch {
 	case p.Recompute == RecomputeFull:

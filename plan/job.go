@@ -10,6 +10,9 @@ type Job struct {
 	Devices     int
 	Seq         int
 	GlobalBatch int
+	// Engine, when set on a cluster with engine_stash, is what the Trellis
+	// engine stores besides its stash (EngineStore); nil: its defaults.
+	Engine *EngineStore
 }
 
 // Validate checks the job on its own (not a plan).

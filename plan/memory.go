@@ -225,6 +225,9 @@ func (j Job) memory(p Plan, sp shapeParams) Memory {
 }
 
 func (j Job) stageMemory(p Plan, sp shapeParams, a actSizes, stage, layers int) Memory {
+	if j.Cluster.EngineStash && j.engineRuns(p) {
+		return j.engineStageMemory(p, sp, stage, layers)
+	}
 	mem := Memory{Stage: stage, Layers: layers, Budget: j.Cluster.Accel.Memory}
 	modelStates(&mem, sp.params(stage, layers), p)
 	mem.InFlight = j.inFlight(p, stage)

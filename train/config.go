@@ -65,6 +65,10 @@ type ParallelConfig struct {
 	// backend (e.g. "1GB" per second and "50us"); empty means none.
 	LinkBandwidth string `toml:"link_bandwidth"`
 	LinkLatency   string `toml:"link_latency"`
+	// Cluster is a planner cluster file describing this machine (written
+	// by `trellis profile -o`), which the run's predictions use; empty:
+	// a built-in estimate.
+	Cluster string `toml:"cluster"`
 }
 
 // Job is a whole job file.

@@ -27,8 +27,12 @@ type reporter struct {
 	peak       float64 // FLOP/s of the cores in use
 	bar        *progressbar.ProgressBar
 	tps, mfu   []float64
-	metricsErr error // the first failed metrics write (reported once)
-	budget     int64 // bytes per device, 0: none
+	steps      []time.Duration
+	exposed    []float64   // per step: the ranks' mean wait for collectives, seconds
+	waitSoFar  float64     // the ranks' mean cumulative wait after the last step
+	pred       *Prediction // the planner's prediction (nil: none)
+	metricsErr error       // the first failed metrics write (reported once)
+	budget     int64       // bytes per device, 0: none
 }
 
 func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
@@ -44,6 +48,16 @@ func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
 	rep.tokens = float64(o.Job.Train.GlobalBatch * o.Job.Model.SeqLen)
 	rep.flops = o.Job.Model.FLOPsPerToken()
 	rep.peak = s.peak
+	if pr, err := o.Job.predict(s); err != nil {
+		o.Log.Warn("no prediction", "err", err)
+	} else {
+		rep.pred = pr
+		args := []any{"cluster", pr.Source, "peak_bytes_rank0", pr.Ranks[0].PeakAll}
+		if pr.Err == nil {
+			args = append(args, "step_s", round4(pr.Time.Step))
+		}
+		o.Log.Info("prediction", args...)
+	}
 	rep.budget = s.budget
 	if o.Observer != nil {
 		o.Observer.Start(runInfo(o, s, start, end))
@@ -98,6 +112,7 @@ type metricsLine struct {
 	MFU        float64       `json:"mfu"`
 	StepS      float64       `json:"step_s"`
 	Budget     int64         `json:"budget,omitempty"` // bytes per device
+	PredStepS  float64       `json:"predicted_step_s,omitempty"`
 	Ranks      []metricsRank `json:"ranks"`
 }
 
@@ -114,6 +129,8 @@ type metricsRank struct {
 	CommWaitS float64 `json:"comm_wait_s"`
 
 	CommBytes CommBytes `json:"comm_bytes"` // per mesh axis
+
+	Predicted *predictedJSON `json:"predicted,omitempty"` // the planner's prediction of the peaks
 }
 
 func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duration, stats []RankStats) {
@@ -122,9 +139,17 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 	}
 	tps := rep.tokens / dt.Seconds()
 	mfu := tps * rep.flops / rep.peak
-	rep.tps, rep.mfu = append(rep.tps, tps), append(rep.mfu, mfu)
+	rep.tps, rep.mfu, rep.steps = append(rep.tps, tps), append(rep.mfu, mfu), append(rep.steps, dt)
+	if len(stats) > 0 {
+		w := 0.0
+		for _, s := range stats {
+			w += s.CommWait.Seconds()
+		}
+		w /= float64(len(stats))
+		rep.exposed, rep.waitSoFar = append(rep.exposed, w-rep.waitSoFar), w
+	}
 	if (rep.o.Metrics != nil && r0(rep)) || rep.o.Observer != nil {
-		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds(), Budget: rep.budget}
+		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds(), PredStepS: rep.pred.stepS(), Budget: rep.budget}
 		if finite(val) {
 			m.ValLoss = &val
 		}
@@ -132,7 +157,7 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 			m.Ranks = append(m.Ranks, metricsRank{Rank: s.Rank, Param: s.Peak[device.Param], Grad: s.Peak[device.Grad],
 				Optim: s.Peak[device.Optim], Act: s.Peak[device.Act], Workspace: s.Peak[device.Workspace],
 				Comm: s.Peak[device.Comm], Peak: s.PeakAll, CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds(),
-				CommBytes: s.CommBytes})
+				CommBytes: s.CommBytes, Predicted: rep.pred.rankJSON(s.Rank)})
 		}
 		// Every field is finite here (runStep stops at a non-finite loss
 		// or norm), so a line is never lost to an encoding error; if one
@@ -205,6 +230,7 @@ func (rep *reporter) finish(s *Summary) {
 		rep.bar.Finish()
 	}
 	s.TokensPerSec, s.MFU = median(rep.tps), median(rep.mfu)
+	s.StepSeconds, s.ExposedSeconds, s.Prediction = medianDur(rep.steps), median(rep.exposed), rep.pred
 	WriteSummary(rep.o.Out, s)
 }
 
@@ -234,6 +260,7 @@ func WriteSummary(w io.Writer, s *Summary) {
 	tw.Flush()
 	fmt.Fprintln(w, "\ncomm total: time the rank's collectives were in flight (from when each could start to its end);")
 	fmt.Fprintln(w, "comm exposed: the part of it the rank's computation waited for (at most the total; the rest overlapped compute)")
+	writePrediction(w, s)
 	if s.Checkpoint != "" {
 		fmt.Fprintf(w, "\ncheckpoint: %s\n", s.Checkpoint)
 	}

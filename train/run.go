@@ -67,6 +67,9 @@ type Summary struct {
 	Checkpoint          string // the last checkpoint written ("" if none)
 	Sample              string // the last generated sample
 	Plan                string
+	StepSeconds         float64     // median step time
+	ExposedSeconds      float64     // median over steps of the ranks' mean wait for collectives
+	Prediction          *Prediction // the planner's prediction (nil: none)
 }
 
 // RankStats is one rank's memory and communication over the run.

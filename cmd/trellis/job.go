@@ -34,8 +34,9 @@ type jobSpec struct {
 //     given (the checkpoint's own checkpoint.dir may be another run's), and
 //     picks its backend afresh;
 //   - parallel.plan, when nobody set it: under a launcher of W processes
-//     (or with --devices W) dp=W,zero=3, else the demonstration's
-//     dp=4,zero=3;
+//     (or with --devices W) dp=W,zero=3, else auto (the planner's choice;
+//     for the default model and micro-batch on the demonstration's 4
+//     devices);
 //   - checkpoint.dir, when nobody set it: runs/trellis, or runs/trellis-N
 //     when that holds another run's checkpoints (freeRunDir);
 //   - parallel.device_memory, when nobody set it: the demonstration's
@@ -70,7 +71,17 @@ func assembleJob(f trainFlags, sets []string, env *launch.Env) (jobSpec, error) 
 		case j.Parallel.Devices > 0:
 			j.Parallel.Plan = fmt.Sprintf("dp=%d,zero=3", j.Parallel.Devices)
 		default:
-			j.Parallel.Plan = def.Parallel.Plan
+			// The planner chooses (--parallel auto); the demonstration
+			// is "this model on 4 devices of 48 MiB", where it picks
+			// ZeRO-3 over the 4 (dp=1 does not fit).
+			j.Parallel.Plan = train.Auto
+			if j.Model == def.Model && j.Train.MicroBatch == def.Train.MicroBatch {
+				j.Parallel.Devices = 4
+				spec.notes = append(spec.notes, "parallel.plan=auto on parallel.devices=4: the demonstration's 4 devices of 48 MiB; the planner chooses the plan (pin one with --parallel)")
+			} else {
+				autoPlan = true
+				spec.notes = append(spec.notes, "parallel.plan=auto: the planner chooses the plan and the device count (pin them with --parallel and --devices)")
+			}
 		}
 	}
 	if j.Parallel.DeviceMemory == unset {

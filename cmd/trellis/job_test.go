@@ -27,17 +27,17 @@ func TestAssembleJobDefaults(t *testing.T) {
 		plan, memory string
 		prompt       string // "" : the default's
 	}{
-		{"default job", "", nil, nil, "dp=4,zero=3", "48MiB", ""},
-		{"only steps changed", "", []string{"train.steps=20"}, nil, "dp=4,zero=3", "48MiB", ""},
-		{"another model", "", []string{"model.layers=6"}, nil, "dp=4,zero=3", "", ""},
-		{"another micro-batch", "", []string{"train.micro_batch=1"}, nil, "dp=4,zero=3", "", ""},
-		{"budget set", "", []string{"model.layers=6", "parallel.device_memory=1GiB"}, nil, "dp=4,zero=3", "1GiB", ""},
+		{"default job", "", nil, nil, "auto", "48MiB", ""},
+		{"only steps changed", "", []string{"train.steps=20"}, nil, "auto", "48MiB", ""},
+		{"another model", "", []string{"model.layers=6"}, nil, "auto", "", ""},
+		{"another micro-batch", "", []string{"train.micro_batch=1"}, nil, "auto", "", ""},
+		{"budget set", "", []string{"model.layers=6", "parallel.device_memory=1GiB"}, nil, "auto", "1GiB", ""},
 		{"under a launcher", "", nil, world2, "dp=2,zero=3", "", ""},
 		{"launcher, plan pinned", "", []string{"parallel.plan=dp=4"}, world2, "dp=4", "48MiB", ""},
 		{"launcher, plan from a file", job, nil, world2, "dp=2", "48MiB", ""},
 		{"devices", "", []string{"parallel.devices=2"}, nil, "dp=2,zero=3", "", ""},
 		{"plan chosen", "", []string{"parallel.plan=dp=1"}, nil, "dp=1", "48MiB", ""},
-		{"user text", "", []string{"data.source=" + text}, nil, "dp=4,zero=3", "48MiB", "Call me Ishmael. Some years ago, never"},
+		{"user text", "", []string{"data.source=" + text}, nil, "auto", "48MiB", "Call me Ishmael. Some years ago, never"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -48,6 +48,11 @@ func TestAssembleJobDefaults(t *testing.T) {
 			p := spec.job.Parallel
 			if p.Plan != c.plan || p.DeviceMemory != c.memory {
 				t.Errorf("plan %q, device_memory %q; want %q, %q", p.Plan, p.DeviceMemory, c.plan, c.memory)
+			}
+			// The demonstration's model and micro-batch keep its 4
+			// devices; another job's device count is the planner's.
+			if want := map[bool]int{true: 4}[c.plan == "auto" && c.memory == "48MiB"]; c.plan == "auto" && p.Devices != want {
+				t.Errorf("devices %d, want %d", p.Devices, want)
 			}
 			if c.prompt != "" && spec.job.Train.Prompt != c.prompt {
 				t.Errorf("prompt %q, want %q", spec.job.Train.Prompt, c.prompt)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -20,6 +21,7 @@ import (
 func newProfileCmd() *cobra.Command {
 	var (
 		out, backends string
+		cache         bool
 		c             profile.Config
 	)
 	cmd := &cobra.Command{
@@ -70,6 +72,22 @@ func newProfileCmd() *cobra.Command {
 			if _, err := plan.ParseClusterFile(buf.Bytes()); err != nil {
 				return fmt.Errorf("profile: the measured cluster file does not validate: %w\n%s", err, buf.String())
 			}
+			if cache {
+				p, err := cachedProfilePath()
+				if err == nil {
+					err = os.MkdirAll(filepath.Dir(p), 0o755)
+				}
+				if err == nil {
+					err = writeFileAtomic(p, buf.Bytes())
+				}
+				if err != nil {
+					return fmt.Errorf("profile: --cache: %w", err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "profile: cached as %s (trellis train uses it when parallel.cluster is not set)\n", p)
+				if out == "" {
+					return nil
+				}
+			}
 			if out == "" || out == "-" {
 				_, err = cmd.OutOrStdout().Write(buf.Bytes())
 				return err
@@ -84,6 +102,7 @@ func newProfileCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVarP(&out, "out", "o", "", "write the cluster file here (default: standard output)")
+	f.BoolVar(&cache, "cache", false, "also keep the cluster file in the user cache directory, where trellis train finds it")
 	f.BoolVar(&c.Quick, "quick", false, "fewer shapes and shorter timings (under 30 s)")
 	f.IntVar(&c.Threads, "threads", 1, "kernel threads of one device (rank)")
 	f.IntVar(&c.Ranks, "ranks", 0, "ranks of the collective timings (0: the CPU count, at least 2)")

@@ -26,6 +26,7 @@ type trainFlags struct {
 	backend                 string
 	trace                   string
 	dashboard               string // listen address of the live dashboard (dashboard.go)
+	dryRun                  bool
 }
 
 func newTrainCmd() *cobra.Command {
@@ -53,13 +54,14 @@ plan unless one is given.`,
 	fl := c.Flags()
 	fl.StringVar(&f.config, "config", "", "TOML job file")
 	fl.StringArrayVar(&f.sets, "set", nil, "override one key, section.key=value (repeatable)")
-	fl.StringVar(&f.parallel, "parallel", "", `plan text, e.g. "dp=4,zero=3" (= --set parallel.plan=...)`)
+	fl.StringVar(&f.parallel, "parallel", "", `plan text, e.g. "dp=4,zero=3", or "auto": the planner's fastest plan that fits (= --set parallel.plan=...)`)
 	fl.IntVar(&f.devices, "devices", 0, "number of ranks (= --set parallel.devices=N)")
 	fl.StringVar(&f.deviceMemory, "device-memory", "", "every rank's memory budget, e.g. 512MiB (= --set parallel.device_memory=...)")
 	fl.StringVar(&f.backend, "backend", "", "auto (default: processes under a launcher, else goroutines), local (goroutines) or tcp (processes)")
 	fl.StringVar(&f.resume, "resume", "", "continue from this checkpoint (a step directory or a checkpoint root)")
 	fl.IntVar(&f.until, "until", 0, "stop after this step, checkpointing first")
 	fl.StringVar(&f.metrics, "metrics", "", "write one JSON object per step to this file (a resumed run appends)")
+	fl.BoolVar(&f.dryRun, "dry-run", false, "print the planner's prediction for the job (memory per rank and tag, step time) and exit")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace-event timeline (Perfetto) of every rank to DIR/trace.json")
 	fl.StringVar(&f.dashboard, "dashboard", "", "serve a live dashboard at this address while training, e.g. :8080")
 	return c
@@ -88,6 +90,15 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 		return err
 	}
 	job := spec.job
+	useCachedProfile(&job)
+	if job.Parallel.Plan == train.Auto {
+		if err := choosePlan(&job, env); err != nil {
+			return err
+		}
+	}
+	if f.dryRun {
+		return job.DryRun(os.Stdout)
+	}
 	if err := job.Check(); err != nil {
 		return err
 	}

@@ -15,6 +15,9 @@ type Shape struct {
 	Rank        int // this rank, 0 <= Rank < N
 	BucketElems int
 	Overlap     bool
+	// Part is the piece of the model the rank holds under tensor
+	// parallelism (zero value: the whole model); the buckets are its.
+	Part model.Part
 }
 
 // Memory is what one rank charges to each tag, in bytes. Param, Grad and
@@ -50,7 +53,7 @@ func (s Shape) Memory() (Memory, error) {
 	if err := s.Model.Validate(); err != nil {
 		return Memory{}, err
 	}
-	lay := s.Model.Layout()
+	lay := s.Model.PartLayout(s.Part)
 	sizes := make([]int, len(lay.Units))
 	for i, u := range lay.Units {
 		sizes[i] = u.Size
@@ -86,6 +89,6 @@ func (s Shape) Memory() (Memory, error) {
 // Memory is this strategy's accounting (see Shape.Memory).
 func (s *Strategy) Memory() Memory {
 	m, _ := Shape{Model: s.cfg.Model, Stage: s.cfg.Stage, Ranks: s.n, Rank: s.r,
-		BucketElems: s.cfg.BucketElems, Overlap: s.cfg.Overlap}.Memory()
+		BucketElems: s.cfg.BucketElems, Overlap: s.cfg.Overlap, Part: s.cfg.Part}.Memory()
 	return m
 }

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"trellis/launch"
+	"trellis/train"
+)
+
+// A job naming no cluster file uses the profile `trellis profile --cache`
+// kept, when there is one; one naming a file keeps it.
+func TestUseCachedProfile(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	j := train.DefaultJob()
+	useCachedProfile(&j)
+	if j.Parallel.Cluster != "" {
+		t.Fatalf("no cache, yet cluster %q", j.Parallel.Cluster)
+	}
+	p, err := cachedProfilePath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Dir(p), 0o755)
+	os.WriteFile(p, []byte("name = \"x\"\n"), 0o644)
+	useCachedProfile(&j)
+	if j.Parallel.Cluster != p {
+		t.Errorf("cluster %q, want the cached %q", j.Parallel.Cluster, p)
+	}
+	j.Parallel.Cluster = "mine.toml"
+	useCachedProfile(&j)
+	if j.Parallel.Cluster != "mine.toml" {
+		t.Errorf("a named cluster file was replaced by %q", j.Parallel.Cluster)
+	}
+}
+
+// parallel.plan=auto under a launcher of several processes is refused by
+// name: each process would choose on its own measurements.
+func TestAutoRefusedUnderLauncher(t *testing.T) {
+	j := train.DefaultJob()
+	j.Parallel.Plan = train.Auto
+	err := choosePlan(&j, &launch.Env{WorldSize: 2, LocalWorldSize: 2, Source: "torchrun"})
+	if err == nil || !strings.Contains(err.Error(), "parallel.plan=auto under a launcher of 2 processes") {
+		t.Errorf("error %v", err)
+	}
+}

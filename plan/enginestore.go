@@ -1,0 +1,159 @@
+package plan
+
+// EngineStore is what the Trellis engine keeps on a rank beyond the
+// published formulas, for the plans it runs (engineRuns): the planner's
+// memory model (Job.Memory, Job.StageMemory) composes it — states sharded
+// as modelStates says, micro-batches in flight as inFlight says — when the
+// cluster file sets engine_stash and the job carries one. The engine
+// (package train) fills it from its own accounting, so the planner, the
+// engine's out-of-memory hint and its end-of-run report hold one model.
+// A change to what the engine stores (precision, recomputation) changes
+// engineActivations, engineWorkspace or Buffers here, and nothing else.
+type EngineStore struct {
+	// Threads is the kernel threads per rank: the materialising attention
+	// backward keeps one (T,T) scratch per worker, min(threads, B·a/t).
+	Threads int
+	// Buffers, when set, is the engine's communication buffers of a rank
+	// of pipeline stage `stage` under p, in bytes (parallel/zero's
+	// accounting, which depends on its bucket layout); nil: the planner's.
+	Buffers func(p Plan, stage int) float64
+	// Stashes, when set, is how many stashes (and zero-bubble weight
+	// stashes) a rank of pipeline stage `stage` holds per local chunk at
+	// its peak under p: the engine pools a chunk's freed stashes, so its
+	// act peak is the sum over chunks of each one's most live, which its
+	// schedule (parallel/pp) knows; nil: the planner's inFlight.
+	Stashes func(p Plan, stage int) (stash, weight []int)
+}
+
+// engineStageMemory is stageMemory for a rank running the Trellis engine:
+// the stash of engineActivations per micro-batch in flight, the engine's
+// backward scratch as workspace, the engine's buffers, no runtime reserve
+// (the engine's device budget counts only what it allocates), and the
+// engine's pipeline layout (the last stage of a tied model holds the whole
+// embedding unit, positions included, for the tied head).
+func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory {
+	mem := Memory{Stage: stage, Layers: layers, Budget: j.Cluster.Accel.Memory}
+	P := sp.params(stage, layers)
+	if p.PP > 1 && stage == p.PP-1 && j.Model.Tied && j.Model.learnedPositions() {
+		P += float64(j.Model.MaxSeq) * float64(j.Model.Hidden)
+	}
+	modelStates(&mem, P, p)
+	mem.InFlight = j.inFlight(p, stage)
+	a := j.engineActivations(p)
+	// Every stage's stash keeps its last residual (its output, or the
+	// final norm's input) and the micro-batch's token ids; the last stage
+	// adds the head's.
+	perMB := a.layer*float64(layers) + a.embed
+	if layers > 0 {
+		perMB += a.perStash // recomputation's shared buffer, one per stash
+	}
+	head, headMBs := 0.0, 0.0
+	if stage == p.PP-1 {
+		head, headMBs = a.head, 1
+		if p.Schedule == GPipe && p.PP > 1 {
+			headMBs = float64(j.MicroBatches(p))
+		}
+	}
+	mem.ActPerMicroBatch = ceil(perMB + head)
+	mem.Act = ceil(perMB*mem.InFlight + head*headMBs)
+	if j.Engine != nil && j.Engine.Stashes != nil && p.PP > 1 {
+		mem.Act = ceil(j.enginePipeAct(p, a, stage))
+	}
+	mem.Workspace = ceil(j.engineWorkspace(p))
+	if j.Engine != nil && j.Engine.Buffers != nil {
+		mem.Buffers = ceil(j.Engine.Buffers(p, stage))
+	} else {
+		mem.Buffers = ceil(j.buffers(p, sp, stage, layers))
+	}
+	mem.Other = mem.Workspace + mem.Buffers
+	mem.Total = mem.Param + mem.Grad + mem.Optim + mem.Act + mem.Other
+	return mem
+}
+
+// engineWorkspace is the engine's backward scratch (model.dims.workspace),
+// in bytes: with T = B·s tokens of the micro-batch, n = T (T/t with
+// sequence parallelism), C = h, F = 4h/t, V' = ⌈V/t⌉, w attention workers,
+// 4 bytes per float,
+//
+//	dres n·C + dln T·C + big max(T·V', 2·T·F) + scratch w·s² (0 with flash)
+//	+ branch n·C (with dropout or t > 1)
+//	+ with t > 1: big ≥ max(T·C, (t+1)·V'), ce 3·T
+//	+ with sequence parallelism: gath T·C, dlnl n·C, lnGrad 2C
+func (j Job) engineWorkspace(p Plan) float64 {
+	m := j.Model
+	t := p.TP
+	s, C := j.Seq, m.Hidden
+	T := p.MBS * s
+	n := T
+	if p.SP {
+		n = T / t
+	}
+	vl := (m.Vocab + t - 1) / t
+	big := max(T*vl, 2*T*4*C/t)
+	f := n*C + T*C
+	if !p.Flash {
+		threads := 1
+		if j.Engine != nil {
+			threads = max(1, j.Engine.Threads)
+		}
+		f += max(1, min(threads, p.MBS*m.Heads/t)) * s * s
+	}
+	if m.Dropout || t > 1 {
+		f += n * C
+	}
+	if t > 1 {
+		big = max(big, T*C, (t+1)*vl)
+		f += 3 * T
+	}
+	if p.SP {
+		f += T*C + n*C + 2*C
+	}
+	return 4 * float64(f+big)
+}
+
+// StageMemory is the prediction for a rank of pipeline stage `stage`
+// (0 ≤ stage < pp) under p, which must pass Check: Memory gives the most
+// loaded stage, this one any stage, so that a run can hold each rank's
+// measured peaks against its own prediction.
+func (j Job) StageMemory(p Plan, stage int) Memory {
+	sp := j.shapeParams(p)
+	stage = max(0, min(stage, p.PP-1))
+	return j.stageMemory(p, sp, j.activations(p), stage, sp.pt.count(stage))
+}
+
+// enginePipeAct is a pipeline rank's act peak from its pooled stash
+// counts (EngineStore.Stashes): local chunk c is model chunk c·pp + stage
+// of l_c layers; each of its n_c stashes keeps l_c layers, the stage
+// constant and, on the model's last chunk, the head; each of its w_c
+// zero-bubble weight stashes keeps the deferred output gradients of its
+// blocks, 9·B·s·h floats a layer (model.WeightStashFloats):
+//
+//	act = Σ_c n_c·(l_c·layer + stage [+ head]) + w_c·l_c·36·B·s·h
+func (j Job) enginePipeAct(p Plan, a actSizes, stage int) float64 {
+	n, w := j.Engine.Stashes(p, stage)
+	ls, err := ChunkLayers(j.Model.Layers, p.PP, p.VPP)
+	if err != nil {
+		return 0
+	}
+	bsh := float64(p.MBS) * float64(j.Seq) * float64(j.Model.Hidden)
+	act := 0.0
+	for c := range n {
+		mc := c*p.PP + stage
+		if mc >= len(ls) {
+			break
+		}
+		l := float64(ls[mc])
+		per := l*a.layer + a.embed
+		if l > 0 {
+			per += a.perStash
+		}
+		if mc == len(ls)-1 {
+			per += a.head
+		}
+		act += float64(n[c]) * per
+		if c < len(w) {
+			act += float64(w[c]) * l * 36 * bsh
+		}
+	}
+	return act
+}

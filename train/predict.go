@@ -1,0 +1,187 @@
+package train
+
+import (
+	"fmt"
+	"os"
+
+	"trellis/device"
+	"trellis/mesh"
+	"trellis/model"
+	"trellis/parallel/pp"
+	"trellis/parallel/zero"
+	"trellis/plan"
+)
+
+// The engine's memory prediction is the planner's (plan.Job.StageMemory
+// on a cluster with engine_stash), parameterised by what the engine
+// stores (plan.EngineStore): its stash and backward-scratch formulas live
+// in package plan next to the published ones, its ZeRO communication
+// buffers come from parallel/zero's accounting (zero.Shape.Memory, which
+// knows the bucket layout and its padding). One model serves the
+// end-of-run report, --metrics and the tests that hold it to the
+// measured peaks.
+
+// planModel is the engine's GPT as the planner describes models: GELU MLP
+// of 4h, one key/value head per head, learned positions, a tied head,
+// biases everywhere.
+func planModel(m model.Config) plan.Model {
+	return plan.Model{Name: "trellis-gpt", Family: plan.GPT, Layers: m.Layers, Hidden: m.Hidden, Heads: m.Heads,
+		KVHeads: m.Heads, FFN: 4 * m.Hidden, Vocab: m.Vocab, MaxSeq: m.SeqLen, Tied: true, AttnBias: true,
+		MLPBias: true, Dropout: m.Dropout > 0}
+}
+
+// hostCluster is the built-in estimate of this machine as the planner's
+// cluster, when the job names no cluster file: one device per rank with
+// the cores' measured peak (settings.peak) shared out, the device budget
+// (or the machine's memory shared by the ranks) as memory, and the
+// figures of plan/testdata/cpu-host.toml for what was not measured.
+func hostCluster(s settings) plan.Cluster {
+	mem := s.budget
+	if mem == 0 {
+		mem = max(1, physicalMemory()/int64(max(1, s.ranks)))
+	}
+	peak := s.peak / float64(max(1, s.ranks))
+	if !(peak > 0) {
+		peak = 1e9
+	}
+	return plan.Cluster{
+		Name:           "built-in estimate of this machine",
+		Accel:          plan.Accel{Name: "cpu-rank", Peak: map[plan.Precision]float64{plan.FP32: peak, plan.BF16: peak}, Memory: mem, MemBW: 20e9, GEMMEff: 0.6, GEMMKnee: 32, AttnEff: 0.3, MemEff: 0.7, KernelGap: 1e-6},
+		DevicesPerNode: max(1, s.ranks),
+		Intra:          plan.Link{BW: 10e9, Latency: 5e-6},
+		Inter:          plan.Link{BW: 1.1e9, Latency: 50e-6},
+		EngineStash:    true,
+	}
+}
+
+// jobCluster is the cluster the prediction uses: parallel.cluster's file
+// when set (engine_stash forced on: its ranks run this engine), else the
+// built-in estimate; the second result says which.
+func (j Job) jobCluster(s settings) (plan.Cluster, string, error) {
+	if j.Parallel.Cluster == "" {
+		return hostCluster(s), "built-in estimate (set parallel.cluster to a `trellis profile -o` file)", nil
+	}
+	b, err := os.ReadFile(j.Parallel.Cluster)
+	if err != nil {
+		return plan.Cluster{}, "", fmt.Errorf("parallel.cluster=%q: %w", j.Parallel.Cluster, err)
+	}
+	c, err := plan.ParseClusterFile(b)
+	if err != nil {
+		return plan.Cluster{}, "", fmt.Errorf("parallel.cluster=%q: %w", j.Parallel.Cluster, err)
+	}
+	c.EngineStash = true
+	if s.budget > 0 {
+		c.Accel.Memory = s.budget
+	}
+	return c, "cluster file " + j.Parallel.Cluster, nil
+}
+
+// planJob is the planner's job for a rank at data-parallel index dpRank
+// and tensor-parallel index tpRank (its ZeRO buffers depend on its shard),
+// with the engine's store for whichever plan the planner asks about.
+func (j Job) planJob(s settings, c plan.Cluster, dpRank, tpRank int) plan.Job {
+	store := &plan.EngineStore{Threads: s.threads}
+	store.Buffers = func(p plan.Plan, _ int) float64 { return j.engineBuffers(s, p, dpRank, tpRank) }
+	store.Stashes = func(p plan.Plan, stage int) ([]int, []int) {
+		return pipeStashes(p, j.Train.GlobalBatch/max(1, p.DP*p.MBS), stage)
+	}
+	return plan.Job{Model: planModel(j.Model), Cluster: c, Devices: s.ranks, Seq: j.Model.SeqLen,
+		GlobalBatch: j.Train.GlobalBatch, Engine: store}
+}
+
+// engineBuffers is what the engine charges to tag comm under p: ZeRO-2
+// and -3's buckets as parallel/zero accounts them (an upper bound), a
+// pipeline's boundary buffers (at most four (B,s,h) activations: a send
+// and a receive each way, also an upper bound), nothing else.
+func (j Job) engineBuffers(s settings, p plan.Plan, dpRank, tpRank int) float64 {
+	switch {
+	case p.PP > 1:
+		return 4 * 4 * float64(p.MBS) * float64(j.Model.SeqLen) * float64(j.Model.Hidden)
+	case p.ZeRO < 2:
+		return 0
+	}
+	part := model.Part{TP: p.TP, Rank: min(tpRank, p.TP-1), SP: p.SP}
+	m, err := zero.Shape{Model: j.Model, Stage: p.ZeRO, Ranks: p.DP, Rank: min(dpRank, p.DP-1), BucketElems: int(s.bucket / 4),
+		Overlap: j.Parallel.Overlap, Part: part}.Memory()
+	if err != nil {
+		return 0
+	}
+	return float64(m.Comm)
+}
+
+// predictMemory is every rank's predicted peak bytes per device tag (in
+// device.Tags order) and in all, on cluster c.
+func (j Job) predictMemory(s settings, c plan.Cluster) ([]Predicted, error) {
+	p := s.enginePlan
+	m, err := mesh.New(mesh.Config{PP: p.PP, DP: p.DP, CP: p.CP, TP: p.TP, Order: p.Order, World: s.ranks})
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	out := make([]Predicted, s.ranks)
+	for r := range out {
+		co, err := m.Coords(r)
+		if err != nil {
+			return nil, fmt.Errorf("train: %w", err)
+		}
+		pj := j.planJob(s, c, co.Get(mesh.DP), co.Get(mesh.TP))
+		if err := pj.Check(p); err != nil {
+			return nil, fmt.Errorf("train: the planner cannot predict plan %s: %w", p.Short(), err)
+		}
+		mem := pj.StageMemory(p, co.Get(mesh.PP))
+		out[r] = Predicted{Rank: r, Memory: mem}
+		for i, t := range device.Tags() {
+			out[r].Peak[i] = mem.ByTag()[t.String()]
+		}
+		out[r].PeakAll = mem.Param + mem.Grad + mem.Optim + mem.Act + mem.Workspace + mem.Buffers
+	}
+	return out, nil
+}
+
+// Predicted is one rank's predicted memory.
+type Predicted struct {
+	Rank    int
+	Peak    [6]int64 // per device tag, as RankStats.Peak
+	PeakAll int64    // the tags' sum: the engine's peak when every tag peaks in the same step
+	Memory  plan.Memory
+}
+
+// pipeStashes walks pipeline rank r's schedule (parallel/pp.Build) as the
+// executor allocates: a chunk's stash is taken at its input's receive (or
+// its forward, on the first model chunk) and returned at its backward
+// (zero-bubble: at its weight pass, which also returns the weight stash
+// taken at the backward); a returned stash is pooled for its chunk. It
+// gives each local chunk's most live stashes and weight stashes.
+func pipeStashes(p plan.Plan, micro, r int) (stash, weight []int) {
+	sc, err := pp.Build(pp.Config{Kind: pp.Kind(p.Schedule), PP: p.PP, VPP: p.VPP, Micro: micro})
+	if err != nil || r >= len(sc.Ranks) {
+		return nil, nil
+	}
+	v := max(1, p.VPP)
+	stash, weight = make([]int, v), make([]int, v)
+	live, wlive := make([]int, v), make([]int, v)
+	held := map[[2]int]bool{}
+	for _, a := range sc.Ranks[r] {
+		key, c := [2]int{a.MB, a.Chunk}, a.Chunk
+		switch a.Op {
+		case pp.RecvAct, pp.Forward:
+			if !held[key] {
+				held[key] = true
+				live[c]++
+				stash[c] = max(stash[c], live[c])
+			}
+		case pp.Backward:
+			if sc.Split() {
+				wlive[c]++
+				weight[c] = max(weight[c], wlive[c])
+			} else {
+				delete(held, key)
+				live[c]--
+			}
+		case pp.Weight:
+			delete(held, key)
+			live[c]--
+			wlive[c]--
+		}
+	}
+	return stash, weight
+}

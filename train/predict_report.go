@@ -1,0 +1,169 @@
+package train
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"trellis/device"
+	"trellis/plan"
+)
+
+// Prediction is what the planner's model predicts for the run's plan
+// before it starts: every rank's peak memory per tag and one step's time,
+// on the cluster Source names.
+type Prediction struct {
+	Source string      // the cluster: a file's path or the built-in estimate
+	Ranks  []Predicted // by rank
+	Time   plan.Time   // one optimizer step (zero: not predicted, see Err)
+	Err    error       // why the step time was not predicted (nil: it was)
+}
+
+// predict is the run's prediction (nil, err when the plan cannot be
+// described to the planner; the run goes on without one).
+func (j Job) predict(s settings) (*Prediction, error) {
+	c, src, err := j.jobCluster(s)
+	if err != nil {
+		return nil, err
+	}
+	ranks, err := j.predictMemory(s, c)
+	if err != nil {
+		return nil, err
+	}
+	pr := &Prediction{Source: src, Ranks: ranks}
+	e, err := j.planJob(s, c, 0, 0).Evaluate(s.enginePlan)
+	if err != nil {
+		pr.Err = err
+	} else {
+		pr.Time = e.Time
+	}
+	return pr, nil
+}
+
+// predictedJSON is a rank's "predicted" object in --metrics.
+type predictedJSON struct {
+	Param     int64 `json:"param"`
+	Grad      int64 `json:"grad"`
+	Optim     int64 `json:"optim"`
+	Act       int64 `json:"act"`
+	Workspace int64 `json:"workspace"`
+	Comm      int64 `json:"comm"`
+	Peak      int64 `json:"peak"`
+}
+
+// rankJSON is rank r's prediction for --metrics (nil: none).
+func (pr *Prediction) rankJSON(r int) *predictedJSON {
+	if pr == nil || r < 0 || r >= len(pr.Ranks) {
+		return nil
+	}
+	p := pr.Ranks[r]
+	return &predictedJSON{Param: p.Peak[device.Param], Grad: p.Peak[device.Grad], Optim: p.Peak[device.Optim],
+		Act: p.Peak[device.Act], Workspace: p.Peak[device.Workspace], Comm: p.Peak[device.Comm], Peak: p.PeakAll}
+}
+
+// stepS is the predicted step time for --metrics (0: none).
+func (pr *Prediction) stepS() float64 {
+	if pr == nil || pr.Err != nil {
+		return 0
+	}
+	return pr.Time.Step
+}
+
+// writePrediction prints predicted against measured: every rank's peak
+// bytes per tag, then one step's time split as the planner splits it.
+// The measured split has only exposed communication (the time the ranks
+// waited for collectives) and the rest; the planner's compute, bubble and
+// misc are held together against that rest.
+func writePrediction(w io.Writer, s *Summary) {
+	pr := s.Prediction
+	if pr == nil {
+		return
+	}
+	fmt.Fprintf(w, "\npredicted vs measured (the planner's model on the %s):\n\n", pr.Source)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	hdr := []string{"rank"}
+	for _, t := range device.Tags() {
+		hdr = append(hdr, t.String())
+	}
+	fmt.Fprintln(tw, strings.Join(append(hdr, "peak", "error", ""), "\t"))
+	for _, r := range s.Ranks {
+		if r.Rank >= len(pr.Ranks) {
+			continue
+		}
+		p := pr.Ranks[r.Rank]
+		row := []string{fmt.Sprint(r.Rank)}
+		for i, t := range device.Tags() {
+			row = append(row, mib(p.Peak[i])+"/"+mib(r.Peak[t]))
+		}
+		row = append(row, mib(p.PeakAll)+"/"+mib(r.PeakAll), pct(float64(p.PeakAll), float64(r.PeakAll)), "")
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(MiB, predicted/measured; comm is an upper bound of the buffers in flight)")
+	if pr.Err != nil {
+		fmt.Fprintf(w, "\nstep time: not predicted: %v\n", pr.Err)
+		return
+	}
+	step, exposed := s.StepSeconds, s.ExposedSeconds
+	if math.IsNaN(exposed) {
+		exposed = 0
+	}
+	t := pr.Time
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "step time\tpredicted\tmeasured\terror\t")
+	fmt.Fprintf(tw, "compute + bubble + misc\t%s\t%s\t%s\t\n", secs(t.Compute+t.Bubble+t.Misc), secs(step-exposed), pct(t.Compute+t.Bubble+t.Misc, step-exposed))
+	fmt.Fprintf(tw, "  compute / bubble / misc\t%s / %s / %s\t-\t\t\n", secs(t.Compute), secs(t.Bubble), secs(t.Misc))
+	fmt.Fprintf(tw, "exposed comm\t%s\t%s\t%s\t\n", secs(t.CommExposed), secs(exposed), pct(t.CommExposed, exposed))
+	fmt.Fprintf(tw, "step\t%s\t%s\t%s\t\n", secs(t.Step), secs(step), pct(t.Step, step))
+	tw.Flush()
+	fmt.Fprintln(w, "(measured: medians over the steps; exposed comm: the ranks' mean wait for collectives in a step)")
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.2f", float64(b)/(1<<20)) }
+
+func secs(x float64) string { return fmt.Sprintf("%.4gs", x) }
+
+// pct is (pred − meas)/meas as a signed percentage ("-" when meas is 0).
+func pct(pred, meas float64) string {
+	if meas == 0 || math.IsNaN(meas) {
+		return "-"
+	}
+	return fmt.Sprintf("%+.1f%%", 100*(pred-meas)/meas)
+}
+
+// medianDur is the median of a run's step times, in seconds.
+func medianDur(ds []time.Duration) float64 {
+	xs := make([]float64, len(ds))
+	for i, d := range ds {
+		xs[i] = d.Seconds()
+	}
+	return median(xs)
+}
+
+// writePredictionOnly prints a prediction with nothing measured (a dry run).
+func writePredictionOnly(w io.Writer, pr *Prediction) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	hdr := []string{"rank"}
+	for _, t := range device.Tags() {
+		hdr = append(hdr, t.String())
+	}
+	fmt.Fprintln(tw, strings.Join(append(hdr, "peak", ""), "\t"))
+	for _, p := range pr.Ranks {
+		row := []string{fmt.Sprint(p.Rank)}
+		for i := range device.Tags() {
+			row = append(row, device.FormatBytes(p.Peak[i]))
+		}
+		fmt.Fprintln(tw, strings.Join(append(row, device.FormatBytes(p.PeakAll), ""), "\t"))
+	}
+	tw.Flush()
+	if pr.Err != nil {
+		return
+	}
+	t := pr.Time
+	fmt.Fprintf(w, "\nstep %s = compute %s + exposed comm %s + bubble %s + misc %s\n",
+		secs(t.Step), secs(t.Compute), secs(t.CommExposed), secs(t.Bubble), secs(t.Misc))
+}

@@ -1,0 +1,151 @@
+package train
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+
+	"trellis/device"
+)
+
+// memoryGrid is the plans whose predicted memory the tests hold to the
+// measured: every parallelism the engine runs (dp, ZeRO 0-3, tp, sp, the
+// four pipeline schedules, pp × dp, flash attention).
+var memoryGrid = []string{
+	"dp=1", "dp=2,zero=0", "dp=2,zero=1", "dp=2,zero=2", "dp=2,zero=3", "dp=4,zero=1", "dp=4,zero=2", "dp=4,zero=3",
+	"tp=2", "tp=2,sp=on", "dp=2,tp=2,zero=3", "dp=2,tp=2,sp=on,zero=1",
+	"pp=2", "pp=2,schedule=gpipe", "pp=2,schedule=interleaved,vpp=2", "pp=2,schedule=zb-h1", "pp=4", "pp=2,dp=2,zero=1",
+	"dp=1,flash=on", "dp=2,zero=3,flash=on", "tp=2,flash=on", "pp=2,flash=on",
+}
+
+// Every rank's predicted peak (the planner's memory model with the
+// engine's store, predictMemory) is within 5% of the peak the device
+// measured, on every plan of the grid; so is every tag above 4 KiB — the
+// prediction is right for the right reasons, not by compensating errors.
+func TestPredictedMemoryMatchesMeasured(t *testing.T) {
+	if len(memoryGrid) < 20 {
+		t.Fatalf("the grid has %d plans, want at least 20", len(memoryGrid))
+	}
+	for _, p := range memoryGrid {
+		t.Run(p, func(t *testing.T) {
+			j := tinyJob(p)
+			j.Model.Layers = 4
+			j.Train.Steps = 1
+			got := runJob(t, j, "", "", 0)
+			s, err := j.resolve()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pr, err := j.predictMemory(s, hostCluster(s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range got.sum.Ranks {
+				want := pr[r.Rank]
+				if e := relErr(want.PeakAll, r.PeakAll); e > 0.05 {
+					t.Errorf("rank %d: predicted peak %d bytes, measured %d (%.1f%%)", r.Rank, want.PeakAll, r.PeakAll, 100*e)
+				}
+				for i, tg := range device.Tags() {
+					if m := r.Peak[tg]; max(m, want.Peak[i]) > 4<<10 && relErr(want.Peak[i], m) > 0.05 && tg != device.Comm {
+						t.Errorf("rank %d %s: predicted %d bytes, measured %d", r.Rank, tg, want.Peak[i], m)
+					}
+				}
+			}
+		})
+	}
+}
+
+// relErr is |pred − meas| / meas (pred ≠ 0 against 0 measured: +Inf).
+func relErr(pred, meas int64) float64 {
+	if meas == 0 {
+		if pred == 0 {
+			return 0
+		}
+		return math.Inf(1)
+	}
+	return math.Abs(float64(pred-meas)) / float64(meas)
+}
+
+// --parallel auto on the default job's 4 devices of 48 MiB picks a plan
+// the engine accepts, predicted within the budget, says why (the choice,
+// the runner-up) and that one device does not fit.
+func TestChoosePlanDefaultJob(t *testing.T) {
+	j := DefaultJob()
+	j.Parallel.Plan, j.Parallel.Devices = Auto, 4
+	ch, err := j.ChoosePlan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch.Devices != 4 || len(ch.Why) != 3 || !strings.Contains(ch.Why[2], "dp=1 does not fit") || !strings.HasPrefix(ch.Why[1], "runner-up") {
+		t.Fatalf("choice %+v", ch)
+	}
+	c := j.withPlan(ch.Plan, ch.Devices)
+	s, err := c.resolve()
+	if err != nil {
+		t.Fatalf("the engine refuses the planner's choice %s: %v", ch.Plan, err)
+	}
+	pr, err := c.predictMemory(s, hostCluster(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range pr {
+		if r.PeakAll > s.budget {
+			t.Errorf("%s rank %d: predicted %d bytes over the budget %d", ch.Plan, r.Rank, r.PeakAll, s.budget)
+		}
+	}
+}
+
+// --dry-run prints every rank's predicted peaks and the step's split, and
+// flags a rank over the budget.
+func TestDryRun(t *testing.T) {
+	j := DefaultJob()
+	j.Parallel.Plan = "dp=2,zero=1"
+	var b strings.Builder
+	if err := j.DryRun(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"built-in estimate", "\n     0 ", "\n     1 ", "step ", "exposed comm", "over the 48.0 MiB budget"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry run output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// Every --metrics line carries the predicted step time and every rank its
+// predicted peaks, equal to the end-of-run prediction; the summary table
+// prints predicted against measured.
+func TestMetricsCarryPrediction(t *testing.T) {
+	j := tinyJob("dp=2,zero=3")
+	j.Train.Steps = 2
+	var metrics, out bytes.Buffer
+	sum, err := Run(context.Background(), Options{Job: j, Metrics: &metrics, Out: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := 0
+	for _, l := range strings.Split(strings.TrimSpace(metrics.String()), "\n") {
+		var m metricsLine
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatal(err)
+		}
+		lines++
+		if !(m.PredStepS > 0) || len(m.Ranks) != 2 {
+			t.Fatalf("line %s", l)
+		}
+		for _, r := range m.Ranks {
+			if r.Predicted == nil || r.Predicted.Peak != sum.Prediction.Ranks[r.Rank].PeakAll || r.Predicted.Param == 0 {
+				t.Errorf("step %d rank %d: predicted %+v", m.Step, r.Rank, r.Predicted)
+			}
+		}
+	}
+	if lines != 2 {
+		t.Errorf("%d metrics lines", lines)
+	}
+	if s := out.String(); !strings.Contains(s, "predicted vs measured") || !strings.Contains(s, "exposed comm") {
+		t.Errorf("summary lacks the prediction table:\n%s", s)
+	}
+}
