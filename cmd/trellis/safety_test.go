@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -302,6 +304,8 @@ func freeTCPPort(t *testing.T) string {
 }
 
 // A second Ctrl-C aborts at once (exit 130) instead of finishing the step.
+// The second signal is sent once the first has been seen (two SIGINTs sent
+// back to back may reach the process as one: the kernel does not queue them).
 func TestSecondInterruptAborts(t *testing.T) {
 	dir := t.TempDir()
 	// The default model on one device without a budget: steps long enough
@@ -309,26 +313,51 @@ func TestSecondInterruptAborts(t *testing.T) {
 	cmd := exec.Command(trellisBin(t), "train", "--parallel", "dp=1", "--device-memory", "0", "--set", "train.threads=1",
 		"--set", "train.sample_every=-1", "--set", "data.cache_dir=off", "--set", "checkpoint.dir=ck", "--metrics", "m.jsonl")
 	cmd.Dir = dir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	var (
+		mu     sync.Mutex
+		stderr strings.Builder
+	)
+	seen := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		once := sync.Once{}
+		for sc.Scan() {
+			mu.Lock()
+			stderr.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+			if strings.Contains(sc.Text(), "interrupt again") {
+				once.Do(func() { close(seen) })
+			}
+		}
+	}()
+	text := func() string { mu.Lock(); defer mu.Unlock(); return stderr.String() }
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if b, _ := os.ReadFile(filepath.Join(dir, "m.jsonl")); len(b) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
-			t.Fatalf("no progress: %s", stderr.String())
+			t.Fatalf("no progress: %s", text())
 		}
 	}
 	cmd.Process.Signal(syscall.SIGINT)
-	time.Sleep(5 * time.Millisecond)
+	select {
+	case <-seen:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("the first interrupt was not acknowledged: %s", text())
+	}
 	cmd.Process.Signal(syscall.SIGINT)
-	err := cmd.Wait()
+	err = cmd.Wait()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 130 || !strings.Contains(stderr.String(), "aborted") {
-		t.Errorf("exit %v, want 130 and \"aborted\":\n%s", err, stderr.String())
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 || !strings.Contains(text(), "aborted") {
+		t.Errorf("exit %v, want 130 and \"aborted\":\n%s", err, text())
 	}
 }
