@@ -9,20 +9,24 @@ import (
 // StageStashFloats is the number of fp32 values a pipeline stage holding
 // blocks [lo, hi) keeps per micro-batch: its residual streams lo..hi, its
 // blocks' activations and, for the last stage (head), the final LayerNorm,
-// the softmax probabilities and the per-token losses:
+// the softmax probabilities and the per-token losses. On the runner's part
+// (n = B·T tokens, B·T/t with SP; C' = C/t, F = 4C/t, V' = ⌈V/t⌉, as in
+// stashFloats):
 //
-//	(hi−lo+1)·BTC + (hi−lo)·(15·BTC + 4·BT + A) [+ BTC + 2·BT + BTV + BT]
+//	(hi−lo+1)·nC + (hi−lo)·(3·nC + 4·n + 4·BTC' + 2·BTF + A) [+ nC + 2n + BTV' + BT]
 //
-// with A as in stashFloats (B·NH·T², or B·NH·T with flash). NewStash's
-// whole-model stash is the stage [0, L) with the head.
+// with A as in stashFloats (B·NH'·T², or B·NH'·T with flash); for t = 1,
+// (hi−lo+1)·BTC + (hi−lo)·(15·BTC + 4·BT + A) [+ BTC + 2·BT + BTV + BT].
+// NewStash's whole-model stash is the stage [0, L) with the head.
 func (m *GPT) StageStashFloats(lo, hi int, head bool) int {
-	c := m.cfg
+	c, d := m.cfg, m.d
 	B, T, C := m.B, c.SeqLen, c.Hidden
-	BT, BTC := B*T, B*T*C
-	n := hi - lo
-	f := (n+1)*BTC + n*(15*BTC+4*BT+m.d.attFloats(B, T))
+	BT := B * T
+	n := d.tokens(BT)
+	blocks := hi - lo
+	f := (blocks+1)*n*C + blocks*(3*n*C+4*n+4*BT*d.Cl+2*BT*d.F+d.attFloats(B, T))
 	if head {
-		f += BTC + 2*BT + BT*c.Vocab + BT
+		f += n*C + 2*n + BT*d.Vl + BT
 	}
 	return f
 }
@@ -34,14 +38,19 @@ func (m *GPT) StageStashBytes(lo, hi int, head bool) int64 {
 	return int64(m.StageStashFloats(lo, hi, head))*4 + 2*int64(m.B*m.cfg.SeqLen)*4
 }
 
+// BoundaryFloats is the size of the activation (and of its gradient) a
+// pipeline stage sends to the next: one residual stream on the runner's
+// part, B·T·C (B·T·C/t with sequence parallelism).
+func (m *GPT) BoundaryFloats() int { return m.d.tokens(m.B*m.cfg.SeqLen) * m.cfg.Hidden }
+
 // NewStageStash allocates the stash of a pipeline stage holding blocks
-// [lo, hi) (tag act): Residual(l) exists for lo ≤ l ≤ hi, block
-// activations for lo ≤ l < hi, the head's only when head is set (then hi
-// must be L). A stage receives its input into Residual(lo), runs
-// BlockForward(l) for l in [lo, hi) (EmbedForward first when lo = 0,
-// HeadForward last with the head) and sends Residual(hi).
+// [lo, hi) (tag act), on the runner's part: Residual(l) exists for
+// lo ≤ l ≤ hi, block activations for lo ≤ l < hi, the head's only when
+// head is set (then hi must be L). A stage receives its input into
+// Residual(lo), runs BlockForward(l) for l in [lo, hi) (EmbedForward first
+// when lo = 0, HeadForward last with the head) and sends Residual(hi).
 func (m *GPT) NewStageStash(lo, hi int, head bool) (*Stash, error) {
-	c := m.cfg
+	c, d := m.cfg, m.d
 	if lo < 0 || hi > c.Layers || lo > hi || (head && hi != c.Layers) {
 		return nil, fmt.Errorf("model: stage blocks [%d, %d) (head %v) do not fit layers=%d", lo, hi, head, c.Layers)
 	}
@@ -58,26 +67,27 @@ func (m *GPT) NewStageStash(lo, hi int, head bool) (*Stash, error) {
 	s := &Stash{buf: buf, dev: m.dev, tokBytes: tokBytes, inputs: make([]int32, BT), targets: make([]int32, BT),
 		res: make([][]float32, c.Layers+1), layers: make([]layerActs, c.Layers)}
 	B, T, C := m.B, c.SeqLen, c.Hidden
-	BTC := BT * C
+	n := d.tokens(BT)
+	nC := n * C
 	data := buf.Data
-	next := func(n int) []float32 {
-		x := data[:n:n]
-		data = data[n:]
+	next := func(k int) []float32 {
+		x := data[:k:k]
+		data = data[k:]
 		return x
 	}
 	for l := lo; l <= hi; l++ {
-		s.res[l] = next(BTC)
+		s.res[l] = next(nC)
 	}
 	for l := lo; l < hi; l++ {
 		a := &s.layers[l]
-		a.ln1, a.ln1M, a.ln1R = next(BTC), next(BT), next(BT)
-		a.qkv, a.att, a.atty, a.res2 = next(3*BTC), next(m.d.attFloats(B, T)), next(BTC), next(BTC)
-		a.ln2, a.ln2M, a.ln2R = next(BTC), next(BT), next(BT)
-		a.fc, a.fcg = next(4*BTC), next(4*BTC)
+		a.ln1, a.ln1M, a.ln1R = next(nC), next(n), next(n)
+		a.qkv, a.att, a.atty, a.res2 = next(3*BT*d.Cl), next(d.attFloats(B, T)), next(BT*d.Cl), next(nC)
+		a.ln2, a.ln2M, a.ln2R = next(nC), next(n), next(n)
+		a.fc, a.fcg = next(BT*d.F), next(BT*d.F)
 	}
 	if head {
-		s.lnf, s.lnfM, s.lnfR = next(BTC), next(BT), next(BT)
-		s.probs, s.losses = next(BT*c.Vocab), next(BT)
+		s.lnf, s.lnfM, s.lnfR = next(nC), next(n), next(n)
+		s.probs, s.losses = next(BT*d.Vl), next(BT)
 	}
 	return s, nil
 }

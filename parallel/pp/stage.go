@@ -36,7 +36,7 @@ type Stage struct {
 	sends  map[[2]int]pending            // activation sends in flight (read the stash)
 	gsends []pending                     // gradient sends in flight
 	bufs   []*device.Buffer              // boundary buffers: free
-	n      int                           // B·T·C
+	n      int                           // B·T·C (B·T·C/t with sequence parallelism)
 	waited time.Duration                 // time blocked on transfers: exposed communication
 }
 
@@ -54,10 +54,12 @@ func NewStage(c StageConfig) (*Stage, error) {
 	case c.Schedule.PP != c.Layout.PP || c.Schedule.vpp() != c.Layout.VPP:
 		return nil, fmt.Errorf("pp: schedule pp=%d vpp=%d, layout pp=%d vpp=%d", c.Schedule.PP, c.Schedule.vpp(), c.Layout.PP, c.Layout.VPP)
 	}
-	cfg := c.GPT.Config()
+	if c.Schedule.Split() && c.GPT.Part().Split() {
+		return nil, fmt.Errorf("pp: schedule=%s with tp=%d: the split backward (B and W apart) is not tensor-parallel yet", c.Schedule.Kind, c.GPT.Part().Degree())
+	}
 	return &Stage{cfg: c, free: make([][]*model.Stash, c.Layout.VPP), live: map[[2]int]*model.Stash{},
 		wfree: make([][]*model.WeightStash, c.Layout.VPP), wlive: map[[2]int]*model.WeightStash{},
-		recvs: map[[2]int]pending{}, sends: map[[2]int]pending{}, n: c.GPT.MicroBatch() * cfg.SeqLen * cfg.Hidden}, nil
+		recvs: map[[2]int]pending{}, sends: map[[2]int]pending{}, n: c.GPT.BoundaryFloats()}, nil
 }
 
 // StashBytes is chunk c's stash per micro-batch.
