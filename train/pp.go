@@ -21,7 +21,7 @@ type pipe struct {
 	sched  *pp.Schedule
 	state  *pp.State
 	stage  *pp.Stage
-	link   *pp.GroupLink
+	link   *pp.P2PLink
 	groups []comm.Group // pipeline and tied-embedding groups, closed by free
 }
 
@@ -90,7 +90,7 @@ func newPipeState(r *rank, hyper optim.Hyper) (Strategy, error) {
 		}
 		pi.groups = append(pi.groups, tied)
 	}
-	if pi.link, err = pp.NewGroupLink(r.world, ranks, me, p.VPP); err != nil {
+	if pi.link, err = pp.NewP2PLink(r.world, m.GroupName(mesh.PP), ranks, me, p.VPP); err != nil {
 		return nil, err
 	}
 	pi.state, err = pp.NewState(pp.StateConfig{Model: r.job.Model, Units: pi.layout.Units, Device: r.dev, Kernels: r.k,

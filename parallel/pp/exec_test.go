@@ -136,7 +136,7 @@ func runRank(world comm.Group, cfg model.Config, c Config, s *Schedule, B int) (
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	link, err := NewGroupLink(world, ranks, r, c.VPP)
+	link, err := NewP2PLink(world, "pipe", ranks, r, c.VPP)
 	if err != nil {
 		return nil, 0, nil, err
 	}
@@ -269,7 +269,7 @@ func TestDeadStageIsNamed(t *testing.T) {
 	}
 	defer groups[0].Close()
 	// Rank 1 makes its groups (NewGroup needs no communication) and dies.
-	if _, err := NewGroupLink(groups[1], []int{0, 1}, 1, 1); err != nil {
+	if _, err := NewP2PLink(groups[1], "pipe", []int{0, 1}, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	_, _, _, err = runRank(groups[0], tiny, c, s, 2)

@@ -137,4 +137,24 @@ func (s *Stage) Free() {
 		b.Free()
 	}
 	s.bufs = nil
+	s.cfg.Device.Release(device.Comm, s.held)
+	s.held = 0
+}
+
+// chargeBuffered follows the link's Buffered gauge — messages that arrived
+// before their receive was posted, held by the transport — on the device's
+// comm tag, sampled after every action: the budget refuses a pipeline whose
+// early messages do not fit, naming the bytes.
+func (s *Stage) chargeBuffered() error {
+	b := s.cfg.Link.Stats().Buffered
+	switch {
+	case b > s.held:
+		if err := s.cfg.Device.Reserve(device.Comm, b-s.held); err != nil {
+			return fmt.Errorf("pp: %d bytes of messages received before their receives were posted: %w", b, err)
+		}
+	case b < s.held:
+		s.cfg.Device.Release(device.Comm, s.held-b)
+	}
+	s.held = b
+	return nil
 }

@@ -38,6 +38,7 @@ type Stage struct {
 	bufs   []*device.Buffer              // boundary buffers: free
 	n      int                           // B·T·C (B·T·C/t with sequence parallelism)
 	waited time.Duration                 // time blocked on transfers: exposed communication
+	held   int64                         // bytes of early messages charged to the device's comm tag
 }
 
 // pending is an issued transfer and, for gradients, the buffer it uses.
@@ -82,6 +83,9 @@ func (s *Stage) Step(batch func(mb int) (model.Batch, error), dloss float32) (fl
 	}
 	for _, a := range s.cfg.Schedule.Ranks[s.cfg.Layout.Rank] {
 		loss, err := s.do(a, batch, dloss)
+		if err == nil {
+			err = s.chargeBuffered()
+		}
 		if err != nil {
 			s.abort()
 			return 0, fmt.Errorf("pp: rank %d, %v: %w", s.cfg.Layout.Rank, a, err)
