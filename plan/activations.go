@@ -6,6 +6,7 @@ type actSizes struct {
 	embed   float64 // kept by the input embedding (first stage)
 	head    float64 // kept by the final norm, output layer and loss (last stage)
 	working float64 // transient peak while one layer is recomputed
+	chunk   float64 // kept once per model chunk a micro-batch runs through (the engine's stage output and token ids)
 }
 
 // layerTokenBytes derives, from first principles, the bytes one token of one

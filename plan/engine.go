@@ -12,15 +12,20 @@ func (j Job) engineRuns(p Plan) bool {
 }
 
 // engineActivations is the Trellis engine's own stash (docs/ARCHITECTURE.md,
-// "Tensor and sequence parallelism"), in bytes for one micro-batch of
-// b = mbs sequences of s tokens on one of t tensor ranks, h the width, a
-// the heads, n = bs (bs/t with sequence parallelism), V' = ⌈V/t⌉:
+// "Tensor and sequence parallelism" and "Pipeline parallelism"), in bytes
+// for one micro-batch of b = mbs sequences of s tokens on one of t tensor
+// ranks, h the width, a the heads, n = bs (bs/t with sequence
+// parallelism), V' = ⌈V/t⌉:
 //
-//	layer  4·(4nh + 4n + 12bsh/t + a·b·s²/t)
-//	head   4·(2nh + 2n + bs·V' + bs) + 16bs    (last residual, ln_f, probabilities, losses; ids)
+//	layer    4·(4nh + 4n + 12bsh/t + a·b·s²/t)
+//	chunk    4nh + 8bs      (per stage stash: its output residual, its input and target ids)
+//	head     4·(nh + 2n + bs·V' + bs)   (ln_f and its statistics, probabilities, losses)
+//	working  8bs            (the rank's input and target ids, once)
 //
-// Dropout masks are recomputed, so the embedding keeps nothing of its own
-// (its output is the first layer's residual).
+// A pipeline stage of k layers in v chunks keeps k·layer + v·chunk per
+// micro-batch in flight; with pp = 1 this is L·layer + 4·(2nh + 2n + bs·V'
+// + bs) + 16bs. Dropout masks are recomputed, so the embedding keeps
+// nothing of its own (its output is the first layer's residual).
 func (j Job) engineActivations(p Plan) actSizes {
 	m := j.Model
 	t := float64(p.TP)
@@ -33,7 +38,68 @@ func (j Job) engineActivations(p Plan) actSizes {
 	}
 	vl := math.Ceil(float64(m.Vocab) / t)
 	return actSizes{
-		layer: 4 * (4*n*h + 4*n + 12*bs*h/t + a*b*s*s/t),
-		head:  4*(2*n*h+2*n+bs*vl+bs) + 16*bs,
+		layer:   4 * (4*n*h + 4*n + 12*bs*h/t + a*b*s*s/t),
+		chunk:   4*n*h + 8*bs,
+		head:    4 * (n*h + 2*n + bs*vl + bs),
+		working: 8 * bs,
 	}
+}
+
+// StageMemory is Memory for pipeline stage `stage` (0 ≤ stage < pp) with
+// the layers the partition gives it, where Memory reports only the most
+// loaded one. p must pass Check.
+func (j Job) StageMemory(p Plan, stage int) Memory {
+	sp := j.shapeParams(p)
+	return j.stageMemory(p, sp, j.activations(p), stage, sp.pt.count(stage))
+}
+
+// engineStageAct is the act peak the engine measures on pipeline stage k
+// holding `layers` layers (parallel/pp's executor; docs/ARCHITECTURE.md,
+// "Pipeline parallelism"): every block stash of the rank is sized for its
+// largest chunk (q' layers), the head's activations are a stash of their
+// own between the last chunk's F and B, and zb-h1 keeps a stash until W
+// and the four linears' output gradients (9·bsh fp32 per layer) from B to
+// W:
+//
+//	act = c·(q'·layer + chunk) + heads·head + working + w·36·bsh·layers
+//
+// with c the micro-batches in flight over the rank's chunks — GPipe m,
+// 1F1B min(m, pp−k), interleaved min(2(pp−k−1) + (v−1)·pp + 1, v·m) (v·m
+// when m = pp), zb-h1 min(pp, m) — heads m (GPipe) or 1 on the last stage,
+// and w = min(k+1, m) for zb-h1 (else 0). It returns act and c in stage
+// units (c/v).
+func (j Job) engineStageAct(p Plan, a actSizes, pt partition, k, layers int) (act, inFlight float64) {
+	m, pp, v := j.MicroBatches(p), p.PP, max(1, p.VPP)
+	var c, w int
+	switch p.Schedule {
+	case GPipe:
+		c = m
+	case Interleaved:
+		c = min(2*(pp-k-1)+(v-1)*pp+1, v*m)
+		if m == pp {
+			c = v * m
+		}
+	case ZBH1:
+		c, w = min(pp, m), min(k+1, m)
+	default:
+		c = min(m, pp-k)
+	}
+	if pp == 1 {
+		c, w = 1, 0
+	}
+	q, short := splitCounts(j.Model.Layers, pp*v)
+	largest := q
+	if short > 0 && pt.short(k) < v {
+		largest = q + 1
+	}
+	heads := 0
+	if k == pp-1 {
+		heads = 1
+		if p.Schedule == GPipe && pp > 1 {
+			heads = m
+		}
+	}
+	bsh := float64(p.MBS) * float64(j.Seq) * float64(j.Model.Hidden)
+	act = float64(c)*(float64(largest)*a.layer+a.chunk) + float64(heads)*a.head + a.working + float64(w)*36*bsh*float64(layers)
+	return act, float64(c) / float64(v)
 }

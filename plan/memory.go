@@ -228,7 +228,7 @@ func (j Job) stageMemory(p Plan, sp shapeParams, a actSizes, stage, layers int) 
 	mem := Memory{Stage: stage, Layers: layers, Budget: j.Cluster.Accel.Memory}
 	modelStates(&mem, sp.params(stage, layers), p)
 	mem.InFlight = j.inFlight(p, stage)
-	perMB := a.layer * float64(layers)
+	perMB := a.layer*float64(layers) + a.chunk*float64(p.VPP)
 	if stage == 0 {
 		perMB += a.embed
 	}
@@ -243,6 +243,10 @@ func (j Job) stageMemory(p Plan, sp shapeParams, a actSizes, stage, layers int) 
 	}
 	mem.ActPerMicroBatch = ceil(perMB + head)
 	mem.Act = ceil(perMB*mem.InFlight + head*headMBs + a.working)
+	if j.Cluster.EngineStash && j.engineRuns(p) { // the engine's executor, exactly
+		act, c := j.engineStageAct(p, a, sp.pt, stage, layers)
+		mem.Act, mem.InFlight = ceil(act), c
+	}
 	mem.Reserved = j.Cluster.Accel.Reserved
 	mem.Workspace = ceil(j.workspace(p, stage))
 	mem.Buffers = ceil(j.buffers(p, sp, stage, layers))

@@ -222,7 +222,10 @@ func TestExecutorMatchesOneDevice(t *testing.T) {
 	}
 }
 
-// checkAct holds the ranks' act peaks to the simulated counts.
+// checkAct holds the ranks' act peaks to the simulated counts: the
+// micro-batches in flight over all the rank's chunks, each in a stash of
+// its largest chunk; on the last rank the head stashes between F and B (m
+// for GPipe, else 1); and zb-h1's weight stashes between B and W.
 func checkAct(t *testing.T, cfg model.Config, c Config, o outcome) {
 	t.Helper()
 	dev := device.New(device.Config{})
@@ -233,14 +236,22 @@ func checkAct(t *testing.T, cfg model.Config, c Config, o outcome) {
 	}
 	for r := 0; r < c.PP; r++ {
 		lay, _ := NewLayout(cfg, c.PP, c.VPP, r)
+		blocks, heads := 0, 0
 		var want int64
 		for ch := 0; ch < lay.VPP; ch++ {
 			b, _, last := lay.Chunk(ch)
-			want += int64(o.sim.ChunkInFlight[r][ch]) * gpt.StageStashBytes(b[0], b[1], last)
+			blocks = max(blocks, b[1]-b[0])
+			if last {
+				heads = 1
+				if c.Kind == GPipe {
+					heads = c.Micro
+				}
+			}
 			want += int64(o.sim.Deferred[r][ch]) * int64(gpt.WeightStashFloats(b[0], b[1])) * 4
 		}
+		want += int64(o.sim.InFlight[r])*gpt.StageStashBytes(0, blocks, false) + int64(heads*gpt.HeadStashFloats())*4
 		if o.act[r] != want {
-			t.Errorf("rank %d: act peak %d, want %d (in flight %v, deferred %v)", r, o.act[r], want, o.sim.ChunkInFlight[r], o.sim.Deferred[r])
+			t.Errorf("rank %d: act peak %d, want %d (in flight %v, deferred %v)", r, o.act[r], want, o.sim.InFlight[r], o.sim.Deferred[r])
 		}
 	}
 }
