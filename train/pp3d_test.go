@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -108,5 +109,21 @@ func TestPipelineTensorBitIdenticalAndResume(t *testing.T) {
 	txt, err := SampleCheckpoint(SampleOptions{Checkpoint: a.sum.Checkpoint, Prompt: "It is", Tokens: 8, Temperature: 0, Seed: 1, Threads: 1})
 	if err != nil || txt == "" {
 		t.Fatalf("sample from the 3D checkpoint: %q, %v", txt, err)
+	}
+}
+
+// What 3D parallelism does not run yet is refused before any rank starts,
+// in one line naming the numbers: zb-h1's split backward under tp, ZeRO-2
+// and 3 under pp; a tp that does not divide the heads still names them.
+func TestPipelineTensorBadInput(t *testing.T) {
+	for _, tc := range []struct{ plan, want string }{
+		{"pp=2,tp=2,schedule=zb-h1", "schedule=zb-h1 with tp=2"},
+		{"pp=2,tp=2,dp=2,zero=2", "zero=2 with pp=2"},
+		{"pp=2,tp=3", "tp=3 does not divide model.heads=4"},
+	} {
+		_, err := pp3dJob(tc.plan, 4).resolve()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: error %v, want one line with %q", tc.plan, err, tc.want)
+		}
 	}
 }
