@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"trellis/model"
 )
 
 // pp3dJob is tpJob (4 heads, 12 tokens, a padded vocabulary of 257) with
@@ -125,5 +127,35 @@ func TestPipelineTensorBadInput(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s: error %v, want one line with %q", tc.plan, err, tc.want)
 		}
+	}
+}
+
+// The stages exchange the activations of their tensor-parallel part: with
+// sp the sequence-sharded B·T·C/t, half of what they send without it at
+// t = 2. A rank's pp bytes are those transfers plus, once per step, the
+// tied embedding's gradient all-reduce between the end stages (its local
+// wte rows and wpe) and the gradient norm's (two fp32) over the pipeline.
+func TestPipelineTensorBoundaryBytes(t *testing.T) {
+	p2p := map[bool]int64{}
+	for _, sp := range []bool{false, true} {
+		plan := "pp=2,tp=2,schedule=1f1b"
+		if sp {
+			plan += ",sp=on"
+		}
+		j := pp3dJob(plan, 3)
+		got := runJob(t, j, "", "", 0)
+		c := j.Model
+		tied := int64(len(got.losses)) * 4 * int64(c.PartLayout(model.Part{TP: 2}).Units[0].Size+2)
+		for _, r := range got.sum.Ranks {
+			b := r.CommBytes.PP - tied
+			if r.Rank == 0 {
+				p2p[sp] = b
+			} else if b != p2p[sp] {
+				t.Errorf("sp=%v: rank %d moved %d bytes between stages, rank 0 %d", sp, r.Rank, b, p2p[sp])
+			}
+		}
+	}
+	if p2p[true] <= 0 || 2*p2p[true] != p2p[false] {
+		t.Errorf("bytes between stages: %d with sp, %d without; want half", p2p[true], p2p[false])
 	}
 }
