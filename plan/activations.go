@@ -10,6 +10,7 @@ type actSizes struct {
 	// layers, whatever their number: the Trellis engine's shared
 	// recomputation buffers (engineActivations).
 	perStash float64
+	chunk    float64 // kept once per model chunk a micro-batch runs through (the engine's stage output and token ids)
 }
 
 // layerTokenBytes derives, from first principles, the bytes one token of one

@@ -12,19 +12,21 @@ func (j Job) engineRuns(p Plan) bool {
 }
 
 // engineActivations is the Trellis engine's own stash (docs/ARCHITECTURE.md,
-// "Tensor and sequence parallelism"), in bytes for one micro-batch of
-// b = mbs sequences of s tokens on one of t tensor ranks, h the width, a
-// the heads, n = bs (bs/t with sequence parallelism), V' = ⌈V/t⌉:
+// "Tensor and sequence parallelism" and "Pipeline parallelism"), in bytes
+// for one micro-batch of b = mbs sequences of s tokens on one of t tensor
+// ranks, h the width, a the heads, n = bs (bs/t with sequence
+// parallelism), V' = ⌈V/t⌉:
 //
-//	layer  4·(4nh + 4n + 12bsh/t + A)
-//	stage  4·nh + 16bs                          (the stage's last residual; input and target ids)
-//	head   4·(nh + 2n + bs·V' + bs)             (ln_f and its stats, probabilities, losses)
+//	layer    4·(4nh + 4n + 12bsh/t + A)
+//	chunk    4nh + 8bs      (per stage stash: its output residual, its input and target ids)
+//	head     4·(nh + 2n + bs·V' + bs)   (ln_f and its statistics, probabilities, losses)
+//	working  8bs            (the rank's input and target ids, once)
 //
 // with A = a·b·s²/t the attention probabilities (a·b·s/t log-sum-exps with
-// flash). Every pipeline stage keeps "stage" once per micro-batch (in
-// actSizes.embed, which engineStageMemory charges on every stage); the last
-// adds "head". Recomputation moves bytes from every layer to one shared copy
-// per stash (perStash):
+// flash). A pipeline stage of k layers in v chunks keeps k·layer + v·chunk
+// per micro-batch in flight; with pp = 1 this is L·layer + 4·(2nh + 2n +
+// bs·V' + bs) + 16bs. Recomputation moves bytes from every layer to one
+// shared copy per stash (perStash):
 //
 //	selective  layer − 4A per layer, 4A per stash   (nothing moves with flash)
 //	full       4nh per layer (its input), 4·(3nh + 4n + 12bsh/t + A) per stash
@@ -47,9 +49,10 @@ func (j Job) engineActivations(p Plan) actSizes {
 		A = a * b * s / t
 	}
 	acts := actSizes{
-		layer: 4 * (4*n*h + 4*n + 12*bs*h/t + A),
-		embed: 4*n*h + 16*bs,
-		head:  4 * (n*h + 2*n + bs*vl + bs),
+		layer:   4 * (4*n*h + 4*n + 12*bs*h/t + A),
+		chunk:   4*n*h + 8*bs,
+		head:    4 * (n*h + 2*n + bs*vl + bs),
+		working: 8 * bs,
 	}
 	switch {
 	case p.Recompute == RecomputeFull:
@@ -58,4 +61,59 @@ func (j Job) engineActivations(p Plan) actSizes {
 		acts.layer, acts.perStash = acts.layer-4*A, 4*A
 	}
 	return acts
+}
+
+// engineStageAct is the act peak the engine measures on pipeline stage k
+// holding `layers` layers (parallel/pp's executor; docs/ARCHITECTURE.md,
+// "Pipeline parallelism"): every block stash of the rank is sized for its
+// largest chunk (q' layers), the head's activations are a stash of their
+// own between the last chunk's F and B, and zb-h1 keeps a stash until W
+// and the four linears' output gradients (9·bsh fp32 per layer) from B to
+// W:
+//
+//	act = c·(q'·layer + chunk) + heads·head + working + w·36·bsh·layers
+//
+// with c the micro-batches in flight over the rank's chunks — GPipe m,
+// 1F1B min(m, pp−k), interleaved min(2(pp−k−1) + (v−1)·pp + 1, v·m) (v·m
+// when m = pp), zb-h1 min(pp, m) — heads m (GPipe) or 1 on the last stage,
+// and w = min(k+1, m) for zb-h1 (else 0). It returns act and c in stage
+// units (c/v).
+func (j Job) engineStageAct(p Plan, a actSizes, pt partition, k, layers int) (act, inFlight float64) {
+	m, pp, v := j.MicroBatches(p), p.PP, max(1, p.VPP)
+	var c, w int
+	switch p.Schedule {
+	case GPipe:
+		c = m
+	case Interleaved:
+		c = min(2*(pp-k-1)+(v-1)*pp+1, v*m)
+		if m == pp {
+			c = v * m
+		}
+	case ZBH1:
+		c, w = min(pp, m), min(k+1, m)
+	default:
+		c = min(m, pp-k)
+	}
+	if pp == 1 {
+		c, w = 1, 0
+	}
+	q, short := splitCounts(j.Model.Layers, pp*v)
+	largest := q
+	if short > 0 && pt.short(k) < v {
+		largest = q + 1
+	}
+	heads := 0
+	if k == pp-1 {
+		heads = 1
+		if p.Schedule == GPipe && pp > 1 {
+			heads = m
+		}
+	}
+	bsh := float64(p.MBS) * float64(j.Seq) * float64(j.Model.Hidden)
+	perStash := 0.0
+	if largest > 0 {
+		perStash = a.perStash // recomputation's shared buffer, one per stash
+	}
+	act = float64(c)*(float64(largest)*a.layer+a.chunk+perStash) + float64(heads)*a.head + a.working + float64(w)*36*bsh*float64(layers)
+	return act, float64(c) / float64(v)
 }

@@ -17,12 +17,6 @@ type EngineStore struct {
 	// of pipeline stage `stage` under p, in bytes (parallel/zero's
 	// accounting, which depends on its bucket layout); nil: the planner's.
 	Buffers func(p Plan, stage int) float64
-	// Stashes, when set, is how many stashes (and zero-bubble weight
-	// stashes) a rank of pipeline stage `stage` holds per local chunk at
-	// its peak under p: the engine pools a chunk's freed stashes, so its
-	// act peak is the sum over chunks of each one's most live, which its
-	// schedule (parallel/pp) knows; nil: the planner's inFlight.
-	Stashes func(p Plan, stage int) (stash, weight []int)
 }
 
 // engineStageMemory is stageMemory for a rank running the Trellis engine:
@@ -38,27 +32,21 @@ func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory
 		P += float64(j.Model.MaxSeq) * float64(j.Model.Hidden)
 	}
 	modelStates(&mem, P, p)
-	mem.InFlight = j.inFlight(p, stage)
 	a := j.engineActivations(p)
-	// Every stage's stash keeps its last residual (its output, or the
-	// final norm's input) and the micro-batch's token ids; the last stage
-	// adds the head's.
-	perMB := a.layer*float64(layers) + a.embed
+	// Every stash keeps its blocks, its last residual and the micro-batch's
+	// token ids (and recomputation's shared buffer); the last stage adds
+	// the head's; the executor's in-flight counts are engineStageAct's.
+	perMB := a.layer*float64(layers) + a.chunk
 	if layers > 0 {
-		perMB += a.perStash // recomputation's shared buffer, one per stash
+		perMB += a.perStash
 	}
-	head, headMBs := 0.0, 0.0
+	head := 0.0
 	if stage == p.PP-1 {
-		head, headMBs = a.head, 1
-		if p.Schedule == GPipe && p.PP > 1 {
-			headMBs = float64(j.MicroBatches(p))
-		}
+		head = a.head
 	}
 	mem.ActPerMicroBatch = ceil(perMB + head)
-	mem.Act = ceil(perMB*mem.InFlight + head*headMBs)
-	if j.Engine != nil && j.Engine.Stashes != nil && p.PP > 1 {
-		mem.Act = ceil(j.enginePipeAct(p, a, stage))
-	}
+	act, inFlight := j.engineStageAct(p, a, sp.pt, stage, layers)
+	mem.Act, mem.InFlight = ceil(act), inFlight
 	mem.Workspace = ceil(j.engineWorkspace(p))
 	if j.Engine != nil && j.Engine.Buffers != nil {
 		mem.Buffers = ceil(j.Engine.Buffers(p, stage))
@@ -119,41 +107,4 @@ func (j Job) StageMemory(p Plan, stage int) Memory {
 	sp := j.shapeParams(p)
 	stage = max(0, min(stage, p.PP-1))
 	return j.stageMemory(p, sp, j.activations(p), stage, sp.pt.count(stage))
-}
-
-// enginePipeAct is a pipeline rank's act peak from its pooled stash
-// counts (EngineStore.Stashes): local chunk c is model chunk c·pp + stage
-// of l_c layers; each of its n_c stashes keeps l_c layers, the stage
-// constant and, on the model's last chunk, the head; each of its w_c
-// zero-bubble weight stashes keeps the deferred output gradients of its
-// blocks, 9·B·s·h floats a layer (model.WeightStashFloats):
-//
-//	act = Σ_c n_c·(l_c·layer + stage [+ head]) + w_c·l_c·36·B·s·h
-func (j Job) enginePipeAct(p Plan, a actSizes, stage int) float64 {
-	n, w := j.Engine.Stashes(p, stage)
-	ls, err := ChunkLayers(j.Model.Layers, p.PP, p.VPP)
-	if err != nil {
-		return 0
-	}
-	bsh := float64(p.MBS) * float64(j.Seq) * float64(j.Model.Hidden)
-	act := 0.0
-	for c := range n {
-		mc := c*p.PP + stage
-		if mc >= len(ls) {
-			break
-		}
-		l := float64(ls[mc])
-		per := l*a.layer + a.embed
-		if l > 0 {
-			per += a.perStash
-		}
-		if mc == len(ls)-1 {
-			per += a.head
-		}
-		act += float64(n[c]) * per
-		if c < len(w) {
-			act += float64(w[c]) * l * 36 * bsh
-		}
-	}
-	return act
 }

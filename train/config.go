@@ -132,9 +132,6 @@ func (j Job) EnginePlan() (plan.Plan, error) {
 // checkSupported rejects the parts of a plan the engine does not run yet.
 func checkSupported(p plan.Plan) error {
 	var bad []string
-	if p.TP > 1 && p.PP > 1 {
-		bad = append(bad, fmt.Sprintf("pp=%d with tp=%d (pipeline and tensor parallelism together)", p.PP, p.TP))
-	}
 	if p.CP != 1 {
 		bad = append(bad, fmt.Sprintf("cp=%d (context parallelism)", p.CP))
 	}

@@ -171,7 +171,7 @@ func (r *rank) gatherStats(ctx context.Context) ([]RankStats, bool, error) {
 	var cb CommBytes
 	if r.pipe != nil {
 		cs = r.pipe.commStats()
-		cb = r.pipe.commBytes()
+		cb = r.pipe.commBytes(r.tpGroup)
 	} else {
 		cb = r.commBytes(cs)
 	}

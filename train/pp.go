@@ -21,7 +21,7 @@ type pipe struct {
 	sched  *pp.Schedule
 	state  *pp.State
 	stage  *pp.Stage
-	link   *pp.GroupLink
+	link   *pp.P2PLink
 	groups []comm.Group // pipeline and tied-embedding groups, closed by free
 }
 
@@ -35,8 +35,8 @@ func checkPipeline(j Job, p plan.Plan, accum int) error {
 	if p.ZeRO > 1 {
 		return fmt.Errorf("parallel.plan: zero=%d with pp=%d: pipelines take ZeRO stage 0 or 1 (ZeRO-2 would reduce-scatter each micro-batch's gradients, ZeRO-3 gather each stage's weights for every micro-batch pass)", p.ZeRO, p.PP)
 	}
-	if p.TP > 1 {
-		return fmt.Errorf("parallel.plan: tp=%d with pp=%d: the engine does not compose tensor and pipeline parallelism yet", p.TP, p.PP)
+	if p.TP > 1 && pp.Kind(p.Schedule) == pp.ZBH1 {
+		return fmt.Errorf("parallel.plan: schedule=zb-h1 with tp=%d: the split backward (B and W apart) is not tensor-parallel yet; use 1f1b, gpipe or interleaved", p.TP)
 	}
 	if _, err := pp.Build(pp.Config{Kind: pp.Kind(p.Schedule), PP: p.PP, VPP: p.VPP, Micro: accum}); err != nil {
 		return fmt.Errorf("parallel.plan: %w (micro-batches = train.global_batch / (dp × train.micro_batch) = %d)", err, accum)
@@ -51,9 +51,9 @@ func checkPipeline(j Job, p plan.Plan, accum int) error {
 // Strategy). The data-parallel groups are joinDP's.
 func newPipeState(r *rank, hyper optim.Hyper) (Strategy, error) {
 	p := r.set.enginePlan
-	m, err := mesh.New(mesh.Config{PP: p.PP, DP: p.DP, CP: p.CP, TP: p.TP, Order: p.Order, World: r.world.Size()})
+	m, err := r.mesh(p)
 	if err != nil {
-		return nil, fmt.Errorf("train: %w", err)
+		return nil, err
 	}
 	co, err := m.Coords(r.id)
 	if err != nil {
@@ -90,11 +90,12 @@ func newPipeState(r *rank, hyper optim.Hyper) (Strategy, error) {
 		}
 		pi.groups = append(pi.groups, tied)
 	}
-	if pi.link, err = pp.NewGroupLink(r.world, ranks, me, p.VPP); err != nil {
+	if pi.link, err = pp.NewP2PLink(r.world, m.GroupName(mesh.PP), ranks, me, p.VPP); err != nil {
 		return nil, err
 	}
 	pi.state, err = pp.NewState(pp.StateConfig{Model: r.job.Model, Units: pi.layout.Units, Device: r.dev, Kernels: r.k,
-		Hyper: hyper, DP: r.grads, ZeRO: p.ZeRO, Pipe: pg, Tied: tied, OwnsEmbedding: me == 0})
+		Hyper: hyper, DP: r.grads, ZeRO: p.ZeRO, Pipe: pg, Tied: tied, OwnsEmbedding: me == 0,
+		Part: r.part, ReduceNorm: r.reduceNorm()})
 	if err != nil {
 		return nil, err
 	}
@@ -152,9 +153,10 @@ func (r *rank) stepPipe(s int, pos data.Position) (stepResult, error) {
 }
 
 // lastStageMean averages x of the last pipeline stages over the
-// data-parallel replicas; every rank gets it.
+// data-parallel replicas; every rank gets it. Under tensor parallelism
+// every rank of a last stage's group has the same x: rank 0 adds it.
 func (r *rank) lastStageMean(x float64) (float64, error) {
-	if !r.pipe.layout.Last() {
+	if !r.pipe.layout.Last() || r.part.Rank != 0 {
 		x = 0
 	}
 	hi := float32(x)
@@ -193,8 +195,13 @@ func (r *rank) evalPipe() (float64, error) {
 func (pi *pipe) commStats() comm.Stats { return pi.state.CommStats().Add(pi.stage.CommStats()) }
 
 // commBytes splits the pipeline rank's payload bytes by mesh axis: the
-// data-parallel group's, and the stage links' plus the tied embedding's.
-func (pi *pipe) commBytes() CommBytes {
+// data-parallel group's, the stage links' plus the tied embedding's, and
+// the tensor-parallel group tpg's (nil: none).
+func (pi *pipe) commBytes(tpg comm.Group) CommBytes {
 	all, dp := pi.commStats().Bytes, pi.state.DPStats().Bytes
-	return CommBytes{DP: dp, PP: all - dp}
+	b := CommBytes{DP: dp, PP: all - dp}
+	if tpg != nil {
+		b.TP = tpg.Stats().Bytes
+	}
+	return b
 }

@@ -24,7 +24,7 @@ func TestTCPPipelineMatchesLocal(t *testing.T) {
 	for _, tc := range []struct {
 		plan  string
 		procs int
-	}{{"pp=2,schedule=1f1b", 2}, {"pp=2,dp=2,zero=1", 4}} {
+	}{{"pp=2,schedule=1f1b", 2}, {"pp=2,dp=2,zero=1", 4}, {"pp=2,tp=2,sp=on", 4}} {
 		t.Run(tc.plan, func(t *testing.T) { tcpPipeline(t, tc.plan, tc.procs) })
 	}
 }

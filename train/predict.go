@@ -7,7 +7,6 @@ import (
 	"trellis/device"
 	"trellis/mesh"
 	"trellis/model"
-	"trellis/parallel/pp"
 	"trellis/parallel/zero"
 	"trellis/plan"
 )
@@ -82,9 +81,6 @@ func (j Job) jobCluster(s settings) (plan.Cluster, string, error) {
 func (j Job) planJob(s settings, c plan.Cluster, dpRank, tpRank int) plan.Job {
 	store := &plan.EngineStore{Threads: s.threads}
 	store.Buffers = func(p plan.Plan, _ int) float64 { return j.engineBuffers(s, p, dpRank, tpRank) }
-	store.Stashes = func(p plan.Plan, stage int) ([]int, []int) {
-		return pipeStashes(p, j.Train.GlobalBatch/max(1, p.DP*p.MBS), stage)
-	}
 	return plan.Job{Model: planModel(j.Model), Cluster: c, Devices: s.ranks, Seq: j.Model.SeqLen,
 		GlobalBatch: j.Train.GlobalBatch, Engine: store}
 }
@@ -143,45 +139,4 @@ type Predicted struct {
 	Peak    [6]int64 // per device tag, as RankStats.Peak
 	PeakAll int64    // the tags' sum: the engine's peak when every tag peaks in the same step
 	Memory  plan.Memory
-}
-
-// pipeStashes walks pipeline rank r's schedule (parallel/pp.Build) as the
-// executor allocates: a chunk's stash is taken at its input's receive (or
-// its forward, on the first model chunk) and returned at its backward
-// (zero-bubble: at its weight pass, which also returns the weight stash
-// taken at the backward); a returned stash is pooled for its chunk. It
-// gives each local chunk's most live stashes and weight stashes.
-func pipeStashes(p plan.Plan, micro, r int) (stash, weight []int) {
-	sc, err := pp.Build(pp.Config{Kind: pp.Kind(p.Schedule), PP: p.PP, VPP: p.VPP, Micro: micro})
-	if err != nil || r >= len(sc.Ranks) {
-		return nil, nil
-	}
-	v := max(1, p.VPP)
-	stash, weight = make([]int, v), make([]int, v)
-	live, wlive := make([]int, v), make([]int, v)
-	held := map[[2]int]bool{}
-	for _, a := range sc.Ranks[r] {
-		key, c := [2]int{a.MB, a.Chunk}, a.Chunk
-		switch a.Op {
-		case pp.RecvAct, pp.Forward:
-			if !held[key] {
-				held[key] = true
-				live[c]++
-				stash[c] = max(stash[c], live[c])
-			}
-		case pp.Backward:
-			if sc.Split() {
-				wlive[c]++
-				weight[c] = max(weight[c], wlive[c])
-			} else {
-				delete(held, key)
-				live[c]--
-			}
-		case pp.Weight:
-			delete(held, key)
-			live[c]--
-			wlive[c]--
-		}
-	}
-	return stash, weight
 }

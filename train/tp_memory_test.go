@@ -33,6 +33,14 @@ func actFormula(j Job, t int, sp bool) int64 {
 // cluster file (engine_stash = true: the engine's formula).
 func plannedAct(t *testing.T, j Job) int64 {
 	t.Helper()
+	pj, p := plannerJob(t, j)
+	return pj.Memory(p).Act
+}
+
+// plannerJob is j as the planner sees it on the CPU host cluster file,
+// and its engine plan.
+func plannerJob(t *testing.T, j Job) (plan.Job, plan.Plan) {
+	t.Helper()
 	data, err := os.ReadFile("../plan/testdata/cpu-host.toml")
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +60,7 @@ func plannedAct(t *testing.T, j Job) int64 {
 	if err := pj.Check(s.enginePlan); err != nil {
 		t.Fatal(err)
 	}
-	return pj.Memory(s.enginePlan).Act
+	return pj, s.enginePlan
 }
 
 // The act peak every rank reports equals the formula exactly, and so does

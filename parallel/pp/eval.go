@@ -21,8 +21,9 @@ func (s *Stage) Eval(b model.Batch) (float64, error) {
 			return 0, err
 		}
 		x, err := s.evalChunk(c, st, b)
+		s.releaseHead(key, st)
 		delete(s.live, key)
-		s.free[c] = append(s.free[c], st)
+		s.free = append(s.free, st)
 		if err != nil {
 			return 0, fmt.Errorf("pp: rank %d, evaluation of chunk %d: %w", l.Rank, c, err)
 		}

@@ -136,7 +136,7 @@ func runRank(world comm.Group, cfg model.Config, c Config, s *Schedule, B int) (
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	link, err := NewGroupLink(world, ranks, r, c.VPP)
+	link, err := NewP2PLink(world, "pipe", ranks, r, c.VPP)
 	if err != nil {
 		return nil, 0, nil, err
 	}
@@ -222,7 +222,10 @@ func TestExecutorMatchesOneDevice(t *testing.T) {
 	}
 }
 
-// checkAct holds the ranks' act peaks to the simulated counts.
+// checkAct holds the ranks' act peaks to the simulated counts: the
+// micro-batches in flight over all the rank's chunks, each in a stash of
+// its largest chunk; on the last rank the head stashes between F and B (m
+// for GPipe, else 1); and zb-h1's weight stashes between B and W.
 func checkAct(t *testing.T, cfg model.Config, c Config, o outcome) {
 	t.Helper()
 	dev := device.New(device.Config{})
@@ -233,14 +236,22 @@ func checkAct(t *testing.T, cfg model.Config, c Config, o outcome) {
 	}
 	for r := 0; r < c.PP; r++ {
 		lay, _ := NewLayout(cfg, c.PP, c.VPP, r)
+		blocks, heads := 0, 0
 		var want int64
 		for ch := 0; ch < lay.VPP; ch++ {
 			b, _, last := lay.Chunk(ch)
-			want += int64(o.sim.ChunkInFlight[r][ch]) * gpt.StageStashBytes(b[0], b[1], last)
+			blocks = max(blocks, b[1]-b[0])
+			if last {
+				heads = 1
+				if c.Kind == GPipe {
+					heads = c.Micro
+				}
+			}
 			want += int64(o.sim.Deferred[r][ch]) * int64(gpt.WeightStashFloats(b[0], b[1])) * 4
 		}
+		want += int64(o.sim.InFlight[r])*gpt.StageStashBytes(0, blocks, false) + int64(heads*gpt.HeadStashFloats())*4
 		if o.act[r] != want {
-			t.Errorf("rank %d: act peak %d, want %d (in flight %v, deferred %v)", r, o.act[r], want, o.sim.ChunkInFlight[r], o.sim.Deferred[r])
+			t.Errorf("rank %d: act peak %d, want %d (in flight %v, deferred %v)", r, o.act[r], want, o.sim.InFlight[r], o.sim.Deferred[r])
 		}
 	}
 }
@@ -269,7 +280,7 @@ func TestDeadStageIsNamed(t *testing.T) {
 	}
 	defer groups[0].Close()
 	// Rank 1 makes its groups (NewGroup needs no communication) and dies.
-	if _, err := NewGroupLink(groups[1], []int{0, 1}, 1, 1); err != nil {
+	if _, err := NewP2PLink(groups[1], "pipe", []int{0, 1}, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	_, _, _, err = runRank(groups[0], tiny, c, s, 2)

@@ -25,24 +25,57 @@ func (s *Stage) weightStash(key [2]int) (*model.WeightStash, error) {
 	return ws, nil
 }
 
-// stash is (mb, chunk)'s stash, taken from the free list or allocated.
+// stash is (mb, chunk)'s stash: a free block stash (every one holds the
+// rank's largest chunk) or a new one, laid out for the chunk, with a head
+// stash attached on the last model stage.
 func (s *Stage) stash(key [2]int) (*model.Stash, error) {
 	if st, ok := s.live[key]; ok {
 		return st, nil
 	}
-	c := key[1]
+	g := s.cfg.GPT
+	b, _, last := s.cfg.Layout.Chunk(key[1])
 	var st *model.Stash
-	if n := len(s.free[c]); n > 0 {
-		st, s.free[c] = s.free[c][n-1], s.free[c][:n-1]
+	if n := len(s.free); n > 0 {
+		st, s.free = s.free[n-1], s.free[:n-1]
 	} else {
-		b, _, last := s.cfg.Layout.Chunk(c)
 		var err error
-		if st, err = s.cfg.GPT.NewStageStash(b[0], b[1], last); err != nil {
+		if st, err = g.NewStageStash(0, s.blocks, false); err != nil {
 			return nil, err
 		}
 	}
+	if err := g.ReshapeStageStash(st, b[0], b[1], false); err != nil {
+		s.free = append(s.free, st)
+		return nil, err
+	}
+	if last {
+		var h *model.HeadStash
+		if n := len(s.hfree); n > 0 {
+			h, s.hfree = s.hfree[n-1], s.hfree[:n-1]
+		} else {
+			var err error
+			if h, err = g.NewHeadStash(); err != nil {
+				s.free = append(s.free, st)
+				return nil, err
+			}
+		}
+		if err := g.AttachHead(st, h); err != nil {
+			s.free, s.hfree = append(s.free, st), append(s.hfree, h)
+			return nil, err
+		}
+		s.hlive[key] = h
+	}
 	s.live[key] = st
 	return st, nil
+}
+
+// releaseHead returns (mb, chunk)'s head stash, if it holds one: the
+// head's activations are spent once its backward has run.
+func (s *Stage) releaseHead(key [2]int, st *model.Stash) {
+	if h, ok := s.hlive[key]; ok {
+		s.cfg.GPT.DetachHead(st)
+		s.hfree = append(s.hfree, h)
+		delete(s.hlive, key)
+	}
 }
 
 // buffer is a (B,T,C) boundary buffer (tag comm), reusing one whose send
@@ -109,7 +142,8 @@ func (s *Stage) abort() {
 	}
 	s.drain()
 	for k, st := range s.live {
-		s.free[k[1]] = append(s.free[k[1]], st)
+		s.releaseHead(k, st)
+		s.free = append(s.free, st)
 		delete(s.live, k)
 	}
 	for k, ws := range s.wlive {
@@ -121,12 +155,14 @@ func (s *Stage) abort() {
 // Free returns the stashes and buffers.
 func (s *Stage) Free() {
 	s.abort()
-	for _, fl := range s.free {
-		for _, st := range fl {
-			st.Free()
-		}
+	for _, st := range s.free {
+		st.Free()
 	}
 	s.free = nil
+	for _, h := range s.hfree {
+		h.Free()
+	}
+	s.hfree = nil
 	for _, fl := range s.wfree {
 		for _, ws := range fl {
 			ws.Free()
@@ -137,4 +173,24 @@ func (s *Stage) Free() {
 		b.Free()
 	}
 	s.bufs = nil
+	s.cfg.Device.Release(device.Comm, s.held)
+	s.held = 0
+}
+
+// chargeBuffered follows the link's Buffered gauge — messages that arrived
+// before their receive was posted, held by the transport — on the device's
+// comm tag, sampled after every action: the budget refuses a pipeline whose
+// early messages do not fit, naming the bytes.
+func (s *Stage) chargeBuffered() error {
+	b := s.cfg.Link.Stats().Buffered
+	switch {
+	case b > s.held:
+		if err := s.cfg.Device.Reserve(device.Comm, b-s.held); err != nil {
+			return fmt.Errorf("pp: %d bytes of messages received before their receives were posted: %w", b, err)
+		}
+	case b < s.held:
+		s.cfg.Device.Release(device.Comm, s.held-b)
+	}
+	s.held = b
+	return nil
 }

@@ -20,11 +20,11 @@ type Result struct {
 	Busy     []int64 // (PP) per rank: time in F, B, W
 	// InFlight is each rank's peak number of (micro-batch, chunk) pairs
 	// whose forward has run and whose activations are still kept: until
-	// the backward, or for zb-h1 until W.
+	// the backward, or for zb-h1 until W. The executor keeps one free list
+	// of stashes for all its chunks, each sized for its largest chunk, so
+	// its blocks' act peak is InFlight × that stash.
 	InFlight []int
-	// ChunkInFlight is the same per chunk, (PP, VPP): the executor keeps a
-	// free list of stashes per chunk, so its act peak is
-	// Σ_chunks ChunkInFlight × the chunk's stash.
+	// ChunkInFlight is the same per chunk, (PP, VPP).
 	ChunkInFlight [][]int
 	// Deferred is zb-h1's peak, per rank and chunk, of pairs whose B has
 	// run and whose W has not: each holds a weight stash.

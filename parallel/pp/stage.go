@@ -22,13 +22,22 @@ type StageConfig struct {
 	Trace    *trace.Tracer  // nil: no tracing
 }
 
-// Stage runs one pipeline rank's action list. It keeps one stash per
-// (micro-batch, chunk) in flight — allocated on first need, returned to a
-// per-chunk free list at its backward — so the act peak is the schedule's
-// in-flight count times the chunk's stash.
+// Stage runs one pipeline rank's action list. It keeps one block stash per
+// (micro-batch, chunk) in flight — allocated on first need at the size of
+// the rank's largest chunk, returned to a free list at its backward (W for
+// zb-h1) and laid out again for whichever chunk needs one next — and, on
+// the last stage, one head stash per micro-batch between its F and B. So
+// the act peak is
+//
+//	(micro-batches in flight over all the rank's chunks) × (largest chunk's stash)
+//	+ (head stashes in flight: m for GPipe, else 1) × head stash
+//	+ zb-h1's weight stashes between B and W.
 type Stage struct {
 	cfg    StageConfig
-	free   [][]*model.Stash              // (vpp) stashes not in use
+	free   []*model.Stash                // block stashes not in use, each sized for the largest chunk
+	hfree  []*model.HeadStash            // head stashes not in use
+	hlive  map[[2]int]*model.HeadStash   // (mb, last chunk) between F and B
+	blocks int                           // the rank's largest chunk, in blocks
 	live   map[[2]int]*model.Stash       // (mb, chunk) in flight
 	wfree  [][]*model.WeightStash        // (vpp) zb-h1: weight stashes not in use
 	wlive  map[[2]int]*model.WeightStash // zb-h1: (mb, chunk) between B and W
@@ -36,8 +45,9 @@ type Stage struct {
 	sends  map[[2]int]pending            // activation sends in flight (read the stash)
 	gsends []pending                     // gradient sends in flight
 	bufs   []*device.Buffer              // boundary buffers: free
-	n      int                           // B·T·C
+	n      int                           // B·T·C (B·T·C/t with sequence parallelism)
 	waited time.Duration                 // time blocked on transfers: exposed communication
+	held   int64                         // bytes of early messages charged to the device's comm tag
 }
 
 // pending is an issued transfer and, for gradients, the buffer it uses.
@@ -54,16 +64,23 @@ func NewStage(c StageConfig) (*Stage, error) {
 	case c.Schedule.PP != c.Layout.PP || c.Schedule.vpp() != c.Layout.VPP:
 		return nil, fmt.Errorf("pp: schedule pp=%d vpp=%d, layout pp=%d vpp=%d", c.Schedule.PP, c.Schedule.vpp(), c.Layout.PP, c.Layout.VPP)
 	}
-	cfg := c.GPT.Config()
-	return &Stage{cfg: c, free: make([][]*model.Stash, c.Layout.VPP), live: map[[2]int]*model.Stash{},
+	if c.Schedule.Split() && c.GPT.Part().Split() {
+		return nil, fmt.Errorf("pp: schedule=%s with tp=%d: the split backward (B and W apart) is not tensor-parallel yet", c.Schedule.Kind, c.GPT.Part().Degree())
+	}
+	blocks := 0
+	for ch := 0; ch < c.Layout.VPP; ch++ {
+		b, _, _ := c.Layout.Chunk(ch)
+		blocks = max(blocks, b[1]-b[0])
+	}
+	return &Stage{cfg: c, live: map[[2]int]*model.Stash{}, hlive: map[[2]int]*model.HeadStash{}, blocks: blocks,
 		wfree: make([][]*model.WeightStash, c.Layout.VPP), wlive: map[[2]int]*model.WeightStash{},
-		recvs: map[[2]int]pending{}, sends: map[[2]int]pending{}, n: c.GPT.MicroBatch() * cfg.SeqLen * cfg.Hidden}, nil
+		recvs: map[[2]int]pending{}, sends: map[[2]int]pending{}, n: c.GPT.BoundaryFloats()}, nil
 }
 
-// StashBytes is chunk c's stash per micro-batch.
-func (s *Stage) StashBytes(c int) int64 {
-	b, _, last := s.cfg.Layout.Chunk(c)
-	return s.cfg.GPT.StageStashBytes(b[0], b[1], last)
+// StashBytes is one block stash: the rank's largest chunk's, without the
+// head (HeadStashFloats).
+func (s *Stage) StashBytes() int64 {
+	return s.cfg.GPT.StageStashBytes(0, s.blocks, false)
 }
 
 // Step runs the schedule for one optimizer step: micro-batch mb is
@@ -80,6 +97,9 @@ func (s *Stage) Step(batch func(mb int) (model.Batch, error), dloss float32) (fl
 	}
 	for _, a := range s.cfg.Schedule.Ranks[s.cfg.Layout.Rank] {
 		loss, err := s.do(a, batch, dloss)
+		if err == nil {
+			err = s.chargeBuffered()
+		}
 		if err != nil {
 			s.abort()
 			return 0, fmt.Errorf("pp: rank %d, %v: %w", s.cfg.Layout.Rank, a, err)
@@ -231,9 +251,10 @@ func (s *Stage) backward(a Action, key [2]int, dloss float32) error {
 		}
 	}
 	s.span(a, t0)
+	s.releaseHead(key, st)
 	if ws == nil {
 		delete(s.live, key)
-		s.free[a.Chunk] = append(s.free[a.Chunk], st)
+		s.free = append(s.free, st)
 	}
 	return nil
 }
@@ -255,7 +276,7 @@ func (s *Stage) weight(a Action, key [2]int) error {
 	s.span(a, t0)
 	delete(s.live, key)
 	delete(s.wlive, key)
-	s.free[a.Chunk] = append(s.free[a.Chunk], st)
+	s.free = append(s.free, st)
 	s.wfree[a.Chunk] = append(s.wfree[a.Chunk], ws)
 	return nil
 }

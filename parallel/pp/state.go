@@ -33,6 +33,13 @@ type StateConfig struct {
 	// OwnsEmbedding: this rank runs model stage 0. It alone counts unit 0 in
 	// the gradient norm and writes it to checkpoints.
 	OwnsEmbedding bool
+	// Part is the piece of every held layer this rank computes under tensor
+	// parallelism (zero: the whole layers): the held units are those of
+	// model.PartLayout(Part), each tensor an N-d box of the global one.
+	Part model.Part
+	// ReduceNorm sums a squared gradient norm over the tensor-parallel
+	// group (nil: none).
+	ReduceNorm func(float64) (float64, error)
 }
 
 // State is one pipeline rank's share of the training state: the
@@ -56,8 +63,7 @@ type State struct {
 	lo, len int            // this rank's optimizer chunk [lo, lo+len)
 	off     map[int]int    // global unit -> local offset
 	size    map[int]int
-	ts      []flat.Tensor // every held tensor, local offsets
-	own     []flat.Tensor // those this rank writes (unit 0 only if OwnsEmbedding)
+	ts      []flat.Tensor // every held tensor, local offsets; Copy: another rank writes and counts it
 	opt     *optim.AdamW
 	dpN     int
 	dpR     int
@@ -71,20 +77,24 @@ func NewState(c StateConfig) (*State, error) {
 	if c.ZeRO < 0 || c.ZeRO > 1 {
 		return nil, fmt.Errorf("pp: zero=%d with pipeline parallelism: only 0 and 1 are supported (ZeRO-2 would reduce-scatter every micro-batch's gradient and ZeRO-3 gather every chunk's weights once per micro-batch pass, multiplying the data-parallel traffic by the micro-batches; Megatron and DeepSpeed refuse them with pipelines too)", c.ZeRO)
 	}
-	lay := c.Model.Layout()
+	if err := c.Part.Validate(c.Model); err != nil {
+		return nil, fmt.Errorf("pp: %w", err)
+	}
+	lay, global := c.Model.PartLayout(c.Part), c.Model.Layout()
 	s := &State{cfg: c, off: map[int]int{}, size: map[int]int{}, dpN: 1}
 	if c.DP != nil {
 		s.dpN, s.dpR = c.DP.Size(), c.DP.Rank()
 	}
 	for _, u := range c.Units {
+		if u < 0 || u >= len(lay.Units) {
+			return nil, fmt.Errorf("pp: unit %d outside the model's %d units", u, len(lay.Units))
+		}
 		un := lay.Units[u]
 		s.off[u], s.size[u] = s.n, un.Size
 		for _, t := range un.Tensors {
-			ft := flat.Tensor{Name: t.Name, Offset: s.n + t.Offset - un.Offset, Size: t.Size, Shape: t.Shape}
-			s.ts = append(s.ts, ft)
-			if u != 0 || c.OwnsEmbedding {
-				s.own = append(s.own, ft)
-			}
+			s.ts = append(s.ts, flat.Tensor{Name: t.Name, Offset: s.n + t.Offset - un.Offset, Size: t.Size, Shape: t.Shape,
+				Global: t.Global, GlobalShape: t.GlobalShape(global),
+				Copy: (t.Replicated && c.Part.Rank != 0) || (u == 0 && !c.OwnsEmbedding)})
 		}
 		s.n += un.Size
 	}
@@ -152,16 +162,16 @@ func (s *State) Grads(u int) ([]float32, error) {
 func (s *State) GradsDone(int) error { return nil }
 
 // Init writes the initial weights of the held units, keyed by global
-// element index: the same values one device has.
+// element index: the same values one device has (padding 0).
 func (s *State) Init(seed uint64) error { return s.InitWith(model.Init{Seed: seed}) }
 
 // InitWith is Init from in (a seed or given global weights).
 func (s *State) InitWith(in model.Init) error {
-	lay := s.cfg.Model.Layout()
+	lay := s.cfg.Model.PartLayout(s.cfg.Part)
 	for _, u := range s.cfg.Units {
 		un := lay.Units[u]
 		o := s.off[u]
-		if err := model.InitPartWith(s.cfg.Model, model.Part{}, in, s.w.Data[o:o+un.Size], un.Offset, un.Offset+un.Size); err != nil {
+		if err := model.InitPartWith(s.cfg.Model, s.cfg.Part, in, s.w.Data[o:o+un.Size], un.Offset, un.Offset+un.Size); err != nil {
 			return err
 		}
 	}
@@ -221,18 +231,13 @@ func (s *State) Update(lr, maxNorm float64) (float64, error) {
 	return norm, nil
 }
 
-// globalNorm adds ‖g‖² over this rank's chunk (unit 0 only on the first
-// stage), over the DP group under ZeRO-1, then over the pipeline. Each
+// globalNorm adds ‖g‖² over this rank's chunk, each element counted once
+// in the world (unit 0 only on the first stage, replicated tensors only on
+// tensor-parallel rank 0, no padding), over the DP group under ZeRO-1,
+// then over the pipeline, then over the tensor-parallel group. Each
 // float64 partial travels as hi = fl32(x), lo = fl32(x − hi).
 func (s *State) globalNorm() (float64, error) {
-	g := s.g.Data[s.lo : s.lo+s.len]
-	sq := optim.SumSquares(g)
-	if a, b, err := s.span(0); err == nil && !s.cfg.OwnsEmbedding {
-		a, b = max(a, s.lo), min(b, s.lo+s.len)
-		if a < b {
-			sq -= optim.SumSquares(s.g.Data[a:b])
-		}
-	}
+	sq := flat.SumSquares(s.ts, s.lo, s.g.Data[s.lo:s.lo+s.len])
 	for _, grp := range []comm.Group{s.dpIfSharded(), s.cfg.Pipe} {
 		if grp == nil || grp.Size() == 1 {
 			continue
@@ -243,6 +248,12 @@ func (s *State) globalNorm() (float64, error) {
 			return 0, fmt.Errorf("pp: gradient norm: %w", err)
 		}
 		sq = float64(buf[0]) + float64(buf[1])
+	}
+	if s.cfg.ReduceNorm != nil {
+		var err error
+		if sq, err = s.cfg.ReduceNorm(sq); err != nil {
+			return 0, fmt.Errorf("pp: gradient norm: %w", err)
+		}
 	}
 	return math.Sqrt(max(sq, 0)), nil
 }
@@ -256,15 +267,17 @@ func (s *State) dpIfSharded() comm.Group {
 
 // Shards is what this rank writes: under ZeRO-0 the first data-parallel
 // replica writes its stage's weights and moments; under ZeRO-1 every
-// replica writes its chunk. Unit 0 comes from the first stage only.
+// replica writes its chunk. Unit 0 comes from the first stage only, a
+// replicated tensor from tensor-parallel rank 0 only, and a split tensor
+// is its N-d box of the global one.
 func (s *State) Shards() ([]checkpoint.Shard, error) {
 	if s.cfg.ZeRO == 0 && s.dpR != 0 {
 		return []checkpoint.Shard{}, nil
 	}
 	st := s.opt.State()
-	out := flat.Shards(s.own, "", s.lo, s.w.Data[s.lo:s.lo+s.len])
-	out = append(out, flat.Shards(s.own, "optim.m.", s.lo, st.M)...)
-	return append(out, flat.Shards(s.own, "optim.v.", s.lo, st.V)...), nil
+	out := flat.Shards(s.ts, "", s.lo, s.w.Data[s.lo:s.lo+s.len])
+	out = append(out, flat.Shards(s.ts, "optim.m.", s.lo, st.M)...)
+	return append(out, flat.Shards(s.ts, "optim.v.", s.lo, st.V)...), nil
 }
 
 // Restore reads the held weights and this rank's moments from a

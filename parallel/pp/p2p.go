@@ -1,0 +1,96 @@
+package pp
+
+import (
+	"fmt"
+
+	"trellis/comm"
+)
+
+// Tags of the pipeline's point-to-point messages: activations forward,
+// their gradients back. A message is matched by (sender, receiver, tag),
+// first in first out, so each (direction, kind) is its own ordered channel.
+const (
+	TagAct  = 1
+	TagGrad = 2
+)
+
+// P2PLink is a Link over comm's point-to-point operations on one group of
+// the pipeline's ranks (group rank = pipeline rank). Sends and receives do
+// not occupy the group's queue and never wait for each other (comm's
+// ordering rules), so a stage posts its receives before its sends, as the
+// schedules do, without deadlock, and several transfers of one stage are in
+// flight at once. Each transfer is posted alone, as a batch of one
+// (comm.BatchP2P): the executor waits for each where the schedule needs it
+// and reuses its buffer as soon as it is done, which one Work for a batch of
+// several would delay to the slowest.
+//
+// Messages that arrive before their receive is posted are held by the
+// receiver, bounded by the backend's MaxBuffered; Stats().Buffered is the
+// gauge the Stage charges to its device's comm tag.
+type P2PLink struct {
+	g          comm.Group
+	next, prev int  // neighbours' pipeline ranks
+	wrap       bool // vpp > 1: the last rank sends to the first
+	me, p      int
+}
+
+// NewP2PLink makes the point-to-point group of pipeline rank me of pipe
+// (the world ranks of the pipeline, in stage order), named
+// "pp.p2p."+name; every rank of the pipeline calls it with the same name.
+// With vpp > 1 the last rank also sends to the first (chunk c+1 follows
+// chunk c).
+func NewP2PLink(world comm.Group, name string, pipe []int, me, vpp int) (*P2PLink, error) {
+	p := len(pipe)
+	if me < 0 || me >= p {
+		return nil, fmt.Errorf("pp: pipeline rank %d outside the pipeline of %d ranks", me, p)
+	}
+	g, err := world.NewGroup("pp.p2p."+name, pipe)
+	if err != nil {
+		return nil, fmt.Errorf("pp: point-to-point group: %w", err)
+	}
+	return &P2PLink{g: g, next: (me + 1) % p, prev: (me - 1 + p) % p, wrap: vpp > 1, me: me, p: p}, nil
+}
+
+// check says whether the schedule may move data between this rank and
+// peer in that direction: to the next rank or from the previous one for
+// activations, the reverse for gradients (across the wrap only with vpp > 1).
+func (l *P2PLink) check(peer int, grad, send bool) error {
+	forward := send != grad // activations sent or gradients received: towards next
+	want, ok := l.next, l.me < l.p-1 || l.wrap
+	if !forward {
+		want, ok = l.prev, l.me > 0 || l.wrap
+	}
+	if l.p < 2 || !ok || peer != want {
+		return fmt.Errorf("%w: pp: no link to pipeline rank %d from rank %d (grad %v, send %v)", comm.ErrArgs, peer, l.me, grad, send)
+	}
+	return nil
+}
+
+func tag(grad bool) int {
+	if grad {
+		return TagGrad
+	}
+	return TagAct
+}
+
+// Send posts buf to pipeline rank peer.
+func (l *P2PLink) Send(buf []float32, peer int, grad bool) comm.Work {
+	if err := l.check(peer, grad, true); err != nil {
+		return failed{err}
+	}
+	return comm.BatchP2P(l.g, []comm.P2POp{comm.SendOp(comm.F32(buf), peer, tag(grad))})
+}
+
+// Recv posts a receive of buf from pipeline rank peer.
+func (l *P2PLink) Recv(buf []float32, peer int, grad bool) comm.Work {
+	if err := l.check(peer, grad, false); err != nil {
+		return failed{err}
+	}
+	return comm.BatchP2P(l.g, []comm.P2POp{comm.RecvOp(comm.F32(buf), peer, tag(grad))})
+}
+
+// Stats is the group's accounting, Buffered included.
+func (l *P2PLink) Stats() comm.Stats { return l.g.Stats() }
+
+// Close closes the group.
+func (l *P2PLink) Close() error { return l.g.Close() }
