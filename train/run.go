@@ -225,11 +225,14 @@ func prepareResume(o Options, s settings) (*resumeState, error) {
 	if err := c.DecodeMeta(&m); err != nil {
 		return nil, err
 	}
-	if err := c.RequireSamePlan(s.enginePlan.String(), s.ranks); err != nil {
-		return nil, err
-	}
 	if err := sameRun(m.Job, o.Job); err != nil {
 		return nil, fmt.Errorf("--resume %s: %w", c.Dir(), err)
+	}
+	if err := checkResumable(c, o.Job.Model); err != nil {
+		return nil, err
+	}
+	if plan := s.enginePlan.String(); c.Plan() != plan || c.World() != s.ranks {
+		o.Log.Info("resharding", "checkpoint", c.Dir(), "from", fmt.Sprintf("%s (world %d)", c.Plan(), c.World()), "to", fmt.Sprintf("%s (world %d)", plan, s.ranks))
 	}
 	if m.Step >= o.Job.Train.Steps {
 		return nil, fmt.Errorf("--resume %s: the checkpoint is at step %d, train.steps=%d: nothing left to run (raise train.steps to extend the run)", c.Dir(), m.Step, o.Job.Train.Steps)
@@ -253,7 +256,6 @@ func sameRun(a, b Job) error {
 	for _, f := range []field{
 		{"model", a.Model, b.Model},
 		{"train.global_batch", a.Train.GlobalBatch, b.Train.GlobalBatch},
-		{"train.micro_batch", a.Train.MicroBatch, b.Train.MicroBatch},
 		{"train.seed", a.Train.Seed, b.Train.Seed},
 		{"train.lr", a.Train.LR, b.Train.LR},
 		{"train.min_lr", a.Train.MinLR, b.Train.MinLR},
