@@ -166,7 +166,7 @@ func addShard(ts map[string]TensorEntry, rank int, sh Shard) error {
 	} else if !slices.Equal(t.Shape, sh.Shape) || t.DType != sh.DType {
 		return fmt.Errorf("tensor %q is %s %v here but %s %v on rank %d", sh.Name, sh.DType, sh.Shape, t.DType, t.Shape, t.Shards[0].Rank)
 	}
-	t.Shards = append(t.Shards, ShardEntry{Rank: rank, Slice: sh.Slice, Lo: sh.Lo, Hi: sh.Hi})
+	t.Shards = append(t.Shards, ShardEntry{Rank: rank, Slice: sh.Slice, Lo: sh.Lo, Hi: sh.Hi, SHA256: sha256Hex(sh.Data)})
 	ts[sh.Name] = t
 	return nil
 }

@@ -1,9 +1,9 @@
 package train
 
 import (
-	"bytes"
 	"context"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -67,24 +67,63 @@ func TestReshardMatrix(t *testing.T) {
 	}
 }
 
-// A checkpoint of another model shape is refused in one line naming the
-// index file or the field, and nothing is written.
-func TestReshardRefusesAnotherModel(t *testing.T) {
+// A checkpoint the new plan cannot map to is refused in one line naming
+// the file and the reason, and nothing is written: another model shape, a
+// corrupt shard (found when a rank reads it), a truncated rank file.
+func TestReshardBadCheckpoint(t *testing.T) {
 	j := reshardJob("dp=2,zero=1")
-	dir := t.TempDir()
-	j.Checkpoint = checkpoint.Config{Dir: dir, Every: 2}
+	src := t.TempDir()
+	j.Checkpoint = checkpoint.Config{Dir: src, Every: 2}
 	j.Train.Steps = 2
 	runJob(t, j, "", "", 0)
-	other := reshardJob("tp=2")
-	other.Model.Hidden = 64
-	out := t.TempDir()
-	other.Checkpoint = checkpoint.Config{Dir: out}
-	var log bytes.Buffer
-	_, err := Run(context.Background(), Options{Job: other, Resume: dir, Metrics: &log})
-	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "model") {
-		t.Fatalf("another model: %v, want one line naming the model", err)
-	}
-	if steps, _ := checkpoint.Steps(out); len(steps) != 0 {
-		t.Errorf("the refused run wrote steps %v", steps)
+	step := filepath.Join(src, checkpoint.StepName(2))
+	rank1 := filepath.Join(step, checkpoint.RankFileName(1, 2))
+	for _, tc := range []struct {
+		name  string
+		edit  func(t *testing.T, b []byte) []byte // of rank 1's file
+		model func(*Job)
+		want  []string
+	}{
+		{"another model", nil, func(j *Job) { j.Model.Hidden = 64 }, []string{"model"}},
+		{"corrupt shard", func(t *testing.T, b []byte) []byte {
+			b = append([]byte{}, b...)
+			b[len(b)-5] ^= 1
+			return b
+		}, nil, []string{rank1, "checksum mismatch"}},
+		{"truncated file", func(t *testing.T, b []byte) []byte { return b[:len(b)-7] }, nil, []string{rank1, "truncated"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			orig, err := os.ReadFile(rank1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer os.WriteFile(rank1, orig, 0o644)
+			if tc.edit != nil {
+				if err := os.WriteFile(rank1, tc.edit(t, orig), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			other := reshardJob("tp=2")
+			if tc.model != nil {
+				tc.model(&other)
+			}
+			out := t.TempDir()
+			other.Checkpoint = checkpoint.Config{Dir: out, Every: 1}
+			_, err = Run(context.Background(), Options{Job: other, Resume: src})
+			if err == nil || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("got %v, want one line", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%v: does not name %q", err, w)
+				}
+			}
+			if steps, _ := checkpoint.Steps(out); len(steps) != 0 {
+				t.Errorf("the refused run wrote steps %v", steps)
+			}
+			if steps, _ := checkpoint.Steps(src); len(steps) != 1 || steps[0] != 2 {
+				t.Errorf("the source checkpoint now holds steps %v", steps)
+			}
+		})
 	}
 }

@@ -217,7 +217,7 @@ func prepareResume(o Options, s settings) (*resumeState, error) {
 		}
 		return nil, nil
 	}
-	c, err := checkpoint.Open(o.Resume)
+	c, err := checkpoint.OpenRanges(o.Resume) // each rank reads what it holds
 	if err != nil {
 		return nil, err
 	}
