@@ -189,13 +189,13 @@ func (c *Checkpoint) DecodeMeta(dst any) error {
 }
 
 // RequireSamePlan returns nil when the run's plan and world equal the
-// checkpoint's, and otherwise an error naming both plans (resuming under
-// another plan needs resharding, which is not supported yet).
+// checkpoint's, and otherwise an error naming both plans, for a caller that
+// needs the writer's layout (trellis train reshards instead: ReadElems).
 func (c *Checkpoint) RequireSamePlan(plan string, world int) error {
 	if c.ix.Plan == plan && c.ix.World == world {
 		return nil
 	}
-	return fmt.Errorf("checkpoint: %s was saved under plan %q (world %d), but this run uses plan %q (world %d): resuming under another plan (resharding) is not supported yet",
+	return fmt.Errorf("checkpoint: %s was saved under plan %q (world %d), but this run uses plan %q (world %d): this needs the same plan",
 		c.dir, c.ix.Plan, c.ix.World, plan, world)
 }
 

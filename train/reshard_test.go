@@ -113,6 +113,7 @@ func TestReshardBadCheckpoint(t *testing.T) {
 			if err == nil || strings.Contains(err.Error(), "\n") {
 				t.Fatalf("got %v, want one line", err)
 			}
+			t.Log(err)
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("%v: does not name %q", err, w)
