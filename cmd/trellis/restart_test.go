@@ -174,3 +174,43 @@ func TestSetValue(t *testing.T) {
 		}
 	}
 }
+
+// A smaller world resumes by resharding: a job of four processes
+// (dp=4,zero=3) stopped at step 4 continues as two (dp=2,zero=1, named:
+// a resumed job keeps its checkpoint's plan otherwise), and its next
+// steps' losses match the two-process run's within 1e-5 relative.
+func TestLaunchedShrinkReshards(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three launched jobs")
+	}
+	dir := t.TempDir()
+	bin := trellisBin(t)
+	sets := restartSets("x")
+	sets = append(sets, "--set", "train.steps=8", "--set", "checkpoint.every=0")
+	launched := func(n int, extra ...string) result {
+		a := append([]string{"launch", "--nproc-per-node", strconv.Itoa(n), "--", bin}, sets...)
+		return run(t, dir, append(a, extra...)...)
+	}
+	if r := launched(2, "--set", "checkpoint.dir=two", "--metrics", "two.jsonl", "--parallel", "dp=2,zero=1"); r.err != nil {
+		t.Fatalf("two processes: %v\n%s", r.err, r.stderr)
+	}
+	if r := launched(4, "--set", "checkpoint.dir=four", "--metrics", "shrunk.jsonl", "--until", "4", "--parallel", "dp=4,zero=3"); r.err != nil {
+		t.Fatalf("four processes to step 4: %v\n%s", r.err, r.stderr)
+	}
+	r := launched(2, "--set", "checkpoint.dir=four", "--metrics", "shrunk.jsonl", "--resume", "four", "--parallel", "dp=2,zero=1")
+	if r.err != nil {
+		t.Fatalf("resumed as two processes: %v\n%s", r.err, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "msg=resharding") {
+		t.Errorf("the resumed job did not say it reshards:\n%s", r.stderr)
+	}
+	want, got := losses(t, filepath.Join(dir, "two.jsonl")), losses(t, filepath.Join(dir, "shrunk.jsonl"))
+	if len(got) != 8 {
+		t.Fatalf("%d steps logged, want 8", len(got))
+	}
+	for s := 5; s <= 8; s++ {
+		if d := got[s] - want[s]; d > 1e-5*want[s] || -d > 1e-5*want[s] {
+			t.Errorf("step %d: loss %.9g after shrinking, %.9g in the two-process run", s, got[s], want[s])
+		}
+	}
+}
