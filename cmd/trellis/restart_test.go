@@ -61,18 +61,14 @@ func TestLaunchRestartsAfterKill(t *testing.T) {
 		return bytes.Count(b, []byte("\n")) >= 12
 	})
 	first := workers(cmd.Process.Pid)
-	if err := syscall.Kill(first[2], syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	kill9(t, first[2], &out)
 	waitUntil(t, &out, "the restart", func() bool { return strings.Contains(out.String(), "restart 1 of 2") })
 	var second map[int]int
 	waitUntil(t, &out, "four new workers", func() bool {
 		second = workers(cmd.Process.Pid)
 		return len(second) == 4 && second[1] != first[1]
 	})
-	if err := syscall.Kill(second[1], syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	kill9(t, second[1], &out)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("the restarted job failed: %v\n%s", err, out.String())
 	}
@@ -97,6 +93,18 @@ func TestLaunchRestartsAfterKill(t *testing.T) {
 		if got[s] != l {
 			t.Errorf("step %d: loss %v, uninterrupted %v", s, got[s], l)
 		}
+	}
+}
+
+// kill9 sends SIGKILL to pid, which must be a worker found (never 0 or
+// -1, which would signal this test's process group or every process).
+func kill9(t *testing.T, pid int, out *lockedBuf) {
+	t.Helper()
+	if pid <= 0 {
+		t.Fatalf("no such worker (the job may have ended):\n%s", out.String())
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
 	}
 }
 
