@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -134,3 +135,30 @@ func TestOpenRangesBadInput(t *testing.T) {
 
 // split32 is the end of rank 0's range of wte (32 elements over 3 ranks).
 func split32(int) int { _, hi := split(32, 0, 3); return hi }
+
+// Commit streams the rank files: committing two ranks of 8 MiB each
+// allocates less than one of them (it holds no file in memory).
+func TestCommitStreams(t *testing.T) {
+	const n = 2 << 20 // elements per rank: 8 MiB
+	s := newStore(t, 0)
+	v := make([]float32, n)
+	for r := 0; r < 2; r++ {
+		if err := s.WriteRank(1, r, 2, []Shard{Float32Shard("w", []int{2 * n}, int64(r*n), v)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	dir, err := s.Commit(Manifest{Step: 1, World: 2})
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Commit allocated %d bytes", after.TotalAlloc-before.TotalAlloc)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 4*n {
+		t.Errorf("Commit allocated %d bytes for rank files of %d", got, 4*n)
+	}
+	if _, err := Open(dir); err != nil {
+		t.Fatalf("the streamed commit does not verify: %v", err)
+	}
+}
