@@ -39,6 +39,10 @@ type ShardEntry struct {
 	Slice *Slice `json:"slice,omitempty"`
 	Lo    int64  `json:"lo"`
 	Hi    int64  `json:"hi"`
+	// SHA256 is the lower-case hex SHA-256 of the shard's bytes, so that a
+	// partial read verifies what it reads (OpenRanges); absent in
+	// checkpoints written before it existed.
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // FileEntry is one rank file's name, size and SHA-256 (lower-case hex).
@@ -127,7 +131,7 @@ func (f FileEntry) validate(rank, world int) error {
 	if f.Size < 0 {
 		return fmt.Errorf("file %s: negative size %d", f.Name, f.Size)
 	}
-	if d, err := hex.DecodeString(f.SHA256); err != nil || len(d) != 32 || hex.EncodeToString(d) != f.SHA256 {
+	if !validSum(f.SHA256) {
 		return fmt.Errorf("file %s: sha256 %q is not 64 lower-case hex digits", f.Name, f.SHA256)
 	}
 	return nil
@@ -139,6 +143,11 @@ func (t TensorEntry) validate(world int) error {
 	}
 	if t.Shape == nil {
 		return errors.New("missing shape")
+	}
+	for _, s := range t.Shards {
+		if s.SHA256 != "" && !validSum(s.SHA256) {
+			return fmt.Errorf("rank %d: shard sha256 %q is not 64 lower-case hex digits", s.Rank, s.SHA256)
+		}
 	}
 	n, err := numel(t.Shape)
 	if err != nil {
@@ -167,6 +176,12 @@ func (t TensorEntry) validate(world int) error {
 		return fmt.Errorf("shards hold %d elements of %d", sum, n)
 	}
 	return nil // that they tile the tensor is checkBoxes', once the data is known to exist
+}
+
+// validSum reports whether s is 64 lower-case hex digits.
+func validSum(s string) bool {
+	d, err := hex.DecodeString(s)
+	return err == nil && len(d) == 32 && hex.EncodeToString(d) == s
 }
 
 // checkBoxes checks that the N-d box shards of every tensor that has them

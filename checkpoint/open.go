@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"trellis/safetensors"
 )
@@ -23,6 +24,7 @@ type Checkpoint struct {
 	ix    *Index
 	ranks [][]Shard // per rank, sorted by name
 	held  []map[string]int
+	files []rankFile // OpenRanges: read shards on demand (ranks, held nil)
 }
 
 // Latest returns the step directory that root's latest file names.
@@ -187,23 +189,40 @@ func (c *Checkpoint) DecodeMeta(dst any) error {
 }
 
 // RequireSamePlan returns nil when the run's plan and world equal the
-// checkpoint's, and otherwise an error naming both plans (resuming under
-// another plan needs resharding, which is not supported yet).
+// checkpoint's, and otherwise an error naming both plans, for a caller that
+// needs the writer's layout (trellis train reshards instead: ReadElems).
 func (c *Checkpoint) RequireSamePlan(plan string, world int) error {
 	if c.ix.Plan == plan && c.ix.World == world {
 		return nil
 	}
-	return fmt.Errorf("checkpoint: %s was saved under plan %q (world %d), but this run uses plan %q (world %d): resuming under another plan (resharding) is not supported yet",
+	return fmt.Errorf("checkpoint: %s was saved under plan %q (world %d), but this run uses plan %q (world %d): this needs the same plan",
 		c.dir, c.ix.Plan, c.ix.World, plan, world)
 }
 
 // ReadRank returns the shards rank wrote, sorted by name (as verified by
-// Open; the data is shared, treat it as read-only).
+// Open; the data is shared, treat it as read-only). Under OpenRanges it
+// reads and verifies them.
 func (c *Checkpoint) ReadRank(rank int) ([]Shard, error) {
 	if rank < 0 || rank >= c.ix.World {
 		return nil, fmt.Errorf("checkpoint: %s: rank %d not in world %d", c.dir, rank, c.ix.World)
 	}
-	return slices.Clone(c.ranks[rank]), nil
+	if c.files == nil {
+		return slices.Clone(c.ranks[rank]), nil
+	}
+	var out []Shard
+	for name, t := range c.ix.Tensors {
+		for _, se := range t.Shards {
+			if se.Rank == rank {
+				s, err := c.readShard(name, t, se)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, s)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Shard) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
 }
 
 // ReadTensor assembles the whole named tensor from the ranks that hold it.
@@ -213,26 +232,24 @@ func (c *Checkpoint) ReadTensor(name string) (Shard, error) {
 		return Shard{}, fmt.Errorf("checkpoint: %s: no tensor %q", c.dir, name)
 	}
 	n, _ := numel(t.Shape) // validated by DecodeIndex
-	size := int64(t.DType.Size())
-	out := Shard{Name: name, Shape: append([]int{}, t.Shape...), Lo: 0, Hi: n, DType: t.DType, Data: make([]byte, n*size)}
-	for _, se := range t.Shards {
-		i, ok := c.held[se.Rank][name]
-		var s Shard
-		if ok {
-			s = c.ranks[se.Rank][i]
-		}
-		if !ok || s.Lo != se.Lo || s.Hi != se.Hi || s.DType != t.DType || !slices.Equal(s.Shape, t.Shape) || !sameSlice(s.Slice, se.Slice) {
-			return Shard{}, fmt.Errorf("checkpoint: %s: rank %d's file does not hold [%d, %d) of %q as the index says", c.dir, se.Rank, se.Lo, se.Hi, name)
-		}
-		if s.Slice == nil {
-			copy(out.Data[se.Lo*size:], s.Data)
-			continue
-		}
-		s.Slice.runs(s.Lo, s.Hi, func(box, g, k int64) {
-			copy(out.Data[g*size:(g+k)*size], s.Data[(box-s.Lo)*size:])
-		})
+	return c.ReadElems(name, 0, n)
+}
+
+// shard is rank se.Rank's shard of the named tensor, as the index says:
+// read and verified now (OpenRanges) or taken from the files Open read.
+func (c *Checkpoint) shard(name string, t TensorEntry, se ShardEntry) (Shard, error) {
+	if c.files != nil {
+		return c.readShard(name, t, se)
 	}
-	return out, nil
+	i, ok := c.held[se.Rank][name]
+	var s Shard
+	if ok {
+		s = c.ranks[se.Rank][i]
+	}
+	if !ok || s.Lo != se.Lo || s.Hi != se.Hi || s.DType != t.DType || !slices.Equal(s.Shape, t.Shape) || !sameSlice(s.Slice, se.Slice) {
+		return Shard{}, fmt.Errorf("checkpoint: %s: rank %d's file does not hold [%d, %d) of %q as the index says", c.dir, se.Rank, se.Lo, se.Hi, name)
+	}
+	return s, nil
 }
 
 // sameSlice compares two optional boxes.

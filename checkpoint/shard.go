@@ -65,8 +65,19 @@ func checkRange(lo, hi, n int64) error {
 	return nil
 }
 
-// validate checks one shard's fields against each other.
+// validate checks one shard's fields against each other and its data.
 func (s Shard) validate() error {
+	if err := s.validateFields(); err != nil {
+		return err
+	}
+	if want := (s.Hi - s.Lo) * int64(s.DType.Size()); int64(len(s.Data)) != want {
+		return fmt.Errorf("tensor %q: %d bytes of data; [%d, %d) of %s needs %d", s.Name, len(s.Data), s.Lo, s.Hi, s.DType, want)
+	}
+	return nil
+}
+
+// validateFields checks everything but the data.
+func (s Shard) validateFields() error {
 	if s.Name == "" {
 		return errors.New("shard with an empty name")
 	}
@@ -82,11 +93,12 @@ func (s Shard) validate() error {
 			return fmt.Errorf("tensor %q of shape %v: %w", s.Name, s.Shape, err)
 		}
 	}
+	return checkRangeOf(s, n)
+}
+
+func checkRangeOf(s Shard, n int64) error {
 	if err := checkRange(s.Lo, s.Hi, n); err != nil {
 		return fmt.Errorf("tensor %q of shape %v: %w", s.Name, s.Shape, err)
-	}
-	if want := (s.Hi - s.Lo) * int64(s.DType.Size()); int64(len(s.Data)) != want {
-		return fmt.Errorf("tensor %q: %d bytes of data; [%d, %d) of %s needs %d", s.Name, len(s.Data), s.Lo, s.Hi, s.DType, want)
 	}
 	return nil
 }
@@ -142,8 +154,27 @@ func encodeRank(step, rank, world int, shards []Shard) ([]safetensors.Tensor, ma
 // decodeRank reads a rank file's shards, checking its per-file record
 // against the expected step, rank and world and against its tensors.
 func decodeRank(f *safetensors.File, step, rank, world int) ([]Shard, error) {
+	infos := make([]safetensors.Info, 0, len(f.Names()))
+	for _, name := range f.Names() {
+		info, _ := f.Info(name)
+		infos = append(infos, info)
+	}
+	out, err := recordShards(f.Metadata(), infos, step, rank, world)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Data, _ = f.Bytes(out[i].Name)
+	}
+	return out, nil
+}
+
+// recordShards checks a rank file's per-file record (its safetensors
+// metadata) against the expected step, rank and world and against the
+// file's tensors, and returns its shards, sorted by name, without data.
+func recordShards(meta map[string]string, infos []safetensors.Info, step, rank, world int) ([]Shard, error) {
 	var fm fileMeta
-	raw, ok := f.Metadata()[metaKey]
+	raw, ok := meta[metaKey]
 	if !ok {
 		return nil, fmt.Errorf("no %q metadata: not a checkpoint rank file", metaKey)
 	}
@@ -154,24 +185,24 @@ func decodeRank(f *safetensors.File, step, rank, world int) ([]Shard, error) {
 		return nil, fmt.Errorf("holds version %d step %d rank %d of %d, want version %d step %d rank %d of %d",
 			fm.Version, fm.Step, fm.Rank, fm.World, Version, step, rank, world)
 	}
-	names := f.Names()
-	if len(names) != len(fm.Shards) {
-		return nil, fmt.Errorf("%d tensors but %d shard records", len(names), len(fm.Shards))
+	if len(infos) != len(fm.Shards) {
+		return nil, fmt.Errorf("%d tensors but %d shard records", len(infos), len(fm.Shards))
 	}
-	out := make([]Shard, 0, len(names))
-	for _, name := range names {
-		m, ok := fm.Shards[name]
+	out := make([]Shard, 0, len(infos))
+	for _, info := range infos {
+		m, ok := fm.Shards[info.Name]
 		if !ok {
-			return nil, fmt.Errorf("tensor %q has no shard record", name)
+			return nil, fmt.Errorf("tensor %q has no shard record", info.Name)
 		}
-		info, _ := f.Info(name)
-		data, _ := f.Bytes(name)
-		s := Shard{Name: name, Shape: m.Shape, Slice: m.Slice, Lo: m.Lo, Hi: m.Hi, DType: info.DType, Data: data}
-		if err := s.validate(); err != nil {
+		s := Shard{Name: info.Name, Shape: m.Shape, Slice: m.Slice, Lo: m.Lo, Hi: m.Hi, DType: info.DType}
+		if err := s.validateFields(); err != nil {
 			return nil, err
 		}
+		if want := (s.Hi - s.Lo) * int64(s.DType.Size()); info.End-info.Begin != want {
+			return nil, fmt.Errorf("tensor %q: %d bytes of data; [%d, %d) of %s needs %d", s.Name, info.End-info.Begin, s.Lo, s.Hi, s.DType, want)
+		}
 		if !slices.Equal(info.Shape, s.localShape()) {
-			return nil, fmt.Errorf("tensor %q: stored shape %v, want %v for [%d, %d) of %v", name, info.Shape, s.localShape(), s.Lo, s.Hi, s.Shape)
+			return nil, fmt.Errorf("tensor %q: stored shape %v, want %v for [%d, %d) of %v", s.Name, info.Shape, s.localShape(), s.Lo, s.Hi, s.Shape)
 		}
 		out = append(out, s)
 	}

@@ -1,6 +1,10 @@
 package checkpoint
 
 import (
+	"bufio"
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -115,13 +119,13 @@ func buildIndex(partial string, m Manifest) (*Index, error) {
 	ix := &Index{Version: Version, Step: m.Step, World: m.World, Plan: m.Plan, Meta: m.Meta, Tensors: map[string]TensorEntry{}}
 	for r := 0; r < m.World; r++ {
 		path := filepath.Join(partial, RankFileName(r, m.World))
-		fe, shards, err := readRankFile(path, m.Step, r, m.World)
+		fe, shards, sums, err := readRankFile(path, m.Step, r, m.World)
 		if err != nil {
 			return nil, err
 		}
 		ix.Files = append(ix.Files, fe)
-		for _, sh := range shards {
-			if err := addShard(ix.Tensors, r, sh); err != nil {
+		for i, sh := range shards {
+			if err := addShard(ix.Tensors, r, sh, sums[i]); err != nil {
 				return nil, fmt.Errorf("checkpoint: %s: %w", path, err)
 			}
 		}
@@ -139,34 +143,65 @@ func buildIndex(partial string, m Manifest) (*Index, error) {
 	return ix, nil
 }
 
-// readRankFile hashes a rank file and decodes its shards.
-func readRankFile(path string, step, rank, world int) (FileEntry, []Shard, error) {
-	b, err := os.ReadFile(path)
+// readRankFile streams a rank file once: it checks its header and
+// per-file record, and hashes the whole file and each shard's bytes,
+// holding no more than the header and a buffer (rank 0 never holds
+// another rank's file in memory). The shards come back without data.
+func readRankFile(path string, step, rank, world int) (FileEntry, []Shard, []string, error) {
+	f, err := os.Open(path)
 	if err != nil {
-		return FileEntry{}, nil, fmt.Errorf("checkpoint: %w", err)
+		return FileEntry{}, nil, nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	f, err := safetensors.Parse(path, b)
+	defer f.Close()
+	st, err := f.Stat()
 	if err != nil {
-		return FileEntry{}, nil, fmt.Errorf("checkpoint: %w", err)
+		return FileEntry{}, nil, nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	shards, err := decodeRank(f, step, rank, world)
+	head, err := readHeader(f, st.Size())
 	if err != nil {
-		return FileEntry{}, nil, fmt.Errorf("checkpoint: %s: %w", path, err)
+		return FileEntry{}, nil, nil, fmt.Errorf("checkpoint: %s: %w", path, err)
 	}
-	fe := FileEntry{Name: filepath.Base(path), Rank: rank, Size: int64(len(b)), SHA256: sha256Hex(b)}
-	return fe, shards, nil
+	h, data, err := safetensors.ParseHeader(head, st.Size())
+	if err != nil {
+		return FileEntry{}, nil, nil, fmt.Errorf("checkpoint: safetensors: %s: %w", path, err)
+	}
+	shards, err := recordShards(h.Metadata, h.Tensors, step, rank, world)
+	if err != nil {
+		return FileEntry{}, nil, nil, fmt.Errorf("checkpoint: %s: %w", path, err)
+	}
+	// The tensors tile the data section (ParseHeader checks it): hash them
+	// in file order, each into its own hash and the file's.
+	order := slices.Clone(h.Tensors)
+	slices.SortFunc(order, func(a, b safetensors.Info) int { return cmp.Compare(a.Begin, b.Begin) })
+	file := sha256.New()
+	file.Write(head)
+	r := bufio.NewReaderSize(io.NewSectionReader(f, data, st.Size()-data), 1<<20)
+	sums := map[string]string{}
+	for _, info := range order {
+		one := sha256.New()
+		if _, err := io.CopyN(io.MultiWriter(file, one), r, info.End-info.Begin); err != nil {
+			return FileEntry{}, nil, nil, fmt.Errorf("checkpoint: %s: tensor %q: %w", path, info.Name, err)
+		}
+		sums[info.Name] = hex.EncodeToString(one.Sum(nil))
+	}
+	perShard := make([]string, len(shards))
+	for i, sh := range shards {
+		perShard[i] = sums[sh.Name]
+	}
+	fe := FileEntry{Name: filepath.Base(path), Rank: rank, Size: st.Size(), SHA256: hex.EncodeToString(file.Sum(nil))}
+	return fe, shards, perShard, nil
 }
 
-// addShard records that rank holds sh, checking shape and dtype agree with
+// addShard records that rank holds sh, whose bytes hash to sum, checking shape and dtype agree with
 // the other ranks' shards of the same tensor.
-func addShard(ts map[string]TensorEntry, rank int, sh Shard) error {
+func addShard(ts map[string]TensorEntry, rank int, sh Shard, sum string) error {
 	t, ok := ts[sh.Name]
 	if !ok {
 		t = TensorEntry{Shape: append([]int{}, sh.Shape...), DType: sh.DType}
 	} else if !slices.Equal(t.Shape, sh.Shape) || t.DType != sh.DType {
 		return fmt.Errorf("tensor %q is %s %v here but %s %v on rank %d", sh.Name, sh.DType, sh.Shape, t.DType, t.Shape, t.Shards[0].Rank)
 	}
-	t.Shards = append(t.Shards, ShardEntry{Rank: rank, Slice: sh.Slice, Lo: sh.Lo, Hi: sh.Hi})
+	t.Shards = append(t.Shards, ShardEntry{Rank: rank, Slice: sh.Slice, Lo: sh.Lo, Hi: sh.Hi, SHA256: sum})
 	ts[sh.Name] = t
 	return nil
 }

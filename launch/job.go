@@ -88,7 +88,11 @@ func (j *Job) startWorker(lr int, out, errw *lineWriter) (*worker, error) {
 		go func() {
 			defer copying.Done()
 			defer r.Close()
-			copyLines(r, prefix, to, w.tail)
+			var watch func(string)
+			if c.Watch != nil {
+				watch = func(line string) { c.Watch(w.rank, line) }
+			}
+			copyLines(r, prefix, to, w.tail, watch)
 		}()
 		return wr, nil
 	}

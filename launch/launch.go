@@ -65,6 +65,9 @@ type Config struct {
 	// SIGTERM; default 5 min.
 	InterruptGrace time.Duration
 	TailLines      int // lines kept per worker for the failure report; default 20
+	// Watch, when set, sees every line a worker writes (without the
+	// prefix), from the goroutine copying that worker's output.
+	Watch func(rank int, line string)
 }
 
 // Validate names the first field that breaks its rule.

@@ -48,6 +48,8 @@ func testWorker(mode string) int {
 		return 0
 	case "allreduce":
 		return allReduceWorker(e)
+	case "fail-once":
+		return failOnceWorker(e)
 	}
 	return 2
 }

@@ -43,14 +43,17 @@ func (t *tail) get() []string {
 }
 
 // copyLines reads r line by line (any length), writing each with prefix to
-// out and keeping it in t, until r ends.
-func copyLines(r io.Reader, prefix string, out *lineWriter, t *tail) {
+// out, keeping it in t and passing it to watch (when set), until r ends.
+func copyLines(r io.Reader, prefix string, out *lineWriter, t *tail, watch func(string)) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		line, err := br.ReadString('\n')
 		if line != "" {
 			line = strings.TrimRight(line, "\r\n")
 			t.add(line)
+			if watch != nil {
+				watch(line)
+			}
 			out.writeLine(prefix + line + "\n")
 		}
 		if err != nil {

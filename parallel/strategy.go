@@ -36,8 +36,9 @@ type Strategy interface {
 	// parameters under their names, Adam moments under "optim.m."/"optim.v."
 	// plus the name. Replicated state is written by one rank only.
 	Shards() ([]checkpoint.Shard, error)
-	// Restore loads this rank's part of a checkpoint saved under the same
-	// plan, and the optimizer step count.
+	// Restore loads this rank's part of a checkpoint saved under any plan
+	// (the global elements its layout holds, by tensor name: flat.Read),
+	// and the optimizer step count.
 	Restore(c *checkpoint.Checkpoint, optSteps int) error
 	// OptimizerSteps is the number of updates applied so far.
 	OptimizerSteps() int

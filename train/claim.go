@@ -10,7 +10,8 @@ import (
 )
 
 // claimDir decides, before step 1, whether this run may write checkpoints
-// into checkpoint.dir, and records it there as the owner (run.json). It
+// into checkpoint.dir, and records it there as the owner (run.json, unless
+// it already names this run: where and when the run first started). It
 // returns the run's identity: a new one for a fresh run, the checkpoint's
 // for a resumed one. The rules, so that no run loses another's work:
 //
@@ -48,6 +49,12 @@ func claimDir(j Job, res *resumeState) (string, error) {
 	}
 	if err := c.check(); err != nil {
 		return "", err
+	}
+	if owned && owner.ID == id {
+		// Already recorded. Writing nothing here also keeps a resume whose
+		// restore then fails (a corrupt shard, found when read) from
+		// touching the directory.
+		return id, nil
 	}
 	host, _ := os.Hostname()
 	run := checkpoint.Run{ID: id, Started: time.Now().UTC().Format(time.RFC3339), Host: host, PID: os.Getpid()}

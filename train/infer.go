@@ -95,10 +95,11 @@ func SampleCheckpoint(o SampleOptions) (string, error) {
 }
 
 // LoadMeta reads the trainer's metadata of a checkpoint (its job, step and
-// data position), verifying the checkpoint first.
+// data position), checking its index and its files' sizes and headers
+// (checkpoint.OpenRanges: the data is verified by whoever reads it).
 func LoadMeta(path string) (Meta, error) {
 	var m Meta
-	c, err := checkpoint.Open(path)
+	c, err := checkpoint.OpenRanges(path)
 	if err != nil {
 		return m, err
 	}

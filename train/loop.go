@@ -47,6 +47,11 @@ func runRank(ctx context.Context, o Options, s settings, loader *data.Loader, re
 		end = min(end, o.Until)
 	}
 	rep := newReporter(o, s, r, start, end)
+	if res != nil && rep.on {
+		for _, n := range res.notes {
+			n(o.Log)
+		}
+	}
 	sum := &Summary{FirstStep: start, LastStep: start, ValLoss: math.NaN(), Plan: s.enginePlan.String()}
 	for st := start; st < end; st++ {
 		stop, err := r.runStep(ctx, st, end, &pos, rep, sum)

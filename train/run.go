@@ -204,8 +204,15 @@ func firstCause(errs []error) error {
 
 // resumeState is what a checkpoint gives a run to continue from.
 type resumeState struct {
-	ckpt *checkpoint.Checkpoint
-	meta Meta
+	ckpt  *checkpoint.Checkpoint
+	meta  Meta
+	notes []func(*slog.Logger) // logged by the reporting rank once restored
+}
+
+// note keeps a log line for after the restore, so that a resume that fails
+// reading its checkpoint prints its error alone.
+func (r *resumeState) note(level slog.Level, msg string, args ...any) {
+	r.notes = append(r.notes, func(l *slog.Logger) { l.Log(context.Background(), level, msg, args...) })
 }
 
 // Meta is the trainer's part of a checkpoint's index.
@@ -227,7 +234,7 @@ func prepareResume(o Options, s settings) (*resumeState, error) {
 		}
 		return nil, nil
 	}
-	c, err := checkpoint.Open(o.Resume)
+	c, err := checkpoint.OpenRanges(o.Resume) // each rank reads what it holds
 	if err != nil {
 		return nil, err
 	}
@@ -235,20 +242,24 @@ func prepareResume(o Options, s settings) (*resumeState, error) {
 	if err := c.DecodeMeta(&m); err != nil {
 		return nil, err
 	}
-	if err := c.RequireSamePlan(s.enginePlan.String(), s.ranks); err != nil {
-		return nil, err
-	}
 	if err := sameRun(m.Job, o.Job); err != nil {
 		return nil, fmt.Errorf("--resume %s: %w", c.Dir(), err)
+	}
+	if err := checkResumable(c, o.Job.Model); err != nil {
+		return nil, err
+	}
+	res := &resumeState{ckpt: c, meta: m}
+	if plan := s.enginePlan.String(); c.Plan() != plan || c.World() != s.ranks {
+		res.note(slog.LevelInfo, "resharding", "checkpoint", c.Dir(), "from", fmt.Sprintf("%s (world %d)", c.Plan(), c.World()), "to", fmt.Sprintf("%s (world %d)", plan, s.ranks))
 	}
 	if m.Step >= o.Job.Train.Steps {
 		return nil, fmt.Errorf("--resume %s: the checkpoint is at step %d, train.steps=%d: nothing left to run (raise train.steps to extend the run)", c.Dir(), m.Step, o.Job.Train.Steps)
 	}
 	if was := m.Job.Train.Steps; was != o.Job.Train.Steps {
-		o.Log.Warn("schedule changed", "train.steps", fmt.Sprintf("%d -> %d", was, o.Job.Train.Steps),
+		res.note(slog.LevelWarn, "schedule changed", "train.steps", fmt.Sprintf("%d -> %d", was, o.Job.Train.Steps),
 			"note", fmt.Sprintf("the learning rate from step %d follows the cosine schedule of %d steps", m.Step+1, o.Job.Train.Steps))
 	}
-	return &resumeState{ckpt: c, meta: m}, nil
+	return res, nil
 }
 
 // sameRun checks that a resumed job continues the checkpoint's run: the
@@ -263,7 +274,6 @@ func sameRun(a, b Job) error {
 	for _, f := range []field{
 		{"model", a.Model, b.Model},
 		{"train.global_batch", a.Train.GlobalBatch, b.Train.GlobalBatch},
-		{"train.micro_batch", a.Train.MicroBatch, b.Train.MicroBatch},
 		{"train.seed", a.Train.Seed, b.Train.Seed},
 		{"train.lr", a.Train.LR, b.Train.LR},
 		{"train.min_lr", a.Train.MinLR, b.Train.MinLR},

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -21,6 +22,7 @@ func newLaunchCmd() *cobra.Command {
 	var (
 		cfg       launch.Config
 		tokenFile string
+		restarts  launch.Restarts
 	)
 	c := &cobra.Command{
 		Use:   "launch [flags] -- PROGRAM [ARGS...]",
@@ -29,7 +31,10 @@ func newLaunchCmd() *cobra.Command {
 			"LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT and TRELLIS_JOB_TOKEN set. Output is\n" +
 			"prefixed with \"[rank R] \". If a worker fails, the others are stopped and launch exits non-zero\n" +
 			"naming the rank, its exit status and its last lines. Ctrl-C is forwarded once to every worker\n" +
-			"(trellis train stops after its step and checkpoints); a second Ctrl-C kills them.\n\n" +
+			"(trellis train stops after its step and checkpoints); a second Ctrl-C kills them. With\n" +
+			"--max-restarts N, a failed job is instead restarted up to N times from its last complete\n" +
+			"checkpoint (--resume DIR added to the worker's arguments), the log naming the dead rank,\n" +
+			"the checkpoint and the steps redone.\n\n" +
 			"On one node the master defaults to 127.0.0.1 on a free port and a job token is generated.\n" +
 			"With --nnodes > 1, every node runs launch with its --node-rank, the same --master-addr and\n" +
 			"--master-port (default 29500), and the same token, from --token-file or TRELLIS_JOB_TOKEN.",
@@ -51,18 +56,26 @@ func newLaunchCmd() *cobra.Command {
 			sig := make(chan os.Signal, 2)
 			signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 			defer signal.Stop(sig)
-			j, err := launch.Start(ctx, cfg)
-			if err != nil {
-				return err
+			if restarts.Root == "" {
+				restarts.Root = setValue(cfg.Args, "checkpoint.dir")
 			}
+			var (
+				mu  sync.Mutex
+				cur *launch.Job
+			)
+			restarts.Started = func(j *launch.Job) { mu.Lock(); cur = j; mu.Unlock() }
 			go func() {
 				<-sig
 				fmt.Fprintln(os.Stderr, "trellis launch: interrupted: the workers stop after their current step; interrupt again to kill them")
 				cancel()
 				<-sig
-				j.Abort()
+				mu.Lock()
+				defer mu.Unlock()
+				if cur != nil {
+					cur.Abort()
+				}
 			}()
-			return j.Wait()
+			return launch.RunRestarting(ctx, cfg, restarts)
 		},
 	}
 	c.Flags().SetInterspersed(false) // flags after PROGRAM belong to it
@@ -75,7 +88,25 @@ func newLaunchCmd() *cobra.Command {
 	f.StringVar(&tokenFile, "token-file", "", "file holding the job token shared by all nodes (else $"+tcp.EnvToken+"; generated on one node)")
 	f.DurationVar(&cfg.InterruptGrace, "interrupt-grace", launch.DefaultInterruptGrace, "after Ctrl-C (forwarded once to every worker), how long they may take to stop before SIGTERM")
 	f.DurationVar(&cfg.StopGrace, "stop-grace", launch.DefaultStopGrace, "after a failure, how long the others may take to exit on their own before SIGTERM (and again before SIGKILL)")
+	f.IntVar(&restarts.Max, "max-restarts", 0, "when a worker dies, stop the others and restart the whole job up to this many times, resuming from the last complete checkpoint (the worker gets --resume DIR)")
+	f.StringVar(&restarts.Root, "checkpoint-dir", "", "the workers' checkpoint root that --max-restarts resumes from (default: checkpoint.dir from a --set in the worker's arguments)")
 	return c
+}
+
+// setValue finds key's value among "--set key=value" (or
+// "--set=key=value") arguments; the last wins, as in trellis train.
+func setValue(args []string, key string) string {
+	v := ""
+	for i, a := range args {
+		kv, ok := strings.CutPrefix(a, "--set=")
+		if !ok && a == "--set" && i+1 < len(args) {
+			kv, ok = args[i+1], true
+		}
+		if k, val, found := strings.Cut(kv, "="); ok && found && k == key {
+			v = val
+		}
+	}
+	return v
 }
 
 // launchToken reads the shared job token: --token-file, else the

@@ -59,7 +59,10 @@ func Shards(ts []Tensor, prefix string, lo int, buf []float32) []checkpoint.Shar
 }
 
 // Read fills dst with the flat elements [lo, lo+len(dst)) of the tensors
-// named prefix+name, from whichever ranks' files hold them.
+// named prefix+name, from whichever ranks' files hold them: of each global
+// tensor it asks the checkpoint only for the range of elements dst covers
+// (c.ReadElems), so a checkpoint opened for partial reads reads only the
+// shards that overlap this rank's part, whatever plan wrote them.
 func Read(c *checkpoint.Checkpoint, ts []Tensor, prefix string, lo int, dst []float32) error {
 	hi := lo + len(dst)
 	for _, t := range ts {
@@ -67,7 +70,30 @@ func Read(c *checkpoint.Checkpoint, ts []Tensor, prefix string, lo int, dst []fl
 		if a >= b {
 			continue
 		}
-		sh, err := c.ReadTensor(prefix + t.Name)
+		out := dst[a-lo : b-lo]
+		clear(out) // padding
+		want := t.Size
+		if !t.Global.Whole() {
+			want = numel(t.GlobalShape)
+		}
+		if e, ok := c.Index().Tensors[prefix+t.Name]; ok && numel(e.Shape) != want {
+			return fmt.Errorf("flat: checkpoint tensor %s has %d elements, the model wants %d", prefix+t.Name, numel(e.Shape), want)
+		}
+		// The global elements [glo, ghi) that local [x0, x1) maps into.
+		x0, x1 := a-t.Offset, b-t.Offset
+		glo, ghi := -1, -1
+		t.Global.Runs(t.valid(), func(local, global, n int) {
+			if x, y := max(x0, local), min(x1, local+n); x < y {
+				if g := global + x - local; glo < 0 || g < glo {
+					glo = g
+				}
+				ghi = max(ghi, global+y-local)
+			}
+		})
+		if glo < 0 {
+			continue // only padding
+		}
+		sh, err := c.ReadElems(prefix+t.Name, int64(glo), int64(ghi))
 		if err != nil {
 			return err
 		}
@@ -75,19 +101,9 @@ func Read(c *checkpoint.Checkpoint, ts []Tensor, prefix string, lo int, dst []fl
 		if err != nil {
 			return err
 		}
-		want := t.Size
-		if !t.Global.Whole() {
-			want = numel(t.GlobalShape)
-		}
-		if len(v) != want {
-			return fmt.Errorf("flat: checkpoint tensor %s has %d elements, the model wants %d", prefix+t.Name, len(v), want)
-		}
-		out := dst[a-lo : b-lo]
-		clear(out) // padding
 		t.Global.Runs(t.valid(), func(local, global, n int) {
-			x, y := max(a-t.Offset, local), min(b-t.Offset, local+n)
-			if x < y {
-				copy(out[x-(a-t.Offset):], v[global+x-local:global+y-local])
+			if x, y := max(x0, local), min(x1, local+n); x < y {
+				copy(out[x-x0:], v[global+x-local-glo:global+y-local-glo])
 			}
 		})
 	}

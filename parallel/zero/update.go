@@ -89,8 +89,8 @@ func (s *Strategy) Shards() ([]checkpoint.Shard, error) {
 	return out, nil
 }
 
-// Restore loads what this rank holds from a checkpoint written under the
-// same plan: every weight (stages 1, 2) or its chunks (3), and the moments
+// Restore loads what this rank holds from a checkpoint written under any
+// plan: every weight (stages 1, 2) or its chunks (3), and the moments
 // of its chunks.
 func (s *Strategy) Restore(c *checkpoint.Checkpoint, optSteps int) error {
 	if err := s.dropGathered(); err != nil {

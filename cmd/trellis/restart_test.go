@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// restartSets is tiny for four launched workers (dp=4, the launcher's
+// default plan), checkpointing every 5 of 40 steps.
+func restartSets(ck string) []string {
+	var sets []string
+	for _, a := range tiny("checkpoint.dir="+ck, "checkpoint.every=5", "train.steps=40", "train.log_every=1",
+		"train.micro_batch=1", "train.global_batch=4") {
+		if a == "parallel.plan=dp=1" {
+			sets = sets[:len(sets)-1]
+			continue
+		}
+		sets = append(sets, a)
+	}
+	return sets
+}
+
+// kill -9 of one worker of four in the middle of a --max-restarts 2 run,
+// and of another while the job restarts: the job finishes, its final loss
+// equals the uninterrupted run's bit for bit, and the log names the dead
+// rank, the checkpoint resumed and the steps redone.
+func TestLaunchRestartsAfterKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("four processes, three times")
+	}
+	dir := t.TempDir()
+	bin := trellisBin(t)
+	launchArgs := func(ck, metrics string, extra ...string) []string {
+		a := append([]string{"launch", "--nproc-per-node", "4", "--stop-grace", "1s"}, extra...)
+		return append(append(append(a, "--", bin), restartSets(ck)...), "--metrics", metrics)
+	}
+	if r := run(t, dir, launchArgs("a", "a.jsonl")...); r.err != nil {
+		t.Fatalf("uninterrupted: %v\n%s", r.err, r.stderr)
+	}
+	want := losses(t, filepath.Join(dir, "a.jsonl"))
+
+	cmd := exec.Command(bin, launchArgs("b", "b.jsonl", "--max-restarts", "2")...)
+	cmd.Dir = dir
+	var out lockedBuf
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waitUntil(t, &out, "12 steps logged", func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "b.jsonl"))
+		return bytes.Count(b, []byte("\n")) >= 12
+	})
+	first := workers(cmd.Process.Pid)
+	kill9(t, first[2], &out)
+	waitUntil(t, &out, "the restart", func() bool { return strings.Contains(out.String(), "restart 1 of 2") })
+	var second map[int]int
+	waitUntil(t, &out, "four new workers", func() bool {
+		second = workers(cmd.Process.Pid)
+		return len(second) == 4 && second[1] != first[1]
+	})
+	kill9(t, second[1], &out)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the restarted job failed: %v\n%s", err, out.String())
+	}
+	log := out.String()
+	re := regexp.MustCompile(`trellis launch: rank 2 died \(signal: killed\); restart 1 of 2: resuming from checkpoint (\S+) \(step (\d+)\); steps? (\d+)(-\d+)? redone`)
+	if m := re.FindStringSubmatch(log); m == nil || !strings.HasPrefix(m[1], "b/step-") {
+		t.Errorf("no restart line naming rank 2, the checkpoint and the steps redone:\n%s", log)
+	}
+	if !strings.Contains(log, "trellis launch: rank 1 died (signal: killed); restart 2 of 2") {
+		t.Errorf("no second restart naming rank 1:\n%s", log)
+	}
+	for _, l := range strings.Split(log, "\n") {
+		if strings.HasPrefix(l, "trellis launch:") {
+			t.Log(l)
+		}
+	}
+	got := losses(t, filepath.Join(dir, "b.jsonl"))
+	if len(got) != 40 || got[40] != want[40] {
+		t.Fatalf("%d steps; final loss %v, uninterrupted %v", len(got), got[40], want[40])
+	}
+	for s, l := range want {
+		if got[s] != l {
+			t.Errorf("step %d: loss %v, uninterrupted %v", s, got[s], l)
+		}
+	}
+}
+
+// kill9 sends SIGKILL to pid, which must be a worker found (never 0 or
+// -1, which would signal this test's process group or every process).
+func kill9(t *testing.T, pid int, out *lockedBuf) {
+	t.Helper()
+	if pid <= 0 {
+		t.Fatalf("no such worker (the job may have ended):\n%s", out.String())
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// workers maps RANK to pid for the live children of the launcher ppid.
+func workers(ppid int) map[int]int {
+	out := map[int]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) < 2 || f[0] == "Z" || f[1] != strconv.Itoa(ppid) {
+			continue
+		}
+		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if r, ok := bytes.CutPrefix(kv, []byte("RANK=")); ok {
+				if n, err := strconv.Atoi(string(r)); err == nil {
+					out[n] = pid
+				}
+			}
+		}
+	}
+	return out
+}
+
+func waitUntil(t *testing.T, out *lockedBuf, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not happen within 60s:\n%s", what, out.String())
+		}
+	}
+}
+
+// lockedBuf is an io.Writer safe for exec's copying goroutines.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// --max-restarts finds the checkpoint root among the worker's --set
+// arguments, the last one winning.
+func TestSetValue(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"train", "--set", "checkpoint.dir=a"}, "a"},
+		{[]string{"train", "--set=checkpoint.dir=b", "--set", "train.steps=3"}, "b"},
+		{[]string{"train", "--set", "checkpoint.dir=a", "--set", "checkpoint.dir=c"}, "c"},
+		{[]string{"train", "--set", "checkpoint.every=5"}, ""},
+		{[]string{"train", "--set"}, ""},
+	} {
+		if got := setValue(c.args, "checkpoint.dir"); got != c.want {
+			t.Errorf("%q: %q, want %q", c.args, got, c.want)
+		}
+	}
+}
+
+// A smaller world resumes by resharding: a job of four processes
+// (dp=4,zero=3) stopped at step 4 continues as two (dp=2,zero=1, named:
+// a resumed job keeps its checkpoint's plan otherwise), and its next
+// steps' losses match the two-process run's within 1e-5 relative.
+func TestLaunchedShrinkReshards(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three launched jobs")
+	}
+	dir := t.TempDir()
+	bin := trellisBin(t)
+	sets := restartSets("x")
+	sets = append(sets, "--set", "train.steps=8", "--set", "checkpoint.every=0")
+	launched := func(n int, extra ...string) result {
+		a := append([]string{"launch", "--nproc-per-node", strconv.Itoa(n), "--", bin}, sets...)
+		return run(t, dir, append(a, extra...)...)
+	}
+	if r := launched(2, "--set", "checkpoint.dir=two", "--metrics", "two.jsonl", "--parallel", "dp=2,zero=1"); r.err != nil {
+		t.Fatalf("two processes: %v\n%s", r.err, r.stderr)
+	}
+	if r := launched(4, "--set", "checkpoint.dir=four", "--metrics", "shrunk.jsonl", "--until", "4", "--parallel", "dp=4,zero=3"); r.err != nil {
+		t.Fatalf("four processes to step 4: %v\n%s", r.err, r.stderr)
+	}
+	r := launched(2, "--set", "checkpoint.dir=four", "--metrics", "shrunk.jsonl", "--resume", "four", "--parallel", "dp=2,zero=1")
+	if r.err != nil {
+		t.Fatalf("resumed as two processes: %v\n%s", r.err, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "msg=resharding") {
+		t.Errorf("the resumed job did not say it reshards:\n%s", r.stderr)
+	}
+	want, got := losses(t, filepath.Join(dir, "two.jsonl")), losses(t, filepath.Join(dir, "shrunk.jsonl"))
+	if len(got) != 8 {
+		t.Fatalf("%d steps logged, want 8", len(got))
+	}
+	for s := 5; s <= 8; s++ {
+		if d := got[s] - want[s]; d > 1e-5*want[s] || -d > 1e-5*want[s] {
+			t.Errorf("step %d: loss %.9g after shrinking, %.9g in the two-process run", s, got[s], want[s])
+		}
+	}
+}
