@@ -21,10 +21,16 @@ int t_finalize(void) {
 	if (flag) return MPI_SUCCESS;
 	return MPI_Finalize();
 }
-int t_world(MPI_Comm *c, int *rank, int *size, int *tagub) {
+// t_world duplicates MPI_COMM_WORLD twice: c for the collectives and
+// NewGroup (MPI_Comm_create_group sends on it with the user tag), pc for
+// point-to-point, which the progress goroutine probes with MPI_ANY_TAG.
+int t_world(MPI_Comm *c, MPI_Comm *pc, int *rank, int *size, int *tagub) {
 	int e = MPI_Comm_dup(MPI_COMM_WORLD, c);
 	if (e) return e;
 	MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
+	e = MPI_Comm_dup(*c, pc);
+	if (e) return e;
+	MPI_Comm_set_errhandler(*pc, MPI_ERRORS_RETURN);
 	MPI_Comm_rank(*c, rank);
 	MPI_Comm_size(*c, size);
 	int *ub, flag = 0;
@@ -32,7 +38,7 @@ int t_world(MPI_Comm *c, int *rank, int *size, int *tagub) {
 	*tagub = flag ? *ub : 32767;
 	return 0;
 }
-int t_sub(MPI_Comm parent, int *ranks, int n, int tag, MPI_Comm *c) {
+int t_sub(MPI_Comm parent, int *ranks, int n, int tag, MPI_Comm *c, MPI_Comm *pc) {
 	MPI_Group pg, g;
 	int e = MPI_Comm_group(parent, &pg);
 	if (e) return e;
@@ -41,7 +47,10 @@ int t_sub(MPI_Comm parent, int *ranks, int n, int tag, MPI_Comm *c) {
 	e = MPI_Comm_create_group(parent, g, tag, c);
 	MPI_Group_free(&g);
 	MPI_Group_free(&pg);
-	if (e == 0) MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
+	if (e) return e;
+	MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
+	e = MPI_Comm_dup(*c, pc);
+	if (e == 0) MPI_Comm_set_errhandler(*pc, MPI_ERRORS_RETURN);
 	return e;
 }
 MPI_Op t_op(int max) { return max ? MPI_MAX : MPI_SUM; }
@@ -65,17 +74,21 @@ int t_ibarrier(MPI_Comm c, MPI_Request *r) { return MPI_Ibarrier(c, r); }
 int t_isend(void *buf, int bytes, int peer, int tag, MPI_Comm c, MPI_Request *r) {
 	return MPI_Isend(buf, bytes, MPI_BYTE, peer, tag, c, r);
 }
-// t_improbe: a message from anyone with any tag, if one has arrived.
-int t_improbe(MPI_Comm c, int *flag, MPI_Message *m, int *src, int *tag, int *bytes) {
+// t_iprobe: a message from anyone with any tag, if one has arrived. Only
+// the progress goroutine receives on the point-to-point communicator (under
+// its lock), so the Irecv that follows with the probed source and tag takes
+// exactly this message (MPI_Improbe would too, but crashes Open MPI 4.1
+// under MPI_THREAD_MULTIPLE with large messages).
+int t_iprobe(MPI_Comm c, int *flag, int *src, int *tag, int *bytes) {
 	MPI_Status st;
-	int e = MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, c, flag, m, &st);
+	int e = MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c, flag, &st);
 	if (e || !*flag) return e;
 	*src = st.MPI_SOURCE;
 	*tag = st.MPI_TAG;
 	return MPI_Get_count(&st, MPI_BYTE, bytes);
 }
-int t_imrecv(void *buf, int bytes, MPI_Message *m, MPI_Request *r) {
-	return MPI_Imrecv(buf, bytes, MPI_BYTE, m, r);
+int t_irecv(void *buf, int bytes, int src, int tag, MPI_Comm c, MPI_Request *r) {
+	return MPI_Irecv(buf, bytes, MPI_BYTE, src, tag, c, r);
 }
 int t_test(MPI_Request *r, int *flag) { return MPI_Test(r, flag, MPI_STATUS_IGNORE); }
 void t_errstr(int e, char *s) { int n = 0; MPI_Error_string(e, s, &n); s[n < MPI_MAX_ERROR_STRING ? n : MPI_MAX_ERROR_STRING-1] = 0; }
@@ -116,9 +129,8 @@ func initMPI() error {
 	return nil
 }
 
-// Finalize ends MPI in this process; call it once, after every group is
-// done (mpirun treats a rank that exits without it as failed).
-func Finalize() error { return mpiErr("MPI_Finalize", C.t_finalize()) }
+// finalize ends MPI in this process.
+func finalize() error { return mpiErr("MPI_Finalize", C.t_finalize()) }
 
 // Available reports whether the binary was built with MPI support.
 func Available() bool { return true }

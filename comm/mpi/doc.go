@@ -42,9 +42,11 @@
 // Point-to-point, outside the queue. A Send is an MPI_Isend; the message's
 // MPI tag carries the user tag and the dtype (tag·2 + bf16), so tags must
 // stay below MPI_TAG_UB/2 (2³⁰ on Open MPI). Each group runs one progress
-// goroutine that matches arriving messages with MPI_Improbe (any source, any
-// tag: MPI's non-overtaking rule keeps each sender's messages in order):
-// into the oldest posted Recv for that (peer, tag) with MPI_Imrecv, or, if
+// goroutine, the only receiver on the group's point-to-point communicator,
+// that finds arriving messages with MPI_Iprobe (any source, any tag: MPI's
+// non-overtaking rule keeps each sender's messages in order) and receives
+// each with MPI_Irecv from that source and tag: into the oldest posted Recv
+// for that (peer, tag), or, if
 // none is posted, into a Go buffer counted in Stats.Buffered, bounded by
 // Config.MaxBuffered (beyond it the group fails with comm.ErrBufferFull,
 // naming the sender). Since the receiver always drains, a Send completes
@@ -62,6 +64,7 @@
 // conformance suite's kill, close and silent-peer cases are therefore
 // skipped under MPI.
 //
-// Finalize must be called once at the end of the process (mpirun treats a
-// rank that exits without MPI_Finalize as failed).
+// Finalize(world) must be called once at the end of the process: it closes
+// every group made from world and calls MPI_Finalize (mpirun treats a rank
+// that exits without it as failed).
 package mpi

@@ -19,7 +19,8 @@ import (
 // group is one rank's member of an MPI communicator.
 type group struct {
 	cfg    Config
-	c      C.MPI_Comm
+	c      C.MPI_Comm // collectives and NewGroup
+	pc     C.MPI_Comm // point-to-point (probed with MPI_ANY_TAG)
 	rank   int
 	size   int
 	global []int // world rank of each group rank
@@ -30,8 +31,38 @@ type group struct {
 	p2p    matcher
 	polled chan struct{} // closed when the progress goroutine has stopped
 
+	family *family // every group made from the same world
+
 	mu     sync.Mutex
 	leaked []*runtime.Pinner // pins of requests that passed their deadline
+}
+
+// family is a world group and every group made from it, for Finalize.
+type family struct {
+	mu     sync.Mutex
+	groups []*group
+}
+
+func (f *family) add(g *group) {
+	f.mu.Lock()
+	f.groups = append(f.groups, g)
+	f.mu.Unlock()
+}
+
+// Finalize closes world and every group made from it (stopping their
+// progress goroutines, which call MPI) and then ends MPI in this process.
+// Call it once, last (mpirun treats a rank that exits without
+// MPI_Finalize as failed).
+func Finalize(world comm.Group) error {
+	if g, ok := world.(*group); ok {
+		g.family.mu.Lock()
+		gs := g.family.groups
+		g.family.mu.Unlock()
+		for _, m := range gs {
+			m.Close()
+		}
+	}
+	return finalize()
 }
 
 // World initializes MPI (MPI_THREAD_MULTIPLE) and returns this process's
@@ -46,22 +77,23 @@ func World(cfg Config) (comm.Group, error) {
 	if err := initMPI(); err != nil {
 		return nil, err
 	}
-	var c C.MPI_Comm
+	var c, pc C.MPI_Comm
 	var rank, size, ub C.int
-	if err := mpiErr("MPI_Comm_dup(MPI_COMM_WORLD)", C.t_world(&c, &rank, &size, &ub)); err != nil {
+	if err := mpiErr("MPI_Comm_dup(MPI_COMM_WORLD)", C.t_world(&c, &pc, &rank, &size, &ub)); err != nil {
 		return nil, err
 	}
 	global := make([]int, int(size))
 	for i := range global {
 		global[i] = i
 	}
-	return newGroup(cfg, c, int(rank), global, int(ub)), nil
+	return newGroup(cfg, c, pc, int(rank), global, int(ub), &family{}), nil
 }
 
-func newGroup(cfg Config, c C.MPI_Comm, rank int, global []int, tagUB int) *group {
-	g := &group{cfg: cfg, c: c, rank: rank, size: len(global), global: global, tagUB: tagUB,
+func newGroup(cfg Config, c, pc C.MPI_Comm, rank int, global []int, tagUB int, f *family) *group {
+	g := &group{family: f, cfg: cfg, c: c, pc: pc, rank: rank, size: len(global), global: global, tagUB: tagUB,
 		q: comm.NewQueue(), closed: make(chan struct{}), polled: make(chan struct{})}
 	g.p2p.init()
+	f.add(g)
 	go g.progress()
 	return g
 }
@@ -99,21 +131,21 @@ func (g *group) NewGroupConfig(name string, ranks []int, cfg Config) (comm.Group
 		global[i] = g.global[r]
 	}
 	type result struct {
-		c   C.MPI_Comm
-		err error
+		c, pc C.MPI_Comm
+		err   error
 	}
 	done := make(chan result, 1)
 	go func() {
-		var c C.MPI_Comm
-		err := mpiErr("MPI_Comm_create_group", C.t_sub(g.c, &cr[0], C.int(len(cr)), C.int(tag), &c))
-		done <- result{c, err}
+		var c, pc C.MPI_Comm
+		err := mpiErr("MPI_Comm_create_group", C.t_sub(g.c, &cr[0], C.int(len(cr)), C.int(tag), &c, &pc))
+		done <- result{c, pc, err}
 	}()
 	select {
 	case r := <-done:
 		if r.err != nil {
 			return nil, fmt.Errorf("comm/mpi: newgroup %q: %w", name, r.err)
 		}
-		return newGroup(cfg, r.c, me, global, g.tagUB), nil
+		return newGroup(cfg, r.c, r.pc, me, global, g.tagUB, g.family), nil
 	case <-time.After(cfg.Timeout):
 		return nil, &comm.PeerError{Rank: -1, Op: "newgroup " + name,
 			Err: fmt.Errorf("%w: not every rank of %v called NewGroup within %v (MPI does not say which)", comm.ErrTimeout, global, cfg.Timeout)}

@@ -107,7 +107,7 @@ func (g *group) Send(buf comm.Buf, peer, tag int) comm.Work {
 	}
 	b := bytesOf(buf)
 	pin, req := pinned(b), new(request)
-	if err := mpiErr("MPI_Isend", C.t_isend(ptr(b), C.int(len(b)), C.int(peer), C.int(mpiTag(tag, buf.DType())), g.c, req)); err != nil {
+	if err := mpiErr("MPI_Isend", C.t_isend(ptr(b), C.int(len(b)), C.int(peer), C.int(mpiTag(tag, buf.DType())), g.pc, req)); err != nil {
 		pin.Unpin()
 		finish(err)
 		return w
@@ -213,8 +213,7 @@ func (m *matcher) probe(g *group, done *[]func()) bool {
 	busy := false
 	for {
 		var flag, src, tag, nbytes C.int
-		var msg C.MPI_Message
-		if err := mpiErr("MPI_Improbe", C.t_improbe(g.c, &flag, &msg, &src, &tag, &nbytes)); err != nil {
+		if err := mpiErr("MPI_Iprobe", C.t_iprobe(g.pc, &flag, &src, &tag, &nbytes)); err != nil {
 			g.q.Fail(err)
 			return busy
 		}
@@ -252,7 +251,7 @@ func (m *matcher) probe(g *group, done *[]func()) bool {
 			}
 		}
 		pin, req := pinned(target), new(request)
-		if err := mpiErr("MPI_Imrecv", C.t_imrecv(ptr(target), nbytes, &msg, req)); err != nil {
+		if err := mpiErr("MPI_Irecv", C.t_irecv(ptr(target), nbytes, src, tag, g.pc, req)); err != nil {
 			pin.Unpin()
 			g.q.Fail(err)
 			return busy

@@ -18,4 +18,4 @@ func Available() bool { return false }
 func World(cfg Config) (comm.Group, error) { return nil, ErrNotBuilt }
 
 // Finalize does nothing without MPI.
-func Finalize() error { return nil }
+func Finalize(world comm.Group) error { return nil }
