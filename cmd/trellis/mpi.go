@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"io"
 
 	"trellis/comm"
+	"trellis/comm/commbench"
 	"trellis/comm/mpi"
 )
 
@@ -24,4 +26,27 @@ func closeWorld(backend string, w comm.Group) {
 		return
 	}
 	w.Close()
+}
+
+// benchMPI is trellis bench comm --backend mpi: every process of an mpirun
+// (or srun) job measures on the MPI world and rank 0 prints the report,
+// with the memcpy reference (--ranks is the job's size, not a flag's).
+func benchMPI(out io.Writer, cfg commbench.Config, asJSON bool) error {
+	w, err := mpiWorld()
+	if err != nil {
+		return fmt.Errorf("bench comm: --backend mpi: %w", err)
+	}
+	defer mpi.Finalize(w)
+	cfg.Backend, cfg.Ranks = "mpi", w.Size()
+	rows, err := commbench.Measure(w, cfg)
+	if err != nil || w.Rank() != 0 {
+		return err
+	}
+	rep := commbench.Report{Rows: rows}
+	rep.Reference.MemcpyGBps = commbench.MemcpyGBps(5)
+	if asJSON {
+		return rep.WriteJSON(out)
+	}
+	rep.WriteTable(out)
+	return nil
 }
