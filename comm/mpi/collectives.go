@@ -25,6 +25,13 @@ func (g *group) run(op string, bytes int, pin *runtime.Pinner, start func(req *r
 		if err := g.wait(req, op, pin); err != nil {
 			return err
 		}
+		// A failure of point-to-point on this group (ErrBufferFull) that
+		// happened while the collective was in flight breaks it too: take in
+		// what has arrived and report the group's state.
+		g.p2p.drain(g)
+		if err := g.q.Err(); err != nil {
+			return err
+		}
 		if after != nil {
 			after()
 		}
