@@ -160,14 +160,16 @@ func (g *group) Stats() comm.Stats {
 	return s
 }
 
-// Close fails pending work and stops the progress goroutine. The
-// communicator is not freed (MPI_Comm_free may need its peers).
+// Close fails pending work (collectives, posted receives and sends in
+// flight) and stops the progress goroutine. The communicator is not freed
+// (MPI_Comm_free may need its peers).
 func (g *group) Close() error {
 	g.once.Do(func() {
 		close(g.closed)
 		g.q.Close()
 		<-g.polled
 		g.p2p.failAll(comm.ErrClosed)
+		g.p2p.abandon(g, comm.ErrClosed)
 	})
 	return nil
 }

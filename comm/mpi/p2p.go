@@ -77,6 +77,20 @@ func (m *matcher) failAll(err error) {
 	}
 }
 
+// abandon fails every request still in flight with err, keeping its memory
+// pinned for good (MPI may still use it): the group is closing and its
+// progress goroutine has stopped.
+func (m *matcher) abandon(g *group, err error) {
+	m.mu.Lock()
+	rs := m.reqs
+	m.reqs = nil
+	m.mu.Unlock()
+	for _, r := range rs {
+		g.leak(r.pin)
+		r.onDone(err)
+	}
+}
+
 // mpiTag carries the user tag and the dtype.
 func mpiTag(tag int, d tensor.DType) int {
 	t := 2 * tag
@@ -188,6 +202,11 @@ func (g *group) progress() {
 // drain receives every message that has arrived, tests the requests in
 // flight and expires posted receives; it reports whether anything happened.
 func (m *matcher) drain(g *group) bool {
+	select {
+	case <-g.closed: // MPI may be finalized: no more calls into it
+		return false
+	default:
+	}
 	m.mu.Lock()
 	var done []func()
 	busy := m.probe(g, &done)
