@@ -26,7 +26,12 @@
 // each as MPI's non-blocking form (MPI_Iallreduce, MPI_Ireduce_scatter_block,
 // MPI_Iallgather, MPI_Ibcast, MPI_Ialltoall, MPI_Ibarrier) polled with
 // MPI_Test until done or until the deadline (Config.Timeout), which turns a
-// hang into a *comm.PeerError. Reductions run in fp32: a bf16 payload is
+// hang into a *comm.PeerError. The queue's goroutine polls without sleeping
+// (yielding to the rank's other goroutines), because MPI progresses a
+// non-blocking collective mostly inside MPI_Test: a collective in flight
+// costs a core's worth of polling, which overlapped computation shares.
+// Each group has two communicators: one for the collectives and NewGroup,
+// one for point-to-point. Reductions run in fp32: a bf16 payload is
 // widened into fp32 C memory, reduced with MPI_SUM or MPI_MAX and rounded
 // back once (MPI has no bf16); Avg is the sum times comm.AvgScale. Copies
 // (all-gather, broadcast, all-to-all, point-to-point) move raw bytes.
