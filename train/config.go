@@ -49,7 +49,9 @@ type ParallelConfig struct {
 	DeviceMemory string `toml:"device_memory"`
 	// Backend is "auto" (the default: tcp when a launch environment is
 	// present, else local), "local" (ranks are goroutines) or "tcp" (one
-	// process per rank, started by `trellis launch` or a scheduler).
+	// process per rank, started by `trellis launch` or a scheduler) or
+	// "mpi" (one process per rank under mpirun or srun; a binary built with
+	// -tags mpi, see comm/mpi).
 	Backend string `toml:"backend"`
 	// BucketSize is the gradient bucket of data parallelism and ZeRO, e.g. "4MiB".
 	BucketSize string `toml:"bucket_size"`
@@ -261,9 +263,9 @@ func (j Job) resolve() (settings, error) {
 	}
 	s.linkBW = float64(bw)
 	switch j.Parallel.Backend {
-	case "", "local", "tcp", "auto":
+	case "", "local", "tcp", "auto", "mpi":
 	default:
-		return s, fmt.Errorf("parallel.backend=%q must be local, tcp or auto", j.Parallel.Backend)
+		return s, fmt.Errorf("parallel.backend=%q must be local, tcp, mpi or auto", j.Parallel.Backend)
 	}
 	s.threads = j.Train.Threads
 	if s.threads == 0 {

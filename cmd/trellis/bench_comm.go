@@ -77,6 +77,9 @@ func newBenchCommCmd() *cobra.Command {
 			if worker {
 				return commbench.RunWorker(cfg)
 			}
+			if backend == "mpi" {
+				return benchMPI(cmd.OutOrStdout(), cfg, asJSON)
+			}
 			if backend == "tcp" {
 				if cfg.Program, err = os.Executable(); err != nil {
 					return err
@@ -96,7 +99,7 @@ func newBenchCommCmd() *cobra.Command {
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&backend, "backend", "local", "local (goroutine ranks) or tcp (one process per rank on loopback)")
+	f.StringVar(&backend, "backend", "local", "local (goroutine ranks), tcp (one process per rank on loopback) or mpi (run under mpirun -np N; a binary built with -tags mpi)")
 	f.IntVar(&ranks, "ranks", 2, "world size")
 	f.StringVar(&ops, "ops", strings.Join(commbench.Ops(), ","), "comma-separated operations")
 	f.StringVar(&sizes, "sizes", "1KiB:256MiB", "LO:HI (powers of two) or a comma-separated list of sizes in bytes")

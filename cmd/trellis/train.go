@@ -57,7 +57,7 @@ plan unless one is given.`,
 	fl.StringVar(&f.parallel, "parallel", "", `plan text, e.g. "dp=4,zero=3", or "auto": the planner's fastest plan that fits (= --set parallel.plan=...)`)
 	fl.IntVar(&f.devices, "devices", 0, "number of ranks (= --set parallel.devices=N)")
 	fl.StringVar(&f.deviceMemory, "device-memory", "", "every rank's memory budget, e.g. 512MiB (= --set parallel.device_memory=...)")
-	fl.StringVar(&f.backend, "backend", "", "auto (default: processes under a launcher, else goroutines), local (goroutines) or tcp (processes)")
+	fl.StringVar(&f.backend, "backend", "", "auto (default: processes under a launcher, else goroutines), local (goroutines), tcp (processes) or mpi (processes under mpirun/srun; a binary built with -tags mpi)")
 	fl.StringVar(&f.resume, "resume", "", "continue from this checkpoint (a step directory or a checkpoint root)")
 	fl.IntVar(&f.until, "until", 0, "stop after this step, checkpointing first")
 	fl.StringVar(&f.metrics, "metrics", "", "write one JSON object per step to this file (a resumed run appends)")
@@ -115,7 +115,7 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 		return err
 	}
 	if world != nil {
-		defer world.Close()
+		defer closeWorld(job.Parallel.Backend, world)
 	}
 	rank0 := world == nil || world.Rank() == 0
 	voice := rank0 || (env != nil && env.LocalRank == 0)
@@ -208,6 +208,8 @@ func interruptContext(say bool) (context.Context, <-chan struct{}, func()) {
 // auto inside a launch environment); nil means ranks are goroutines here.
 func tcpWorld(backend string, env *launch.Env) (comm.Group, error) {
 	switch {
+	case backend == "mpi":
+		return mpiWorld()
 	case backend == "tcp" && env == nil:
 		_, err := launch.WorkerEnv()
 		return nil, fmt.Errorf("parallel.backend=tcp: %w (start it with trellis launch, torchrun-style variables, Slurm or Open MPI)", err)

@@ -109,21 +109,30 @@ func large(p int) func(e *env) error {
 	}
 }
 
-// allReduce checks every rank gets the reduction, bit-identical everywhere.
+// allReduce checks every rank gets the reduction, bit-identical everywhere
+// (each rank compares its result with rank 0's, broadcast).
 func allReduce(gs []comm.Group, c kase) error {
 	p := len(gs)
 	bufs, xs := c.inputs(p, c.n)
-	if err := each(gs, func(r int, g comm.Group) error { return comm.AllReduce(g, bufs[r], c.redop) }); err != nil {
-		return fmt.Errorf("allreduce %v: %w", c, err)
-	}
 	e := reduceExpect(xs, c.redop, c.d, c.v)
-	for r := range bufs {
+	err := each(gs, func(r int, g comm.Group) error {
+		if err := comm.AllReduce(g, bufs[r], c.redop); err != nil {
+			return err
+		}
 		if err := e.check(bufs[r], 0); err != nil {
-			return fmt.Errorf("allreduce %v (p=%d): rank %d: %w", c, p, r, err)
+			return err
 		}
-		if err := sameBits(bufs[r], bufs[0]); err != nil {
-			return fmt.Errorf("allreduce %v (p=%d): ranks 0 and %d differ: %w", c, p, r, err)
+		ref := clone(bufs[r])
+		if err := comm.Broadcast(g, ref, 0); err != nil {
+			return err
 		}
+		if err := sameBits(bufs[r], ref); err != nil {
+			return fmt.Errorf("differs from rank 0: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("allreduce %v (p=%d): %w", c, p, err)
 	}
 	return nil
 }
@@ -133,22 +142,18 @@ func allReduce(gs []comm.Group, c kase) error {
 func reduceScatter(gs []comm.Group, c kase, inPlace bool) error {
 	p, m := len(gs), c.n
 	srcs, xs := c.inputs(p, p*m)
-	dsts := make([]comm.Buf, p)
-	for r := range dsts {
+	err := each(gs, func(r int, g comm.Group) error {
+		dst := newBuf(c.d, m)
 		if inPlace {
-			dsts[r] = srcs[r].Slice(r*m, (r+1)*m)
-		} else {
-			dsts[r] = newBuf(c.d, m)
+			dst = srcs[r].Slice(r*m, (r+1)*m)
 		}
-	}
-	if err := each(gs, func(r int, g comm.Group) error { return comm.ReduceScatter(g, dsts[r], srcs[r], c.redop) }); err != nil {
-		return fmt.Errorf("reducescatter %v in-place=%v: %w", c, inPlace, err)
-	}
-	for r := range dsts {
-		e := reduceExpect(column(xs, r*m, (r+1)*m), c.redop, c.d, c.v)
-		if err := e.check(dsts[r], 0); err != nil {
-			return fmt.Errorf("reducescatter %v in-place=%v (p=%d): rank %d: %w", c, inPlace, p, r, err)
+		if err := comm.ReduceScatter(g, dst, srcs[r], c.redop); err != nil {
+			return err
 		}
+		return reduceExpect(column(xs, r*m, (r+1)*m), c.redop, c.d, c.v).check(dst, 0)
+	})
+	if err != nil {
+		return fmt.Errorf("reducescatter %v in-place=%v (p=%d): %w", c, inPlace, p, err)
 	}
 	return nil
 }
@@ -158,24 +163,24 @@ func reduceScatter(gs []comm.Group, c kase, inPlace bool) error {
 func allGather(gs []comm.Group, c kase, inPlace bool) error {
 	p, m := len(gs), c.n
 	ins, xs := c.inputs(p, m)
-	dsts, srcs := make([]comm.Buf, p), make([]comm.Buf, p)
-	for r := range dsts {
-		dsts[r] = newBuf(c.d, p*m)
-		srcs[r] = ins[r]
+	err := each(gs, func(r int, g comm.Group) error {
+		dst, src := newBuf(c.d, p*m), ins[r]
 		if inPlace {
-			srcs[r] = dsts[r].Slice(r*m, (r+1)*m)
-			copyInto(srcs[r], ins[r])
+			src = dst.Slice(r*m, (r+1)*m)
+			copyInto(src, ins[r])
 		}
-	}
-	if err := each(gs, func(r int, g comm.Group) error { return comm.AllGather(g, dsts[r], srcs[r]) }); err != nil {
-		return fmt.Errorf("allgather %v in-place=%v: %w", c, inPlace, err)
-	}
-	for r := range dsts {
+		if err := comm.AllGather(g, dst, src); err != nil {
+			return err
+		}
 		for q := 0; q < p; q++ {
-			if err := exact(dsts[r], q*m, xs[q]); err != nil {
-				return fmt.Errorf("allgather %v in-place=%v (p=%d): rank %d, chunk of rank %d: %w", c, inPlace, p, r, q, err)
+			if err := exact(dst, q*m, xs[q]); err != nil {
+				return fmt.Errorf("chunk of rank %d: %w", q, err)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("allgather %v in-place=%v (p=%d): %w", c, inPlace, p, err)
 	}
 	return nil
 }
@@ -192,13 +197,14 @@ func copyInto(dst, src comm.Buf) {
 func broadcast(gs []comm.Group, c kase) error {
 	p := len(gs)
 	bufs, xs := c.inputs(p, c.n)
-	if err := each(gs, func(r int, g comm.Group) error { return comm.Broadcast(g, bufs[r], c.root) }); err != nil {
-		return fmt.Errorf("broadcast %v: %w", c, err)
-	}
-	for r := range bufs {
-		if err := exact(bufs[r], 0, xs[c.root]); err != nil {
-			return fmt.Errorf("broadcast %v (p=%d): rank %d: %w", c, p, r, err)
+	err := each(gs, func(r int, g comm.Group) error {
+		if err := comm.Broadcast(g, bufs[r], c.root); err != nil {
+			return err
 		}
+		return exact(bufs[r], 0, xs[c.root])
+	})
+	if err != nil {
+		return fmt.Errorf("broadcast %v (p=%d): %w", c, p, err)
 	}
 	return nil
 }
@@ -207,19 +213,20 @@ func broadcast(gs []comm.Group, c kase) error {
 func allToAll(gs []comm.Group, c kase) error {
 	p, m := len(gs), c.n
 	srcs, xs := c.inputs(p, p*m)
-	dsts := make([]comm.Buf, p)
-	for r := range dsts {
-		dsts[r] = newBuf(c.d, p*m)
-	}
-	if err := each(gs, func(r int, g comm.Group) error { return comm.AllToAll(g, dsts[r], srcs[r]) }); err != nil {
-		return fmt.Errorf("alltoall %v: %w", c, err)
-	}
-	for r := range dsts {
+	err := each(gs, func(r int, g comm.Group) error {
+		dst := newBuf(c.d, p*m)
+		if err := comm.AllToAll(g, dst, srcs[r]); err != nil {
+			return err
+		}
 		for q := 0; q < p; q++ {
-			if err := exact(dsts[r], q*m, xs[q][r*m:(r+1)*m]); err != nil {
-				return fmt.Errorf("alltoall %v (p=%d): rank %d, chunk from rank %d: %w", c, p, r, q, err)
+			if err := exact(dst, q*m, xs[q][r*m:(r+1)*m]); err != nil {
+				return fmt.Errorf("chunk from rank %d: %w", q, err)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("alltoall %v (p=%d): %w", c, p, err)
 	}
 	return nil
 }

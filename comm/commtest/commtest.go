@@ -84,75 +84,93 @@ const (
 	slack = 3 * time.Second
 )
 
-// env is what a case needs: the test and the factory.
+// env is what a case needs: the test and either the factory (in-process
+// mode) or this process's world (SPMD mode, see RunRank).
 type env struct {
 	t     *testing.T
 	f     Factory
+	spmd  *spmd
 	large int // element count of the large cases
 }
 
 // world starts a world of n ranks and closes its groups when the test ends.
+// In SPMD mode it is a fresh subgroup of ranks 0..n-1 of the process's
+// world, and Groups[r] is nil for every rank r this process does not drive.
 func (e *env) world(n int, timeout time.Duration) World {
 	e.t.Helper()
-	w := e.f(e.t, n, Options{Timeout: timeout})
+	return e.worldOpts(n, Options{Timeout: timeout})
+}
+
+func (e *env) worldOpts(n int, opts Options) World {
+	e.t.Helper()
+	var w World
+	if e.spmd != nil {
+		w = e.spmd.start(e.t, n, opts)
+	} else {
+		w = e.f(e.t, n, opts)
+	}
 	if len(w.Groups) != n {
 		e.t.Fatalf("factory returned %d groups for a world of %d", len(w.Groups), n)
 	}
 	e.t.Cleanup(func() {
 		for _, g := range w.Groups {
-			g.Close()
+			if g != nil {
+				g.Close()
+			}
 		}
 	})
 	return w
 }
 
+// fits reports whether a world of n ranks can be started (SPMD mode: no
+// more than the processes launched).
+func (e *env) fits(n int) bool { return e.spmd == nil || n <= e.spmd.size() }
+
 type testCase struct {
 	name string
 	run  func(e *env) error
+	// inProcess, if set, is why the case cannot run in SPMD mode.
+	inProcess string
 }
 
 func cases() []testCase {
 	var cs []testCase
 	for n := 1; n <= 8; n++ {
-		cs = append(cs, testCase{fmt.Sprintf("Collectives/n=%d", n), collectives(n)})
+		cs = append(cs, testCase{name: fmt.Sprintf("Collectives/n=%d", n), run: collectives(n)})
 	}
 	for _, n := range []int{2, 3, 8} {
-		cs = append(cs, testCase{fmt.Sprintf("Large/n=%d", n), large(n)})
+		cs = append(cs, testCase{name: fmt.Sprintf("Large/n=%d", n), run: large(n)})
 	}
 	for _, n := range []int{2, 3, 5} {
-		cs = append(cs, testCase{fmt.Sprintf("PointToPoint/n=%d", n), pointToPoint(n)})
+		cs = append(cs, testCase{name: fmt.Sprintf("PointToPoint/n=%d", n), run: pointToPoint(n)})
 	}
 	for _, n := range []int{2, 4} {
-		cs = append(cs, testCase{fmt.Sprintf("PointToPoint/RecvFirst/n=%d", n), recvFirst(n)},
-			testCase{fmt.Sprintf("PointToPoint/ManyInFlight/n=%d", n), manyInFlight(n)})
+		cs = append(cs, testCase{name: fmt.Sprintf("PointToPoint/RecvFirst/n=%d", n), run: recvFirst(n)},
+			testCase{name: fmt.Sprintf("PointToPoint/ManyInFlight/n=%d", n), run: manyInFlight(n)})
 	}
 	return append(cs,
-		testCase{"PointToPoint/CrossOrder", crossOrder},
-		testCase{"PointToPoint/Buffered", buffered},
-		testCase{"PointToPoint/BufferBound", bufferBound},
-		testCase{"RecvMismatch", recvMismatch},
-		testCase{"Barrier", barrierCase},
-		testCase{"Subgroups", subgroups},
-		testCase{"NamedGroupsIndependent", namedGroups},
-		testCase{"AsyncOrder", asyncOrder},
-		testCase{"Stats", statsCase},
-		testCase{"Args", argsCase},
-		testCase{"Failure/Silent", silentPeer},
-		testCase{"Failure/SilentSender", silentSender},
-		testCase{"Failure/Close", closePeer},
-		testCase{"Failure/Kill", killPeer},
+		testCase{name: "PointToPoint/CrossOrder", run: crossOrder},
+		testCase{name: "PointToPoint/Buffered", run: buffered},
+		testCase{name: "PointToPoint/BufferBound", run: bufferBound},
+		testCase{name: "RecvMismatch", run: recvMismatch},
+		testCase{name: "Barrier", run: barrierCase},
+		testCase{name: "Subgroups", run: subgroups},
+		testCase{name: "NamedGroupsIndependent", run: namedGroups},
+		testCase{name: "AsyncOrder", run: asyncOrder},
+		testCase{name: "Stats", run: statsCase},
+		testCase{name: "Args", run: argsCase},
+		testCase{name: "Failure/Silent", run: silentPeer, inProcess: noFailures},
+		testCase{name: "Failure/SilentSender", run: silentSender, inProcess: noFailures},
+		testCase{name: "Failure/Close", run: closePeer, inProcess: noFailures},
+		testCase{name: "Failure/Kill", run: killPeer, inProcess: noFailures},
 	)
 }
 
 // Run runs the whole suite against the backend f makes.
 func Run(t *testing.T, f Factory) {
-	large := 1 << 20
-	if testing.Short() || raceEnabled {
-		large = 1 << 17
-	}
 	for _, c := range cases() {
 		t.Run(c.name, func(t *testing.T) {
-			err := c.run(&env{t: t, f: f, large: large})
+			err := c.run(&env{t: t, f: f, large: largeElems()})
 			if errors.Is(err, errSkip) {
 				t.Skip("the backend's World has no Kill")
 			}
@@ -163,21 +181,35 @@ func Run(t *testing.T, f Factory) {
 	}
 }
 
+// largeElems is the element count of the large cases.
+func largeElems() int {
+	if testing.Short() || raceEnabled {
+		return 1 << 17
+	}
+	return 1 << 20
+}
+
 // errSkip makes a case skip its test.
 var errSkip = errors.New("commtest: skipped")
 
 // Parallel runs fn for every rank on a goroutine of its own and returns the
 // ranks' errors joined, each prefixed with its rank, or an error naming the
-// ranks still running after limit (their goroutines are left behind).
+// ranks still running after limit (their goroutines are left behind). Ranks
+// whose group is nil (driven by other processes, SPMD mode) are skipped.
 func Parallel(groups []comm.Group, limit time.Duration, fn func(r int, g comm.Group) error) error {
 	errs := make([]error, len(groups))
 	var mu sync.Mutex
 	running := map[int]bool{}
-	for r := range groups {
-		running[r] = true
+	for r, g := range groups {
+		if g != nil {
+			running[r] = true
+		}
 	}
 	var wg sync.WaitGroup
 	for r, g := range groups {
+		if g == nil {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

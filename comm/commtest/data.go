@@ -180,3 +180,10 @@ func column(xs [][]float64, lo, hi int) [][]float64 {
 	}
 	return out
 }
+
+// clone returns a copy of b.
+func clone(b comm.Buf) comm.Buf {
+	c := newBuf(b.DType(), b.Len())
+	copyInto(c, b)
+	return c
+}

@@ -3,7 +3,6 @@ package commtest
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"trellis/comm"
@@ -38,20 +37,17 @@ func ring(gs []comm.Group, d tensor.DType, n, salt int) error {
 	for r := range outs {
 		outs[r], xs[r] = input(d, reals, r, n, salt)
 	}
-	ins := make([]comm.Buf, p)
 	err := each(gs, func(r int, g comm.Group) error {
-		ins[r] = newBuf(d, n)
+		in := newBuf(d, n)
 		s := g.Send(outs[r], (r+1)%p, 7)
-		rv := g.Recv(ins[r], (r+p-1)%p, 7)
-		return errors.Join(rv.Wait(), s.Wait())
+		rv := g.Recv(in, (r+p-1)%p, 7)
+		if err := errors.Join(rv.Wait(), s.Wait()); err != nil {
+			return err
+		}
+		return exact(in, 0, xs[(r+p-1)%p])
 	})
 	if err != nil {
-		return fmt.Errorf("send/recv ring %v n=%d: %w", d, n, err)
-	}
-	for r := range ins {
-		if err := exact(ins[r], 0, xs[(r+p-1)%p]); err != nil {
-			return fmt.Errorf("send/recv ring %v n=%d (p=%d): rank %d: %w", d, n, p, r, err)
-		}
+		return fmt.Errorf("send/recv ring %v n=%d (p=%d): %w", d, n, p, err)
 	}
 	return nil
 }
@@ -66,8 +62,21 @@ func tagsAndOrder(gs []comm.Group, d tensor.DType, salt int) error {
 	for i := range msgs {
 		msgs[i], xs[i] = input(d, reals, i, 33+i, salt)
 	}
-	got := make([]comm.Buf, k+1)
+	// check compares the messages received: got[i] is message i.
+	check := func(got map[int]comm.Buf) error {
+		for i, b := range got {
+			if err := exact(b, 0, xs[i]); err != nil {
+				return fmt.Errorf("message %d: %w", i, err)
+			}
+		}
+		return nil
+	}
 	err := each(gs, func(r int, g comm.Group) error {
+		got := map[int]comm.Buf{}
+		recv := func(i, tag int) comm.Work {
+			got[i] = newBuf(d, msgs[i].Len())
+			return g.Recv(got[i], 0, tag)
+		}
 		switch r {
 		case 0:
 			var ws []comm.Work
@@ -77,30 +86,27 @@ func tagsAndOrder(gs []comm.Group, d tensor.DType, salt int) error {
 			ws = append(ws, g.Send(msgs[k], p-1, 1))
 			return waitAll(ws)
 		case 1:
-			got[3] = newBuf(d, msgs[3].Len())
-			ws := []comm.Work{g.Recv(got[3], 0, 2)}
+			ws := []comm.Work{recv(3, 2)}
 			for i := 0; i < 3; i++ {
-				got[i] = newBuf(d, msgs[i].Len())
-				ws = append(ws, g.Recv(got[i], 0, 1))
+				ws = append(ws, recv(i, 1))
 			}
 			if p == 2 {
-				got[k] = newBuf(d, msgs[k].Len())
-				ws = append(ws, g.Recv(got[k], 0, 1))
+				ws = append(ws, recv(k, 1))
 			}
-			return waitAll(ws)
+			if err := waitAll(ws); err != nil {
+				return err
+			}
+			return check(got)
 		case p - 1:
-			got[k] = newBuf(d, msgs[k].Len())
-			return comm.Recv(g, got[k], 0, 1)
+			if err := recv(k, 1).Wait(); err != nil {
+				return err
+			}
+			return check(got)
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("send/recv tags %v: %w", d, err)
-	}
-	for i := range got {
-		if err := exact(got[i], 0, xs[i]); err != nil {
-			return fmt.Errorf("send/recv tags %v (p=%d): message %d: %w", d, p, i, err)
-		}
+		return fmt.Errorf("send/recv tags %v (p=%d): %w", d, p, err)
 	}
 	return nil
 }
@@ -132,20 +138,33 @@ func recvMismatch(e *env) error {
 	return err
 }
 
-// barrierCase: no rank leaves a barrier before every rank entered it.
+// barrierCase: no rank leaves a barrier before every rank entered it. Rank
+// r enters r ms late; after each barrier the ranks all-gather the wall-clock
+// times they entered at (as four 16-bit pieces each, exact in fp32), and
+// each checks it left no earlier than the last entry. The wall clock is
+// shared by ranks in one process or on one host (SPMD mode).
 func barrierCase(e *env) error {
 	for _, p := range []int{1, 2, 5, 8} {
+		if !e.fits(p) {
+			continue
+		}
 		w := e.world(p, normalTimeout)
-		var entered [3]atomic.Int32
 		err := each(w.Groups, func(r int, g comm.Group) error {
-			for round := range entered {
+			for round := range 3 {
 				time.Sleep(time.Duration(r) * time.Millisecond)
-				entered[round].Add(1)
+				entered := time.Now().UnixNano()
 				if err := comm.Barrier(g); err != nil {
 					return err
 				}
-				if got := entered[round].Load(); got != int32(p) {
-					return fmt.Errorf("left barrier %d when %d of %d ranks had entered", round, got, p)
+				left := time.Now().UnixNano()
+				all := make([]float32, 4*p)
+				if err := comm.AllGather(g, comm.F32(all), comm.F32(stamp(entered))); err != nil {
+					return err
+				}
+				for q := range p {
+					if t := unstamp(all[4*q : 4*q+4]); t > left {
+						return fmt.Errorf("left barrier %d %v before rank %d entered it", round, time.Duration(t-left), q)
+					}
 				}
 			}
 			return nil
@@ -155,4 +174,15 @@ func barrierCase(e *env) error {
 		}
 	}
 	return nil
+}
+
+// stamp splits a time in ns into four 16-bit pieces.
+func stamp(ns int64) []float32 {
+	u := uint64(ns)
+	return []float32{float32(u >> 48), float32(u >> 32 & 0xffff), float32(u >> 16 & 0xffff), float32(u & 0xffff)}
+}
+
+// unstamp joins stamp's pieces.
+func unstamp(f []float32) int64 {
+	return int64(uint64(f[0])<<48 | uint64(f[1])<<32 | uint64(f[2])<<16 | uint64(f[3]))
 }

@@ -191,12 +191,7 @@ func buffered(e *env) error {
 // the receiver's memory: the receiver's next operation reports it.
 func bufferBound(e *env) error {
 	const limit = 64 << 10
-	w := e.f(e.t, 2, Options{Timeout: failTimeout, MaxBuffered: limit})
-	e.t.Cleanup(func() {
-		for _, g := range w.Groups {
-			g.Close()
-		}
-	})
+	w := e.worldOpts(2, Options{Timeout: failTimeout, MaxBuffered: limit})
 	return each(w.Groups, func(r int, g comm.Group) error {
 		if r == 0 {
 			for range 3 {

@@ -1,0 +1,75 @@
+// Package mpi is the comm backend over MPI (Open MPI or MPICH), for clusters
+// whose InfiniBand and shared-memory transports MPI already drives. It is
+// built only with the mpi build tag and cgo against the MPI library:
+//
+//	CC=mpicc go build -tags mpi ./cmd/trellis
+//	mpirun -np 4 ./trellis train --backend mpi ...
+//
+// Without the tag the package is a stub whose World reports that the binary
+// was built without -tags mpi, so the default static CGO_ENABLED=0 binary
+// does not depend on MPI.
+//
+// # Mapping onto MPI
+//
+// One process is one rank (MPI cannot host several ranks in one process).
+// World initializes MPI with MPI_THREAD_MULTIPLE, because a rank's groups
+// progress concurrently from several goroutines (OS threads), and refuses to
+// start if the library does not provide it. Every Group owns a communicator:
+// the world group a duplicate of MPI_COMM_WORLD, a subgroup one made by
+// MPI_Comm_create_group with the parent's ranks in the listed order and a
+// tag hashed from the name (so "a" and "b" over the same ranks are distinct
+// communicators). Unlike the other backends, NewGroup therefore communicates:
+// it is a blocking collective over the listed ranks (with the deadline), and
+// ranks that share several new groups must create them in the same order.
+//
+// Collectives run on the group's comm.Queue, one at a time in issue order,
+// each as MPI's non-blocking form (MPI_Iallreduce, MPI_Ireduce_scatter_block,
+// MPI_Iallgather, MPI_Ibcast, MPI_Ialltoall, MPI_Ibarrier) polled with
+// MPI_Test until done or until the deadline (Config.Timeout), which turns a
+// hang into a *comm.PeerError. The queue's goroutine polls without sleeping
+// (yielding to the rank's other goroutines), because MPI progresses a
+// non-blocking collective mostly inside MPI_Test: a collective in flight
+// costs a core's worth of polling, which overlapped computation shares.
+// Each group has two communicators: one for the collectives and NewGroup,
+// one for point-to-point. Reductions run in fp32: a bf16 payload is
+// widened into fp32 C memory, reduced with MPI_SUM or MPI_MAX and rounded
+// back once (MPI has no bf16); Avg is the sum times comm.AvgScale. Copies
+// (all-gather, broadcast, all-to-all, point-to-point) move raw bytes.
+// Payloads above 2³¹−1 bytes are refused with comm.ErrArgs (MPI counts are
+// int).
+//
+// Memory. Go memory handed to a non-blocking MPI call is pinned
+// (runtime.Pinner) until MPI_Test reports the request complete. A request
+// that passes its deadline cannot be cancelled in MPI, so its memory stays
+// pinned (or its C staging allocated) for the life of the process: the group
+// is broken anyway.
+//
+// Point-to-point, outside the queue. A Send is an MPI_Isend; the message's
+// MPI tag carries the user tag and the dtype (tag·2 + bf16), so tags must
+// stay below MPI_TAG_UB/2 (2³⁰ on Open MPI). Each group runs one progress
+// goroutine, the only receiver on the group's point-to-point communicator,
+// that finds arriving messages with MPI_Iprobe (any source, any tag: MPI's
+// non-overtaking rule keeps each sender's messages in order) and receives
+// each with MPI_Irecv from that source and tag: into the oldest posted Recv
+// for that (peer, tag), or, if
+// none is posted, into a Go buffer counted in Stats.Buffered, bounded by
+// Config.MaxBuffered (beyond it the group fails with comm.ErrBufferFull,
+// naming the sender). Since the receiver always drains, a Send completes
+// without waiting for the matching Recv, as comm requires.
+//
+// # Failure
+//
+// MPI's failure semantics are not Trellis's: a process that dies makes
+// mpirun (or srun) abort the whole job, by default within seconds, so a
+// rank rarely sees a *comm.PeerError for a dead peer; the communicators are
+// set to MPI_ERRORS_RETURN so that errors MPI reports become errors here,
+// not aborts. A peer that is alive but stops participating (a hang) makes
+// every pending operation on the other ranks fail with a *comm.PeerError
+// (cause comm.ErrTimeout) at the deadline, and the group is broken. The
+// conformance suite's kill, close and silent-peer cases are therefore
+// skipped under MPI.
+//
+// Finalize(world) must be called once at the end of the process: it closes
+// every group made from world and calls MPI_Finalize (mpirun treats a rank
+// that exits without it as failed).
+package mpi
