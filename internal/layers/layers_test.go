@@ -28,6 +28,7 @@ var layer = map[string]int{
 	"ops/asmgen":       2, // code generator (build-time only)
 	"comm/local":       2,
 	"comm/tcp":         2,
+	"comm/mpi":         2, // build tag mpi: cgo against Open MPI
 	"data":             2,
 	"checkpoint":       2,
 	"hf":               4, // Hugging Face GPT-2 layout: model + safetensors
