@@ -8,6 +8,7 @@ import (
 	"trellis/device"
 	"trellis/ops"
 	"trellis/rng"
+	"trellis/tensor"
 )
 
 // Options is everything New needs.
@@ -26,6 +27,9 @@ type Options struct {
 	// the stash keeps (B,NH,T) log-sum-exps instead of the (B,NH,T,T)
 	// probabilities and the backward needs no (T,T) scratch.
 	Flash bool
+	// Compute is the linear layers' GEMM precision: tensor.F32 (the zero
+	// value) or tensor.BF16 (mixed precision, see half.go).
+	Compute tensor.DType
 }
 
 // Validate checks the options.
@@ -42,6 +46,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("model: micro_batch=%d must be positive", o.MicroBatch)
 	case o.Part.Split() && o.TP == nil:
 		return fmt.Errorf("model: tp=%d without a TPComm", o.Part.Degree())
+	case o.Compute != tensor.F32 && o.Compute != tensor.BF16:
+		return fmt.Errorf("model: compute=%s: the runner computes in fp32 or bf16", o.Compute)
+	case o.Compute == tensor.BF16 && o.Part.Split():
+		return fmt.Errorf("model: compute=bf16 with tp=%d: the tensor-parallel layers compute in fp32 only", o.Part.Degree())
 	}
 	return o.Part.Validate(o.Model)
 }
@@ -60,6 +68,7 @@ type GPT struct {
 	d      dims
 	tp     TPComm
 	flash  bool // Options.Flash
+	half   *halfState // the bf16 compute copy and scratch (nil: fp32)
 
 	ws *device.Buffer // workspace, carved into the slices below
 	// dres is the gradient of the residual stream, updated in place from
@@ -103,6 +112,12 @@ func New(o Options) (*GPT, error) {
 		return nil, fmt.Errorf("model: backward scratch: %w", err)
 	}
 	m.ws = ws
+	if o.Compute == tensor.BF16 {
+		if m.half, err = newHalf(o.Device, m.layout, c, m.B); err != nil {
+			ws.Free()
+			return nil, err
+		}
+	}
 	buf := ws.Data
 	next := func(n int) []float32 {
 		s := buf[:n:n]
@@ -146,7 +161,10 @@ func (m *GPT) WorkspaceBytes() int64 { return m.ws.Bytes() }
 func (m *GPT) DResidual() []float32 { return m.dres }
 
 // Free returns the scratch to the device.
-func (m *GPT) Free() { m.ws.Free() }
+func (m *GPT) Free() {
+	m.ws.Free()
+	m.half.free()
+}
 
 // dropoutAt is the dropout of a site for the stash's batch: keyed by
 // (seed, site, step), offset to the global index of the micro-batch's first

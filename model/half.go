@@ -1,0 +1,149 @@
+package model
+
+import (
+	"fmt"
+	"unsafe"
+
+	"trellis/device"
+	"trellis/ops"
+	"trellis/tensor"
+)
+
+// Mixed precision (Options.Compute = tensor.BF16). The Params still hand
+// out fp32 weights: under mixed precision they are the optimizer's fp32
+// master weights (charged to optim, see device.Config.MasterWeights). The
+// runner keeps a bf16 compute copy of every unit it holds (tag param,
+// 2 bytes per parameter), rounded to nearest-even from the fp32 weights each
+// time a forward pass fetches a unit, and runs every linear layer's three
+// GEMMs and the LM head's two in bf16 with fp32 accumulation:
+//
+//	y  = bf16(x)·bf16(W)ᵀ + b                     (fp32 out, bias and residual in fp32)
+//	dx = bf16(dy)·bf16(W)                          (fp32 out)
+//	dW += bf16(dy)ᵀ·bf16(x)                        (fp32, accumulated in fp32)
+//
+// Everything else stays fp32: the embedding lookup, LayerNorm (its
+// statistics too), GELU, softmax and attention, the cross-entropy, the
+// gradients and their reduction (Megatron's convention for bf16). The
+// stash keeps its activations in fp32; the bf16 operands are rounded into
+// two workspace buffers at each GEMM.
+
+// halfState is the bf16 compute copy and the GEMM operands' scratch.
+type halfState struct {
+	w    *device.Buffer      // (Layout.Size) bf16 weights, tag param
+	bits []tensor.BF16Bits   // w's elements
+	base []uintptr           // per unit: the fp32 slice the copy was last matched with
+	size []int               // per unit: its length
+	ws   *device.Buffer      // bf16 workspace: x and dy below
+	x    []tensor.BF16Bits   // (B·T·4C) a GEMM's activation operand
+	dy   []tensor.BF16Bits   // (B·T·max(4C, V)) a backward GEMM's output gradient
+}
+
+// newHalf allocates the bf16 copy and scratch for a runner of B sequences.
+func newHalf(dev *device.Device, lay Layout, c Config, B int) (*halfState, error) {
+	w, err := dev.AllocOf(device.Param, tensor.BF16, lay.Size)
+	if err != nil {
+		return nil, fmt.Errorf("model: bf16 weights: %w", err)
+	}
+	BT := B * c.SeqLen
+	nx, ndy := BT*4*c.Hidden, BT*max(4*c.Hidden, c.Vocab)
+	ws, err := dev.AllocOf(device.Workspace, tensor.BF16, nx+ndy)
+	if err != nil {
+		w.Free()
+		return nil, fmt.Errorf("model: bf16 GEMM scratch: %w", err)
+	}
+	s := ws.BF16()
+	n := len(lay.Units)
+	return &halfState{w: w, bits: w.BF16(), base: make([]uintptr, n), size: make([]int, n), ws: ws, x: s[:nx:nx], dy: s[nx:]}, nil
+}
+
+func (h *halfState) free() {
+	if h != nil {
+		h.w.Free()
+		h.ws.Free()
+	}
+}
+
+// weights fetches unit u's fp32 weights; under bf16 it also matches the
+// bf16 copy with them and, when round is set (forward passes), rounds them
+// into it. A backward pass reuses the forward's rounding: the weights do
+// not change between a micro-batch's two passes.
+func (m *GPT) weights(p Params, u int, round bool) ([]float32, error) {
+	w, err := weights(p, u)
+	if err != nil || m.half == nil || len(w) == 0 {
+		return w, err
+	}
+	un := m.layout.Units[u]
+	if len(w) != un.Size {
+		return nil, fmt.Errorf("model: unit %d has %d weights, want %d", u, len(w), un.Size)
+	}
+	h := m.half
+	h.base[u], h.size[u] = uintptr(unsafe.Pointer(&w[0])), len(w)
+	if round {
+		encodeBF16(m.k, h.bits[un.Offset:un.Offset+un.Size], w)
+	}
+	return w, nil
+}
+
+// halfOf is the bf16 copy of w, a slice of a unit's fp32 weights fetched
+// by m.weights.
+func (m *GPT) halfOf(w []float32) []tensor.BF16Bits {
+	p := uintptr(unsafe.Pointer(&w[0]))
+	for u, b := range m.half.base {
+		if b != 0 && p >= b && p+uintptr(len(w))*4 <= b+uintptr(m.half.size[u])*4 {
+			off := m.layout.Units[u].Offset + int(p-b)/4
+			return m.half.bits[off : off+len(w)]
+		}
+	}
+	panic("model: halfOf: the weights were not fetched through GPT.weights")
+}
+
+// encodeBF16 rounds src into dst (len(dst) >= len(src)) on the kernels' threads.
+func encodeBF16(k *ops.Kernels, dst []tensor.BF16Bits, src []float32) {
+	const chunk = 1 << 14
+	k.Parallel((len(src)+chunk-1)/chunk, func(lo, hi int) {
+		a, b := lo*chunk, min(hi*chunk, len(src))
+		tensor.EncodeBF16(dst[a:b], src[a:b])
+	})
+}
+
+// linearForward is ops.LinearResidualForward (res non-nil) or
+// ops.LinearForward in the runner's precision:
+//
+//	out = res + inp·wᵀ + bias     out, res (N,OC)   inp (N,C)   w (OC,C)
+func (m *GPT) linearForward(out, res, inp, w, bias []float32, N, C, OC int) {
+	if m.half == nil {
+		if res != nil {
+			ops.LinearResidualForward(m.k, out, res, inp, w, bias, N, C, OC)
+		} else {
+			ops.LinearForward(m.k, out, inp, w, bias, N, C, OC)
+		}
+		return
+	}
+	x := m.half.x[:N*C]
+	encodeBF16(m.k, x, inp[:N*C])
+	wh := m.halfOf(w[:OC*C])
+	acc := res != nil || bias != nil
+	if acc {
+		ops.BiasForward(m.k, out, res, bias, N, OC) // out = res + bias, then the product on top
+	}
+	m.k.MatMulBF16(ops.NT, N, OC, C, x, C, wh, C, out, OC, acc)
+}
+
+// linearBackwardSet is ops.LinearBackwardSet in the runner's precision:
+// dinp = dout·w is SET; dw += doutᵀ·inp and dbias += Σ dout ACCUMULATE.
+//
+//	dinp (N,C)   dw (OC,C)   dbias (OC) or nil   dout (N,OC)   inp (N,C)   w (OC,C)
+func (m *GPT) linearBackwardSet(dinp, dw, dbias, dout, inp, w []float32, N, C, OC int) {
+	if m.half == nil {
+		ops.LinearBackwardSet(m.k, dinp, dw, dbias, dout, inp, w, N, C, OC)
+		return
+	}
+	dy, x := m.half.dy[:N*OC], m.half.x[:N*C]
+	encodeBF16(m.k, dy, dout[:N*OC])
+	encodeBF16(m.k, x, inp[:N*C])
+	m.k.MatMulBF16(ops.NN, N, C, OC, dy, OC, m.halfOf(w[:OC*C]), C, dinp, C, false)
+	m.k.MatMulBF16(ops.TN, OC, C, N, dy, OC, x, C, dw, C, true)
+	if dbias != nil {
+		ops.BiasBackward(m.k, dbias, dout, N, OC)
+	}
+}

@@ -1,0 +1,184 @@
+package model
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"trellis/device"
+	"trellis/ops"
+	"trellis/tensor"
+)
+
+// setupHalf is setup with Options.Compute = bf16 on a device that charges
+// the fp32 weights as master weights.
+func setupHalf(t testing.TB, cfg Config, B int) (*GPT, *FlatParams, *Stash, *device.Device) {
+	t.Helper()
+	k, err := ops.New(ops.Config{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := device.New(device.Config{MasterWeights: true})
+	m, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Compute: tensor.BF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewFlatParams(cfg, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := InitRange(cfg, 1, p.W, 0, len(p.W)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := m.NewStash()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, p, s, dev
+}
+
+// bf16 rounds to bf16 and back.
+func bf16(x float32) float64 { return float64(tensor.ToBF16(x).Float32()) }
+
+// TestHalfLinear holds the bf16 linear layer to its definition, computed
+// in float64 from the rounded operands: y = res + bias + Σ_c x̃[n,c]·w̃[o,c],
+// dx = Σ_o d̃y·w̃, dw += Σ_n d̃yᵀ·x̃ (x̃ = bf16(x)), within fp32 summation error.
+func TestHalfLinear(t *testing.T) {
+	cfg := Config{Layers: 1, Hidden: 16, Heads: 2, SeqLen: 8, Vocab: 40}
+	m, p, _, _ := setupHalf(t, cfg, 2)
+	const N, C, OC = 16, 16, 48 // qkv of block 0
+	w, err := m.weights(p, 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := viewBlock(w, C)
+	r := rand.New(rand.NewPCG(1, 2))
+	rnd := func(n int) []float32 {
+		s := make([]float32, n)
+		for i := range s {
+			s[i] = float32(r.NormFloat64())
+		}
+		return s
+	}
+	x, res, dout := rnd(N*C), rnd(N*OC), rnd(N*OC)
+	out := make([]float32, N*OC)
+	m.linearForward(out, res, x, v.qkvw, v.qkvb, N, C, OC)
+	dx, dw := make([]float32, N*C), rnd(OC*C)
+	dw0 := append([]float32(nil), dw...)
+	m.linearBackwardSet(dx, dw, nil, dout, x, v.qkvw, N, C, OC)
+	check := func(name string, got float32, want, scale float64) {
+		t.Helper()
+		if d := math.Abs(float64(got) - want); d > 1e-5*scale {
+			t.Fatalf("%s: got %g, want %g (|diff| %g > 1e-5·%g)", name, got, want, d, scale)
+		}
+	}
+	for n := 0; n < N; n++ {
+		for o := 0; o < OC; o++ {
+			want, scale := float64(res[n*OC+o])+float64(v.qkvb[o]), 1.0
+			for c := 0; c < C; c++ {
+				pr := bf16(x[n*C+c]) * bf16(v.qkvw[o*C+c])
+				want += pr
+				scale += math.Abs(pr)
+			}
+			check("y", out[n*OC+o], want, scale)
+		}
+		for c := 0; c < C; c++ {
+			want, scale := 0.0, 1.0
+			for o := 0; o < OC; o++ {
+				pr := bf16(dout[n*OC+o]) * bf16(v.qkvw[o*C+c])
+				want += pr
+				scale += math.Abs(pr)
+			}
+			check("dx", dx[n*C+c], want, scale)
+		}
+	}
+	for o := 0; o < OC; o++ {
+		for c := 0; c < C; c++ {
+			want, scale := float64(dw0[o*C+c]), 1.0
+			for n := 0; n < N; n++ {
+				pr := bf16(dout[n*OC+o]) * bf16(x[n*C+c])
+				want += pr
+				scale += math.Abs(pr)
+			}
+			check("dw", dw[o*C+c], want, scale)
+		}
+	}
+}
+
+// TestHalfTracksFP32: a bf16 forward and backward of a small model gives
+// the fp32 loss within 1% and every tensor's gradient within 5% of its
+// largest element, is not the fp32 computation, and is bit-identical when
+// repeated.
+func TestHalfTracksFP32(t *testing.T) {
+	cfg := Config{Layers: 2, Hidden: 32, Heads: 4, SeqLen: 16, Vocab: 64}
+	const B = 2
+	mf, pf, sf, _ := setup(t, cfg, B, 2)
+	mh, ph, sh, _ := setupHalf(t, cfg, B)
+	batch := randomBatch(cfg, B, 3)
+	run := func(m *GPT, p *FlatParams, s *Stash) (float32, []float32) {
+		loss, err := m.Forward(p, s, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.ZeroGrads()
+		if err := m.Backward(p, s, 1); err != nil {
+			t.Fatal(err)
+		}
+		return loss, append([]float32(nil), p.G...)
+	}
+	lf, gf := run(mf, pf, sf)
+	lh, gh := run(mh, ph, sh)
+	if d := math.Abs(float64(lh-lf)) / float64(lf); d > 0.01 || d == 0 {
+		t.Fatalf("loss bf16 %g fp32 %g: relative difference %g, want in (0, 0.01]", lh, lf, d)
+	}
+	for _, u := range mf.Layout().Units {
+		for _, tn := range u.Tensors {
+			var maxDiff, maxRef float64
+			for i := tn.Offset; i < tn.Offset+tn.Size; i++ {
+				maxRef = max(maxRef, math.Abs(float64(gf[i])))
+				maxDiff = max(maxDiff, math.Abs(float64(gh[i]-gf[i])))
+			}
+			if maxDiff > 0.05*maxRef {
+				t.Errorf("%s: bf16 gradient differs by %g, largest fp32 element %g", tn.Name, maxDiff, maxRef)
+			}
+		}
+	}
+	lh2, gh2 := run(mh, ph, sh)
+	if lh2 != lh {
+		t.Fatalf("bf16 loss %g then %g: not bit-identical", lh, lh2)
+	}
+	for i := range gh {
+		if gh[i] != gh2[i] {
+			t.Fatalf("bf16 gradient %d: %g then %g", i, gh[i], gh2[i])
+		}
+	}
+}
+
+// TestHalfMemory: the fp32 weights are charged as master weights (optim),
+// the bf16 copy as param at 2 bytes per parameter, the gradients fp32.
+func TestHalfMemory(t *testing.T) {
+	cfg := Config{Layers: 2, Hidden: 32, Heads: 4, SeqLen: 16, Vocab: 64}
+	m, _, _, dev := setupHalf(t, cfg, 2)
+	P := int64(m.Layout().Size)
+	st := dev.Stats()
+	if got := st.Live[device.Param]; got != 2*P {
+		t.Errorf("param %d bytes, want 2·%d", got, P)
+	}
+	if got := st.Live[device.Grad]; got != 4*P {
+		t.Errorf("grad %d bytes, want 4·%d", got, P)
+	}
+	if got := st.Live[device.Optim]; got != 4*P {
+		t.Errorf("optim %d bytes (master weights only, no optimizer here), want 4·%d", got, P)
+	}
+}
+
+// TestHalfRefusesTP: bf16 with a tensor-parallel part is refused by name.
+func TestHalfRefusesTP(t *testing.T) {
+	k, _ := ops.New(ops.Config{Threads: 1})
+	_, err := New(Options{Model: tiny, Kernels: k, Device: device.New(device.Config{}), MicroBatch: 1,
+		Part: Part{TP: 2}, TP: soloTP{}, Compute: tensor.BF16})
+	if err == nil || !strings.Contains(err.Error(), "compute=bf16 with tp=2") {
+		t.Fatalf("bf16 with tp=2: got %v, want the refusal naming both", err)
+	}
+}
