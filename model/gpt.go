@@ -67,7 +67,7 @@ type GPT struct {
 	part   Part
 	d      dims
 	tp     TPComm
-	flash  bool // Options.Flash
+	flash  bool       // Options.Flash
 	half   *halfState // the bf16 compute copy and scratch (nil: fp32)
 
 	ws *device.Buffer // workspace, carved into the slices below

@@ -29,13 +29,13 @@ import (
 
 // halfState is the bf16 compute copy and the GEMM operands' scratch.
 type halfState struct {
-	w    *device.Buffer      // (Layout.Size) bf16 weights, tag param
-	bits []tensor.BF16Bits   // w's elements
-	base []uintptr           // per unit: the fp32 slice the copy was last matched with
-	size []int               // per unit: its length
-	ws   *device.Buffer      // bf16 workspace: x and dy below
-	x    []tensor.BF16Bits   // (B·T·4C) a GEMM's activation operand
-	dy   []tensor.BF16Bits   // (B·T·max(4C, V)) a backward GEMM's output gradient
+	w    *device.Buffer    // (Layout.Size) bf16 weights, tag param
+	bits []tensor.BF16Bits // w's elements
+	base []uintptr         // per unit: the fp32 slice the copy was last matched with
+	size []int             // per unit: its length
+	ws   *device.Buffer    // bf16 workspace: x and dy below
+	x    []tensor.BF16Bits // (B·T·4C) a GEMM's activation operand
+	dy   []tensor.BF16Bits // (B·T·max(4C, V)) a backward GEMM's output gradient
 }
 
 // newHalf allocates the bf16 copy and scratch for a runner of B sequences.
