@@ -4,11 +4,13 @@ import "math"
 
 // engineRuns says whether the Trellis engine runs p for the job's model the
 // way its stash formula describes: a GPT block (FFN = 4h, one key/value head
-// per head, not gated), fp32, no recomputation, no flash attention, cp = 1.
+// per head, not gated), fp32 or bf16 (whose stash the engine keeps in
+// fp32 too: only its GEMM operands are rounded, into workspace), no
+// recomputation, no flash attention, cp = 1.
 func (j Job) engineRuns(p Plan) bool {
 	m := j.Model
 	return !m.gated() && m.KVHeads == m.Heads && m.FFN == 4*m.Hidden &&
-		p.Precision == FP32 && p.Recompute == RecomputeNone && !p.Flash && p.CP == 1
+		(p.Precision == FP32 || p.Precision == BF16) && p.Recompute == RecomputeNone && !p.Flash && p.CP == 1
 }
 
 // engineActivations is the Trellis engine's own stash (docs/ARCHITECTURE.md,

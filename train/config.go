@@ -134,8 +134,13 @@ func checkSupported(p plan.Plan) error {
 	if p.CP != 1 {
 		bad = append(bad, fmt.Sprintf("cp=%d (context parallelism)", p.CP))
 	}
-	if p.Precision != plan.FP32 {
-		bad = append(bad, fmt.Sprintf("precision=%s (only fp32 so far)", p.Precision))
+	switch {
+	case p.Precision == plan.BF16 && p.TP > 1:
+		bad = append(bad, fmt.Sprintf("precision=bf16 with tp=%d (the tensor-parallel layers compute in fp32 only)", p.TP))
+	case p.Precision == plan.BF16 && p.PP > 1:
+		bad = append(bad, fmt.Sprintf("precision=bf16 with pp=%d (pipeline stages compute in fp32 only)", p.PP))
+	case p.Precision != plan.FP32 && p.Precision != plan.BF16:
+		bad = append(bad, fmt.Sprintf("precision=%s (fp32 and bf16 only)", p.Precision))
 	}
 	if p.Recompute != plan.RecomputeNone {
 		bad = append(bad, fmt.Sprintf("recompute=%s", p.Recompute))

@@ -68,7 +68,7 @@ func newRank(rc rankConfig) (*rank, error) {
 	j, s := rc.job, rc.set
 	id := rc.world.Rank()
 	r := &rank{id: id, job: j, set: s, world: rc.world, loader: rc.loader, log: rc.log, dp: id, tr: rc.trace}
-	r.dev = device.New(device.Config{ID: id, Budget: s.budget})
+	r.dev = device.New(device.Config{ID: id, Budget: s.budget, MasterWeights: s.enginePlan.Precision == plan.BF16})
 	var err error
 	if r.k, err = ops.New(ops.Config{Threads: s.threads}); err != nil {
 		return nil, err
@@ -94,7 +94,7 @@ func newRank(rc rankConfig) (*rank, error) {
 	}
 	r.st = st
 	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch, Seed: j.Train.Seed,
-		Part: r.part, TP: r.tpComm(), Flash: r.set.enginePlan.Flash}); err != nil {
+		Part: r.part, TP: r.tpComm(), Flash: r.set.enginePlan.Flash, Compute: computeType(r.set.enginePlan.Precision)}); err != nil {
 		r.free()
 		return nil, err
 	}

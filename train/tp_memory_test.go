@@ -33,6 +33,12 @@ func actFormula(j Job, t int, sp bool) int64 {
 // cluster file (engine_stash = true: the engine's formula).
 func plannedAct(t *testing.T, j Job) int64 {
 	t.Helper()
+	return plannedMemory(t, j).Act
+}
+
+// plannedMemory is plannedAct's whole prediction.
+func plannedMemory(t *testing.T, j Job) plan.Memory {
+	t.Helper()
 	data, err := os.ReadFile("../plan/testdata/cpu-host.toml")
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +58,7 @@ func plannedAct(t *testing.T, j Job) int64 {
 	if err := pj.Check(s.enginePlan); err != nil {
 		t.Fatal(err)
 	}
-	return pj.Memory(s.enginePlan).Act
+	return pj.Memory(s.enginePlan)
 }
 
 // The act peak every rank reports equals the formula exactly, and so does
