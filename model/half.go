@@ -79,7 +79,7 @@ func (m *GPT) weights(p Params, u int, round bool) ([]float32, error) {
 	h := m.half
 	h.base[u], h.size[u] = uintptr(unsafe.Pointer(&w[0])), len(w)
 	if round {
-		encodeBF16(m.k, h.bits[un.Offset:un.Offset+un.Size], w)
+		ops.EncodeBF16(m.k, h.bits[un.Offset:un.Offset+un.Size], w)
 	}
 	return w, nil
 }
@@ -97,15 +97,6 @@ func (m *GPT) halfOf(w []float32) []tensor.BF16Bits {
 	panic("model: halfOf: the weights were not fetched through GPT.weights")
 }
 
-// encodeBF16 rounds src into dst (len(dst) >= len(src)) on the kernels' threads.
-func encodeBF16(k *ops.Kernels, dst []tensor.BF16Bits, src []float32) {
-	const chunk = 1 << 14
-	k.Parallel((len(src)+chunk-1)/chunk, func(lo, hi int) {
-		a, b := lo*chunk, min(hi*chunk, len(src))
-		tensor.EncodeBF16(dst[a:b], src[a:b])
-	})
-}
-
 // linearForward is ops.LinearResidualForward (res non-nil) or
 // ops.LinearForward in the runner's precision:
 //
@@ -120,13 +111,8 @@ func (m *GPT) linearForward(out, res, inp, w, bias []float32, N, C, OC int) {
 		return
 	}
 	x := m.half.x[:N*C]
-	encodeBF16(m.k, x, inp[:N*C])
-	wh := m.halfOf(w[:OC*C])
-	acc := res != nil || bias != nil
-	if acc {
-		ops.BiasForward(m.k, out, res, bias, N, OC) // out = res + bias, then the product on top
-	}
-	m.k.MatMulBF16(ops.NT, N, OC, C, x, C, wh, C, out, OC, acc)
+	ops.EncodeBF16(m.k, x, inp[:N*C])
+	m.k.MatMulBF16Ep(ops.NT, N, OC, C, x, C, m.halfOf(w[:OC*C]), C, out, OC, res, bias)
 }
 
 // linearBackwardSet is ops.LinearBackwardSet in the runner's precision:
@@ -139,8 +125,8 @@ func (m *GPT) linearBackwardSet(dinp, dw, dbias, dout, inp, w []float32, N, C, O
 		return
 	}
 	dy, x := m.half.dy[:N*OC], m.half.x[:N*C]
-	encodeBF16(m.k, dy, dout[:N*OC])
-	encodeBF16(m.k, x, inp[:N*C])
+	ops.EncodeBF16(m.k, dy, dout[:N*OC])
+	ops.EncodeBF16(m.k, x, inp[:N*C])
 	m.k.MatMulBF16(ops.NN, N, C, OC, dy, OC, m.halfOf(w[:OC*C]), C, dinp, C, false)
 	m.k.MatMulBF16(ops.TN, OC, C, N, dy, OC, x, C, dw, C, true)
 	if dbias != nil {

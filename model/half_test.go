@@ -13,9 +13,9 @@ import (
 
 // setupHalf is setup with Options.Compute = bf16 on a device that charges
 // the fp32 weights as master weights.
-func setupHalf(t testing.TB, cfg Config, B int) (*GPT, *FlatParams, *Stash, *device.Device) {
+func setupHalf(t testing.TB, cfg Config, B, threads int) (*GPT, *FlatParams, *Stash, *device.Device) {
 	t.Helper()
-	k, err := ops.New(ops.Config{Threads: 2})
+	k, err := ops.New(ops.Config{Threads: threads})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func bf16(x float32) float64 { return float64(tensor.ToBF16(x).Float32()) }
 // dx = Σ_o d̃y·w̃, dw += Σ_n d̃yᵀ·x̃ (x̃ = bf16(x)), within fp32 summation error.
 func TestHalfLinear(t *testing.T) {
 	cfg := Config{Layers: 1, Hidden: 16, Heads: 2, SeqLen: 8, Vocab: 40}
-	m, p, _, _ := setupHalf(t, cfg, 2)
+	m, p, _, _ := setupHalf(t, cfg, 2, 2)
 	const N, C, OC = 16, 16, 48 // qkv of block 0
 	w, err := m.weights(p, 1, true)
 	if err != nil {
@@ -114,7 +114,7 @@ func TestHalfTracksFP32(t *testing.T) {
 	cfg := Config{Layers: 2, Hidden: 32, Heads: 4, SeqLen: 16, Vocab: 64}
 	const B = 2
 	mf, pf, sf, _ := setup(t, cfg, B, 2)
-	mh, ph, sh, _ := setupHalf(t, cfg, B)
+	mh, ph, sh, _ := setupHalf(t, cfg, B, 2)
 	batch := randomBatch(cfg, B, 3)
 	run := func(m *GPT, p *FlatParams, s *Stash) (float32, []float32) {
 		loss, err := m.Forward(p, s, batch)
@@ -159,7 +159,7 @@ func TestHalfTracksFP32(t *testing.T) {
 // the bf16 copy as param at 2 bytes per parameter, the gradients fp32.
 func TestHalfMemory(t *testing.T) {
 	cfg := Config{Layers: 2, Hidden: 32, Heads: 4, SeqLen: 16, Vocab: 64}
-	m, _, _, dev := setupHalf(t, cfg, 2)
+	m, _, _, dev := setupHalf(t, cfg, 2, 2)
 	P := int64(m.Layout().Size)
 	st := dev.Stats()
 	if got := st.Live[device.Param]; got != 2*P {
