@@ -61,14 +61,14 @@ func (m *GPT) HeadBackward(p Params, s *Stash, dloss float32) error {
 	}
 	g, err := grads(p, 0)
 	if err != nil {
-		p.ReleaseWeights(0)
+		m.release(p, 0)
 		return err
 	}
 	dlogits := m.big[:BT*V]
 	clear(dlogits)
 	ops.CrossEntropyBackward(m.k, dlogits, s.probs, s.targets, dloss, BT, V)
 	m.linearBackwardSet(m.dln, g[:V*C], nil, dlogits, s.lnf, w[:V*C], BT, C, V)
-	p.ReleaseWeights(0)
+	m.release(p, 0)
 
 	u := c.Layers + 1
 	if w, err = weights(p, u); err != nil {
@@ -97,7 +97,7 @@ func (m *GPT) BlockBackward(p Params, s *Stash, l int) error {
 	if err != nil {
 		return err
 	}
-	defer p.ReleaseWeights(u)
+	defer m.release(p, u)
 	g, err := grads(p, u)
 	if err != nil {
 		return err

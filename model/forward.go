@@ -42,7 +42,7 @@ func (m *GPT) EmbedForward(p Params, s *Stash) error {
 	if err != nil {
 		return err
 	}
-	defer p.ReleaseWeights(0)
+	defer m.release(p, 0)
 	if m.part.Split() {
 		return m.embedForwardTP(w, s)
 	}
@@ -71,7 +71,7 @@ func (m *GPT) BlockForward(p Params, s *Stash, l int) error {
 	if err != nil {
 		return err
 	}
-	defer p.ReleaseWeights(l + 1)
+	defer m.release(p, l + 1)
 	if m.part.Split() {
 		return m.blockForwardTP(w, s, l)
 	}
@@ -124,7 +124,7 @@ func (m *GPT) HeadForward(p Params, s *Stash) (float32, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer p.ReleaseWeights(0)
+	defer m.release(p, 0)
 	if m.part.Split() {
 		return m.headForwardTP(w, s)
 	}

@@ -30,6 +30,10 @@ type Options struct {
 	// Compute is the linear layers' GEMM precision: tensor.F32 (the zero
 	// value) or tensor.BF16 (mixed precision, see half.go).
 	Compute tensor.DType
+	// HalfPerUnit keeps the bf16 copy of a unit only while its weights
+	// are fetched (ZeRO-3, which gathers them per unit); otherwise it is
+	// resident.
+	HalfPerUnit bool
 }
 
 // Validate checks the options.
@@ -113,7 +117,7 @@ func New(o Options) (*GPT, error) {
 	}
 	m.ws = ws
 	if o.Compute == tensor.BF16 {
-		if m.half, err = newHalf(o.Device, m.layout, c, m.B); err != nil {
+		if m.half, err = newHalf(o.Device, m.layout, c, m.B, o.HalfPerUnit); err != nil {
 			ws.Free()
 			return nil, err
 		}

@@ -27,61 +27,111 @@ import (
 // stash keeps its activations in fp32; the bf16 operands are rounded into
 // two workspace buffers at each GEMM.
 
-// halfState is the bf16 compute copy and the GEMM operands' scratch.
+// halfState is the bf16 compute copy and the GEMM operands' scratch. The
+// copy is resident (one buffer for every unit) or, with
+// Options.HalfPerUnit (ZeRO-3, whose fp32 weights are gathered per unit),
+// allocated when a unit's weights are fetched and freed when they are
+// released, so that it is sharded as the weights are.
 type halfState struct {
-	w    *device.Buffer    // (Layout.Size) bf16 weights, tag param
-	bits []tensor.BF16Bits // w's elements
-	base []uintptr         // per unit: the fp32 slice the copy was last matched with
-	size []int             // per unit: its length
-	ws   *device.Buffer    // bf16 workspace: x and dy below
-	x    []tensor.BF16Bits // (B·T·4C) a GEMM's activation operand
-	dy   []tensor.BF16Bits // (B·T·max(4C, V)) a backward GEMM's output gradient
+	dev     *device.Device
+	lay     Layout
+	perUnit bool
+	whole   *device.Buffer      // resident: (Layout.Size) bf16 weights, tag param
+	units   []*device.Buffer    // per unit: its bf16 weights while fetched
+	refs    []int               // per unit: fetches not yet released
+	bits    [][]tensor.BF16Bits // per unit: its bf16 weights
+	base    []uintptr           // per unit: the fp32 slice the copy was last matched with
+	ws      *device.Buffer      // bf16 workspace: x and dy below
+	x       []tensor.BF16Bits   // (B·T·4C) a GEMM's activation operand
+	dy      []tensor.BF16Bits   // (B·T·max(4C, V)) a backward GEMM's output gradient
 }
 
-// newHalf allocates the bf16 copy and scratch for a runner of B sequences.
-func newHalf(dev *device.Device, lay Layout, c Config, B int) (*halfState, error) {
-	w, err := dev.AllocOf(device.Param, tensor.BF16, lay.Size)
-	if err != nil {
-		return nil, fmt.Errorf("model: bf16 weights: %w", err)
+// newHalf allocates the bf16 copy (unless per unit) and the scratch for a
+// runner of B sequences.
+func newHalf(dev *device.Device, lay Layout, c Config, B int, perUnit bool) (*halfState, error) {
+	n := len(lay.Units)
+	h := &halfState{dev: dev, lay: lay, perUnit: perUnit, units: make([]*device.Buffer, n), refs: make([]int, n),
+		bits: make([][]tensor.BF16Bits, n), base: make([]uintptr, n)}
+	if !perUnit {
+		w, err := dev.AllocOf(device.Param, tensor.BF16, lay.Size)
+		if err != nil {
+			return nil, fmt.Errorf("model: bf16 weights: %w", err)
+		}
+		h.whole = w
+		all := w.BF16()
+		for u, un := range lay.Units {
+			h.bits[u] = all[un.Offset : un.Offset+un.Size : un.Offset+un.Size]
+		}
 	}
 	BT := B * c.SeqLen
 	nx, ndy := BT*4*c.Hidden, BT*max(4*c.Hidden, c.Vocab)
 	ws, err := dev.AllocOf(device.Workspace, tensor.BF16, nx+ndy)
 	if err != nil {
-		w.Free()
+		h.whole.Free()
 		return nil, fmt.Errorf("model: bf16 GEMM scratch: %w", err)
 	}
 	s := ws.BF16()
-	n := len(lay.Units)
-	return &halfState{w: w, bits: w.BF16(), base: make([]uintptr, n), size: make([]int, n), ws: ws, x: s[:nx:nx], dy: s[nx:]}, nil
+	h.ws, h.x, h.dy = ws, s[:nx:nx], s[nx:]
+	return h, nil
 }
 
 func (h *halfState) free() {
-	if h != nil {
-		h.w.Free()
-		h.ws.Free()
+	if h == nil {
+		return
 	}
+	h.whole.Free()
+	for _, b := range h.units {
+		b.Free()
+	}
+	h.ws.Free()
 }
 
 // weights fetches unit u's fp32 weights; under bf16 it also matches the
-// bf16 copy with them and, when round is set (forward passes), rounds them
-// into it. A backward pass reuses the forward's rounding: the weights do
-// not change between a micro-batch's two passes.
+// bf16 copy with them and rounds them into it when round is set (forward
+// passes) or the copy is per unit (it was freed since). A backward pass
+// otherwise reuses the forward's rounding: the weights do not change
+// between a micro-batch's two passes.
 func (m *GPT) weights(p Params, u int, round bool) ([]float32, error) {
 	w, err := weights(p, u)
 	if err != nil || m.half == nil || len(w) == 0 {
 		return w, err
 	}
-	un := m.layout.Units[u]
+	h, un := m.half, m.layout.Units[u]
 	if len(w) != un.Size {
+		p.ReleaseWeights(u)
 		return nil, fmt.Errorf("model: unit %d has %d weights, want %d", u, len(w), un.Size)
 	}
-	h := m.half
-	h.base[u], h.size[u] = uintptr(unsafe.Pointer(&w[0])), len(w)
+	if h.perUnit {
+		if h.refs[u] == 0 {
+			b, err := h.dev.AllocOf(device.Param, tensor.BF16, un.Size)
+			if err != nil {
+				p.ReleaseWeights(u)
+				return nil, fmt.Errorf("model: bf16 weights of unit %d: %w", u, err)
+			}
+			h.units[u], h.bits[u] = b, b.BF16()
+		}
+		h.refs[u]++
+		round = true
+	}
+	h.base[u] = uintptr(unsafe.Pointer(&w[0]))
 	if round {
-		ops.EncodeBF16(m.k, h.bits[un.Offset:un.Offset+un.Size], w)
+		ops.EncodeBF16(m.k, h.bits[u], w)
 	}
 	return w, nil
+}
+
+// release is p.ReleaseWeights(u) for weights fetched by m.weights: a per
+// unit bf16 copy is freed with the last release.
+func (m *GPT) release(p Params, u int) {
+	p.ReleaseWeights(u)
+	h := m.half
+	if h == nil || !h.perUnit || h.refs[u] == 0 {
+		return
+	}
+	if h.refs[u]--; h.refs[u] == 0 {
+		h.units[u].Free()
+		h.units[u], h.bits[u], h.base[u] = nil, nil, 0
+	}
 }
 
 // halfOf is the bf16 copy of w, a slice of a unit's fp32 weights fetched
@@ -89,9 +139,9 @@ func (m *GPT) weights(p Params, u int, round bool) ([]float32, error) {
 func (m *GPT) halfOf(w []float32) []tensor.BF16Bits {
 	p := uintptr(unsafe.Pointer(&w[0]))
 	for u, b := range m.half.base {
-		if b != 0 && p >= b && p+uintptr(len(w))*4 <= b+uintptr(m.half.size[u])*4 {
-			off := m.layout.Units[u].Offset + int(p-b)/4
-			return m.half.bits[off : off+len(w)]
+		if b != 0 && p >= b && p+uintptr(len(w))*4 <= b+uintptr(len(m.half.bits[u]))*4 {
+			off := int(p-b) / 4
+			return m.half.bits[u][off : off+len(w)]
 		}
 	}
 	panic("model: halfOf: the weights were not fetched through GPT.weights")

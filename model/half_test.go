@@ -182,3 +182,60 @@ func TestHalfRefusesTP(t *testing.T) {
 		t.Fatalf("bf16 with tp=2: got %v, want the refusal naming both", err)
 	}
 }
+
+// TestHalfPerUnit: with HalfPerUnit the bf16 copy exists only while a
+// unit is fetched (param live 0 between passes, peak 2 bytes × the largest
+// unit) and the pass is bit-identical to the resident copy's.
+func TestHalfPerUnit(t *testing.T) {
+	cfg := Config{Layers: 2, Hidden: 32, Heads: 4, SeqLen: 16, Vocab: 64}
+	const B = 2
+	mr, pr, sr, _ := setupHalf(t, cfg, B, 1)
+	k, err := ops.New(ops.Config{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := device.New(device.Config{MasterWeights: true})
+	mu, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Compute: tensor.BF16, HalfPerUnit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pu, err := NewFlatParams(cfg, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(pu.W, pr.W)
+	su, err := mu.NewStash()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := dev.Stats().Live[device.Param]; l != 0 {
+		t.Fatalf("param live %d bytes before any pass, want 0", l)
+	}
+	batch := randomBatch(cfg, B, 3)
+	for _, r := range []struct {
+		m *GPT
+		p *FlatParams
+		s *Stash
+	}{{mr, pr, sr}, {mu, pu, su}} {
+		if _, err := r.m.Forward(r.p, r.s, batch); err != nil {
+			t.Fatal(err)
+		}
+		r.p.ZeroGrads()
+		if err := r.m.Backward(r.p, r.s, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range pr.G {
+		if pr.G[i] != pu.G[i] {
+			t.Fatalf("gradient %d: resident %g, per unit %g", i, pr.G[i], pu.G[i])
+		}
+	}
+	maxUnit := 0
+	for _, u := range mu.Layout().Units {
+		maxUnit = max(maxUnit, u.Size)
+	}
+	st := dev.Stats()
+	if st.Live[device.Param] != 0 || st.Peak[device.Param] != int64(2*maxUnit) {
+		t.Errorf("param live %d, peak %d bytes; want 0 and 2·%d", st.Live[device.Param], st.Peak[device.Param], maxUnit)
+	}
+}
