@@ -71,7 +71,7 @@ func (m *GPT) BlockForward(p Params, s *Stash, l int) error {
 	if err != nil {
 		return err
 	}
-	defer m.release(p, l + 1)
+	defer m.release(p, l+1)
 	if m.part.Split() {
 		return m.blockForwardTP(w, s, l)
 	}
