@@ -1,6 +1,8 @@
 package train
 
 import (
+	"strings"
+
 	"trellis/plan"
 	"trellis/tensor"
 )
@@ -14,4 +16,15 @@ func computeType(p plan.Precision) tensor.DType {
 		return tensor.BF16
 	}
 	return tensor.F32
+}
+
+// runPlanText is the plan as the run line shows it: Short, which leaves
+// out the planner's defaults (bf16 among them), with the precision always
+// named.
+func runPlanText(p plan.Plan) string {
+	s := p.Short()
+	if !strings.Contains(s, "precision=") {
+		s += ",precision=" + string(p.Precision)
+	}
+	return s
 }

@@ -43,7 +43,7 @@ func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
 	rep.tokens = float64(o.Job.Train.GlobalBatch * o.Job.Model.SeqLen)
 	rep.flops = o.Job.Model.FLOPsPerToken()
 	rep.peak = s.peak
-	o.Log.Info("run", "plan", s.enginePlan.Short(), "precision", s.enginePlan.Precision, "ranks", s.ranks, "threads_per_rank", s.threads,
+	o.Log.Info("run", "plan", runPlanText(s.enginePlan), "ranks", s.ranks, "threads_per_rank", s.threads,
 		"params", o.Job.Model.NumParams(), "accum", s.accum, "tokens_per_step", int(rep.tokens),
 		"kernels", r.k.ISA(), "device_memory", budgetText(s.budget), "from_step", start, "to_step", end,
 		"checkpoint_dir", o.Job.Checkpoint.Dir)
