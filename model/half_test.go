@@ -239,3 +239,62 @@ func TestHalfPerUnit(t *testing.T) {
 		t.Errorf("param live %d, peak %d bytes; want 0 and 2·%d", st.Live[device.Param], st.Peak[device.Param], maxUnit)
 	}
 }
+
+// TestHalfFallback: where the bf16 pairs kernels are not used (a CPU
+// without AVX512_BF16, here forced with isa=avx2 and generic), the bf16
+// runner widens its operands to fp32 at packing and gives the same loss
+// and gradients as with VDPBF16PS within fp32 summation error: the products
+// of bf16 values are exact either way.
+func TestHalfFallback(t *testing.T) {
+	cfg := Config{Layers: 1, Hidden: 32, Heads: 4, SeqLen: 16, Vocab: 64}
+	const B = 2
+	batch := randomBatch(cfg, B, 3)
+	run := func(isa string) (float32, []float32, string) {
+		k, err := ops.New(ops.Config{Threads: 1, ISA: isa})
+		if err != nil {
+			t.Skipf("isa=%s: %v", isa, err)
+		}
+		dev := device.New(device.Config{MasterWeights: true})
+		m, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Compute: tensor.BF16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := NewFlatParams(cfg, dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := InitRange(cfg, 1, p.W, 0, len(p.W)); err != nil {
+			t.Fatal(err)
+		}
+		s, err := m.NewStash()
+		if err != nil {
+			t.Fatal(err)
+		}
+		loss, err := m.Forward(p, s, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Backward(p, s, 1); err != nil {
+			t.Fatal(err)
+		}
+		return loss, p.G, k.BF16ISA()
+	}
+	l0, g0, isa0 := run("auto")
+	for _, isa := range []string{"avx2", "generic"} {
+		l, g, name := run(isa)
+		if name != isa+"+widen" {
+			t.Fatalf("isa=%s runs bf16 as %s, want %s+widen", isa, name, isa)
+		}
+		if d := math.Abs(float64(l - l0)); d > 1e-5*math.Abs(float64(l0)) {
+			t.Errorf("%s (%s): loss %g, %s %g", isa, name, l, isa0, l0)
+		}
+		var maxDiff, maxRef float64
+		for i := range g0 {
+			maxRef = max(maxRef, math.Abs(float64(g0[i])))
+			maxDiff = max(maxDiff, math.Abs(float64(g[i]-g0[i])))
+		}
+		if maxDiff > 1e-4*maxRef {
+			t.Errorf("%s (%s): gradients differ by %g (largest %g)", isa, name, maxDiff, maxRef)
+		}
+	}
+}
