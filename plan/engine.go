@@ -39,3 +39,38 @@ func (j Job) engineActivations(p Plan) actSizes {
 		head:  4*(2*n*h+2*n+bs*vl+bs) + 16*bs,
 	}
 }
+
+// engineBF16 says whether p's model states are the Trellis engine's bf16
+// ones (engineBF16States): a CPU host cluster (engine_stash) running the
+// engine's model in bf16 on whole layers (the engine refuses bf16 with tp
+// or pp).
+func (j Job) engineBF16(p Plan) bool {
+	return j.Cluster.EngineStash && j.engineRuns(p) && p.Precision == BF16 && p.TP == 1 && p.PP == 1
+}
+
+// engineBF16States replaces modelStates' bf16 bytes with the engine's
+// (docs/ARCHITECTURE.md, "Mixed precision"), for P parameters sharded over
+// N = dp ranks: its fp32 weights are the master weights, whole under ZeRO
+// 1-2 as in fp32 runs, and its bf16 copy is whole except under ZeRO-3,
+// where only the unit being computed has one (u = the largest unit: a
+// block, 12h² + 13h, or the embedding, (V + s)·h):
+//
+//	Param = 2P, or 2u with zero=3     Grad = 4P / (N if zero≥2)
+//	Optim = 4P / (N if zero=3) + 8P / (N if zero≥1)
+func (j Job) engineBF16States(mem *Memory, P float64, p Plan) {
+	n := float64(p.DP * p.CP)
+	shard := func(stage int) float64 {
+		if p.ZeRO >= stage {
+			return n
+		}
+		return 1
+	}
+	h := float64(j.Model.Hidden)
+	u := math.Max(12*h*h+13*h, float64(j.Model.Vocab+j.Model.MaxSeq)*h)
+	mem.Param = ceil(2 * P)
+	if p.ZeRO == 3 {
+		mem.Param = ceil(2 * u)
+	}
+	mem.Grad = ceil(4 * P / shard(2))
+	mem.Optim = ceil(4*P/shard(3) + 8*P/shard(1))
+}

@@ -227,6 +227,9 @@ func (j Job) memory(p Plan, sp shapeParams) Memory {
 func (j Job) stageMemory(p Plan, sp shapeParams, a actSizes, stage, layers int) Memory {
 	mem := Memory{Stage: stage, Layers: layers, Budget: j.Cluster.Accel.Memory}
 	modelStates(&mem, sp.params(stage, layers), p)
+	if j.engineBF16(p) {
+		j.engineBF16States(&mem, sp.params(stage, layers), p)
+	}
 	mem.InFlight = j.inFlight(p, stage)
 	perMB := a.layer * float64(layers)
 	if stage == 0 {
