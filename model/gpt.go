@@ -28,7 +28,7 @@ type Options struct {
 	// probabilities and the backward needs no (T,T) scratch.
 	Flash bool
 	// Compute is the linear layers' GEMM precision: tensor.F32 (the zero
-	// value) or tensor.BF16 (mixed precision, see half.go).
+	// value), tensor.BF16 or tensor.F16 (mixed precision, see half.go).
 	Compute tensor.DType
 	// HalfPerUnit keeps the bf16 copy of a unit only while its weights
 	// are fetched (ZeRO-3, which gathers them per unit); otherwise it is
@@ -50,10 +50,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("model: micro_batch=%d must be positive", o.MicroBatch)
 	case o.Part.Split() && o.TP == nil:
 		return fmt.Errorf("model: tp=%d without a TPComm", o.Part.Degree())
-	case o.Compute != tensor.F32 && o.Compute != tensor.BF16:
-		return fmt.Errorf("model: compute=%s: the runner computes in fp32 or bf16", o.Compute)
-	case o.Compute == tensor.BF16 && o.Part.Split():
-		return fmt.Errorf("model: compute=bf16 with tp=%d: the tensor-parallel layers compute in fp32 only", o.Part.Degree())
+	case o.Compute != tensor.F32 && o.Compute != tensor.BF16 && o.Compute != tensor.F16:
+		return fmt.Errorf("model: compute=%s: the runner computes in fp32, bf16 or fp16", o.Compute)
+	case o.Compute != tensor.F32 && o.Part.Split():
+		return fmt.Errorf("model: compute=%s with tp=%d: the tensor-parallel layers compute in fp32 only", o.Compute, o.Part.Degree())
 	}
 	return o.Part.Validate(o.Model)
 }
@@ -116,8 +116,8 @@ func New(o Options) (*GPT, error) {
 		return nil, fmt.Errorf("model: backward scratch: %w", err)
 	}
 	m.ws = ws
-	if o.Compute == tensor.BF16 {
-		if m.half, err = newHalf(o.Device, m.layout, c, m.B, o.HalfPerUnit); err != nil {
+	if o.Compute != tensor.F32 {
+		if m.half, err = newHalf(o.Device, o.Compute, m.layout, c, m.B, o.HalfPerUnit); err != nil {
 			ws.Free()
 			return nil, err
 		}

@@ -36,41 +36,42 @@ type halfState struct {
 	dev     *device.Device
 	lay     Layout
 	perUnit bool
-	whole   *device.Buffer      // resident: (Layout.Size) bf16 weights, tag param
-	units   []*device.Buffer    // per unit: its bf16 weights while fetched
-	refs    []int               // per unit: fetches not yet released
-	bits    [][]tensor.BF16Bits // per unit: its bf16 weights
-	base    []uintptr           // per unit: the fp32 slice the copy was last matched with
-	ws      *device.Buffer      // bf16 workspace: x and dy below
-	x       []tensor.BF16Bits   // (B·T·4C) a GEMM's activation operand
-	dy      []tensor.BF16Bits   // (B·T·max(4C, V)) a backward GEMM's output gradient
+	dt      tensor.DType     // bf16 or fp16
+	whole   *device.Buffer   // resident: (Layout.Size) 16-bit weights, tag param
+	units   []*device.Buffer // per unit: its 16-bit weights while fetched
+	refs    []int            // per unit: fetches not yet released
+	bits    [][]uint16       // per unit: its 16-bit weights
+	base    []uintptr        // per unit: the fp32 slice the copy was last matched with
+	ws      *device.Buffer   // 16-bit workspace: x and dy below
+	x       []uint16         // (B·T·4C) a GEMM's activation operand
+	dy      []uint16         // (B·T·max(4C, V)) a backward GEMM's output gradient
 }
 
 // newHalf allocates the bf16 copy (unless per unit) and the scratch for a
 // runner of B sequences.
-func newHalf(dev *device.Device, lay Layout, c Config, B int, perUnit bool) (*halfState, error) {
+func newHalf(dev *device.Device, dt tensor.DType, lay Layout, c Config, B int, perUnit bool) (*halfState, error) {
 	n := len(lay.Units)
-	h := &halfState{dev: dev, lay: lay, perUnit: perUnit, units: make([]*device.Buffer, n), refs: make([]int, n),
-		bits: make([][]tensor.BF16Bits, n), base: make([]uintptr, n)}
+	h := &halfState{dev: dev, dt: dt, lay: lay, perUnit: perUnit, units: make([]*device.Buffer, n), refs: make([]int, n),
+		bits: make([][]uint16, n), base: make([]uintptr, n)}
 	if !perUnit {
-		w, err := dev.AllocOf(device.Param, tensor.BF16, lay.Size)
+		w, err := dev.AllocOf(device.Param, dt, lay.Size)
 		if err != nil {
-			return nil, fmt.Errorf("model: bf16 weights: %w", err)
+			return nil, fmt.Errorf("model: %s weights: %w", dt, err)
 		}
 		h.whole = w
-		all := w.BF16()
+		all := w.Bits
 		for u, un := range lay.Units {
 			h.bits[u] = all[un.Offset : un.Offset+un.Size : un.Offset+un.Size]
 		}
 	}
 	BT := B * c.SeqLen
 	nx, ndy := BT*4*c.Hidden, BT*max(4*c.Hidden, c.Vocab)
-	ws, err := dev.AllocOf(device.Workspace, tensor.BF16, nx+ndy)
+	ws, err := dev.AllocOf(device.Workspace, dt, nx+ndy)
 	if err != nil {
 		h.whole.Free()
-		return nil, fmt.Errorf("model: bf16 GEMM scratch: %w", err)
+		return nil, fmt.Errorf("model: %s GEMM scratch: %w", dt, err)
 	}
-	s := ws.BF16()
+	s := ws.Bits
 	h.ws, h.x, h.dy = ws, s[:nx:nx], s[nx:]
 	return h, nil
 }
@@ -103,19 +104,19 @@ func (m *GPT) weights(p Params, u int, round bool) ([]float32, error) {
 	}
 	if h.perUnit {
 		if h.refs[u] == 0 {
-			b, err := h.dev.AllocOf(device.Param, tensor.BF16, un.Size)
+			b, err := h.dev.AllocOf(device.Param, h.dt, un.Size)
 			if err != nil {
 				p.ReleaseWeights(u)
-				return nil, fmt.Errorf("model: bf16 weights of unit %d: %w", u, err)
+				return nil, fmt.Errorf("model: %s weights of unit %d: %w", h.dt, u, err)
 			}
-			h.units[u], h.bits[u] = b, b.BF16()
+			h.units[u], h.bits[u] = b, b.Bits
 		}
 		h.refs[u]++
 		round = true
 	}
 	h.base[u] = uintptr(unsafe.Pointer(&w[0]))
 	if round {
-		ops.EncodeBF16(m.k, h.bits[u], w)
+		m.encode(h.bits[u], w)
 	}
 	return w, nil
 }
@@ -136,7 +137,7 @@ func (m *GPT) release(p Params, u int) {
 
 // halfOf is the bf16 copy of w, a slice of a unit's fp32 weights fetched
 // by m.weights.
-func (m *GPT) halfOf(w []float32) []tensor.BF16Bits {
+func (m *GPT) halfOf(w []float32) []uint16 {
 	p := uintptr(unsafe.Pointer(&w[0]))
 	for u, b := range m.half.base {
 		if b != 0 && p >= b && p+uintptr(len(w))*4 <= b+uintptr(len(m.half.bits[u]))*4 {
@@ -161,8 +162,13 @@ func (m *GPT) linearForward(out, res, inp, w, bias []float32, N, C, OC int) {
 		return
 	}
 	x := m.half.x[:N*C]
-	ops.EncodeBF16(m.k, x, inp[:N*C])
-	m.k.MatMulBF16Ep(ops.NT, N, OC, C, x, C, m.halfOf(w[:OC*C]), C, out, OC, res, bias)
+	m.encode(x, inp[:N*C])
+	wh := m.halfOf(w[:OC*C])
+	if m.half.dt == tensor.F16 {
+		m.k.MatMulF16Ep(ops.NT, N, OC, C, asF16(x), C, asF16(wh), C, out, OC, res, bias)
+		return
+	}
+	m.k.MatMulBF16Ep(ops.NT, N, OC, C, asBF16(x), C, asBF16(wh), C, out, OC, res, bias)
 }
 
 // linearBackwardSet is ops.LinearBackwardSet in the runner's precision:
@@ -175,11 +181,45 @@ func (m *GPT) linearBackwardSet(dinp, dw, dbias, dout, inp, w []float32, N, C, O
 		return
 	}
 	dy, x := m.half.dy[:N*OC], m.half.x[:N*C]
-	ops.EncodeBF16(m.k, dy, dout[:N*OC])
-	ops.EncodeBF16(m.k, x, inp[:N*C])
-	m.k.MatMulBF16(ops.NN, N, C, OC, dy, OC, m.halfOf(w[:OC*C]), C, dinp, C, false)
-	m.k.MatMulBF16(ops.TN, OC, C, N, dy, OC, x, C, dw, C, true)
+	m.encode(dy, dout[:N*OC])
+	m.encode(x, inp[:N*C])
+	wh := m.halfOf(w[:OC*C])
+	if m.half.dt == tensor.F16 {
+		m.k.MatMulF16(ops.NN, N, C, OC, asF16(dy), OC, asF16(wh), C, dinp, C, false)
+		m.k.MatMulF16(ops.TN, OC, C, N, asF16(dy), OC, asF16(x), C, dw, C, true)
+	} else {
+		m.k.MatMulBF16(ops.NN, N, C, OC, asBF16(dy), OC, asBF16(wh), C, dinp, C, false)
+		m.k.MatMulBF16(ops.TN, OC, C, N, asBF16(dy), OC, asBF16(x), C, dw, C, true)
+	}
 	if dbias != nil {
 		ops.BiasBackward(m.k, dbias, dout, N, OC)
 	}
+}
+
+// encode rounds src into dst in the runner's 16-bit type, to nearest even.
+func (m *GPT) encode(dst []uint16, src []float32) {
+	if m.half.dt == tensor.BF16 {
+		ops.EncodeBF16(m.k, asBF16(dst), src)
+		return
+	}
+	const chunk = 1 << 14
+	d := asF16(dst)
+	m.k.Parallel((len(src)+chunk-1)/chunk, func(lo, hi int) {
+		a, b := lo*chunk, min(hi*chunk, len(src))
+		tensor.EncodeF16(d[a:b], src[a:b])
+	})
+}
+
+func asBF16(s []uint16) []tensor.BF16Bits {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*tensor.BF16Bits)(unsafe.Pointer(&s[0])), len(s))
+}
+
+func asF16(s []uint16) []tensor.F16Bits {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*tensor.F16Bits)(unsafe.Pointer(&s[0])), len(s))
 }

@@ -29,3 +29,13 @@ func (k *Kernels) MatMulBF16Ep(l Layout, m, n, kk int, a []tensor.BF16Bits, lda 
 	h.pk = impl.pack
 	k.start(gemm{impl: impl, bufs: bufs, l: l, m: m, n: n, k: kk, c: c, ldc: ldc, src: src, bias: bias, h: h})
 }
+
+// MatMulF16Ep is MatMulF16 with the epilogue of MatMulBF16Ep: C = src +
+// bias + op(A)·op(B), A and B fp16 widened to fp32 at packing.
+func (k *Kernels) MatMulF16Ep(l Layout, m, n, kk int, a []tensor.F16Bits, lda int, b []tensor.F16Bits, ldb int, c []float32, ldc int, src, bias []float32) {
+	matmulCheck(l, m, n, kk, a, lda, b, ldb, c, ldc)
+	epilogueCheck(m, n, ldc, src, bias)
+	h := &halfOperands{a: bits16(a), lda: lda, b: bits16(b), ldb: ldb, f16: true}
+	h.pk = k.impl.pack
+	k.start(gemm{impl: k.impl, bufs: k.bufs, l: l, m: m, n: n, k: kk, c: c, ldc: ldc, src: src, bias: bias, h: h})
+}
