@@ -4,13 +4,13 @@ import "math"
 
 // engineRuns says whether the Trellis engine runs p for the job's model the
 // way its stash formula describes: a GPT block (FFN = 4h, one key/value head
-// per head, not gated), fp32 or bf16 (whose stash the engine keeps in
-// fp32 too: only its GEMM operands are rounded, into workspace), no
+// per head, not gated), fp32, bf16 or fp16 (whose stash the engine keeps
+// in fp32 too: only its GEMM operands are rounded, into workspace), no
 // recomputation, no flash attention, cp = 1.
 func (j Job) engineRuns(p Plan) bool {
 	m := j.Model
 	return !m.gated() && m.KVHeads == m.Heads && m.FFN == 4*m.Hidden &&
-		(p.Precision == FP32 || p.Precision == BF16) && p.Recompute == RecomputeNone && !p.Flash && p.CP == 1
+		(p.Precision == FP32 || p.Precision == BF16 || p.Precision == FP16) && p.Recompute == RecomputeNone && !p.Flash && p.CP == 1
 }
 
 // engineActivations is the Trellis engine's own stash (docs/ARCHITECTURE.md,
@@ -42,10 +42,10 @@ func (j Job) engineActivations(p Plan) actSizes {
 
 // engineBF16 says whether p's model states are the Trellis engine's bf16
 // ones (engineBF16States): a CPU host cluster (engine_stash) running the
-// engine's model in bf16 on whole layers (the engine refuses bf16 with tp
-// or pp).
+// engine's model in bf16 or fp16 on whole layers (the engine refuses them
+// with tp or pp). The engine keeps fp32 gradients under fp16 too.
 func (j Job) engineBF16(p Plan) bool {
-	return j.Cluster.EngineStash && j.engineRuns(p) && p.Precision == BF16 && p.TP == 1 && p.PP == 1
+	return j.Cluster.EngineStash && j.engineRuns(p) && (p.Precision == BF16 || p.Precision == FP16) && p.TP == 1 && p.PP == 1
 }
 
 // engineBF16States replaces modelStates' bf16 bytes with the engine's

@@ -35,6 +35,10 @@ type Config struct {
 	SampleLen   int     `toml:"sample_len"`   // tokens per printed sample
 	Prompt      string  `toml:"prompt"`       // the printed samples' prompt
 	LogEvery    int     `toml:"log_every"`    // log a line every N steps when not on a terminal
+	// LossScale is fp16's initial dynamic loss scale (0: 65536) and
+	// LossScaleWindow the clean steps after which it doubles (0: 1000).
+	LossScale       float64 `toml:"loss_scale"`
+	LossScaleWindow int     `toml:"loss_scale_window"`
 }
 
 // ParallelConfig is the [parallel] section: how the step is split.
@@ -134,13 +138,14 @@ func checkSupported(p plan.Plan) error {
 	if p.CP != 1 {
 		bad = append(bad, fmt.Sprintf("cp=%d (context parallelism)", p.CP))
 	}
+	half := p.Precision == plan.BF16 || p.Precision == plan.FP16
 	switch {
-	case p.Precision == plan.BF16 && p.TP > 1:
-		bad = append(bad, fmt.Sprintf("precision=bf16 with tp=%d (the tensor-parallel layers compute in fp32 only)", p.TP))
-	case p.Precision == plan.BF16 && p.PP > 1:
-		bad = append(bad, fmt.Sprintf("precision=bf16 with pp=%d (pipeline stages compute in fp32 only)", p.PP))
-	case p.Precision != plan.FP32 && p.Precision != plan.BF16:
-		bad = append(bad, fmt.Sprintf("precision=%s (fp32 and bf16 only)", p.Precision))
+	case half && p.TP > 1:
+		bad = append(bad, fmt.Sprintf("precision=%s with tp=%d (the tensor-parallel layers compute in fp32 only)", p.Precision, p.TP))
+	case half && p.PP > 1:
+		bad = append(bad, fmt.Sprintf("precision=%s with pp=%d (pipeline stages compute in fp32 only)", p.Precision, p.PP))
+	case !half && p.Precision != plan.FP32:
+		bad = append(bad, fmt.Sprintf("precision=%s (fp32, bf16 and fp16 only)", p.Precision))
 	}
 	if p.Recompute != plan.RecomputeNone {
 		bad = append(bad, fmt.Sprintf("recompute=%s", p.Recompute))

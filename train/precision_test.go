@@ -1,23 +1,34 @@
 package train
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"math"
 	"strings"
 	"testing"
 
+	"trellis/checkpoint"
 	"trellis/device"
 	"trellis/model"
 )
 
-// TestBF16TracksFP32 trains the tiny model 30 steps in fp32 and in bf16:
-// every bf16 loss within 3% of fp32's and the last within 1%, and the bf16
-// run not the fp32 one (the bf16 GEMMs ran).
+// TestBF16TracksFP32 trains the tiny model 30 steps in fp32, in bf16 and
+// in fp16 (loss scaling from 65536): every 16-bit loss within 3% of fp32's
+// and the last within 1%, and the 16-bit run not the fp32 one (its GEMMs ran).
 func TestBF16TracksFP32(t *testing.T) {
 	j := tinyJob("")
 	j.Train.Steps, j.Train.Warmup = 30, 3
 	fp32 := runJob(t, j, "", "", 0)
-	j.Parallel.Plan = "precision=bf16"
-	bf16 := runJob(t, j, "", "", 0)
+	for _, prec := range []string{"bf16", "fp16"} {
+		j.Parallel.Plan = "precision=" + prec
+		tracks(t, prec, fp32, runJob(t, j, "", "", 0))
+	}
+}
+
+// tracks holds a 16-bit run's losses to the fp32 run's (TestBF16TracksFP32).
+func tracks(t *testing.T, prec string, fp32, bf16 result) {
+	t.Helper()
 	if len(bf16.losses) != 30 || len(fp32.losses) != 30 {
 		t.Fatalf("%d and %d steps logged, want 30", len(bf16.losses), len(fp32.losses))
 	}
@@ -26,17 +37,17 @@ func TestBF16TracksFP32(t *testing.T) {
 		got := bf16.losses[i]
 		same = same && got == want
 		if d := math.Abs(got-want) / want; d > 0.03 {
-			t.Errorf("step %d: bf16 loss %.5g, fp32 %.5g (rel diff %.3g > 0.03)", i+1, got, want, d)
+			t.Errorf("%s: step %d: loss %.5g, fp32 %.5g (rel diff %.3g > 0.03)", prec, i+1, got, want, d)
 		}
 	}
 	last, ref := bf16.losses[29], fp32.losses[29]
 	if d := math.Abs(last-ref) / ref; d > 0.01 {
-		t.Errorf("last loss: bf16 %.5g, fp32 %.5g (rel diff %.3g > 0.01)", last, ref, d)
+		t.Errorf("%s: last loss %.5g, fp32 %.5g (rel diff %.3g > 0.01)", prec, last, ref, d)
 	}
 	if same {
-		t.Error("bf16 losses equal fp32's bit for bit: the bf16 path did not run")
+		t.Errorf("%s losses equal fp32's bit for bit: the 16-bit path did not run", prec)
 	}
-	t.Logf("step 30: fp32 %.5f bf16 %.5f", ref, last)
+	t.Logf("step 30: fp32 %.5f %s %.5f", ref, prec, last)
 }
 
 // TestBF16Plans runs bf16 under data parallelism and ZeRO 1-3 against the
@@ -94,7 +105,7 @@ func TestBF16Refused(t *testing.T) {
 	for plan, want := range map[string]string{
 		"tp=2,precision=bf16": "precision=bf16 with tp=2",
 		"pp=2,precision=bf16": "precision=bf16 with pp=2",
-		"precision=fp16":      "precision=fp16",
+		"tp=2,precision=fp16": "precision=fp16 with tp=2",
 	} {
 		_, err := tinyJob(plan).resolve()
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -165,6 +176,101 @@ func TestBF16Resume(t *testing.T) {
 		}
 		if err := sameBits(b2.w, a.w); err != nil {
 			t.Errorf("%s: weights: %v", plan, err)
+		}
+	}
+}
+
+// fp16Metrics reads a run's --metrics lines' skipped and loss_scale.
+type fp16Line struct {
+	Step      int     `json:"step"`
+	Skipped   bool    `json:"skipped"`
+	LossScale float64 `json:"loss_scale"`
+}
+
+func runFP16(t *testing.T, j Job, dir, resume string, until int) (result, []fp16Line) {
+	t.Helper()
+	if dir != "" {
+		j.Checkpoint = checkpoint.Config{Dir: dir}
+	}
+	var metrics bytes.Buffer
+	sum, err := Run(context.Background(), Options{Job: j, Resume: resume, Until: until, Metrics: &metrics})
+	if err != nil {
+		t.Fatalf("plan %s: %v", j.Parallel.Plan, err)
+	}
+	res := result{sum: sum}
+	var lines []fp16Line
+	for _, ln := range strings.Split(strings.TrimSpace(metrics.String()), "\n") {
+		var m metricsLine
+		var f fp16Line
+		if err := json.Unmarshal([]byte(ln), &m); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(ln), &f); err != nil {
+			t.Fatal(err)
+		}
+		res.losses = append(res.losses, m.Loss)
+		lines = append(lines, f)
+	}
+	if dir != "" {
+		res.w, res.m, res.v = readState(t, j.Model, sum.Checkpoint)
+	}
+	return res, lines
+}
+
+// TestFP16Overflow induces an overflow with a loss scale of 2^40: the
+// fp16 gradients are inf, so the first steps are skipped on every rank
+// ("skipped":true in --metrics), the scale halves each time until the
+// gradients fit, the weights and moments of the skipped steps are those of
+// the start (nothing lost: the run then trains), and a resumed run
+// continues with the saved scale, bit for bit.
+func TestFP16Overflow(t *testing.T) {
+	for _, plan := range []string{"precision=fp16", "dp=2,zero=2,precision=fp16", "dp=2,zero=3,precision=fp16"} {
+		j := tinyJob(plan)
+		j.Train.LossScale, j.Train.LossScaleWindow = 0x1p40, 2
+		j.Train.Steps = 1
+		one, lines := runFP16(t, j, t.TempDir(), "", 0)
+		if len(lines) != 1 || !lines[0].Skipped || lines[0].LossScale != 0x1p40 {
+			t.Fatalf("%s: step 1: %+v, want skipped at scale 2^40", plan, lines)
+		}
+		w0 := make([]float32, j.Model.Layout().Size)
+		if err := model.InitRange(j.Model, j.Train.Seed, w0, 0, len(w0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := sameBits(one.w, w0); err != nil {
+			t.Errorf("%s: weights after a skipped step differ from the initial ones: %v", plan, err)
+		}
+		for i, v := range one.m {
+			if v != 0 || one.v[i] != 0 {
+				t.Fatalf("%s: Adam moment %d is %g, %g after a skipped step, want 0", plan, i, v, one.v[i])
+			}
+		}
+		j.Train.Steps = 50
+		full, lines := runFP16(t, j, t.TempDir(), "", 0)
+		skipped := 0
+		for i, l := range lines {
+			if l.Skipped {
+				skipped++
+				if i+1 < len(lines) && !lines[i+1].Skipped && lines[i+1].LossScale != l.LossScale/2 {
+					t.Fatalf("%s: step %d skipped at %g, step %d runs at %g, want half", plan, i+1, l.LossScale, i+2, lines[i+1].LossScale)
+				}
+			}
+		}
+		if skipped == 0 || skipped == len(lines) || !(full.losses[len(full.losses)-1] < full.losses[skipped]) {
+			t.Fatalf("%s: %d of %d steps skipped, loss %g after them and %g at the end: want some skipped, then training", plan, skipped, len(lines), full.losses[skipped], full.losses[len(full.losses)-1])
+		}
+		t.Logf("%s: %d steps skipped, then scale %g; loss %.4f -> %.4f", plan, skipped, lines[skipped].LossScale, full.losses[skipped], full.losses[len(full.losses)-1])
+		// Resume mid-way: the scale comes back from the checkpoint.
+		dir := t.TempDir()
+		half := skipped + 3
+		runFP16(t, j, dir, "", half)
+		rest, rlines := runFP16(t, j, dir, dir, 0)
+		for i, l := range rlines {
+			if want := lines[half+i]; l != want {
+				t.Fatalf("%s: resumed step %d: %+v, straight %+v", plan, half+i+1, l, want)
+			}
+			if rest.losses[i] != full.losses[half+i] {
+				t.Fatalf("%s: resumed step %d: loss %v, straight %v", plan, half+i+1, rest.losses[i], full.losses[half+i])
+			}
 		}
 	}
 }

@@ -89,6 +89,8 @@ type metricsLine struct {
 	TokensPerS float64       `json:"tokens_per_s"`
 	MFU        float64       `json:"mfu"`
 	StepS      float64       `json:"step_s"`
+	Skipped    bool          `json:"skipped,omitempty"`    // fp16: the step overflowed and was skipped
+	LossScale  float64       `json:"loss_scale,omitempty"` // fp16: the loss scale the step ran with
 	Ranks      []metricsRank `json:"ranks"`
 }
 
@@ -115,7 +117,11 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 	mfu := tps * rep.flops / rep.peak
 	rep.tps, rep.mfu = append(rep.tps, tps), append(rep.mfu, mfu)
 	if rep.o.Metrics != nil && r0(rep) {
-		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds()}
+		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds(),
+			Skipped: res.skipped, LossScale: res.scale}
+		if res.skipped {
+			m.GradNorm = 0 // it overflowed (not finite, which JSON cannot hold): "skipped" says so
+		}
 		if finite(val) {
 			m.ValLoss = &val
 		}
