@@ -25,7 +25,9 @@ import (
 // statistics too), GELU, softmax and attention, the cross-entropy, the
 // gradients and their reduction (Megatron's convention for bf16). The
 // stash keeps its activations in fp32; the bf16 operands are rounded into
-// two workspace buffers at each GEMM.
+// two workspace buffers at each GEMM. Options.Compute = tensor.F16 is the
+// same with fp16 in place of bf16 (the GEMMs widen fp16 exactly to fp32);
+// its loss scaling is the trainer's (train/precision.go).
 
 // halfState is the bf16 compute copy and the GEMM operands' scratch. The
 // copy is resident (one buffer for every unit) or, with
