@@ -4,21 +4,21 @@ import (
 	"testing"
 
 	"trellis/ops"
+	"trellis/tensor"
 )
 
 // BenchmarkTrainStepPrecision is BenchmarkTrainStep (the reference model,
-// B = 8, one thread, forward + backward + AdamW) in fp32 and in bf16, side
-// by side in one run, for docs/BENCHMARKS.md:
+// B = 8, one thread, forward + backward + AdamW) in fp32, bf16 and fp16,
+// side by side in one run, for docs/BENCHMARKS.md:
 //
 //	go test ./model -run ^$ -bench TrainStepPrecision -benchtime 10x -count 3
 func BenchmarkTrainStepPrecision(b *testing.B) {
-	for _, bf := range []bool{false, true} {
-		name := map[bool]string{false: "fp32", true: "bf16"}[bf]
-		b.Run(name, func(b *testing.B) {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16} {
+		b.Run(dt.String(), func(b *testing.B) {
 			const B = 8
 			m, p, s, _ := setup(b, reference, B, 1)
-			if bf {
-				m, p, s, _ = setupHalf(b, reference, B, 1)
+			if dt != tensor.F32 {
+				m, p, s, _ = setupHalfOf(b, reference, B, 1, dt)
 			}
 			batch := randomBatch(reference, B, 1)
 			mom, vel := make([]float32, len(p.W)), make([]float32, len(p.W))

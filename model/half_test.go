@@ -15,12 +15,18 @@ import (
 // the fp32 weights as master weights.
 func setupHalf(t testing.TB, cfg Config, B, threads int) (*GPT, *FlatParams, *Stash, *device.Device) {
 	t.Helper()
+	return setupHalfOf(t, cfg, B, threads, tensor.BF16)
+}
+
+// setupHalfOf is setupHalf computing in dt (bf16 or fp16).
+func setupHalfOf(t testing.TB, cfg Config, B, threads int, dt tensor.DType) (*GPT, *FlatParams, *Stash, *device.Device) {
+	t.Helper()
 	k, err := ops.New(ops.Config{Threads: threads})
 	if err != nil {
 		t.Fatal(err)
 	}
 	dev := device.New(device.Config{MasterWeights: true})
-	m, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Compute: tensor.BF16})
+	m, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Compute: dt})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,12 +47,23 @@ func setupHalf(t testing.TB, cfg Config, B, threads int) (*GPT, *FlatParams, *St
 // bf16 rounds to bf16 and back.
 func bf16(x float32) float64 { return float64(tensor.ToBF16(x).Float32()) }
 
-// TestHalfLinear holds the bf16 linear layer to its definition, computed
-// in float64 from the rounded operands: y = res + bias + Σ_c x̃[n,c]·w̃[o,c],
-// dx = Σ_o d̃y·w̃, dw += Σ_n d̃yᵀ·x̃ (x̃ = bf16(x)), within fp32 summation error.
+// TestHalfLinear holds the bf16 and fp16 linear layers to their
+// definition, computed in float64 from the rounded operands: y = res + bias
+// + Σ_c x̃[n,c]·w̃[o,c], dx = Σ_o d̃y·w̃, dw += Σ_n d̃yᵀ·x̃ (x̃ = bf16(x) or
+// fp16(x)), within fp32 summation error.
 func TestHalfLinear(t *testing.T) {
+	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
+		round := bf16
+		if dt == tensor.F16 {
+			round = func(x float32) float64 { return float64(tensor.ToF16(x).Float32()) }
+		}
+		t.Run(dt.String(), func(t *testing.T) { checkHalfLinear(t, dt, round) })
+	}
+}
+
+func checkHalfLinear(t *testing.T, dt tensor.DType, bf16 func(float32) float64) {
 	cfg := Config{Layers: 1, Hidden: 16, Heads: 2, SeqLen: 8, Vocab: 40}
-	m, p, _, _ := setupHalf(t, cfg, 2, 2)
+	m, p, _, _ := setupHalfOf(t, cfg, 2, 2, dt)
 	const N, C, OC = 16, 16, 48 // qkv of block 0
 	w, err := m.weights(p, 1, true)
 	if err != nil {
