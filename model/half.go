@@ -204,12 +204,7 @@ func (m *GPT) encode(dst []uint16, src []float32) {
 		ops.EncodeBF16(m.k, asBF16(dst), src)
 		return
 	}
-	const chunk = 1 << 14
-	d := asF16(dst)
-	m.k.Parallel((len(src)+chunk-1)/chunk, func(lo, hi int) {
-		a, b := lo*chunk, min(hi*chunk, len(src))
-		tensor.EncodeF16(d[a:b], src[a:b])
-	})
+	ops.EncodeF16(m.k, asF16(dst), src)
 }
 
 func asBF16(s []uint16) []tensor.BF16Bits {
