@@ -1,5 +1,5 @@
 #!/bin/sh
-# Validation loss of fp32 against precision=bf16 after STEPS steps, for two
+# Validation loss of fp32 against precision=bf16 and fp16 after STEPS steps, for two
 # models on two texts (docs/BENCHMARKS.md, "Mixed precision"):
 #   the default job's model (layers 4, hidden 256, seq 128, byte vocab) on
 #   the embedded novel, one device, no budget;
@@ -27,7 +27,9 @@ for name in default other; do
 		set --
 	fi
 	a=$(run $name fp32 "$@")
-	b=$(run $name bf16 "$@")
-	awk -v n=$name -v a="$a" -v b="$b" -v s="$steps" 'BEGIN { printf "%-8s step %d: val loss fp32 %s  bf16 %s  (bf16/fp32 - 1 = %+.2f%%)\n", n, s, a, b, 100*(b/a-1) }'
+	for prec in bf16 fp16; do
+		b=$(run $name $prec "$@")
+		awk -v n=$name -v p=$prec -v a="$a" -v b="$b" -v s="$steps" 'BEGIN { printf "%-8s step %d: val loss fp32 %s  %s %s  (%s/fp32 - 1 = %+.2f%%)\n", n, s, a, p, b, p, 100*(b/a-1) }'
+	done
 done
 rm -rf "$out"
