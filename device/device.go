@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+
+	"trellis/tensor"
 )
 
 // Tag is the category an allocation is charged to.
@@ -51,12 +53,16 @@ var ErrOutOfMemory = errors.New("out of memory")
 type Config struct {
 	ID     int   // the rank it belongs to, for messages
 	Budget int64 // bytes; 0 means unlimited
+	// MasterWeights charges fp32 Param allocations to Optim: under mixed
+	// precision they are the optimizer's fp32 master weights (see AllocOf).
+	MasterWeights bool
 }
 
 // Device accounts one rank's memory.
 type Device struct {
 	id     int
 	budget int64
+	master bool // Config.MasterWeights
 
 	mu        sync.Mutex
 	live      [NumTags]int64
@@ -67,7 +73,7 @@ type Device struct {
 
 // New returns an empty device.
 func New(cfg Config) *Device {
-	return &Device{id: cfg.ID, budget: cfg.Budget}
+	return &Device{id: cfg.ID, budget: cfg.Budget, master: cfg.MasterWeights}
 }
 
 // ID is the rank the device belongs to.
@@ -76,18 +82,21 @@ func (d *Device) ID() int { return d.id }
 // Budget is the byte budget (0: unlimited).
 func (d *Device) Budget() int64 { return d.budget }
 
-// Buffer is an fp32 allocation charged to a tag. Data is zeroed on Alloc.
+// Buffer is an allocation charged to a tag: fp32 elements in Data (Alloc)
+// or 16-bit ones in Bits (AllocOf). Its elements are zeroed on allocation.
 type Buffer struct {
-	Data []float32
-	tag  Tag
-	dev  *Device
+	Data  []float32 // fp32 elements
+	Bits  []uint16  // bf16 or fp16 elements, as bits
+	tag   Tag
+	dev   *Device
+	dtype tensor.DType
 }
 
 // Tag is the category the buffer is charged to.
 func (b *Buffer) Tag() Tag { return b.tag }
 
 // Bytes is the size charged for the buffer (0 once freed).
-func (b *Buffer) Bytes() int64 { return int64(len(b.Data)) * 4 }
+func (b *Buffer) Bytes() int64 { return int64(b.Len()) * int64(b.dtype.Size()) }
 
 // Free returns the buffer's bytes to its device. Freeing twice, or freeing a
 // nil buffer, is a no-op. Data must not be used afterwards.
@@ -97,19 +106,13 @@ func (b *Buffer) Free() {
 	}
 	b.dev.Release(b.tag, b.Bytes())
 	b.dev = nil
-	b.Data = nil
+	b.Data, b.Bits = nil, nil
 }
 
 // Alloc returns a zeroed buffer of n fp32 elements charged to tag, or an
-// *OOMError if the budget would be exceeded.
+// *OOMError if the budget would be exceeded: AllocOf(tag, tensor.F32, n).
 func (d *Device) Alloc(tag Tag, n int) (*Buffer, error) {
-	if n < 0 {
-		return nil, fmt.Errorf("device %d: negative allocation of %d elements (%s)", d.id, n, tag)
-	}
-	if err := d.Reserve(tag, int64(n)*4); err != nil {
-		return nil, err
-	}
-	return &Buffer{Data: make([]float32, n), tag: tag, dev: d}, nil
+	return d.AllocOf(tag, tensor.F32, n)
 }
 
 // Reserve charges bytes to tag without allocating, for memory held in other

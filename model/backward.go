@@ -55,20 +55,20 @@ func (m *GPT) HeadBackward(p Params, s *Stash, dloss float32) error {
 	}
 	c := m.cfg
 	BT, C, V := s.b*s.t, c.Hidden, c.Vocab
-	w, err := weights(p, 0)
+	w, err := m.weights(p, 0, false)
 	if err != nil {
 		return err
 	}
 	g, err := grads(p, 0)
 	if err != nil {
-		p.ReleaseWeights(0)
+		m.release(p, 0)
 		return err
 	}
 	dlogits := m.big[:BT*V]
 	clear(dlogits)
 	ops.CrossEntropyBackward(m.k, dlogits, s.probs, s.targets, dloss, BT, V)
-	ops.LinearBackwardSet(m.k, m.dln, g[:V*C], nil, dlogits, s.lnf, w[:V*C], BT, C, V)
-	p.ReleaseWeights(0)
+	m.linearBackwardSet(m.dln, g[:V*C], nil, dlogits, s.lnf, w[:V*C], BT, C, V)
+	m.release(p, 0)
 
 	u := c.Layers + 1
 	if w, err = weights(p, u); err != nil {
@@ -93,11 +93,11 @@ func (m *GPT) BlockBackward(p Params, s *Stash, l int) error {
 		return fmt.Errorf("model: block %d out of range [0, %d)", l, m.cfg.Layers)
 	}
 	u := l + 1
-	w, err := weights(p, u)
+	w, err := m.weights(p, u, false)
 	if err != nil {
 		return err
 	}
-	defer p.ReleaseWeights(u)
+	defer m.release(p, u)
 	g, err := grads(p, u)
 	if err != nil {
 		return err
@@ -120,17 +120,17 @@ func (m *GPT) BlockBackward(p Params, s *Stash, l int) error {
 	// becomes d(res2) when LN₂'s gradient is added to it.
 	dfcg, dfc := m.big[:4*BTC], m.big[4*BTC:8*BTC]
 	dbr := m.branchGrad(s, m.drop.mlp[l])
-	ops.LinearBackwardSet(k, dfcg, dv.fc2w, dv.fc2b, dbr, a.fcg, v.fc2w, BT, 4*C, C)
+	m.linearBackwardSet(dfcg, dv.fc2w, dv.fc2b, dbr, a.fcg, v.fc2w, BT, 4*C, C)
 	ops.GELUBackwardSet(k, dfc, a.fc, dfcg, BT*4*C)
-	ops.LinearBackwardSet(k, m.dln, dv.fcw, dv.fcb, dfc, a.ln2, v.fcw, BT, C, 4*C)
+	m.linearBackwardSet(m.dln, dv.fcw, dv.fcb, dfc, a.ln2, v.fcw, BT, C, 4*C)
 	ops.LayerNormBackward(k, m.dres, dv.ln2w, dv.ln2b, m.dln, a.res2, v.ln2w, a.ln2M, a.ln2R, BT, C)
 
 	// Attention branch: res2 = x + drop(atty·Wprojᵀ + b). dres becomes d(x).
 	dqkv, datty := m.big[:3*BTC], m.big[4*BTC:5*BTC]
 	dbr = m.branchGrad(s, m.drop.attn[l])
-	ops.LinearBackwardSet(k, datty, dv.projw, dv.projb, dbr, a.atty, v.projw, BT, C, C)
+	m.linearBackwardSet(datty, dv.projw, dv.projb, dbr, a.atty, v.projw, BT, C, C)
 	m.attnBackward(dqkv, datty, a, B, T, C, c.Heads)
-	ops.LinearBackwardSet(k, m.dln, dv.qkvw, dv.qkvb, dqkv, a.ln1, v.qkvw, BT, C, 3*C)
+	m.linearBackwardSet(m.dln, dv.qkvw, dv.qkvb, dqkv, a.ln1, v.qkvw, BT, C, 3*C)
 	ops.LayerNormBackward(k, m.dres, dv.ln1w, dv.ln1b, m.dln, s.res[l], v.ln1w, a.ln1M, a.ln1R, BT, C)
 	return gradsDone(p, u)
 }

@@ -38,11 +38,11 @@ func weights(p Params, u int) ([]float32, error) {
 // batch Load recorded (unit 0).
 func (m *GPT) EmbedForward(p Params, s *Stash) error {
 	defer m.pin()()
-	w, err := weights(p, 0)
+	w, err := m.weights(p, 0, true)
 	if err != nil {
 		return err
 	}
-	defer p.ReleaseWeights(0)
+	defer m.release(p, 0)
 	if m.part.Split() {
 		return m.embedForwardTP(w, s)
 	}
@@ -67,11 +67,11 @@ func (m *GPT) BlockForward(p Params, s *Stash, l int) error {
 	if l < 0 || l >= m.cfg.Layers {
 		return fmt.Errorf("model: block %d out of range [0, %d)", l, m.cfg.Layers)
 	}
-	w, err := weights(p, l+1)
+	w, err := m.weights(p, l+1, true)
 	if err != nil {
 		return err
 	}
-	defer p.ReleaseWeights(l + 1)
+	defer m.release(p, l+1)
 	return m.blockForward(w, s, l)
 }
 
@@ -86,11 +86,11 @@ func (m *GPT) blockForward(w []float32, s *Stash, l int) error {
 	v, a := viewBlock(w, C), &s.layers[l]
 	x, out := s.res[l], s.res[l+1]
 	ops.LayerNormForward(k, a.ln1, a.ln1M, a.ln1R, x, v.ln1w, v.ln1b, BT, C)
-	ops.LinearForward(k, a.qkv, a.ln1, v.qkvw, v.qkvb, BT, C, 3*C)
+	m.linearForward(a.qkv, nil, a.ln1, v.qkvw, v.qkvb, BT, C, 3*C)
 	m.attnForward(a, B, T, C, c.Heads)
 	m.residualBranch(s, a.res2, x, a.atty, v.projw, v.projb, C, l, false)
 	ops.LayerNormForward(k, a.ln2, a.ln2M, a.ln2R, a.res2, v.ln2w, v.ln2b, BT, C)
-	ops.LinearForward(k, a.fc, a.ln2, v.fcw, v.fcb, BT, C, 4*C)
+	m.linearForward(a.fc, nil, a.ln2, v.fcw, v.fcb, BT, C, 4*C)
 	ops.GELUForward(k, a.fcg, a.fc, BT*4*C)
 	m.residualBranch(s, out, a.res2, a.fcg, v.fc2w, v.fc2b, 4*C, l, true)
 	return nil
@@ -101,7 +101,7 @@ func (m *GPT) blockForward(w []float32, s *Stash, l int) error {
 func (m *GPT) residualBranch(s *Stash, out, res, inp, w, b []float32, in, l int, mlp bool) {
 	BT, C := s.b*s.t, m.cfg.Hidden
 	if !m.useDropout(s) {
-		ops.LinearResidualForward(m.k, out, res, inp, w, b, BT, in, C)
+		m.linearForward(out, res, inp, w, b, BT, in, C)
 		return
 	}
 	site := m.drop.attn[l]
@@ -109,7 +109,7 @@ func (m *GPT) residualBranch(s *Stash, out, res, inp, w, b []float32, in, l int,
 		site = m.drop.mlp[l]
 	}
 	br := m.branch[:BT*C]
-	ops.LinearForward(m.k, br, inp, w, b, BT, in, C)
+	m.linearForward(br, nil, inp, w, b, BT, in, C)
 	m.dropoutAt(s, site).Forward(m.k, br, br, BT*C)
 	ops.ResidualForward(m.k, out, res, br, BT*C)
 }
@@ -125,18 +125,18 @@ func (m *GPT) HeadForward(p Params, s *Stash) (float32, error) {
 	if err := m.finalNorm(p, s); err != nil {
 		return 0, err
 	}
-	w, err := weights(p, 0)
+	w, err := m.weights(p, 0, true)
 	if err != nil {
 		return 0, err
 	}
-	defer p.ReleaseWeights(0)
+	defer m.release(p, 0)
 	if m.part.Split() {
 		return m.headForwardTP(w, s)
 	}
 	c := m.cfg
 	BT := s.b * s.t
 	probs := s.probs[:BT*c.Vocab]
-	m.k.MatMul(ops.NT, BT, c.Vocab, c.Hidden, s.lnf, c.Hidden, w[:c.Vocab*c.Hidden], c.Hidden, probs, c.Vocab, false)
+	m.linearForward(probs, nil, s.lnf, w[:c.Vocab*c.Hidden], nil, BT, c.Hidden, c.Vocab)
 	return ops.CrossEntropyForward(m.k, probs, s.losses[:BT], probs, s.targets[:BT], BT, c.Vocab), nil
 }
 

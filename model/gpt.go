@@ -8,6 +8,7 @@ import (
 	"trellis/device"
 	"trellis/ops"
 	"trellis/rng"
+	"trellis/tensor"
 )
 
 // Options is everything New needs.
@@ -29,6 +30,13 @@ type Options struct {
 	// Recompute drops activations from the stash that the backward
 	// recomputes (see Recompute).
 	Recompute Recompute
+	// Compute is the linear layers' GEMM precision: tensor.F32 (the zero
+	// value), tensor.BF16 or tensor.F16 (mixed precision, see half.go).
+	Compute tensor.DType
+	// HalfPerUnit keeps the bf16 copy of a unit only while its weights
+	// are fetched (ZeRO-3, which gathers them per unit); otherwise it is
+	// resident.
+	HalfPerUnit bool
 }
 
 // Validate checks the options.
@@ -47,6 +55,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("model: recompute=%v is not none, selective or full", o.Recompute)
 	case o.Part.Split() && o.TP == nil:
 		return fmt.Errorf("model: tp=%d without a TPComm", o.Part.Degree())
+	case o.Compute != tensor.F32 && o.Compute != tensor.BF16 && o.Compute != tensor.F16:
+		return fmt.Errorf("model: compute=%s: the runner computes in fp32, bf16 or fp16", o.Compute)
+	case o.Compute != tensor.F32 && o.Part.Split():
+		return fmt.Errorf("model: compute=%s with tp=%d: the tensor-parallel layers compute in fp32 only", o.Compute, o.Part.Degree())
 	}
 	return o.Part.Validate(o.Model)
 }
@@ -64,7 +76,8 @@ type GPT struct {
 	part   Part
 	d      dims
 	tp     TPComm
-	flash  bool // Options.Flash
+	flash  bool       // Options.Flash
+	half   *halfState // the bf16 compute copy and scratch (nil: fp32)
 
 	ws *device.Buffer // workspace, carved into the slices below
 	// dres is the gradient of the residual stream, updated in place from
@@ -108,6 +121,12 @@ func New(o Options) (*GPT, error) {
 		return nil, fmt.Errorf("model: backward scratch: %w", err)
 	}
 	m.ws = ws
+	if o.Compute != tensor.F32 {
+		if m.half, err = newHalf(o.Device, o.Compute, m.layout, c, m.B, o.HalfPerUnit); err != nil {
+			ws.Free()
+			return nil, err
+		}
+	}
 	buf := ws.Data
 	next := func(n int) []float32 {
 		s := buf[:n:n]
@@ -151,7 +170,10 @@ func (m *GPT) WorkspaceBytes() int64 { return m.ws.Bytes() }
 func (m *GPT) DResidual() []float32 { return m.dres }
 
 // Free returns the scratch to the device.
-func (m *GPT) Free() { m.ws.Free() }
+func (m *GPT) Free() {
+	m.ws.Free()
+	m.half.free()
+}
 
 // dropoutAt is the dropout of a site for the stash's batch: keyed by
 // (seed, site, step), offset to the global index of the micro-batch's first

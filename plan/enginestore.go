@@ -32,6 +32,9 @@ func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory
 		P += float64(j.Model.MaxSeq) * float64(j.Model.Hidden)
 	}
 	modelStates(&mem, P, p)
+	if j.engineBF16(p) {
+		j.engineBF16States(&mem, P, p)
+	}
 	a := j.engineActivations(p)
 	// Every stash keeps its blocks, its last residual and the micro-batch's
 	// token ids (and recomputation's shared buffer); the last stage adds

@@ -230,6 +230,9 @@ func (j Job) stageMemory(p Plan, sp shapeParams, a actSizes, stage, layers int) 
 	}
 	mem := Memory{Stage: stage, Layers: layers, Budget: j.Cluster.Accel.Memory}
 	modelStates(&mem, sp.params(stage, layers), p)
+	if j.engineBF16(p) {
+		j.engineBF16States(&mem, sp.params(stage, layers), p)
+	}
 	mem.InFlight = j.inFlight(p, stage)
 	perMB := a.layer*float64(layers) + a.chunk*float64(p.VPP)
 	if layers > 0 {

@@ -35,6 +35,10 @@ type Config struct {
 	SampleLen   int     `toml:"sample_len"`   // tokens per printed sample
 	Prompt      string  `toml:"prompt"`       // the printed samples' prompt
 	LogEvery    int     `toml:"log_every"`    // log a line every N steps when not on a terminal
+	// LossScale is fp16's initial dynamic loss scale (0: 65536) and
+	// LossScaleWindow the clean steps after which it doubles (0: 1000).
+	LossScale       float64 `toml:"loss_scale"`
+	LossScaleWindow int     `toml:"loss_scale_window"`
 }
 
 // ParallelConfig is the [parallel] section: how the step is split.
@@ -137,8 +141,14 @@ func checkSupported(p plan.Plan) error {
 	if p.CP != 1 {
 		bad = append(bad, fmt.Sprintf("cp=%d (context parallelism)", p.CP))
 	}
-	if p.Precision != plan.FP32 {
-		bad = append(bad, fmt.Sprintf("precision=%s (only fp32 so far)", p.Precision))
+	half := p.Precision == plan.BF16 || p.Precision == plan.FP16
+	switch {
+	case half && p.TP > 1:
+		bad = append(bad, fmt.Sprintf("precision=%s with tp=%d (the tensor-parallel layers compute in fp32 only)", p.Precision, p.TP))
+	case half && p.PP > 1:
+		bad = append(bad, fmt.Sprintf("precision=%s with pp=%d (pipeline stages compute in fp32 only)", p.Precision, p.PP))
+	case !half && p.Precision != plan.FP32:
+		bad = append(bad, fmt.Sprintf("precision=%s (fp32, bf16 and fp16 only)", p.Precision))
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("parallel.plan: the engine does not implement %s yet", strings.Join(bad, ", "))

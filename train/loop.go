@@ -36,6 +36,7 @@ func runRank(ctx context.Context, o Options, s settings, loader *data.Loader, re
 			return nil, err
 		}
 		start, pos = res.meta.Step, res.meta.Position
+		r.restoreScale(res.meta)
 	} else if err := initWeights(r.st, o.Job.Train.Seed, s.init); err != nil {
 		return nil, err
 	}
@@ -88,7 +89,7 @@ func (r *rank) runStep(ctx context.Context, st, end int, pos *data.Position, rep
 	r.tr.SpanTo(trace.Step, fmt.Sprintf("step %d", st+1), t0, t0.Add(dt))
 	// The loss and the norm are global (every rank has the same), so
 	// every rank stops here together.
-	if !finite(last.loss) || !finite(last.norm) {
+	if !finite(last.loss) || (!finite(last.norm) && !last.skipped) {
 		return false, &Diverged{Step: st + 1, Loss: last.loss, GradNorm: last.norm, LR: last.lr}
 	}
 	*pos = pos.Advance(j.Train.GlobalBatch)
@@ -148,7 +149,7 @@ func (r *rank) save(step int, pos data.Position, loss float64) (dir string, err 
 		return "", err
 	}
 	if r.id == 0 {
-		meta, err := json.Marshal(Meta{Job: r.job, Step: step, Position: pos, OptSteps: r.st.OptimizerSteps(), Loss: loss, RunID: r.set.runID})
+		meta, err := json.Marshal(r.withScale(Meta{Job: r.job, Step: step, Position: pos, OptSteps: r.st.OptimizerSteps(), Loss: loss, RunID: r.set.runID}))
 		if err != nil {
 			return "", err
 		}

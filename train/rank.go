@@ -52,6 +52,8 @@ type rank struct {
 	part    model.Part      // the piece of the model this rank computes
 	ctx     context.Context // the run's; checked between micro-batches and units (nil: never cancelled)
 	stopc   <-chan struct{} // Options.Stop: closed asks for a graceful stop after the step
+
+	scaler *optim.LossScaler // fp16's dynamic loss scale (nil otherwise)
 }
 
 // rankConfig is what newRank needs besides the job.
@@ -68,13 +70,16 @@ func newRank(rc rankConfig) (*rank, error) {
 	j, s := rc.job, rc.set
 	id := rc.world.Rank()
 	r := &rank{id: id, job: j, set: s, world: rc.world, loader: rc.loader, log: rc.log, dp: id, tr: rc.trace}
-	r.dev = device.New(device.Config{ID: id, Budget: s.budget})
+	r.dev = device.New(device.Config{ID: id, Budget: s.budget, MasterWeights: s.enginePlan.Precision == plan.BF16 || s.enginePlan.Precision == plan.FP16})
 	var err error
 	if r.k, err = ops.New(ops.Config{Threads: s.threads}); err != nil {
 		return nil, err
 	}
 	r.sched = optim.Schedule{Warmup: s.warmup, Steps: j.Train.Steps, LR: j.Train.LR, MinLR: j.Train.MinLR}
 	if err := r.sched.Validate(); err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	if r.scaler, err = newScaler(s.enginePlan.Precision, j.Train); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
 	hyper := optim.Hyper{Beta1: j.Train.Beta1, Beta2: j.Train.Beta2, Eps: j.Train.Eps, WeightDecay: j.Train.WeightDecay}
@@ -94,8 +99,8 @@ func newRank(rc rankConfig) (*rank, error) {
 	}
 	r.st = st
 	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch, Seed: j.Train.Seed,
-		Part: r.part, TP: r.tpComm(), Flash: r.set.enginePlan.Flash,
-		Recompute: engineRecompute(r.set.enginePlan.Recompute)}); err != nil {
+		Part: r.part, TP: r.tpComm(), Flash: r.set.enginePlan.Flash, Compute: computeType(r.set.enginePlan.Precision),
+		HalfPerUnit: r.set.enginePlan.ZeRO == 3, Recompute: engineRecompute(r.set.enginePlan.Recompute)}); err != nil {
 		r.free()
 		return nil, err
 	}
@@ -194,6 +199,9 @@ type stepResult struct {
 	loss float64 // mean loss over the global batch (every rank agrees)
 	norm float64 // global gradient norm before clipping
 	lr   float64
+
+	skipped bool    // fp16: the gradients overflowed and the step was skipped
+	scale   float64 // fp16: the loss scale the step ran with (0 otherwise)
 }
 
 // step runs optimizer step s (0-based: s updates already applied) on the
@@ -224,7 +232,7 @@ func (r *rank) step(s int, pos data.Position) (stepResult, error) {
 			return res, err
 		}
 		t1 := r.tr.Now()
-		if err := r.gpt.Backward(r.units(), r.stash, float32(1/float64(accum))); err != nil {
+		if err := r.gpt.Backward(r.units(), r.stash, float32(r.dlossScale()/float64(accum))); err != nil {
 			return res, err
 		}
 		if r.tr != nil {
@@ -238,11 +246,10 @@ func (r *rank) step(s int, pos data.Position) (stepResult, error) {
 		return res, err
 	}
 	r.tr.Span(trace.Wait, "finish grads", t0)
-	norm, err := r.st.Update(res.lr, r.job.Train.GradClip)
-	if err != nil {
+	if err := r.update(&res); err != nil {
 		return res, err
 	}
-	res.norm = norm
+	var err error
 	res.loss, err = r.mean(sum / float64(accum))
 	return res, err
 }

@@ -62,7 +62,7 @@ func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
 	if o.Observer != nil {
 		o.Observer.Start(runInfo(o, s, start, end))
 	}
-	o.Log.Info("run", "plan", s.enginePlan.Short(), "ranks", s.ranks, "threads_per_rank", s.threads,
+	o.Log.Info("run", "plan", runPlanText(s.enginePlan), "ranks", s.ranks, "threads_per_rank", s.threads,
 		"params", o.Job.Model.NumParams(), "accum", s.accum, "tokens_per_step", int(rep.tokens),
 		"kernels", r.k.ISA(), "device_memory", budgetText(s.budget), "from_step", start, "to_step", end,
 		"checkpoint_dir", o.Job.Checkpoint.Dir)
@@ -113,6 +113,8 @@ type metricsLine struct {
 	StepS      float64       `json:"step_s"`
 	Budget     int64         `json:"budget,omitempty"` // bytes per device
 	PredStepS  float64       `json:"predicted_step_s,omitempty"`
+	Skipped    bool          `json:"skipped,omitempty"`    // fp16: the step overflowed and was skipped
+	LossScale  float64       `json:"loss_scale,omitempty"` // fp16: the loss scale the step ran with
 	Ranks      []metricsRank `json:"ranks"`
 }
 
@@ -149,7 +151,11 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		rep.exposed, rep.waitSoFar = append(rep.exposed, w-rep.waitSoFar), w
 	}
 	if (rep.o.Metrics != nil && r0(rep)) || rep.o.Observer != nil {
-		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds(), PredStepS: rep.pred.stepS(), Budget: rep.budget}
+		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds(), PredStepS: rep.pred.stepS(), Budget: rep.budget,
+			Skipped: res.skipped, LossScale: res.scale}
+		if res.skipped {
+			m.GradNorm = 0 // it overflowed (not finite, which JSON cannot hold): "skipped" says so
+		}
 		if finite(val) {
 			m.ValLoss = &val
 		}

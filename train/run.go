@@ -225,6 +225,11 @@ type Meta struct {
 	// RunID identifies the run across resumptions (see claimDir); empty
 	// in checkpoints written before run identities existed.
 	RunID string `json:"run_id,omitempty"`
+	// fp16's loss scaler (absent for other precisions): the scale, the
+	// clean steps since it last changed, and the steps skipped so far.
+	LossScale      float64 `json:"loss_scale,omitempty"`
+	LossScaleClean int     `json:"loss_scale_clean,omitempty"`
+	SkippedSteps   int     `json:"skipped_steps,omitempty"`
 }
 
 func prepareResume(o Options, s settings) (*resumeState, error) {

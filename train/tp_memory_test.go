@@ -37,6 +37,13 @@ func plannedAct(t *testing.T, j Job) int64 {
 	return pj.Memory(p).Act
 }
 
+// plannedMemory is plannedAct's whole prediction.
+func plannedMemory(t *testing.T, j Job) plan.Memory {
+	t.Helper()
+	pj, p := plannerJob(t, j)
+	return pj.Memory(p)
+}
+
 // plannerJob is j as the planner sees it on the CPU host cluster file,
 // and its engine plan.
 func plannerJob(t *testing.T, j Job) (plan.Job, plan.Plan) {

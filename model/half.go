@@ -1,0 +1,222 @@
+package model
+
+import (
+	"fmt"
+	"unsafe"
+
+	"trellis/device"
+	"trellis/ops"
+	"trellis/tensor"
+)
+
+// Mixed precision (Options.Compute = tensor.BF16). The Params still hand
+// out fp32 weights: under mixed precision they are the optimizer's fp32
+// master weights (charged to optim, see device.Config.MasterWeights). The
+// runner keeps a bf16 compute copy of every unit it holds (tag param,
+// 2 bytes per parameter), rounded to nearest-even from the fp32 weights each
+// time a forward pass fetches a unit, and runs every linear layer's three
+// GEMMs and the LM head's two in bf16 with fp32 accumulation:
+//
+//	y  = bf16(x)·bf16(W)ᵀ + b                     (fp32 out, bias and residual in fp32)
+//	dx = bf16(dy)·bf16(W)                          (fp32 out)
+//	dW += bf16(dy)ᵀ·bf16(x)                        (fp32, accumulated in fp32)
+//
+// Everything else stays fp32: the embedding lookup, LayerNorm (its
+// statistics too), GELU, softmax and attention, the cross-entropy, the
+// gradients and their reduction (Megatron's convention for bf16). The
+// stash keeps its activations in fp32; the bf16 operands are rounded into
+// two workspace buffers at each GEMM. Options.Compute = tensor.F16 is the
+// same with fp16 in place of bf16 (the GEMMs widen fp16 exactly to fp32);
+// its loss scaling is the trainer's (train/precision.go).
+
+// halfState is the bf16 compute copy and the GEMM operands' scratch. The
+// copy is resident (one buffer for every unit) or, with
+// Options.HalfPerUnit (ZeRO-3, whose fp32 weights are gathered per unit),
+// allocated when a unit's weights are fetched and freed when they are
+// released, so that it is sharded as the weights are.
+type halfState struct {
+	dev     *device.Device
+	lay     Layout
+	perUnit bool
+	dt      tensor.DType     // bf16 or fp16
+	whole   *device.Buffer   // resident: (Layout.Size) 16-bit weights, tag param
+	units   []*device.Buffer // per unit: its 16-bit weights while fetched
+	refs    []int            // per unit: fetches not yet released
+	bits    [][]uint16       // per unit: its 16-bit weights
+	base    []uintptr        // per unit: the fp32 slice the copy was last matched with
+	ws      *device.Buffer   // 16-bit workspace: x and dy below
+	x       []uint16         // (B·T·4C) a GEMM's activation operand
+	dy      []uint16         // (B·T·max(4C, V)) a backward GEMM's output gradient
+}
+
+// newHalf allocates the bf16 copy (unless per unit) and the scratch for a
+// runner of B sequences.
+func newHalf(dev *device.Device, dt tensor.DType, lay Layout, c Config, B int, perUnit bool) (*halfState, error) {
+	n := len(lay.Units)
+	h := &halfState{dev: dev, dt: dt, lay: lay, perUnit: perUnit, units: make([]*device.Buffer, n), refs: make([]int, n),
+		bits: make([][]uint16, n), base: make([]uintptr, n)}
+	if !perUnit {
+		w, err := dev.AllocOf(device.Param, dt, lay.Size)
+		if err != nil {
+			return nil, fmt.Errorf("model: %s weights: %w", dt, err)
+		}
+		h.whole = w
+		all := w.Bits
+		for u, un := range lay.Units {
+			h.bits[u] = all[un.Offset : un.Offset+un.Size : un.Offset+un.Size]
+		}
+	}
+	BT := B * c.SeqLen
+	nx, ndy := BT*4*c.Hidden, BT*max(4*c.Hidden, c.Vocab)
+	ws, err := dev.AllocOf(device.Workspace, dt, nx+ndy)
+	if err != nil {
+		h.whole.Free()
+		return nil, fmt.Errorf("model: %s GEMM scratch: %w", dt, err)
+	}
+	s := ws.Bits
+	h.ws, h.x, h.dy = ws, s[:nx:nx], s[nx:]
+	return h, nil
+}
+
+func (h *halfState) free() {
+	if h == nil {
+		return
+	}
+	h.whole.Free()
+	for _, b := range h.units {
+		b.Free()
+	}
+	h.ws.Free()
+}
+
+// weights fetches unit u's fp32 weights; under bf16 it also matches the
+// bf16 copy with them and rounds them into it when round is set (forward
+// passes) or the copy is per unit (it was freed since). A backward pass
+// otherwise reuses the forward's rounding: the weights do not change
+// between a micro-batch's two passes.
+func (m *GPT) weights(p Params, u int, round bool) ([]float32, error) {
+	w, err := weights(p, u)
+	if err != nil || m.half == nil || len(w) == 0 {
+		return w, err
+	}
+	h, un := m.half, m.layout.Units[u]
+	if len(w) != un.Size {
+		p.ReleaseWeights(u)
+		return nil, fmt.Errorf("model: unit %d has %d weights, want %d", u, len(w), un.Size)
+	}
+	if h.perUnit {
+		if h.refs[u] == 0 {
+			b, err := h.dev.AllocOf(device.Param, h.dt, un.Size)
+			if err != nil {
+				p.ReleaseWeights(u)
+				return nil, fmt.Errorf("model: %s weights of unit %d: %w", h.dt, u, err)
+			}
+			h.units[u], h.bits[u] = b, b.Bits
+		}
+		h.refs[u]++
+		round = true
+	}
+	h.base[u] = uintptr(unsafe.Pointer(&w[0]))
+	if round {
+		m.encode(h.bits[u], w)
+	}
+	return w, nil
+}
+
+// release is p.ReleaseWeights(u) for weights fetched by m.weights: a per
+// unit bf16 copy is freed with the last release.
+func (m *GPT) release(p Params, u int) {
+	p.ReleaseWeights(u)
+	h := m.half
+	if h == nil || !h.perUnit || h.refs[u] == 0 {
+		return
+	}
+	if h.refs[u]--; h.refs[u] == 0 {
+		h.units[u].Free()
+		h.units[u], h.bits[u], h.base[u] = nil, nil, 0
+	}
+}
+
+// halfOf is the bf16 copy of w, a slice of a unit's fp32 weights fetched
+// by m.weights.
+func (m *GPT) halfOf(w []float32) []uint16 {
+	p := uintptr(unsafe.Pointer(&w[0]))
+	for u, b := range m.half.base {
+		if b != 0 && p >= b && p+uintptr(len(w))*4 <= b+uintptr(len(m.half.bits[u]))*4 {
+			off := int(p-b) / 4
+			return m.half.bits[u][off : off+len(w)]
+		}
+	}
+	panic("model: halfOf: the weights were not fetched through GPT.weights")
+}
+
+// linearForward is ops.LinearResidualForward (res non-nil) or
+// ops.LinearForward in the runner's precision:
+//
+//	out = res + inp·wᵀ + bias     out, res (N,OC)   inp (N,C)   w (OC,C)
+func (m *GPT) linearForward(out, res, inp, w, bias []float32, N, C, OC int) {
+	if m.half == nil {
+		if res != nil {
+			ops.LinearResidualForward(m.k, out, res, inp, w, bias, N, C, OC)
+		} else {
+			ops.LinearForward(m.k, out, inp, w, bias, N, C, OC)
+		}
+		return
+	}
+	x := m.half.x[:N*C]
+	m.encode(x, inp[:N*C])
+	wh := m.halfOf(w[:OC*C])
+	if m.half.dt == tensor.F16 {
+		m.k.MatMulF16Ep(ops.NT, N, OC, C, asF16(x), C, asF16(wh), C, out, OC, res, bias)
+		return
+	}
+	m.k.MatMulBF16Ep(ops.NT, N, OC, C, asBF16(x), C, asBF16(wh), C, out, OC, res, bias)
+}
+
+// linearBackwardSet is ops.LinearBackwardSet in the runner's precision:
+// dinp = dout·w is SET; dw += doutᵀ·inp and dbias += Σ dout ACCUMULATE.
+//
+//	dinp (N,C)   dw (OC,C)   dbias (OC) or nil   dout (N,OC)   inp (N,C)   w (OC,C)
+func (m *GPT) linearBackwardSet(dinp, dw, dbias, dout, inp, w []float32, N, C, OC int) {
+	if m.half == nil {
+		ops.LinearBackwardSet(m.k, dinp, dw, dbias, dout, inp, w, N, C, OC)
+		return
+	}
+	dy, x := m.half.dy[:N*OC], m.half.x[:N*C]
+	m.encode(dy, dout[:N*OC])
+	m.encode(x, inp[:N*C])
+	wh := m.halfOf(w[:OC*C])
+	if m.half.dt == tensor.F16 {
+		m.k.MatMulF16(ops.NN, N, C, OC, asF16(dy), OC, asF16(wh), C, dinp, C, false)
+		m.k.MatMulF16(ops.TN, OC, C, N, asF16(dy), OC, asF16(x), C, dw, C, true)
+	} else {
+		m.k.MatMulBF16(ops.NN, N, C, OC, asBF16(dy), OC, asBF16(wh), C, dinp, C, false)
+		m.k.MatMulBF16(ops.TN, OC, C, N, asBF16(dy), OC, asBF16(x), C, dw, C, true)
+	}
+	if dbias != nil {
+		ops.BiasBackward(m.k, dbias, dout, N, OC)
+	}
+}
+
+// encode rounds src into dst in the runner's 16-bit type, to nearest even.
+func (m *GPT) encode(dst []uint16, src []float32) {
+	if m.half.dt == tensor.BF16 {
+		ops.EncodeBF16(m.k, asBF16(dst), src)
+		return
+	}
+	ops.EncodeF16(m.k, asF16(dst), src)
+}
+
+func asBF16(s []uint16) []tensor.BF16Bits {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*tensor.BF16Bits)(unsafe.Pointer(&s[0])), len(s))
+}
+
+func asF16(s []uint16) []tensor.F16Bits {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*tensor.F16Bits)(unsafe.Pointer(&s[0])), len(s))
+}

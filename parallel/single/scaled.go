@@ -1,0 +1,26 @@
+package single
+
+import (
+	"math"
+
+	"trellis/optim"
+)
+
+// UpdateScaled is Update for gradients that hold S·g (fp16 loss scaling,
+// inv = 1/S): if the global norm of S·g is not finite (an overflow on any
+// rank poisons the global norm) nothing changes and skipped is true;
+// otherwise AdamW steps on g clipped to maxNorm:
+//
+//	norm = ‖S·g‖·inv      g' = S·g · inv · ClipScale(norm, maxNorm)
+func (s *Strategy) UpdateScaled(lr, maxNorm, inv float64) (norm float64, skipped bool, err error) {
+	n, err := s.norm()
+	if err != nil {
+		return 0, false, err
+	}
+	if math.IsNaN(n) || math.IsInf(n, 0) {
+		return n, true, nil
+	}
+	norm = n * inv
+	s.opt.Step(lr, optim.ClipScale(norm, maxNorm)*inv)
+	return norm, false, nil
+}

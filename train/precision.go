@@ -1,0 +1,105 @@
+package train
+
+import (
+	"fmt"
+	"strings"
+
+	"trellis/optim"
+	"trellis/plan"
+	"trellis/tensor"
+)
+
+// computeType is the linear layers' GEMM precision for a plan's precision:
+// bf16 runs them in bf16 with fp32 master weights, Adam moments, gradients
+// and reductions (Megatron's convention, the planner's plan/memory.go);
+// everything else in fp32. checkSupported refuses the rest by name.
+func computeType(p plan.Precision) tensor.DType {
+	switch p {
+	case plan.BF16:
+		return tensor.BF16
+	case plan.FP16:
+		return tensor.F16
+	}
+	return tensor.F32
+}
+
+// scaledUpdater is the Update of fp16 loss scaling (parallel/single and
+// parallel/zero; dp has single's): see single.Strategy.UpdateScaled.
+type scaledUpdater interface {
+	UpdateScaled(lr, maxNorm, inv float64) (norm float64, skipped bool, err error)
+}
+
+// newScaler is fp16's loss scaler (nil for every other precision), from
+// train.loss_scale and train.loss_scale_window (0: 65536 and 1000).
+func newScaler(p plan.Precision, c Config) (*optim.LossScaler, error) {
+	if p != plan.FP16 {
+		return nil, nil
+	}
+	scale, window := c.LossScale, c.LossScaleWindow
+	if scale == 0 {
+		scale = 65536
+	}
+	if window == 0 {
+		window = 1000
+	}
+	return optim.NewLossScaler(scale, window)
+}
+
+// update is the step's optimizer update: Strategy.Update, or under fp16
+// UpdateScaled with the scaler's 1/S, skipping a step whose gradients
+// overflowed (res.skipped) and updating the scale.
+func (r *rank) update(res *stepResult) error {
+	if r.scaler == nil {
+		norm, err := r.st.Update(res.lr, r.job.Train.GradClip)
+		res.norm = norm
+		return err
+	}
+	su, ok := r.st.(scaledUpdater)
+	if !ok {
+		return fmt.Errorf("train: precision=fp16: the strategy %T has no loss-scaled update", r.st)
+	}
+	res.scale = r.scaler.Scale
+	norm, skipped, err := su.UpdateScaled(res.lr, r.job.Train.GradClip, 1/r.scaler.Scale)
+	if err != nil {
+		return err
+	}
+	res.norm, res.skipped = norm, skipped
+	r.scaler.Update(skipped)
+	return nil
+}
+
+// dlossScale is what the backward pass multiplies the loss by: S under
+// fp16, else 1.
+func (r *rank) dlossScale() float64 {
+	if r.scaler == nil {
+		return 1
+	}
+	return r.scaler.Scale
+}
+
+// runPlanText is the plan as the run line shows it: Short, which leaves
+// out the planner's defaults (bf16 among them), with the precision always
+// named.
+func runPlanText(p plan.Plan) string {
+	s := p.Short()
+	if !strings.Contains(s, "precision=") {
+		s += ",precision=" + string(p.Precision)
+	}
+	return s
+}
+
+// withScale adds the loss scaler's state to a checkpoint's meta.
+func (r *rank) withScale(m Meta) Meta {
+	if r.scaler != nil {
+		m.LossScale, m.LossScaleClean, m.SkippedSteps = r.scaler.Scale, r.scaler.Clean, r.scaler.Skipped
+	}
+	return m
+}
+
+// restoreScale resumes the loss scaler from a checkpoint's meta (one saved
+// by another precision keeps the configured start).
+func (r *rank) restoreScale(m Meta) {
+	if r.scaler != nil && m.LossScale >= 1 {
+		r.scaler.Scale, r.scaler.Clean, r.scaler.Skipped = m.LossScale, m.LossScaleClean, m.SkippedSteps
+	}
+}

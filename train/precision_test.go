@@ -1,0 +1,276 @@
+package train
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+
+	"trellis/checkpoint"
+	"trellis/device"
+	"trellis/model"
+)
+
+// TestBF16TracksFP32 trains the tiny model 30 steps in fp32, in bf16 and
+// in fp16 (loss scaling from 65536): every 16-bit loss within 3% of fp32's
+// and the last within 1%, and the 16-bit run not the fp32 one (its GEMMs ran).
+func TestBF16TracksFP32(t *testing.T) {
+	j := tinyJob("")
+	j.Train.Steps, j.Train.Warmup = 30, 3
+	fp32 := runJob(t, j, "", "", 0)
+	for _, prec := range []string{"bf16", "fp16"} {
+		j.Parallel.Plan = "precision=" + prec
+		tracks(t, prec, fp32, runJob(t, j, "", "", 0))
+	}
+}
+
+// tracks holds a 16-bit run's losses to the fp32 run's (TestBF16TracksFP32).
+func tracks(t *testing.T, prec string, fp32, bf16 result) {
+	t.Helper()
+	if len(bf16.losses) != 30 || len(fp32.losses) != 30 {
+		t.Fatalf("%d and %d steps logged, want 30", len(bf16.losses), len(fp32.losses))
+	}
+	same := true
+	for i, want := range fp32.losses {
+		got := bf16.losses[i]
+		same = same && got == want
+		if d := math.Abs(got-want) / want; d > 0.03 {
+			t.Errorf("%s: step %d: loss %.5g, fp32 %.5g (rel diff %.3g > 0.03)", prec, i+1, got, want, d)
+		}
+	}
+	last, ref := bf16.losses[29], fp32.losses[29]
+	if d := math.Abs(last-ref) / ref; d > 0.01 {
+		t.Errorf("%s: last loss %.5g, fp32 %.5g (rel diff %.3g > 0.01)", prec, last, ref, d)
+	}
+	if same {
+		t.Errorf("%s losses equal fp32's bit for bit: the 16-bit path did not run", prec)
+	}
+	t.Logf("step 30: fp32 %.5f %s %.5f", ref, prec, last)
+}
+
+// TestBF16Plans runs bf16 under data parallelism and ZeRO 1-3 against the
+// single-device bf16 run (within 1e-3 relative over 5 steps: the fp32
+// reduction order differs, and a master weight that differs in its last
+// bits may round to a neighbouring bf16), twice for bit-identity, and
+// holds each rank's state to the formula: bf16 weights 2 B/param (param),
+// fp32 master 4 + Adam moments 8 (optim) and fp32 gradients 4 (grad),
+// each sharded as the ZeRO stage says; under ZeRO-3 the bf16 copy exists
+// for the unit being computed only.
+func TestBF16Plans(t *testing.T) {
+	ref := runJob(t, tinyJob("precision=bf16"), "", "", 0)
+	P := float64(tinyJob("").Model.ParamCount())
+	for _, tc := range []struct {
+		plan               string
+		param, grad, optim float64 // bytes per parameter on each rank
+	}{
+		{"precision=bf16", 2, 4, 12},
+		{"dp=2,precision=bf16", 2, 4, 12},
+		{"dp=2,zero=1,precision=bf16", 2, 4, 4 + 8.0/2},
+		{"dp=2,zero=2,precision=bf16", 2, 4.0 / 2, 4 + 8.0/2},
+		{"dp=2,zero=3,precision=bf16", 0, 4.0 / 2, 12.0 / 2}, // param: see below
+	} {
+		a := runJob(t, tinyJob(tc.plan), "", "", 0)
+		b := runJob(t, tinyJob(tc.plan), "", "", 0)
+		for i, want := range ref.losses {
+			if a.losses[i] != b.losses[i] {
+				t.Errorf("%s: step %d: loss %.9g then %.9g: not bit-identical", tc.plan, i+1, a.losses[i], b.losses[i])
+			}
+			if d := math.Abs(a.losses[i]-want) / want; d > 1e-3 {
+				t.Errorf("%s: step %d: loss %.7g, single device %.7g (rel diff %.3g > 1e-3)", tc.plan, i+1, a.losses[i], want, d)
+			}
+		}
+		for r, rs := range a.sum.Ranks {
+			for _, w := range []struct {
+				tag  device.Tag
+				perP float64
+			}{{device.Param, tc.param}, {device.Grad, tc.grad}, {device.Optim, tc.optim}} {
+				got, want := float64(rs.Peak[w.tag]), w.perP*P
+				if w.tag == device.Param && w.perP == 0 {
+					// ZeRO-3: the bf16 copy of one unit at a time, as it is gathered.
+					want = 2 * float64(maxUnit(tinyJob("").Model))
+				}
+				// ZeRO pads its flat buffers to whole chunks: allow 2%.
+				if math.Abs(got-want) > 0.02*want {
+					t.Errorf("%s rank %d: %s peak %.0f B, want %.3g·Ψ = %.0f B", tc.plan, r, w.tag, got, w.perP, want)
+				}
+			}
+		}
+	}
+}
+
+// TestBF16Refused: bf16 with tp or pp, and fp16, are refused by name.
+func TestBF16Refused(t *testing.T) {
+	for plan, want := range map[string]string{
+		"tp=2,precision=bf16": "precision=bf16 with tp=2",
+		"pp=2,precision=bf16": "precision=bf16 with pp=2",
+		"tp=2,precision=fp16": "precision=fp16 with tp=2",
+	} {
+		_, err := tinyJob(plan).resolve()
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want an error naming %q", plan, err, want)
+		}
+	}
+}
+
+// TestBF16Planned: under bf16 the engine keeps its stash in fp32, so the
+// act peak is the fp32 formula's, and the planner predicts it (engine_stash)
+// and the state tags (the engine's bf16 formula of docs/ARCHITECTURE.md,
+// "Mixed precision", which a CPU host cluster file gets) within 2%.
+func TestBF16Planned(t *testing.T) {
+	for _, plan := range []string{"precision=bf16", "dp=2,precision=bf16", "dp=2,zero=1,precision=bf16",
+		"dp=2,zero=2,precision=bf16", "dp=2,zero=3,precision=bf16"} {
+		j := tinyJob(plan)
+		j.Train.Steps = 1
+		got := runJob(t, j, "", "", 0)
+		want := actFormula(j, 1, false)
+		if p := plannedAct(t, j); p != want {
+			t.Errorf("%s: the planner predicts act %d bytes, the formula %d", plan, p, want)
+		}
+		pm := plannedMemory(t, j)
+		for _, r := range got.sum.Ranks {
+			if a := r.Peak[device.Act]; a != want {
+				t.Errorf("%s rank %d: act peak %d bytes, formula %d", plan, r.Rank, a, want)
+			}
+			for _, w := range []struct {
+				tag  device.Tag
+				pred int64
+			}{{device.Param, pm.Param}, {device.Grad, pm.Grad}, {device.Optim, pm.Optim}} {
+				if m := r.Peak[w.tag]; math.Abs(float64(m-w.pred)) > 0.02*float64(w.pred) {
+					t.Errorf("%s rank %d: %s peak %d bytes, the planner predicts %d", plan, r.Rank, w.tag, m, w.pred)
+				}
+			}
+		}
+	}
+}
+
+// maxUnit is the largest unit's parameter count.
+func maxUnit(c model.Config) int {
+	n := 0
+	for _, u := range c.Layout().Units {
+		n = max(n, u.Size)
+	}
+	return n
+}
+
+// TestBF16Resume: a bf16 run split by --until and resumed equals the
+// straight run bit for bit (the checkpoint holds the fp32 master weights;
+// the bf16 copy is rounded from them), alone and under ZeRO-3.
+func TestBF16Resume(t *testing.T) {
+	for _, plan := range []string{"precision=bf16", "dp=2,zero=3,precision=bf16"} {
+		j := tinyJob(plan)
+		j.Train.Steps = 4
+		a := runJob(t, j, t.TempDir(), "", 0)
+		dir := t.TempDir()
+		b1 := runJob(t, j, dir, "", 2)
+		b2 := runJob(t, j, dir, dir, 0)
+		got := append(append([]float64{}, b1.losses...), b2.losses...)
+		if len(got) != len(a.losses) {
+			t.Fatalf("%s: %d + %d steps, want %d", plan, len(b1.losses), len(b2.losses), len(a.losses))
+		}
+		for s := range a.losses {
+			if got[s] != a.losses[s] {
+				t.Errorf("%s: step %d: loss %v (split) vs %v (straight)", plan, s+1, got[s], a.losses[s])
+			}
+		}
+		if err := sameBits(b2.w, a.w); err != nil {
+			t.Errorf("%s: weights: %v", plan, err)
+		}
+	}
+}
+
+// fp16Metrics reads a run's --metrics lines' skipped and loss_scale.
+type fp16Line struct {
+	Step      int     `json:"step"`
+	Skipped   bool    `json:"skipped"`
+	LossScale float64 `json:"loss_scale"`
+}
+
+func runFP16(t *testing.T, j Job, dir, resume string, until int) (result, []fp16Line) {
+	t.Helper()
+	if dir != "" {
+		j.Checkpoint = checkpoint.Config{Dir: dir}
+	}
+	var metrics bytes.Buffer
+	sum, err := Run(context.Background(), Options{Job: j, Resume: resume, Until: until, Metrics: &metrics})
+	if err != nil {
+		t.Fatalf("plan %s: %v", j.Parallel.Plan, err)
+	}
+	res := result{sum: sum}
+	var lines []fp16Line
+	for _, ln := range strings.Split(strings.TrimSpace(metrics.String()), "\n") {
+		var m metricsLine
+		var f fp16Line
+		if err := json.Unmarshal([]byte(ln), &m); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(ln), &f); err != nil {
+			t.Fatal(err)
+		}
+		res.losses = append(res.losses, m.Loss)
+		lines = append(lines, f)
+	}
+	if dir != "" {
+		res.w, res.m, res.v = readState(t, j.Model, sum.Checkpoint)
+	}
+	return res, lines
+}
+
+// TestFP16Overflow induces an overflow with a loss scale of 2^40: the
+// fp16 gradients are inf, so the first steps are skipped on every rank
+// ("skipped":true in --metrics), the scale halves each time until the
+// gradients fit, the weights and moments of the skipped steps are those of
+// the start (nothing lost: the run then trains), and a resumed run
+// continues with the saved scale, bit for bit.
+func TestFP16Overflow(t *testing.T) {
+	for _, plan := range []string{"precision=fp16", "dp=2,zero=2,precision=fp16", "dp=2,zero=3,precision=fp16"} {
+		j := tinyJob(plan)
+		j.Train.LossScale, j.Train.LossScaleWindow = 0x1p40, 2
+		j.Train.Steps = 1
+		one, lines := runFP16(t, j, t.TempDir(), "", 0)
+		if len(lines) != 1 || !lines[0].Skipped || lines[0].LossScale != 0x1p40 {
+			t.Fatalf("%s: step 1: %+v, want skipped at scale 2^40", plan, lines)
+		}
+		w0 := make([]float32, j.Model.Layout().Size)
+		if err := model.InitRange(j.Model, j.Train.Seed, w0, 0, len(w0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := sameBits(one.w, w0); err != nil {
+			t.Errorf("%s: weights after a skipped step differ from the initial ones: %v", plan, err)
+		}
+		for i, v := range one.m {
+			if v != 0 || one.v[i] != 0 {
+				t.Fatalf("%s: Adam moment %d is %g, %g after a skipped step, want 0", plan, i, v, one.v[i])
+			}
+		}
+		j.Train.Steps = 50
+		full, lines := runFP16(t, j, t.TempDir(), "", 0)
+		skipped := 0
+		for i, l := range lines {
+			if l.Skipped {
+				skipped++
+				if i+1 < len(lines) && !lines[i+1].Skipped && lines[i+1].LossScale != l.LossScale/2 {
+					t.Fatalf("%s: step %d skipped at %g, step %d runs at %g, want half", plan, i+1, l.LossScale, i+2, lines[i+1].LossScale)
+				}
+			}
+		}
+		if skipped == 0 || skipped == len(lines) || !(full.losses[len(full.losses)-1] < full.losses[skipped]) {
+			t.Fatalf("%s: %d of %d steps skipped, loss %g after them and %g at the end: want some skipped, then training", plan, skipped, len(lines), full.losses[skipped], full.losses[len(full.losses)-1])
+		}
+		t.Logf("%s: %d steps skipped, then scale %g; loss %.4f -> %.4f", plan, skipped, lines[skipped].LossScale, full.losses[skipped], full.losses[len(full.losses)-1])
+		// Resume mid-way: the scale comes back from the checkpoint.
+		dir := t.TempDir()
+		half := skipped + 3
+		runFP16(t, j, dir, "", half)
+		rest, rlines := runFP16(t, j, dir, dir, 0)
+		for i, l := range rlines {
+			if want := lines[half+i]; l != want {
+				t.Fatalf("%s: resumed step %d: %+v, straight %+v", plan, half+i+1, l, want)
+			}
+			if rest.losses[i] != full.losses[half+i] {
+				t.Fatalf("%s: resumed step %d: loss %v, straight %v", plan, half+i+1, rest.losses[i], full.losses[half+i])
+			}
+		}
+	}
+}
