@@ -45,21 +45,9 @@ func Latest(root string) (string, error) {
 // verifies index.json and the size and SHA-256 of every rank file before
 // returning; each file is read once.
 func Open(path string) (*Checkpoint, error) {
-	dir, err := resolve(path)
+	dir, indexPath, ix, err := readIndex(path)
 	if err != nil {
 		return nil, err
-	}
-	indexPath := filepath.Join(dir, IndexName)
-	b, err := readBounded(indexPath, maxIndexSize)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	ix, err := DecodeIndex(b)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %s: %w", indexPath, err)
-	}
-	if n, ok := parseStep(filepath.Base(dir)); ok && n != ix.Step {
-		return nil, fmt.Errorf("checkpoint: %s: holds step %d, but the directory is named for step %d", indexPath, ix.Step, n)
 	}
 	c := &Checkpoint{dir: dir, ix: ix}
 	var files int64
@@ -258,4 +246,24 @@ func sameSlice(a, b *Slice) bool {
 		return a == b
 	}
 	return slices.Equal(a.View, b.View) && slices.Equal(a.Off, b.Off) && slices.Equal(a.Ext, b.Ext)
+}
+
+// readIndex resolves path to a step directory and reads and validates its
+// index, which must hold the step the directory is named for.
+func readIndex(path string) (dir, indexPath string, ix *Index, err error) {
+	if dir, err = resolve(path); err != nil {
+		return "", "", nil, err
+	}
+	indexPath = filepath.Join(dir, IndexName)
+	b, err := readBounded(indexPath, maxIndexSize)
+	if err != nil {
+		return "", "", nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if ix, err = DecodeIndex(b); err != nil {
+		return "", "", nil, fmt.Errorf("checkpoint: %s: %w", indexPath, err)
+	}
+	if n, ok := parseStep(filepath.Base(dir)); ok && n != ix.Step {
+		return "", "", nil, fmt.Errorf("checkpoint: %s: holds step %d, but the directory is named for step %d", indexPath, ix.Step, n)
+	}
+	return dir, indexPath, ix, nil
 }

@@ -40,24 +40,12 @@ type rankFile struct {
 // index, the step, each file's existence, size and header against the
 // index.
 func OpenRanges(path string) (*Checkpoint, error) {
-	dir, err := resolve(path)
+	dir, indexPath, ix, err := readIndex(path)
 	if err != nil {
 		return nil, err
 	}
-	indexPath := filepath.Join(dir, IndexName)
-	b, err := readBounded(indexPath, maxIndexSize)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	ix, err := DecodeIndex(b)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %s: %w", indexPath, err)
-	}
 	if !ix.shardSums() {
 		return Open(dir)
-	}
-	if n, ok := parseStep(filepath.Base(dir)); ok && n != ix.Step {
-		return nil, fmt.Errorf("checkpoint: %s: holds step %d, but the directory is named for step %d", indexPath, ix.Step, n)
 	}
 	c := &Checkpoint{dir: dir, ix: ix}
 	var files int64

@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"math"
 
 	"trellis/comm"
 	"trellis/data"
@@ -165,30 +164,6 @@ func (r *rank) lastStageMean(x float64) (float64, error) {
 		return 0, err
 	}
 	return (float64(buf[0]) + float64(buf[1])) / float64(r.set.enginePlan.DP), nil
-}
-
-// evalPipe is eval through the pipeline.
-func (r *rank) evalPipe() (float64, error) {
-	nb := r.job.Train.EvalBatches
-	B := int64(r.job.Train.MicroBatch)
-	avail := r.loader.ValSamples()
-	if nb == 0 || avail < B {
-		return math.NaN(), nil
-	}
-	R := int64(r.set.enginePlan.DP)
-	var sum float64
-	for i := 0; i < nb; i++ {
-		first := ((int64(i)*R + int64(r.dp)) * B) % (avail - B + 1)
-		if err := r.loader.ValBatch(first, int(B), r.in, r.tgt); err != nil {
-			return 0, err
-		}
-		loss, err := r.pipe.stage.Eval(model.Batch{Inputs: r.in, Targets: r.tgt, Eval: true})
-		if err != nil {
-			return 0, err
-		}
-		sum += loss
-	}
-	return r.lastStageMean(sum / float64(nb))
 }
 
 // CommStats adds the point-to-point traffic to the state's.

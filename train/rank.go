@@ -272,31 +272,49 @@ func (r *rank) mean(x float64) (float64, error) {
 }
 
 // eval returns the mean validation loss over EvalBatches micro-batches per
-// rank (rank r reads micro-batches r, r+R, ... of the validation windows).
+// rank (rank r reads micro-batches r, r+R, ... of the validation windows),
+// through the pipeline when there is one.
 func (r *rank) eval() (float64, error) {
 	if r.pipe != nil {
-		return r.evalPipe()
+		sum, ok, err := r.evalSum(func(b model.Batch) (float64, error) { return r.pipe.stage.Eval(b) })
+		if !ok || err != nil {
+			return math.NaN(), err
+		}
+		return r.lastStageMean(sum)
 	}
+	sum, ok, err := r.evalSum(func(b model.Batch) (float64, error) {
+		loss, err := r.gpt.EvalForward(r.units(), r.stash, b)
+		return float64(loss), err
+	})
+	if !ok || err != nil {
+		return math.NaN(), err
+	}
+	return r.mean(sum)
+}
+
+// evalSum is this rank's mean of loss over its validation micro-batches;
+// ok is false when there are none to read.
+func (r *rank) evalSum(loss func(model.Batch) (float64, error)) (mean float64, ok bool, err error) {
 	nb := r.job.Train.EvalBatches
 	B := int64(r.job.Train.MicroBatch)
 	avail := r.loader.ValSamples()
 	if nb == 0 || avail < B {
-		return math.NaN(), nil
+		return 0, false, nil
 	}
 	R := int64(r.set.enginePlan.DP)
 	var sum float64
 	for i := 0; i < nb; i++ {
 		first := ((int64(i)*R + int64(r.dp)) * B) % (avail - B + 1)
 		if err := r.loader.ValBatch(first, int(B), r.in, r.tgt); err != nil {
-			return 0, err
+			return 0, false, err
 		}
-		loss, err := r.gpt.EvalForward(r.units(), r.stash, model.Batch{Inputs: r.in, Targets: r.tgt, Eval: true})
+		l, err := loss(model.Batch{Inputs: r.in, Targets: r.tgt, Eval: true})
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
-		sum += float64(loss)
+		sum += l
 	}
-	return r.mean(sum / float64(nb))
+	return sum / float64(nb), true, nil
 }
 
 // generate continues prompt by n tokens, sampling with temperature and top-k
