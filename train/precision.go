@@ -78,12 +78,14 @@ func (r *rank) dlossScale() float64 {
 }
 
 // runPlanText is the plan as the run line shows it: Short, which leaves
-// out the planner's defaults (bf16 among them), with the precision always
-// named.
+// out the planner's defaults (bf16 and flash=on among them), with the
+// precision and flash attention always named.
 func runPlanText(p plan.Plan) string {
 	s := p.Short()
-	if !strings.Contains(s, "precision=") {
-		s += ",precision=" + string(p.Precision)
+	for _, k := range []string{"precision", "flash"} { // the planner's defaults are not the engine's: name them
+		if !strings.Contains(s, k+"=") {
+			s += "," + k + "=" + p.Get(k)
+		}
 	}
 	return s
 }
