@@ -21,27 +21,7 @@ func setupHalf(t testing.TB, cfg Config, B, threads int) (*GPT, *FlatParams, *St
 // setupHalfOf is setupHalf computing in dt (bf16 or fp16).
 func setupHalfOf(t testing.TB, cfg Config, B, threads int, dt tensor.DType) (*GPT, *FlatParams, *Stash, *device.Device) {
 	t.Helper()
-	k, err := ops.New(ops.Config{Threads: threads})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev := device.New(device.Config{MasterWeights: true})
-	m, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Compute: dt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := NewFlatParams(cfg, dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := InitRange(cfg, 1, p.W, 0, len(p.W)); err != nil {
-		t.Fatal(err)
-	}
-	s, err := m.NewStash()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, p, s, dev
+	return setupOn(t, cfg, B, threads, device.Config{MasterWeights: true}, Options{Compute: dt})
 }
 
 // bf16 rounds to bf16 and back.

@@ -15,12 +15,19 @@ var tiny = Config{Layers: 2, Hidden: 8, Heads: 2, SeqLen: 5, Vocab: 11}
 // noise so that no gradient vanishes by symmetry) and one stash.
 func setup(t testing.TB, cfg Config, B, threads int) (*GPT, *FlatParams, *Stash, *device.Device) {
 	t.Helper()
+	return setupOn(t, cfg, B, threads, device.Config{}, Options{})
+}
+
+// setupOn is setup on a device of config dc, with o's Compute (the rest of
+// o is set here).
+func setupOn(t testing.TB, cfg Config, B, threads int, dc device.Config, o Options) (*GPT, *FlatParams, *Stash, *device.Device) {
+	t.Helper()
 	k, err := ops.New(ops.Config{Threads: threads})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev := device.New(device.Config{})
-	m, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9})
+	dev := device.New(dc)
+	m, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Compute: o.Compute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,6 +52,14 @@ func BenchmarkForwardBackward(b *testing.B) {
 func BenchmarkTrainStep(b *testing.B) {
 	const B = 8
 	m, p, s, _ := setup(b, reference, B, 1)
+	b.ReportAllocs()
+	benchTrainSteps(b, m, p, s, B)
+}
+
+// benchTrainSteps times b.N optimizer steps (forward, backward, AdamW) of
+// m on one random micro-batch of B, after one warm-up step, and reports
+// tokens/s and CPU ms per step.
+func benchTrainSteps(b *testing.B, m *GPT, p *FlatParams, s *Stash, B int) {
 	batch := randomBatch(reference, B, 1)
 	mom, vel := make([]float32, len(p.W)), make([]float32, len(p.W))
 	h := ops.AdamWHyper{LR: 1e-4, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, GradScale: 1}
@@ -67,7 +75,6 @@ func BenchmarkTrainStep(b *testing.B) {
 		m.k.AdamW(h, p.W, p.G, mom, vel)
 	}
 	step(1) // warm up
-	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := cpuTime()
 	for i := 0; i < b.N; i++ {
