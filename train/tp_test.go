@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"math"
 	"strings"
 	"testing"
 
@@ -41,25 +40,7 @@ func TestTPPlansMatchSingleDevice(t *testing.T) {
 						t.Errorf("rank %d: comm_bytes %+v", r.Rank, cb)
 					}
 				}
-				if len(got.losses) != len(ref.losses) {
-					t.Fatalf("%d steps logged, want %d", len(got.losses), len(ref.losses))
-				}
-				for s := range ref.losses {
-					if math.Abs(got.losses[s]-ref.losses[s]) > 1e-5*ref.losses[s] {
-						t.Errorf("step %d: loss %.9g, want %.9g", s+1, got.losses[s], ref.losses[s])
-					}
-					if math.Abs(got.norms[s]-ref.norms[s]) > 1e-5*ref.norms[s] {
-						t.Errorf("step %d: gradient norm %.9g, want %.9g", s+1, got.norms[s], ref.norms[s])
-					}
-				}
-				for _, x := range []struct {
-					what      string
-					got, want []float32
-				}{{"weights", got.w, ref.w}, {"first moments", got.m, ref.m}, {"second moments", got.v, ref.v}} {
-					if e := relL2(x.got, x.want); !(e <= 1e-5) {
-						t.Errorf("%s: relative L2 error %.3g", x.what, e)
-					}
-				}
+				compareRuns(t, got, ref)
 			})
 		}
 	}
