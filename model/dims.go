@@ -91,3 +91,15 @@ func (d dims) workspace(k *ops.Kernels, B int, c Config) wsSizes {
 	}
 	return s
 }
+
+// halfScratch is mixed precision's 16-bit GEMM operand scratch for a
+// pass of bt tokens, in elements: the activation operand x, the widest
+// input of a linear (C, or the rank's MLP width F = 4C/t), and the output
+// gradient dy, the widest output (C, F, or the rank's V' vocabulary rows):
+//
+//	x  bt·max(C, F)      dy  bt·max(C, F, V')
+//
+// With t = 1, bt·4C and bt·max(4C, V).
+func (d dims) halfScratch(bt int) [2]int {
+	return [2]int{bt * max(d.C, d.F), bt * max(d.C, d.F, d.Vl)}
+}

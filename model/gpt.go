@@ -37,6 +37,10 @@ type Options struct {
 	// are fetched (ZeRO-3, which gathers them per unit); otherwise it is
 	// resident.
 	HalfPerUnit bool
+	// Units are the units whose weights this runner fetches (a pipeline
+	// stage's, model.Layout indices); nil: every unit. Under mixed
+	// precision only they have a resident 16-bit copy.
+	Units []int
 }
 
 // Validate checks the options.
@@ -57,8 +61,12 @@ func (o Options) Validate() error {
 		return fmt.Errorf("model: tp=%d without a TPComm", o.Part.Degree())
 	case o.Compute != tensor.F32 && o.Compute != tensor.BF16 && o.Compute != tensor.F16:
 		return fmt.Errorf("model: compute=%s: the runner computes in fp32, bf16 or fp16", o.Compute)
-	case o.Compute != tensor.F32 && o.Part.Split():
-		return fmt.Errorf("model: compute=%s with tp=%d: the tensor-parallel layers compute in fp32 only", o.Compute, o.Part.Degree())
+	}
+	n := len(o.Model.Layout().Units)
+	for _, u := range o.Units {
+		if u < 0 || u >= n {
+			return fmt.Errorf("model: Options.Units: unit %d is not in [0, %d)", u, n)
+		}
 	}
 	return o.Part.Validate(o.Model)
 }
@@ -122,7 +130,7 @@ func New(o Options) (*GPT, error) {
 	}
 	m.ws = ws
 	if o.Compute != tensor.F32 {
-		if m.half, err = newHalf(o.Device, o.Compute, m.layout, c, m.B, o.HalfPerUnit); err != nil {
+		if m.half, err = newHalf(o.Device, o.Compute, m.layout, m.d.halfScratch(m.B*c.SeqLen), o.Units, o.HalfPerUnit); err != nil {
 			ws.Free()
 			return nil, err
 		}

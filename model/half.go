@@ -45,29 +45,39 @@ type halfState struct {
 	bits    [][]uint16       // per unit: its 16-bit weights
 	base    []uintptr        // per unit: the fp32 slice the copy was last matched with
 	ws      *device.Buffer   // 16-bit workspace: x and dy below
-	x       []uint16         // (B·T·4C) a GEMM's activation operand
-	dy      []uint16         // (B·T·max(4C, V)) a backward GEMM's output gradient
+	x       []uint16         // (B·T·max(C, F)) a GEMM's activation operand
+	dy      []uint16         // (B·T·max(C, F, V')) a backward GEMM's output gradient
 }
 
-// newHalf allocates the bf16 copy (unless per unit) and the scratch for a
-// runner of B sequences.
-func newHalf(dev *device.Device, dt tensor.DType, lay Layout, c Config, B int, perUnit bool) (*halfState, error) {
+// newHalf allocates the bf16 copy of the held units (every unit when
+// units is nil; none when per unit) and the GEMM operands' scratch, nx and
+// ny elements (dims.halfScratch).
+func newHalf(dev *device.Device, dt tensor.DType, lay Layout, scratch [2]int, units []int, perUnit bool) (*halfState, error) {
 	n := len(lay.Units)
 	h := &halfState{dev: dev, dt: dt, lay: lay, perUnit: perUnit, units: make([]*device.Buffer, n), refs: make([]int, n),
 		bits: make([][]uint16, n), base: make([]uintptr, n)}
 	if !perUnit {
-		w, err := dev.AllocOf(device.Param, dt, lay.Size)
+		if units == nil {
+			for u := range lay.Units {
+				units = append(units, u)
+			}
+		}
+		size := 0
+		for _, u := range units {
+			size += lay.Units[u].Size
+		}
+		w, err := dev.AllocOf(device.Param, dt, size)
 		if err != nil {
 			return nil, fmt.Errorf("model: %s weights: %w", dt, err)
 		}
 		h.whole = w
 		all := w.Bits
-		for u, un := range lay.Units {
-			h.bits[u] = all[un.Offset : un.Offset+un.Size : un.Offset+un.Size]
+		for _, u := range units {
+			sz := lay.Units[u].Size
+			h.bits[u], all = all[:sz:sz], all[sz:]
 		}
 	}
-	BT := B * c.SeqLen
-	nx, ndy := BT*4*c.Hidden, BT*max(4*c.Hidden, c.Vocab)
+	nx, ndy := scratch[0], scratch[1]
 	ws, err := dev.AllocOf(device.Workspace, dt, nx+ndy)
 	if err != nil {
 		h.whole.Free()
@@ -103,6 +113,10 @@ func (m *GPT) weights(p Params, u int, round bool) ([]float32, error) {
 	if len(w) != un.Size {
 		p.ReleaseWeights(u)
 		return nil, fmt.Errorf("model: unit %d has %d weights, want %d", u, len(w), un.Size)
+	}
+	if !h.perUnit && h.bits[u] == nil {
+		p.ReleaseWeights(u)
+		return nil, fmt.Errorf("model: unit %d has no %s copy: it is not in Options.Units", u, h.dt)
 	}
 	if h.perUnit {
 		if h.refs[u] == 0 {

@@ -76,11 +76,11 @@ func (m *GPT) BlockBackwardInput(p Params, s *Stash, w *WeightStash, l int) erro
 		return err
 	}
 	u := l + 1
-	wt, err := weights(p, u)
+	wt, err := m.weights(p, u, false)
 	if err != nil {
 		return err
 	}
-	defer p.ReleaseWeights(u)
+	defer m.release(p, u)
 	g, err := grads(p, u)
 	if err != nil {
 		return err
@@ -96,20 +96,20 @@ func (m *GPT) BlockBackwardInput(p Params, s *Stash, w *WeightStash, l int) erro
 	// MLP branch, as BlockBackward, the output gradients kept.
 	dfcg := m.big[:4*BTC]
 	copy(d.fc2, m.branchGrad(s, m.drop.mlp[l]))
-	k.MatMul(ops.NN, BT, 4*C, C, d.fc2, C, v.fc2w, 4*C, dfcg, 4*C, false)
+	m.linearInputGrad(dfcg, d.fc2, v.fc2w, BT, 4*C, C)
 	ops.BiasBackward(k, dv.fc2b, d.fc2, BT, C)
 	ops.GELUBackwardSet(k, d.fc, a.fc, dfcg, BT*4*C)
-	k.MatMul(ops.NN, BT, C, 4*C, d.fc, 4*C, v.fcw, C, m.dln, C, false)
+	m.linearInputGrad(m.dln, d.fc, v.fcw, BT, C, 4*C)
 	ops.BiasBackward(k, dv.fcb, d.fc, BT, 4*C)
 	ops.LayerNormBackward(k, m.dres, dv.ln2w, dv.ln2b, m.dln, a.res2, v.ln2w, a.ln2M, a.ln2R, BT, C)
 
 	// Attention branch.
 	datty := m.big[4*BTC : 5*BTC]
 	copy(d.proj, m.branchGrad(s, m.drop.attn[l]))
-	k.MatMul(ops.NN, BT, C, C, d.proj, C, v.projw, C, datty, C, false)
+	m.linearInputGrad(datty, d.proj, v.projw, BT, C, C)
 	ops.BiasBackward(k, dv.projb, d.proj, BT, C)
 	m.attnBackward(d.qkv, datty, a, B, T, C, c.Heads)
-	k.MatMul(ops.NN, BT, C, 3*C, d.qkv, 3*C, v.qkvw, C, m.dln, C, false)
+	m.linearInputGrad(m.dln, d.qkv, v.qkvw, BT, C, 3*C)
 	ops.BiasBackward(k, dv.qkvb, d.qkv, BT, 3*C)
 	ops.LayerNormBackward(k, m.dres, dv.ln1w, dv.ln1b, m.dln, s.res[l], v.ln1w, a.ln1M, a.ln1R, BT, C)
 	return nil
@@ -138,12 +138,12 @@ func (m *GPT) BlockBackwardWeight(p Params, s *Stash, w *WeightStash, l int) err
 	if err != nil {
 		return err
 	}
-	k, C := m.k, m.cfg.Hidden
+	C := m.cfg.Hidden
 	BT := s.b * s.t
 	dv, a := viewBlock(g, C), &s.layers[l]
-	k.MatMul(ops.TN, C, 4*C, BT, d.fc2, C, a.fcg, 4*C, dv.fc2w, 4*C, true)
-	k.MatMul(ops.TN, 4*C, C, BT, d.fc, 4*C, a.ln2, C, dv.fcw, C, true)
-	k.MatMul(ops.TN, C, C, BT, d.proj, C, a.atty, C, dv.projw, C, true)
-	k.MatMul(ops.TN, 3*C, C, BT, d.qkv, 3*C, a.ln1, C, dv.qkvw, C, true)
+	m.linearWeightGrad(dv.fc2w, d.fc2, a.fcg, BT, 4*C, C, false)
+	m.linearWeightGrad(dv.fcw, d.fc, a.ln2, BT, C, 4*C, false)
+	m.linearWeightGrad(dv.projw, d.proj, a.atty, BT, C, C, false)
+	m.linearWeightGrad(dv.qkvw, d.qkv, a.ln1, BT, C, 3*C, false)
 	return gradsDone(p, u)
 }

@@ -30,7 +30,7 @@ func (m *GPT) leaveRowBack(local []float32, bt int) ([]float32, error) {
 // inp (B·T, C), w (OC, C), dout (B·T, OC).
 func (m *GPT) colBackward(dw, db, dout, inp, w []float32, bt, OC int) ([]float32, error) {
 	C := m.d.C
-	m.k.MatMul(ops.NN, bt, C, OC, dout, OC, w, C, m.dln[:bt*C], C, false)
+	m.linearInputGrad(m.dln[:bt*C], dout, w, bt, C, OC)
 	dz, wait := m.dln[:bt*C], func() error { return nil }
 	if m.d.sp {
 		dz = m.tpws.dlnl[:m.d.tokens(bt)*C]
@@ -38,7 +38,10 @@ func (m *GPT) colBackward(dw, db, dout, inp, w []float32, bt, OC int) ([]float32
 	} else {
 		wait = m.tp.StartReduceFromTP(dz)
 	}
-	ops.LinearBackward(m.k, nil, dw, db, dout, inp, w, bt, C, OC)
+	m.linearWeightGrad(dw, dout, inp, bt, C, OC, true)
+	if db != nil {
+		ops.BiasBackward(m.k, db, dout, bt, OC)
+	}
 	return dz, wait()
 }
 
@@ -48,24 +51,24 @@ func (m *GPT) headBackwardTP(p Params, s *Stash, dloss float32) error {
 	d := m.d
 	C, bt := d.C, s.b*s.t
 	n := d.tokens(bt)
-	w, err := weights(p, 0)
+	w, err := m.weights(p, 0, false)
 	if err != nil {
 		return err
 	}
 	g, err := grads(p, 0)
 	if err != nil {
-		p.ReleaseWeights(0)
+		m.release(p, 0)
 		return err
 	}
 	dlogits := m.big[:bt*d.Vl]
 	m.vocabLossBackward(dlogits, s, dloss, bt)
 	z, err := m.enterCol(s.lnf[:n*C], bt) // SP: gathered again
 	if err != nil {
-		p.ReleaseWeights(0)
+		m.release(p, 0)
 		return err
 	}
 	dz, err := m.colBackward(g[:d.Vl*C], nil, dlogits, z, w[:d.Vl*C], bt, d.Vl)
-	p.ReleaseWeights(0)
+	m.release(p, 0)
 	if err != nil {
 		return err
 	}
@@ -100,7 +103,7 @@ func (m *GPT) blockBackwardTP(w, g []float32, s *Stash, l int) error {
 	if err != nil {
 		return err
 	}
-	ops.LinearBackwardSet(k, dfcg, dv.fc2w, dv.fc2b, dy, a.fcg, v.fc2w, bt, d.F, C)
+	m.linearBackwardSet(dfcg, dv.fc2w, dv.fc2b, dy, a.fcg, v.fc2w, bt, d.F, C)
 	ops.GELUBackwardSet(k, dfc, a.fc, dfcg, bt*d.F)
 	z, err := m.enterCol(a.ln2[:n*C], bt)
 	if err != nil {
@@ -119,7 +122,7 @@ func (m *GPT) blockBackwardTP(w, g []float32, s *Stash, l int) error {
 	if dy, err = m.leaveRowBack(m.branchGrad(s, m.drop.attn[l]), bt); err != nil {
 		return err
 	}
-	ops.LinearBackwardSet(k, datty, dv.projw, dv.projb, dy, a.atty, v.projw, bt, d.Cl, C)
+	m.linearBackwardSet(datty, dv.projw, dv.projb, dy, a.atty, v.projw, bt, d.Cl, C)
 	m.attnBackward(dqkv, datty, a, B, T, d.Cl, d.NH)
 	if z, err = m.enterCol(a.ln1[:n*C], bt); err != nil {
 		return err

@@ -17,6 +17,9 @@ import (
 //	loss   = vocab-parallel cross-entropy of f(LN_f(h))·wte_rᵀ
 //
 // f is the identity (GatherSeq with SP), g is ReduceFromTP (ScatterSeq).
+// Under mixed precision each rank's linears run linearForward's 16-bit
+// GEMMs on its part (fp32 accumulation, fp32 outputs); the reductions,
+// LayerNorm, softmax and the loss stay fp32.
 
 // enterCol is f's forward: the full (B·T, C) input of a column-parallel
 // layer from the rank's LayerNorm output local (its n tokens).
@@ -102,7 +105,7 @@ func (m *GPT) blockForwardTP(w []float32, s *Stash, l int) error {
 	if err != nil {
 		return err
 	}
-	ops.LinearForward(k, a.qkv, z, v.qkvw, v.qkvb, bt, C, 3*d.Cl)
+	m.linearForward(a.qkv, nil, z, v.qkvw, v.qkvb, bt, C, 3*d.Cl)
 	m.attnForward(a, B, T, d.Cl, d.NH)
 	if err := m.rowBranch(s, a.res2[:n*C], x, a.atty, v.projw, v.projb, d.Cl, m.drop.attn[l]); err != nil {
 		return err
@@ -111,7 +114,7 @@ func (m *GPT) blockForwardTP(w []float32, s *Stash, l int) error {
 	if z, err = m.enterCol(a.ln2[:n*C], bt); err != nil {
 		return err
 	}
-	ops.LinearForward(k, a.fc, z, v.fcw, v.fcb, bt, C, d.F)
+	m.linearForward(a.fc, nil, z, v.fcw, v.fcb, bt, C, d.F)
 	ops.GELUForward(k, a.fcg, a.fc, bt*d.F)
 	return m.rowBranch(s, out, a.res2[:n*C], a.fcg, v.fc2w, v.fc2b, d.F, m.drop.mlp[l])
 }
@@ -121,7 +124,7 @@ func (m *GPT) blockForwardTP(w []float32, s *Stash, l int) error {
 func (m *GPT) rowBranch(s *Stash, out, res, inp, w, b []float32, in int, site rng.Stream) error {
 	bt, C := s.b*s.t, m.d.C
 	part := m.big[:bt*C]
-	ops.LinearForward(m.k, part, inp, w, nil, bt, in, C)
+	m.linearForward(part, nil, inp, w, nil, bt, in, C)
 	y, err := m.leaveRow(part, bt)
 	if err != nil {
 		return err
@@ -145,6 +148,10 @@ func (m *GPT) headForwardTP(w []float32, s *Stash) (float32, error) {
 		return 0, err
 	}
 	logits := s.probs[:bt*d.Vl]
-	m.k.MatMul(ops.NT, bt, d.Vl, d.C, z, d.C, w[:d.Vl*d.C], d.C, logits, d.Vl, false)
+	if m.half != nil {
+		m.linearForward(logits, nil, z, w[:d.Vl*d.C], nil, bt, d.C, d.Vl)
+	} else {
+		m.k.MatMul(ops.NT, bt, d.Vl, d.C, z, d.C, w[:d.Vl*d.C], d.C, logits, d.Vl, false)
+	}
 	return m.vocabLoss(s, logits, bt)
 }

@@ -122,18 +122,20 @@ func (j Job) engineStageAct(p Plan, a actSizes, pt partition, k, layers int) (ac
 
 // engineBF16 says whether p's model states are the Trellis engine's bf16
 // ones (engineBF16States): a CPU host cluster (engine_stash) running the
-// engine's model in bf16 or fp16 on whole layers (the engine refuses them
-// with tp or pp). The engine keeps fp32 gradients under fp16 too.
+// engine's model in bf16 or fp16, with any tp and pp. The engine keeps
+// fp32 gradients under fp16 too.
 func (j Job) engineBF16(p Plan) bool {
-	return j.Cluster.EngineStash && j.engineRuns(p) && (p.Precision == BF16 || p.Precision == FP16) && p.TP == 1 && p.PP == 1
+	return j.Cluster.EngineStash && j.engineRuns(p) && (p.Precision == BF16 || p.Precision == FP16)
 }
 
 // engineBF16States replaces modelStates' bf16 bytes with the engine's
-// (docs/ARCHITECTURE.md, "Mixed precision"), for P parameters sharded over
-// N = dp ranks: its fp32 weights are the master weights, whole under ZeRO
-// 1-2 as in fp32 runs, and its bf16 copy is whole except under ZeRO-3,
-// where only the unit being computed has one (u = the largest unit: a
-// block, 12h² + 13h, or the embedding, (V + s)·h):
+// (docs/ARCHITECTURE.md, "Mixed precision"), for the P parameters of a
+// rank (its tensor-parallel part of its pipeline stage's units) sharded
+// over N = dp ranks: its fp32 weights are the master weights, whole under
+// ZeRO 1-2 as in fp32 runs, and its bf16 copy is whole except under
+// ZeRO-3, where only the unit being computed has one (u = the largest
+// unit of a tensor-parallel rank: a block, 12h²/t + 7h/t + 6h, or the
+// embedding, (V' + s)·h with V' = ⌈V/t⌉):
 //
 //	Param = 2P, or 2u with zero=3     Grad = 4P / (N if zero≥2)
 //	Optim = 4P / (N if zero=3) + 8P / (N if zero≥1)
@@ -145,8 +147,9 @@ func (j Job) engineBF16States(mem *Memory, P float64, p Plan) {
 		}
 		return 1
 	}
-	h := float64(j.Model.Hidden)
-	u := math.Max(12*h*h+13*h, float64(j.Model.Vocab+j.Model.MaxSeq)*h)
+	h, t := float64(j.Model.Hidden), float64(p.TP)
+	vl := math.Ceil(float64(j.Model.Vocab) / t)
+	u := math.Max(12*h*h/t+7*h/t+6*h, (vl+float64(j.Model.MaxSeq))*h)
 	mem.Param = ceil(2 * P)
 	if p.ZeRO == 3 {
 		mem.Param = ceil(2 * u)

@@ -70,7 +70,28 @@ func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory
 //	+ branch n·C (with dropout or t > 1)
 //	+ with t > 1: big ≥ max(T·C, (t+1)·V'), ce 3·T
 //	+ with sequence parallelism: gath T·C, dlnl n·C, lnGrad 2C
+//
+// and, in bf16 or fp16, the 16-bit GEMM operands' scratch
+// (model.dims.halfScratch), 2 bytes per element: 2·T·(max(C, F) +
+// max(C, F, V')).
 func (j Job) engineWorkspace(p Plan) float64 {
+	return j.engineWorkspace32(p) + j.engineHalfScratch(p)
+}
+
+// engineHalfScratch is the 16-bit GEMM operands' scratch of a bf16 or
+// fp16 plan, in bytes (0 in fp32); see engineWorkspace.
+func (j Job) engineHalfScratch(p Plan) float64 {
+	if p.Precision != BF16 && p.Precision != FP16 {
+		return 0
+	}
+	m, t := j.Model, p.TP
+	T, C, F := p.MBS*j.Seq, m.Hidden, 4*m.Hidden/t
+	vl := (m.Vocab + t - 1) / t
+	return 2 * float64(T*(max(C, F)+max(C, F, vl)))
+}
+
+// engineWorkspace32 is engineWorkspace's fp32 scratch.
+func (j Job) engineWorkspace32(p Plan) float64 {
 	m := j.Model
 	t := p.TP
 	s, C := j.Seq, m.Hidden

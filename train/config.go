@@ -141,13 +141,7 @@ func checkSupported(p plan.Plan) error {
 	if p.CP != 1 {
 		bad = append(bad, fmt.Sprintf("cp=%d (context parallelism)", p.CP))
 	}
-	half := p.Precision == plan.BF16 || p.Precision == plan.FP16
-	switch {
-	case half && p.TP > 1:
-		bad = append(bad, fmt.Sprintf("precision=%s with tp=%d (the tensor-parallel layers compute in fp32 only)", p.Precision, p.TP))
-	case half && p.PP > 1:
-		bad = append(bad, fmt.Sprintf("precision=%s with pp=%d (pipeline stages compute in fp32 only)", p.Precision, p.PP))
-	case !half && p.Precision != plan.FP32:
+	if p.Precision != plan.FP32 && p.Precision != plan.BF16 && p.Precision != plan.FP16 {
 		bad = append(bad, fmt.Sprintf("precision=%s (fp32, bf16 and fp16 only)", p.Precision))
 	}
 	if len(bad) > 0 {

@@ -101,6 +101,15 @@ func newPipeState(r *rank, hyper optim.Hyper) (Strategy, error) {
 	return pi.state, nil
 }
 
+// heldUnits are the units whose weights this rank's runner fetches: a
+// pipeline stage's (the 16-bit copy holds them only); nil: every unit.
+func (r *rank) heldUnits() []int {
+	if r.pipe == nil {
+		return nil
+	}
+	return r.pipe.layout.Units
+}
+
 // start makes the executor once the model runner exists.
 func (pi *pipe) start(r *rank, tr *trace.Tracer) error {
 	var err error
@@ -123,7 +132,9 @@ func (pi *pipe) free() {
 
 // stepPipe runs optimizer step s through the pipeline: the schedule's
 // micro-batches k = 0..m−1 are the data-parallel rank's slices, as in
-// step; the loss is the last stage's mean, shared with every rank.
+// step; the loss is the last stage's mean, shared with every rank. Under
+// fp16 the backward starts from S·loss and the update is the scaled one
+// (pp.State.UpdateScaled), as in step.
 func (r *rank) stepPipe(s int, pos data.Position) (stepResult, error) {
 	res := stepResult{lr: r.sched.At(s)}
 	if err := r.st.BeginStep(); err != nil {
@@ -137,14 +148,14 @@ func (r *rank) stepPipe(s int, pos data.Position) (stepResult, error) {
 		}
 		return model.Batch{Inputs: r.in, Targets: r.tgt, Step: int64(s), Sample: int(sl.First(pos) - pos.Sample)}, nil
 	}
-	sum, err := r.pipe.stage.Step(batch, float32(1/float64(accum)))
+	sum, err := r.pipe.stage.Step(batch, float32(r.dlossScale()/float64(accum)))
 	if err != nil {
 		return res, err
 	}
 	if err := r.st.FinishGrads(); err != nil {
 		return res, err
 	}
-	if res.norm, err = r.st.Update(res.lr, r.job.Train.GradClip); err != nil {
+	if err := r.update(&res); err != nil {
 		return res, err
 	}
 	res.loss, err = r.lastStageMean(sum / float64(accum))

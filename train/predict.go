@@ -45,7 +45,7 @@ func hostCluster(s settings) plan.Cluster {
 	}
 	return plan.Cluster{
 		Name:           "built-in estimate of this machine",
-		Accel:          plan.Accel{Name: "cpu-rank", Peak: map[plan.Precision]float64{plan.FP32: peak, plan.BF16: peak}, Memory: mem, MemBW: 20e9, GEMMEff: 0.6, GEMMKnee: 32, AttnEff: 0.3, MemEff: 0.7, KernelGap: 1e-6},
+		Accel:          plan.Accel{Name: "cpu-rank", Peak: map[plan.Precision]float64{plan.FP32: peak, plan.BF16: peak, plan.FP16: peak}, Memory: mem, MemBW: 20e9, GEMMEff: 0.6, GEMMKnee: 32, AttnEff: 0.3, MemEff: 0.7, KernelGap: 1e-6},
 		DevicesPerNode: max(1, s.ranks),
 		Intra:          plan.Link{BW: 10e9, Latency: 5e-6},
 		Inter:          plan.Link{BW: 1.1e9, Latency: 50e-6},

@@ -100,7 +100,7 @@ func newRank(rc rankConfig) (*rank, error) {
 	r.st = st
 	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch, Seed: j.Train.Seed,
 		Part: r.part, TP: r.tpComm(), Flash: r.set.enginePlan.Flash, Compute: computeType(r.set.enginePlan.Precision),
-		HalfPerUnit: r.set.enginePlan.ZeRO == 3, Recompute: engineRecompute(r.set.enginePlan.Recompute)}); err != nil {
+		HalfPerUnit: r.set.enginePlan.ZeRO == 3, Recompute: engineRecompute(r.set.enginePlan.Recompute), Units: r.heldUnits()}); err != nil {
 		r.free()
 		return nil, err
 	}

@@ -221,14 +221,20 @@ func (s *State) Update(lr, maxNorm float64) (float64, error) {
 		return 0, err
 	}
 	s.opt.Step(lr, optim.ClipScale(norm, maxNorm))
-	if s.cfg.ZeRO == 1 && s.dpN > 1 {
-		chunk := len(s.w.Data) / s.dpN
-		own := s.w.Data[s.dpR*chunk : (s.dpR+1)*chunk]
-		if err := comm.AllGather(s.cfg.DP, comm.F32(s.w.Data), comm.F32(own)); err != nil {
-			return 0, fmt.Errorf("pp: weight all-gather: %w", err)
-		}
+	return norm, s.gatherWeights()
+}
+
+// gatherWeights all-gathers the updated chunks under ZeRO-1.
+func (s *State) gatherWeights() error {
+	if s.cfg.ZeRO != 1 || s.dpN == 1 {
+		return nil
 	}
-	return norm, nil
+	chunk := len(s.w.Data) / s.dpN
+	own := s.w.Data[s.dpR*chunk : (s.dpR+1)*chunk]
+	if err := comm.AllGather(s.cfg.DP, comm.F32(s.w.Data), comm.F32(own)); err != nil {
+		return fmt.Errorf("pp: weight all-gather: %w", err)
+	}
+	return nil
 }
 
 // globalNorm adds ‖g‖² over this rank's chunk, each element counted once
