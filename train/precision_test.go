@@ -26,11 +26,13 @@ func TestBF16TracksFP32(t *testing.T) {
 	}
 }
 
-// tracks holds a 16-bit run's losses to the fp32 run's (TestBF16TracksFP32).
+// tracks holds a 16-bit run's losses to the fp32 run's (TestBF16TracksFP32):
+// every step within 3%, the last within 1%.
 func tracks(t *testing.T, prec string, fp32, bf16 result) {
 	t.Helper()
-	if len(bf16.losses) != 30 || len(fp32.losses) != 30 {
-		t.Fatalf("%d and %d steps logged, want 30", len(bf16.losses), len(fp32.losses))
+	n := len(fp32.losses)
+	if len(bf16.losses) != n || n < 5 {
+		t.Fatalf("%d and %d steps logged, want the same, at least 5", len(bf16.losses), n)
 	}
 	same := true
 	for i, want := range fp32.losses {
@@ -40,14 +42,14 @@ func tracks(t *testing.T, prec string, fp32, bf16 result) {
 			t.Errorf("%s: step %d: loss %.5g, fp32 %.5g (rel diff %.3g > 0.03)", prec, i+1, got, want, d)
 		}
 	}
-	last, ref := bf16.losses[29], fp32.losses[29]
+	last, ref := bf16.losses[n-1], fp32.losses[n-1]
 	if d := math.Abs(last-ref) / ref; d > 0.01 {
 		t.Errorf("%s: last loss %.5g, fp32 %.5g (rel diff %.3g > 0.01)", prec, last, ref, d)
 	}
 	if same {
 		t.Errorf("%s losses equal fp32's bit for bit: the 16-bit path did not run", prec)
 	}
-	t.Logf("step 30: fp32 %.5f %s %.5f", ref, prec, last)
+	t.Logf("step %d: fp32 %.5f %s %.5f", n, ref, prec, last)
 }
 
 // TestBF16Plans runs bf16 under data parallelism and ZeRO 1-3 against the
@@ -100,17 +102,19 @@ func TestBF16Plans(t *testing.T) {
 	}
 }
 
-// TestBF16Refused: bf16 with tp or pp, and fp16, are refused by name.
-func TestBF16Refused(t *testing.T) {
-	for plan, want := range map[string]string{
-		"tp=2,precision=bf16": "precision=bf16 with tp=2",
-		"pp=2,precision=bf16": "precision=bf16 with pp=2",
-		"tp=2,precision=fp16": "precision=fp16 with tp=2",
-	} {
-		_, err := tinyJob(plan).resolve()
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: got %v, want an error naming %q", plan, err, want)
+// TestHalfPrecisionAccepted: bf16 and fp16 are accepted with tp, pp and
+// the 3D plans; a precision the engine has no kernels for is refused by
+// name.
+func TestHalfPrecisionAccepted(t *testing.T) {
+	for _, plan := range []string{"tp=2,precision=bf16", "pp=2,precision=bf16", "tp=2,sp=on,precision=fp16",
+		"pp=2,tp=2,dp=2,zero=1,precision=fp16", "pp=2,schedule=zb-h1,precision=fp16"} {
+		if _, err := tinyJob(plan).resolve(); err != nil {
+			t.Errorf("%s: %v", plan, err)
 		}
+	}
+	_, err := tinyJob("tp=2,precision=fp8").resolve()
+	if err == nil || !strings.Contains(err.Error(), "precision=fp8 (fp32, bf16 and fp16 only)") {
+		t.Errorf("tp=2,precision=fp8: got %v, want an error naming precision=fp8", err)
 	}
 }
 
@@ -224,7 +228,8 @@ func runFP16(t *testing.T, j Job, dir, resume string, until int) (result, []fp16
 // the start (nothing lost: the run then trains), and a resumed run
 // continues with the saved scale, bit for bit.
 func TestFP16Overflow(t *testing.T) {
-	for _, plan := range []string{"precision=fp16", "dp=2,zero=2,precision=fp16", "dp=2,zero=3,precision=fp16"} {
+	for _, plan := range []string{"precision=fp16", "dp=2,zero=2,precision=fp16", "dp=2,zero=3,precision=fp16",
+		"tp=2,precision=fp16", "pp=2,schedule=1f1b,precision=fp16", "pp=2,tp=2,dp=2,zero=1,precision=fp16"} {
 		j := tinyJob(plan)
 		j.Train.LossScale, j.Train.LossScaleWindow = 0x1p40, 2
 		j.Train.Steps = 1
