@@ -170,13 +170,59 @@ func TestHalfMemory(t *testing.T) {
 	}
 }
 
-// TestHalfRefusesTP: bf16 with a tensor-parallel part is refused by name.
-func TestHalfRefusesTP(t *testing.T) {
+// TestHalfTPPart: a tensor-parallel part computes in bf16 with a copy of
+// its own weights (2 bytes × PartLayout's size) and the 16-bit scratch of
+// its local widths, dims.halfScratch: x B·T·max(C, 4C/t), dy
+// B·T·max(C, 4C/t, ⌈V/t⌉).
+func TestHalfTPPart(t *testing.T) {
 	k, _ := ops.New(ops.Config{Threads: 1})
-	_, err := New(Options{Model: tiny, Kernels: k, Device: device.New(device.Config{}), MicroBatch: 1,
-		Part: Part{TP: 2}, TP: soloTP{}, Compute: tensor.BF16})
-	if err == nil || !strings.Contains(err.Error(), "compute=bf16 with tp=2") {
-		t.Fatalf("bf16 with tp=2: got %v, want the refusal naming both", err)
+	dev := device.New(device.Config{MasterWeights: true})
+	const B = 2
+	m, err := New(Options{Model: tiny, Kernels: k, Device: dev, MicroBatch: B, Part: Part{TP: 2}, TP: soloTP{}, Compute: tensor.BF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	C, BT := tiny.Hidden, B*tiny.SeqLen
+	F, Vl := 4*C/2, (tiny.Vocab+1)/2
+	if got, want := dev.Stats().Live[device.Param], int64(2*tiny.PartLayout(Part{TP: 2}).Size); got != want {
+		t.Errorf("param %d bytes, want the part's 2·%d", got, want/2)
+	}
+	if got, want := len(m.half.x)+len(m.half.dy), BT*max(C, F)+BT*max(C, F, Vl); got != want {
+		t.Errorf("16-bit scratch %d elements, want %d", got, want)
+	}
+}
+
+// TestHalfUnits: with Options.Units (a pipeline stage's) the resident
+// 16-bit copy holds those units only, a unit outside them is refused when
+// fetched, and one outside the model when the runner is built.
+func TestHalfUnits(t *testing.T) {
+	k, _ := ops.New(ops.Config{Threads: 1})
+	dev := device.New(device.Config{MasterWeights: true})
+	units := []int{0, 2}
+	m, err := New(Options{Model: tiny, Kernels: k, Device: dev, MicroBatch: 1, Compute: tensor.BF16, Units: units})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	lay := tiny.Layout()
+	if got, want := dev.Stats().Live[device.Param], int64(2*(lay.Units[0].Size+lay.Units[2].Size)); got != want {
+		t.Errorf("param %d bytes, want 2 × units 0 and 2 = %d", got, want)
+	}
+	p, err := NewFlatParams(tiny, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Free()
+	if _, err := m.weights(p, 2, true); err != nil {
+		t.Errorf("unit 2: %v", err)
+	}
+	if _, err := m.weights(p, 1, true); err == nil || !strings.Contains(err.Error(), "unit 1 has no bf16 copy") {
+		t.Errorf("unit 1 (not held): got %v, want a refusal naming it", err)
+	}
+	_, err = New(Options{Model: tiny, Kernels: k, Device: dev, MicroBatch: 1, Compute: tensor.BF16, Units: []int{len(lay.Units)}})
+	if err == nil || !strings.Contains(err.Error(), "Options.Units: unit 4 is not in [0, 4)") {
+		t.Errorf("a unit outside the model: got %v", err)
 	}
 }
 

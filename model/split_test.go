@@ -3,90 +3,101 @@ package model
 import (
 	"math"
 	"testing"
+
+	"trellis/device"
+	"trellis/tensor"
 )
 
 // The split backward (input gradients, then the deferred weight
 // gradients) gives BlockBackward's gradients and DResidual bit for bit,
 // with and without dropout, even with another micro-batch's input pass in
-// between (the weight stash and the stash carry everything W needs).
+// between (the weight stash and the stash carry everything W needs); in
+// fp32 and under mixed precision (bf16, fp16: the 16-bit GEMMs of
+// linearInputGrad and linearWeightGrad are linearBackwardSet's).
 func TestSplitBackwardMatchesBlockBackward(t *testing.T) {
-	for _, drop := range []float64{0, 0.1} {
-		cfg := Config{Layers: 2, Hidden: 16, Heads: 2, SeqLen: 8, Vocab: 32, Dropout: drop}
-		m, fp, s, _ := setup(t, cfg, 2, 1)
-		s2, err := m.NewStash()
-		if err != nil {
-			t.Fatal(err)
+	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16} {
+		for _, drop := range []float64{0, 0.1} {
+			splitMatchesWhole(t, dt, drop)
 		}
-		b1, b2 := randomBatch(cfg, 2, 3), randomBatch(cfg, 2, 4)
-		b2.Sample = 2
-		run := func(split bool) ([]float32, []float32) {
-			fp.ZeroGrads()
-			for _, x := range []struct {
-				s *Stash
-				b Batch
-			}{{s, b1}, {s2, b2}} {
-				if _, err := m.Forward(fp, x.s, x.b); err != nil {
-					t.Fatal(err)
-				}
+	}
+}
+
+func splitMatchesWhole(t *testing.T, dt tensor.DType, drop float64) {
+	cfg := Config{Layers: 2, Hidden: 16, Heads: 2, SeqLen: 8, Vocab: 32, Dropout: drop}
+	m, fp, s, _ := setupOn(t, cfg, 2, 1, device.Config{MasterWeights: dt != tensor.F32}, Options{Compute: dt})
+	s2, err := m.NewStash()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b1, b2 := randomBatch(cfg, 2, 3), randomBatch(cfg, 2, 4)
+	b2.Sample = 2
+	run := func(split bool) ([]float32, []float32) {
+		fp.ZeroGrads()
+		for _, x := range []struct {
+			s *Stash
+			b Batch
+		}{{s, b1}, {s2, b2}} {
+			if _, err := m.Forward(fp, x.s, x.b); err != nil {
+				t.Fatal(err)
 			}
-			var dres []float32
-			ws := make([]*WeightStash, 2)
-			for i, st := range []*Stash{s, s2} {
-				if err := m.HeadBackward(fp, st, 0.5); err != nil {
-					t.Fatal(err)
-				}
-				for l := cfg.Layers - 1; l >= 0; l-- {
-					if !split {
-						err = m.BlockBackward(fp, st, l)
-					} else {
-						if ws[i] == nil {
-							if ws[i], err = m.NewWeightStash(0, cfg.Layers); err != nil {
-								t.Fatal(err)
-							}
-						}
-						err = m.BlockBackwardInput(fp, st, ws[i], l)
-					}
-					if err != nil {
-						t.Fatal(err)
-					}
-				}
-				dres = append(dres, m.DResidual()...)
-				if err := m.EmbedBackward(fp, st); err != nil {
-					t.Fatal(err)
-				}
+		}
+		var dres []float32
+		ws := make([]*WeightStash, 2)
+		for i, st := range []*Stash{s, s2} {
+			if err := m.HeadBackward(fp, st, 0.5); err != nil {
+				t.Fatal(err)
 			}
-			if split {
-				for i, st := range []*Stash{s, s2} {
-					for l := cfg.Layers - 1; l >= 0; l-- {
-						if err := m.BlockBackwardWeight(fp, st, ws[i], l); err != nil {
+			for l := cfg.Layers - 1; l >= 0; l-- {
+				if !split {
+					err = m.BlockBackward(fp, st, l)
+				} else {
+					if ws[i] == nil {
+						if ws[i], err = m.NewWeightStash(0, cfg.Layers); err != nil {
 							t.Fatal(err)
 						}
 					}
-					ws[i].Free()
+					err = m.BlockBackwardInput(fp, st, ws[i], l)
+				}
+				if err != nil {
+					t.Fatal(err)
 				}
 			}
-			return append([]float32(nil), fp.G...), dres
-		}
-		wantG, wantD := run(false)
-		gotG, gotD := run(true)
-		for i := range wantG {
-			if math.Float32bits(gotG[i]) != math.Float32bits(wantG[i]) {
-				t.Fatalf("dropout %v: gradient %d: split %v, whole %v", drop, i, gotG[i], wantG[i])
+			dres = append(dres, m.DResidual()...)
+			if err := m.EmbedBackward(fp, st); err != nil {
+				t.Fatal(err)
 			}
 		}
-		for i := range wantD {
-			if gotD[i] != wantD[i] {
-				t.Fatalf("dropout %v: input gradient %d: split %v, whole %v", drop, i, gotD[i], wantD[i])
+		if split {
+			for i, st := range []*Stash{s, s2} {
+				for l := cfg.Layers - 1; l >= 0; l-- {
+					if err := m.BlockBackwardWeight(fp, st, ws[i], l); err != nil {
+						t.Fatal(err)
+					}
+				}
+				ws[i].Free()
 			}
 		}
-		var nz int
-		for _, g := range wantG {
-			if g != 0 {
-				nz++
-			}
+		return append([]float32(nil), fp.G...), dres
+	}
+	wantG, wantD := run(false)
+	gotG, gotD := run(true)
+	for i := range wantG {
+		if math.Float32bits(gotG[i]) != math.Float32bits(wantG[i]) {
+			t.Fatalf("%s, dropout %v: gradient %d: split %v, whole %v", dt, drop, i, gotG[i], wantG[i])
 		}
-		if nz < len(wantG)/2 {
-			t.Fatalf("only %d of %d gradients are non-zero", nz, len(wantG))
+	}
+	for i := range wantD {
+		if gotD[i] != wantD[i] {
+			t.Fatalf("%s, dropout %v: input gradient %d: split %v, whole %v", dt, drop, i, gotD[i], wantD[i])
 		}
+	}
+	var nz int
+	for _, g := range wantG {
+		if g != 0 {
+			nz++
+		}
+	}
+	if nz < len(wantG)/2 {
+		t.Fatalf("only %d of %d gradients are non-zero", nz, len(wantG))
 	}
 }
