@@ -27,7 +27,10 @@ import (
 // stash keeps its activations in fp32; the bf16 operands are rounded into
 // two workspace buffers at each GEMM. Options.Compute = tensor.F16 is the
 // same with fp16 in place of bf16 (the GEMMs widen fp16 exactly to fp32);
-// its loss scaling is the trainer's (train/precision.go).
+// its loss scaling is the trainer's (train/precision.go). A
+// tensor-parallel part runs the same GEMMs on its slices (tp_forward.go,
+// tp_backward.go, half_grad.go) and keeps the copy of its own weights; a
+// pipeline stage's runner keeps the copy of Options.Units only.
 
 // halfState is the bf16 compute copy and the GEMM operands' scratch. The
 // copy is resident (one buffer for every unit) or, with

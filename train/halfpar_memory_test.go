@@ -10,7 +10,7 @@ var halfParMemoryGrid = []string{
 	"precision=bf16", "dp=2,zero=3,precision=fp16",
 	"tp=2,precision=bf16", "tp=2,sp=on,precision=fp16", "dp=2,tp=2,zero=3,precision=bf16",
 	"pp=2,precision=bf16", "pp=2,schedule=zb-h1,precision=fp16", "pp=2,schedule=interleaved,vpp=2,precision=bf16",
-	"pp=2,tp=2,dp=2,zero=1,precision=bf16", "pp=2,tp=2,sp=on,precision=fp16",
+	"pp=2,tp=2,dp=2,zero=1,precision=bf16", "pp=2,tp=2,dp=2,zero=1,precision=fp16", "pp=2,tp=2,sp=on,precision=fp16",
 }
 
 // TestHalfParallelMemoryPredicted holds every rank's measured peak, and

@@ -160,9 +160,10 @@ func maxUnit(c model.Config) int {
 
 // TestBF16Resume: a bf16 run split by --until and resumed equals the
 // straight run bit for bit (the checkpoint holds the fp32 master weights;
-// the bf16 copy is rounded from them), alone and under ZeRO-3.
+// the bf16 copy is rounded from them), alone, under ZeRO-3 and on the 3D
+// plan.
 func TestBF16Resume(t *testing.T) {
-	for _, plan := range []string{"precision=bf16", "dp=2,zero=3,precision=bf16"} {
+	for _, plan := range []string{"precision=bf16", "dp=2,zero=3,precision=bf16", "pp=2,tp=2,sp=on,dp=2,zero=1,precision=bf16"} {
 		j := tinyJob(plan)
 		j.Train.Steps = 4
 		a := runJob(t, j, t.TempDir(), "", 0)
