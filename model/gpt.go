@@ -63,10 +63,15 @@ func (o Options) Validate() error {
 		return fmt.Errorf("model: compute=%s: the runner computes in fp32, bf16 or fp16", o.Compute)
 	}
 	n := len(o.Model.Layout().Units)
+	seen := make([]bool, n)
 	for _, u := range o.Units {
 		if u < 0 || u >= n {
 			return fmt.Errorf("model: Options.Units: unit %d is not in [0, %d)", u, n)
 		}
+		if seen[u] {
+			return fmt.Errorf("model: Options.Units: unit %d is listed twice", u)
+		}
+		seen[u] = true
 	}
 	return o.Part.Validate(o.Model)
 }

@@ -33,7 +33,7 @@ import (
 // pipeline stage's runner keeps the copy of Options.Units only.
 
 // halfState is the bf16 compute copy and the GEMM operands' scratch. The
-// copy is resident (one buffer for every unit) or, with
+// copy is resident (one buffer for every held unit) or, with
 // Options.HalfPerUnit (ZeRO-3, whose fp32 weights are gathered per unit),
 // allocated when a unit's weights are fetched and freed when they are
 // released, so that it is sharded as the weights are.
@@ -53,8 +53,8 @@ type halfState struct {
 }
 
 // newHalf allocates the bf16 copy of the held units (every unit when
-// units is nil; none when per unit) and the GEMM operands' scratch, nx and
-// ny elements (dims.halfScratch).
+// units is nil; none when per unit) and the GEMM operands' scratch of
+// scratch = (nx, ndy) elements (dims.halfScratch).
 func newHalf(dev *device.Device, dt tensor.DType, lay Layout, scratch [2]int, units []int, perUnit bool) (*halfState, error) {
 	n := len(lay.Units)
 	h := &halfState{dev: dev, dt: dt, lay: lay, perUnit: perUnit, units: make([]*device.Buffer, n), refs: make([]int, n),

@@ -224,6 +224,10 @@ func TestHalfUnits(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "Options.Units: unit 4 is not in [0, 4)") {
 		t.Errorf("a unit outside the model: got %v", err)
 	}
+	_, err = New(Options{Model: tiny, Kernels: k, Device: dev, MicroBatch: 1, Compute: tensor.BF16, Units: []int{2, 2}})
+	if err == nil || !strings.Contains(err.Error(), "Options.Units: unit 2 is listed twice") {
+		t.Errorf("a unit listed twice: got %v", err)
+	}
 }
 
 // TestHalfPerUnit: with HalfPerUnit the bf16 copy exists only while a
