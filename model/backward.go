@@ -67,7 +67,11 @@ func (m *GPT) HeadBackward(p Params, s *Stash, dloss float32) error {
 	dlogits := m.big[:BT*V]
 	clear(dlogits)
 	ops.CrossEntropyBackward(m.k, dlogits, s.probs, s.targets, dloss, BT, V)
-	m.linearBackwardSet(m.dln, g[:V*C], nil, dlogits, s.lnf, w[:V*C], BT, C, V)
+	if m.d.half {
+		m.linearBackwardSetH(m.dln, g[:V*C], nil, dlogits, s.lnfh, w[:V*C], BT, C, V)
+	} else {
+		m.linearBackwardSet(m.dln, g[:V*C], nil, dlogits, s.lnf, w[:V*C], BT, C, V)
+	}
 	m.release(p, 0)
 
 	u := c.Layers + 1
@@ -109,6 +113,10 @@ func (m *GPT) BlockBackward(p Params, s *Stash, l int) error {
 		if err := m.blockBackwardTP(w, g, s, l); err != nil {
 			return err
 		}
+		return gradsDone(p, u)
+	}
+	if m.d.half {
+		m.blockBackwardHalf(w, g, s, l)
 		return gradsDone(p, u)
 	}
 	c, k := m.cfg, m.k

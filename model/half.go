@@ -50,8 +50,9 @@ type halfState struct {
 }
 
 // newHalf allocates the bf16 copy (unless per unit) and the scratch for a
-// runner of B sequences.
-func newHalf(dev *device.Device, dt tensor.DType, lay Layout, c Config, B int, perUnit bool) (*halfState, error) {
+// runner of B sequences; with a 16-bit stash (stash16) the GEMMs read
+// their activation operands from it, and x is not allocated.
+func newHalf(dev *device.Device, dt tensor.DType, lay Layout, c Config, B int, perUnit, stash16 bool) (*halfState, error) {
 	n := len(lay.Units)
 	h := &halfState{dev: dev, dt: dt, lay: lay, perUnit: perUnit, units: make([]*device.Buffer, n), refs: make([]int, n),
 		bits: make([][]uint16, n), base: make([]uintptr, n)}
@@ -68,6 +69,9 @@ func newHalf(dev *device.Device, dt tensor.DType, lay Layout, c Config, B int, p
 	}
 	BT := B * c.SeqLen
 	nx, ndy := BT*4*c.Hidden, BT*max(4*c.Hidden, c.Vocab)
+	if stash16 {
+		nx = 0
+	}
 	ws, err := dev.AllocOf(device.Workspace, dt, nx+ndy)
 	if err != nil {
 		h.whole.Free()
@@ -165,6 +169,13 @@ func (m *GPT) linearForward(out, res, inp, w, bias []float32, N, C, OC int) {
 	}
 	x := m.half.x[:N*C]
 	m.encode(x, inp[:N*C])
+	m.linearForwardH(out, res, x, w, bias, N, C, OC)
+}
+
+// linearForwardH is linearForward with its input already in the runner's
+// 16-bit type (a 16-bit stash's tensor): out = res + x·wᵀ + bias.
+func (m *GPT) linearForwardH(out, res []float32, x []uint16, w, bias []float32, N, C, OC int) {
+	x = x[:N*C]
 	wh := m.halfOf(w[:OC*C])
 	if m.half.dt == tensor.F16 {
 		m.k.MatMulF16Ep(ops.NT, N, OC, C, asF16(x), C, asF16(wh), C, out, OC, res, bias)
@@ -182,9 +193,17 @@ func (m *GPT) linearBackwardSet(dinp, dw, dbias, dout, inp, w []float32, N, C, O
 		ops.LinearBackwardSet(m.k, dinp, dw, dbias, dout, inp, w, N, C, OC)
 		return
 	}
-	dy, x := m.half.dy[:N*OC], m.half.x[:N*C]
-	m.encode(dy, dout[:N*OC])
+	x := m.half.x[:N*C]
 	m.encode(x, inp[:N*C])
+	m.linearBackwardSetH(dinp, dw, dbias, dout, x, w, N, C, OC)
+}
+
+// linearBackwardSetH is linearBackwardSet with the layer's input x already
+// in the runner's 16-bit type (a 16-bit stash's tensor).
+func (m *GPT) linearBackwardSetH(dinp, dw, dbias, dout []float32, x []uint16, w []float32, N, C, OC int) {
+	dy := m.half.dy[:N*OC]
+	x = x[:N*C]
+	m.encode(dy, dout[:N*OC])
 	wh := m.halfOf(w[:OC*C])
 	if m.half.dt == tensor.F16 {
 		m.k.MatMulF16(ops.NN, N, C, OC, asF16(dy), OC, asF16(wh), C, dinp, C, false)
@@ -196,6 +215,22 @@ func (m *GPT) linearBackwardSet(dinp, dw, dbias, dout, inp, w []float32, N, C, O
 	if dbias != nil {
 		ops.BiasBackward(m.k, dbias, dout, N, OC)
 	}
+}
+
+// decode widens src (16-bit, the runner's type) into dst exactly.
+func (m *GPT) decode(dst []float32, src []uint16) {
+	if m.half.dt == tensor.BF16 {
+		ops.DecodeBF16(m.k, dst, asBF16(src))
+		return
+	}
+	ops.DecodeF16(m.k, dst, asF16(src))
+}
+
+// round rounds x to the runner's 16-bit type into dst and widens it back
+// into x, so that x holds exactly the values dst stores.
+func (m *GPT) round(dst []uint16, x []float32) {
+	m.encode(dst, x)
+	m.decode(x, dst[:len(x)])
 }
 
 // encode rounds src into dst in the runner's 16-bit type, to nearest even.

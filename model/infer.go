@@ -62,7 +62,12 @@ func (m *GPT) Logits(p Params, s *Stash, prefix []int32, dst []float32) error {
 	if m.part.Split() {
 		return m.logitsTP(w, s, n, dst)
 	}
-	m.k.MatMul(ops.NT, 1, c.Vocab, C, s.lnf[(n-1)*C:n*C], C, w[:c.Vocab*C], C, dst, c.Vocab, false)
+	last := s.lnf
+	if m.d.half { // the 16-bit stash's last row, widened
+		last = m.big[:n*C]
+		m.decode(last[(n-1)*C:], s.lnfh[(n-1)*C:n*C])
+	}
+	m.k.MatMul(ops.NT, 1, c.Vocab, C, last[(n-1)*C:n*C], C, w[:c.Vocab*C], C, dst, c.Vocab, false)
 	return nil
 }
 

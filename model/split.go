@@ -22,6 +22,12 @@ type blockDouts struct {
 	fc2, fc, proj, qkv []float32 // (B,T,C), (B,T,4C), (B,T,C), (B,T,3C)
 }
 
+// errSplitHalf refuses the split backward over a 16-bit stash, whose
+// passes (block16.go) have no split form yet.
+func errSplitHalf() error {
+	return fmt.Errorf("model: the split backward (zero-bubble schedules) runs on an fp32 stash only, not with compute bf16/fp16")
+}
+
 // WeightStashFloats is the size of a WeightStash for blocks [lo, hi).
 func (m *GPT) WeightStashFloats(lo, hi int) int {
 	return (hi - lo) * 9 * m.B * m.cfg.SeqLen * m.cfg.Hidden
@@ -71,6 +77,9 @@ func (w *WeightStash) of(l int) (*blockDouts, error) {
 // gradient dY in w for BlockBackwardWeight. It does not call GradsDone.
 func (m *GPT) BlockBackwardInput(p Params, s *Stash, w *WeightStash, l int) error {
 	defer m.pin()()
+	if m.d.half {
+		return errSplitHalf()
+	}
 	d, err := w.of(l)
 	if err != nil {
 		return err
@@ -126,6 +135,9 @@ func (m *GPT) BlockBackwardInput(p Params, s *Stash, w *WeightStash, l int) erro
 // gradients bit for bit.
 func (m *GPT) BlockBackwardWeight(p Params, s *Stash, w *WeightStash, l int) error {
 	defer m.pin()()
+	if m.d.half {
+		return errSplitHalf()
+	}
 	d, err := w.of(l)
 	if err != nil {
 		return err
