@@ -23,9 +23,12 @@ import (
 //
 // Everything else stays fp32: the embedding lookup, LayerNorm (its
 // statistics too), GELU, softmax and attention, the cross-entropy, the
-// gradients and their reduction (Megatron's convention for bf16). The
-// stash keeps its activations in fp32; the bf16 operands are rounded into
-// two workspace buffers at each GEMM. Options.Compute = tensor.F16 is the
+// gradients and their reduction (Megatron's convention for bf16). On
+// whole layers (t = 1) the stash keeps the GEMMs' activation operands and
+// the attention and GELU inputs in bf16 (stash16.go), so the GEMMs read x
+// from it and only dy is rounded into workspace; under tensor parallelism
+// the stash stays fp32 and both operands are rounded into two workspace
+// buffers at each GEMM. Options.Compute = tensor.F16 is the
 // same with fp16 in place of bf16 (the GEMMs widen fp16 exactly to fp32);
 // its loss scaling is the trainer's (train/precision.go).
 
@@ -45,7 +48,7 @@ type halfState struct {
 	bits    [][]uint16       // per unit: its 16-bit weights
 	base    []uintptr        // per unit: the fp32 slice the copy was last matched with
 	ws      *device.Buffer   // 16-bit workspace: x and dy below
-	x       []uint16         // (B·T·4C) a GEMM's activation operand
+	x       []uint16         // (B·T·4C) a GEMM's activation operand; empty with a 16-bit stash
 	dy      []uint16         // (B·T·max(4C, V)) a backward GEMM's output gradient
 }
 

@@ -4,9 +4,8 @@ import "math"
 
 // engineRuns says whether the Trellis engine runs p for the job's model the
 // way its stash formula describes: a GPT block (FFN = 4h, one key/value head
-// per head, not gated), fp32, bf16 or fp16 (whose stash the engine keeps
-// in fp32 too: only its GEMM operands are rounded, into workspace), cp = 1,
-// any recomputation, flash or not.
+// per head, not gated), fp32, bf16 or fp16 (engineHalfStash), cp = 1, any
+// recomputation, flash or not.
 func (j Job) engineRuns(p Plan) bool {
 	m := j.Model
 	return !m.gated() && m.KVHeads == m.Heads && m.FFN == 4*m.Hidden &&
@@ -35,6 +34,17 @@ func (j Job) engineRuns(p Plan) bool {
 //
 // Dropout masks are recomputed, so the embedding keeps nothing of its own
 // (its output is the first layer's residual).
+//
+// Under bf16 or fp16 on whole layers (t = 1, engineHalfStash) the stash
+// keeps ln1, qkv, atty, ln2, fc, fcg and ln_f in 2 bytes (model/stash16.go)
+// and the rest — the residual stream, LayerNorm statistics, attention
+// probabilities or log-sum-exps, output probabilities and losses — in 4:
+//
+//	layer    4·(2nh + 4n + A) + 2·(2nh + 12bsh)
+//	head     4·(2n + bs·V + bs) + 2·nh
+//
+// (chunk and working unchanged), and recomputation moves the same parts:
+// full keeps 4nh per layer, selective shares 4A.
 func (j Job) engineActivations(p Plan) actSizes {
 	m := j.Model
 	t := float64(p.TP)
@@ -55,6 +65,10 @@ func (j Job) engineActivations(p Plan) actSizes {
 		chunk:   4*n*h + 8*bs,
 		head:    4 * (n*h + 2*n + bs*vl + bs),
 		working: 8 * bs,
+	}
+	if j.engineHalfStash(p) {
+		acts.layer = 4*(2*n*h+4*n+A) + 2*(2*n*h+12*bs*h/t)
+		acts.head = 4*(2*n+bs*vl+bs) + 2*n*h
 	}
 	switch {
 	case p.Recompute == RecomputeFull:
@@ -118,6 +132,13 @@ func (j Job) engineStageAct(p Plan, a actSizes, pt partition, k, layers int) (ac
 	}
 	act = float64(c)*(float64(largest)*a.layer+a.chunk+perStash) + float64(heads)*a.head + a.working + float64(w)*36*bsh*float64(layers)
 	return act, float64(c) / float64(v)
+}
+
+// engineHalfStash says whether the engine keeps p's stash in 16-bit
+// (model/stash16.go): bf16 or fp16 on whole layers, t = 1 (a
+// tensor-parallel rank keeps it in fp32).
+func (j Job) engineHalfStash(p Plan) bool {
+	return (p.Precision == BF16 || p.Precision == FP16) && p.TP == 1
 }
 
 // engineBF16 says whether p's model states are the Trellis engine's bf16

@@ -62,9 +62,9 @@ func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory
 }
 
 // engineWorkspace is the engine's backward scratch (model.dims.workspace),
-// in bytes: with T = B·s tokens of the micro-batch, n = T (T/t with
-// sequence parallelism), C = h, F = 4h/t, V' = ⌈V/t⌉, w attention workers,
-// 4 bytes per float,
+// in bytes, plus engineHalfWorkspace's 16-bit values at 2 bytes: with T =
+// B·s tokens of the micro-batch, n = T (T/t with sequence parallelism),
+// C = h, F = 4h/t, V' = ⌈V/t⌉, w attention workers, 4 bytes per float,
 //
 //	dres n·C + dln T·C + big max(T·V', 2·T·F) + scratch w·s² (0 with flash)
 //	+ branch n·C (with dropout or t > 1)
@@ -99,7 +99,23 @@ func (j Job) engineWorkspace(p Plan) float64 {
 	if p.SP {
 		f += T*C + n*C + 2*C
 	}
-	return 4 * float64(f+big)
+	return 4*float64(f+big) + 2*float64(j.engineHalfWorkspace(p))
+}
+
+// engineHalfWorkspace is the 16-bit GEMM operands' scratch of a bf16 or
+// fp16 runner (model/half.go), in values: dy T·max(4h, V) and, unless the
+// stash is 16-bit (engineHalfStash) and the GEMMs read their inputs from
+// it, x T·4h; 0 in fp32.
+func (j Job) engineHalfWorkspace(p Plan) int {
+	if p.Precision != BF16 && p.Precision != FP16 {
+		return 0
+	}
+	T, h := p.MBS*j.Seq, j.Model.Hidden
+	n := T * max(4*h, j.Model.Vocab)
+	if !j.engineHalfStash(p) {
+		n += T * 4 * h
+	}
+	return n
 }
 
 // StageMemory is the prediction for a rank of pipeline stage `stage`

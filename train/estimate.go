@@ -58,7 +58,7 @@ func estimate(m model.Config, microBatch int, p plan.Plan, threads int) memEstim
 	return memEstimate{
 		params: psi,
 		state:  stateBytes(psi, p.ZeRO, p.DP),
-		runner: m.RunnerBytes(microBatch, workers) + 8*float64(microBatch)*float64(m.SeqLen) - stashSaving(m, microBatch, p),
+		runner: m.RunnerBytes(microBatch, workers) + 8*float64(microBatch)*float64(m.SeqLen) - stashSaving(m, microBatch, p) - halfStashSaving(m, microBatch, p),
 		meta:   layerBookkeeping * float64(m.Layers),
 	}
 }

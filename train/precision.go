@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"trellis/model"
 	"trellis/optim"
 	"trellis/plan"
 	"trellis/tensor"
@@ -21,6 +22,22 @@ func computeType(p plan.Precision) tensor.DType {
 		return tensor.F16
 	}
 	return tensor.F32
+}
+
+// halfStashSaving is what a 16-bit stash (bf16 or fp16 on whole layers,
+// model/stash16.go) takes off the fp32 stash, in bytes: 2 of the 4 bytes
+// of each layer's ln1, qkv, atty, ln2, fc and fcg (14·BTC) and of ln_f
+// (BTC), one layer's with full recomputation; 0 in fp32 or under tp.
+func halfStashSaving(m model.Config, microBatch int, p plan.Plan) float64 {
+	if computeType(p.Precision) == tensor.F32 || p.TP > 1 {
+		return 0
+	}
+	BTC := float64(microBatch) * float64(m.SeqLen) * float64(m.Hidden)
+	layers := float64(m.Layers)
+	if p.Recompute == plan.RecomputeFull && m.Layers > 0 {
+		layers = 1
+	}
+	return 2 * (14*layers + 1) * BTC
 }
 
 // scaledUpdater is the Update of fp16 loss scaling (parallel/single and

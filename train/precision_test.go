@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -114,17 +116,44 @@ func TestBF16Refused(t *testing.T) {
 	}
 }
 
-// TestBF16Planned: under bf16 the engine keeps its stash in fp32, so the
-// act peak is the fp32 formula's, and the planner predicts it (engine_stash)
-// and the state tags (the engine's bf16 formula of docs/ARCHITECTURE.md,
-// "Mixed precision", which a CPU host cluster file gets) within 2%.
+// TestBF16Planned: under bf16 and fp16 the engine keeps its stash in
+// 16-bit but for the residual stream, the statistics, the attention
+// probabilities and the head's softmax and losses (actFormula16), every
+// rank's act peak is that formula's, 2·(14L + 1)·bsh bytes below fp32's,
+// and the planner predicts it (engine_stash) exactly, and the state tags
+// (the engine's bf16 formula of docs/ARCHITECTURE.md, "Mixed precision",
+// which a CPU host cluster file gets) and the workspace within 2% (bf16:
+// the cluster file has no fp16 peak to plan with).
 func TestBF16Planned(t *testing.T) {
 	for _, plan := range []string{"precision=bf16", "dp=2,precision=bf16", "dp=2,zero=1,precision=bf16",
-		"dp=2,zero=2,precision=bf16", "dp=2,zero=3,precision=bf16"} {
+		"dp=2,zero=2,precision=bf16", "dp=2,zero=3,precision=bf16", "precision=fp16"} {
 		j := tinyJob(plan)
 		j.Train.Steps = 1
 		got := runJob(t, j, "", "", 0)
-		want := actFormula(j, 1, false)
+		want := actFormula16(j)
+		c := j.Model
+		if fp32, bsh := actFormula(j, 1, false), int64(j.Train.MicroBatch*c.SeqLen*c.Hidden); fp32-want != 2*(14*int64(c.Layers)+1)*bsh {
+			t.Errorf("%s: act %d bytes, fp32 %d: saves %d, want 2·(14L + 1)·bsh = %d", plan, want, fp32, fp32-want, 2*(14*int64(c.Layers)+1)*bsh)
+		}
+		s, err := j.resolve()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := estimate(j.Model, j.Train.MicroBatch, s.enginePlan, s.threads)
+		for _, r := range got.sum.Ranks {
+			// The refusal estimate's runner (stash + scratch) stays a lower bound, and within 10%.
+			if m := float64(r.Peak[device.Act] + r.Peak[device.Workspace]); e.runner > m || e.runner < 0.9*m {
+				t.Errorf("%s rank %d: estimated runner %.0f bytes, measured act + workspace %.0f", plan, r.Rank, e.runner, m)
+			}
+		}
+		if strings.Contains(plan, "fp16") {
+			for _, r := range got.sum.Ranks {
+				if a := r.Peak[device.Act]; a != want {
+					t.Errorf("%s rank %d: act peak %d bytes, formula %d", plan, r.Rank, a, want)
+				}
+			}
+			continue
+		}
 		if p := plannedAct(t, j); p != want {
 			t.Errorf("%s: the planner predicts act %d bytes, the formula %d", plan, p, want)
 		}
@@ -136,13 +165,32 @@ func TestBF16Planned(t *testing.T) {
 			for _, w := range []struct {
 				tag  device.Tag
 				pred int64
-			}{{device.Param, pm.Param}, {device.Grad, pm.Grad}, {device.Optim, pm.Optim}} {
+			}{{device.Param, pm.Param}, {device.Grad, pm.Grad}, {device.Optim, pm.Optim}, {device.Workspace, pm.Workspace}} {
 				if m := r.Peak[w.tag]; math.Abs(float64(m-w.pred)) > 0.02*float64(w.pred) {
 					t.Errorf("%s rank %d: %s peak %d bytes, the planner predicts %d", plan, r.Rank, w.tag, m, w.pred)
 				}
 			}
 		}
 	}
+}
+
+// actFormula16 is actFormula for a one-rank stash in bf16 or fp16
+// (model/stash16.go): 4 bytes for the L+1 residuals, each layer's res2,
+// its four LayerNorm statistics and its A = a·b·s² probabilities (a·b·s
+// log-sum-exps with flash), ln_f's statistics, the probabilities and the
+// losses; 2 bytes for each layer's ln1, qkv, atty, ln2, fc, fcg (14·bsh)
+// and ln_f:
+//
+//	4·(L·(2bsh + 4bs + A) + bsh + 2bs + bs·V + bs) + 2·(14·L·bsh + bsh) + 16bs
+func actFormula16(j Job) int64 {
+	c := j.Model
+	s, b, h, a, L, V := int64(c.SeqLen), int64(j.Train.MicroBatch), int64(c.Hidden), int64(c.Heads), int64(c.Layers), int64(c.Vocab)
+	bs := b * s
+	A := a * b * s * s
+	if strings.Contains(j.Parallel.Plan, "flash=on") {
+		A = a * b * s
+	}
+	return 4*(L*(2*bs*h+4*bs+A)+bs*h+2*bs+bs*V+bs) + 2*(14*L*bs*h+bs*h) + 16*bs
 }
 
 // maxUnit is the largest unit's parameter count.
@@ -270,6 +318,41 @@ func TestFP16Overflow(t *testing.T) {
 			}
 			if rest.losses[i] != full.losses[half+i] {
 				t.Fatalf("%s: resumed step %d: loss %v, straight %v", plan, half+i+1, rest.losses[i], full.losses[half+i])
+			}
+		}
+	}
+}
+
+// TestBF16Recompute: under bf16 with its 16-bit stash, selective and full
+// recomputation, with and without flash, alone and under ZeRO-3, with
+// dropout, train bit-identically to no recomputation over 5 steps (losses,
+// gradient norms, final weights), a run repeated is bit-identical, and
+// every rank's act peak is the planner's prediction to the byte.
+func TestBF16Recompute(t *testing.T) {
+	for _, base := range []string{"precision=bf16", "dp=2,zero=3,precision=bf16"} {
+		for _, flash := range []string{"off", "on"} {
+			mk := func(rc string) Job {
+				return tpJob(base+",flash="+flash+",recompute="+rc, 0.1)
+			}
+			ref := runJob(t, mk("none"), t.TempDir(), "", 0)
+			if len(ref.losses) != 5 || len(ref.w) == 0 {
+				t.Fatalf("%s: %d steps logged, %d weights read, want 5 and all", base, len(ref.losses), len(ref.w))
+			}
+			for _, rc := range []string{"none", "selective", "full"} {
+				t.Run(fmt.Sprintf("%s/flash=%s/recompute=%s", base, flash, rc), func(t *testing.T) {
+					j := mk(rc)
+					got := runJob(t, j, t.TempDir(), "", 0) // for none: the repeat
+					if !slices.Equal(got.losses, ref.losses) || !slices.Equal(got.norms, ref.norms) || !slices.Equal(got.w, ref.w) {
+						t.Errorf("losses %v norms %v, without recomputation %v %v (weights equal: %v)",
+							got.losses, got.norms, ref.losses, ref.norms, slices.Equal(got.w, ref.w))
+					}
+					want := plannedAct(t, j)
+					for _, r := range got.sum.Ranks {
+						if a := r.Peak[device.Act]; a != want {
+							t.Errorf("rank %d: act peak %d bytes, the planner predicts %d", r.Rank, a, want)
+						}
+					}
+				})
 			}
 		}
 	}
