@@ -83,7 +83,11 @@ func (m *GPT) HeadBackward(p Params, s *Stash, dloss float32) error {
 		return err
 	}
 	clear(m.dres)
-	ops.LayerNormBackward(m.k, m.dres, g[:C], g[C:2*C], m.dln, s.res[c.Layers], w[:C], s.lnfM, s.lnfR, BT, C)
+	gain := w[:C]
+	if m.d.half {
+		gain = m.halfVec(m.half.vec, gain)
+	}
+	ops.LayerNormBackward(m.k, m.dres, g[:C], g[C:2*C], m.dln, s.res[c.Layers], gain, s.lnfM, s.lnfR, BT, C)
 	return gradsDone(p, u)
 }
 

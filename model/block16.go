@@ -20,12 +20,13 @@ import "trellis/ops"
 //	out = res2 + drop(fcg·Wfc2ᵀ + b)
 //
 // with r the rounding to 16-bit (what the stash keeps), the GEMMs in
-// 16-bit with fp32 accumulation and everything else in fp32.
+// 16-bit with fp32 accumulation, every weight rounded (weights16.go) and
+// everything else in fp32.
 func (m *GPT) blockForwardHalf(w []float32, s *Stash, l int) {
 	c, k := m.cfg, m.k
 	B, T, C := s.b, s.t, c.Hidden
 	BT, BTC := B*T, B*T*C
-	v, a := viewBlock(w, C), &s.layers[l]
+	v, a := m.halfBlockView(w), &s.layers[l]
 	x, out := s.res[l][:BTC], s.res[l+1][:BTC]
 	y, z := m.big[:4*BTC], m.big[4*BTC:5*BTC]
 	ops.LayerNormForward(k, z, a.ln1M, a.ln1R, x, v.ln1w, v.ln1b, BT, C)
@@ -70,7 +71,7 @@ func (m *GPT) blockBackwardHalf(w, g []float32, s *Stash, l int) {
 	c, k := m.cfg, m.k
 	B, T, C := s.b, s.t, c.Hidden
 	BT, BTC := B*T, B*T*C
-	v, dv, a := viewBlock(w, C), viewBlock(g, C), &s.layers[l]
+	v, dv, a := m.halfBlockView(w), viewBlock(g, C), &s.layers[l]
 
 	dfcg, dfc := m.big[:4*BTC], m.big[4*BTC:8*BTC]
 	dbr := m.branchGrad(s, m.drop.mlp[l])

@@ -49,7 +49,11 @@ func (m *GPT) EmbedForward(p Params, s *Stash) error {
 	c := m.cfg
 	C, n := c.Hidden, s.b*s.t*c.Hidden
 	wte, wpe := w[:c.Vocab*C], w[c.Vocab*C:]
-	ops.EncoderForward(m.k, s.res[0][:n], s.inputs[:s.b*s.t], wte, wpe, s.b, s.t, C)
+	if m.d.half {
+		m.embedForwardHalf(s.res[0][:n], s.inputs[:s.b*s.t], wte, wpe, s.b, s.t, C)
+	} else {
+		ops.EncoderForward(m.k, s.res[0][:n], s.inputs[:s.b*s.t], wte, wpe, s.b, s.t, C)
+	}
 	if m.useDropout(s) {
 		m.dropoutAt(s, m.drop.embd).Forward(m.k, s.res[0], s.res[0], n)
 	}
@@ -158,11 +162,11 @@ func (m *GPT) finalNorm(p Params, s *Stash) error {
 	}
 	defer p.ReleaseWeights(u)
 	C, n := m.cfg.Hidden, m.d.tokens(s.b*s.t)
-	out := s.lnf
+	out, gb := s.lnf, w[:2*C]
 	if m.d.half {
-		out = m.big
+		out, gb = m.big, m.halfVec(m.half.vec, gb)
 	}
-	ops.LayerNormForward(m.k, out[:n*C], s.lnfM, s.lnfR, s.res[m.cfg.Layers][:n*C], w[:C], w[C:2*C], n, C)
+	ops.LayerNormForward(m.k, out[:n*C], s.lnfM, s.lnfR, s.res[m.cfg.Layers][:n*C], gb[:C], gb[C:2*C], n, C)
 	if m.d.half {
 		m.encode(s.lnfh, out[:n*C])
 	}

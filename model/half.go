@@ -48,6 +48,8 @@ type halfState struct {
 	bits    [][]uint16       // per unit: its 16-bit weights
 	base    []uintptr        // per unit: the fp32 slice the copy was last matched with
 	ws      *device.Buffer   // 16-bit workspace: x and dy below
+	vecBuf  *device.Buffer   // fp32 workspace: vec below
+	vec     []float32        // (13C) a block's rounded vectors, or ln_f's (weights16.go)
 	x       []uint16         // (B·T·4C) a GEMM's activation operand; empty with a 16-bit stash
 	dy      []uint16         // (B·T·max(4C, V)) a backward GEMM's output gradient
 }
@@ -82,6 +84,11 @@ func newHalf(dev *device.Device, dt tensor.DType, lay Layout, c Config, B int, p
 	}
 	s := ws.Bits
 	h.ws, h.x, h.dy = ws, s[:nx:nx], s[nx:]
+	if h.vecBuf, err = dev.Alloc(device.Workspace, 13*c.Hidden); err != nil {
+		h.free()
+		return nil, fmt.Errorf("model: %s rounded vectors: %w", dt, err)
+	}
+	h.vec = h.vecBuf.Data
 	return h, nil
 }
 
@@ -94,6 +101,7 @@ func (h *halfState) free() {
 		b.Free()
 	}
 	h.ws.Free()
+	h.vecBuf.Free()
 }
 
 // weights fetches unit u's fp32 weights; under bf16 it also matches the

@@ -65,6 +65,7 @@ func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory
 // in bytes, plus engineHalfWorkspace's 16-bit values at 2 bytes: with T =
 // B·s tokens of the micro-batch, n = T (T/t with sequence parallelism),
 // C = h, F = 4h/t, V' = ⌈V/t⌉, w attention workers, 4 bytes per float,
+// and in bf16 or fp16 13C more (a block's rounded vectors),
 //
 //	dres n·C + dln T·C + big max(T·V', 2·T·F) + scratch w·s² (0 with flash)
 //	+ branch n·C (with dropout or t > 1)
@@ -98,6 +99,9 @@ func (j Job) engineWorkspace(p Plan) float64 {
 	}
 	if p.SP {
 		f += T*C + n*C + 2*C
+	}
+	if p.Precision == BF16 || p.Precision == FP16 {
+		f += 13 * C // a block's rounded vectors (model/weights16.go)
 	}
 	return 4*float64(f+big) + 2*float64(j.engineHalfWorkspace(p))
 }
