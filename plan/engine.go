@@ -151,13 +151,15 @@ func (j Job) engineBF16(p Plan) bool {
 
 // engineBF16States replaces modelStates' bf16 bytes with the engine's
 // (docs/ARCHITECTURE.md, "Mixed precision"), for P parameters sharded over
-// N = dp ranks: its fp32 weights are the master weights, whole under ZeRO
-// 1-2 as in fp32 runs, and its bf16 copy is whole except under ZeRO-3,
-// where only the unit being computed has one (u = the largest unit: a
-// block, 12h² + 13h, or the embedding, (V + s)·h):
+// N = dp ranks: its fp32 master weights are sharded with the moments
+// from ZeRO-1 on (Megatron's distributed optimizer; under ZeRO-1/2 the
+// weights are held and gathered in 16-bit, parallel/zero/half.go), and its
+// 16-bit weights are whole but under ZeRO-3, where only the unit being
+// computed has a copy; under ZeRO-1/2 the runner's copy of that unit
+// comes on top of the whole 16-bit weights (u = engineUnit):
 //
-//	Param = 2P, or 2u with zero=3     Grad = 4P / (N if zero≥2)
-//	Optim = 4P / (N if zero=3) + 8P / (N if zero≥1)
+//	Param = 2P (zero=0), 2P + 2u (zero 1-2), 2u (zero=3)
+//	Grad  = 4P / (N if zero≥2)          Optim = 12P / (N if zero≥1)
 func (j Job) engineBF16States(mem *Memory, P float64, p Plan) {
 	n := float64(p.DP * p.CP)
 	shard := func(stage int) float64 {
@@ -166,12 +168,22 @@ func (j Job) engineBF16States(mem *Memory, P float64, p Plan) {
 		}
 		return 1
 	}
-	h := float64(j.Model.Hidden)
-	u := math.Max(12*h*h+13*h, float64(j.Model.Vocab+j.Model.MaxSeq)*h)
-	mem.Param = ceil(2 * P)
-	if p.ZeRO == 3 {
+	u := j.engineUnit()
+	switch p.ZeRO {
+	case 0:
+		mem.Param = ceil(2 * P)
+	case 3:
 		mem.Param = ceil(2 * u)
+	default:
+		mem.Param = ceil(2*P + 2*u)
 	}
 	mem.Grad = ceil(4 * P / shard(2))
-	mem.Optim = ceil(4*P/shard(3) + 8*P/shard(1))
+	mem.Optim = ceil(12 * P / shard(1))
+}
+
+// engineUnit is the engine's largest unit, in parameters: a block,
+// 12h² + 13h, or the embedding, (V + s)·h.
+func (j Job) engineUnit() float64 {
+	h := float64(j.Model.Hidden)
+	return math.Max(12*h*h+13*h, float64(j.Model.Vocab+j.Model.MaxSeq)*h)
 }
