@@ -371,3 +371,42 @@ func TestBF16Recompute(t *testing.T) {
 		}
 	}
 }
+
+// The default job (4 devices of 48 MiB) runs in bf16 within its budget
+// now that the stash is 16-bit — under ZeRO-3 with flash and without, and
+// under ZeRO-1, whose master weights are sharded — and the planner's
+// prediction with the engine's store (what --dry-run and --parallel auto
+// see) holds each rank's measured peak within 5%.
+func TestDefaultJobBF16Fits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains the default model on 4 devices")
+	}
+	for _, p := range []string{"dp=4,zero=3,precision=bf16,flash=on", "dp=4,zero=3,precision=bf16", "dp=4,zero=1,precision=bf16,flash=on"} {
+		j := DefaultJob()
+		j.Parallel.Plan = p
+		j.Train.Steps, j.Train.Warmup, j.Train.EvalBatches, j.Train.SampleEvery = 1, 0, 1, -1
+		j.Data.CacheDir, j.Checkpoint.Dir = "off", ""
+		sum, err := Run(context.Background(), Options{Job: j})
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		s, err := j.resolve()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr, err := j.predictMemory(s, hostCluster(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		budget, _ := device.ParseBytes(j.Parallel.DeviceMemory)
+		for _, r := range sum.Ranks {
+			if r.PeakAll > budget {
+				t.Errorf("%s rank %d: peak %d bytes over the %d budget", p, r.Rank, r.PeakAll, budget)
+			}
+			if e := relErr(pr[r.Rank].PeakAll, r.PeakAll); e > 0.05 {
+				t.Errorf("%s rank %d: predicted peak %d bytes, measured %d (%.1f%%)", p, r.Rank, pr[r.Rank].PeakAll, r.PeakAll, 100*e)
+			}
+			t.Logf("%s rank %d: peak %.2f MiB (act %.2f MiB), predicted %.2f MiB", p, r.Rank, float64(r.PeakAll)/(1<<20), float64(r.Peak[device.Act])/(1<<20), float64(pr[r.Rank].PeakAll)/(1<<20))
+		}
+	}
+}
