@@ -95,3 +95,67 @@ func (m *GPT) blockBackwardHalf(w, g []float32, s *Stash, l int) {
 	m.linearBackwardSetH(m.dln, dv.qkvw, dv.qkvb, dqkv, a.ln1h, v.qkvw, BT, C, 3*C)
 	ops.LayerNormBackward(k, m.dres, dv.ln1w, dv.ln1b, m.dln, s.res[l], v.ln1w, a.ln1M, a.ln1R, BT, C)
 }
+
+// blockBackwardInputHalf is BlockBackwardInput over a 16-bit stash: the
+// MLP and attention gradients of blockBackwardHalf, with each linear's
+// output gradient dY kept in d (fp32) and its weight gradient left to
+// blockBackwardWeightHalf; fc is widened into d.fc, where GELU's gradient
+// replaces it.
+func (m *GPT) blockBackwardInputHalf(w, g []float32, s *Stash, d *blockDouts, l int) {
+	c, k := m.cfg, m.k
+	B, T, C := s.b, s.t, c.Hidden
+	BT, BTC := B*T, B*T*C
+	v, dv, a := m.halfBlockView(w), viewBlock(g, C), &s.layers[l]
+
+	dfcg := m.big[:4*BTC]
+	copy(d.fc2, m.branchGrad(s, m.drop.mlp[l]))
+	m.gemmDX(dfcg, d.fc2, v.fc2w, BT, 4*C, C)
+	ops.BiasBackward(k, dv.fc2b, d.fc2, BT, C)
+	m.decode(d.fc, a.fch[:4*BTC])
+	ops.GELUBackwardSet(k, d.fc, d.fc, dfcg, 4*BTC)
+	m.gemmDX(m.dln, d.fc, v.fcw, BT, C, 4*C)
+	ops.BiasBackward(k, dv.fcb, d.fc, BT, 4*C)
+	ops.LayerNormBackward(k, m.dres, dv.ln2w, dv.ln2b, m.dln, a.res2, v.ln2w, a.ln2M, a.ln2R, BT, C)
+
+	o, datty, q := m.big[3*BTC:4*BTC], m.big[4*BTC:5*BTC], m.big[5*BTC:8*BTC]
+	copy(d.proj, m.branchGrad(s, m.drop.attn[l]))
+	m.gemmDX(datty, d.proj, v.projw, BT, C, C)
+	ops.BiasBackward(k, dv.projb, d.proj, BT, C)
+	m.decode(q, a.qkvh[:3*BTC])
+	switch {
+	case m.d.shareAtt():
+		m.attnCore(o, a.att, q, B, T, C, c.Heads)
+	case m.flash:
+		m.decode(o, a.attyh[:BTC])
+	}
+	m.attnCoreBackward(d.qkv, datty, q, o, a.att, B, T, C, c.Heads)
+	m.gemmDX(m.dln, d.qkv, v.qkvw, BT, C, 3*C)
+	ops.BiasBackward(k, dv.qkvb, d.qkv, BT, 3*C)
+	ops.LayerNormBackward(k, m.dres, dv.ln1w, dv.ln1b, m.dln, s.res[l], v.ln1w, a.ln1M, a.ln1R, BT, C)
+}
+
+// blockBackwardWeightHalf is BlockBackwardWeight over a 16-bit stash:
+// dW += r(dY)ᵀ·X with X the stash's 16-bit inputs.
+func (m *GPT) blockBackwardWeightHalf(g []float32, s *Stash, d *blockDouts, l int) {
+	C := m.cfg.Hidden
+	BT := s.b * s.t
+	dv, a := viewBlock(g, C), &s.layers[l]
+	m.gemmDW(dv.fc2w, d.fc2, a.fcgh, BT, 4*C, C)
+	m.gemmDW(dv.fcw, d.fc, a.ln2h, BT, C, 4*C)
+	m.gemmDW(dv.projw, d.proj, a.attyh, BT, C, C)
+	m.gemmDW(dv.qkvw, d.qkv, a.ln1h, BT, C, 3*C)
+}
+
+// gemmDX sets dinp = r(dout)·w̃, a linear layer's input gradient.
+func (m *GPT) gemmDX(dinp, dout, w []float32, N, C, OC int) {
+	dy := m.half.dy[:N*OC]
+	m.encode(dy, dout[:N*OC])
+	m.halfGEMMs(dinp, nil, dy, nil, w, N, C, OC)
+}
+
+// gemmDW accumulates dw += r(dout)ᵀ·x, a linear layer's weight gradient.
+func (m *GPT) gemmDW(dw, dout []float32, x []uint16, N, C, OC int) {
+	dy := m.half.dy[:N*OC]
+	m.encode(dy, dout[:N*OC])
+	m.halfGEMMs(nil, dw, dy, x, nil, N, C, OC)
+}

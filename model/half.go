@@ -213,18 +213,33 @@ func (m *GPT) linearBackwardSet(dinp, dw, dbias, dout, inp, w []float32, N, C, O
 // in the runner's 16-bit type (a 16-bit stash's tensor).
 func (m *GPT) linearBackwardSetH(dinp, dw, dbias, dout []float32, x []uint16, w []float32, N, C, OC int) {
 	dy := m.half.dy[:N*OC]
-	x = x[:N*C]
 	m.encode(dy, dout[:N*OC])
-	wh := m.halfOf(w[:OC*C])
-	if m.half.dt == tensor.F16 {
-		m.k.MatMulF16(ops.NN, N, C, OC, asF16(dy), OC, asF16(wh), C, dinp, C, false)
-		m.k.MatMulF16(ops.TN, OC, C, N, asF16(dy), OC, asF16(x), C, dw, C, true)
-	} else {
-		m.k.MatMulBF16(ops.NN, N, C, OC, asBF16(dy), OC, asBF16(wh), C, dinp, C, false)
-		m.k.MatMulBF16(ops.TN, OC, C, N, asBF16(dy), OC, asBF16(x), C, dw, C, true)
-	}
+	m.halfGEMMs(dinp, dw, dy, x, w, N, C, OC)
 	if dbias != nil {
 		ops.BiasBackward(m.k, dbias, dout, N, OC)
+	}
+}
+
+// halfGEMMs are a linear layer's backward GEMMs from its 16-bit output
+// gradient dy (N,OC): dinp = dy·w̃ SET unless dinp is nil, dw += dyᵀ·x
+// unless dw is nil (x (N,C) 16-bit, w (OC,C) fetched by m.weights).
+func (m *GPT) halfGEMMs(dinp, dw []float32, dy, x []uint16, w []float32, N, C, OC int) {
+	f16 := m.half.dt == tensor.F16
+	if dinp != nil {
+		wh := m.halfOf(w[:OC*C])
+		if f16 {
+			m.k.MatMulF16(ops.NN, N, C, OC, asF16(dy), OC, asF16(wh), C, dinp, C, false)
+		} else {
+			m.k.MatMulBF16(ops.NN, N, C, OC, asBF16(dy), OC, asBF16(wh), C, dinp, C, false)
+		}
+	}
+	if dw != nil {
+		x = x[:N*C]
+		if f16 {
+			m.k.MatMulF16(ops.TN, OC, C, N, asF16(dy), OC, asF16(x), C, dw, C, true)
+		} else {
+			m.k.MatMulBF16(ops.TN, OC, C, N, asBF16(dy), OC, asBF16(x), C, dw, C, true)
+		}
 	}
 }
 

@@ -123,11 +123,11 @@ func (m *GPT) recomputeForWeights(p Params, s *Stash, l int) error {
 	if m.d.rc != RecomputeFull {
 		return nil
 	}
-	w, err := weights(p, l+1)
+	w, err := m.weights(p, l+1, false)
 	if err != nil {
 		return err
 	}
-	defer p.ReleaseWeights(l + 1)
+	defer m.release(p, l+1)
 	return m.blockForward(w, s, l)
 }
 

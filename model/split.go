@@ -22,12 +22,6 @@ type blockDouts struct {
 	fc2, fc, proj, qkv []float32 // (B,T,C), (B,T,4C), (B,T,C), (B,T,3C)
 }
 
-// errSplitHalf refuses the split backward over a 16-bit stash, whose
-// passes (block16.go) have no split form yet.
-func errSplitHalf() error {
-	return fmt.Errorf("model: the split backward (zero-bubble schedules) runs on an fp32 stash only, not with compute bf16/fp16")
-}
-
 // WeightStashFloats is the size of a WeightStash for blocks [lo, hi).
 func (m *GPT) WeightStashFloats(lo, hi int) int {
 	return (hi - lo) * 9 * m.B * m.cfg.SeqLen * m.cfg.Hidden
@@ -77,25 +71,26 @@ func (w *WeightStash) of(l int) (*blockDouts, error) {
 // gradient dY in w for BlockBackwardWeight. It does not call GradsDone.
 func (m *GPT) BlockBackwardInput(p Params, s *Stash, w *WeightStash, l int) error {
 	defer m.pin()()
-	if m.d.half {
-		return errSplitHalf()
-	}
 	d, err := w.of(l)
 	if err != nil {
 		return err
 	}
 	u := l + 1
-	wt, err := weights(p, u)
+	wt, err := m.weights(p, u, false)
 	if err != nil {
 		return err
 	}
-	defer p.ReleaseWeights(u)
+	defer m.release(p, u)
 	g, err := grads(p, u)
 	if err != nil {
 		return err
 	}
 	if err := m.recompute(wt, s, l); err != nil {
 		return err
+	}
+	if m.d.half {
+		m.blockBackwardInputHalf(wt, g, s, d, l)
+		return nil
 	}
 	c, k := m.cfg, m.k
 	B, T, C := s.b, s.t, c.Hidden
@@ -135,9 +130,6 @@ func (m *GPT) BlockBackwardInput(p Params, s *Stash, w *WeightStash, l int) erro
 // gradients bit for bit.
 func (m *GPT) BlockBackwardWeight(p Params, s *Stash, w *WeightStash, l int) error {
 	defer m.pin()()
-	if m.d.half {
-		return errSplitHalf()
-	}
 	d, err := w.of(l)
 	if err != nil {
 		return err
@@ -149,6 +141,10 @@ func (m *GPT) BlockBackwardWeight(p Params, s *Stash, w *WeightStash, l int) err
 	g, err := grads(p, u)
 	if err != nil {
 		return err
+	}
+	if m.d.half {
+		m.blockBackwardWeightHalf(g, s, d, l)
+		return gradsDone(p, u)
 	}
 	k, C := m.k, m.cfg.Hidden
 	BT := s.b * s.t
