@@ -1,6 +1,10 @@
 package model
 
-import "trellis/tensor"
+import (
+	"math"
+
+	"trellis/tensor"
+)
 
 // Weights in 16-bit. On whole layers (t = 1) under Options.Compute = bf16
 // or fp16, every weight the passes read is its 16-bit rounding r(w): the
@@ -50,17 +54,25 @@ func (m *GPT) halfBlockView(w []float32) blockView {
 	return v
 }
 
-// embedForwardHalf is ops.EncoderForward on the rounded tables:
+// embedForwardHalf is ops.EncoderForward on the rounded tables, read
+// from the compute copy of unit 0 (wte and wpe fetched by m.weights):
 //
 //	out[b,t,:] = r(wte[inp[b,t],:]) + r(wpe[t,:])
 func (m *GPT) embedForwardHalf(out []float32, inp []int32, wte, wpe []float32, B, T, C int) {
-	r := m.rounder()
+	we, pe := m.halfOf(wte), m.halfOf(wpe)
+	f16 := m.half.dt == tensor.F16
 	m.k.Parallel(B*T, func(lo, hi int) {
 		for bt := lo; bt < hi; bt++ {
 			ix, t := int(inp[bt]), bt%T
-			o, we, pe := out[bt*C:bt*C+C], wte[ix*C:ix*C+C], wpe[t*C:t*C+C]
+			o, a, b := out[bt*C:bt*C+C], we[ix*C:ix*C+C], pe[t*C:t*C+C]
+			if f16 {
+				for i := range o {
+					o[i] = tensor.F16Bits(a[i]).Float32() + tensor.F16Bits(b[i]).Float32()
+				}
+				continue
+			}
 			for i := range o {
-				o[i] = r(we[i]) + r(pe[i])
+				o[i] = math.Float32frombits(uint32(a[i])<<16) + math.Float32frombits(uint32(b[i])<<16)
 			}
 		}
 	})
