@@ -1,6 +1,7 @@
 package model
 
 import (
+	"math"
 	"slices"
 	"testing"
 
@@ -54,5 +55,39 @@ func TestHalfWeightsRounded(t *testing.T) {
 	}
 	if b, _ := mf.Forward(pf, sf, batch); a == b {
 		t.Errorf("fp32 loss %g on w and on bf16(w): the rounding changes nothing here", a)
+	}
+}
+
+// Logits (inference) in bf16 and fp16 runs the 16-bit passes on a (1,n)
+// pass: the next-token logits of a prefix within 2% (of the largest) of
+// the fp32 runner's, and not equal to them.
+func TestHalfLogits(t *testing.T) {
+	cfg := Config{Layers: 2, Hidden: 32, Heads: 4, SeqLen: 16, Vocab: 64}
+	mf, pf, sf, _ := setup(t, cfg, 2, 1)
+	perturb(pf.W, 0.02, 7)
+	prefix := randomBatch(cfg, 1, 4).Inputs[:11]
+	want := make([]float32, cfg.Vocab)
+	if err := mf.Logits(pf, sf, prefix, want); err != nil {
+		t.Fatal(err)
+	}
+	var top float64
+	for _, x := range want {
+		top = max(top, math.Abs(float64(x)))
+	}
+	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
+		m, p, s, _ := setupHalfOf(t, cfg, 2, 1, dt)
+		copy(p.W, pf.W)
+		got := make([]float32, cfg.Vocab)
+		if err := m.Logits(p, s, prefix, got); err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			if d := math.Abs(float64(got[i] - want[i])); d > 0.02*top {
+				t.Fatalf("%s: logit %d: %g, fp32 %g", dt, i, got[i], want[i])
+			}
+		}
+		if slices.Equal(got, want) {
+			t.Errorf("%s: logits equal fp32's bit for bit: the 16-bit path did not run", dt)
+		}
 	}
 }
