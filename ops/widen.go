@@ -10,7 +10,8 @@ func DecodeBF16(k *Kernels, dst []float32, src []tensor.BF16Bits) {
 }
 
 // DecodeF16 widens src into dst (len(dst) >= len(src)) exactly —
-// tensor.DecodeF16 bit for bit — with VCVTPH2PS where the CPU has AVX-512.
+// tensor.DecodeF16 bit for bit but for signalling NaNs, which VCVTPH2PS
+// (used where the CPU has AVX-512) returns quiet — on the kernels' threads.
 func DecodeF16(k *Kernels, dst []float32, src []tensor.F16Bits) {
 	decode16(k, dst, bits16(src), true)
 }
