@@ -28,13 +28,12 @@ func computeType(p plan.Precision) tensor.DType {
 // bf16 or fp16 on whole layers the master weights are sharded with the
 // moments and the weights held and gathered in 16-bit (the runner then
 // keeps a unit's 16-bit copy only while it is fetched, HalfPerUnit);
-// otherwise fp32 (ZeRO-3's fp32 chunks are the master weights already,
-// and a tensor-parallel rank's passes read fp32 weights).
+// otherwise fp32 (ZeRO-3's fp32 chunks are the master weights already, a
+// tensor-parallel rank's passes read fp32 weights, and a pipeline's state
+// is parallel/pp's).
 func zeroHalf(p plan.Plan) tensor.DType {
-	if p.ZeRO == 1 || p.ZeRO == 2 {
-		if dt := computeType(p.Precision); p.TP == 1 {
-			return dt
-		}
+	if (p.ZeRO == 1 || p.ZeRO == 2) && p.TP == 1 && p.PP == 1 {
+		return computeType(p.Precision)
 	}
 	return tensor.F32
 }
