@@ -68,9 +68,9 @@ func (m *GPT) NewStageStash(lo, hi int, head bool) (*Stash, error) {
 	if lo < 0 || hi > c.Layers || lo > hi || (head && hi != c.Layers) {
 		return nil, fmt.Errorf("model: stage blocks [%d, %d) (head %v) do not fit layers=%d", lo, hi, head, c.Layers)
 	}
-	s, err := m.allocStash(m.StageStashFloats(lo, hi, head), m.StageStashHalves(lo, hi, head))
+	s, err := m.allocStash("stage stash", m.StageStashFloats(lo, hi, head), m.StageStashHalves(lo, hi, head))
 	if err != nil {
-		return nil, fmt.Errorf("model: stage %w", err)
+		return nil, err
 	}
 	m.carveStage(s, lo, hi, head)
 	return s, nil

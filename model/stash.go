@@ -96,7 +96,7 @@ func (m *GPT) StashBytes() int64 {
 // NewStash allocates a stash for one micro-batch (tag act).
 func (m *GPT) NewStash() (*Stash, error) {
 	BT := m.B * m.cfg.SeqLen
-	s, err := m.allocStash(m.stashFloats(), m.stashHalves())
+	s, err := m.allocStash("stash", m.stashFloats(), m.stashHalves())
 	if err != nil {
 		return nil, err
 	}
@@ -114,8 +114,8 @@ func (m *GPT) NewStash() (*Stash, error) {
 }
 
 // allocStash allocates a stash of f fp32 and h 16-bit activations and its
-// token arrays (tag act).
-func (m *GPT) allocStash(f, h int) (*Stash, error) {
+// token arrays (tag act); what names it in errors.
+func (m *GPT) allocStash(what string, f, h int) (*Stash, error) {
 	BT := m.B * m.cfg.SeqLen
 	tokBytes := 2 * int64(BT) * 4
 	if err := m.dev.Reserve(device.Act, tokBytes); err != nil {
@@ -124,13 +124,13 @@ func (m *GPT) allocStash(f, h int) (*Stash, error) {
 	buf, err := m.dev.Alloc(device.Act, f)
 	if err != nil {
 		m.dev.Release(device.Act, tokBytes)
-		return nil, fmt.Errorf("model: stash: %w", err)
+		return nil, fmt.Errorf("model: %s: %w", what, err)
 	}
 	s := &Stash{buf: buf, dev: m.dev, tokBytes: tokBytes, inputs: make([]int32, BT), targets: make([]int32, BT)}
 	if h > 0 {
 		if s.half, err = m.dev.AllocOf(device.Act, m.half.dt, h); err != nil {
 			s.Free()
-			return nil, fmt.Errorf("model: %s stash: %w", m.half.dt, err)
+			return nil, fmt.Errorf("model: %s (%s): %w", what, m.half.dt, err)
 		}
 	}
 	return s, nil
