@@ -376,7 +376,8 @@ func TestBF16Recompute(t *testing.T) {
 // now that the stash is 16-bit — under ZeRO-3 with flash and without, and
 // under ZeRO-1, whose master weights are sharded — and the planner's
 // prediction with the engine's store (what --dry-run and --parallel auto
-// see) holds each rank's measured peak within 5%.
+// see) holds each rank's measured peak without comm within 5%, and the
+// whole peak below the prediction + 5%.
 func TestDefaultJobBF16Fits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the default model on 4 devices")
@@ -399,12 +400,18 @@ func TestDefaultJobBF16Fits(t *testing.T) {
 			t.Fatal(err)
 		}
 		budget, _ := device.ParseBytes(j.Parallel.DeviceMemory)
+		ci := slices.Index(device.Tags(), device.Comm)
 		for _, r := range sum.Ranks {
 			if r.PeakAll > budget {
 				t.Errorf("%s rank %d: peak %d bytes over the %d budget", p, r.Rank, r.PeakAll, budget)
 			}
-			if e := relErr(pr[r.Rank].PeakAll, r.PeakAll); e > 0.05 {
-				t.Errorf("%s rank %d: predicted peak %d bytes, measured %d (%.1f%%)", p, r.Rank, pr[r.Rank].PeakAll, r.PeakAll, 100*e)
+			// As TestPredictedMemoryMatchesMeasured: ZeRO's comm peak depends
+			// on timing (its prediction is a bound), so the peak is held
+			// within 5% without it, and the whole peak to the prediction + 5%.
+			want := pr[r.Rank]
+			if e := relErr(want.PeakAll-want.Peak[ci], r.PeakAll-r.Peak[device.Comm]); e > 0.05 || float64(r.PeakAll) > 1.05*float64(want.PeakAll) {
+				t.Errorf("%s rank %d: predicted peak %d bytes (%d without comm), measured %d (%d)", p, r.Rank,
+					want.PeakAll, want.PeakAll-want.Peak[ci], r.PeakAll, r.PeakAll-r.Peak[device.Comm])
 			}
 			t.Logf("%s rank %d: peak %.2f MiB (act %.2f MiB), predicted %.2f MiB", p, r.Rank, float64(r.PeakAll)/(1<<20), float64(r.Peak[device.Act])/(1<<20), float64(pr[r.Rank].PeakAll)/(1<<20))
 		}
