@@ -67,7 +67,11 @@ func (m *GPT) HeadBackward(p Params, s *Stash, dloss float32) error {
 	dlogits := m.big[:BT*V]
 	clear(dlogits)
 	ops.CrossEntropyBackward(m.k, dlogits, s.probs, s.targets, dloss, BT, V)
-	m.linearBackwardSet(m.dln, g[:V*C], nil, dlogits, s.lnf, w[:V*C], BT, C, V)
+	if m.d.half {
+		m.linearBackwardSetH(m.dln, g[:V*C], nil, dlogits, s.lnfh, w[:V*C], BT, C, V)
+	} else {
+		m.linearBackwardSet(m.dln, g[:V*C], nil, dlogits, s.lnf, w[:V*C], BT, C, V)
+	}
 	m.release(p, 0)
 
 	u := c.Layers + 1
@@ -79,7 +83,11 @@ func (m *GPT) HeadBackward(p Params, s *Stash, dloss float32) error {
 		return err
 	}
 	clear(m.dres)
-	ops.LayerNormBackward(m.k, m.dres, g[:C], g[C:2*C], m.dln, s.res[c.Layers], w[:C], s.lnfM, s.lnfR, BT, C)
+	gain := w[:C]
+	if m.d.half {
+		gain = m.halfVec(m.half.vec, gain)
+	}
+	ops.LayerNormBackward(m.k, m.dres, g[:C], g[C:2*C], m.dln, s.res[c.Layers], gain, s.lnfM, s.lnfR, BT, C)
 	return gradsDone(p, u)
 }
 
@@ -109,6 +117,10 @@ func (m *GPT) BlockBackward(p Params, s *Stash, l int) error {
 		if err := m.blockBackwardTP(w, g, s, l); err != nil {
 			return err
 		}
+		return gradsDone(p, u)
+	}
+	if m.d.half {
+		m.blockBackwardHalf(w, g, s, l)
 		return gradsDone(p, u)
 	}
 	c, k := m.cfg, m.k

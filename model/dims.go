@@ -13,6 +13,7 @@ type dims struct {
 	vlo, vn int       // the global ids [vlo, vlo+vn) of the real rows
 	flash   bool      // IO-aware attention (Options.Flash)
 	rc      Recompute // activation recomputation (Options.Recompute)
+	half    bool      // a 16-bit stash (stash16.go): Options.Compute is bf16 or fp16 and t = 1
 }
 
 // attFloats is what one layer's attention keeps for its backward: the

@@ -49,7 +49,11 @@ func (m *GPT) EmbedForward(p Params, s *Stash) error {
 	c := m.cfg
 	C, n := c.Hidden, s.b*s.t*c.Hidden
 	wte, wpe := w[:c.Vocab*C], w[c.Vocab*C:]
-	ops.EncoderForward(m.k, s.res[0][:n], s.inputs[:s.b*s.t], wte, wpe, s.b, s.t, C)
+	if m.d.half {
+		m.embedForwardHalf(s.res[0][:n], s.inputs[:s.b*s.t], wte, wpe, s.b, s.t, C)
+	} else {
+		ops.EncoderForward(m.k, s.res[0][:n], s.inputs[:s.b*s.t], wte, wpe, s.b, s.t, C)
+	}
 	if m.useDropout(s) {
 		m.dropoutAt(s, m.drop.embd).Forward(m.k, s.res[0], s.res[0], n)
 	}
@@ -79,6 +83,10 @@ func (m *GPT) BlockForward(p Params, s *Stash, l int) error {
 func (m *GPT) blockForward(w []float32, s *Stash, l int) error {
 	if m.part.Split() {
 		return m.blockForwardTP(w, s, l)
+	}
+	if m.d.half {
+		m.blockForwardHalf(w, s, l)
+		return nil
 	}
 	c, k := m.cfg, m.k
 	B, T, C := s.b, s.t, c.Hidden
@@ -136,11 +144,16 @@ func (m *GPT) HeadForward(p Params, s *Stash) (float32, error) {
 	c := m.cfg
 	BT := s.b * s.t
 	probs := s.probs[:BT*c.Vocab]
-	m.linearForward(probs, nil, s.lnf, w[:c.Vocab*c.Hidden], nil, BT, c.Hidden, c.Vocab)
+	if m.d.half {
+		m.linearForwardH(probs, nil, s.lnfh, w[:c.Vocab*c.Hidden], nil, BT, c.Hidden, c.Vocab)
+	} else {
+		m.linearForward(probs, nil, s.lnf, w[:c.Vocab*c.Hidden], nil, BT, c.Hidden, c.Vocab)
+	}
 	return ops.CrossEntropyForward(m.k, probs, s.losses[:BT], probs, s.targets[:BT], BT, c.Vocab), nil
 }
 
-// finalNorm computes lnf = LN_f(Residual(L)) (unit L+1).
+// finalNorm computes lnf = LN_f(Residual(L)) (unit L+1); a 16-bit stash
+// keeps it rounded (computed in the big scratch).
 func (m *GPT) finalNorm(p Params, s *Stash) error {
 	u := m.cfg.Layers + 1
 	w, err := weights(p, u)
@@ -149,6 +162,13 @@ func (m *GPT) finalNorm(p Params, s *Stash) error {
 	}
 	defer p.ReleaseWeights(u)
 	C, n := m.cfg.Hidden, m.d.tokens(s.b*s.t)
-	ops.LayerNormForward(m.k, s.lnf[:n*C], s.lnfM, s.lnfR, s.res[m.cfg.Layers][:n*C], w[:C], w[C:2*C], n, C)
+	out, gb := s.lnf, w[:2*C]
+	if m.d.half {
+		out, gb = m.big, m.halfVec(m.half.vec, gb)
+	}
+	ops.LayerNormForward(m.k, out[:n*C], s.lnfM, s.lnfR, s.res[m.cfg.Layers][:n*C], gb[:C], gb[C:2*C], n, C)
+	if m.d.half {
+		m.encode(s.lnfh, out[:n*C])
+	}
 	return nil
 }

@@ -23,9 +23,12 @@ import (
 //
 // Everything else stays fp32: the embedding lookup, LayerNorm (its
 // statistics too), GELU, softmax and attention, the cross-entropy, the
-// gradients and their reduction (Megatron's convention for bf16). The
-// stash keeps its activations in fp32; the bf16 operands are rounded into
-// two workspace buffers at each GEMM. Options.Compute = tensor.F16 is the
+// gradients and their reduction (Megatron's convention for bf16). On
+// whole layers (t = 1) the stash keeps the GEMMs' activation operands and
+// the attention and GELU inputs in bf16 (stash16.go), so the GEMMs read x
+// from it and only dy is rounded into workspace; under tensor parallelism
+// the stash stays fp32 and both operands are rounded into two workspace
+// buffers at each GEMM. Options.Compute = tensor.F16 is the
 // same with fp16 in place of bf16 (the GEMMs widen fp16 exactly to fp32);
 // its loss scaling is the trainer's (train/precision.go). A
 // tensor-parallel part runs the same GEMMs on its slices (tp_forward.go,
@@ -48,14 +51,18 @@ type halfState struct {
 	bits    [][]uint16       // per unit: its 16-bit weights
 	base    []uintptr        // per unit: the fp32 slice the copy was last matched with
 	ws      *device.Buffer   // 16-bit workspace: x and dy below
-	x       []uint16         // (B·T·max(C, F)) a GEMM's activation operand
+	vecBuf  *device.Buffer   // fp32 workspace: vec below
+	vec     []float32        // (13C) a block's rounded vectors, or ln_f's (weights16.go)
+	x       []uint16         // (B·T·max(C, F)) a GEMM's activation operand; empty with a 16-bit stash
 	dy      []uint16         // (B·T·max(C, F, V')) a backward GEMM's output gradient
 }
 
 // newHalf allocates the bf16 copy of the held units (every unit when
-// units is nil; none when per unit) and the GEMM operands' scratch of
-// scratch = (nx, ndy) elements (dims.halfScratch).
-func newHalf(dev *device.Device, dt tensor.DType, lay Layout, scratch [2]int, units []int, perUnit bool) (*halfState, error) {
+// units is nil; none when per unit), the GEMM operands' scratch of
+// scratch = (nx, ndy) elements (dims.halfScratch) and the rounded vectors
+// of a block of width hidden. With a 16-bit stash (stash16) the GEMMs read
+// their activation operands from it, and x is not allocated.
+func newHalf(dev *device.Device, dt tensor.DType, lay Layout, scratch [2]int, hidden int, units []int, perUnit, stash16 bool) (*halfState, error) {
 	n := len(lay.Units)
 	h := &halfState{dev: dev, dt: dt, lay: lay, perUnit: perUnit, units: make([]*device.Buffer, n), refs: make([]int, n),
 		bits: make([][]uint16, n), base: make([]uintptr, n)}
@@ -81,6 +88,9 @@ func newHalf(dev *device.Device, dt tensor.DType, lay Layout, scratch [2]int, un
 		}
 	}
 	nx, ndy := scratch[0], scratch[1]
+	if stash16 {
+		nx = 0
+	}
 	ws, err := dev.AllocOf(device.Workspace, dt, nx+ndy)
 	if err != nil {
 		h.whole.Free()
@@ -88,6 +98,11 @@ func newHalf(dev *device.Device, dt tensor.DType, lay Layout, scratch [2]int, un
 	}
 	s := ws.Bits
 	h.ws, h.x, h.dy = ws, s[:nx:nx], s[nx:]
+	if h.vecBuf, err = dev.Alloc(device.Workspace, 13*hidden); err != nil {
+		h.free()
+		return nil, fmt.Errorf("model: %s rounded vectors: %w", dt, err)
+	}
+	h.vec = h.vecBuf.Data
 	return h, nil
 }
 
@@ -100,6 +115,7 @@ func (h *halfState) free() {
 		b.Free()
 	}
 	h.ws.Free()
+	h.vecBuf.Free()
 }
 
 // weights fetches unit u's fp32 weights; under bf16 it also matches the
@@ -182,6 +198,13 @@ func (m *GPT) linearForward(out, res, inp, w, bias []float32, N, C, OC int) {
 	}
 	x := m.half.x[:N*C]
 	m.encode(x, inp[:N*C])
+	m.linearForwardH(out, res, x, w, bias, N, C, OC)
+}
+
+// linearForwardH is linearForward with its input already in the runner's
+// 16-bit type (a 16-bit stash's tensor): out = res + x·wᵀ + bias.
+func (m *GPT) linearForwardH(out, res []float32, x []uint16, w, bias []float32, N, C, OC int) {
+	x = x[:N*C]
 	wh := m.halfOf(w[:OC*C])
 	if m.half.dt == tensor.F16 {
 		m.k.MatMulF16Ep(ops.NT, N, OC, C, asF16(x), C, asF16(wh), C, out, OC, res, bias)
@@ -199,20 +222,59 @@ func (m *GPT) linearBackwardSet(dinp, dw, dbias, dout, inp, w []float32, N, C, O
 		ops.LinearBackwardSet(m.k, dinp, dw, dbias, dout, inp, w, N, C, OC)
 		return
 	}
-	dy, x := m.half.dy[:N*OC], m.half.x[:N*C]
-	m.encode(dy, dout[:N*OC])
+	x := m.half.x[:N*C]
 	m.encode(x, inp[:N*C])
-	wh := m.halfOf(w[:OC*C])
-	if m.half.dt == tensor.F16 {
-		m.k.MatMulF16(ops.NN, N, C, OC, asF16(dy), OC, asF16(wh), C, dinp, C, false)
-		m.k.MatMulF16(ops.TN, OC, C, N, asF16(dy), OC, asF16(x), C, dw, C, true)
-	} else {
-		m.k.MatMulBF16(ops.NN, N, C, OC, asBF16(dy), OC, asBF16(wh), C, dinp, C, false)
-		m.k.MatMulBF16(ops.TN, OC, C, N, asBF16(dy), OC, asBF16(x), C, dw, C, true)
-	}
+	m.linearBackwardSetH(dinp, dw, dbias, dout, x, w, N, C, OC)
+}
+
+// linearBackwardSetH is linearBackwardSet with the layer's input x already
+// in the runner's 16-bit type (a 16-bit stash's tensor).
+func (m *GPT) linearBackwardSetH(dinp, dw, dbias, dout []float32, x []uint16, w []float32, N, C, OC int) {
+	dy := m.half.dy[:N*OC]
+	m.encode(dy, dout[:N*OC])
+	m.halfGEMMs(dinp, dw, dy, x, w, N, C, OC)
 	if dbias != nil {
 		ops.BiasBackward(m.k, dbias, dout, N, OC)
 	}
+}
+
+// halfGEMMs are a linear layer's backward GEMMs from its 16-bit output
+// gradient dy (N,OC): dinp = dy·w̃ SET unless dinp is nil, dw += dyᵀ·x
+// unless dw is nil (x (N,C) 16-bit, w (OC,C) fetched by m.weights).
+func (m *GPT) halfGEMMs(dinp, dw []float32, dy, x []uint16, w []float32, N, C, OC int) {
+	f16 := m.half.dt == tensor.F16
+	if dinp != nil {
+		wh := m.halfOf(w[:OC*C])
+		if f16 {
+			m.k.MatMulF16(ops.NN, N, C, OC, asF16(dy), OC, asF16(wh), C, dinp, C, false)
+		} else {
+			m.k.MatMulBF16(ops.NN, N, C, OC, asBF16(dy), OC, asBF16(wh), C, dinp, C, false)
+		}
+	}
+	if dw != nil {
+		x = x[:N*C]
+		if f16 {
+			m.k.MatMulF16(ops.TN, OC, C, N, asF16(dy), OC, asF16(x), C, dw, C, true)
+		} else {
+			m.k.MatMulBF16(ops.TN, OC, C, N, asBF16(dy), OC, asBF16(x), C, dw, C, true)
+		}
+	}
+}
+
+// decode widens src (16-bit, the runner's type) into dst exactly.
+func (m *GPT) decode(dst []float32, src []uint16) {
+	if m.half.dt == tensor.BF16 {
+		ops.DecodeBF16(m.k, dst, asBF16(src))
+		return
+	}
+	ops.DecodeF16(m.k, dst, asF16(src))
+}
+
+// round rounds x to the runner's 16-bit type into dst and widens it back
+// into x, so that x holds exactly the values dst stores.
+func (m *GPT) round(dst []uint16, x []float32) {
+	m.encode(dst, x)
+	m.decode(x, dst[:len(x)])
 }
 
 // encode rounds src into dst in the runner's 16-bit type, to nearest even.

@@ -60,10 +60,12 @@ func checkHalfLinear(t *testing.T, dt tensor.DType, bf16 func(float32) float64) 
 	}
 	x, res, dout := rnd(N*C), rnd(N*OC), rnd(N*OC)
 	out := make([]float32, N*OC)
-	m.linearForward(out, res, x, v.qkvw, v.qkvb, N, C, OC)
+	xh := make([]uint16, N*C) // the 16-bit stash's copy of the input
+	m.encode(xh, x)
+	m.linearForwardH(out, res, xh, v.qkvw, v.qkvb, N, C, OC)
 	dx, dw := make([]float32, N*C), rnd(OC*C)
 	dw0 := append([]float32(nil), dw...)
-	m.linearBackwardSet(dx, dw, nil, dout, x, v.qkvw, N, C, OC)
+	m.linearBackwardSetH(dx, dw, nil, dout, xh, v.qkvw, N, C, OC)
 	check := func(name string, got float32, want, scale float64) {
 		t.Helper()
 		if d := math.Abs(float64(got) - want); d > 1e-5*scale {

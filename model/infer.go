@@ -53,14 +53,18 @@ func (m *GPT) Logits(p Params, s *Stash, prefix []int32, dst []float32) error {
 	if err := m.finalNorm(p, s); err != nil {
 		return err
 	}
-	w, err := weights(p, 0)
+	w, err := m.weights(p, 0, true)
 	if err != nil {
 		return err
 	}
-	defer p.ReleaseWeights(0)
+	defer m.release(p, 0)
 	C := c.Hidden
 	if m.part.Split() {
 		return m.logitsTP(w, s, n, dst)
+	}
+	if m.d.half { // the 16-bit stash's last row and the 16-bit wte
+		m.halfLinearHead(dst, s.lnfh[(n-1)*C:n*C], w)
+		return nil
 	}
 	m.k.MatMul(ops.NT, 1, c.Vocab, C, s.lnf[(n-1)*C:n*C], C, w[:c.Vocab*C], C, dst, c.Vocab, false)
 	return nil

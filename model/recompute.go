@@ -49,11 +49,16 @@ func (r Recompute) String() string {
 // buffer (selective recomputation of materialised probabilities).
 func (d dims) shareAtt() bool { return d.rc == RecomputeSelective && !d.flash }
 
-// layerFloats is one layer's activations with n LayerNorm-region tokens
-// of a (B,T) pass: 3nC + 4n + 4·BT·C' + 2·BT·F + A.
+// layerFloats is one layer's fp32 activations with n LayerNorm-region
+// tokens of a (B,T) pass: 3nC + 4n + 4·BT·C' + 2·BT·F + A, or with a
+// 16-bit stash nC + 4n + A (res2, the statistics, the attention core's;
+// the rest is layerHalves).
 func (d dims) layerFloats(B, T int) int {
 	BT := B * T
 	n := d.tokens(BT)
+	if d.half {
+		return n*d.C + 4*n + d.attFloats(B, T)
+	}
 	return 3*n*d.C + 4*n + 4*BT*d.Cl + 2*BT*d.F + d.attFloats(B, T)
 }
 
@@ -77,32 +82,20 @@ func (d dims) layersFloats(B, T, k int) int {
 	return k * d.layerFloats(B, T)
 }
 
-// carveLayers points s.layers[lo:hi] at activation buffers taken by next,
-// shared as layersFloats counts them.
-func (m *GPT) carveLayers(s *Stash, lo, hi int, next func(int) []float32) {
+// carveLayers points s.layers[lo:hi] at activation buffers taken from
+// cv, shared as layersFloats and layersHalves count them.
+func (m *GPT) carveLayers(s *Stash, lo, hi int, cv *carver) {
 	d := m.d
-	B, T := m.B, m.cfg.SeqLen
-	BT := B * T
-	n := d.tokens(BT)
-	nC := n * d.C
 	var att []float32
 	if d.shareAtt() && hi > lo {
-		att = next(d.attFloats(B, T))
+		att = cv.f32(d.attFloats(m.B, m.cfg.SeqLen))
 	}
 	for l := lo; l < hi; l++ {
 		if d.rc == RecomputeFull && l > lo {
 			s.layers[l] = s.layers[lo]
 			continue
 		}
-		a := &s.layers[l]
-		a.ln1, a.ln1M, a.ln1R = next(nC), next(n), next(n)
-		a.qkv = next(3 * BT * d.Cl)
-		if a.att = att; att == nil {
-			a.att = next(d.attFloats(B, T))
-		}
-		a.atty, a.res2 = next(BT*d.Cl), next(nC)
-		a.ln2, a.ln2M, a.ln2R = next(nC), next(n), next(n)
-		a.fc, a.fcg = next(BT*d.F), next(BT*d.F)
+		m.carveLayer(&s.layers[l], att, cv)
 	}
 }
 
@@ -115,7 +108,7 @@ func (m *GPT) recompute(w []float32, s *Stash, l int) error {
 	switch {
 	case m.d.rc == RecomputeFull:
 		return m.blockForward(w, s, l)
-	case m.d.shareAtt():
+	case m.d.shareAtt() && !m.d.half: // a 16-bit stash's backward reruns it (blockBackwardHalf)
 		m.attnForward(&s.layers[l], s.b, s.t, m.d.Cl, m.d.NH)
 	}
 	return nil

@@ -88,6 +88,10 @@ func (m *GPT) BlockBackwardInput(p Params, s *Stash, w *WeightStash, l int) erro
 	if err := m.recompute(wt, s, l); err != nil {
 		return err
 	}
+	if m.d.half {
+		m.blockBackwardInputHalf(wt, g, s, d, l)
+		return nil
+	}
 	c, k := m.cfg, m.k
 	B, T, C := s.b, s.t, c.Hidden
 	BT, BTC := B*T, B*T*C
@@ -137,6 +141,10 @@ func (m *GPT) BlockBackwardWeight(p Params, s *Stash, w *WeightStash, l int) err
 	g, err := grads(p, u)
 	if err != nil {
 		return err
+	}
+	if m.d.half {
+		m.blockBackwardWeightHalf(g, s, d, l)
+		return gradsDone(p, u)
 	}
 	C := m.cfg.Hidden
 	BT := s.b * s.t

@@ -28,16 +28,28 @@ func (m *GPT) StageStashFloats(lo, hi int, head bool) int {
 	blocks := hi - lo
 	f := (blocks+1)*n*C + d.layersFloats(B, T, blocks)
 	if head {
-		f += n*C + 2*n + BT*d.Vl + BT
+		f += d.headFloats(BT)
 	}
 	return f
 }
 
-// StageStashBytes is the size of one stage stash: its activations and the
+// StageStashHalves is the 16-bit part of a stage stash (see stash16.go):
+// its blocks' layersHalves and, with the head, headHalves; 0 without a
+// 16-bit stash.
+func (m *GPT) StageStashHalves(lo, hi int, head bool) int {
+	B, T := m.B, m.cfg.SeqLen
+	h := m.d.layersHalves(B, T, hi-lo)
+	if head {
+		h += m.d.headHalves(B * T)
+	}
+	return h
+}
+
+// StageStashBytes is the size of one stage stash: its fp32 and 16-bit activations and the
 // (B,T) input and target tokens (every stage records the batch: dropout
 // is keyed by its step and position).
 func (m *GPT) StageStashBytes(lo, hi int, head bool) int64 {
-	return int64(m.StageStashFloats(lo, hi, head))*4 + 2*int64(m.B*m.cfg.SeqLen)*4
+	return int64(m.StageStashFloats(lo, hi, head))*4 + int64(m.StageStashHalves(lo, hi, head))*2 + 2*int64(m.B*m.cfg.SeqLen)*4
 }
 
 // BoundaryFloats is the size of the activation (and of its gradient) a
@@ -56,17 +68,10 @@ func (m *GPT) NewStageStash(lo, hi int, head bool) (*Stash, error) {
 	if lo < 0 || hi > c.Layers || lo > hi || (head && hi != c.Layers) {
 		return nil, fmt.Errorf("model: stage blocks [%d, %d) (head %v) do not fit layers=%d", lo, hi, head, c.Layers)
 	}
-	BT := m.B * c.SeqLen
-	tokBytes := 2 * int64(BT) * 4
-	if err := m.dev.Reserve(device.Act, tokBytes); err != nil {
-		return nil, fmt.Errorf("model: stash tokens: %w", err)
-	}
-	buf, err := m.dev.Alloc(device.Act, m.StageStashFloats(lo, hi, head))
+	s, err := m.allocStash("stage stash", m.StageStashFloats(lo, hi, head), m.StageStashHalves(lo, hi, head))
 	if err != nil {
-		m.dev.Release(device.Act, tokBytes)
-		return nil, fmt.Errorf("model: stage stash: %w", err)
+		return nil, err
 	}
-	s := &Stash{buf: buf, dev: m.dev, tokBytes: tokBytes, inputs: make([]int32, BT), targets: make([]int32, BT)}
 	m.carveStage(s, lo, hi, head)
 	return s, nil
 }
@@ -88,6 +93,9 @@ func (m *GPT) ReshapeStageStash(s *Stash, lo, hi int, head bool) error {
 	if need := m.StageStashFloats(lo, hi, head); need > len(s.buf.Data) {
 		return fmt.Errorf("model: a stash of %d values cannot hold blocks [%d, %d) (head %v): %d values", len(s.buf.Data), lo, hi, head, need)
 	}
+	if need, have := m.StageStashHalves(lo, hi, head), s.halfCap(); need > have {
+		return fmt.Errorf("model: a stash of %d 16-bit values cannot hold blocks [%d, %d) (head %v): %d values", have, lo, hi, head, need)
+	}
 	m.carveStage(s, lo, hi, head)
 	return nil
 }
@@ -100,29 +108,28 @@ func (s *Stash) StashCap() int {
 	return len(s.buf.Data)
 }
 
+// halfCap is the number of 16-bit values the stash's buffer holds.
+func (s *Stash) halfCap() int {
+	if s.half == nil {
+		return 0
+	}
+	return len(s.half.Bits)
+}
+
 // carveStage points s's residuals lo..hi, blocks [lo, hi) and (with head)
 // the head's activations into its buffer, and every other layer at nothing.
 func (m *GPT) carveStage(s *Stash, lo, hi int, head bool) {
 	c, d := m.cfg, m.d
-	BT := m.B * c.SeqLen
 	s.res, s.layers = make([][]float32, c.Layers+1), make([]layerActs, c.Layers)
-	s.lnf, s.lnfM, s.lnfR, s.probs, s.losses = nil, nil, nil, nil, nil
-	C := c.Hidden
-	n := d.tokens(BT)
-	nC := n * C
-	data := s.buf.Data
-	next := func(k int) []float32 {
-		x := data[:k:k]
-		data = data[k:]
-		return x
-	}
+	m.DetachHead(s)
+	nC := d.tokens(m.B*c.SeqLen) * c.Hidden
+	cv := s.carver()
 	for l := lo; l <= hi; l++ {
-		s.res[l] = next(nC)
+		s.res[l] = cv.f32(nC)
 	}
-	m.carveLayers(s, lo, hi, next)
+	m.carveLayers(s, lo, hi, cv)
 	if head {
-		s.lnf, s.lnfM, s.lnfR = next(nC), next(n), next(n)
-		s.probs, s.losses = next(BT*d.Vl), next(BT)
+		m.carveHead(s, cv)
 	}
 }
 
@@ -132,15 +139,20 @@ func (m *GPT) carveStage(s *Stash, lo, hi int, head bool) {
 // blocks' stash, because they live only from HeadForward to HeadBackward:
 // a pipeline keeps one per micro-batch between its last chunk's F and B.
 type HeadStash struct {
-	buf *device.Buffer
+	buf  *device.Buffer
+	half *device.Buffer // lnf with a 16-bit stash
 }
 
 // HeadStashFloats is nC + 2n + BT·V' + BT (n = B·T, B·T/t with SP; V' =
-// ⌈V/t⌉): what StageStashFloats adds for the head.
-func (m *GPT) HeadStashFloats() int {
+// ⌈V/t⌉; 2n + BT·V' + BT with a 16-bit stash): what StageStashFloats adds
+// for the head.
+func (m *GPT) HeadStashFloats() int { return m.d.headFloats(m.B * m.cfg.SeqLen) }
+
+// HeadStashBytes is a head stash's size: 4·HeadStashFloats, plus 2 bytes
+// for each of lnf's nC values with a 16-bit stash.
+func (m *GPT) HeadStashBytes() int64 {
 	BT := m.B * m.cfg.SeqLen
-	n := m.d.tokens(BT)
-	return n*m.cfg.Hidden + 2*n + BT*m.d.Vl + BT
+	return 4*int64(m.d.headFloats(BT)) + 2*int64(m.d.headHalves(BT))
 }
 
 // NewHeadStash allocates a head stash (tag act).
@@ -149,14 +161,22 @@ func (m *GPT) NewHeadStash() (*HeadStash, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model: head stash: %w", err)
 	}
-	return &HeadStash{buf: buf}, nil
+	h := &HeadStash{buf: buf}
+	if n := m.d.headHalves(m.B * m.cfg.SeqLen); n > 0 {
+		if h.half, err = m.dev.AllocOf(device.Act, m.half.dt, n); err != nil {
+			h.Free()
+			return nil, fmt.Errorf("model: head stash: %w", err)
+		}
+	}
+	return h, nil
 }
 
 // Free returns the memory. Freeing twice is a no-op.
 func (h *HeadStash) Free() {
 	if h.buf != nil {
 		h.buf.Free()
-		h.buf = nil
+		h.half.Free()
+		h.buf, h.half = nil, nil
 	}
 }
 
@@ -167,20 +187,15 @@ func (m *GPT) AttachHead(s *Stash, h *HeadStash) error {
 	if h.buf == nil || s.buf == nil || s.res[L] == nil {
 		return fmt.Errorf("model: a head stash needs a live stage stash that ends at block %d", L)
 	}
-	BT := m.B * m.cfg.SeqLen
-	n := m.d.tokens(BT)
-	data := h.buf.Data
-	next := func(k int) []float32 {
-		x := data[:k:k]
-		data = data[k:]
-		return x
+	cv := &carver{f: h.buf.Data}
+	if h.half != nil {
+		cv.h = h.half.Bits
 	}
-	s.lnf, s.lnfM, s.lnfR = next(n*m.cfg.Hidden), next(n), next(n)
-	s.probs, s.losses = next(BT*m.d.Vl), next(BT)
+	m.carveHead(s, cv)
 	return nil
 }
 
 // DetachHead takes the head's activations back from s.
 func (m *GPT) DetachHead(s *Stash) {
-	s.lnf, s.lnfM, s.lnfR, s.probs, s.losses = nil, nil, nil, nil, nil
+	s.lnf, s.lnfh, s.lnfM, s.lnfR, s.probs, s.losses = nil, nil, nil, nil, nil, nil
 }

@@ -19,7 +19,8 @@ type Batch struct {
 // needs, allocated on the device with tag act. A pipeline keeps one per
 // micro-batch in flight.
 type Stash struct {
-	buf      *device.Buffer
+	buf      *device.Buffer // the fp32 activations
+	half     *device.Buffer // the 16-bit ones (nil without a 16-bit stash, see stash16.go)
 	dev      *device.Device
 	tokBytes int64
 
@@ -31,7 +32,8 @@ type Stash struct {
 
 	res    [][]float32 // (L+1) × (B,T,C): res[l] is block l's input, res[L] the last block's output
 	layers []layerActs // (L)
-	lnf    []float32   // (B,T,C) final LayerNorm output
+	lnf    []float32   // (B,T,C) final LayerNorm output (nil with a 16-bit stash)
+	lnfh   []uint16    // (B,T,C) the same in 16-bit (16-bit stash only)
 	lnfM   []float32   // (B,T) its mean
 	lnfR   []float32   // (B,T) its rstd
 	probs  []float32   // (B,T,V) softmax of the logits
@@ -51,6 +53,9 @@ type layerActs struct {
 	ln2, ln2M, ln2R []float32 // (n,C), (n), (n)
 	fc              []float32 // (B,T,F) MLP pre-activation
 	fcg             []float32 // (B,T,F) GELU(fc)
+	// With a 16-bit stash (stash16.go) these hold ln1, qkv, atty, ln2, fc
+	// and fcg in the compute dtype instead, and the fp32 fields above are nil.
+	ln1h, qkvh, attyh, ln2h, fch, fcgh []uint16
 }
 
 // stashFloats is the number of fp32 values in a stash, with n = BT
@@ -61,50 +66,73 @@ type layerActs struct {
 // with A = B·NH'·T² (attention probabilities) or, with flash, B·NH'·T
 // (log-sum-exps), which for t = 1 is (L+1)·BTC + L·(15·BTC + 4·BT + B·NH·T²) + BTC + 2·BT + BTV + BT.
 // Recomputation replaces the L·(…) term by dims.layersFloats: selective
-// keeps one A for all layers, full one layer's activations.
+// keeps one A for all layers, full one layer's activations. A 16-bit
+// stash moves ln1, qkv, atty, ln2, fc, fcg and lnf to stashHalves.
 func (m *GPT) stashFloats() int {
 	c, d := m.cfg, m.d
 	B, T, C := m.B, c.SeqLen, c.Hidden
 	BT := B * T
 	n := d.tokens(BT)
-	return (c.Layers+1)*n*C + d.layersFloats(B, T, c.Layers) + n*C + 2*n + BT*d.Vl + BT
+	return (c.Layers+1)*n*C + d.layersFloats(B, T, c.Layers) + d.headFloats(BT)
 }
 
-// StashBytes is the size of one stash: its fp32 activations and its two
-// (B,T) int32 token arrays.
+// headFloats is the head's fp32 activations: lnf nC (unless 16-bit), its
+// statistics 2n, the probabilities BT·V' and the losses BT.
+func (d dims) headFloats(BT int) int {
+	n := d.tokens(BT)
+	f := 2*n + BT*d.Vl + BT
+	if !d.half {
+		f += n * d.C
+	}
+	return f
+}
+
+// StashBytes is the size of one stash: its fp32 activations, its 16-bit
+// ones and its two (B,T) int32 token arrays.
 func (m *GPT) StashBytes() int64 {
-	return int64(m.stashFloats())*4 + 2*int64(m.B*m.cfg.SeqLen)*4
+	return int64(m.stashFloats())*4 + int64(m.stashHalves())*2 + 2*int64(m.B*m.cfg.SeqLen)*4
 }
 
 // NewStash allocates a stash for one micro-batch (tag act).
 func (m *GPT) NewStash() (*Stash, error) {
 	BT := m.B * m.cfg.SeqLen
+	s, err := m.allocStash("stash", m.stashFloats(), m.stashHalves())
+	if err != nil {
+		return nil, err
+	}
+	c, d := m.cfg, m.d
+	n := d.tokens(BT)
+	nC := n * c.Hidden
+	cv := s.carver()
+	for l := 0; l <= c.Layers; l++ {
+		s.res = append(s.res, cv.f32(nC))
+	}
+	s.layers = make([]layerActs, c.Layers)
+	m.carveLayers(s, 0, c.Layers, cv)
+	m.carveHead(s, cv)
+	return s, nil
+}
+
+// allocStash allocates a stash of f fp32 and h 16-bit activations and its
+// token arrays (tag act); what names it in errors.
+func (m *GPT) allocStash(what string, f, h int) (*Stash, error) {
+	BT := m.B * m.cfg.SeqLen
 	tokBytes := 2 * int64(BT) * 4
 	if err := m.dev.Reserve(device.Act, tokBytes); err != nil {
 		return nil, fmt.Errorf("model: stash tokens: %w", err)
 	}
-	buf, err := m.dev.Alloc(device.Act, m.stashFloats())
+	buf, err := m.dev.Alloc(device.Act, f)
 	if err != nil {
 		m.dev.Release(device.Act, tokBytes)
-		return nil, fmt.Errorf("model: stash: %w", err)
+		return nil, fmt.Errorf("model: %s: %w", what, err)
 	}
 	s := &Stash{buf: buf, dev: m.dev, tokBytes: tokBytes, inputs: make([]int32, BT), targets: make([]int32, BT)}
-	c, d := m.cfg, m.d
-	n := d.tokens(BT)
-	nC := n * c.Hidden
-	data := buf.Data
-	next := func(n int) []float32 {
-		x := data[:n:n]
-		data = data[n:]
-		return x
+	if h > 0 {
+		if s.half, err = m.dev.AllocOf(device.Act, m.half.dt, h); err != nil {
+			s.Free()
+			return nil, fmt.Errorf("model: %s (%s): %w", what, m.half.dt, err)
+		}
 	}
-	for l := 0; l <= c.Layers; l++ {
-		s.res = append(s.res, next(nC))
-	}
-	s.layers = make([]layerActs, c.Layers)
-	m.carveLayers(s, 0, c.Layers, next)
-	s.lnf, s.lnfM, s.lnfR = next(nC), next(n), next(n)
-	s.probs, s.losses = next(BT*d.Vl), next(BT)
 	return s, nil
 }
 
@@ -114,8 +142,9 @@ func (s *Stash) Free() {
 		return
 	}
 	s.buf.Free()
+	s.half.Free()
 	s.dev.Release(device.Act, s.tokBytes)
-	s.buf = nil
+	s.buf, s.half = nil, nil
 }
 
 // Residual is residual stream l, (B,T,C) (with sequence parallelism the

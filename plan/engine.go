@@ -4,9 +4,8 @@ import "math"
 
 // engineRuns says whether the Trellis engine runs p for the job's model the
 // way its stash formula describes: a GPT block (FFN = 4h, one key/value head
-// per head, not gated), fp32, bf16 or fp16 (whose stash the engine keeps
-// in fp32 too: only its GEMM operands are rounded, into workspace), cp = 1,
-// any recomputation, flash or not.
+// per head, not gated), fp32, bf16 or fp16 (engineHalfStash), cp = 1, any
+// recomputation, flash or not.
 func (j Job) engineRuns(p Plan) bool {
 	m := j.Model
 	return !m.gated() && m.KVHeads == m.Heads && m.FFN == 4*m.Hidden &&
@@ -35,6 +34,17 @@ func (j Job) engineRuns(p Plan) bool {
 //
 // Dropout masks are recomputed, so the embedding keeps nothing of its own
 // (its output is the first layer's residual).
+//
+// Under bf16 or fp16 on whole layers (t = 1, engineHalfStash) the stash
+// keeps ln1, qkv, atty, ln2, fc, fcg and ln_f in 2 bytes (model/stash16.go)
+// and the rest — the residual stream, LayerNorm statistics, attention
+// probabilities or log-sum-exps, output probabilities and losses — in 4:
+//
+//	layer    4·(2nh + 4n + A) + 2·(2nh + 12bsh)
+//	head     4·(2n + bs·V + bs) + 2·nh
+//
+// (chunk and working unchanged), and recomputation moves the same parts:
+// full keeps 4nh per layer, selective shares 4A.
 func (j Job) engineActivations(p Plan) actSizes {
 	m := j.Model
 	t := float64(p.TP)
@@ -55,6 +65,10 @@ func (j Job) engineActivations(p Plan) actSizes {
 		chunk:   4*n*h + 8*bs,
 		head:    4 * (n*h + 2*n + bs*vl + bs),
 		working: 8 * bs,
+	}
+	if j.engineHalfStash(p) {
+		acts.layer = 4*(2*n*h+4*n+A) + 2*(2*n*h+12*bs*h/t)
+		acts.head = 4*(2*n+bs*vl+bs) + 2*n*h
 	}
 	switch {
 	case p.Recompute == RecomputeFull:
@@ -120,6 +134,13 @@ func (j Job) engineStageAct(p Plan, a actSizes, pt partition, k, layers int) (ac
 	return act, float64(c) / float64(v)
 }
 
+// engineHalfStash says whether the engine keeps p's stash in 16-bit
+// (model/stash16.go): bf16 or fp16 on whole layers, t = 1 (a
+// tensor-parallel rank keeps it in fp32).
+func (j Job) engineHalfStash(p Plan) bool {
+	return (p.Precision == BF16 || p.Precision == FP16) && p.TP == 1
+}
+
 // engineBF16 says whether p's model states are the Trellis engine's bf16
 // ones (engineBF16States): a CPU host cluster (engine_stash) running the
 // engine's model in bf16 or fp16, with any tp and pp. The engine keeps
@@ -131,14 +152,21 @@ func (j Job) engineBF16(p Plan) bool {
 // engineBF16States replaces modelStates' bf16 bytes with the engine's
 // (docs/ARCHITECTURE.md, "Mixed precision"), for the P parameters of a
 // rank (its tensor-parallel part of its pipeline stage's units) sharded
-// over N = dp ranks: its fp32 weights are the master weights, whole under
-// ZeRO 1-2 as in fp32 runs, and its bf16 copy is whole except under
-// ZeRO-3, where only the unit being computed has one (u = the largest
-// unit of a tensor-parallel rank: a block, 12h²/t + 7h/t + 6h, or the
-// embedding, (V' + s)·h with V' = ⌈V/t⌉):
+// over N = dp ranks. Without tp and pp (engineZeROHalf) ZeRO-1/2 shard the
+// fp32 master weights with the moments (Megatron's distributed optimizer;
+// the weights are held and gathered in 16-bit, parallel/zero/half.go) and
+// the runner's copy of the unit in use comes on top of the whole 16-bit
+// weights; with tp or pp ZeRO-1/2 keep the fp32 weights whole, as in fp32
+// runs. ZeRO-3's fp32 weights are the master chunks and only the unit
+// being computed has a 16-bit copy (u = engineUnit, the largest unit of a
+// tensor-parallel rank):
 //
-//	Param = 2P, or 2u with zero=3     Grad = 4P / (N if zero≥2)
-//	Optim = 4P / (N if zero=3) + 8P / (N if zero≥1)
+//	Param = 2P (zero=0, or zero 1-2 with tp or pp), 2P + 2u (zero 1-2), 2u (zero=3)
+//	Grad  = 4P / (N if zero≥2)
+//	Optim = 12P / (N if zero≥1), or 4P + 8P/N (zero 1-2 with tp or pp)
+//
+//	Param = 2P (zero=0), 2P + 2u (zero 1-2), 2u (zero=3)
+//	Grad  = 4P / (N if zero≥2)          Optim = 12P / (N if zero≥1)
 func (j Job) engineBF16States(mem *Memory, P float64, p Plan) {
 	n := float64(p.DP * p.CP)
 	shard := func(stage int) float64 {
@@ -147,13 +175,34 @@ func (j Job) engineBF16States(mem *Memory, P float64, p Plan) {
 		}
 		return 1
 	}
-	h, t := float64(j.Model.Hidden), float64(p.TP)
-	vl := math.Ceil(float64(j.Model.Vocab) / t)
-	u := math.Max(12*h*h/t+7*h/t+6*h, (vl+float64(j.Model.MaxSeq))*h)
-	mem.Param = ceil(2 * P)
-	if p.ZeRO == 3 {
+	u := j.engineUnit(p)
+	switch {
+	case p.ZeRO == 0 || (p.ZeRO < 3 && !j.engineZeROHalf(p)):
+		mem.Param = ceil(2 * P)
+	case p.ZeRO == 3:
 		mem.Param = ceil(2 * u)
+	default:
+		mem.Param = ceil(2*P + 2*u)
 	}
 	mem.Grad = ceil(4 * P / shard(2))
-	mem.Optim = ceil(4*P/shard(3) + 8*P/shard(1))
+	mem.Optim = ceil(12 * P / shard(1))
+	if p.ZeRO < 3 && !j.engineZeROHalf(p) {
+		mem.Optim = ceil(4*P + 8*P/shard(1))
+	}
+}
+
+// engineZeROHalf says whether p's ZeRO-1/2 keeps its weights in 16-bit and
+// shards the fp32 master weights (train.zeroHalf): zero 1-2 without tp and
+// pp (a pipeline's or tensor-parallel rank's state keeps fp32 weights).
+func (j Job) engineZeROHalf(p Plan) bool {
+	return (p.ZeRO == 1 || p.ZeRO == 2) && p.TP == 1 && p.PP == 1
+}
+
+// engineUnit is the engine's largest unit on a rank of p, in parameters: a
+// block, 12h²/t + 7h/t + 6h, or the embedding, (V' + s)·h with V' = ⌈V/t⌉
+// (t = 1: 12h² + 13h and (V + s)·h).
+func (j Job) engineUnit(p Plan) float64 {
+	h, t := float64(j.Model.Hidden), float64(p.TP)
+	vl := math.Ceil(float64(j.Model.Vocab) / t)
+	return math.Max(12*h*h/t+7*h/t+6*h, (vl+float64(j.Model.MaxSeq))*h)
 }

@@ -62,9 +62,11 @@ func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory
 }
 
 // engineWorkspace is the engine's backward scratch (model.dims.workspace),
-// in bytes: with T = B·s tokens of the micro-batch, n = T (T/t with
-// sequence parallelism), C = h, F = 4h/t, V' = ⌈V/t⌉, w attention workers,
-// 4 bytes per float,
+// in bytes, plus engineHalfWorkspace's 16-bit values at 2 bytes: with T =
+// B·s tokens of the micro-batch, n = T (T/t with sequence parallelism),
+// C = h, F = 4h/t, V' = ⌈V/t⌉, w attention workers, 4 bytes per float,
+// and in bf16 or fp16 13C more (a block's rounded vectors) and, under
+// ZeRO-1/2, 4u bytes (the unit in use widened, engineUnit),
 //
 //	dres n·C + dln T·C + big max(T·V', 2·T·F) + scratch w·s² (0 with flash)
 //	+ branch n·C (with dropout or t > 1)
@@ -73,7 +75,8 @@ func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory
 //
 // and, in bf16 or fp16, the 16-bit GEMM operands' scratch
 // (model.dims.halfScratch), 2 bytes per element: 2·T·(max(C, F) +
-// max(C, F, V')).
+// max(C, F, V')), without the first term when the stash is 16-bit
+// (engineHalfStash: the GEMMs read their inputs from it).
 func (j Job) engineWorkspace(p Plan) float64 {
 	return j.engineWorkspace32(p) + j.engineHalfScratch(p)
 }
@@ -87,7 +90,11 @@ func (j Job) engineHalfScratch(p Plan) float64 {
 	m, t := j.Model, p.TP
 	T, C, F := p.MBS*j.Seq, m.Hidden, 4*m.Hidden/t
 	vl := (m.Vocab + t - 1) / t
-	return 2 * float64(T*(max(C, F)+max(C, F, vl)))
+	nx := T * max(C, F)
+	if j.engineHalfStash(p) {
+		nx = 0 // the GEMMs read their inputs from the 16-bit stash
+	}
+	return 2 * float64(nx+T*max(C, F, vl))
 }
 
 // engineWorkspace32 is engineWorkspace's fp32 scratch.
@@ -120,7 +127,14 @@ func (j Job) engineWorkspace32(p Plan) float64 {
 	if p.SP {
 		f += T*C + n*C + 2*C
 	}
-	return 4 * float64(f+big)
+	ws := 0.0
+	if p.Precision == BF16 || p.Precision == FP16 {
+		f += 13 * C // a block's rounded vectors (model/weights16.go)
+		if j.engineBF16(p) && j.engineZeROHalf(p) {
+			ws = 4 * j.engineUnit(p) // ZeRO-1/2: the unit in use widened from the 16-bit weights
+		}
+	}
+	return 4*float64(f+big) + ws
 }
 
 // StageMemory is the prediction for a rank of pipeline stage `stage`

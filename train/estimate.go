@@ -55,12 +55,14 @@ func stateBytes(psi float64, zero, n int) float64 {
 func estimate(m model.Config, microBatch int, p plan.Plan, threads int) memEstimate {
 	psi := m.ParamCount()
 	workers := max(1, min(threads, microBatch*max(1, m.Heads)))
-	return memEstimate{
+	e := memEstimate{
 		params: psi,
 		state:  stateBytes(psi, p.ZeRO, p.DP),
 		runner: m.RunnerBytes(microBatch, workers) + 8*float64(microBatch)*float64(m.SeqLen) - stashSaving(m, microBatch, p),
 		meta:   layerBookkeeping * float64(m.Layers),
 	}
+	halfEstimate(&e, m, microBatch, p)
+	return e
 }
 
 // maxSampleLen bounds train.sample_len: the training loop's samples are

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"trellis/model"
 	"trellis/optim"
 	"trellis/plan"
 	"trellis/tensor"
@@ -21,6 +22,67 @@ func computeType(p plan.Precision) tensor.DType {
 		return tensor.F16
 	}
 	return tensor.F32
+}
+
+// zeroHalf is parallel/zero's Config.Half for a plan: under ZeRO-1/2 in
+// bf16 or fp16 on whole layers the master weights are sharded with the
+// moments and the weights held and gathered in 16-bit (the runner then
+// keeps a unit's 16-bit copy only while it is fetched, HalfPerUnit);
+// otherwise fp32 (ZeRO-3's fp32 chunks are the master weights already, a
+// tensor-parallel rank's passes read fp32 weights, and a pipeline's state
+// is parallel/pp's).
+func zeroHalf(p plan.Plan) tensor.DType {
+	if (p.ZeRO == 1 || p.ZeRO == 2) && p.TP == 1 && p.PP == 1 {
+		return computeType(p.Precision)
+	}
+	return tensor.F32
+}
+
+// halfEstimate turns estimate's fp32 state and runner into a bf16 or
+// fp16 plan's (nothing in fp32): the state of docs/ARCHITECTURE.md's
+// table without its unit terms (a lower bound), Ψ parameters over N
+// ranks,
+//
+//	zero=0  2Ψ + 4Ψ + 12Ψ      zero=1  2Ψ + 4Ψ + 12Ψ/N
+//	zero=2  2Ψ + 16Ψ/N         zero=3  16Ψ/N
+//
+// and the stash less halfStashSaving, plus ZeRO-1/2's widened unit (4u).
+func halfEstimate(e *memEstimate, m model.Config, microBatch int, p plan.Plan) {
+	if computeType(p.Precision) == tensor.F32 {
+		return
+	}
+	psi, n := e.params, float64(max(1, p.DP))
+	switch p.ZeRO {
+	case 0:
+		e.state = 18 * psi
+	case 1:
+		e.state = 6*psi + 12*psi/n
+	case 2:
+		e.state = 2*psi + 16*psi/n
+	default:
+		e.state = 16 * psi / n
+	}
+	e.runner -= halfStashSaving(m, microBatch, p)
+	if zeroHalf(p) != tensor.F32 {
+		C := float64(m.Hidden)
+		e.runner += 4 * max(12*C*C+13*C, float64(m.Vocab+m.SeqLen)*C)
+	}
+}
+
+// halfStashSaving is what a 16-bit stash (bf16 or fp16 on whole layers,
+// model/stash16.go) takes off the fp32 stash, in bytes: 2 of the 4 bytes
+// of each layer's ln1, qkv, atty, ln2, fc and fcg (14·BTC) and of ln_f
+// (BTC), one layer's with full recomputation; 0 in fp32 or under tp.
+func halfStashSaving(m model.Config, microBatch int, p plan.Plan) float64 {
+	if computeType(p.Precision) == tensor.F32 || p.TP > 1 {
+		return 0
+	}
+	BTC := float64(microBatch) * float64(m.SeqLen) * float64(m.Hidden)
+	layers := float64(m.Layers)
+	if p.Recompute == plan.RecomputeFull && m.Layers > 0 {
+		layers = 1
+	}
+	return 2 * (14*layers + 1) * BTC
 }
 
 // scaledUpdater is the Update of fp16 loss scaling (parallel/single and

@@ -14,12 +14,14 @@ import (
 
 // memoryGrid is the plans whose predicted memory the tests hold to the
 // measured: every parallelism the engine runs (dp, ZeRO 0-3, tp, sp, the
-// four pipeline schedules, pp × dp, flash attention).
+// four pipeline schedules, pp × dp, flash attention, bf16 with its 16-bit
+// stash and recomputation).
 var memoryGrid = []string{
 	"dp=1", "dp=2,zero=0", "dp=2,zero=1", "dp=2,zero=2", "dp=2,zero=3", "dp=4,zero=1", "dp=4,zero=2", "dp=4,zero=3",
 	"tp=2", "tp=2,sp=on", "dp=2,tp=2,zero=3", "dp=2,tp=2,sp=on,zero=1",
 	"pp=2", "pp=2,schedule=gpipe", "pp=2,schedule=interleaved,vpp=2", "pp=2,schedule=zb-h1", "pp=4", "pp=2,dp=2,zero=1",
 	"dp=1,flash=on", "dp=2,zero=3,flash=on", "tp=2,flash=on", "pp=2,flash=on",
+	"precision=bf16,recompute=selective", "dp=2,zero=1,precision=bf16,recompute=full", "dp=2,zero=3,precision=bf16,flash=on",
 }
 
 // Every rank's predicted peak (the planner's memory model with the

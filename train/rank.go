@@ -20,6 +20,7 @@ import (
 	"trellis/parallel/zero"
 	"trellis/plan"
 	"trellis/rng"
+	"trellis/tensor"
 	"trellis/trace"
 )
 
@@ -100,7 +101,7 @@ func newRank(rc rankConfig) (*rank, error) {
 	r.st = st
 	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch, Seed: j.Train.Seed,
 		Part: r.part, TP: r.tpComm(), Flash: r.set.enginePlan.Flash, Compute: computeType(r.set.enginePlan.Precision),
-		HalfPerUnit: r.set.enginePlan.ZeRO == 3, Recompute: engineRecompute(r.set.enginePlan.Recompute), Units: r.heldUnits()}); err != nil {
+		HalfPerUnit: r.set.enginePlan.ZeRO == 3 || zeroHalf(r.set.enginePlan) != tensor.F32, Recompute: engineRecompute(r.set.enginePlan.Recompute), Units: r.heldUnits()}); err != nil {
 		r.free()
 		return nil, err
 	}
@@ -147,7 +148,7 @@ func newStrategy(r *rank, hyper optim.Hyper) (Strategy, error) {
 	return zero.New(zero.Config{Model: r.job.Model, Stage: p.ZeRO, Grads: r.grads, Params: r.params,
 		Device: r.dev, Kernels: r.k, Hyper: hyper, Decay: decay, BucketElems: elems,
 		Overlap: r.job.Parallel.Overlap, Prefetch: r.job.Parallel.Prefetch,
-		Part: r.part, ReduceNorm: r.reduceNorm()})
+		Part: r.part, ReduceNorm: r.reduceNorm(), Half: zeroHalf(p)})
 }
 
 // joinDP makes this rank's data-parallel groups, the ranks along the mesh's

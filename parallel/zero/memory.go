@@ -5,6 +5,7 @@ import (
 
 	"trellis/model"
 	"trellis/parallel/flat"
+	"trellis/tensor"
 )
 
 // Shape is what a rank's memory under ZeRO depends on.
@@ -18,6 +19,9 @@ type Shape struct {
 	// Part is the piece of the model the rank holds under tensor
 	// parallelism (zero value: the whole model); the buckets are its.
 	Part model.Part
+	// Half is Config.Half: under stages 1 and 2, bf16 or fp16 weights and
+	// master weights sharded (on a device with MasterWeights).
+	Half tensor.DType
 }
 
 // Memory is what one rank charges to each tag, in bytes. Param, Grad and
@@ -41,6 +45,11 @@ func (m Memory) State() int64 { return m.Param + m.Grad + m.Optim }
 //	comm   stage 1: 0
 //	       stage 2: 4·((1+k)·B + E + k·c) with overlap, 4·(P + c) without
 //	       stage 3: stage 2's + 4·2B (the bucket in use and the prefetched one)
+//
+// With Half under stages 1 and 2 (half.go; a device with MasterWeights,
+// which charges the fp32 master chunks to optim): param 2P (the 16-bit
+// weights), optim 4P/N + 8·share; and the unit in use widened, tag
+// workspace, is not counted here.
 //
 // where k = maxInflight reductions may be in flight (each holding a full
 // bucket and, after a step's first micro-batch, a chunk); besides them the
@@ -83,12 +92,15 @@ func (s Shape) Memory() (Memory, error) {
 		m.Param = 4 * P / N
 		m.Comm += 4 * 2 * big
 	}
+	if s.Half != tensor.F32 && s.Stage < 3 {
+		m.Param, m.Optim = 2*P, 4*P/N+m.Optim
+	}
 	return m, nil
 }
 
 // Memory is this strategy's accounting (see Shape.Memory).
 func (s *Strategy) Memory() Memory {
 	m, _ := Shape{Model: s.cfg.Model, Stage: s.cfg.Stage, Ranks: s.n, Rank: s.r,
-		BucketElems: s.cfg.BucketElems, Overlap: s.cfg.Overlap, Part: s.cfg.Part}.Memory()
+		BucketElems: s.cfg.BucketElems, Overlap: s.cfg.Overlap, Part: s.cfg.Part, Half: s.cfg.Half}.Memory()
 	return m
 }

@@ -16,8 +16,9 @@ type gathered struct {
 }
 
 // Weights returns unit u's parameters: a view of the full parameters once
-// their last all-gather landed (stages 1, 2), or of its bucket gathered
-// from the shards (stage 3).
+// their last all-gather landed (stages 1, 2; with Half, the 16-bit ones
+// widened, see half.go), or of its bucket gathered from the shards
+// (stage 3).
 func (s *Strategy) Weights(u int) ([]float32, error) {
 	if err := s.bl.CheckUnit(u); err != nil {
 		return nil, fmt.Errorf("zero: %w", err)
@@ -28,6 +29,9 @@ func (s *Strategy) Weights(u int) ([]float32, error) {
 	if s.cfg.Stage < 3 {
 		if err := s.waitGather(b); err != nil {
 			return nil, err
+		}
+		if s.half() {
+			return s.halfWeights(u, b, pos, n)
 		}
 		return b.full[pos : pos+n], nil
 	}
@@ -115,8 +119,13 @@ func (s *Strategy) release(bi int) error {
 }
 
 // ReleaseWeights ends a use of unit u's weights. Under stage 3 the bucket
-// is freed unless the unit expected next lies in it too.
+// is freed unless the unit expected next lies in it too; with Half the
+// unit's widened weights are freed with the last release.
 func (s *Strategy) ReleaseWeights(u int) {
+	if s.half() {
+		s.releaseHalf(u)
+		return
+	}
 	if s.cfg.Stage < 3 || s.bl.CheckUnit(u) != nil {
 		return
 	}

@@ -3,7 +3,6 @@ package zero
 import (
 	"math"
 
-	"trellis/comm"
 	"trellis/optim"
 )
 
@@ -32,11 +31,6 @@ func (s *Strategy) UpdateScaled(lr, maxNorm, inv float64) (norm float64, skipped
 	for i := range s.bk {
 		s.bk[i].opt.Step(lr, scale)
 	}
-	if s.cfg.Stage < 3 {
-		for i := range s.bk {
-			b := &s.bk[i]
-			b.ag = s.track.Watch(s.cfg.Params.AllGather(comm.F32(b.full), comm.F32(b.p)), nil)
-		}
-	}
+	s.publish()
 	return norm, false, nil
 }

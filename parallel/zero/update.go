@@ -30,12 +30,7 @@ func (s *Strategy) Update(lr, maxNorm float64) (float64, error) {
 	for i := range s.bk {
 		s.bk[i].opt.Step(lr, scale)
 	}
-	if s.cfg.Stage < 3 {
-		for i := range s.bk {
-			b := &s.bk[i]
-			b.ag = s.track.Watch(s.cfg.Params.AllGather(comm.F32(b.full), comm.F32(b.p)), nil)
-		}
-	}
+	s.publish()
 	return norm, nil
 }
 
@@ -90,8 +85,8 @@ func (s *Strategy) Shards() ([]checkpoint.Shard, error) {
 }
 
 // Restore loads what this rank holds from a checkpoint written under any
-// plan: every weight (stages 1, 2) or its chunks (3), and the moments
-// of its chunks.
+// plan: every weight (stages 1, 2) or its chunks (3, and 1, 2 with Half,
+// whose 16-bit weights are then gathered), and the moments of its chunks.
 func (s *Strategy) Restore(c *checkpoint.Checkpoint, optSteps int) error {
 	if err := s.dropGathered(); err != nil {
 		return err
@@ -102,7 +97,7 @@ func (s *Strategy) Restore(c *checkpoint.Checkpoint, optSteps int) error {
 			return err
 		}
 		var err error
-		if s.cfg.Stage < 3 {
+		if s.cfg.Stage < 3 && !s.half() {
 			err = flat.Read(c, s.tensors, "", b.Offset, b.full[:b.Len])
 		} else {
 			err = flat.Read(c, s.tensors, "", b.lo, b.p[:b.valid])
@@ -120,6 +115,9 @@ func (s *Strategy) Restore(c *checkpoint.Checkpoint, optSteps int) error {
 		if err := b.opt.Restore(optim.State{Step: optSteps, M: m, V: v}); err != nil {
 			return err
 		}
+	}
+	if s.half() {
+		s.publish()
 	}
 	return nil
 }

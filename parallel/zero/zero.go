@@ -57,6 +57,7 @@ import (
 	"trellis/ops"
 	"trellis/optim"
 	"trellis/parallel/flat"
+	"trellis/tensor"
 )
 
 // Config is everything New needs.
@@ -86,6 +87,11 @@ type Config struct {
 	// ReduceNorm adds the partial squared gradient norms of the ranks that
 	// hold the other parts (nil: none).
 	ReduceNorm func(sq float64) (float64, error)
+	// Half, bf16 or fp16 under stages 1 and 2, shards the fp32 master
+	// weights with the optimizer state and holds every weight in 16-bit
+	// (half.go); the zero value, fp32, holds fp32 weights. Stage 3 ignores
+	// it (its fp32 chunks are the master weights already).
+	Half tensor.DType
 }
 
 // Validate names the first field that breaks its rule.
@@ -105,6 +111,10 @@ func (c Config) Validate() error {
 		return errors.New("zero: Config.Device is nil")
 	case c.BucketElems < 0:
 		return fmt.Errorf("zero: BucketElems=%d must be >= 0", c.BucketElems)
+	case c.Half != tensor.F32 && c.Half != tensor.BF16 && c.Half != tensor.F16:
+		return fmt.Errorf("zero: Half=%s must be fp32, bf16 or fp16", c.Half)
+	case c.Half != tensor.F32 && c.Kernels == nil:
+		return fmt.Errorf("zero: Half=%s needs Config.Kernels (rounding the weights)", c.Half)
 	}
 	return nil
 }
@@ -113,7 +123,8 @@ func (c Config) Validate() error {
 type bucket struct {
 	flat.Bucket
 	lo, valid int          // own chunk = global elements [lo, lo+valid), then padding
-	full      []float32    // stages 1, 2: the bucket of the full parameters (Padded)
+	full      []float32    // stages 1, 2: the bucket of the full parameters (Padded); nil with Half
+	full16    []uint16     // stages 1, 2 with Half: the bucket of the 16-bit weights (Padded)
 	gfull     []float32    // stage 1: the bucket of the full gradients (Padded)
 	p         []float32    // own chunk of the parameters (Chunk)
 	g         []float32    // own chunk of the gradients (Chunk)
@@ -139,8 +150,10 @@ type Strategy struct {
 	inflight []pending // reduce-scatters in issue order
 	res      map[int]*gathered
 	pred     predictor
-	next     int         // the unit expected after the latest Weights call (-1: none)
-	gathers  map[int]int // stage 3: all-gathers issued per bucket, over the strategy's life
+	next     int            // the unit expected after the latest Weights call (-1: none)
+	gathers  map[int]int    // stage 3: all-gathers issued per bucket, over the strategy's life
+	wh       *device.Buffer // stages 1, 2 with Half: the 16-bit weights (Padded)
+	views    map[int]*view  // stages 1, 2 with Half: the units whose widened weights are fetched
 }
 
 // New allocates the state of cfg.Stage.
@@ -173,8 +186,8 @@ func New(cfg Config) (*Strategy, error) {
 func (s *Strategy) alloc() error {
 	st, pad := s.cfg.Stage, s.bl.Padded
 	pn, gn := pad, pad
-	if st == 3 {
-		pn = pad / s.n
+	if st == 3 || s.half() {
+		pn = pad / s.n // the own chunks only
 	}
 	if st >= 2 {
 		gn = pad / s.n
@@ -191,7 +204,7 @@ func (s *Strategy) alloc() error {
 		c := fb.Chunk()
 		b.lo, b.valid = fb.Shard(s.r)
 		own := func(whole []float32) []float32 { return whole[s.r*c : (s.r+1)*c] }
-		if st < 3 {
+		if st < 3 && !s.half() {
 			b.full = s.w.Data[fb.POffset : fb.POffset+fb.Padded]
 			b.p = own(b.full)
 		} else {
@@ -210,6 +223,9 @@ func (s *Strategy) alloc() error {
 		}
 		s.bk = append(s.bk, b)
 	}
+	if s.half() {
+		return s.allocHalf()
+	}
 	return nil
 }
 
@@ -222,7 +238,7 @@ func (s *Strategy) InitWith(in model.Init) error {
 	for i := range s.bk {
 		b := &s.bk[i]
 		var err error
-		if s.cfg.Stage < 3 {
+		if s.cfg.Stage < 3 && !s.half() {
 			err = model.InitPartWith(s.cfg.Model, s.cfg.Part, in, b.full[:b.Len], b.Offset, b.Offset+b.Len)
 		} else {
 			err = model.InitPartWith(s.cfg.Model, s.cfg.Part, in, b.p[:b.valid], b.lo, b.lo+b.valid)
@@ -230,6 +246,9 @@ func (s *Strategy) InitWith(in model.Init) error {
 		if err != nil {
 			return err
 		}
+	}
+	if s.half() {
+		s.publish() // the 16-bit weights of every chunk
 	}
 	return nil
 }
@@ -275,6 +294,9 @@ func (s *Strategy) Free() {
 	}
 	s.w.Free()
 	s.g.Free()
+	if s.wh != nil {
+		s.freeHalf()
+	}
 }
 
 // drain waits for every reduction and gather in flight, ignoring errors
