@@ -50,8 +50,10 @@ func (m Memory) State() int64 { return m.Param + m.Grad + m.Optim }
 // Accum != 1, else 0); besides them the bucket being filled and the
 // embedding's, which the tied head starts at the top of the backward pass
 // and the embedding finishes at its bottom. Reductions are reaped at fixed
-// points of the rank's schedule (see reduce), so this is the measured
-// peak, not only a bound, whatever the network's timing.
+// points of the rank's schedule (see reduce), so the measured peak does
+// not depend on the network's timing; this bound is reached when two of
+// the largest buckets are neighbours below the embedding's (many buckets),
+// and over-counts a bucket when the embedding's is the only one.
 func (s Shape) Memory() (Memory, error) {
 	if s.Stage < 1 || s.Stage > 3 || s.Ranks < 1 || s.Rank < 0 || s.Rank >= s.Ranks {
 		return Memory{}, fmt.Errorf("zero: stage %d, rank %d of %d: want stage 1..3 and 0 <= rank < ranks", s.Stage, s.Rank, s.Ranks)
