@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # 64 MiB fp32 all-reduce busbw of trellis's tcp and mpi backends and
 # PyTorch's gloo, on this machine, for 2 and 4 ranks (docs/BENCHMARKS.md,
-# "All-reduce busbw: tcp, mpi and gloo"). Every measurement holds
-# /tmp/bench.lock; the backends are interleaved round by round (REPEATS
-# rounds) and each row's median over the rounds is printed at the end.
+# "All-reduce busbw: tcp, mpi and gloo"). The builds run first; then the
+# whole comparison holds /tmp/bench.lock once, the backends interleaved
+# round by round (REPEATS rounds), and each row's median over the rounds
+# is printed at the end.
 #
 #   scripts/bench_busbw.sh            # REPEATS=3 ITERS=5 RANKS="2 4"
 #
 # mpi rows need Open MPI (mpirun, mpicc for cgo); they are skipped
 # without it. MPI_OPTS lists the mpirun option sets measured, one per
-# line ("" is Open MPI's defaults).
+# line ("" is Open MPI's defaults); each is also measured with Open MPI
+# alone (scripts/mpi_allreduce.c: MPI_Allreduce, and MPI_Iallreduce
+# polled with MPI_Test as comm/mpi does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
@@ -19,16 +22,23 @@ RANKS=${RANKS:-"2 4"}
 BYTES=$((64 << 20))
 PY=/usr/bin/python3
 MPI_OPTS=${MPI_OPTS:-"
---mca mpi_yield_when_idle 1
+--bind-to none
+--mca mpi_yield_when_idle 0
 --mca btl_vader_single_copy_mechanism none"}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
-go build -o "$tmp/trellis" ./cmd/trellis
-have_mpi=0
-if command -v mpirun >/dev/null && go build -tags mpi -o "$tmp/trellis-mpi" ./cmd/trellis 2>/dev/null; then
-	have_mpi=1
+if [ -z "${BENCH_BUSBW_LOCKED:-}" ]; then
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	go build -o "$tmp/trellis" ./cmd/trellis
+	if command -v mpirun >/dev/null && command -v mpicc >/dev/null; then
+		go build -tags mpi -o "$tmp/trellis-mpi" ./cmd/trellis
+		mpicc -O2 -o "$tmp/mpi_allreduce" scripts/mpi_allreduce.c
+	fi
+	BENCH_BUSBW_LOCKED=$tmp exec flock /tmp/bench.lock "$0" "$@"
 fi
+tmp=$BENCH_BUSBW_LOCKED
+have_mpi=0
+[ -x "$tmp/trellis-mpi" ] && have_mpi=1
 have_gloo=0
 if "$PY" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
 	have_gloo=1
@@ -38,24 +48,30 @@ fi
 busbw() { "$PY" -c 'import json,sys; print(json.load(sys.stdin)["rows"][0]["busbw_gbps"])'; }
 
 bench=(bench comm --ops allreduce --sizes 64MiB --iters "$ITERS" --json)
+mpi=(mpirun --allow-run-as-root --oversubscribe)
 for round in $(seq "$REPEATS"); do
 	for n in $RANKS; do
-		v=$(flock /tmp/bench.lock "$tmp/trellis" "${bench[@]}" --backend tcp --ranks "$n" | busbw)
+		v=$("$tmp/trellis" "${bench[@]}" --backend tcp --ranks "$n" | busbw)
 		echo "tcp|$n|$v" >>"$tmp/rows"
 		if [ $have_gloo = 1 ]; then
-			v=$(flock /tmp/bench.lock "$PY" scripts/bench_gloo.py --ranks "$n" --bytes $BYTES --iters "$ITERS" --repeats 1 |
+			v=$("$PY" scripts/bench_gloo.py --ranks "$n" --bytes $BYTES --iters "$ITERS" --repeats 1 |
 				"$PY" -c 'import json,sys; print(json.load(sys.stdin)["busbw_gbps"][0])')
 			echo "gloo|$n|$v" >>"$tmp/rows"
 		fi
 		if [ $have_mpi = 1 ]; then
 			while IFS= read -r opts; do
 				# shellcheck disable=SC2086
-				v=$(flock /tmp/bench.lock mpirun --allow-run-as-root --oversubscribe -np "$n" $opts \
-					"$tmp/trellis-mpi" "${bench[@]}" --backend mpi | busbw)
+				v=$("${mpi[@]}" -np "$n" $opts "$tmp/trellis-mpi" "${bench[@]}" --backend mpi | busbw)
 				echo "mpi ${opts:-(defaults)}|$n|$v" >>"$tmp/rows"
+				# shellcheck disable=SC2086
+				"${mpi[@]}" -np "$n" $opts "$tmp/mpi_allreduce" "$ITERS" | "$PY" -c '
+import json, sys
+for l in sys.stdin:
+    r = json.loads(l)
+    print("Open MPI C %s %s|%d|%s" % (r["op"], sys.argv[1], r["ranks"], r["busbw_gbps"]))' "${opts:-(defaults)}" >>"$tmp/rows"
 			done <<<"$MPI_OPTS"
 		fi
-		echo "round $round, $n ranks done" >&2
+		echo "round $round, $n ranks done (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 	done
 done
 
