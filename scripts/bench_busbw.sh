@@ -21,10 +21,15 @@ ITERS=${ITERS:-5}
 RANKS=${RANKS:-"2 4"}
 BYTES=$((64 << 20))
 PY=/usr/bin/python3
+# The option sets: Open MPI's defaults; vader's shared-memory copy instead
+# of CMA (process_vm_readv, slow in this VM); glibc keeping big blocks in
+# its heap, so the 64 MiB temporary that each MPI_Allreduce mallocs is not
+# mmap'd and page-faulted afresh on every call; both.
+GLIBC="-x MALLOC_MMAP_THRESHOLD_=2147483647 -x MALLOC_TRIM_THRESHOLD_=4294967295"
 MPI_OPTS=${MPI_OPTS:-"
---bind-to none
---mca mpi_yield_when_idle 0
---mca btl_vader_single_copy_mechanism none"}
+--mca btl_vader_single_copy_mechanism none
+$GLIBC
+$GLIBC --mca btl_vader_single_copy_mechanism none"}
 
 if [ -z "${BENCH_BUSBW_LOCKED:-}" ]; then
 	tmp=$(mktemp -d)
