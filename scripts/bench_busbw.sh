@@ -56,7 +56,7 @@ bench=(bench comm --ops allreduce --sizes 64MiB --iters "$ITERS" --json)
 mpi=(mpirun --allow-run-as-root --oversubscribe)
 for round in $(seq "$REPEATS"); do
 	for n in $RANKS; do
-		v=$("$tmp/trellis" "${bench[@]}" --backend tcp --ranks "$n" | busbw)
+		v=$("$tmp/trellis" "${bench[@]}" --backend tcp --ranks "$n" </dev/null | busbw)
 		echo "tcp|$n|$v" >>"$tmp/rows"
 		if [ $have_gloo = 1 ]; then
 			v=$("$PY" scripts/bench_gloo.py --ranks "$n" --bytes $BYTES --iters "$ITERS" --repeats 1 |
@@ -66,10 +66,10 @@ for round in $(seq "$REPEATS"); do
 		if [ $have_mpi = 1 ]; then
 			while IFS= read -r opts; do
 				# shellcheck disable=SC2086
-				v=$("${mpi[@]}" -np "$n" $opts "$tmp/trellis-mpi" "${bench[@]}" --backend mpi | busbw)
+				v=$("${mpi[@]}" -np "$n" $opts "$tmp/trellis-mpi" "${bench[@]}" --backend mpi </dev/null | busbw)
 				echo "mpi ${opts:-(defaults)}|$n|$v" >>"$tmp/rows"
 				# shellcheck disable=SC2086
-				"${mpi[@]}" -np "$n" $opts "$tmp/mpi_allreduce" "$ITERS" | "$PY" -c '
+				"${mpi[@]}" -np "$n" $opts "$tmp/mpi_allreduce" "$ITERS" </dev/null | "$PY" -c '
 import json, sys
 for l in sys.stdin:
     r = json.loads(l)
