@@ -223,12 +223,9 @@ func (c *Checkpoint) ReadTensor(name string) (Shard, error) {
 	return c.ReadElems(name, 0, n)
 }
 
-// shard is rank se.Rank's shard of the named tensor, as the index says:
-// read and verified now (OpenRanges) or taken from the files Open read.
+// shard is rank se.Rank's shard of the named tensor, as the index says,
+// from the files Open read (OpenRanges streams shards: readShardInto).
 func (c *Checkpoint) shard(name string, t TensorEntry, se ShardEntry) (Shard, error) {
-	if c.files != nil {
-		return c.readShard(name, t, se)
-	}
 	i, ok := c.held[se.Rank][name]
 	var s Shard
 	if ok {

@@ -1,6 +1,8 @@
 package checkpoint
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -214,12 +216,16 @@ func (c *Checkpoint) ReadElems(name string, lo, hi int64) (Shard, error) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
+			if c.files != nil {
+				errs[i] = c.readShardInto(name, t, se, out.Data, lo, hi)
+				return
+			}
 			s, err := c.shard(name, t, se)
 			if err != nil {
 				errs[i] = err
 				return
 			}
-			place(out.Data, lo, hi, size, s)
+			place(out.Data, lo, hi, size, s, s.Lo, s.Data)
 		}()
 	}
 	wg.Wait()
@@ -227,6 +233,42 @@ func (c *Checkpoint) ReadElems(name string, lo, hi int64) (Shard, error) {
 		return Shard{}, err
 	}
 	return out, nil
+}
+
+// chunkBytes is how much of a shard readShardInto holds at once (a
+// multiple of every element size).
+const chunkBytes = 1 << 20
+
+// readShardInto streams one shard from its rank file in chunks of
+// chunkBytes: each chunk is read, hashed and its elements in [lo, hi)
+// copied into dst (which holds [lo, hi)); the whole shard is verified
+// against its checksum at the end, and on a mismatch dst must not be used.
+// Every byte is touched three times while it is in cache, and the memory
+// is one chunk per shard read, whatever the shard's size, so the cost per
+// byte does not grow with the checkpoint.
+func (c *Checkpoint) readShardInto(name string, t TensorEntry, se ShardEntry, dst []byte, lo, hi int64) error {
+	rf := c.files[se.Rank]
+	info := rf.at[name] // present: checked by OpenRanges
+	f, err := os.Open(rf.path)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	defer f.Close()
+	size, total := int64(t.DType.Size()), info.End-info.Begin
+	buf := make([]byte, min(chunkBytes, total))
+	h := sha256.New()
+	for off := int64(0); off < total; off += int64(len(buf)) {
+		b := buf[:min(int64(len(buf)), total-off)]
+		if _, err := f.ReadAt(b, rf.data+info.Begin+off); err != nil {
+			return fmt.Errorf("checkpoint: %s: tensor %q: %w (truncated?)", rf.path, name, err)
+		}
+		h.Write(b)
+		place(dst, lo, hi, size, Shard{Lo: se.Lo, Hi: se.Hi, Slice: se.Slice}, se.Lo+off/size, b)
+	}
+	if hex.EncodeToString(h.Sum(nil)) != se.SHA256 {
+		return fmt.Errorf("checkpoint: %s: tensor %q [%d, %d): checksum mismatch (the file is corrupt)", rf.path, name, se.Lo, se.Hi)
+	}
+	return nil
 }
 
 // firstErr is the first non-nil error (one line, as the project's errors are).
@@ -249,19 +291,26 @@ func overlaps(se ShardEntry, lo, hi int64) bool {
 	return hit
 }
 
-// place copies the elements of s that fall in [lo, hi) into dst, which
-// holds [lo, hi). Shards are disjoint, so concurrent calls write disjoint
-// bytes.
-func place(dst []byte, lo, hi, size int64, s Shard) {
+// place copies into dst, which holds the global elements [lo, hi), those
+// of shard s's box indices [w, w+len(data)/size) — data holds exactly them
+// (all of s when w = s.Lo and data = s.Data) — that fall in [lo, hi).
+// Shards are disjoint, so concurrent calls write disjoint bytes.
+func place(dst []byte, lo, hi, size int64, s Shard, w int64, data []byte) {
+	wEnd := min(w+int64(len(data))/size, s.Hi)
 	put := func(box, g, k int64) { // box index box holds global g, for k elements
-		a, b := max(g, lo), min(g+k, hi)
+		b0, b1 := max(box, w), min(box+k, wEnd)
+		if b0 >= b1 {
+			return
+		}
+		g0 := g + b0 - box
+		a, b := max(g0, lo), min(g0+b1-b0, hi)
 		if a < b {
-			copy(dst[(a-lo)*size:(b-lo)*size], s.Data[(box+a-g-s.Lo)*size:])
+			copy(dst[(a-lo)*size:(b-lo)*size], data[(b0-w+a-g0)*size:])
 		}
 	}
 	if s.Slice == nil {
-		put(s.Lo, s.Lo, s.Hi-s.Lo)
+		put(w, w, wEnd-w)
 		return
 	}
-	s.Slice.runs(s.Lo, s.Hi, put)
+	s.Slice.runs(w, wEnd, put)
 }

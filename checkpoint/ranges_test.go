@@ -162,3 +162,46 @@ func TestCommitStreams(t *testing.T) {
 		t.Fatalf("the streamed commit does not verify: %v", err)
 	}
 }
+
+// Shards larger than one streaming chunk (readShardInto), boxes and
+// ranges, read back by ReadElems over windows that start and end inside
+// chunks and rows: every element where it belongs.
+func TestReadElemsAcrossChunks(t *testing.T) {
+	const rows, cols = 600, 1000 // each rank's box: 600×500 fp32 = 1.2 MB > chunkBytes
+	n := rows * cols
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(i) + 0.5
+	}
+	s := newStore(t, 0)
+	for r := 0; r < 2; r++ {
+		sl := Slice{View: []int{rows, cols}, Off: []int{0, r * cols / 2}, Ext: []int{rows, cols / 2}}
+		var box []float32
+		sl.runs(0, int64(rows*cols/2), func(_, g, k int64) { box = append(box, v[g:g+k]...) })
+		lo, hi := r*n/2, (r+1)*n/2
+		sh := []Shard{SliceShard("box", []int{rows, cols}, sl, 0, box), Float32Shard("flat", []int{n}, int64(lo), v[lo:hi])}
+		if err := s.WriteRank(1, r, 2, sh); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Commit(Manifest{Step: 1, World: 2}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := OpenRanges(s.Config().Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := int64(chunkBytes / 4)
+	for _, name := range []string{"box", "flat"} {
+		for _, w := range [][2]int64{{0, int64(n)}, {chunk - 3, chunk + 5}, {1, 2*chunk + 7}, {int64(n)/2 - 11, int64(n)/2 + chunk + 13}, {int64(n) - 1, int64(n)}} {
+			sh, err := c.ReadElems(name, w[0], w[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := sh.Float32()
+			if !equalF32(got, v[w[0]:w[1]]) {
+				t.Errorf("%s [%d, %d): elements misplaced", name, w[0], w[1])
+			}
+		}
+	}
+}

@@ -24,7 +24,15 @@ type Env struct {
 	MasterAddr     string // host of rank 0's rendezvous store
 	MasterPort     int
 	Source         string // "torchrun", "slurm" or "openmpi"
+	// Elastic (TRELLIS_ELASTIC=1, set by an elastic trellis launch) says
+	// the world may be smaller than the job's plan was made for: the
+	// worker re-derives the plan's data-parallel degree for WorldSize.
+	Elastic bool
 }
+
+// EnvElastic is the variable an elastic launcher sets to 1 (see
+// Env.Elastic).
+const EnvElastic = "TRELLIS_ELASTIC"
 
 // WorkerEnv reads this process's environment; see ParseEnv.
 func WorkerEnv() (Env, error) { return ParseEnv(os.LookupEnv) }
@@ -64,6 +72,13 @@ func ParseEnv(lookup func(string) (string, bool)) (Env, error) {
 	}
 	if a := get("MASTER_ADDR"); a != "" {
 		e.MasterAddr = a
+	}
+	switch v := get(EnvElastic); v {
+	case "", "0":
+	case "1":
+		e.Elastic = true
+	default:
+		return Env{}, fmt.Errorf("launch: %s=%q: must be 0 or 1", EnvElastic, v)
 	}
 	if p := get("MASTER_PORT"); p != "" {
 		if e.MasterPort, err = strconv.Atoi(p); err != nil {

@@ -244,7 +244,7 @@ func (j *Job) Wait() error {
 				t = w.tail.get()
 			}
 		}
-		return &WorkerError{Rank: j.first.Rank, Status: j.first.Status, Tail: t, Stopped: stopped, AlsoFailed: also}
+		return &WorkerError{Rank: j.first.Rank, Status: j.first.Status, Code: j.first.Code, Tail: t, Stopped: stopped, AlsoFailed: also}
 	case j.interrupted != nil:
 		return fmt.Errorf("%w (%v): stopped ranks %v", ErrInterrupted, j.interrupted, stopped)
 	}

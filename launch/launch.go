@@ -175,6 +175,7 @@ func Run(ctx context.Context, cfg Config) error {
 type WorkerError struct {
 	Rank       int
 	Status     string   // e.g. "exit status 1" or "signal: killed"
+	Code       int      // its exit code; -1 when a signal ended it
 	Tail       []string // its last lines of output
 	Stopped    []int    // ranks the launcher then had to stop
 	AlsoFailed []string // other ranks that failed on their own, with their status

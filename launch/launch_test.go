@@ -50,6 +50,15 @@ func testWorker(mode string) int {
 		return allReduceWorker(e)
 	case "fail-once":
 		return failOnceWorker(e)
+	case "shrink":
+		return shrinkWorker(e)
+	case "config":
+		if e.Rank == 0 {
+			fmt.Println("cannot run on this world")
+			return ExitConfig
+		}
+		time.Sleep(time.Minute)
+		return 0
 	}
 	return 2
 }

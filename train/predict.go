@@ -98,11 +98,20 @@ func (j Job) engineBuffers(s settings, p plan.Plan, dpRank, tpRank int) float64 
 	}
 	part := model.Part{TP: p.TP, Rank: min(tpRank, p.TP-1), SP: p.SP}
 	m, err := zero.Shape{Model: j.Model, Stage: p.ZeRO, Ranks: p.DP, Rank: min(dpRank, p.DP-1), BucketElems: int(s.bucket / 4),
-		Overlap: j.Parallel.Overlap, Part: part}.Memory()
+		Overlap: j.Parallel.Overlap, Part: part, Accum: accumOf(j.Train.GlobalBatch, p)}.Memory()
 	if err != nil {
 		return 0
 	}
 	return float64(m.Comm)
+}
+
+// accumOf is the micro-batches per step of p for a global batch of gb
+// sequences (0 when p does not divide it: not known).
+func accumOf(gb int, p plan.Plan) int {
+	if per := p.DP * p.MBS; per > 0 && gb%per == 0 {
+		return gb / per
+	}
+	return 0
 }
 
 // predictMemory is every rank's predicted peak bytes per device tag (in

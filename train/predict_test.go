@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"math"
-	"slices"
 	"strings"
 	"testing"
 
@@ -26,7 +25,8 @@ var memoryGrid = []string{
 
 // Every rank's predicted peak (the planner's memory model with the
 // engine's store, predictMemory) is within 5% of the peak the device
-// measured, on every plan of the grid; so is every tag above 4 KiB — the
+// measured, on every plan of the grid; so is every tag above 4 KiB,
+// ZeRO's comm included (a pipeline's is not held, see below) — the
 // prediction is right for the right reasons, not by compensating errors.
 func TestPredictedMemoryMatchesMeasured(t *testing.T) {
 	if len(memoryGrid) < 20 {
@@ -55,24 +55,22 @@ func holdPredicted(t *testing.T, j Job) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ci := slices.Index(device.Tags(), device.Comm)
 	for _, r := range got.sum.Ranks {
 		want := pr[r.Rank]
-		// The comm tag's measured peak depends on timing (ZeRO-2/3's
-		// staging buffers are freed when their reduce-scatter lands,
-		// on the watcher's goroutine; a pipeline's early messages are
-		// charged while they wait). So the peak is held within 5%
-		// without it, and the whole measured peak may not exceed the
-		// prediction by more than 5%.
-		mc, pc := r.Peak[device.Comm], want.Peak[ci]
-		if e := relErr(want.PeakAll-pc, r.PeakAll-mc); e > 0.05 {
-			t.Errorf("rank %d: predicted peak without comm %d bytes, measured %d (%.1f%%)", r.Rank, want.PeakAll-pc, r.PeakAll-mc, 100*e)
-		}
-		if float64(r.PeakAll) > 1.05*float64(want.PeakAll) {
-			t.Errorf("rank %d: measured peak %d bytes more than 5%% above the predicted %d", r.Rank, r.PeakAll, want.PeakAll)
+		if e := relErr(want.PeakAll, r.PeakAll); e > 0.05 {
+			t.Errorf("rank %d: predicted peak %d bytes, measured %d (%.1f%%)", r.Rank, want.PeakAll, r.PeakAll, 100*e)
 		}
 		for i, tg := range device.Tags() {
-			if m := r.Peak[tg]; max(m, want.Peak[i]) > 4<<10 && relErr(want.Peak[i], m) > 0.05 && tg != device.Comm {
+			m := r.Peak[tg]
+			if tg == device.Comm && s.enginePlan.PP > 1 {
+				// A pipeline's comm (boundary messages, charged while
+				// they wait) depends on timing and is not held here
+				// (interleaved measures 24 KiB against 16 KiB
+				// predicted: parallel/pp's to settle). ZeRO's staging
+				// buffers, reaped at fixed points of the schedule, are.
+				continue
+			}
+			if max(m, want.Peak[i]) > 4<<10 && relErr(want.Peak[i], m) > 0.05 {
 				t.Errorf("rank %d %s: predicted %d bytes, measured %d", r.Rank, tg, want.Peak[i], m)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"trellis/checkpoint"
 	"trellis/model"
@@ -51,4 +52,55 @@ func checkResumable(c *checkpoint.Checkpoint, cfg model.Config) error {
 // describe names a model's shape for messages.
 func describe(cfg model.Config) string {
 	return fmt.Sprintf("layers=%d hidden=%d heads=%d vocab=%d seq_len=%d", cfg.Layers, cfg.Hidden, cfg.Heads, cfg.Vocab, cfg.SeqLen)
+}
+
+// FitWorld re-derives the plan for a world of n ranks, as an elastic
+// launcher asks (launch.Env.Elastic): the data-parallel degree becomes
+// n / (tp·pp·cp) and every other key of parallel.plan stays; the global
+// batch stays too, so each step accumulates G / (dp'·micro_batch)
+// micro-batches instead of G / (dp·micro_batch). A resume then reshards
+// the checkpoint onto the new plan (Restore). It returns a line for the
+// log saying what changed ("" when the plan already fits n), or a
+// one-line error naming why the plan cannot shrink onto n ranks.
+func (j *Job) FitWorld(n int) (string, error) {
+	p, err := j.EnginePlan()
+	if err != nil {
+		return "", err
+	}
+	if p.Devices() == n {
+		return "", nil
+	}
+	rest := p.TP * p.PP * p.CP
+	if n < 1 || n%rest != 0 {
+		return "", fmt.Errorf("parallel.plan %s cannot run on %d workers: the world must be a multiple of tp×pp×cp = %d", p.Short(), n, rest)
+	}
+	dp, gb, mb := n/rest, j.Train.GlobalBatch, j.Train.MicroBatch
+	if mb < 1 || gb%(dp*mb) != 0 {
+		return "", fmt.Errorf("parallel.plan %s cannot run on %d workers: train.global_batch=%d is not a multiple of dp=%d × train.micro_batch=%d", p.Short(), n, gb, dp, mb)
+	}
+	old := j.Parallel.Plan
+	j.Parallel.Plan = withDP(old, dp)
+	if j.Parallel.Devices != 0 {
+		j.Parallel.Devices = n
+	}
+	return fmt.Sprintf("parallel.plan=%s: elastic: %q re-derived for %d workers (dp %d→%d; train.global_batch=%d kept, %d micro-batches per step instead of %d)",
+		j.Parallel.Plan, old, n, p.DP, dp, gb, gb/(dp*mb), gb/(p.DP*mb)), nil
+}
+
+// withDP is plan text with its dp key set to dp (added when absent).
+func withDP(text string, dp int) string {
+	var out []string
+	found := false
+	for _, item := range strings.Split(text, ",") {
+		if k, _, _ := strings.Cut(item, "="); strings.TrimSpace(k) == "dp" {
+			item, found = fmt.Sprintf("dp=%d", dp), true
+		}
+		if strings.TrimSpace(item) != "" {
+			out = append(out, item)
+		}
+	}
+	if !found {
+		out = append([]string{fmt.Sprintf("dp=%d", dp)}, out...)
+	}
+	return strings.Join(out, ",")
 }

@@ -128,3 +128,33 @@ func TestReshardBadCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// An elastic world re-derives only the data-parallel degree, keeping the
+// global batch; a world the plan cannot use is one line naming why.
+func TestFitWorld(t *testing.T) {
+	for _, c := range []struct {
+		plan  string
+		world int
+		want  string // the new plan text, or an error's text
+		note  string
+	}{
+		{"dp=4,zero=3", 3, "dp=3,zero=3", "dp 4→3; train.global_batch=12 kept, 4 micro-batches per step instead of 3"},
+		{"zero=2,dp=4", 2, "zero=2,dp=2", "dp 4→2"},
+		{"tp=2,zero=1", 4, "dp=2,tp=2,zero=1", "dp 1→2"},
+		{"dp=4,zero=3", 4, "dp=4,zero=3", ""},
+		{"dp=2,tp=2", 3, "cannot run on 3 workers: the world must be a multiple of tp×pp×cp = 2", ""},
+		{"dp=4", 5, "train.global_batch=12 is not a multiple of dp=5 × train.micro_batch=1", ""},
+	} {
+		j := tinyJob(c.plan)
+		j.Train.MicroBatch, j.Train.GlobalBatch = 1, 12
+		note, err := j.FitWorld(c.world)
+		switch {
+		case err != nil:
+			if !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("%s on %d: %v, want %q", c.plan, c.world, err, c.want)
+			}
+		case j.Parallel.Plan != c.want || !strings.Contains(note, c.note) || (c.note == "") != (note == ""):
+			t.Errorf("%s on %d: plan %q, note %q; want %q, %q", c.plan, c.world, j.Parallel.Plan, note, c.want, c.note)
+		}
+	}
+}

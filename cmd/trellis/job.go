@@ -37,6 +37,9 @@ type jobSpec struct {
 //     (or with --devices W) dp=W,zero=3, else auto (the planner's choice;
 //     for the default model and micro-batch on the demonstration's 4
 //     devices);
+//   - under an elastic launcher (TRELLIS_ELASTIC=1) whose world differs
+//     from the plan's (the checkpoint's, or one given): the plan's
+//     data-parallel degree re-derived for the world (train.Job.FitWorld);
 //   - checkpoint.dir, when nobody set it: runs/trellis, or runs/trellis-N
 //     when that holds another run's checkpoints (freeRunDir);
 //   - parallel.device_memory, when nobody set it: the demonstration's
@@ -82,6 +85,15 @@ func assembleJob(f trainFlags, sets []string, env *launch.Env) (jobSpec, error) 
 				autoPlan = true
 				spec.notes = append(spec.notes, "parallel.plan=auto: the planner chooses the plan and the device count (pin them with --parallel and --devices)")
 			}
+		}
+	}
+	if env != nil && env.Elastic && j.Parallel.Backend != "local" && j.Parallel.Plan != train.Auto {
+		note, err := j.FitWorld(env.WorldSize)
+		if err != nil {
+			return spec, err
+		}
+		if note != "" {
+			spec.notes = append(spec.notes, note)
 		}
 	}
 	if j.Parallel.DeviceMemory == unset {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,9 +21,10 @@ import (
 // the work; see docs/LAUNCH.md).
 func newLaunchCmd() *cobra.Command {
 	var (
-		cfg       launch.Config
-		tokenFile string
-		restarts  launch.Restarts
+		cfg           launch.Config
+		tokenFile     string
+		restarts      launch.Restarts
+		nproc, nnodes string
 	)
 	c := &cobra.Command{
 		Use:   "launch [flags] -- PROGRAM [ARGS...]",
@@ -34,15 +36,26 @@ func newLaunchCmd() *cobra.Command {
 			"(trellis train stops after its step and checkpoints); a second Ctrl-C kills them. With\n" +
 			"--max-restarts N, a failed job is instead restarted up to N times from its last complete\n" +
 			"checkpoint (--resume DIR added to the worker's arguments), the log naming the dead rank,\n" +
-			"the checkpoint and the steps redone.\n\n" +
+			"the checkpoint and the steps redone. --nproc-per-node MIN:MAX makes the job elastic: a worker\n" +
+			"that dies (more than --max-slot-restarts times) gives up its slot, and the job restarts with\n" +
+			"one worker fewer, never under MIN; trellis train re-derives the plan's data-parallel degree\n" +
+			"for the smaller world (same global batch, more accumulation) and resumes by resharding.\n\n" +
 			"On one node the master defaults to 127.0.0.1 on a free port and a job token is generated.\n" +
 			"With --nnodes > 1, every node runs launch with its --node-rank, the same --master-addr and\n" +
 			"--master-port (default 29500), and the same token, from --token-file or TRELLIS_JOB_TOKEN.",
 		Example: "  trellis launch --nproc-per-node 4 -- trellis train --parallel dp=4,zero=3 --backend auto\n" +
+			"  trellis launch --nproc-per-node 2:4 --max-restarts 3 -- trellis train --set checkpoint.dir=ck\n" +
 			"  TRELLIS_JOB_TOKEN=$SECRET trellis launch --nnodes 2 --node-rank 0 --nproc-per-node 8 \\\n" +
 			"      --master-addr node0 -- ./worker",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if restarts.MinProcs, cfg.NProcPerNode, err = procRange(nproc); err != nil {
+				return err
+			}
+			if cfg.NNodes, err = nodeCount(nnodes); err != nil {
+				return err
+			}
 			cfg.Program, cfg.Args = args[0], args[1:]
 			tok, err := launchToken(tokenFile)
 			if err != nil {
@@ -80,8 +93,9 @@ func newLaunchCmd() *cobra.Command {
 	}
 	c.Flags().SetInterspersed(false) // flags after PROGRAM belong to it
 	f := c.Flags()
-	f.IntVar(&cfg.NProcPerNode, "nproc-per-node", 1, "workers on this node")
-	f.IntVar(&cfg.NNodes, "nnodes", 1, "nodes in the job")
+	f.StringVar(&nproc, "nproc-per-node", "1", "workers on this node; MIN:MAX (elastic, one node): start MAX, shrink to no fewer than MIN as workers die (with --max-restarts)")
+	f.StringVar(&nnodes, "nnodes", "1", "nodes in the job (a MIN:MAX range is torchrun's; here elasticity is per worker: --nproc-per-node MIN:MAX)")
+	f.IntVar(&restarts.SlotRestarts, "max-slot-restarts", 0, "elastic jobs: how often one slot's worker may die and be restarted at the same size before its slot is given up")
 	f.IntVar(&cfg.NodeRank, "node-rank", 0, "this node's rank, 0 ≤ node-rank < nnodes")
 	f.StringVar(&cfg.MasterAddr, "master-addr", "", "host of node 0, where rank 0 serves the rendezvous (default 127.0.0.1 on one node)")
 	f.IntVar(&cfg.MasterPort, "master-port", 0, "rendezvous port (default: a free port on one node, 29500 on several)")
@@ -91,6 +105,40 @@ func newLaunchCmd() *cobra.Command {
 	f.IntVar(&restarts.Max, "max-restarts", 0, "when a worker dies, stop the others and restart the whole job up to this many times, resuming from the last complete checkpoint (the worker gets --resume DIR)")
 	f.StringVar(&restarts.Root, "checkpoint-dir", "", "the workers' checkpoint root that --max-restarts resumes from (default: checkpoint.dir from a --set in the worker's arguments)")
 	return c
+}
+
+// procRange reads --nproc-per-node: N (min 0: not elastic) or MIN:MAX.
+func procRange(v string) (minProcs, maxProcs int, err error) {
+	lo, hi, ranged := strings.Cut(v, ":")
+	if maxProcs, err = strconv.Atoi(strings.TrimSpace(hi)); !ranged {
+		maxProcs, err = strconv.Atoi(strings.TrimSpace(lo))
+	}
+	if err == nil && ranged {
+		minProcs, err = strconv.Atoi(strings.TrimSpace(lo))
+	}
+	switch {
+	case err != nil:
+		return 0, 0, fmt.Errorf("launch: --nproc-per-node=%q: want N or MIN:MAX (integers)", v)
+	case ranged && (minProcs < 1 || minProcs > maxProcs):
+		return 0, 0, fmt.Errorf("launch: --nproc-per-node=%q: want 1 <= MIN <= MAX", v)
+	}
+	return minProcs, maxProcs, nil
+}
+
+// nodeCount reads --nnodes: N, or N:N. A range of node counts is
+// torchrun's elastic membership across hosts, which trellis launch does
+// not do; on one host the elastic unit is the worker (--nproc-per-node
+// MIN:MAX).
+func nodeCount(v string) (int, error) {
+	lo, hi, ranged := strings.Cut(v, ":")
+	n, err := strconv.Atoi(strings.TrimSpace(lo))
+	if err != nil {
+		return 0, fmt.Errorf("launch: --nnodes=%q: want an integer", v)
+	}
+	if ranged && strings.TrimSpace(hi) != strings.TrimSpace(lo) {
+		return 0, fmt.Errorf("launch: --nnodes=%q: elastic membership across nodes is not supported; on one node give the range of workers, --nproc-per-node MIN:MAX", v)
+	}
+	return n, nil
 }
 
 // setValue finds key's value among "--set key=value" (or

@@ -3,10 +3,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"trellis/launch"
 )
 
 func main() {
@@ -19,9 +22,19 @@ func main() {
 	root.AddCommand(newTrainCmd(), newSampleCmd(), newPlanCmd(), newLaunchCmd(), newBenchCmd(), newTraceCmd(), newExportCmd(), newProfileCmd(), newReportCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "trellis:", err)
+		if errors.As(err, new(configError)) {
+			os.Exit(launch.ExitConfig)
+		}
 		os.Exit(1)
 	}
 }
+
+// configError is a job that cannot run as configured (checked before any
+// training): the process exits with launch.ExitConfig, so a restarting
+// launcher does not start it again to fail the same way.
+type configError struct{ error }
+
+func (e configError) Unwrap() error { return e.error }
 
 func newBenchCmd() *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "Measure kernels and collectives on this machine"}

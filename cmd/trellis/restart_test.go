@@ -222,3 +222,83 @@ func TestLaunchedShrinkReshards(t *testing.T) {
 		}
 	}
 }
+
+// Elastic shrink: kill -9 of one worker of four in the middle of a
+// --nproc-per-node 3:4 run gives up its slot; the job restarts on three
+// workers, re-derives dp=3 (global batch 12 kept: 4 micro-batches per
+// step instead of 3), resumes from the last checkpoint by resharding and
+// finishes. Its losses equal, bit for bit, an uninterrupted four-worker
+// run up to that checkpoint and a three-worker run resumed from it by
+// hand (--parallel dp=3,zero=3) after it: the same plans from the same
+// state, so the elastic path adds nothing. (That a resharded resume
+// follows the smaller world's trajectory within 1e-5 is
+// TestLaunchedShrinkReshards'.)
+func TestLaunchElasticShrinkAfterKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three launched jobs")
+	}
+	dir := t.TempDir()
+	bin := trellisBin(t)
+	sets := append(restartSets("x"), "--set", "train.global_batch=12", "--set", "train.steps=20")
+	launched := func(n string, restarts string, worker ...string) []string {
+		a := []string{"launch", "--nproc-per-node", n, "--stop-grace", "1s", "--max-restarts", restarts, "--", bin}
+		return append(append(a, sets...), worker...)
+	}
+	cmd := exec.Command(bin, launched("3:4", "1", "--set", "checkpoint.dir=e", "--metrics", "e.jsonl")...)
+	cmd.Dir = dir
+	var out lockedBuf
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waitUntil(t, &out, "7 steps logged", func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "e.jsonl"))
+		return bytes.Count(b, []byte("\n")) >= 7
+	})
+	kill9(t, workers(cmd.Process.Pid)[2], &out)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the elastic job failed: %v\n%s", err, out.String())
+	}
+	log := out.String()
+	re := regexp.MustCompile(`trellis launch: rank 2 died \(signal: killed\); restart 1 of 1: slot 2 lost after 1 failure\(s\); the world shrinks from 4 to 3 workers \(minimum 3\), ranks renumbered; resuming from checkpoint e/step-0*(\d+) \(step (\d+)\); steps? \S+ redone`)
+	m := re.FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("no restart line naming rank 2, the lost slot, the new world and the checkpoint:\n%s", log)
+	}
+	t.Log(m[0])
+	if !strings.Contains(log, `parallel.plan=dp=3,zero=3: elastic: \"dp=4,zero=3\" re-derived for 3 workers (dp 4→3; train.global_batch=12 kept, 4 micro-batches per step instead of 3)`) ||
+		!strings.Contains(log, "msg=resharding") {
+		t.Errorf("the resumed job did not say how it re-derived its plan and that it reshards:\n%s", log)
+	}
+	step := m[2]
+	if r := run(t, dir, launched("4", "0", "--set", "checkpoint.dir=a", "--metrics", "a.jsonl", "--until", step)...); r.err != nil {
+		t.Fatalf("four workers to step %s: %v\n%s", step, r.err, r.stderr)
+	}
+	if r := run(t, dir, launched("3", "0", "--resume", "a", "--parallel", "dp=3,zero=3", "--metrics", "a.jsonl")...); r.err != nil {
+		t.Fatalf("three workers resumed by hand: %v\n%s", r.err, r.stderr)
+	}
+	want, got := losses(t, filepath.Join(dir, "a.jsonl")), losses(t, filepath.Join(dir, "e.jsonl"))
+	if len(got) != 20 || len(want) != 20 {
+		t.Fatalf("%d steps logged (the reference %d), want 20", len(got), len(want))
+	}
+	for s := 1; s <= 20; s++ {
+		if got[s] != want[s] {
+			t.Errorf("step %d: loss %.9g in the elastic job, %.9g resharded at step %s by hand", s, got[s], want[s], step)
+		}
+	}
+}
+
+// Under an elastic launcher a plan that cannot shrink onto the world is
+// one line naming why, with exit status 2 (launch.ExitConfig), so the
+// launcher does not restart it.
+func TestElasticPlanThatCannotMapExits2(t *testing.T) {
+	cmd := exec.Command(trellisBin(t), tiny("parallel.plan=dp=2,tp=2")...)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "RANK=0", "WORLD_SIZE=3", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=1", "TRELLIS_ELASTIC=1")
+	out, err := cmd.CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "cannot run on 3 workers: the world must be a multiple of tp×pp×cp = 2") {
+		t.Errorf("got %v:\n%s", err, out)
+	}
+}

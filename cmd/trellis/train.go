@@ -87,7 +87,7 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 	}
 	spec, err := assembleJob(f, sets, env)
 	if err != nil {
-		return err
+		return configError{err}
 	}
 	job := spec.job
 	useCachedProfile(&job)
@@ -100,10 +100,10 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 		return job.DryRun(os.Stdout)
 	}
 	if err := job.Check(); err != nil {
-		return err
+		return configError{err}
 	}
 	if err := checkLauncher(job, env); err != nil {
-		return err
+		return configError{err}
 	}
 	if f.metrics != "" {
 		if err := checkOutputFile("--metrics", f.metrics); err != nil {

@@ -9,11 +9,13 @@ import (
 )
 
 // pending is a reduce-scatter in flight. When tmp is set, its result lands
-// there and is added into the bucket's gradient chunk once complete.
+// there and is added into the bucket's gradient chunk once complete; src
+// (stages 2, 3) is the staging buffer it reads, freed once complete.
 type pending struct {
 	op  *flat.Op
 	b   int
 	tmp *device.Buffer
+	src *device.Buffer
 }
 
 // Grads returns unit u's gradient buffer: a view of the full gradients
@@ -29,9 +31,6 @@ func (s *Strategy) Grads(u int) ([]float32, error) {
 		return b.gfull[pos : pos+n], nil
 	}
 	if b.staging == nil {
-		if err := s.reap(false); err != nil {
-			return nil, err
-		}
 		buf, err := s.cfg.Device.Alloc(device.Comm, b.Padded)
 		if err != nil {
 			return nil, fmt.Errorf("zero: gradients of units %d..%d: %w", b.First, b.Last, err)
@@ -63,10 +62,7 @@ func (s *Strategy) GradsDone(u int) error {
 		}
 		return nil
 	case s.cfg.Overlap:
-		if err := s.reduce(bi); err != nil {
-			return err
-		}
-		return s.reap(false)
+		return s.reduce(bi)
 	}
 	for i := range s.bk {
 		if s.bk[i].left > 0 {
@@ -82,19 +78,28 @@ func (s *Strategy) reduceAll() error {
 	for bi := len(s.bk) - 1; bi >= 0; bi-- {
 		if !s.bk[bi].issued && (s.cfg.Stage == 1 || s.bk[bi].staging != nil) {
 			if err := s.reduce(bi); err != nil {
-				s.reap(true)
+				s.reap()
 				return err
 			}
 		}
 	}
-	return s.reap(true)
+	return s.reap()
 }
 
 // reduce issues bucket bi's reduce-scatter (average over the ranks):
 // stage 1 in place into the own chunk of the full gradients; stages 2 and
-// 3 from the staging buffer, which the watcher frees as soon as it is
-// reduced, into the gradient chunk on a step's first micro-batch and into
-// a temporary chunk, added when reaped, on the others.
+// 3 from the staging buffer into the gradient chunk on a step's first
+// micro-batch and into a temporary chunk, added when reaped, on the
+// others.
+//
+// A reduction is reaped (waited for, its temporary added, its staging
+// buffer freed) on the rank's goroutine at fixed points of the schedule
+// only: when the next bucket's reduction is issued (at most maxInflight
+// are in flight) and when the step's gradients are finished. So the comm
+// tag's peak does not depend on when the network delivers — with
+// overlap, E + 2B (+ a chunk after a step's first micro-batch; see
+// Shape.Memory) — while each reduction still overlaps the backward pass
+// of the bucket below it.
 func (s *Strategy) reduce(bi int) error {
 	b := &s.bk[bi]
 	b.issued = true
@@ -113,7 +118,7 @@ func (s *Strategy) reduce(bi int) error {
 	}
 	src := b.staging
 	b.staging = nil
-	p := pending{b: bi}
+	p := pending{b: bi, src: src}
 	dst := b.g
 	if s.micro > 0 {
 		var err error
@@ -124,7 +129,7 @@ func (s *Strategy) reduce(bi int) error {
 		dst = p.tmp.Data
 	}
 	w := s.cfg.Grads.ReduceScatter(comm.F32(dst), comm.F32(src.Data), comm.Avg)
-	p.op = s.track.Watch(w, src.Free)
+	p.op = s.track.Watch(w, nil)
 	s.inflight = append(s.inflight, p)
 	return nil
 }
@@ -139,11 +144,10 @@ func (s *Strategy) reapFront() error {
 	return s.complete(p)
 }
 
-// reap completes the reductions in flight in issue order, waiting for
-// each (block) or stopping at the first unfinished one.
-func (s *Strategy) reap(block bool) error {
+// reap completes every reduction in flight, in issue order.
+func (s *Strategy) reap() error {
 	var first error
-	for len(s.inflight) > 0 && (block || s.inflight[0].op.Done()) {
+	for len(s.inflight) > 0 {
 		if err := s.reapFront(); err != nil && first == nil {
 			first = err
 		}
@@ -152,7 +156,7 @@ func (s *Strategy) reap(block bool) error {
 }
 
 // complete waits for p, adds its temporary chunk into the bucket's
-// gradient chunk and frees it. Adds happen here, on the rank's own
+// gradient chunk and frees it and the staging buffer. Adds happen here, on the rank's own
 // goroutine in issue order, so the sums do not depend on timing.
 func (s *Strategy) complete(p pending) error {
 	err := p.op.Wait()
@@ -165,6 +169,7 @@ func (s *Strategy) complete(p pending) error {
 		}
 		p.tmp.Free()
 	}
+	p.src.Free()
 	if err != nil {
 		return fmt.Errorf("zero: gradient reduce-scatter of bucket %d: %w", p.b, err)
 	}

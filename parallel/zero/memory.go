@@ -22,6 +22,9 @@ type Shape struct {
 	// Half is Config.Half: under stages 1 and 2, bf16 or fp16 weights and
 	// master weights sharded (on a device with MasterWeights).
 	Half tensor.DType
+	// Accum is the micro-batches per optimizer step; only with more than
+	// one (or 0: not known) does a reduction need a temporary chunk.
+	Accum int
 }
 
 // Memory is what one rank charges to each tag, in bytes. Param, Grad and
@@ -43,7 +46,7 @@ func (m Memory) State() int64 { return m.Param + m.Grad + m.Optim }
 //	grad   4P (stage 1), 4P/N (2, 3)
 //	optim  8·(this rank's unpadded share of Ψ)
 //	comm   stage 1: 0
-//	       stage 2: 4·((1+k)·B + E + k·c) with overlap, 4·(P + c) without
+//	       stage 2: 4·((1+k)·B + E + k·c') with overlap, 4·(P + c') without
 //	       stage 3: stage 2's + 4·2B (the bucket in use and the prefetched one)
 //
 // With Half under stages 1 and 2 (half.go; a device with MasterWeights,
@@ -52,9 +55,14 @@ func (m Memory) State() int64 { return m.Param + m.Grad + m.Optim }
 // workspace, is not counted here.
 //
 // where k = maxInflight reductions may be in flight (each holding a full
-// bucket and, after a step's first micro-batch, a chunk); besides them the
-// bucket being filled and the embedding's, which the tied head starts at
-// the top of the backward pass and the embedding finishes at its bottom.
+// bucket and, after a step's first micro-batch, a chunk: c' = c when
+// Accum != 1, else 0); besides them the bucket being filled and the
+// embedding's, which the tied head starts at the top of the backward pass
+// and the embedding finishes at its bottom. Reductions are reaped at fixed
+// points of the rank's schedule (see reduce), so the measured peak does
+// not depend on the network's timing; this bound is reached when two of
+// the largest buckets are neighbours below the embedding's (many buckets),
+// and over-counts a bucket when the embedding's is the only one.
 func (s Shape) Memory() (Memory, error) {
 	if s.Stage < 1 || s.Stage > 3 || s.Ranks < 1 || s.Rank < 0 || s.Rank >= s.Ranks {
 		return Memory{}, fmt.Errorf("zero: stage %d, rank %d of %d: want stage 1..3 and 0 <= rank < ranks", s.Stage, s.Rank, s.Ranks)
@@ -82,6 +90,9 @@ func (s Shape) Memory() (Memory, error) {
 	m := Memory{Param: 4 * P, Grad: 4 * P, Optim: 8 * share}
 	if s.Stage >= 2 {
 		m.Grad = 4 * P / N
+		if s.Accum == 1 {
+			chunk = 0
+		}
 		k := int64(maxInflight)
 		m.Comm = 4 * ((1+k)*big + emb + k*chunk)
 		if !s.Overlap {
@@ -101,6 +112,6 @@ func (s Shape) Memory() (Memory, error) {
 // Memory is this strategy's accounting (see Shape.Memory).
 func (s *Strategy) Memory() Memory {
 	m, _ := Shape{Model: s.cfg.Model, Stage: s.cfg.Stage, Ranks: s.n, Rank: s.r,
-		BucketElems: s.cfg.BucketElems, Overlap: s.cfg.Overlap, Part: s.cfg.Part, Half: s.cfg.Half}.Memory()
+		BucketElems: s.cfg.BucketElems, Overlap: s.cfg.Overlap, Part: s.cfg.Part, Half: s.cfg.Half, Accum: s.accum}.Memory()
 	return m
 }

@@ -11,7 +11,7 @@ import (
 // Measured per-rank memory after training steps: param, grad and optim
 // exactly as Shape.Memory accounts them, within 2% of ZeRO's formulas
 // (4Ψ+4Ψ+8Ψ/N, 4Ψ+4Ψ/N+8Ψ/N, 4Ψ/N+4Ψ/N+8Ψ/N), and the communication
-// buffers within their documented bound.
+// buffers within their documented bound (at it within 2% for stage 2).
 func TestMemoryMatchesZeROAccounting(t *testing.T) {
 	psi := float64(pt.Tiny.NumParams())
 	cases := []struct {
@@ -32,7 +32,7 @@ func TestMemoryMatchesZeROAccounting(t *testing.T) {
 			3: {4 * psi / n, 4 * psi / n, 8 * psi / n},
 		}[c.stage]
 		for r, dev := range out.Devs {
-			want, err := Shape{Model: pt.Tiny, Stage: c.stage, Ranks: c.ranks, Rank: r, BucketElems: c.bucket, Overlap: c.overlap}.Memory()
+			want, err := Shape{Model: pt.Tiny, Stage: c.stage, Ranks: c.ranks, Rank: r, BucketElems: c.bucket, Overlap: c.overlap, Accum: 2}.Memory()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -47,8 +47,14 @@ func TestMemoryMatchesZeROAccounting(t *testing.T) {
 					t.Errorf("stage %d, %d ranks, rank %d: %s %d bytes, ZeRO's formula %.0f", c.stage, c.ranks, r, tag, got[i], formula[i])
 				}
 			}
-			if cm := st.Peak[device.Comm]; cm > want.Comm || (c.stage >= 2 && cm == 0) {
+			cm := st.Peak[device.Comm]
+			if cm > want.Comm || (c.stage >= 2 && cm == 0) {
 				t.Errorf("stage %d, %d ranks, rank %d: comm peak %d bytes, bound %d", c.stage, c.ranks, r, cm, want.Comm)
+			}
+			// Stage 2 reaps its reductions at fixed points of the schedule:
+			// the bound is the peak (within the odd bucket sizes).
+			if c.stage == 2 && float64(cm) < 0.98*float64(want.Comm) {
+				t.Errorf("stage %d, %d ranks, rank %d: comm peak %d bytes, more than 2%% under the accounted %d", c.stage, c.ranks, r, cm, want.Comm)
 			}
 			if st.Live[device.Comm] != 0 {
 				t.Errorf("stage %d, %d ranks, rank %d: %d comm bytes still live after the run", c.stage, c.ranks, r, st.Live[device.Comm])

@@ -305,6 +305,7 @@ func (s *Strategy) drain() {
 	for _, p := range s.inflight {
 		p.op.Wait()
 		p.tmp.Free()
+		p.src.Free()
 	}
 	s.inflight = nil
 	for b, g := range s.res {
