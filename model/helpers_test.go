@@ -18,7 +18,7 @@ func setup(t testing.TB, cfg Config, B, threads int) (*GPT, *FlatParams, *Stash,
 	return setupOn(t, cfg, B, threads, device.Config{}, Options{})
 }
 
-// setupOn is setup on a device of config dc, with o's Compute (the rest of
+// setupOn is setup on a device of config dc, with o's Compute and Flash (the rest of
 // o is set here).
 func setupOn(t testing.TB, cfg Config, B, threads int, dc device.Config, o Options) (*GPT, *FlatParams, *Stash, *device.Device) {
 	t.Helper()
@@ -27,7 +27,7 @@ func setupOn(t testing.TB, cfg Config, B, threads int, dc device.Config, o Optio
 		t.Fatal(err)
 	}
 	dev := device.New(dc)
-	m, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Compute: o.Compute})
+	m, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Compute: o.Compute, Flash: o.Flash})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,11 @@ import (
 const (
 	flashQBlock = 192 // query rows per block: 16 tiles of the 12-row kernels
 	flashKBlock = 256 // keys per block (a multiple of 32): a 192×256 block is 192 KiB
+	// flashPad bounds how far past a query's last key (i, for query i)
+	// the tiled block products read P and dS, which must be zero there: a
+	// 12-row tile of dQ reads up to its last row's key, a 12-key tile of dK
+	// or dV the rows from its first key's query on.
+	flashPad = 12
 )
 
 // FlashAttentionForward is AttentionForward without the (B,NH,T,T)
@@ -90,30 +95,35 @@ func flashCheck(qkv, out, lse []float32, B, T, C, NH int) {
 	}
 }
 
-// forward runs one head: query blocks, each over key blocks [0, i1).
+// forward runs one head. Each band of query rows [i0, i0+rows) — one
+// micro-kernel tile (12 rows) on the tiled path, flashQBlock rows
+// otherwise — walks the key blocks [0, i0+rows) of up to h.kb keys: its
+// scores, probabilities and output rows stay in L1 across the key blocks.
 func (h *flashHead) forward(out, lse, qkv []float32, bh int) {
 	g := h.g
 	q, kk, v, o := g.qkvo(qkv, out, bh)
 	h.pack(kk, v, nil, nil)
-	s := h.ap.next(flashQBlock * flashKBlock)
-	m, l, al := h.ap.next(flashQBlock), h.ap.next(flashQBlock), h.ap.next(flashQBlock)
+	band := h.band(flashQBlock)
+	kb := h.fkb
+	s := h.ap.next(band * kb)
+	m, l, al := h.ap.next(band), h.ap.next(band), h.ap.next(band)
 	lrow := lse[bh*g.T : (bh+1)*g.T]
-	for i0 := 0; i0 < g.T; i0 += flashQBlock {
-		rows := min(flashQBlock, g.T-i0)
+	for i0 := 0; i0 < g.T; i0 += band {
+		rows := min(band, g.T-i0)
 		i1 := i0 + rows
 		for r := range rows {
 			m[r], l[r] = float32(math.Inf(-1)), 0
 		}
-		for j0 := 0; j0 < i1; j0 += flashKBlock {
-			w := min(flashKBlock, i1-j0)
-			h.abT(s, flashKBlock, q[i0*3*g.C:], 3*g.C, i0, rows, kk, h.kt, j0, w)
+		for j0 := 0; j0 < i1; j0 += kb {
+			w := min(kb, i1-j0)
+			h.abT(s, kb, q[i0*3*g.C:], 3*g.C, i0, rows, kk, h.kt, j0, w)
 			for r := range rows {
-				al[r] = h.onlineRow(s[r*flashKBlock:r*flashKBlock+w], i0+r-j0+1, &m[r], &l[r])
+				al[r] = h.onlineRow(s[r*kb:r*kb+w], i0+r-j0+1, &m[r], &l[r])
 			}
 			if j0 > 0 { // O holds the earlier key blocks: rescale it
 				scaleRows(h.simd, o[i0*g.C:], g.C, g.HS, al[:rows])
 			}
-			h.ab(o[i0*g.C:], g.C, s, flashKBlock, i0, rows, w, v, h.vp, j0, j0 > 0)
+			h.ab(o[i0*g.C:], g.C, s, kb, i0, rows, w, v, h.vp, j0, j0 > 0)
 		}
 		for r := range rows {
 			al[r] = 1 / l[r]
@@ -156,15 +166,17 @@ func scaleRows(v bool, x []float32, ld, n int, a []float32) {
 	}
 }
 
-// backward runs one head: D = rowsum(dO⊙O), then every (query, key) block
-// on or below the diagonal.
+// backward runs one head: D = rowsum(dO⊙O), then every (query, key)
+// block of up to h.qb × h.kb on or below the diagonal. Within a block each
+// band of rows (a 12-row tile on the tiled path) gets its S, dP, dS and
+// dQ product while they are in L1; dK and dV take the whole block.
 func (h *flashHead) backward(dqkv, dout, qkv, out, lse []float32, bh int) {
 	g := h.g
 	C3 := 3 * g.C
 	q, kk, v, dy := g.qkvo(qkv, dout, bh)
 	dq, dk, dv, o := g.qkvo(dqkv, out, bh)
 	h.pack(kk, v, q, dy)
-	s, dp := h.ap.next(flashQBlock*flashKBlock), h.ap.next(flashQBlock*flashKBlock)
+	s, dp := h.ap.next(h.qb*h.kb), h.ap.next(h.qb*h.kb)
 	d := h.ap.next(g.T)
 	if h.simd {
 		_, _ = dy[(g.T-1)*g.C+g.HS-1], o[(g.T-1)*g.C+g.HS-1]
@@ -175,25 +187,35 @@ func (h *flashHead) backward(dqkv, dout, qkv, out, lse []float32, bh int) {
 		}
 	}
 	lrow := lse[bh*g.T : (bh+1)*g.T]
-	for i0 := 0; i0 < g.T; i0 += flashQBlock {
-		rows := min(flashQBlock, g.T-i0)
+	band := h.band(h.qb)
+	for i0 := 0; i0 < g.T; i0 += h.qb {
+		rows := min(h.qb, g.T-i0)
 		i1 := i0 + rows
-		for j0 := 0; j0 < i1; j0 += flashKBlock {
-			w := min(flashKBlock, i1-j0)
-			h.abT(s, flashKBlock, q[i0*C3:], C3, i0, rows, kk, h.kt, j0, w)
-			h.abT(dp, flashKBlock, dy[i0*g.C:], g.C, i0, rows, v, h.vt, j0, w)
-			for r := range rows {
-				sr, dr := s[r*flashKBlock:r*flashKBlock+w], dp[r*flashKBlock:r*flashKBlock+w]
-				nv := min(w, i0+r-j0+1)
-				if nv > 0 {
-					flashGradRow(h.simd, dr[:nv], sr[:nv], g.scale, lrow[i0+r], d[i0+r])
+		for j0 := 0; j0 < i1; j0 += h.kb {
+			w := min(h.kb, i1-j0)
+			for t0 := 0; t0 < rows; t0 += band {
+				n, it := min(band, rows-t0), i0+t0
+				st, dt := s[t0*h.kb:], dp[t0*h.kb:]
+				h.abT(st, h.kb, q[it*C3:], C3, it, n, kk, h.kt, j0, w)
+				h.abT(dt, h.kb, dy[it*g.C:], g.C, it, n, v, h.vt, j0, w)
+				for r := range n {
+					sr, dr := st[r*h.kb:r*h.kb+w], dt[r*h.kb:r*h.kb+w]
+					nv := min(w, it+r-j0+1)
+					if nv > 0 {
+						flashGradRow(h.simd, dr[:nv], sr[:nv], g.scale, lrow[it+r], d[it+r])
+					}
+					nv = max(nv, 0)
+					end := w // the portable path reads whole rows
+					if h.tiled {
+						end = max(nv, min(w, it+r-j0+1+flashPad))
+					}
+					clear(sr[nv:end])
+					clear(dr[nv:end])
 				}
-				clear(sr[max(nv, 0):])
-				clear(dr[max(nv, 0):])
+				h.ab(dq[it*C3:], C3, dt, h.kb, it, n, w, kk, h.kp, j0, true)
 			}
-			h.ab(dq[i0*C3:], C3, dp, flashKBlock, i0, rows, w, kk, h.kp, j0, true)
-			h.aTb(dk[j0*C3:], C3, dp, flashKBlock, j0, w, i0, rows, q, C3, h.qp)
-			h.aTb(dv[j0*C3:], C3, s, flashKBlock, j0, w, i0, rows, dy, g.C, h.dyp)
+			h.aTb(dk[j0*C3:], C3, dp, h.kb, j0, w, i0, rows, q, C3, h.qp)
+			h.aTb(dv[j0*C3:], C3, s, h.kb, j0, w, i0, rows, dy, g.C, h.dyp)
 		}
 	}
 }

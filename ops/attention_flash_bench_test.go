@@ -53,10 +53,15 @@ func BenchmarkAttentionFwdBwd(b *testing.B) {
 
 // BenchmarkAttentionFlashVsNaive runs the two of BenchmarkAttentionFwdBwd
 // alternately, one forward and one backward each per iteration, and
-// reports the best (least disturbed) time of each pass and the ratio of
-// the sums, speedup = naive/flash: on a shared machine a ratio of side-by-side minima is
-// steadier than two separate means. T=4096 (B=1) needs 0.5 GiB for the
-// naive kernel's probabilities and scratch.
+// reports the best (least disturbed) time of each pass, its GFLOP/s and
+// the ratio of the sums, speedup = naive/flash: on a shared machine a
+// ratio of side-by-side minima is steadier than two separate means.
+// T=4096 (B=1) needs 0.5 GiB for the naive kernel's probabilities and
+// scratch.
+//
+// Flops are each kernel's own causal products, counted on the triangle
+// (attnProductFlops): 2 in either forward, 4 in the materialising
+// backward, 5 in the flash backward (S = Q·Kᵀ again).
 func BenchmarkAttentionFlashVsNaive(b *testing.B) {
 	const C, NH = 256, 4
 	for _, T := range []int{256, 1024, 4096} {
@@ -68,29 +73,43 @@ func BenchmarkAttentionFlashVsNaive(b *testing.B) {
 			out, dqkv := make([]float32, B*T*C), make([]float32, B*T*3*C)
 			lse := make([]float32, B*NH*T)
 			att, scratch := make([]float32, B*NH*T*T), make([]float32, AttentionScratchSize(k, B, T, NH))
-			passes := []func(){ // flash fwd, flash bwd, naive fwd, naive bwd
-				func() { FlashAttentionForward(k, out, lse, qkv, B, T, C, NH) },
-				func() { FlashAttentionBackward(k, dqkv, dout, qkv, out, lse, B, T, C, NH) },
-				func() { AttentionForward(k, out, att, qkv, B, T, C, NH) },
-				func() { AttentionBackward(k, dqkv, scratch, dout, qkv, att, B, T, C, NH) },
+			passes := []struct {
+				name     string
+				products float64
+				run      func()
+			}{
+				{"flash_fwd", 2, func() { FlashAttentionForward(k, out, lse, qkv, B, T, C, NH) }},
+				{"flash_bwd", 5, func() { FlashAttentionBackward(k, dqkv, dout, qkv, out, lse, B, T, C, NH) }},
+				{"naive_fwd", 2, func() { AttentionForward(k, out, att, qkv, B, T, C, NH) }},
+				{"naive_bwd", 4, func() { AttentionBackward(k, dqkv, scratch, dout, qkv, att, B, T, C, NH) }},
 			}
 			best := []float64{math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1)}
-			for _, f := range passes {
-				f()
+			for _, p := range passes {
+				p.run()
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				for j, f := range passes {
+				for j, p := range passes {
 					t0 := time.Now()
-					f()
+					p.run()
 					best[j] = min(best[j], time.Since(t0).Seconds())
 				}
 			}
-			for j, name := range []string{"flash_fwd_ms", "flash_bwd_ms", "naive_fwd_ms", "naive_bwd_ms"} {
-				b.ReportMetric(best[j]*1e3, name)
+			flops := attnProductFlops(B, T, C, NH)
+			for j, p := range passes {
+				b.ReportMetric(best[j]*1e3, p.name+"_ms")
+				b.ReportMetric(p.products*flops/best[j]/1e9, p.name+"_GFLOP/s")
 			}
-			bestF, bestN := best[0]+best[1], best[2]+best[3]
-			b.ReportMetric(bestN/bestF, "speedup")
+			b.ReportMetric(best[2]/best[0], "speedup_fwd")
+			b.ReportMetric(best[3]/best[1], "speedup_bwd")
+			b.ReportMetric((best[2]+best[3])/(best[0]+best[1]), "speedup")
 		})
 	}
+}
+
+// attnProductFlops is the flops of one causal attention product over all
+// heads, (T,HS)·(HS,T) or (T,T)·(T,HS) on the lower triangle with its
+// diagonal: B·NH·T(T+1)/2·HS multiply-adds.
+func attnProductFlops(B, T, C, NH int) float64 {
+	return 2 * float64(B*NH) * float64(T) * float64(T+1) / 2 * float64(C/NH)
 }

@@ -13,14 +13,30 @@ type flashHead struct {
 	g     attnGeom
 	simd  bool // the AVX-512 row kernels
 	tiled bool
-	ap    attnPanels
+	// qb, kb: the backward's query and key block sizes (the forward's
+	// key block is kb too).
+	qb, kb int
+	fkb    int // the forward's key block
+	// edge: 16-column row kernels for the last panel of a score row when
+	// it holds at most 16 keys (nil: the 32-column ones, masked).
+	edge []microKernel
+	ap   attnPanels
 	// Packed operands (tiled only): kt, vt transposed, 32 keys a panel;
 	// kp, vp, qp, dyp by rows, 32 channels a panel.
 	kt, vt, kp, vp, qp, dyp []float32
 }
 
 func newFlashHead(k *Kernels, g attnGeom) *flashHead {
-	return &flashHead{k: k, g: g, simd: g.simd, tiled: g.tiled, ap: attnPanels{buf: k.bufs.getB()}}
+	return &flashHead{k: k, g: g, simd: g.simd, tiled: g.tiled, qb: flashQBlock, kb: flashKBlock, fkb: flashKBlock, edge: edgeKernels16(k.impl), ap: attnPanels{buf: k.bufs.getB()}}
+}
+
+// band is the number of query rows whose products run back to back: one
+// micro-kernel tile on the tiled path, n rows otherwise.
+func (h *flashHead) band(n int) int {
+	if h.tiled {
+		return h.k.impl.mr
+	}
+	return n
 }
 
 // release returns the pooled buffer.
@@ -75,7 +91,11 @@ func (h *flashHead) abT(dst []float32, ldd int, a []float32, lda, i0, rows int, 
 		r := min(im.mr, rows-i)
 		kern, wi := im.rowKernels[r], causalWidth(i0+i, r, j0, w)
 		for j := 0; j < wi; j += 32 {
-			kern(HS, &a[i*lda], lda, &xt[(j0+j)*HS], 32, &dst[i*ldd+j], ldd, min(32, wi-j), nil, nil)
+			kj, n := kern, min(32, wi-j)
+			if n <= 16 && h.edge != nil {
+				kj = h.edge[r]
+			}
+			kj(HS, &a[i*lda], lda, &xt[(j0+j)*HS], 32, &dst[i*ldd+j], ldd, n, nil, nil)
 		}
 	}
 }

@@ -137,3 +137,49 @@ func flashGradCase(k *Kernels, r *rand.Rand, c flashCase, samples int) gradCase 
 		samples: samples,
 	}
 }
+
+// TestEdgeKernels16 holds each 16-column row kernel (1 to 12 rows, every
+// column count 1 to 16, with and without an accumulated src) to the
+// float64 product: C[i][j] = Σ_p a[i·sa+p]·b[p·sb+j] (+ src), columns
+// past cols left untouched.
+func TestEdgeKernels16(t *testing.T) {
+	k := newKernelsConfig(t, Config{Threads: 1})
+	ks := edgeKernels16(k.impl)
+	if ks == nil {
+		t.Skip("no 16-column kernels for isa " + k.impl.name)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	const kc, sa, sb, ldc = 37, 41, 32, 20
+	a, b := randn(r, 12*sa, 1), randn(r, kc*sb, 1)
+	for rows := 1; rows <= 12; rows++ {
+		for cols := 1; cols <= 16; cols++ {
+			for _, acc := range []bool{false, true} {
+				c := randn(r, 12*ldc, 1)
+				c0 := append([]float32(nil), c...)
+				var src *float32
+				if acc {
+					src = &c[0]
+				}
+				ks[rows](kc, &a[0], sa, &b[0], sb, &c[0], ldc, cols, src, nil)
+				for i := range 12 {
+					for j := range ldc {
+						want := float64(c0[i*ldc+j])
+						if i < rows && j < cols {
+							s := 0.0
+							for p := range kc {
+								s += float64(a[i*sa+p]) * float64(b[p*sb+j])
+							}
+							if acc {
+								s += float64(c0[i*ldc+j])
+							}
+							want = s
+						}
+						if d := math.Abs(float64(c[i*ldc+j]) - want); d > 1e-4*max(1, math.Abs(want)) {
+							t.Fatalf("%dx16r cols=%d acc=%v: C[%d][%d] = %g, want %g", rows, cols, acc, i, j, c[i*ldc+j], want)
+						}
+					}
+				}
+			}
+		}
+	}
+}

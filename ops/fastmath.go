@@ -62,3 +62,35 @@ func tanh32(x float32) float32 {
 	q = q*x2 + 4.89352518554385e-03
 	return x * p / q
 }
+
+// log32 is ln x in float32 to about 2 ulp (Cephes logf): x = 2^e·m with
+// m in [√½, √2), ln m = f − f²/2 + f³·P(f) for f = m − 1, plus e·ln2 in
+// two parts. Zero, negative, subnormal, infinite and NaN inputs go to
+// math.Log.
+func log32(x float32) float32 {
+	if !(x >= 0x1p-126 && x <= math.MaxFloat32) {
+		return float32(math.Log(float64(x)))
+	}
+	b := math.Float32bits(x)
+	e := float32(int32(b>>23) - 127)
+	m := math.Float32frombits(b&0x007fffff | 0x3f800000) // [1, 2)
+	if m > math.Sqrt2 {
+		m *= 0.5
+		e++
+	}
+	f := m - 1
+	z := f * f
+	y := float32(7.0376836292e-2)
+	y = y*f - 1.1514610310e-1
+	y = y*f + 1.1676998740e-1
+	y = y*f - 1.2420140846e-1
+	y = y*f + 1.4249322787e-1
+	y = y*f - 1.6668057665e-1
+	y = y*f + 2.0000714765e-1
+	y = y*f - 2.4999993993e-1
+	y = y*f + 3.3333331174e-1
+	y = y * f * z
+	y += -2.12194440e-4 * e
+	y += -0.5 * z
+	return f + y + 0.693359375*e
+}

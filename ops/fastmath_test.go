@@ -41,3 +41,25 @@ func TestTanh32(t *testing.T) {
 		t.Errorf("tanh32 max absolute error %.3g, want <= 6e-7", worst)
 	}
 }
+
+// TestLog32 holds log32 within 2 ulp of math.Log over [2^-126, 2^40]
+// (the flash forward takes it of row sums >= 1) and checks the edges it
+// hands to math.Log.
+func TestLog32(t *testing.T) {
+	worst := 0.0
+	for x := float32(0x1p-126); x < 0x1p40; x *= 1.00037 {
+		got, want := log32(x), math.Log(float64(x))
+		ulp := math.Abs(float64(math.Nextafter32(float32(want), float32(math.Inf(1)))) - float64(float32(want)))
+		if want == 0 {
+			ulp = 0x1p-149
+		}
+		worst = max(worst, math.Abs(float64(got)-want)/ulp)
+	}
+	if worst > 2 {
+		t.Errorf("log32 max error %.3g ulp, want <= 2", worst)
+	}
+	if log32(1) != 0 || !math.IsInf(float64(log32(0)), -1) || !math.IsNaN(float64(log32(-1))) || !math.IsInf(float64(log32(float32(math.Inf(1)))), 1) {
+		t.Error("log32 edges: want log 1 = 0, log 0 = -Inf, log -1 = NaN, log +Inf = +Inf")
+	}
+	t.Logf("log32 max error %.3g ulp", worst)
+}

@@ -76,6 +76,42 @@ func gemmAVX512_12x32(kc int, a *float32, sa int, b *float32, sb int, c *float32
 // gemmAVX512_12x32r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 12, j < cols.
 func gemmAVX512_12x32r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 
+// gemmAVX512_1x16r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 1, j < cols.
+func gemmAVX512_1x16r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmAVX512_2x16r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 2, j < cols.
+func gemmAVX512_2x16r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmAVX512_3x16r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 3, j < cols.
+func gemmAVX512_3x16r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmAVX512_4x16r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 4, j < cols.
+func gemmAVX512_4x16r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmAVX512_5x16r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 5, j < cols.
+func gemmAVX512_5x16r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmAVX512_6x16r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 6, j < cols.
+func gemmAVX512_6x16r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmAVX512_7x16r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 7, j < cols.
+func gemmAVX512_7x16r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmAVX512_8x16r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 8, j < cols.
+func gemmAVX512_8x16r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmAVX512_9x16r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 9, j < cols.
+func gemmAVX512_9x16r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmAVX512_10x16r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 10, j < cols.
+func gemmAVX512_10x16r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmAVX512_11x16r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 11, j < cols.
+func gemmAVX512_11x16r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
+// gemmAVX512_12x16r computes C[i][j] = Σ_p a[i*sa+p]·b[p*sb+j] (+ src[i*ldc+j] + bias[j]) for i < 12, j < cols.
+func gemmAVX512_12x16r(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
+
 // gemmBF16_1x32 computes C[i][j] = Σ_p a[p*sa+i].lo·b[p*sb+j].lo + a[p*sa+i].hi·b[p*sb+j].hi (+ src[i*ldc+j] + bias[j]) for i < 1, j < cols.
 func gemmBF16_1x32(kc int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, cols int, src *float32, bias *float32)
 

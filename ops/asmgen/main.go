@@ -31,13 +31,18 @@ type tile struct {
 // (14×32, 6×64 and 8×48 measured the same in the kernel and no better in
 // the driver.) Kernels of 1 to 11 rows finish the last rows of C without
 // padding, and lane masks its last columns; the "r" kernels read A's rows
-// in place (NN, NT) where packing A would not pay. 6×16 is the AVX2 counterpart in
+// in place (NN, NT) where packing A would not pay; the 16-column "r"
+// kernels finish score rows that end within a half tile (causal
+// attention's diagonal), at half the FMAs of a masked 32-column one. 6×16 is the AVX2 counterpart in
 // 16 ymm registers; its driver pads edge tiles instead.
 func main() {
 	ConstraintExpr("amd64")
 	for mr := 1; mr <= 12; mr++ { // one AVX-512 kernel per row count
 		kernel(tile{name: fmt.Sprintf("gemmAVX512_%dx32", mr), mr: mr, nv: 2, lanes: 16, unroll: 4, masked: true})
 		kernel(tile{name: fmt.Sprintf("gemmAVX512_%dx32r", mr), mr: mr, nv: 2, lanes: 16, unroll: 4, masked: true, rowsA: true})
+	}
+	for mr := 1; mr <= 12; mr++ { // 16 columns, rows in place: the diagonal edges of causal attention's scores
+		kernel(tile{name: fmt.Sprintf("gemmAVX512_%dx16r", mr), mr: mr, nv: 1, lanes: 16, unroll: 4, masked: true, rowsA: true})
 	}
 	for mr := 1; mr <= 12; mr++ { // the bf16 kernels: the same tile, pairs of k per step
 		kernel(tile{name: fmt.Sprintf("gemmBF16_%dx32", mr), mr: mr, nv: 2, lanes: 16, unroll: 4, masked: true, bf16: true})
