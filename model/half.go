@@ -53,16 +53,16 @@ type halfState struct {
 	ws      *device.Buffer   // 16-bit workspace: x and dy below
 	vecBuf  *device.Buffer   // fp32 workspace: vec below
 	vec     []float32        // (13C) a block's rounded vectors, or ln_f's (weights16.go)
-	x       []uint16         // (B·T·max(C, F)) a GEMM's activation operand; empty with a 16-bit stash
+	x       []uint16         // (B·T·C) SP: a gathered 16-bit LayerNorm output; else empty
 	dy      []uint16         // (B·T·max(C, F, V')) a backward GEMM's output gradient
 }
 
 // newHalf allocates the bf16 copy of the held units (every unit when
 // units is nil; none when per unit), the GEMM operands' scratch of
 // scratch = (nx, ndy) elements (dims.halfScratch) and the rounded vectors
-// of a block of width hidden. With a 16-bit stash (stash16) the GEMMs read
-// their activation operands from it, and x is not allocated.
-func newHalf(dev *device.Device, dt tensor.DType, lay Layout, scratch [2]int, hidden int, units []int, perUnit, stash16 bool) (*halfState, error) {
+// of a block of width hidden. The GEMMs read their activation operands
+// from the 16-bit stash, so x is allocated only for SP's gathered ones.
+func newHalf(dev *device.Device, dt tensor.DType, lay Layout, scratch [2]int, hidden int, units []int, perUnit bool) (*halfState, error) {
 	n := len(lay.Units)
 	h := &halfState{dev: dev, dt: dt, lay: lay, perUnit: perUnit, units: make([]*device.Buffer, n), refs: make([]int, n),
 		bits: make([][]uint16, n), base: make([]uintptr, n)}
@@ -88,9 +88,6 @@ func newHalf(dev *device.Device, dt tensor.DType, lay Layout, scratch [2]int, hi
 		}
 	}
 	nx, ndy := scratch[0], scratch[1]
-	if stash16 {
-		nx = 0
-	}
 	ws, err := dev.AllocOf(device.Workspace, dt, nx+ndy)
 	if err != nil {
 		h.whole.Free()

@@ -71,6 +71,9 @@ func (w *WeightStash) of(l int) (*blockDouts, error) {
 // gradient dY in w for BlockBackwardWeight. It does not call GradsDone.
 func (m *GPT) BlockBackwardInput(p Params, s *Stash, w *WeightStash, l int) error {
 	defer m.pin()()
+	if m.part.Split() {
+		return fmt.Errorf("model: tp=%d: the split backward (BlockBackwardInput) is not tensor-parallel", m.part.Degree())
+	}
 	d, err := w.of(l)
 	if err != nil {
 		return err
