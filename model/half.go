@@ -23,12 +23,11 @@ import (
 //
 // Everything else stays fp32: the embedding lookup, LayerNorm (its
 // statistics too), GELU, softmax and attention, the cross-entropy, the
-// gradients and their reduction (Megatron's convention for bf16). On
-// whole layers (t = 1) the stash keeps the GEMMs' activation operands and
-// the attention and GELU inputs in bf16 (stash16.go), so the GEMMs read x
-// from it and only dy is rounded into workspace; under tensor parallelism
-// the stash stays fp32 and both operands are rounded into two workspace
-// buffers at each GEMM. Options.Compute = tensor.F16 is the
+// gradients and their reduction (Megatron's convention for bf16). The
+// stash keeps the GEMMs' activation operands and the attention and GELU
+// inputs in bf16 (stash16.go; a tensor-parallel rank its slices,
+// tp16.go), so the GEMMs read x from it and only dy is rounded into
+// workspace (and, with SP, the gathered x). Options.Compute = tensor.F16 is the
 // same with fp16 in place of bf16 (the GEMMs widen fp16 exactly to fp32);
 // its loss scaling is the trainer's (train/precision.go). A
 // tensor-parallel part runs the same GEMMs on its slices (tp_forward.go,
