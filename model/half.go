@@ -180,25 +180,20 @@ func (m *GPT) halfOf(w []float32) []uint16 {
 }
 
 // linearForward is ops.LinearResidualForward (res non-nil) or
-// ops.LinearForward in the runner's precision:
+// ops.LinearForward, an fp32 runner's (a 16-bit runner's passes call
+// linearForwardH on its 16-bit stash):
 //
 //	out = res + inp·wᵀ + bias     out, res (N,OC)   inp (N,C)   w (OC,C)
 func (m *GPT) linearForward(out, res, inp, w, bias []float32, N, C, OC int) {
-	if m.half == nil {
-		if res != nil {
-			ops.LinearResidualForward(m.k, out, res, inp, w, bias, N, C, OC)
-		} else {
-			ops.LinearForward(m.k, out, inp, w, bias, N, C, OC)
-		}
+	if res != nil {
+		ops.LinearResidualForward(m.k, out, res, inp, w, bias, N, C, OC)
 		return
 	}
-	x := m.half.x[:N*C]
-	m.encode(x, inp[:N*C])
-	m.linearForwardH(out, res, x, w, bias, N, C, OC)
+	ops.LinearForward(m.k, out, inp, w, bias, N, C, OC)
 }
 
-// linearForwardH is linearForward with its input already in the runner's
-// 16-bit type (a 16-bit stash's tensor): out = res + x·wᵀ + bias.
+// linearForwardH is linearForward in the runner's 16-bit type, its input
+// x a 16-bit stash's tensor: out = res + x·w̃ᵀ + bias.
 func (m *GPT) linearForwardH(out, res []float32, x []uint16, w, bias []float32, N, C, OC int) {
 	x = x[:N*C]
 	wh := m.halfOf(w[:OC*C])
@@ -209,22 +204,17 @@ func (m *GPT) linearForwardH(out, res []float32, x []uint16, w, bias []float32, 
 	m.k.MatMulBF16Ep(ops.NT, N, OC, C, asBF16(x), C, asBF16(wh), C, out, OC, res, bias)
 }
 
-// linearBackwardSet is ops.LinearBackwardSet in the runner's precision:
-// dinp = dout·w is SET; dw += doutᵀ·inp and dbias += Σ dout ACCUMULATE.
+// linearBackwardSet is ops.LinearBackwardSet, an fp32 runner's (a 16-bit
+// runner's call linearBackwardSetH): dinp = dout·w is SET; dw += doutᵀ·inp
+// and dbias += Σ dout ACCUMULATE.
 //
 //	dinp (N,C)   dw (OC,C)   dbias (OC) or nil   dout (N,OC)   inp (N,C)   w (OC,C)
 func (m *GPT) linearBackwardSet(dinp, dw, dbias, dout, inp, w []float32, N, C, OC int) {
-	if m.half == nil {
-		ops.LinearBackwardSet(m.k, dinp, dw, dbias, dout, inp, w, N, C, OC)
-		return
-	}
-	x := m.half.x[:N*C]
-	m.encode(x, inp[:N*C])
-	m.linearBackwardSetH(dinp, dw, dbias, dout, x, w, N, C, OC)
+	ops.LinearBackwardSet(m.k, dinp, dw, dbias, dout, inp, w, N, C, OC)
 }
 
-// linearBackwardSetH is linearBackwardSet with the layer's input x already
-// in the runner's 16-bit type (a 16-bit stash's tensor).
+// linearBackwardSetH is linearBackwardSet in the runner's 16-bit type,
+// the layer's input x a 16-bit stash's tensor (dout rounded into dy).
 func (m *GPT) linearBackwardSetH(dinp, dw, dbias, dout []float32, x []uint16, w []float32, N, C, OC int) {
 	dy := m.half.dy[:N*OC]
 	m.encode(dy, dout[:N*OC])

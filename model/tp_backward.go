@@ -32,7 +32,7 @@ func (m *GPT) colBackward(dw, db, dout, inp, w []float32, bt, OC int) ([]float32
 	C := m.d.C
 	m.linearInputGrad(m.dln[:bt*C], dout, w, bt, C, OC)
 	dz, wait := m.startColReduce(bt)
-	m.linearWeightGrad(dw, dout, inp, bt, C, OC, true)
+	m.linearWeightGrad(dw, dout, inp, bt, C, OC)
 	if db != nil {
 		ops.BiasBackward(m.k, db, dout, bt, OC)
 	}
