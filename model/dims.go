@@ -13,7 +13,7 @@ type dims struct {
 	vlo, vn int       // the global ids [vlo, vlo+vn) of the real rows
 	flash   bool      // IO-aware attention (Options.Flash)
 	rc      Recompute // activation recomputation (Options.Recompute)
-	half    bool      // a 16-bit stash (stash16.go): Options.Compute is bf16 or fp16 and t = 1
+	half    bool      // a 16-bit stash (stash16.go): Options.Compute is bf16 or fp16
 }
 
 // attFloats is what one layer's attention keeps for its backward: the
@@ -94,13 +94,19 @@ func (d dims) workspace(k *ops.Kernels, B int, c Config) wsSizes {
 }
 
 // halfScratch is mixed precision's 16-bit GEMM operand scratch for a
-// pass of bt tokens, in elements: the activation operand x, the widest
-// input of a linear (C, or the rank's MLP width F = 4C/t), and the output
-// gradient dy, the widest output (C, F, or the rank's V' vocabulary rows):
+// pass of bt tokens, in elements: the activation operand x, which the
+// GEMMs read from the 16-bit stash except under SP, where a
+// column-parallel layer's input is the gathered (bt, C) LayerNorm output,
+// and the output gradient dy, the widest output (C, F = 4C/t, or the
+// rank's V' vocabulary rows):
 //
-//	x  bt·max(C, F)      dy  bt·max(C, F, V')
+//	x  bt·C with SP, else 0      dy  bt·max(C, F, V')
 //
-// With t = 1, bt·4C and bt·max(4C, V).
+// With t = 1, 0 and bt·max(4C, V).
 func (d dims) halfScratch(bt int) [2]int {
-	return [2]int{bt * max(d.C, d.F), bt * max(d.C, d.F, d.Vl)}
+	nx := 0
+	if d.sp {
+		nx = bt * d.C
+	}
+	return [2]int{nx, bt * max(d.C, d.F, d.Vl)}
 }

@@ -125,7 +125,7 @@ func New(o Options) (*GPT, error) {
 	m := &GPT{cfg: c, k: o.Kernels, dev: o.Device, B: o.MicroBatch, layout: c.PartLayout(o.Part), part: o.Part, tp: o.TP, flash: o.Flash}
 	m.d = newDims(c, o.Part)
 	m.d.flash, m.d.rc = o.Flash, o.Recompute
-	m.d.half = o.Compute != tensor.F32 && !o.Part.Split()
+	m.d.half = o.Compute != tensor.F32
 	if m.tp == nil {
 		m.tp = soloTP{}
 	}
@@ -136,7 +136,7 @@ func New(o Options) (*GPT, error) {
 	}
 	m.ws = ws
 	if o.Compute != tensor.F32 {
-		if m.half, err = newHalf(o.Device, o.Compute, m.layout, m.d.halfScratch(m.B*c.SeqLen), c.Hidden, o.Units, o.HalfPerUnit, m.d.half); err != nil {
+		if m.half, err = newHalf(o.Device, o.Compute, m.layout, m.d.halfScratch(m.B*c.SeqLen), c.Hidden, o.Units, o.HalfPerUnit); err != nil {
 			ws.Free()
 			return nil, err
 		}

@@ -23,12 +23,11 @@ import (
 //
 // Everything else stays fp32: the embedding lookup, LayerNorm (its
 // statistics too), GELU, softmax and attention, the cross-entropy, the
-// gradients and their reduction (Megatron's convention for bf16). On
-// whole layers (t = 1) the stash keeps the GEMMs' activation operands and
-// the attention and GELU inputs in bf16 (stash16.go), so the GEMMs read x
-// from it and only dy is rounded into workspace; under tensor parallelism
-// the stash stays fp32 and both operands are rounded into two workspace
-// buffers at each GEMM. Options.Compute = tensor.F16 is the
+// gradients and their reduction (Megatron's convention for bf16). The
+// stash keeps the GEMMs' activation operands and the attention and GELU
+// inputs in bf16 (stash16.go; a tensor-parallel rank its slices,
+// tp16.go), so the GEMMs read x from it and only dy is rounded into
+// workspace (and, with SP, the gathered x). Options.Compute = tensor.F16 is the
 // same with fp16 in place of bf16 (the GEMMs widen fp16 exactly to fp32);
 // its loss scaling is the trainer's (train/precision.go). A
 // tensor-parallel part runs the same GEMMs on its slices (tp_forward.go,
@@ -53,16 +52,16 @@ type halfState struct {
 	ws      *device.Buffer   // 16-bit workspace: x and dy below
 	vecBuf  *device.Buffer   // fp32 workspace: vec below
 	vec     []float32        // (13C) a block's rounded vectors, or ln_f's (weights16.go)
-	x       []uint16         // (B·T·max(C, F)) a GEMM's activation operand; empty with a 16-bit stash
+	x       []uint16         // (B·T·C) SP: a gathered 16-bit LayerNorm output; else empty
 	dy      []uint16         // (B·T·max(C, F, V')) a backward GEMM's output gradient
 }
 
 // newHalf allocates the bf16 copy of the held units (every unit when
 // units is nil; none when per unit), the GEMM operands' scratch of
 // scratch = (nx, ndy) elements (dims.halfScratch) and the rounded vectors
-// of a block of width hidden. With a 16-bit stash (stash16) the GEMMs read
-// their activation operands from it, and x is not allocated.
-func newHalf(dev *device.Device, dt tensor.DType, lay Layout, scratch [2]int, hidden int, units []int, perUnit, stash16 bool) (*halfState, error) {
+// of a block of width hidden. The GEMMs read their activation operands
+// from the 16-bit stash, so x is allocated only for SP's gathered ones.
+func newHalf(dev *device.Device, dt tensor.DType, lay Layout, scratch [2]int, hidden int, units []int, perUnit bool) (*halfState, error) {
 	n := len(lay.Units)
 	h := &halfState{dev: dev, dt: dt, lay: lay, perUnit: perUnit, units: make([]*device.Buffer, n), refs: make([]int, n),
 		bits: make([][]uint16, n), base: make([]uintptr, n)}
@@ -88,9 +87,6 @@ func newHalf(dev *device.Device, dt tensor.DType, lay Layout, scratch [2]int, hi
 		}
 	}
 	nx, ndy := scratch[0], scratch[1]
-	if stash16 {
-		nx = 0
-	}
 	ws, err := dev.AllocOf(device.Workspace, dt, nx+ndy)
 	if err != nil {
 		h.whole.Free()
@@ -184,25 +180,20 @@ func (m *GPT) halfOf(w []float32) []uint16 {
 }
 
 // linearForward is ops.LinearResidualForward (res non-nil) or
-// ops.LinearForward in the runner's precision:
+// ops.LinearForward, an fp32 runner's (a 16-bit runner's passes call
+// linearForwardH on its 16-bit stash):
 //
 //	out = res + inp·wᵀ + bias     out, res (N,OC)   inp (N,C)   w (OC,C)
 func (m *GPT) linearForward(out, res, inp, w, bias []float32, N, C, OC int) {
-	if m.half == nil {
-		if res != nil {
-			ops.LinearResidualForward(m.k, out, res, inp, w, bias, N, C, OC)
-		} else {
-			ops.LinearForward(m.k, out, inp, w, bias, N, C, OC)
-		}
+	if res != nil {
+		ops.LinearResidualForward(m.k, out, res, inp, w, bias, N, C, OC)
 		return
 	}
-	x := m.half.x[:N*C]
-	m.encode(x, inp[:N*C])
-	m.linearForwardH(out, res, x, w, bias, N, C, OC)
+	ops.LinearForward(m.k, out, inp, w, bias, N, C, OC)
 }
 
-// linearForwardH is linearForward with its input already in the runner's
-// 16-bit type (a 16-bit stash's tensor): out = res + x·wᵀ + bias.
+// linearForwardH is linearForward in the runner's 16-bit type, its input
+// x a 16-bit stash's tensor: out = res + x·w̃ᵀ + bias.
 func (m *GPT) linearForwardH(out, res []float32, x []uint16, w, bias []float32, N, C, OC int) {
 	x = x[:N*C]
 	wh := m.halfOf(w[:OC*C])
@@ -213,22 +204,17 @@ func (m *GPT) linearForwardH(out, res []float32, x []uint16, w, bias []float32, 
 	m.k.MatMulBF16Ep(ops.NT, N, OC, C, asBF16(x), C, asBF16(wh), C, out, OC, res, bias)
 }
 
-// linearBackwardSet is ops.LinearBackwardSet in the runner's precision:
-// dinp = dout·w is SET; dw += doutᵀ·inp and dbias += Σ dout ACCUMULATE.
+// linearBackwardSet is ops.LinearBackwardSet, an fp32 runner's (a 16-bit
+// runner's call linearBackwardSetH): dinp = dout·w is SET; dw += doutᵀ·inp
+// and dbias += Σ dout ACCUMULATE.
 //
 //	dinp (N,C)   dw (OC,C)   dbias (OC) or nil   dout (N,OC)   inp (N,C)   w (OC,C)
 func (m *GPT) linearBackwardSet(dinp, dw, dbias, dout, inp, w []float32, N, C, OC int) {
-	if m.half == nil {
-		ops.LinearBackwardSet(m.k, dinp, dw, dbias, dout, inp, w, N, C, OC)
-		return
-	}
-	x := m.half.x[:N*C]
-	m.encode(x, inp[:N*C])
-	m.linearBackwardSetH(dinp, dw, dbias, dout, x, w, N, C, OC)
+	ops.LinearBackwardSet(m.k, dinp, dw, dbias, dout, inp, w, N, C, OC)
 }
 
-// linearBackwardSetH is linearBackwardSet with the layer's input x already
-// in the runner's 16-bit type (a 16-bit stash's tensor).
+// linearBackwardSetH is linearBackwardSet in the runner's 16-bit type,
+// the layer's input x a 16-bit stash's tensor (dout rounded into dy).
 func (m *GPT) linearBackwardSetH(dinp, dw, dbias, dout []float32, x []uint16, w []float32, N, C, OC int) {
 	dy := m.half.dy[:N*OC]
 	m.encode(dy, dout[:N*OC])

@@ -174,24 +174,34 @@ func TestHalfMemory(t *testing.T) {
 
 // TestHalfTPPart: a tensor-parallel part computes in bf16 with a copy of
 // its own weights (2 bytes × PartLayout's size) and the 16-bit scratch of
-// its local widths, dims.halfScratch: x B·T·max(C, 4C/t), dy
-// B·T·max(C, 4C/t, ⌈V/t⌉).
+// its local widths, dims.halfScratch: dy B·T·max(C, 4C/t, ⌈V/t⌉), and x
+// only with SP (B·T·C, the gathered LayerNorm output): the GEMMs read
+// their activation operands from the 16-bit stash.
 func TestHalfTPPart(t *testing.T) {
 	k, _ := ops.New(ops.Config{Threads: 1})
-	dev := device.New(device.Config{MasterWeights: true})
 	const B = 2
-	m, err := New(Options{Model: tiny, Kernels: k, Device: dev, MicroBatch: B, Part: Part{TP: 2}, TP: soloTP{}, Compute: tensor.BF16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Free()
-	C, BT := tiny.Hidden, B*tiny.SeqLen
-	F, Vl := 4*C/2, (tiny.Vocab+1)/2
-	if got, want := dev.Stats().Live[device.Param], int64(2*tiny.PartLayout(Part{TP: 2}).Size); got != want {
-		t.Errorf("param %d bytes, want the part's 2·%d", got, want/2)
-	}
-	if got, want := len(m.half.x)+len(m.half.dy), BT*max(C, F)+BT*max(C, F, Vl); got != want {
-		t.Errorf("16-bit scratch %d elements, want %d", got, want)
+	cfg := tiny
+	cfg.SeqLen = 4 // SP: t divides it
+	C, BT := cfg.Hidden, B*cfg.SeqLen
+	F, Vl := 4*C/2, (cfg.Vocab+1)/2
+	for _, sp := range []bool{false, true} {
+		dev := device.New(device.Config{MasterWeights: true})
+		part := Part{TP: 2, SP: sp}
+		m, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Part: part, TP: soloTP{}, Compute: tensor.BF16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := dev.Stats().Live[device.Param], int64(2*cfg.PartLayout(part).Size); got != want {
+			t.Errorf("sp=%v: param %d bytes, want the part's 2·%d", sp, got, want/2)
+		}
+		nx := 0
+		if sp {
+			nx = BT * C
+		}
+		if len(m.half.x) != nx || len(m.half.dy) != BT*max(C, F, Vl) {
+			t.Errorf("sp=%v: 16-bit scratch x %d, dy %d elements, want %d, %d", sp, len(m.half.x), len(m.half.dy), nx, BT*max(C, F, Vl))
+		}
+		m.Free()
 	}
 }
 

@@ -75,12 +75,20 @@ func (m *GPT) Logits(p Params, s *Stash, prefix []int32, dst []float32) error {
 func (m *GPT) logitsTP(w []float32, s *Stash, n int, dst []float32) error {
 	d := m.d
 	C := d.C
-	z, err := m.enterCol(s.lnf[:d.tokens(s.t)*C], s.t)
-	if err != nil {
-		return err
-	}
 	local, all := m.big[:d.Vl], m.big[d.Vl:d.Vl+d.t*d.Vl]
-	m.k.MatMul(ops.NT, 1, d.Vl, C, z[(n-1)*C:n*C], C, w[:d.Vl*C], C, local, d.Vl, false)
+	if d.half { // the 16-bit stash's last row and the rank's 16-bit wte rows
+		x, err := m.enterColH(s.lnfh[:d.tokens(s.t)*C], s.t)
+		if err != nil {
+			return err
+		}
+		m.linearForwardH(local, nil, x[(n-1)*C:n*C], w[:d.Vl*C], nil, 1, C, d.Vl)
+	} else {
+		z, err := m.enterCol(s.lnf[:d.tokens(s.t)*C], s.t)
+		if err != nil {
+			return err
+		}
+		m.k.MatMul(ops.NT, 1, d.Vl, C, z[(n-1)*C:n*C], C, w[:d.Vl*C], C, local, d.Vl, false)
+	}
 	if err := m.tp.GatherSeq(all, local); err != nil {
 		return err
 	}

@@ -71,6 +71,9 @@ func (w *WeightStash) of(l int) (*blockDouts, error) {
 // gradient dY in w for BlockBackwardWeight. It does not call GradsDone.
 func (m *GPT) BlockBackwardInput(p Params, s *Stash, w *WeightStash, l int) error {
 	defer m.pin()()
+	if m.part.Split() {
+		return fmt.Errorf("model: tp=%d: the split backward (BlockBackwardInput) is not tensor-parallel", m.part.Degree())
+	}
 	d, err := w.of(l)
 	if err != nil {
 		return err
@@ -149,9 +152,9 @@ func (m *GPT) BlockBackwardWeight(p Params, s *Stash, w *WeightStash, l int) err
 	C := m.cfg.Hidden
 	BT := s.b * s.t
 	dv, a := viewBlock(g, C), &s.layers[l]
-	m.linearWeightGrad(dv.fc2w, d.fc2, a.fcg, BT, 4*C, C, false)
-	m.linearWeightGrad(dv.fcw, d.fc, a.ln2, BT, C, 4*C, false)
-	m.linearWeightGrad(dv.projw, d.proj, a.atty, BT, C, C, false)
-	m.linearWeightGrad(dv.qkvw, d.qkv, a.ln1, BT, C, 3*C, false)
+	m.linearWeightGrad(dv.fc2w, d.fc2, a.fcg, BT, 4*C, C)
+	m.linearWeightGrad(dv.fcw, d.fc, a.ln2, BT, C, 4*C)
+	m.linearWeightGrad(dv.projw, d.proj, a.atty, BT, C, C)
+	m.linearWeightGrad(dv.qkvw, d.qkv, a.ln1, BT, C, 3*C)
 	return gradsDone(p, u)
 }

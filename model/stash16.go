@@ -1,7 +1,7 @@
 package model
 
-// A 16-bit stash (Options.Compute = bf16 or fp16, whole layers: t = 1)
-// keeps the activations the backward reads as GEMM operands or
+// A 16-bit stash (Options.Compute = bf16 or fp16; on a tensor-parallel
+// rank the same tensors' slices, tp16.go) keeps the activations the backward reads as GEMM operands or
 // element-wise inputs in the compute dtype, 2 bytes each, and the rest
 // in fp32:
 //

@@ -31,18 +31,25 @@ func (m *GPT) leaveRowBack(local []float32, bt int) ([]float32, error) {
 func (m *GPT) colBackward(dw, db, dout, inp, w []float32, bt, OC int) ([]float32, error) {
 	C := m.d.C
 	m.linearInputGrad(m.dln[:bt*C], dout, w, bt, C, OC)
-	dz, wait := m.dln[:bt*C], func() error { return nil }
-	if m.d.sp {
-		dz = m.tpws.dlnl[:m.d.tokens(bt)*C]
-		wait = m.tp.StartScatterSeq(dz, m.dln[:bt*C])
-	} else {
-		wait = m.tp.StartReduceFromTP(dz)
-	}
-	m.linearWeightGrad(dw, dout, inp, bt, C, OC, true)
+	dz, wait := m.startColReduce(bt)
+	m.linearWeightGrad(dw, dout, inp, bt, C, OC)
 	if db != nil {
 		ops.BiasBackward(m.k, db, dout, bt, OC)
 	}
 	return dz, wait()
+}
+
+// startColReduce starts f's backward on the partial input gradient in
+// m.dln (B·T, C) and returns where the rank's tokens of the sum will be,
+// with the function that waits for it.
+func (m *GPT) startColReduce(bt int) ([]float32, func() error) {
+	C := m.d.C
+	if !m.d.sp {
+		dz := m.dln[:bt*C]
+		return dz, m.tp.StartReduceFromTP(dz)
+	}
+	dz := m.tpws.dlnl[:m.d.tokens(bt)*C]
+	return dz, m.tp.StartScatterSeq(dz, m.dln[:bt*C])
 }
 
 // headBackwardTP is HeadBackward for a split part: the vocab-parallel
@@ -62,12 +69,7 @@ func (m *GPT) headBackwardTP(p Params, s *Stash, dloss float32) error {
 	}
 	dlogits := m.big[:bt*d.Vl]
 	m.vocabLossBackward(dlogits, s, dloss, bt)
-	z, err := m.enterCol(s.lnf[:n*C], bt) // SP: gathered again
-	if err != nil {
-		m.release(p, 0)
-		return err
-	}
-	dz, err := m.colBackward(g[:d.Vl*C], nil, dlogits, z, w[:d.Vl*C], bt, d.Vl)
+	dz, err := m.headColBackward(g[:d.Vl*C], dlogits, s, w[:d.Vl*C], bt)
 	m.release(p, 0)
 	if err != nil {
 		return err
@@ -81,15 +83,42 @@ func (m *GPT) headBackwardTP(p Params, s *Stash, dloss float32) error {
 		return err
 	}
 	clear(m.dres)
-	if err := m.lnBackward(m.dres[:n*C], g[:C], g[C:2*C], dz, s.res[m.cfg.Layers][:n*C], w[:C], s.lnfM, s.lnfR, n); err != nil {
+	gain := w[:C]
+	if m.d.half {
+		gain = m.halfVec(m.half.vec, gain)
+	}
+	if err := m.lnBackward(m.dres[:n*C], g[:C], g[C:2*C], dz, s.res[m.cfg.Layers][:n*C], gain, s.lnfM, s.lnfR, n); err != nil {
 		return err
 	}
 	return gradsDone(p, u)
 }
 
+// headColBackward is the LM head's colBackward: dwte_r += dlogitsᵀ·lnf
+// and the rank's tokens of f*(dlogits·wte_r), lnf gathered again with SP
+// (16-bit with a 16-bit stash).
+func (m *GPT) headColBackward(dw, dlogits []float32, s *Stash, w []float32, bt int) ([]float32, error) {
+	d := m.d
+	n := d.tokens(bt)
+	if d.half {
+		x, err := m.enterColH(s.lnfh[:n*d.C], bt)
+		if err != nil {
+			return nil, err
+		}
+		return m.colBackwardH(dw, nil, dlogits, x, w, bt, d.Vl)
+	}
+	z, err := m.enterCol(s.lnf[:n*d.C], bt)
+	if err != nil {
+		return nil, err
+	}
+	return m.colBackward(dw, nil, dlogits, z, w, bt, d.Vl)
+}
+
 // blockBackwardTP is BlockBackward's math for a split part, on the
 // block's weights w and gradients g.
 func (m *GPT) blockBackwardTP(w, g []float32, s *Stash, l int) error {
+	if m.d.half {
+		return m.blockBackwardTPHalf(w, g, s, l)
+	}
 	d, k := m.d, m.k
 	B, T, C := s.b, s.t, d.C
 	bt := B * T

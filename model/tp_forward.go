@@ -17,9 +17,9 @@ import (
 //	loss   = vocab-parallel cross-entropy of f(LN_f(h))·wte_rᵀ
 //
 // f is the identity (GatherSeq with SP), g is ReduceFromTP (ScatterSeq).
-// Under mixed precision each rank's linears run linearForward's 16-bit
-// GEMMs on its part (fp32 accumulation, fp32 outputs); the reductions,
-// LayerNorm, softmax and the loss stay fp32.
+// Under mixed precision the rank runs the whole layer's 16-bit math on its
+// part, over a 16-bit stash (tp16.go); the reductions, LayerNorm, softmax
+// and the loss stay fp32.
 
 // enterCol is f's forward: the full (B·T, C) input of a column-parallel
 // layer from the rank's LayerNorm output local (its n tokens).
@@ -60,6 +60,11 @@ func (m *GPT) embedForwardTP(w []float32, s *Stash) error {
 	wte, wpe := w[:d.Vl*C], w[d.Vl*C:]
 	part := m.big[:bt*C]
 	lookupRows(part, s.inputs[:bt], wte, d.vlo, d.vn, C)
+	r := func(x float32) float32 { return x }
+	if d.half { // r(wte[x]) + r(wpe[t]), as embedForwardHalf; r(0) = 0
+		m.round(m.half.dy[:bt*C], part)
+		r = m.rounder()
+	}
 	h, err := m.leaveRow(part, bt)
 	if err != nil {
 		return err
@@ -70,7 +75,7 @@ func (m *GPT) embedForwardTP(w []float32, s *Stash) error {
 		pos := (first + i) % s.t
 		o, e, p := out[i*C:(i+1)*C], h[i*C:(i+1)*C], wpe[pos*C:(pos+1)*C]
 		for j := range o {
-			o[j] = e[j] + p[j]
+			o[j] = e[j] + r(p[j])
 		}
 	}
 	if m.useDropout(s) {
@@ -94,6 +99,9 @@ func lookupRows(out []float32, ids []int32, wte []float32, lo, n, C int) {
 
 // blockForwardTP is BlockForward for a split part.
 func (m *GPT) blockForwardTP(w []float32, s *Stash, l int) error {
+	if m.d.half {
+		return m.blockForwardTPHalf(w, s, l)
+	}
 	d, k := m.d, m.k
 	B, T, C := s.b, s.t, d.C
 	bt := B * T
@@ -125,6 +133,13 @@ func (m *GPT) rowBranch(s *Stash, out, res, inp, w, b []float32, in int, site rn
 	bt, C := s.b*s.t, m.d.C
 	part := m.big[:bt*C]
 	m.linearForward(part, nil, inp, w, nil, bt, in, C)
+	return m.leaveRowBias(s, out, res, part, b, site)
+}
+
+// leaveRowBias is the end of a row-parallel branch from the rank's
+// (B·T, C) partial products: out = res + drop(g(part) + b).
+func (m *GPT) leaveRowBias(s *Stash, out, res, part, b []float32, site rng.Stream) error {
+	bt, C := s.b*s.t, m.d.C
 	y, err := m.leaveRow(part, bt)
 	if err != nil {
 		return err
@@ -143,15 +158,19 @@ func (m *GPT) rowBranch(s *Stash, out, res, inp, w, b []float32, in int, site rn
 func (m *GPT) headForwardTP(w []float32, s *Stash) (float32, error) {
 	d := m.d
 	bt := s.b * s.t
+	logits := s.probs[:bt*d.Vl]
+	if d.half {
+		x, err := m.enterColH(s.lnfh[:d.tokens(bt)*d.C], bt)
+		if err != nil {
+			return 0, err
+		}
+		m.linearForwardH(logits, nil, x, w[:d.Vl*d.C], nil, bt, d.C, d.Vl)
+		return m.vocabLoss(s, logits, bt)
+	}
 	z, err := m.enterCol(s.lnf[:d.tokens(bt)*d.C], bt)
 	if err != nil {
 		return 0, err
 	}
-	logits := s.probs[:bt*d.Vl]
-	if m.half != nil {
-		m.linearForward(logits, nil, z, w[:d.Vl*d.C], nil, bt, d.C, d.Vl)
-	} else {
-		m.k.MatMul(ops.NT, bt, d.Vl, d.C, z, d.C, w[:d.Vl*d.C], d.C, logits, d.Vl, false)
-	}
+	m.k.MatMul(ops.NT, bt, d.Vl, d.C, z, d.C, w[:d.Vl*d.C], d.C, logits, d.Vl, false)
 	return m.vocabLoss(s, logits, bt)
 }

@@ -6,8 +6,8 @@ import (
 	"trellis/tensor"
 )
 
-// Weights in 16-bit. On whole layers (t = 1) under Options.Compute = bf16
-// or fp16, every weight the passes read is its 16-bit rounding r(w): the
+// Weights in 16-bit. Under Options.Compute = bf16 or fp16 (on whole
+// layers; a tensor-parallel rank likewise, tp16.go), every weight the passes read is its 16-bit rounding r(w): the
 // linear layers' matrices and the tied LM head through the compute copy
 // (half.go), and the rest — LayerNorm gains and biases, the linear
 // layers' biases, the embedding rows looked up — rounded as they are read

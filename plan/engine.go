@@ -35,9 +35,9 @@ func (j Job) engineRuns(p Plan) bool {
 // Dropout masks are recomputed, so the embedding keeps nothing of its own
 // (its output is the first layer's residual).
 //
-// Under bf16 or fp16 on whole layers (t = 1, engineHalfStash) the stash
-// keeps ln1, qkv, atty, ln2, fc, fcg and ln_f in 2 bytes (model/stash16.go)
-// and the rest — the residual stream, LayerNorm statistics, attention
+// Under bf16 or fp16 (engineHalfStash) the stash keeps ln1, qkv, atty,
+// ln2, fc, fcg and ln_f in 2 bytes (model/stash16.go; a tensor-parallel
+// rank its slices and, with sp, its tokens, model/tp16.go) and the rest — the residual stream, LayerNorm statistics, attention
 // probabilities or log-sum-exps, output probabilities and losses — in 4:
 //
 //	layer    4·(2nh + 4n + A) + 2·(2nh + 12bsh)
@@ -135,10 +135,10 @@ func (j Job) engineStageAct(p Plan, a actSizes, pt partition, k, layers int) (ac
 }
 
 // engineHalfStash says whether the engine keeps p's stash in 16-bit
-// (model/stash16.go): bf16 or fp16 on whole layers, t = 1 (a
-// tensor-parallel rank keeps it in fp32).
+// (model/stash16.go): bf16 or fp16, on whole layers and on a
+// tensor-parallel rank's slices alike (model/tp16.go).
 func (j Job) engineHalfStash(p Plan) bool {
-	return (p.Precision == BF16 || p.Precision == FP16) && p.TP == 1
+	return p.Precision == BF16 || p.Precision == FP16
 }
 
 // engineBF16 says whether p's model states are the Trellis engine's bf16

@@ -29,13 +29,14 @@ func engineTinyJob(t *testing.T) Job {
 // block's 13C rounded vectors in fp32 (13·32·4 = 1664 bytes): for
 // T = mbs·s = 32 tokens, C = 32, F = 4C/t, V' = ⌈256/t⌉, 2 bytes each,
 //
-//	t = 1: 2·32·max(32, 128, 256) + 1664             = 18048 bytes
-//	t = 2: 2·32·(max(32, 64) + max(32, 64, 128)) + 1664 = 13952 bytes
+//	t = 1:        2·32·max(32, 128, 256) + 1664       = 18048 bytes
+//	t = 2:        2·32·max(32, 64, 128) + 1664        = 9856 bytes
+//	t = 2, sp:    2·32·(32 + max(32, 64, 128)) + 1664 = 11904 bytes
 //
-// (on whole layers the GEMMs read their activation operand from the
-// 16-bit stash, so only dy is scratch), the difference train's
-// TestHalfParallelMemoryPredicted measures on the engine's devices. Before the fix the planner predicted the fp32 scratch
-// alone. Under ZeRO-3 with t = 2 the bf16 copy is the largest unit of a
+// (the GEMMs read their activation operand from the 16-bit stash, so only
+// dy is scratch, and with sp the gathered LayerNorm output T·C), the
+// difference train's TestHalfParallelMemoryPredicted measures on the
+// engine's devices. Under ZeRO-3 with t = 2 the bf16 copy is the largest unit of a
 // tensor-parallel rank, a block of 12h²/t + 7h/t + 6h = 6448 parameters
 // (the embedding's (V' + s)·h = 4608 is smaller): 12896 bytes.
 func TestEngineHalfWorkspaceAndParam(t *testing.T) {
@@ -43,7 +44,8 @@ func TestEngineHalfWorkspaceAndParam(t *testing.T) {
 	for _, tc := range []struct {
 		plan  string
 		extra int64
-	}{{"dp=1,mbs=2,flash=off", 18048}, {"tp=2,mbs=2,flash=off", 13952}, {"pp=2,tp=2,dp=2,zero=1,mbs=2,flash=off", 13952}} {
+	}{{"dp=1,mbs=2,flash=off", 18048}, {"tp=2,mbs=2,flash=off", 9856}, {"tp=2,sp=on,mbs=2,flash=off", 11904},
+		{"pp=2,tp=2,dp=2,zero=1,mbs=2,flash=off", 9856}} {
 		for _, prec := range []string{"bf16", "fp16"} {
 			f32 := j.Memory(mustParse(t, tc.plan+",precision=fp32"))
 			half := j.Memory(mustParse(t, tc.plan+",precision="+prec))

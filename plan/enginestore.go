@@ -74,9 +74,10 @@ func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory
 //	+ with sequence parallelism: gath T·C, dlnl n·C, lnGrad 2C
 //
 // and, in bf16 or fp16, the 16-bit GEMM operands' scratch
-// (model.dims.halfScratch), 2 bytes per element: 2·T·(max(C, F) +
-// max(C, F, V')), without the first term when the stash is 16-bit
-// (engineHalfStash: the GEMMs read their inputs from it).
+// (model.dims.halfScratch), 2 bytes per element: 2·T·max(C, F, V') for
+// the output gradient, and with sequence parallelism 2·T·C more for the
+// gathered LayerNorm output (otherwise the GEMMs read their activation
+// operands from the 16-bit stash, engineHalfStash).
 func (j Job) engineWorkspace(p Plan) float64 {
 	return j.engineWorkspace32(p) + j.engineHalfScratch(p)
 }
@@ -90,9 +91,9 @@ func (j Job) engineHalfScratch(p Plan) float64 {
 	m, t := j.Model, p.TP
 	T, C, F := p.MBS*j.Seq, m.Hidden, 4*m.Hidden/t
 	vl := (m.Vocab + t - 1) / t
-	nx := T * max(C, F)
-	if j.engineHalfStash(p) {
-		nx = 0 // the GEMMs read their inputs from the 16-bit stash
+	nx := 0 // the GEMMs read their inputs from the 16-bit stash
+	if p.SP {
+		nx = T * C // but for the gathered LayerNorm output
 	}
 	return 2 * float64(nx+T*max(C, F, vl))
 }

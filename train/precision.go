@@ -69,12 +69,14 @@ func halfEstimate(e *memEstimate, m model.Config, microBatch int, p plan.Plan) {
 	}
 }
 
-// halfStashSaving is what a 16-bit stash (bf16 or fp16 on whole layers,
+// halfStashSaving is what a 16-bit stash (bf16 or fp16,
 // model/stash16.go) takes off the fp32 stash, in bytes: 2 of the 4 bytes
 // of each layer's ln1, qkv, atty, ln2, fc and fcg (14·BTC) and of ln_f
-// (BTC), one layer's with full recomputation; 0 in fp32 or under tp.
+// (BTC), one layer's with full recomputation; 0 in fp32. Like the
+// estimate's stash it is the whole model's (under tp too, where the
+// stash is as much 16-bit on the rank's slices).
 func halfStashSaving(m model.Config, microBatch int, p plan.Plan) float64 {
-	if computeType(p.Precision) == tensor.F32 || p.TP > 1 {
+	if computeType(p.Precision) == tensor.F32 {
 		return 0
 	}
 	BTC := float64(microBatch) * float64(m.SeqLen) * float64(m.Hidden)

@@ -344,12 +344,13 @@ func TestFP16Overflow(t *testing.T) {
 }
 
 // TestBF16Recompute: under bf16 with its 16-bit stash, selective and full
-// recomputation, with and without flash, alone and under ZeRO-3, with
-// dropout, train bit-identically to no recomputation over 5 steps (losses,
+// recomputation, with and without flash, alone, under ZeRO-3 and under
+// tp=2 (± sp: the rank's 16-bit slices, model/tp16.go), with dropout,
+// train bit-identically to no recomputation over 5 steps (losses,
 // gradient norms, final weights), a run repeated is bit-identical, and
 // every rank's act peak is the planner's prediction to the byte.
 func TestBF16Recompute(t *testing.T) {
-	for _, base := range []string{"precision=bf16", "dp=2,zero=3,precision=bf16"} {
+	for _, base := range []string{"precision=bf16", "dp=2,zero=3,precision=bf16", "tp=2,precision=bf16", "tp=2,sp=on,precision=bf16"} {
 		for _, flash := range []string{"off", "on"} {
 			mk := func(rc string) Job {
 				return tpJob(base+",flash="+flash+",recompute="+rc, 0.1)

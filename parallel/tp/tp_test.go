@@ -12,6 +12,7 @@ import (
 	"trellis/model"
 	"trellis/ops"
 	"trellis/rng"
+	"trellis/tensor"
 )
 
 // pass is one rank's forward and backward of two micro-batches (the
@@ -26,13 +27,13 @@ type pass struct {
 
 // runPart runs part p of cfg on its own device, with c its group's
 // points (nil for the single device).
-func runPart(t *testing.T, cfg model.Config, p model.Part, c model.TPComm, B int) (pass, error) {
+func runPart(t *testing.T, cfg model.Config, p model.Part, c model.TPComm, B int, dt tensor.DType) (pass, error) {
 	k, err := ops.New(ops.Config{Threads: 1})
 	if err != nil {
 		return pass{}, err
 	}
 	dev := device.New(device.Config{})
-	m, err := model.New(model.Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Part: p, TP: c})
+	m, err := model.New(model.Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Part: p, TP: c, Compute: dt})
 	if err != nil {
 		return pass{}, err
 	}
@@ -95,8 +96,8 @@ func batch(cfg model.Config, B int, seed uint64) model.Batch {
 	return b
 }
 
-// runTP runs the t parts of cfg on goroutine ranks.
-func runTP(t *testing.T, cfg model.Config, tp int, sp bool, B int) []pass {
+// runTP runs the t parts of cfg on goroutine ranks, computing in dt.
+func runTP(t *testing.T, cfg model.Config, tp int, sp bool, B int, dt tensor.DType) []pass {
 	t.Helper()
 	groups, err := local.New(local.Config{Size: tp})
 	if err != nil {
@@ -109,7 +110,7 @@ func runTP(t *testing.T, cfg model.Config, tp int, sp bool, B int) []pass {
 		go func() {
 			defer wg.Done()
 			c, _ := New(groups[r])
-			out[r], errs[r] = runPart(t, cfg, c.Part(sp), c, B)
+			out[r], errs[r] = runPart(t, cfg, c.Part(sp), c, B, dt)
 			if errs[r] != nil {
 				for _, g := range groups {
 					g.Close()
@@ -149,11 +150,11 @@ func TestPartsMatchOneDevice(t *testing.T) {
 				cfg.Dropout = drop
 				t.Run(fmt.Sprintf("tp=%d,sp=%v,dropout=%v", tc.tp, sp, drop), func(t *testing.T) {
 					const B = 3
-					ref, err := runPart(t, cfg, model.Part{}, nil, B)
+					ref, err := runPart(t, cfg, model.Part{}, nil, B, tensor.F32)
 					if err != nil {
 						t.Fatal(err)
 					}
-					for r, got := range runTP(t, cfg, tc.tp, sp, B) {
+					for r, got := range runTP(t, cfg, tc.tp, sp, B, tensor.F32) {
 						compare(t, r, cfg, ref, got)
 					}
 				})
