@@ -31,6 +31,6 @@ func BenchmarkRender(b *testing.B) {
 	for b.Loop() {
 		h.Step(line(1001))
 		f := h.render()
-		b.ReportMetric(float64(len(f.json())), "bytes/frame")
+		b.ReportMetric(float64(len(f.diff(noVersion))), "bytes/frame")
 	}
 }

@@ -215,7 +215,9 @@ func planPanel(r *Run) Panel {
 	if in.ToStep > 0 {
 		row("steps", fmt.Sprintf("%d..%d", in.FromStep+1, in.ToStep))
 	}
-	row("status", r.Status)
+	if !r.Live { // a live page's header says it, and the panel stays as it is
+		row("status", r.Status)
+	}
 	b.WriteString(`</table>`)
 	b.WriteString(meshTable(in.Groups))
 	return Panel{ID: "plan", Title: "Plan and mesh", Note: "which rank is in which group of each mesh axis", HTML: template.HTML(b.String())}

@@ -49,7 +49,7 @@ func (p *page) reqs() []string {
 
 // browser starts headless Chromium, or skips the test when there is none
 // (fails instead when TRELLIS_BROWSER_TESTS=require, as in CI).
-func browser(t *testing.T) context.Context {
+func browser(t testing.TB) context.Context {
 	t.Helper()
 	exe := ""
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
@@ -209,7 +209,7 @@ func testDashboard(t *testing.T, p *page) {
 	}
 	waitJS(t, p, fmt.Sprintf("(%s) === %d", lossPoints, mid))
 	checkMemory(t, p, metricsLines(t, path)[mid-1])
-	eval[bool](t, p, `window.__same = document.getElementById("loss"); true`)
+	eval[bool](t, p, `window.__same = [document.getElementById("loss"), document.getElementById("loss-chart")]; true`)
 	close(g.release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -220,8 +220,11 @@ func testDashboard(t *testing.T, p *page) {
 		t.Fatalf("--metrics has %d lines, want %d", len(lines), steps)
 	}
 	checkMemory(t, p, lines[steps-1])
-	if !eval[bool](t, p, `window.__same === document.getElementById("loss")`) {
+	if !eval[bool](t, p, `window.__same[0] === document.getElementById("loss")`) {
 		t.Error("the page was reloaded; want updates in place")
+	}
+	if !eval[bool](t, p, `window.__same[1] === document.getElementById("loss-chart")`) {
+		t.Error("the loss chart was replaced; want its changed attributes patched in place")
 	}
 	if n := eval[int](t, p, `document.querySelectorAll('#samples .sample').length`); n != 2 {
 		t.Errorf("%d samples shown, want 2 (steps 3 and 6)", n)
