@@ -3,7 +3,6 @@ package viz
 import (
 	"fmt"
 	"html/template"
-	"math"
 	"slices"
 	"strings"
 )
@@ -137,62 +136,6 @@ func memoryPanel(r *Run) Panel {
 		note += "; the line: the device budget"
 	}
 	return Panel{ID: "memory", Title: "Memory per rank", Note: note, HTML: template.HTML(c.SVG())}
-}
-
-// StepSplit is each rank's mean step time split into exposed
-// communication (time blocked waiting on collectives), pipeline bubble
-// (when reported) and the rest (compute and misc), over the steps after
-// the first (which includes warm-up) when there are several:
-//
-//	compute+misc = step − comm exposed − bubble
-func StepSplit(steps []Step) []Bar {
-	if len(steps) == 0 {
-		return nil
-	}
-	first, last := steps[0], steps[len(steps)-1]
-	span, n := 0.0, 0
-	base := map[int]RankMem{}
-	if len(steps) > 1 {
-		for _, s := range steps[1:] {
-			span += s.StepS
-			n++
-		}
-		for _, rk := range first.Ranks {
-			base[rk.Rank] = rk
-		}
-	} else {
-		span, n = first.StepS, 1
-	}
-	var bars []Bar
-	for _, rk := range last.Ranks {
-		b0 := base[rk.Rank]
-		wait := math.Max(0, rk.CommWaitS-b0.CommWaitS) / float64(n)
-		bub := math.Max(0, rk.BubbleS-b0.BubbleS) / float64(n)
-		step := span / float64(n)
-		rest := math.Max(0, step-wait-bub)
-		segs := []Seg{{Name: "compute + misc", Value: rest}, {Name: "comm exposed", Value: wait}}
-		if rk.BubbleS > 0 {
-			segs = append(segs, Seg{Name: "bubble", Value: bub})
-		}
-		bars = append(bars, Bar{Label: fmt.Sprintf("rank %d", rk.Rank), Rank: rk.Rank, Kind: "time", Segs: segs})
-	}
-	return bars
-}
-
-func stepTimePanel(r *Run) Panel {
-	bars := StepSplit(r.Steps)
-	legend := []string{"compute + misc", "comm exposed"}
-	for _, b := range bars {
-		if len(b.Segs) > 2 {
-			legend = append(legend, "bubble")
-			break
-		}
-	}
-	c := BarChart{ID: "steptime-chart", Unit: "s", Bars: bars, Legend: legend}
-	return Panel{ID: "steptime", Title: "Step time per rank",
-		Note: "mean per step after the first: T_step = compute + misc + exposed communication (+ bubble); step time is rank 0's, " +
-			"so a rank that waits for rank 0's work between steps (evaluation, samples) shows more exposed communication than that",
-		HTML: template.HTML(c.SVG())}
 }
 
 func planPanel(r *Run) Panel {

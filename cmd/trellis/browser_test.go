@@ -152,6 +152,18 @@ func checkMemory(t *testing.T, p *page, line []byte) {
 	}
 }
 
+// stepSegs reads the step-time chart's segments: "rank/part" -> seconds.
+const stepSegs = `Object.fromEntries([...document.querySelectorAll('#steptime-chart rect.seg')].map(r => [r.dataset.rank + "/" + r.dataset.tag, Number(r.dataset.value)]))`
+
+// checkStepTime holds the step-time chart against --metrics lines: each
+// rank's measured parts when the lines have them, else the older split.
+func checkStepTime(t *testing.T, p *page, lines [][]byte) {
+	t.Helper()
+	if d := sameSplit(eval[map[string]float64](t, p, stepSegs), wantSplit(t, lines)); d != "" {
+		t.Errorf("step %d: step-time chart: %s", len(lines), d)
+	}
+}
+
 // gate holds the training loop after step `at` until released, so the
 // test can look at the page mid-run.
 type gate struct {
@@ -209,6 +221,7 @@ func testDashboard(t *testing.T, p *page) {
 	}
 	waitJS(t, p, fmt.Sprintf("(%s) === %d", lossPoints, mid))
 	checkMemory(t, p, metricsLines(t, path)[mid-1])
+	checkStepTime(t, p, metricsLines(t, path)[:mid])
 	eval[bool](t, p, `window.__same = [document.getElementById("loss"), document.getElementById("loss-chart")]; true`)
 	close(g.release)
 	if err := <-done; err != nil {
@@ -220,6 +233,7 @@ func testDashboard(t *testing.T, p *page) {
 		t.Fatalf("--metrics has %d lines, want %d", len(lines), steps)
 	}
 	checkMemory(t, p, lines[steps-1])
+	checkStepTime(t, p, lines)
 	if !eval[bool](t, p, `window.__same[0] === document.getElementById("loss")`) {
 		t.Error("the page was reloaded; want updates in place")
 	}
@@ -262,6 +276,15 @@ func testReport(t *testing.T, p *page) {
 			t.Errorf("the report requested %s", r)
 		}
 	}
+	// A file with the measured split: each rank's four parts.
+	split := splitMetrics(t, 4)
+	if err := runReport(split, reportFlags{out: out}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(p.ctx, chromedp.Navigate(url)); err != nil {
+		t.Fatal(err)
+	}
+	checkStepTime(t, p, metricsLines(t, split))
 	if e := p.errs(); len(e) > 0 {
 		t.Errorf("console errors: %q", e)
 	}
