@@ -115,3 +115,26 @@ func TestEventsSince(t *testing.T) {
 		t.Errorf("after reconnecting: panels %q, want the step's without plan and samples", keys(f.Panels))
 	}
 }
+
+// TestFinishNotDelayed: the run's end is sent at once, not after the
+// frame interval (the server closes soon after the run ends).
+func TestFinishNotDelayed(t *testing.T) {
+	h := New(Config{MinInterval: time.Hour})
+	srv := httptest.NewServer(h.Handler())
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := follow(t, ctx, srv.URL)
+	if ev, _, _ := s.next(t); ev != "frame" {
+		t.Fatalf("first event %q", ev)
+	}
+	h.Step(line(1))
+	h.Finish("finished")
+	ev, f, all := s.next(t)
+	if ev != "frame" || !f.Done || pointCount(all["loss"]) != 1 {
+		t.Errorf("event %q done %v with %d loss points, want the last frame", ev, f.Done, pointCount(all["loss"]))
+	}
+	if ev, _, _ := s.next(t); ev != "end" {
+		t.Errorf("event %q, want end", ev)
+	}
+}

@@ -17,8 +17,10 @@ import (
 // Config tunes a Hub.
 type Config struct {
 	// MinInterval is the least time between two frames sent to one
-	// browser (default 1s: rendering a frame costs the training process CPU,
-	// measured 3.7% at 250ms on 2 vCPUs): updates in between are coalesced.
+	// browser (default 2s): updates in between are coalesced. A frame costs
+	// the browser more than the server: headless Chromium spent about 10 ms
+	// of CPU receiving each event and as much again patching the page, on
+	// the 2 vCPUs a training run shares with it (docs/BENCHMARKS.md).
 	MinInterval time.Duration
 	// MaxSteps bounds the steps kept in memory (default 1<<20); beyond it
 	// the oldest are dropped.
@@ -46,6 +48,7 @@ type Hub struct {
 	done    bool
 	status  string
 	subs    map[chan struct{}]struct{}
+	end     chan struct{} // closed by Finish: the last frame goes out at once
 
 	rmu    sync.Mutex // the render cache
 	parsed []viz.Step
@@ -56,7 +59,7 @@ type Hub struct {
 // New returns an empty hub.
 func New(cfg Config) *Hub {
 	if cfg.MinInterval <= 0 {
-		cfg.MinInterval = time.Second
+		cfg.MinInterval = 2 * time.Second
 	}
 	if cfg.MaxSteps <= 0 {
 		cfg.MaxSteps = 1 << 20
@@ -67,7 +70,7 @@ func New(cfg Config) *Hub {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Hub{cfg: cfg, epoch: time.Now().UnixNano(), subs: map[chan struct{}]struct{}{}}
+	return &Hub{cfg: cfg, epoch: time.Now().UnixNano(), subs: map[chan struct{}]struct{}{}, end: make(chan struct{})}
 }
 
 // changed bumps the version and wakes every subscriber without blocking:
@@ -118,6 +121,9 @@ func (h *Hub) Sample(step int, text string) {
 func (h *Hub) Finish(status string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if !h.done {
+		close(h.end)
+	}
 	h.done, h.status = true, status
 	h.changed()
 }

@@ -94,6 +94,7 @@ func (h *Hub) events(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-time.After(h.cfg.MinInterval):
+		case <-h.end: // the server closes soon after the run ends
 		case <-r.Context().Done():
 			return
 		}
