@@ -5,9 +5,11 @@
 #   off      no dashboard;
 #   sse      --dashboard, one server-sent-events client (curl) taking every frame;
 #   browser  --dashboard, shown by headless Chromium on this same machine.
-# One Chromium runs for the whole benchmark (its start-up is not measured): a
-# local page polls the dashboard's address and loads it into an iframe each
-# time a run's server comes up. Prints each run's median tokens/s (from the
+# One Chromium runs for the whole benchmark (its start-up is not measured);
+# for each browser run a tab is opened on the dashboard through Chromium's
+# DevTools HTTP endpoint once the run's server answers, and closed after
+# the run (no polling page in the browser: that cost more than the
+# dashboard). Prints each run's median tokens/s (from the
 # end-of-run summary) and the CPU seconds of the trellis process (which other
 # tenants of a shared machine disturb less than wall time), for the browser
 # runs Chromium's CPU seconds per minute (all its processes), and the ratios
@@ -20,6 +22,7 @@ reps=${1:-3}
 steps=${2:-30}
 port=18765 # the browser watches this one; the sse runs use port+1
 url="http://127.0.0.1:$port"
+devtools="http://127.0.0.1:$((port + 2))"
 sseurl="http://127.0.0.1:$((port + 1))"
 tmp=$(mktemp -d)
 chrome_pid=
@@ -50,16 +53,8 @@ tree_cpu() {
 }
 
 if [ -n "$chrome" ]; then
-	cat >"$tmp/viewer.html" <<HTML
-<!DOCTYPE html><iframe id="f" style="width:1300px;height:1800px"></iframe><script>
-let up = false;
-setInterval(() => fetch("$url/favicon.ico", {mode: "no-cors", cache: "no-store"})
-  .then(() => { if (!up) { up = true; document.getElementById("f").src = "$url/?" + Date.now(); } })
-  .catch(() => { up = false; }), 300);
-</script>
-HTML
-	"$chrome" --headless --no-sandbox --disable-gpu --remote-debugging-port=0 --user-data-dir="$tmp/profile" \
-		"file://$tmp/viewer.html" >/dev/null 2>&1 &
+	"$chrome" --headless --no-sandbox --disable-gpu --remote-debugging-port=$((port + 2)) --user-data-dir="$tmp/profile" \
+		--window-size=1300,1800 about:blank >/dev/null 2>&1 &
 	chrome_pid=$!
 	sleep 15 # let it start before the first measurement
 fi
@@ -67,14 +62,19 @@ fi
 printf "%-6s %20s %20s %32s\n" round "off: tok/s, CPU s" "sse: tok/s, CPU s" "browser: tok/s, CPU s, Chromium s/min"
 for r in $(seq "$reps"); do
 	off=$(tps)
-	(until curl -sN "$sseurl/events" >/dev/null 2>&1; do sleep 0.1; done) & v=$!
+	(for _ in $(seq 600); do curl -sN "$sseurl/events" >/dev/null 2>&1 && break; sleep 0.1; done) & v=$!
 	sse=$(tps --dashboard "127.0.0.1:$((port + 1))")
 	wait $v
 	br="0 0 0"
 	if [ -n "$chrome" ]; then
+		(for _ in $(seq 600); do curl -s -o /dev/null "$url/metrics.jsonl" && break; sleep 0.1; done
+			curl -s -X PUT "$devtools/json/new?$url/" >"$tmp/tab") & v=$!
 		c0=$(tree_cpu "$chrome_pid") t0=$(date +%s.%N)
 		br=$(tps --dashboard "127.0.0.1:$port")
 		c1=$(tree_cpu "$chrome_pid") t1=$(date +%s.%N)
+		wait $v
+		tab=$(grep -o '"id": *"[^"]*"' "$tmp/tab" | sed 's/.*"\([^"]*\)"$/\1/')
+		curl -s "$devtools/json/close/$tab" >/dev/null
 		br="$br $(echo "$c0 $c1 $t0 $t1" | awk '{printf "%.2f", ($2 - $1) * 60 / ($4 - $3)}')"
 	fi
 	printf "%-6s %20s %20s %32s\n" "$r" "$off" "$sse" "$br"
