@@ -8,8 +8,9 @@
 # One Chromium runs for the whole benchmark (its start-up is not measured);
 # for each browser run a tab is opened on the dashboard through Chromium's
 # DevTools HTTP endpoint once the run's server answers, and closed after
-# the run (no polling page in the browser: that cost more than the
-# dashboard). Prints each run's median tokens/s (from the
+# the run. Opening the tab (a renderer process) and the first render are
+# part of each browser run: most of Chromium's CPU in a short run, paid
+# once by a real one (BenchmarkBrowserCPU measures the steady state). Prints each run's median tokens/s (from the
 # end-of-run summary) and the CPU seconds of the trellis process (which other
 # tenants of a shared machine disturb less than wall time), for the browser
 # runs Chromium's CPU seconds per minute (all its processes), and the ratios
