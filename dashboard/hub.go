@@ -6,8 +6,6 @@
 package dashboard
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -19,8 +17,10 @@ import (
 // Config tunes a Hub.
 type Config struct {
 	// MinInterval is the least time between two frames sent to one
-	// browser (default 1s: rendering a frame costs the training process CPU,
-	// measured 3.7% at 250ms on 2 vCPUs): updates in between are coalesced.
+	// browser (default 2s): updates in between are coalesced. A frame costs
+	// the browser more than the server: headless Chromium spent about 10 ms
+	// of CPU receiving each event and as much again patching the page, on
+	// the 2 vCPUs a training run shares with it (docs/BENCHMARKS.md).
 	MinInterval time.Duration
 	// MaxSteps bounds the steps kept in memory (default 1<<20); beyond it
 	// the oldest are dropped.
@@ -33,9 +33,11 @@ type Config struct {
 // Hub holds a run's history and fans it out to browsers. The training side
 // (Start, Step, Sample, Finish) only appends under a short lock and signals
 // subscribers without blocking; rendering happens on the browsers'
-// goroutines, at most once per version of the history.
+// goroutines, at most once per version of the history, and nothing is
+// rendered while no browser is connected.
 type Hub struct {
-	cfg Config
+	cfg   Config
+	epoch int64 // tells this hub's event ids from another's (a restarted run)
 
 	mu      sync.Mutex
 	info    viz.Info
@@ -46,28 +48,18 @@ type Hub struct {
 	done    bool
 	status  string
 	subs    map[chan struct{}]struct{}
+	end     chan struct{} // closed by Finish: the last frame goes out at once
 
 	rmu    sync.Mutex // the render cache
 	parsed []viz.Step
 	parseN int // lines of the history parsed (counting dropped ones)
-	frameV uint64
-	frame  frame
-}
-
-// frame is one rendering of the history: what a browser swaps in.
-type frame struct {
-	Version uint64            `json:"v"`
-	Status  string            `json:"status"`
-	Panels  map[string]string `json:"panels"`
-	Notes   map[string]string `json:"notes"`
-	Done    bool              `json:"done"`
-	page    []viz.Panel
+	frame  *frame
 }
 
 // New returns an empty hub.
 func New(cfg Config) *Hub {
 	if cfg.MinInterval <= 0 {
-		cfg.MinInterval = time.Second
+		cfg.MinInterval = 2 * time.Second
 	}
 	if cfg.MaxSteps <= 0 {
 		cfg.MaxSteps = 1 << 20
@@ -78,7 +70,7 @@ func New(cfg Config) *Hub {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Hub{cfg: cfg, subs: map[chan struct{}]struct{}{}, frameV: ^uint64(0)}
+	return &Hub{cfg: cfg, epoch: time.Now().UnixNano(), subs: map[chan struct{}]struct{}{}, end: make(chan struct{})}
 }
 
 // changed bumps the version and wakes every subscriber without blocking:
@@ -129,6 +121,9 @@ func (h *Hub) Sample(step int, text string) {
 func (h *Hub) Finish(status string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if !h.done {
+		close(h.end)
+	}
 	h.done, h.status = true, status
 	h.changed()
 }
@@ -157,13 +152,13 @@ func (h *Hub) snapshot() (info viz.Info, lines [][]byte, dropped int, samples []
 
 // render returns the frame of the current version, rendering it if no
 // browser has yet. Lines that do not parse are logged and skipped.
-func (h *Hub) render() frame {
+func (h *Hub) render() *frame {
 	// The snapshot is taken under rmu, so that renders see the history
 	// grow monotonically (the parse state follows it).
 	h.rmu.Lock()
 	defer h.rmu.Unlock()
 	info, lines, dropped, samples, v, done, status := h.snapshot()
-	if v == h.frameV {
+	if h.frame != nil && v == h.frame.version {
 		return h.frame
 	}
 	if h.parseN < dropped { // the front was dropped: parse again from the start
@@ -182,12 +177,8 @@ func (h *Hub) render() frame {
 		h.parsed = h.parsed[n:]
 	}
 	run := &viz.Run{Info: info, Steps: h.parsed, Samples: samples, Status: statusLine(info, h.parsed, done, status), Live: true}
-	f := frame{Version: v, Status: run.Status, Done: done, Panels: map[string]string{}, Notes: map[string]string{}, page: viz.Panels(run)}
-	for _, p := range f.page {
-		f.Panels[p.ID], f.Notes[p.ID] = string(p.HTML), p.Note
-	}
-	h.frameV, h.frame = v, f
-	return f
+	h.frame = newFrame(h.epoch, v, run.Status, done, viz.Panels(run), h.frame)
+	return h.frame
 }
 
 func statusLine(info viz.Info, steps []viz.Step, done bool, status string) string {
@@ -202,14 +193,4 @@ func statusLine(info viz.Info, steps []viz.Step, done bool, status string) strin
 		s += fmt.Sprintf(" of %d", info.ToStep)
 	}
 	return s
-}
-
-// json encodes the frame on one line (as an event's data must be),
-// leaving <, > and & as they are.
-func (f frame) json() []byte {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.Encode(f)
-	return bytes.TrimRight(b.Bytes(), "\n")
 }

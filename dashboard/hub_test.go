@@ -36,8 +36,8 @@ func TestPublishNeverBlocks(t *testing.T) {
 	if len(wake) != 1 {
 		t.Errorf("%d pending wake-ups, want 1 (coalesced)", len(wake))
 	}
-	if f := h.render(); !strings.Contains(f.Status, "step 10000") {
-		t.Errorf("status %q after 10000 steps", f.Status)
+	if f := h.render(); !strings.Contains(f.status, "step 10000") {
+		t.Errorf("status %q after 10000 steps", f.status)
 	}
 }
 
@@ -51,9 +51,19 @@ func TestMaxSteps(t *testing.T) {
 		h.Step(line(i))
 	}
 	f := h.render()
-	if n := pointCount(f.Panels["loss"]); n != 3 {
+	if n := pointCount(panelHTML(f, "loss")); n != 3 {
 		t.Errorf("%d loss points kept, want 3", n)
 	}
+}
+
+// panelHTML is a frame's panel by id ("" when there is none).
+func panelHTML(f *frame, id string) string {
+	for _, p := range f.panels {
+		if p.ID == id {
+			return string(p.HTML)
+		}
+	}
+	return ""
 }
 
 var dataN = regexp.MustCompile(`data-series="train" data-n="(\d+)"`)
@@ -67,13 +77,29 @@ func pointCount(svg string) int {
 	return n
 }
 
-// sse reads events from a /events stream.
-type sse struct{ r *bufio.Reader }
+// event is a "frame" event's data as a browser reads it.
+type event struct {
+	V      uint64            `json:"v"`
+	Status string            `json:"status"`
+	Done   bool              `json:"done"`
+	Panels map[string]string `json:"panels"`
+	Notes  map[string]string `json:"notes"`
+}
 
-func (s sse) next(t *testing.T) (string, frame) {
+// sse reads events from a /events stream. Like the page, it keeps every
+// panel it has been sent: frames carry only the panels that changed.
+type sse struct {
+	r      *bufio.Reader
+	panels map[string]string
+	id     string // the last event id
+}
+
+// next returns the next event's name, its data (a frame's) and every
+// panel received so far.
+func (s *sse) next(t *testing.T) (string, event, map[string]string) {
 	t.Helper()
 	var ev string
-	var f frame
+	var f event
 	for {
 		l, err := s.r.ReadString('\n')
 		if err != nil {
@@ -81,6 +107,8 @@ func (s sse) next(t *testing.T) (string, frame) {
 		}
 		l = strings.TrimRight(l, "\n")
 		switch {
+		case strings.HasPrefix(l, "id: "):
+			s.id = l[len("id: "):]
 		case strings.HasPrefix(l, "event: "):
 			ev = l[len("event: "):]
 		case strings.HasPrefix(l, "data: "):
@@ -88,14 +116,26 @@ func (s sse) next(t *testing.T) (string, frame) {
 				t.Fatalf("event data: %v", err)
 			}
 		case l == "":
-			return ev, f
+			for id, html := range f.Panels {
+				s.panels[id] = html
+			}
+			return ev, f, s.panels
 		}
 	}
 }
 
-func follow(t *testing.T, ctx context.Context, url string) sse {
+// follow opens url's event stream (url: a server, or its /events?...).
+func follow(t *testing.T, ctx context.Context, url string) *sse {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/events", nil)
+	if !strings.Contains(url, "/events") {
+		url += "/events"
+	}
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	return followReq(t, req)
+}
+
+func followReq(t *testing.T, req *http.Request) *sse {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -104,14 +144,14 @@ func follow(t *testing.T, ctx context.Context, url string) sse {
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		t.Fatalf("content type %q", ct)
 	}
-	return sse{bufio.NewReader(resp.Body)}
+	return &sse{r: bufio.NewReader(resp.Body), panels: map[string]string{}}
 }
 
 // waitFor reads frames until one has n loss points.
-func (s sse) waitFor(t *testing.T, n int) frame {
+func (s *sse) waitFor(t *testing.T, n int) event {
 	t.Helper()
 	for {
-		ev, f := s.next(t)
+		ev, f, _ := s.next(t)
 		if ev != "frame" {
 			t.Fatalf("event %q before a frame with %d points", ev, n)
 		}
@@ -131,8 +171,8 @@ func TestEvents(t *testing.T) {
 	defer cancel()
 	h.Start(viz.Info{Plan: "dp=1", Ranks: 1, ToStep: 40, Groups: map[string][][]int{"dp": {{0}}}})
 	a, b := follow(t, ctx, srv.URL), follow(t, ctx, srv.URL)
-	for _, s := range []sse{a, b} {
-		if ev, f := s.next(t); ev != "frame" || !strings.Contains(f.Panels["plan"], "dp=1") {
+	for _, s := range []*sse{a, b} {
+		if ev, f, _ := s.next(t); ev != "frame" || !strings.Contains(f.Panels["plan"], "dp=1") {
 			t.Fatalf("first event %q, plan panel %q", ev, f.Panels["plan"])
 		}
 	}
@@ -140,21 +180,21 @@ func TestEvents(t *testing.T) {
 		h.Step(line(i))
 	}
 	h.Sample(40, "It is a truth")
-	for _, s := range []sse{a, b} {
+	for _, s := range []*sse{a, b} {
 		f := s.waitFor(t, 40)
 		if !strings.Contains(f.Status, "step 40 of 40") {
 			t.Errorf("status %q", f.Status)
 		}
 	}
 	h.Finish("finished")
-	for _, s := range []sse{a, b} {
+	for _, s := range []*sse{a, b} {
 		for {
-			ev, f := s.next(t)
+			ev, f, all := s.next(t)
 			if ev == "end" {
 				break
 			}
-			if f.Status != "finished" || !strings.Contains(f.Panels["samples"], "It is a truth") {
-				t.Errorf("last frame: status %q, samples %q", f.Status, f.Panels["samples"])
+			if f.Status != "finished" || !f.Done || !strings.Contains(all["samples"], "It is a truth") {
+				t.Errorf("last frame: status %q, done %v, samples %q", f.Status, f.Done, all["samples"])
 			}
 		}
 	}
@@ -224,8 +264,7 @@ func TestConcurrentRenders(t *testing.T) {
 					return
 				default:
 				}
-				f := h.render()
-				n := pointCount(f.Panels["loss"])
+				n := pointCount(panelHTML(h.render(), "loss"))
 				if n > 50 || (n < last && last < 50) {
 					errs <- fmt.Sprintf("points went from %d to %d", last, n)
 					return
@@ -243,7 +282,7 @@ func TestConcurrentRenders(t *testing.T) {
 			t.Error(e)
 		}
 	}
-	if n := pointCount(h.render().Panels["loss"]); n != 50 {
+	if n := pointCount(panelHTML(h.render(), "loss")); n != 50 {
 		t.Errorf("%d points at the end, want 50", n)
 	}
 }

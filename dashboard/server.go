@@ -19,9 +19,14 @@ const writeTimeout = 30 * time.Second
 // Handler serves the dashboard:
 //
 //	GET /               the page, rendered now, with a script that follows /events
-//	GET /events         server-sent events: "frame" (JSON: panels by id) after
-//	                    changes, at most every MinInterval; "end" when the run is over
+//	GET /events         server-sent events: "frame" (JSON: the panels that changed
+//	                    since the browser's last frame, by id) after changes, at
+//	                    most every MinInterval; "end" when the run is over
 //	GET /metrics.jsonl  the --metrics lines so far (for trellis report)
+//
+// Each frame carries an event id; the browser sends back the last one it
+// got (?since= on the first request, the Last-Event-ID header when it
+// reconnects), and gets only what changed after it.
 func (h *Hub) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", h.page)
@@ -34,7 +39,7 @@ func (h *Hub) page(w http.ResponseWriter, r *http.Request) {
 	f := h.render()
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	p := viz.Page{Title: h.cfg.Title, Status: f.Status, Panels: f.page, Script: template.JS(liveJS)}
+	p := viz.Page{Title: h.cfg.Title, Status: f.status, Panels: f.page(), Script: template.JS(liveJS), Since: f.id()}
 	if err := viz.WriteHTML(w, p); err != nil {
 		h.cfg.Log.Warn("dashboard: page", "err", err)
 	}
@@ -59,17 +64,27 @@ func (h *Hub) events(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	wake, cancel := h.subscribe()
 	defer cancel()
-	sent := ^uint64(0)
+	last := r.Header.Get("Last-Event-ID")
+	if last == "" {
+		last = r.URL.Query().Get("since")
+	}
+	f := h.render()
+	sent := f.since(last)
+	if f.version == sent { // nothing to send yet: let the browser know it is connected
+		w.WriteHeader(http.StatusOK)
+		if rc.Flush() != nil {
+			return
+		}
+	}
 	for {
-		f := h.render()
-		if f.Version != sent {
-			if err := send(rc, w, "frame", f.json()); err != nil {
+		if f.version != sent {
+			if err := send(rc, w, f.id(), "frame", f.diff(sent)); err != nil {
 				return
 			}
-			sent = f.Version
+			sent = f.version
 		}
-		if f.Done {
-			send(rc, w, "end", []byte("{}"))
+		if f.done {
+			send(rc, w, "", "end", []byte("{}"))
 			return
 		}
 		select {
@@ -79,14 +94,22 @@ func (h *Hub) events(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-time.After(h.cfg.MinInterval):
+		case <-h.end: // the server closes soon after the run ends
 		case <-r.Context().Done():
 			return
 		}
+		f = h.render()
 	}
 }
 
-func send(rc *http.ResponseController, w http.ResponseWriter, event string, data []byte) error {
+// send writes one event (with an id when id is not empty) and flushes it.
+func send(rc *http.ResponseController, w http.ResponseWriter, id, event string, data []byte) error {
 	rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if id != "" {
+		if _, err := fmt.Fprintf(w, "id: %s\n", id); err != nil {
+			return err
+		}
+	}
 	if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data); err != nil {
 		return err
 	}

@@ -91,6 +91,76 @@ func TestStepSplit(t *testing.T) {
 	}
 }
 
+// splitStep is step n of a 2-rank run whose cumulative parts are the given
+// per-step parts summed over steps 1..n (rank r's scaled by r+1).
+func splitStep(n int, compute, wait, bubble, misc func(i int) float64) Step {
+	s := Step{Step: n, StepS: 1}
+	for r := range 2 {
+		var c, w, b, m float64
+		for i := 1; i <= n; i++ {
+			c, w, b, m = c+compute(i), w+wait(i), b+bubble(i), m+misc(i)
+		}
+		k := float64(r + 1)
+		c, m = c*k, m*k
+		s.Ranks = append(s.Ranks, RankMem{Rank: r, CommWaitS: w * k, BubbleS: b * k, ComputeS: &c, MiscS: &m})
+	}
+	return s
+}
+
+// TestStepSplitMeasured: with compute_s and misc_s, each rank's bar is its
+// own four parts, the means of their per-step increases after the first
+// step; a counter that restarts (a resumed run) counts from zero.
+func TestStepSplitMeasured(t *testing.T) {
+	compute := func(i int) float64 { return 0.2 + 0.01*float64(i) }
+	wait := func(i int) float64 { return 0.05 * float64(i%3) }
+	bubble := func(i int) float64 { return 0.03 }
+	misc := func(i int) float64 { return 0.001*float64(i) + 0.0001*float64(i*i) }
+	var steps []Step
+	for n := 1; n <= 5; n++ {
+		steps = append(steps, splitStep(n, compute, wait, bubble, misc))
+	}
+	mean := func(f func(int) float64) float64 { return (f(2) + f(3) + f(4) + f(5)) / 4 }
+	check := func(name string, bars []Bar) {
+		t.Helper()
+		if len(bars) != 2 {
+			t.Fatalf("%s: %d bars, want 2", name, len(bars))
+		}
+		for r, b := range bars {
+			k := float64(r + 1)
+			want := []Seg{{"compute", k * mean(compute)}, {"comm exposed", k * mean(wait)}, {"bubble", k * mean(bubble)}, {"misc", k * mean(misc)}}
+			if len(b.Segs) != len(want) {
+				t.Fatalf("%s: rank %d segments %+v, want %+v", name, r, b.Segs, want)
+			}
+			for i, w := range want {
+				if g := b.Segs[i]; g.Name != w.Name || math.Abs(g.Value-w.Value) > 1e-12 {
+					t.Errorf("%s: rank %d segment %d = %s %g, want %s %g", name, r, i, g.Name, g.Value, w.Name, w.Value)
+				}
+			}
+		}
+	}
+	check("one run", StepSplit(steps))
+	// Resumed after step 3: the new process counts from zero again (each
+	// part's step 4 is below its total over steps 1-3, as in any run past
+	// its first few steps: a restart is seen as a decrease).
+	resumed := append([]Step(nil), steps[:3]...)
+	for n := 4; n <= 5; n++ {
+		s := splitStep(n-3, func(i int) float64 { return compute(i + 3) }, func(i int) float64 { return wait(i + 3) },
+			func(i int) float64 { return bubble(i + 3) }, func(i int) float64 { return misc(i + 3) })
+		s.Step = n
+		resumed = append(resumed, s)
+	}
+	check("resumed", StepSplit(resumed))
+	// An older file: no compute_s; the rest of the step is one part.
+	for i := range steps {
+		for r := range steps[i].Ranks {
+			steps[i].Ranks[r].ComputeS, steps[i].Ranks[r].MiscS = nil, nil
+		}
+	}
+	if b := StepSplit(steps)[0]; len(b.Segs) != 3 || b.Segs[0].Name != "compute + misc" || math.Abs(b.Segs[0].Value-(1-mean(wait)-mean(bubble))) > 1e-12 {
+		t.Errorf("without compute_s: %+v, want compute + misc = step - wait - bubble, comm exposed, bubble", b.Segs)
+	}
+}
+
 func TestBarChartLimit(t *testing.T) {
 	bars := []Bar{{Label: "a", Segs: []Seg{{"param", 10 << 20}}}}
 	for _, c := range []struct {

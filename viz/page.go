@@ -20,6 +20,7 @@ type Page struct {
 	Header template.HTML // e.g. the plan explorer's form
 	Panels []Panel
 	Script template.JS // "" for a static report
+	Since  string      // a live page: the id of the frame it shows (body's data-since)
 }
 
 // WriteHTML writes the page as one self-contained document.

@@ -3,7 +3,6 @@ package viz
 import (
 	"fmt"
 	"html/template"
-	"math"
 	"slices"
 	"strings"
 )
@@ -139,62 +138,6 @@ func memoryPanel(r *Run) Panel {
 	return Panel{ID: "memory", Title: "Memory per rank", Note: note, HTML: template.HTML(c.SVG())}
 }
 
-// StepSplit is each rank's mean step time split into exposed
-// communication (time blocked waiting on collectives), pipeline bubble
-// (when reported) and the rest (compute and misc), over the steps after
-// the first (which includes warm-up) when there are several:
-//
-//	compute+misc = step − comm exposed − bubble
-func StepSplit(steps []Step) []Bar {
-	if len(steps) == 0 {
-		return nil
-	}
-	first, last := steps[0], steps[len(steps)-1]
-	span, n := 0.0, 0
-	base := map[int]RankMem{}
-	if len(steps) > 1 {
-		for _, s := range steps[1:] {
-			span += s.StepS
-			n++
-		}
-		for _, rk := range first.Ranks {
-			base[rk.Rank] = rk
-		}
-	} else {
-		span, n = first.StepS, 1
-	}
-	var bars []Bar
-	for _, rk := range last.Ranks {
-		b0 := base[rk.Rank]
-		wait := math.Max(0, rk.CommWaitS-b0.CommWaitS) / float64(n)
-		bub := math.Max(0, rk.BubbleS-b0.BubbleS) / float64(n)
-		step := span / float64(n)
-		rest := math.Max(0, step-wait-bub)
-		segs := []Seg{{Name: "compute + misc", Value: rest}, {Name: "comm exposed", Value: wait}}
-		if rk.BubbleS > 0 {
-			segs = append(segs, Seg{Name: "bubble", Value: bub})
-		}
-		bars = append(bars, Bar{Label: fmt.Sprintf("rank %d", rk.Rank), Rank: rk.Rank, Kind: "time", Segs: segs})
-	}
-	return bars
-}
-
-func stepTimePanel(r *Run) Panel {
-	bars := StepSplit(r.Steps)
-	legend := []string{"compute + misc", "comm exposed"}
-	for _, b := range bars {
-		if len(b.Segs) > 2 {
-			legend = append(legend, "bubble")
-			break
-		}
-	}
-	c := BarChart{ID: "steptime-chart", Unit: "s", Bars: bars, Legend: legend}
-	return Panel{ID: "steptime", Title: "Step time per rank",
-		Note: "mean per step after the first: T_step = compute + misc + exposed communication (+ bubble); step time is rank 0's, " +
-			"so a rank that waits for rank 0's work between steps (evaluation, samples) shows more exposed communication than that",
-		HTML: template.HTML(c.SVG())}
-}
-
 func planPanel(r *Run) Panel {
 	var b strings.Builder
 	in := r.Info
@@ -215,7 +158,9 @@ func planPanel(r *Run) Panel {
 	if in.ToStep > 0 {
 		row("steps", fmt.Sprintf("%d..%d", in.FromStep+1, in.ToStep))
 	}
-	row("status", r.Status)
+	if !r.Live { // a live page's header says it, and the panel stays as it is
+		row("status", r.Status)
+	}
 	b.WriteString(`</table>`)
 	b.WriteString(meshTable(in.Groups))
 	return Panel{ID: "plan", Title: "Plan and mesh", Note: "which rank is in which group of each mesh axis", HTML: template.HTML(b.String())}

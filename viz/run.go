@@ -50,7 +50,9 @@ type Step struct {
 }
 
 // RankMem is one rank's entry of a step: peak bytes per tag since the
-// start, and cumulative communication times.
+// start, and cumulative times. When the split is reported (ComputeS not
+// nil), compute_s + comm_wait_s + bubble_s + misc_s is the rank's own step
+// time so far; older metrics files have only comm_wait_s (and bubble_s).
 type RankMem struct {
 	Rank      int              `json:"rank"`
 	Param     int64            `json:"param"`
@@ -62,7 +64,9 @@ type RankMem struct {
 	Peak      int64            `json:"peak"`
 	CommBusyS float64          `json:"comm_busy_s"`
 	CommWaitS float64          `json:"comm_wait_s"`
-	BubbleS   float64          `json:"bubble_s,omitempty"` // cumulative pipeline idle time, when reported
+	BubbleS   float64          `json:"bubble_s,omitempty"`  // cumulative pipeline idle time, when reported
+	ComputeS  *float64         `json:"compute_s,omitempty"` // cumulative forward and backward work, when reported
+	MiscS     *float64         `json:"misc_s,omitempty"`    // cumulative rest of the step, when reported
 	Predicted map[string]int64 `json:"predicted,omitempty"`
 }
 

@@ -49,7 +49,7 @@ func (p *page) reqs() []string {
 
 // browser starts headless Chromium, or skips the test when there is none
 // (fails instead when TRELLIS_BROWSER_TESTS=require, as in CI).
-func browser(t *testing.T) context.Context {
+func browser(t testing.TB) context.Context {
 	t.Helper()
 	exe := ""
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
@@ -152,6 +152,18 @@ func checkMemory(t *testing.T, p *page, line []byte) {
 	}
 }
 
+// stepSegs reads the step-time chart's segments: "rank/part" -> seconds.
+const stepSegs = `Object.fromEntries([...document.querySelectorAll('#steptime-chart rect.seg')].map(r => [r.dataset.rank + "/" + r.dataset.tag, Number(r.dataset.value)]))`
+
+// checkStepTime holds the step-time chart against --metrics lines: each
+// rank's measured parts when the lines have them, else the older split.
+func checkStepTime(t *testing.T, p *page, lines [][]byte) {
+	t.Helper()
+	if d := sameSplit(eval[map[string]float64](t, p, stepSegs), wantSplit(t, lines)); d != "" {
+		t.Errorf("step %d: step-time chart: %s", len(lines), d)
+	}
+}
+
 // gate holds the training loop after step `at` until released, so the
 // test can look at the page mid-run.
 type gate struct {
@@ -209,7 +221,8 @@ func testDashboard(t *testing.T, p *page) {
 	}
 	waitJS(t, p, fmt.Sprintf("(%s) === %d", lossPoints, mid))
 	checkMemory(t, p, metricsLines(t, path)[mid-1])
-	eval[bool](t, p, `window.__same = document.getElementById("loss"); true`)
+	checkStepTime(t, p, metricsLines(t, path)[:mid])
+	eval[bool](t, p, `window.__same = [document.getElementById("loss"), document.getElementById("loss-chart")]; true`)
 	close(g.release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -220,8 +233,12 @@ func testDashboard(t *testing.T, p *page) {
 		t.Fatalf("--metrics has %d lines, want %d", len(lines), steps)
 	}
 	checkMemory(t, p, lines[steps-1])
-	if !eval[bool](t, p, `window.__same === document.getElementById("loss")`) {
+	checkStepTime(t, p, lines)
+	if !eval[bool](t, p, `window.__same[0] === document.getElementById("loss")`) {
 		t.Error("the page was reloaded; want updates in place")
+	}
+	if !eval[bool](t, p, `window.__same[1] === document.getElementById("loss-chart")`) {
+		t.Error("the loss chart was replaced; want its changed attributes patched in place")
 	}
 	if n := eval[int](t, p, `document.querySelectorAll('#samples .sample').length`); n != 2 {
 		t.Errorf("%d samples shown, want 2 (steps 3 and 6)", n)
@@ -259,6 +276,15 @@ func testReport(t *testing.T, p *page) {
 			t.Errorf("the report requested %s", r)
 		}
 	}
+	// A file with the measured split: each rank's four parts.
+	split := splitMetrics(t, 4)
+	if err := runReport(split, reportFlags{out: out}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(p.ctx, chromedp.Navigate(url)); err != nil {
+		t.Fatal(err)
+	}
+	checkStepTime(t, p, metricsLines(t, split))
 	if e := p.errs(); len(e) > 0 {
 		t.Errorf("console errors: %q", e)
 	}

@@ -3,12 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -160,6 +165,128 @@ func TestExplorerReadsNoChosenFile(t *testing.T) {
 		resp.Body.Close()
 		if !strings.Contains(string(b), c.want) {
 			t.Errorf("%q: page lacks %q", c.query, c.want)
+		}
+	}
+}
+
+// splitMetrics writes a --metrics file of steps lines, 3 ranks, with the
+// measured split (compute_s, comm_wait_s, bubble_s, misc_s, cumulative)
+// growing by uneven amounts, and returns its path.
+func splitMetrics(t *testing.T, steps int) string {
+	t.Helper()
+	var b bytes.Buffer
+	cum := make([][4]float64, 3)
+	for n := 1; n <= steps; n++ {
+		var ranks []map[string]any
+		for r := range cum {
+			x := float64(n*(r+1)) / 100
+			for i, d := range []float64{0.2 + x, 0.01 * float64(n%3+r), 0.003 * float64(r), 0.001 + x/10} {
+				cum[r][i] += d
+			}
+			ranks = append(ranks, map[string]any{"rank": r, "param": 100, "grad": 100, "optim": 200, "act": 300 + r, "workspace": 10, "comm": 5, "peak": 700,
+				"comm_busy_s": 2 * cum[r][1], "compute_s": cum[r][0], "comm_wait_s": cum[r][1], "bubble_s": cum[r][2], "misc_s": cum[r][3]})
+		}
+		line, err := json.Marshal(map[string]any{"step": n, "loss": 3 - 0.1*float64(n), "lr": 1e-3, "tokens_per_s": 1000, "mfu": 0.01, "step_s": 0.3, "ranks": ranks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(append(line, '\n'))
+	}
+	path := filepath.Join(t.TempDir(), "split.jsonl")
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// wantSplit is what the step-time chart should show for --metrics lines:
+// "rank/part" -> seconds per step, the mean over the lines after the
+// first of each cumulative field's increase. With compute_s the parts are
+// the four fields; without (older files), the exposed communication and
+// the rest of the step.
+func wantSplit(t *testing.T, lines [][]byte) map[string]float64 {
+	t.Helper()
+	type rank map[string]any
+	num := func(r rank, k string) float64 { v, _ := r[k].(float64); return v }
+	parse := func(b []byte) (float64, []rank) {
+		var l struct {
+			StepS float64 `json:"step_s"`
+			Ranks []rank  `json:"ranks"`
+		}
+		if err := json.Unmarshal(b, &l); err != nil {
+			t.Fatal(err)
+		}
+		return l.StepS, l.Ranks
+	}
+	_, first := parse(lines[0])
+	n, step := len(lines)-1, 0.0
+	for _, l := range lines[1:] {
+		s, _ := parse(l)
+		step += s
+	}
+	if n == 0 {
+		n, first = 1, nil
+		step, _ = parse(lines[0])
+	}
+	_, last := parse(lines[len(lines)-1])
+	out := map[string]float64{}
+	for i, rk := range last {
+		mean := func(k string) float64 {
+			if first == nil {
+				return num(rk, k)
+			}
+			return (num(rk, k) - num(first[i], k)) / float64(n)
+		}
+		r := fmt.Sprint(rk["rank"])
+		if _, ok := rk["compute_s"]; ok {
+			out[r+"/compute"], out[r+"/comm exposed"], out[r+"/bubble"], out[r+"/misc"] = mean("compute_s"), mean("comm_wait_s"), mean("bubble_s"), mean("misc_s")
+		} else {
+			out[r+"/comm exposed"] = mean("comm_wait_s")
+			out[r+"/compute + misc"] = math.Max(0, step/float64(n)-mean("comm_wait_s")-mean("bubble_s"))
+		}
+	}
+	return out
+}
+
+// stepTimeSegs reads the step-time chart's segments of a page: "rank/part" -> value.
+var stepTimeSeg = regexp.MustCompile(`<rect class="seg" data-rank="(\d+)" data-kind="time" data-tag="([^"]+)" data-value="([^"]+)"`)
+
+// sameSplit compares a chart's segments with wantSplit's, to 1e-9 relative.
+func sameSplit(got, want map[string]float64) string {
+	if len(got) != len(want) {
+		return fmt.Sprintf("segments %v, want %v", got, want)
+	}
+	for k, w := range want {
+		if g, ok := got[k]; !ok || math.Abs(g-w) > 1e-9*math.Max(1e-3, math.Abs(w)) {
+			return fmt.Sprintf("%s = %g, want %g (all: %v)", k, g, w, got)
+		}
+	}
+	return ""
+}
+
+// TestReportStepTime: the report's step-time chart shows each rank's
+// measured parts from a file with the split, and the older two parts from
+// a real run's file (whichever fields it has).
+func TestReportStepTime(t *testing.T) {
+	for _, metrics := range []string{splitMetrics(t, 5), tinyRun(t, 3)} {
+		out := filepath.Join(t.TempDir(), "r.html")
+		if err := runReport(metrics, reportFlags{out: out}); err != nil {
+			t.Fatal(err)
+		}
+		page, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, m := range stepTimeSeg.FindAllStringSubmatch(string(page), -1) {
+			v, err := strconv.ParseFloat(m[3], 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[m[1]+"/"+m[2]] = v
+		}
+		if d := sameSplit(got, wantSplit(t, metricsLines(t, metrics))); d != "" {
+			t.Errorf("%s: %s", filepath.Base(metrics), d)
 		}
 	}
 }
