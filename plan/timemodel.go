@@ -323,3 +323,54 @@ func (j Job) optimizerTime(p Plan, sp shapeParams, k kernels) float64 {
 func (j Job) tpOverlap(p Plan, pl placement) bool {
 	return p.SP && p.TP > 1 && j.Cluster.TPCommOverlap && pl.tp.nodes() == 1
 }
+
+// hostTime shares a CPU host's cores among its ranks (Cluster.Cores > 0;
+// on other clusters it returns t as it is). The stage times assume each
+// device computes alone; on a host, D = ranks on the node × threads per
+// rank threads compete for C cores that, n ≤ C of them busy, compute S(n)
+// times one core's rate: S(n) = 1 + (n−1)·(S_C − 1)/(C − 1), linear
+// between the measured ends (S_C = Cluster.CoreSpeedup). With D' =
+// min(D, C) two bounds hold on the CPU part of the step:
+//
+//	throughput  every rank's compute and misc share the cores:
+//	            D·(compute + misc) / S(D')
+//	dependency  a rank's own chain (compute, bubble, misc) at the rate
+//	            one of D' busy cores keeps: (compute + bubble + misc)·D'/S(D')
+//
+// (both relative to a device of t threads alone, which the profile's
+// peak already credits with S(min(t, C))). The step is the larger bound
+// plus the exposed communication. Compute and misc are reported stretched
+// by g = D/S(D') (the rate a rank keeps while all compute), the bubble is
+// what remains of the bound: oversubscribed cores fill a pipeline's
+// bubble with other stages' work.
+func (j Job) hostTime(t Time) Time {
+	c := j.Cluster
+	if c.Cores <= 0 {
+		return t
+	}
+	threads := 1
+	if j.Engine != nil && j.Engine.Threads > 0 {
+		threads = j.Engine.Threads
+	}
+	ranks := min(j.Devices, max(1, c.DevicesPerNode))
+	S := func(n int) float64 {
+		n = min(max(n, 1), c.Cores)
+		if c.Cores == 1 {
+			return 1
+		}
+		return 1 + float64(n-1)*(c.CoreSpeedup-1)/float64(c.Cores-1)
+	}
+	d := ranks * threads
+	busy := min(d, c.Cores)
+	alone := S(threads) / float64(threads)
+	g := float64(d) / S(busy) * alone
+	dep := float64(busy) / S(busy) * alone
+	work := t.Compute + t.Misc
+	cpu := math.Max(g*work, dep*(work+t.Bubble))
+	t.Compute *= g
+	t.Misc *= g
+	t.Optimizer *= g
+	t.Bubble = cpu - g*work
+	t.Step = cpu + t.CommExposed
+	return t
+}

@@ -113,6 +113,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	// Measured before any rank starts, so that no rank waits on rank 0's
 	// measurement in its first collective.
 	s.peak = peakFLOPS(s.ranks, s.threads)
+	s.processes = o.World != nil
 	loader, err := data.NewLoader(data.LoaderConfig{Data: o.Job.Data, SeqLen: o.Job.Model.SeqLen, Vocab: o.Job.Model.Vocab, Seed: o.Job.Train.Seed, Log: o.Log})
 	if err != nil {
 		return nil, err
