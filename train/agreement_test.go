@@ -40,43 +40,13 @@ func TestAgreementTable(t *testing.T) {
 		t.Skip("set TRELLIS_AGREEMENT=FILE (scripts/agreement.sh) to measure the agreement table")
 	}
 	var b strings.Builder
-	fmt.Fprintln(&b, "| plan | ranks | peak predicted | peak measured | error | step predicted | step measured (fastest) | error | median step (error) | compute pred / meas | exposed comm pred / meas | bubble pred / meas | misc pred / meas |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-	load0 := loadAverage()
-	var memErr, timeErr, medErr []float64
-	src := ""
-	for _, p := range memoryGrid {
-		j := agreementJob(p)
-		j.Parallel.Cluster = os.Getenv("TRELLIS_CLUSTER")
-		var metrics bytes.Buffer
-		sum, err := Run(context.Background(), Options{Job: j, Metrics: &metrics})
-		if err != nil {
-			t.Fatalf("%s: %v", p, err)
-		}
-		pr := sum.Prediction
-		if pr == nil {
-			t.Fatalf("%s: no prediction", p)
-		}
-		src = pr.Source
-		var worst, pPeak, mPeak float64
-		for _, r := range sum.Ranks {
-			pp, mp := float64(pr.Ranks[r.Rank].PeakAll), float64(r.PeakAll)
-			if e := math.Abs(pp-mp) / mp; e >= worst {
-				worst, pPeak, mPeak = e, pp, mp
-			}
-		}
-		steps := stepTimes(t, &metrics)
-		step, med := slices.Min(steps), median(slices.Clone(steps))
-		te, tm := (pr.Time.Step-step)/step, (pr.Time.Step-med)/med
-		memErr, timeErr, medErr = append(memErr, worst), append(timeErr, math.Abs(te)), append(medErr, math.Abs(tm))
-		pt := pr.Time
-		fmt.Fprintf(&b, "| %s | %d | %.2f MiB | %.2f MiB | %.1f%% | %.1f ms | %.1f ms | %+.0f%% | %.1f ms (%+.0f%%) | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f |\n",
-			p, len(sum.Ranks), pPeak/(1<<20), mPeak/(1<<20), 100*worst, 1e3*pt.Step, 1e3*step, 100*te, 1e3*med, 100*tm,
-			1e3*pt.Compute, 1e3*sum.ComputeSeconds, 1e3*pt.CommExposed, 1e3*sum.ExposedSeconds, 1e3*pt.Bubble, 1e3*sum.BubbleSeconds, 1e3*pt.Misc, 1e3*sum.MiscSeconds)
+	only := os.Getenv("TRELLIS_AGREEMENT_ONLY") // "grid" or "auto": one of the two tables
+	if only != "auto" {
+		agreementGrid(t, &b)
 	}
-	fmt.Fprintf(&b, "\n%d plans on the %s, load average %s before and %s after: peak memory error max %.2f%%; step time error (fastest step) median %.0f%%, max %.0f%%; against the median step median %.0f%%, max %.0f%%. Split columns in ms: the ranks' mean, median over steps.\n",
-		len(memoryGrid), src, load0, loadAverage(), 100*slices.Max(memErr), 100*median(slices.Clone(timeErr)), 100*slices.Max(timeErr),
-		100*median(slices.Clone(medErr)), 100*slices.Max(medErr))
+	if only != "grid" {
+		autoTable(t, &b, os.Getenv("TRELLIS_CLUSTER"))
+	}
 	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -112,4 +82,46 @@ func loadAverage() string {
 		return f[0]
 	}
 	return "?"
+}
+
+// agreementGrid writes the grid's table: every plan of memoryGrid on
+// agreementJob, predicted against measured.
+func agreementGrid(t *testing.T, b *strings.Builder) {
+	fmt.Fprintln(b, "| plan | ranks | peak predicted | peak measured | error | step predicted | step measured (fastest) | error | median step (error) | compute pred / meas | exposed comm pred / meas | bubble pred / meas | misc pred / meas |")
+	fmt.Fprintln(b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	load0 := loadAverage()
+	var memErr, timeErr, medErr []float64
+	src := ""
+	for _, p := range memoryGrid {
+		j := agreementJob(p)
+		j.Parallel.Cluster = os.Getenv("TRELLIS_CLUSTER")
+		var metrics bytes.Buffer
+		sum, err := Run(context.Background(), Options{Job: j, Metrics: &metrics})
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		pr := sum.Prediction
+		if pr == nil {
+			t.Fatalf("%s: no prediction", p)
+		}
+		src = pr.Source
+		var worst, pPeak, mPeak float64
+		for _, r := range sum.Ranks {
+			pp, mp := float64(pr.Ranks[r.Rank].PeakAll), float64(r.PeakAll)
+			if e := math.Abs(pp-mp) / mp; e >= worst {
+				worst, pPeak, mPeak = e, pp, mp
+			}
+		}
+		steps := stepTimes(t, &metrics)
+		step, med := slices.Min(steps), median(slices.Clone(steps))
+		te, tm := (pr.Time.Step-step)/step, (pr.Time.Step-med)/med
+		memErr, timeErr, medErr = append(memErr, worst), append(timeErr, math.Abs(te)), append(medErr, math.Abs(tm))
+		pt := pr.Time
+		fmt.Fprintf(b, "| %s | %d | %.2f MiB | %.2f MiB | %.1f%% | %.1f ms | %.1f ms | %+.0f%% | %.1f ms (%+.0f%%) | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f |\n",
+			p, len(sum.Ranks), pPeak/(1<<20), mPeak/(1<<20), 100*worst, 1e3*pt.Step, 1e3*step, 100*te, 1e3*med, 100*tm,
+			1e3*pt.Compute, 1e3*sum.ComputeSeconds, 1e3*pt.CommExposed, 1e3*sum.ExposedSeconds, 1e3*pt.Bubble, 1e3*sum.BubbleSeconds, 1e3*pt.Misc, 1e3*sum.MiscSeconds)
+	}
+	fmt.Fprintf(b, "\n%d plans on the %s, load average %s before and %s after: peak memory error max %.2f%%; step time error (fastest step) median %.0f%%, max %.0f%%; against the median step median %.0f%%, max %.0f%%. Split columns in ms: the ranks' mean, median over steps.\n",
+		len(memoryGrid), src, load0, loadAverage(), 100*slices.Max(memErr), 100*median(slices.Clone(timeErr)), 100*slices.Max(timeErr),
+		100*median(slices.Clone(medErr)), 100*slices.Max(medErr))
 }

@@ -81,13 +81,24 @@ func runRank(ctx context.Context, o Options, s settings, loader *data.Loader, re
 func (r *rank) runStep(ctx context.Context, st, end int, pos *data.Position, rep *reporter, sum *Summary) (stop bool, err error) {
 	j := r.job
 	r.beginStep()
+	// A step's time is its period: from where the last step ended, so
+	// that what follows a step every time (the statistics' all-gather,
+	// the report) is the next step's bookkeeping, less evaluation,
+	// sampling and checkpoints (r.clock.excluded). Rank 0's time inside
+	// its own step alone would miss that the other ranks, which do not
+	// report, start the next step earlier.
 	t0 := time.Now()
+	if !r.clock.next.IsZero() {
+		t0 = r.clock.next
+	}
 	last, err := r.step(st, *pos)
 	if err != nil {
 		return false, fmt.Errorf("step %d: %w", st+1, err)
 	}
-	dt := time.Since(t0)
+	dt := time.Since(t0) - r.clock.excluded
+	r.clock.excluded = 0
 	r.endStep(dt)
+	r.clock.next = time.Now()
 	r.tr.SpanTo(trace.Step, fmt.Sprintf("step %d", st+1), t0, t0.Add(dt))
 	// The loss and the norm are global (every rank has the same), so
 	// every rank stops here together.
@@ -102,12 +113,15 @@ func (r *rank) runStep(ctx context.Context, st, end int, pos *data.Position, rep
 	}
 	val := math.NaN()
 	if ev := j.Train.EvalEvery; (ev > 0 && done%ev == 0) || done == j.Train.Steps {
+		tx := time.Now()
 		if val, err = r.eval(); err != nil {
 			return false, err
 		}
+		r.clock.excluded += time.Since(tx)
 		sum.ValLoss = val
 	}
 	rep.step(done, last, val, dt, stats)
+	defer func(tx time.Time) { r.clock.excluded += time.Since(tx) }(time.Now())
 	if se := j.Train.SampleEvery; se >= 0 && r.pipe == nil && ((se > 0 && done%se == 0) || done == j.Train.Steps) {
 		txt, err := r.generate(j.Train.Prompt, j.Train.SampleLen, 1.0, 40, j.Train.Seed+uint64(done))
 		if err != nil {

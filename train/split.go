@@ -25,7 +25,9 @@ import (
 //	         its gradient norm, the strategies' bookkeeping
 //
 // The four add up to the step's wall time on the rank by construction
-// (misc is the remainder). All are cumulative over the run's steps, as
+// (misc is the remainder). A step's wall time is its period, from the end
+// of the last step (runStep): misc includes the statistics' all-gather
+// and the report that follow every step. All are cumulative over the run's steps, as
 // comm_wait_s is.
 type stepClock struct {
 	compute, comm, bubble, misc time.Duration // cumulative over steps
@@ -34,6 +36,8 @@ type stepClock struct {
 
 	// The step under way.
 	start           time.Time
+	next            time.Time     // where the next step's period starts (the last step's end)
+	excluded        time.Duration // not the next step's: evaluation, samples, checkpoints since then
 	wait0, pp0      time.Duration // exposed and pipeline waits at its start
 	fb, fbWait, get time.Duration // forward/backward wall time, the waits and data loading inside it
 	fbStart         time.Time
