@@ -45,6 +45,7 @@ type Result struct {
 	CoreSpeedup    float64      // Speedup(Cores): what Cores concurrent ranks compute over one
 	Memory         MemSample
 	Links          []Link
+	Handoff        *Handoff // small all-reduces between computing goroutine ranks (local backend)
 	Quick          bool
 	Took           time.Duration
 	MeasuredAtUnix int64
@@ -106,6 +107,15 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 			return nil, err
 		}
 		r.Links = append(r.Links, l)
+		if b == "local" {
+			prog("hand-off", 0, 1)
+			h, err := measureHandoff(ctx, c, c.ranks(), 4<<10)
+			if err != nil {
+				return nil, err
+			}
+			h.fitLatency(l.BWBytes)
+			r.Handoff = &h
+		}
 	}
 	r.Took, r.MeasuredAtUnix = time.Since(start), time.Now().Unix()
 	return r, nil
