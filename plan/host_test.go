@@ -92,3 +92,14 @@ func TestHostCoresInClusterFile(t *testing.T) {
 		}
 	}
 }
+
+// On a host whose ranks keep every core busy, ZeRO-3's gathers and
+// reduce-scatters are exposed whole (their goroutines need a core the
+// ranks hold); with a core to spare they hide behind the layers' compute.
+func TestHostBusyExposesZeRO(t *testing.T) {
+	busy := hostStep(t, hostJob(t, 2, 2, 2), "dp=2,zero=3,mbs=2,precision=fp32,flash=off")
+	spare := hostStep(t, hostJob(t, 2, 4, 4), "dp=2,zero=3,mbs=2,precision=fp32,flash=off")
+	if !(busy.DP > 2*spare.DP) {
+		t.Errorf("ZeRO-3 exposed %g on busy cores, %g with cores to spare: want the busy one far larger", busy.DP, spare.DP)
+	}
+}

@@ -217,6 +217,9 @@ func (j Job) pipeComm(p Plan, pl placement, layer passTime, pt partition) float6
 // backward, so that it is exposed whole (Software.ZeRO3BackwardPost).
 func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCost, sp shapeParams, s, n int) float64 {
 	c := j.Cluster
+	if j.hostBusy() { // nothing to hide behind: see hostBusy
+		layer, sc.compute, sc.tp = passTime{}, passTime{}, 0
+	}
 	w, g := weightBytes(p.Precision), gradBytes(p.Precision)
 	switch p.ZeRO {
 	case 2:
@@ -262,6 +265,9 @@ func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCos
 // embedding's gradient is all-reduced between the first and last stages.
 func (j Job) stepComm(p Plan, pl placement, sp shapeParams, first, last stageCost) float64 {
 	c := j.Cluster
+	if j.hostBusy() { // nothing to hide behind: see hostBusy
+		first.compute, last.compute = passTime{}, passTime{}
+	}
 	w, g := weightBytes(p.Precision), gradBytes(p.Precision)
 	exposed := 0.0
 	for _, s := range []int{0, p.PP - 1} {
@@ -322,6 +328,25 @@ func (j Job) optimizerTime(p Plan, sp shapeParams, k kernels) float64 {
 // with the tensor group inside one node (userbuffers work over NVLink).
 func (j Job) tpOverlap(p Plan, pl placement) bool {
 	return p.SP && p.TP > 1 && j.Cluster.TPCommOverlap && pl.tp.nodes() == 1
+}
+
+// hostBusy reports whether the job's ranks keep every core of a CPU host
+// busy (Cluster.Cores > 0, ranks × threads ≥ cores). The engine's
+// collectives run on goroutines of their own that need a core, so while
+// the ranks compute on all of them no communication overlaps computation:
+// ZeRO's prefetched gathers and bucketed reductions are exposed whole,
+// each paying the hand-off latency (the [intra] α `trellis profile`
+// measures between computing ranks).
+func (j Job) hostBusy() bool {
+	c := j.Cluster
+	if c.Cores <= 0 {
+		return false
+	}
+	threads := 1
+	if j.Engine != nil && j.Engine.Threads > 0 {
+		threads = j.Engine.Threads
+	}
+	return min(j.Devices, max(1, c.DevicesPerNode))*threads >= c.Cores
 }
 
 // hostTime shares a CPU host's cores among its ranks (Cluster.Cores > 0;

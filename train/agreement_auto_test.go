@@ -53,6 +53,7 @@ func autoTable(t *testing.T, b *strings.Builder, cluster string) {
 		type run struct {
 			txt        string
 			pred, meas float64
+			d          int
 		}
 		var runs []run
 		var failed []string
@@ -74,7 +75,24 @@ func autoTable(t *testing.T, b *strings.Builder, cluster string) {
 				failed = append(failed, txt)
 				continue
 			}
-			runs = append(runs, run{txt, c.e.Time.Step, slices.Min(stepTimes(t, &metrics))})
+			runs = append(runs, run{txt, c.e.Time.Step, slices.Min(stepTimes(t, &metrics)), c.d})
+		}
+		// A second run of auto's choice and of the three fastest, so that
+		// neither side of the comparison is one run's luck with the load.
+		order := make([]int, len(runs))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortFunc(order, func(a, b int) int { return cmpF(runs[a].meas, runs[b].meas) })
+		again := append([]int{0}, order[:min(3, len(order))]...)
+		for k, i := range again {
+			if k > 0 && i == 0 {
+				continue
+			}
+			var metrics bytes.Buffer
+			if _, err := Run(context.Background(), Options{Job: job.j.withPlan(runs[i].txt, runs[i].d), Metrics: &metrics}); err == nil {
+				runs[i].meas = min(runs[i].meas, slices.Min(stepTimes(t, &metrics)))
+			}
 		}
 		fast := slices.MinFunc(runs, func(a, b run) int { return cmpF(a.meas, b.meas) })
 		choice := runs[0]
@@ -87,7 +105,7 @@ func autoTable(t *testing.T, b *strings.Builder, cluster string) {
 		fmt.Fprintf(b, "| %s | %s | %s | %.1f / %.1f ms | %s | %.1f / %.1f ms | %.2f |\n",
 			job.name, ran, choice.txt, 1e3*choice.pred, 1e3*choice.meas, fast.txt, 1e3*fast.pred, 1e3*fast.meas, r)
 	}
-	fmt.Fprintf(b, "\nauto's choice against the fastest plan measured (fastest step after the first, each plan run once): worst %.2f× (target ≤ 1.10×).\n", worst)
+	fmt.Fprintf(b, "\nauto's choice against the fastest plan measured (fastest step after the first; auto's choice and the three fastest run twice): worst %.2f× (target ≤ 1.10×).\n", worst)
 }
 
 func cmpF(a, b float64) int {
