@@ -25,12 +25,13 @@ var coreShape = GEMMSample{M: 256, N: 512, K: 128}
 
 // measureCores times 1, 2, ..., cores+1 concurrent single-thread GEMM loops
 // (one past the cores shows that oversubscribing them adds nothing): the
-// best of several rounds for each count.
+// best of several rounds for each count. Run measures twice, at its start
+// and at its end, and keeps the better.
 func measureCores(ctx context.Context, c Config, cores int, progress func(int, int)) ([]CoreSample, error) {
 	round := 60 * time.Millisecond
 	rounds := 7
 	if c.Quick {
-		round, rounds = 30*time.Millisecond, 5
+		round, rounds = 30*time.Millisecond, 8
 	}
 	s := coreShape
 	var out []CoreSample

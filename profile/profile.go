@@ -117,6 +117,18 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 			r.Handoff = &h
 		}
 	}
+	// The cores' speedup again, at the end: on a shared host another
+	// process may hold a core through one measurement (a quick profile
+	// at load 4 measured 1.00 where the steps minutes later reached 1.9);
+	// the better of the two, count by count, is what the cores can do.
+	again, err := measureCores(ctx, c, r.Cores, func(d, t int) { prog("cores", d, t) })
+	if err != nil {
+		return nil, err
+	}
+	for i := range r.CoreRates {
+		r.CoreRates[i].GFLOPs = max(r.CoreRates[i].GFLOPs, again[i].GFLOPs)
+	}
+	r.CoreSpeedup = Speedup(r.CoreRates, r.Cores)
 	r.Took, r.MeasuredAtUnix = time.Since(start), time.Now().Unix()
 	return r, nil
 }
