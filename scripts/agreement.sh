@@ -19,10 +19,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cluster=${1:-}
 out=$(realpath -m "${2:-agreement.md}")
-lock=()
-if command -v flock >/dev/null; then
-	lock=(flock /tmp/bench.lock)
+# One hold of the lock for the profile and the runs, so that no other
+# timing run comes between them.
+if [[ -z "${AGREEMENT_LOCKED:-}" ]] && command -v flock >/dev/null; then
+	exec env AGREEMENT_LOCKED=1 flock /tmp/bench.lock "$0" "$@"
 fi
+lock=()
 start=$(date +%s)
 if [[ -z "$cluster" ]]; then
 	cluster=$(mktemp -d)/host.toml
