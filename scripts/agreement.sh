@@ -16,13 +16,14 @@
 # agreement.md) and stdout; docs/BENCHMARKS.md ("Predicted against
 # measured") is its output.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+self=$(realpath "$0")
+cd "$(dirname "$self")/.."
 cluster=${1:-}
 out=$(realpath -m "${2:-agreement.md}")
 # One hold of the lock for the profile and the runs, so that no other
 # timing run comes between them.
 if [[ -z "${AGREEMENT_LOCKED:-}" ]] && command -v flock >/dev/null; then
-	exec env AGREEMENT_LOCKED=1 flock /tmp/bench.lock "$0" "$@"
+	exec env AGREEMENT_LOCKED=1 flock /tmp/bench.lock "$self" "$@"
 fi
 lock=()
 start=$(date +%s)
