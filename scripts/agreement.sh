@@ -25,16 +25,16 @@ out=$(realpath -m "${2:-agreement.md}")
 if [[ -z "${AGREEMENT_LOCKED:-}" ]] && command -v flock >/dev/null; then
 	exec env AGREEMENT_LOCKED=1 flock /tmp/bench.lock "$self" "$@"
 fi
-lock=()
+
 start=$(date +%s)
 if [[ -z "$cluster" ]]; then
 	cluster=$(mktemp -d)/host.toml
 	go build -o "$(dirname "$cluster")/trellis" ./cmd/trellis
-	"${lock[@]}" "$(dirname "$cluster")/trellis" profile --quick -o "$cluster"
+	"$(dirname "$cluster")/trellis" profile --quick -o "$cluster"
 fi
 cluster=$(realpath "$cluster")
 go test -c -o "$(dirname "$out")/.agreement.test" ./train
-(cd train && "${lock[@]}" env TRELLIS_AGREEMENT="$out" TRELLIS_CLUSTER="$cluster" "$(dirname "$out")/.agreement.test" \
+(cd train && env TRELLIS_AGREEMENT="$out" TRELLIS_CLUSTER="$cluster" "$(dirname "$out")/.agreement.test" \
 	-test.run '^TestAgreementTable$' -test.count=1 -test.timeout 60m >/dev/null)
 rm -f "$(dirname "$out")/.agreement.test"
 cat "$out"
