@@ -61,8 +61,15 @@ func (w *work) Wait() error {
 	start := time.Now()
 	<-w.done
 	if w.q != nil {
+		// Exposed is the time blocked until the operation ended, not until
+		// this goroutine ran again (on busy cores that can be much later):
+		// the wait lies inside the operation's Busy interval.
+		blocked := time.Since(start)
+		if !w.finished.IsZero() {
+			blocked = min(blocked, max(w.finished.Sub(start), 0))
+		}
 		w.q.mu.Lock()
-		w.q.stats.Wait += time.Since(start)
+		w.q.stats.Wait += blocked
 		w.q.mu.Unlock()
 	}
 	return w.err
@@ -204,10 +211,11 @@ func (q *Queue) Start(bytes int) (Work, func(error), error) {
 
 // finish ends a started operation.
 func (q *Queue) finish(w *work, err error) {
+	end := time.Now()
 	q.mu.Lock()
 	q.inflight--
 	if q.inflight == 0 {
-		q.stats.Busy += time.Since(q.busySince)
+		q.stats.Busy += end.Sub(q.busySince)
 	}
 	q.stats.Bytes += w.bytes
 	if err == nil {
@@ -216,6 +224,6 @@ func (q *Queue) finish(w *work, err error) {
 		q.err = err
 	}
 	q.mu.Unlock()
-	w.err = err
+	w.err, w.finished = err, end
 	close(w.done)
 }

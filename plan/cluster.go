@@ -65,6 +65,13 @@ type Cluster struct {
 	// Software is the rest of what the training stack does with the
 	// plan's communication (software.go).
 	Software Software
+	// Cores is the CPU cores of a node that its devices share (a CPU host
+	// whose ranks are threads: `trellis profile` writes the count); 0 for
+	// devices with their own compute (GPUs). CoreSpeedup is what Cores
+	// threads computing at once reach over one (measured: 2 on two whole
+	// cores, less on SMT siblings or a loaded host). See hostTime.
+	Cores       int
+	CoreSpeedup float64
 }
 
 // Validate names the first field that breaks a rule.
@@ -106,6 +113,12 @@ func (c Cluster) Validate() error {
 		if v := a.Peak[p]; !(v >= 0) || math.IsInf(v, 1) {
 			return fmt.Errorf("plan: cluster %s: device.peak_tflops.%s=%g: must be finite and not negative", c.Name, p, v/tera)
 		}
+	}
+	if c.Cores < 0 || c.Cores > 1<<20 {
+		return fmt.Errorf("plan: cluster %s: cores=%d: must be between 0 (devices do not share cores) and 1048576", c.Name, c.Cores)
+	}
+	if c.Cores > 0 && !(c.CoreSpeedup >= 1 && c.CoreSpeedup <= float64(c.Cores)) {
+		return fmt.Errorf("plan: cluster %s: core_speedup=%g: must be between 1 and cores=%d", c.Name, c.CoreSpeedup, c.Cores)
 	}
 	if err := c.validRanges(); err != nil {
 		return err

@@ -37,6 +37,8 @@ import (
 //	zero3_backward_post = true # the backward's ZeRO-3 gather issued after the previous layer's backward (FSDP BACKWARD_POST) (default false)
 //	pp_blocking_p2p = true     # each pipeline send and receive blocks on its own (DeepSpeed's engine) (default false)
 //	grad_accum_pass = true     # bf16 gradients added into fp32 by a pass per micro-batch (DeepSpeed bf16) (default false)
+//	cores = 2                  # CPU cores a node's devices share (a CPU host; default 0: devices have their own)
+//	core_speedup = 1.9         # what `cores` threads computing at once reach over one (required with cores)
 //	[intra]                    # required without base
 //	bw_gbps = 360
 //	latency_us = 4
@@ -56,6 +58,8 @@ type clusterFile struct {
 	PPBlockingP2P  *bool       `toml:"pp_blocking_p2p" json:"pp_blocking_p2p"`
 	ZeRO3BwdPost   *bool       `toml:"zero3_backward_post" json:"zero3_backward_post"`
 	GradAccumPass  *bool       `toml:"grad_accum_pass" json:"grad_accum_pass"`
+	Cores          *int        `toml:"cores" json:"cores"`
+	CoreSpeedup    *float64    `toml:"core_speedup" json:"core_speedup"`
 	Device         *deviceFile `toml:"device" json:"device"`
 	Intra          *linkFile   `toml:"intra" json:"intra"`
 	Inter          *linkFile   `toml:"inter" json:"inter"`
@@ -137,6 +141,13 @@ func (f clusterFile) build() (Cluster, error) {
 		c.EngineStash = *f.EngineStash
 	}
 	f.applySoftware(&c.Software)
+	if f.Cores != nil {
+		c.Cores = *f.Cores
+		if f.CoreSpeedup == nil && c.Cores > 0 {
+			return c, fmt.Errorf("plan: cluster file: core_speedup is required with cores=%d", c.Cores)
+		}
+	}
+	setF(&c.CoreSpeedup, f.CoreSpeedup, 1)
 	if f.Device == nil && !haveBase {
 		return c, fmt.Errorf("plan: cluster file: [device] is required (or give base)")
 	}

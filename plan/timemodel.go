@@ -217,6 +217,9 @@ func (j Job) pipeComm(p Plan, pl placement, layer passTime, pt partition) float6
 // backward, so that it is exposed whole (Software.ZeRO3BackwardPost).
 func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCost, sp shapeParams, s, n int) float64 {
 	c := j.Cluster
+	if j.hostBusy() { // nothing to hide behind: see hostBusy
+		layer, sc.compute, sc.tp = passTime{}, passTime{}, 0
+	}
 	w, g := weightBytes(p.Precision), gradBytes(p.Precision)
 	switch p.ZeRO {
 	case 2:
@@ -262,6 +265,9 @@ func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCos
 // embedding's gradient is all-reduced between the first and last stages.
 func (j Job) stepComm(p Plan, pl placement, sp shapeParams, first, last stageCost) float64 {
 	c := j.Cluster
+	if j.hostBusy() { // nothing to hide behind: see hostBusy
+		first.compute, last.compute = passTime{}, passTime{}
+	}
 	w, g := weightBytes(p.Precision), gradBytes(p.Precision)
 	exposed := 0.0
 	for _, s := range []int{0, p.PP - 1} {
@@ -322,4 +328,74 @@ func (j Job) optimizerTime(p Plan, sp shapeParams, k kernels) float64 {
 // with the tensor group inside one node (userbuffers work over NVLink).
 func (j Job) tpOverlap(p Plan, pl placement) bool {
 	return p.SP && p.TP > 1 && j.Cluster.TPCommOverlap && pl.tp.nodes() == 1
+}
+
+// hostBusy reports whether the job's ranks keep every core of a CPU host
+// busy (Cluster.Cores > 0, ranks × threads ≥ cores). The engine's
+// collectives run on goroutines of their own that need a core, so while
+// the ranks compute on all of them no communication overlaps computation:
+// ZeRO's prefetched gathers and bucketed reductions are exposed whole,
+// each paying the hand-off latency (the [intra] α `trellis profile`
+// measures between computing ranks).
+func (j Job) hostBusy() bool {
+	c := j.Cluster
+	if c.Cores <= 0 {
+		return false
+	}
+	threads := 1
+	if j.Engine != nil && j.Engine.Threads > 0 {
+		threads = j.Engine.Threads
+	}
+	return min(j.Devices, max(1, c.DevicesPerNode))*threads >= c.Cores
+}
+
+// hostTime shares a CPU host's cores among its ranks (Cluster.Cores > 0;
+// on other clusters it returns t as it is). The stage times assume each
+// device computes alone; on a host, D = ranks on the node × threads per
+// rank threads compete for C cores that, n ≤ C of them busy, compute S(n)
+// times one core's rate: S(n) = 1 + (n−1)·(S_C − 1)/(C − 1), linear
+// between the measured ends (S_C = Cluster.CoreSpeedup). With D' =
+// min(D, C) two bounds hold on the CPU part of the step:
+//
+//	throughput  every rank's compute and misc share the cores:
+//	            D·(compute + misc) / S(D')
+//	dependency  a rank's own chain (compute, bubble, misc) at the rate
+//	            one of D' busy cores keeps: (compute + bubble + misc)·D'/S(D')
+//
+// (both relative to a device of t threads alone, which the profile's
+// peak already credits with S(min(t, C))). The step is the larger bound
+// plus the exposed communication. Compute and misc are reported stretched
+// by g = D/S(D') (the rate a rank keeps while all compute), the bubble is
+// what remains of the bound: oversubscribed cores fill a pipeline's
+// bubble with other stages' work.
+func (j Job) hostTime(t Time) Time {
+	c := j.Cluster
+	if c.Cores <= 0 {
+		return t
+	}
+	threads := 1
+	if j.Engine != nil && j.Engine.Threads > 0 {
+		threads = j.Engine.Threads
+	}
+	ranks := min(j.Devices, max(1, c.DevicesPerNode))
+	S := func(n int) float64 {
+		n = min(max(n, 1), c.Cores)
+		if c.Cores == 1 {
+			return 1
+		}
+		return 1 + float64(n-1)*(c.CoreSpeedup-1)/float64(c.Cores-1)
+	}
+	d := ranks * threads
+	busy := min(d, c.Cores)
+	alone := S(threads) / float64(threads)
+	g := float64(d) / S(busy) * alone
+	dep := float64(busy) / S(busy) * alone
+	work := t.Compute + t.Misc
+	cpu := math.Max(g*work, dep*(work+t.Bubble))
+	t.Compute *= g
+	t.Misc *= g
+	t.Optimizer *= g
+	t.Bubble = cpu - g*work
+	t.Step = cpu + t.CommExposed
+	return t
 }

@@ -15,6 +15,18 @@ import (
 	"trellis/model"
 )
 
+// agreementJob is the grid's job under plan p: a GPT of 4 layers, h = 128,
+// 4 heads, s = 128, V = 256, micro-batch 2, global batch 8 (4 micro-batches
+// on one replica), 10 steps (the first, which pages memory in, is left out
+// of the medians), one kernel thread per rank, 16 KiB buckets: steps of
+// tens of milliseconds, long enough to time on a shared machine.
+func agreementJob(p string) Job {
+	j := tinyJob(p)
+	j.Model = model.Config{Layers: 4, Hidden: 128, Heads: 4, SeqLen: 128, Vocab: 256}
+	j.Train.Steps, j.Train.GlobalBatch, j.Train.Threads = 10, 8, 1
+	return j
+}
+
 // TestAgreementTable is the benchmark behind docs/BENCHMARKS.md
 // ("Predicted against measured"): every plan of memoryGrid on a small GPT,
 // each rank's predicted peak against the measured, and the predicted step
@@ -28,43 +40,89 @@ func TestAgreementTable(t *testing.T) {
 		t.Skip("set TRELLIS_AGREEMENT=FILE (scripts/agreement.sh) to measure the agreement table")
 	}
 	var b strings.Builder
-	fmt.Fprintln(&b, "| plan | ranks | peak predicted | peak measured | error | step predicted | step measured | error | exposed comm pred / meas |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|")
-	var memErr, timeErr []float64
+	only := os.Getenv("TRELLIS_AGREEMENT_ONLY") // "grid" or "auto": one of the two tables
+	if only != "auto" {
+		agreementGrid(t, &b)
+	}
+	if only != "grid" {
+		autoTable(t, &b, os.Getenv("TRELLIS_CLUSTER"))
+	}
+	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + b.String())
+}
+
+// stepTimes is the step_s of every --metrics line after the first (which
+// pages memory in and fills the buffer pools).
+func stepTimes(t *testing.T, metrics *bytes.Buffer) []float64 {
+	t.Helper()
+	var out []float64
+	sc := bufio.NewScanner(metrics)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var m metricsLine
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Step > 1 {
+			out = append(out, m.StepS)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("no step after the first")
+	}
+	return out
+}
+
+// loadAverage is /proc/loadavg's 1-minute figure ("?" where unknown).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
+// agreementGrid writes the grid's table: every plan of memoryGrid on
+// agreementJob, predicted against measured.
+func agreementGrid(t *testing.T, b *strings.Builder) {
+	fmt.Fprintln(b, "| plan | ranks | peak predicted | peak measured | error | step predicted | step measured (fastest) | error | median step (error) | compute pred / meas | exposed comm pred / meas | bubble pred / meas | misc pred / meas |")
+	fmt.Fprintln(b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	load0 := loadAverage()
+	type result struct {
+		sum   *Summary
+		steps []float64
+		best  float64
+	}
+	// Two passes over the grid, so that a plan that ran while another
+	// process took the cores has a second chance; each plan's row is its
+	// faster run's.
+	res := make([]result, len(memoryGrid))
+	for pass := 0; pass < 2; pass++ {
+		for i, p := range memoryGrid {
+			j := agreementJob(p)
+			j.Parallel.Cluster = os.Getenv("TRELLIS_CLUSTER")
+			var metrics bytes.Buffer
+			sum, err := Run(context.Background(), Options{Job: j, Metrics: &metrics})
+			if err != nil {
+				t.Fatalf("%s: %v", p, err)
+			}
+			if sum.Prediction == nil {
+				t.Fatalf("%s: no prediction", p)
+			}
+			steps := stepTimes(t, &metrics)
+			if best := slices.Min(steps); res[i].sum == nil || best < res[i].best {
+				res[i] = result{sum, steps, best}
+			}
+		}
+	}
+	var memErr, timeErr, medErr []float64
 	src := ""
-	for _, p := range memoryGrid {
-		j := tinyJob(p)
-		j.Model = model.Config{Layers: 4, Hidden: 64, Heads: 4, SeqLen: 64, Vocab: 256}
-		j.Train.Steps, j.Train.GlobalBatch, j.Train.Threads = 6, 8, 1
-		j.Parallel.Cluster = os.Getenv("TRELLIS_CLUSTER")
-		var metrics bytes.Buffer
-		sum, err := Run(context.Background(), Options{Job: j, Metrics: &metrics})
-		if err != nil {
-			t.Fatalf("%s: %v", p, err)
-		}
+	for i, p := range memoryGrid {
+		sum, steps := res[i].sum, res[i].steps
 		pr := sum.Prediction
-		if pr == nil {
-			t.Fatalf("%s: no prediction", p)
-		}
 		src = pr.Source
-		var steps, exposed []float64
-		sc := bufio.NewScanner(&metrics)
-		sc.Buffer(nil, 1<<20)
-		prev := 0.0
-		for sc.Scan() {
-			var m metricsLine
-			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-				t.Fatal(err)
-			}
-			w := 0.0
-			for _, r := range m.Ranks {
-				w += r.CommWaitS / float64(len(m.Ranks))
-			}
-			if m.Step > 1 {
-				steps, exposed = append(steps, m.StepS), append(exposed, w-prev)
-			}
-			prev = w
-		}
 		var worst, pPeak, mPeak float64
 		for _, r := range sum.Ranks {
 			pp, mp := float64(pr.Ranks[r.Rank].PeakAll), float64(r.PeakAll)
@@ -72,16 +130,15 @@ func TestAgreementTable(t *testing.T) {
 				worst, pPeak, mPeak = e, pp, mp
 			}
 		}
-		step, exp := median(steps), median(exposed)
-		te := (pr.Time.Step - step) / step
-		memErr, timeErr = append(memErr, worst), append(timeErr, math.Abs(te))
-		fmt.Fprintf(&b, "| %s | %d | %.2f MiB | %.2f MiB | %.1f%% | %.3fs | %.3fs | %+.0f%% | %.3fs / %.3fs |\n",
-			p, len(sum.Ranks), pPeak/(1<<20), mPeak/(1<<20), 100*worst, pr.Time.Step, step, 100*te, pr.Time.CommExposed, exp)
+		step, med := slices.Min(steps), median(slices.Clone(steps))
+		te, tm := (pr.Time.Step-step)/step, (pr.Time.Step-med)/med
+		memErr, timeErr, medErr = append(memErr, worst), append(timeErr, math.Abs(te)), append(medErr, math.Abs(tm))
+		pt := pr.Time
+		fmt.Fprintf(b, "| %s | %d | %.2f MiB | %.2f MiB | %.1f%% | %.1f ms | %.1f ms | %+.0f%% | %.1f ms (%+.0f%%) | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f |\n",
+			p, len(sum.Ranks), pPeak/(1<<20), mPeak/(1<<20), 100*worst, 1e3*pt.Step, 1e3*step, 100*te, 1e3*med, 100*tm,
+			1e3*pt.Compute, 1e3*sum.ComputeSeconds, 1e3*pt.CommExposed, 1e3*sum.ExposedSeconds, 1e3*pt.Bubble, 1e3*sum.BubbleSeconds, 1e3*pt.Misc, 1e3*sum.MiscSeconds)
 	}
-	fmt.Fprintf(&b, "\n%d plans on the %s: peak memory error max %.2f%%; step time error median %.0f%%, max %.0f%%.\n",
-		len(memoryGrid), src, 100*slices.Max(memErr), 100*median(slices.Clone(timeErr)), 100*slices.Max(timeErr))
-	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Log("\n" + b.String())
+	fmt.Fprintf(b, "\n%d plans on the %s, load average %s before and %s after: peak memory error max %.2f%%; step time error (fastest step of the faster of two runs) median %.0f%%, max %.0f%%; against that run's median step median %.0f%%, max %.0f%%. Split columns in ms: the ranks' mean, median over steps.\n",
+		len(memoryGrid), src, load0, loadAverage(), 100*slices.Max(memErr), 100*median(slices.Clone(timeErr)), 100*slices.Max(timeErr),
+		100*median(slices.Clone(medErr)), 100*slices.Max(medErr))
 }

@@ -97,41 +97,10 @@ func (j Job) ChoosePlan() (AutoChoice, error) {
 			return AutoChoice{}, err
 		}
 	}
-	fix, err := j.engineFix()
+	corePeak := ops.PeakGFLOPS("auto", 1, 100*time.Millisecond) * 1e9
+	all, src, refused, err := j.autoCandidates(corePeak)
 	if err != nil {
 		return AutoChoice{}, err
-	}
-	var refused error // the engine's reason for the planner's first plan
-	corePeak := ops.PeakGFLOPS("auto", 1, 100*time.Millisecond) * 1e9
-	type cand struct {
-		e   plan.Estimate
-		txt string
-		d   int
-	}
-	var all []cand
-	var src string
-	for _, d := range j.autoDevices() {
-		s, err := j.autoSettings(d, corePeak)
-		if err != nil {
-			return AutoChoice{}, err
-		}
-		c, from, err := j.jobCluster(s)
-		if err != nil {
-			return AutoChoice{}, err
-		}
-		src = from
-		res, err := j.planJob(s, c, 0, 0).Search(plan.Options{Fix: fix, Top: 64})
-		if err != nil {
-			continue
-		}
-		for _, e := range res.Plans {
-			txt := e.Plan.String()
-			if _, err := j.withPlan(txt, d).resolve(); err == nil {
-				all = append(all, cand{e, txt, d})
-			} else if refused == nil {
-				refused = err
-			}
-		}
 	}
 	if len(all) == 0 {
 		why := ""
@@ -140,15 +109,6 @@ func (j Job) ChoosePlan() (AutoChoice, error) {
 		}
 		return AutoChoice{}, fmt.Errorf("parallel.plan=auto: no plan the engine runs fits parallel.device_memory=%q on %v devices%s: shrink [model] or train.micro_batch, or raise the budget", j.Parallel.DeviceMemory, j.autoDevices(), why)
 	}
-	slices.SortStableFunc(all, func(a, b cand) int {
-		switch {
-		case a.e.Time.Step < b.e.Time.Step:
-			return -1
-		case a.e.Time.Step > b.e.Time.Step:
-			return 1
-		}
-		return a.d - b.d
-	})
 	best := all[0]
 	ch := AutoChoice{Plan: j.engineShort(best.e.Plan), Devices: best.d}
 	ch.Why = append(ch.Why, fmt.Sprintf("chose %s on %d device(s): predicted step %.4gs, peak %s per device (%s)",
@@ -170,6 +130,59 @@ func (j Job) ChoosePlan() (AutoChoice, error) {
 		}
 	}
 	return ch, nil
+}
+
+// autoCand is a plan the planner predicts and the engine runs, on d
+// devices; txt is the planner's text of it.
+type autoCand struct {
+	e   plan.Estimate
+	txt string
+	d   int
+}
+
+// autoCandidates is every plan of the planner's search (its best 64 per
+// device count) that fits and that the engine accepts, fastest predicted
+// first (fewer devices first among equals); src names the cluster and
+// refused is the engine's reason for refusing the first plan it refused.
+// corePeak is one core's FMA peak (MFU's denominator in the settings).
+func (j Job) autoCandidates(corePeak float64) (all []autoCand, src string, refused error, err error) {
+	fix, err := j.engineFix()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	for _, d := range j.autoDevices() {
+		s, err := j.autoSettings(d, corePeak)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		c, from, err := j.jobCluster(s)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		src = from
+		res, err := j.planJob(s, c, 0, 0).Search(plan.Options{Fix: fix, Top: 64})
+		if err != nil {
+			continue
+		}
+		for _, e := range res.Plans {
+			txt := e.Plan.String()
+			if _, err := j.withPlan(txt, d).resolve(); err == nil {
+				all = append(all, autoCand{e, txt, d})
+			} else if refused == nil {
+				refused = err
+			}
+		}
+	}
+	slices.SortStableFunc(all, func(a, b autoCand) int {
+		switch {
+		case a.e.Time.Step < b.e.Time.Step:
+			return -1
+		case a.e.Time.Step > b.e.Time.Step:
+			return 1
+		}
+		return a.d - b.d
+	})
+	return all, src, refused, nil
 }
 
 // DryRun prints the prediction for the job's plan and returns: every

@@ -196,6 +196,7 @@ type settings struct {
 	runID      string    // the run's identity (claimDir), recorded in its checkpoints
 	init       []float32 // [model] init's global weights (loadInit); nil: random
 	warmup     int       // train.warmup clamped to train.steps
+	processes  bool      // the ranks are processes (a launcher's world), not goroutines of one
 }
 
 // resolve validates the job and derives everything the ranks need.

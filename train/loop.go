@@ -80,12 +80,25 @@ func runRank(ctx context.Context, o Options, s settings, loader *data.Loader, re
 // with the statistics), and the step is checkpointed before the run stops.
 func (r *rank) runStep(ctx context.Context, st, end int, pos *data.Position, rep *reporter, sum *Summary) (stop bool, err error) {
 	j := r.job
+	r.beginStep()
+	// A step's time is its period: from where the last step ended, so
+	// that what follows a step every time (the statistics' all-gather,
+	// the report) is the next step's bookkeeping, less evaluation,
+	// sampling and checkpoints (r.clock.excluded). Rank 0's time inside
+	// its own step alone would miss that the other ranks, which do not
+	// report, start the next step earlier.
 	t0 := time.Now()
+	if !r.clock.next.IsZero() {
+		t0 = r.clock.next
+	}
 	last, err := r.step(st, *pos)
 	if err != nil {
 		return false, fmt.Errorf("step %d: %w", st+1, err)
 	}
-	dt := time.Since(t0)
+	dt := time.Since(t0) - r.clock.excluded
+	r.clock.excluded = 0
+	r.endStep(dt)
+	r.clock.next = time.Now()
 	r.tr.SpanTo(trace.Step, fmt.Sprintf("step %d", st+1), t0, t0.Add(dt))
 	// The loss and the norm are global (every rank has the same), so
 	// every rank stops here together.
@@ -100,12 +113,15 @@ func (r *rank) runStep(ctx context.Context, st, end int, pos *data.Position, rep
 	}
 	val := math.NaN()
 	if ev := j.Train.EvalEvery; (ev > 0 && done%ev == 0) || done == j.Train.Steps {
+		tx := time.Now()
 		if val, err = r.eval(); err != nil {
 			return false, err
 		}
+		r.clock.excluded += time.Since(tx)
 		sum.ValLoss = val
 	}
 	rep.step(done, last, val, dt, stats)
+	defer func(tx time.Time) { r.clock.excluded += time.Since(tx) }(time.Now())
 	if se := j.Train.SampleEvery; se >= 0 && r.pipe == nil && ((se > 0 && done%se == 0) || done == j.Train.Steps) {
 		txt, err := r.generate(j.Train.Prompt, j.Train.SampleLen, 1.0, 40, j.Train.Seed+uint64(done))
 		if err != nil {
@@ -188,8 +204,13 @@ func (r *rank) gatherStats(ctx context.Context) ([]RankStats, bool, error) {
 	if ctx.Err() != nil || r.stopRequested() {
 		cancelled = 1
 	}
-	vals := append(ds.Peak[:], ds.PeakTotal, int64(cs.Busy), int64(cs.Wait), cb.TP, cb.DP, cb.PP, cancelled)
-	const per = 13
+	// The exposed wait is the step clock's: the steps' waits on
+	// collectives, without a pipeline's transfers (its bubble) or what
+	// evaluation waited.
+	c := r.clock
+	vals := append(ds.Peak[:], ds.PeakTotal, int64(cs.Busy+c.meanBusy), int64(c.comm), cb.TP, cb.DP, cb.PP, cancelled,
+		int64(c.compute), int64(c.bubble), int64(c.misc), int64(c.steps))
+	const per = 17
 	mine := make([]float32, 3*per)
 	for i, v := range vals {
 		mine[3*i], mine[3*i+1], mine[3*i+2] = float32(v>>42), float32((v>>21)&(1<<21-1)), float32(v&(1<<21-1))
@@ -216,6 +237,8 @@ func (r *rank) gatherStats(ctx context.Context) ([]RankStats, bool, error) {
 		out[q].CommBusy, out[q].CommWait = time.Duration(get(7)), time.Duration(get(8))
 		out[q].CommBytes = CommBytes{TP: get(9), DP: get(10), PP: get(11)}
 		stop = stop || get(12) != 0
+		out[q].Compute, out[q].Bubble, out[q].Misc = time.Duration(get(13)), time.Duration(get(14)), time.Duration(get(15))
+		out[q].Steps = time.Duration(get(16))
 	}
 	return out, stop, nil
 }

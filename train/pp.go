@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"time"
 
 	"trellis/comm"
 	"trellis/data"
@@ -142,13 +143,17 @@ func (r *rank) stepPipe(s int, pos data.Position) (stepResult, error) {
 	}
 	accum := r.set.accum
 	batch := func(k int) (model.Batch, error) {
+		t0 := time.Now()
+		defer func() { r.clock.get += time.Since(t0) }()
 		sl := r.slice(k)
 		if err := r.loader.Micro(pos, sl, r.in, r.tgt); err != nil {
 			return model.Batch{}, err
 		}
 		return model.Batch{Inputs: r.in, Targets: r.tgt, Step: int64(s), Sample: int(sl.First(pos) - pos.Sample)}, nil
 	}
+	r.beginFB()
 	sum, err := r.pipe.stage.Step(batch, float32(r.dlossScale()/float64(accum)))
+	r.endFB()
 	if err != nil {
 		return res, err
 	}
@@ -158,7 +163,9 @@ func (r *rank) stepPipe(s int, pos data.Position) (stepResult, error) {
 	if err := r.update(&res); err != nil {
 		return res, err
 	}
+	t1 := time.Now()
 	res.loss, err = r.lastStageMean(sum / float64(accum))
+	r.clock.lossMean += time.Since(t1)
 	return res, err
 }
 

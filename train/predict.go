@@ -69,6 +69,11 @@ func (j Job) jobCluster(s settings) (plan.Cluster, string, error) {
 		return plan.Cluster{}, "", fmt.Errorf("parallel.cluster=%q: %w", j.Parallel.Cluster, err)
 	}
 	c.EngineStash = true
+	if c.Cores > 0 && !s.processes {
+		// A profiled host running the ranks as goroutines: all of them
+		// share its cores and its in-process link, however many there are.
+		c.DevicesPerNode = max(c.DevicesPerNode, s.ranks)
+	}
 	if s.budget > 0 {
 		c.Accel.Memory = s.budget
 	}

@@ -73,10 +73,9 @@ func (pr *Prediction) stepS() float64 {
 }
 
 // writePrediction prints predicted against measured: every rank's peak
-// bytes per tag, then one step's time split as the planner splits it.
-// The measured split has only exposed communication (the time the ranks
-// waited for collectives) and the rest; the planner's compute, bubble and
-// misc are held together against that rest.
+// bytes per tag, then one step's time split as the planner splits it,
+// against the engine's measured split (train/split.go: the ranks' mean,
+// median over steps).
 func writePrediction(w io.Writer, s *Summary) {
 	pr := s.Prediction
 	if pr == nil {
@@ -107,20 +106,31 @@ func writePrediction(w io.Writer, s *Summary) {
 		fmt.Fprintf(w, "\nstep time: not predicted: %v\n", pr.Err)
 		return
 	}
-	step, exposed := s.StepSeconds, s.ExposedSeconds
-	if math.IsNaN(exposed) {
-		exposed = 0
+	nan0 := func(x float64) float64 {
+		if math.IsNaN(x) {
+			return 0
+		}
+		return x
 	}
 	t := pr.Time
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "step time\tpredicted\tmeasured\terror\t")
-	fmt.Fprintf(tw, "compute + bubble + misc\t%s\t%s\t%s\t\n", secs(t.Compute+t.Bubble+t.Misc), secs(step-exposed), pct(t.Compute+t.Bubble+t.Misc, step-exposed))
-	fmt.Fprintf(tw, "  compute / bubble / misc\t%s / %s / %s\t-\t\t\n", secs(t.Compute), secs(t.Bubble), secs(t.Misc))
-	fmt.Fprintf(tw, "exposed comm\t%s\t%s\t%s\t\n", secs(t.CommExposed), secs(exposed), pct(t.CommExposed, exposed))
-	fmt.Fprintf(tw, "step\t%s\t%s\t%s\t\n", secs(t.Step), secs(step), pct(t.Step, step))
+	for _, row := range []struct {
+		name       string
+		pred, meas float64
+	}{
+		{"compute", t.Compute, s.ComputeSeconds},
+		{"exposed comm", t.CommExposed, s.ExposedSeconds},
+		{"bubble", t.Bubble, s.BubbleSeconds},
+		{"misc", t.Misc, s.MiscSeconds},
+		{"step", t.Step, s.StepSeconds},
+	} {
+		m := nan0(row.meas)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", row.name, secs(row.pred), secs(m), pct(row.pred, m))
+	}
 	tw.Flush()
-	fmt.Fprintln(w, "(measured: medians over the steps; exposed comm: the ranks' mean wait for collectives in a step)")
+	fmt.Fprintln(w, "(measured: the ranks' mean, median over the steps; the parts' medians need not add up to the step's)")
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.2f", float64(b)/(1<<20)) }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"time"
 
 	"trellis/comm"
 	"trellis/data"
@@ -55,6 +56,8 @@ type rank struct {
 	stopc   <-chan struct{} // Options.Stop: closed asks for a graceful stop after the step
 
 	scaler *optim.LossScaler // fp16's dynamic loss scale (nil otherwise)
+
+	clock stepClock // the measured split of step time (split.go)
 }
 
 // rankConfig is what newRank needs besides the job.
@@ -227,6 +230,7 @@ func (r *rank) step(s int, pos data.Position) (stepResult, error) {
 		}
 		b := model.Batch{Inputs: r.in, Targets: r.tgt, Step: int64(s), Sample: int(sl.First(pos) - pos.Sample)}
 		r.st.BeginMicro(k, accum)
+		r.beginFB()
 		t0 := r.tr.Now()
 		loss, err := r.gpt.Forward(r.units(), r.stash, b)
 		if err != nil {
@@ -236,6 +240,7 @@ func (r *rank) step(s int, pos data.Position) (stepResult, error) {
 		if err := r.gpt.Backward(r.units(), r.stash, float32(r.dlossScale()/float64(accum))); err != nil {
 			return res, err
 		}
+		r.endFB()
 		if r.tr != nil {
 			r.tr.SpanTo(trace.Compute, fmt.Sprintf("F mb%d", k), t0, t1, "mb", k)
 			r.tr.Span(trace.Compute, fmt.Sprintf("B mb%d", k), t1, "mb", k)
@@ -251,7 +256,9 @@ func (r *rank) step(s int, pos data.Position) (stepResult, error) {
 		return res, err
 	}
 	var err error
+	t1 := time.Now()
 	res.loss, err = r.mean(sum / float64(accum))
+	r.clock.lossMean += time.Since(t1)
 	return res, err
 }
 

@@ -28,11 +28,13 @@ type reporter struct {
 	bar        *progressbar.ProgressBar
 	tps, mfu   []float64
 	steps      []time.Duration
-	exposed    []float64   // per step: the ranks' mean wait for collectives, seconds
-	waitSoFar  float64     // the ranks' mean cumulative wait after the last step
-	pred       *Prediction // the planner's prediction (nil: none)
-	metricsErr error       // the first failed metrics write (reported once)
-	budget     int64       // bytes per device, 0: none
+	exposed    []float64    // per step: the ranks' mean wait for collectives, seconds
+	waitSoFar  float64      // the ranks' mean cumulative wait after the last step
+	parts      [][3]float64 // per step: the ranks' mean compute, bubble and misc, seconds
+	partsSoFar [3]float64   // their cumulative means after the last step
+	pred       *Prediction  // the planner's prediction (nil: none)
+	metricsErr error        // the first failed metrics write (reported once)
+	budget     int64        // bytes per device, 0: none
 }
 
 func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
@@ -129,6 +131,11 @@ type metricsRank struct {
 	Peak      int64   `json:"peak"`
 	CommBusyS float64 `json:"comm_busy_s"`
 	CommWaitS float64 `json:"comm_wait_s"`
+	// The rest of the rank's cumulative step time (train/split.go):
+	// compute_s + comm_wait_s + bubble_s + misc_s = its steps' wall time.
+	ComputeS float64 `json:"compute_s"`
+	BubbleS  float64 `json:"bubble_s"`
+	MiscS    float64 `json:"misc_s"`
 
 	CommBytes CommBytes `json:"comm_bytes"` // per mesh axis
 
@@ -149,6 +156,16 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		}
 		w /= float64(len(stats))
 		rep.exposed, rep.waitSoFar = append(rep.exposed, w-rep.waitSoFar), w
+		var cur, d [3]float64
+		for _, s := range stats {
+			cur[0] += s.Compute.Seconds() / float64(len(stats))
+			cur[1] += s.Bubble.Seconds() / float64(len(stats))
+			cur[2] += s.Misc.Seconds() / float64(len(stats))
+		}
+		for i := range d {
+			d[i] = cur[i] - rep.partsSoFar[i]
+		}
+		rep.parts, rep.partsSoFar = append(rep.parts, d), cur
 	}
 	if (rep.o.Metrics != nil && r0(rep)) || rep.o.Observer != nil {
 		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds(), PredStepS: rep.pred.stepS(), Budget: rep.budget,
@@ -163,6 +180,7 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 			m.Ranks = append(m.Ranks, metricsRank{Rank: s.Rank, Param: s.Peak[device.Param], Grad: s.Peak[device.Grad],
 				Optim: s.Peak[device.Optim], Act: s.Peak[device.Act], Workspace: s.Peak[device.Workspace],
 				Comm: s.Peak[device.Comm], Peak: s.PeakAll, CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds(),
+				ComputeS: s.Compute.Seconds(), BubbleS: s.Bubble.Seconds(), MiscS: s.Misc.Seconds(),
 				CommBytes: s.CommBytes, Predicted: rep.pred.rankJSON(s.Rank)})
 		}
 		// Every field is finite here (runStep stops at a non-finite loss
@@ -237,6 +255,13 @@ func (rep *reporter) finish(s *Summary) {
 	}
 	s.TokensPerSec, s.MFU = median(rep.tps), median(rep.mfu)
 	s.StepSeconds, s.ExposedSeconds, s.Prediction = medianDur(rep.steps), median(rep.exposed), rep.pred
+	for i, p := range []*float64{&s.ComputeSeconds, &s.BubbleSeconds, &s.MiscSeconds} {
+		xs := make([]float64, len(rep.parts))
+		for k, d := range rep.parts {
+			xs[k] = d[i]
+		}
+		*p = median(xs)
+	}
 	WriteSummary(rep.o.Out, s)
 }
 

@@ -67,9 +67,12 @@ type Summary struct {
 	Checkpoint          string // the last checkpoint written ("" if none)
 	Sample              string // the last generated sample
 	Plan                string
-	StepSeconds         float64     // median step time
-	ExposedSeconds      float64     // median over steps of the ranks' mean wait for collectives
-	Prediction          *Prediction // the planner's prediction (nil: none)
+	StepSeconds         float64 // median step time
+	ExposedSeconds      float64 // median over steps of the ranks' mean wait for collectives
+	// Medians over steps of the ranks' mean compute, bubble and misc
+	// (train/split.go).
+	ComputeSeconds, BubbleSeconds, MiscSeconds float64
+	Prediction                                 *Prediction // the planner's prediction (nil: none)
 }
 
 // RankStats is one rank's memory and communication over the run.
@@ -78,7 +81,13 @@ type RankStats struct {
 	Peak     [6]int64 // peak bytes per device tag: param, grad, optim, act, workspace, comm
 	PeakAll  int64    // peak bytes of all tags together
 	CommBusy time.Duration
-	CommWait time.Duration
+	CommWait time.Duration // exposed: the steps' waits on collectives (a pipeline's transfers are in Bubble)
+	// The rest of the steps' wall time on the rank (train/split.go):
+	// forward and backward, a pipeline's waits on its neighbours, and
+	// everything else (data, optimizer, bookkeeping). Compute + CommWait +
+	// Bubble + Misc is the sum of the rank's step times.
+	Compute, Bubble, Misc time.Duration
+	Steps                 time.Duration // the rank's step times, summed
 
 	// CommBytes are the payload bytes passed to collectives per mesh axis.
 	CommBytes CommBytes
@@ -104,6 +113,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	// Measured before any rank starts, so that no rank waits on rank 0's
 	// measurement in its first collective.
 	s.peak = peakFLOPS(s.ranks, s.threads)
+	s.processes = o.World != nil
 	loader, err := data.NewLoader(data.LoaderConfig{Data: o.Job.Data, SeqLen: o.Job.Model.SeqLen, Vocab: o.Job.Model.Vocab, Seed: o.Job.Train.Seed, Log: o.Log})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,105 @@
+package plan
+
+import (
+	"math"
+	"os"
+	"strings"
+	"testing"
+)
+
+// hostJob is a small GPT on testdata/cpu-host.toml made one node of
+// `cores` cores reaching `speedup`, with every rank on it.
+func hostJob(t *testing.T, devices, cores int, speedup float64) Job {
+	t.Helper()
+	data, err := os.ReadFile("testdata/cpu-host.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseClusterFile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.DevicesPerNode, c.Cores, c.CoreSpeedup = 8, cores, speedup
+	m := Model{Name: "tiny", Family: GPT, Layers: 4, Hidden: 128, Heads: 4, KVHeads: 4, FFN: 512, Vocab: 256, MaxSeq: 128, Tied: true}
+	return Job{Model: m, Cluster: c, Devices: devices, Seq: 128, GlobalBatch: 8, Engine: &EngineStore{Threads: 1}}
+}
+
+func hostStep(t *testing.T, j Job, plan string) Time {
+	t.Helper()
+	p, err := Parse(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := j.Evaluate(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.Time
+}
+
+// Ranks sharing a host's cores: on 2 cores reaching 2× one, dp=2 takes
+// half of dp=1's compute and dp=4 no less than dp=2 (four ranks, two
+// cores); on cores reaching 1× (SMT siblings, a loaded host) dp=2 takes
+// as long as dp=1. A pipeline's bubble is paid while the cores are not
+// oversubscribed and filled by other stages' work when they are. The
+// parts still add up to the step, and a cluster without cores (GPUs) is
+// as before.
+func TestHostCoresAreShared(t *testing.T) {
+	near := func(a, b, tol float64) bool { return math.Abs(a-b) <= tol*math.Abs(b) }
+	j1 := hostJob(t, 1, 2, 2)
+	one := hostStep(t, j1, "dp=1,mbs=2,precision=fp32,flash=off")
+	two := hostStep(t, hostJob(t, 2, 2, 2), "dp=2,mbs=2,precision=fp32,flash=off")
+	four := hostStep(t, hostJob(t, 4, 2, 2), "dp=4,mbs=2,precision=fp32,flash=off")
+	if !near(two.Compute, one.Compute/2, 0.02) {
+		t.Errorf("dp=2 on 2 cores at 2x: compute %g, want half of dp=1's %g", two.Compute, one.Compute)
+	}
+	if !near(four.Compute, two.Compute, 0.02) {
+		t.Errorf("dp=4 on 2 cores: compute %g, want dp=2's %g (the cores are the limit)", four.Compute, two.Compute)
+	}
+	smt := hostStep(t, hostJob(t, 2, 2, 1), "dp=2,mbs=2,precision=fp32,flash=off")
+	if !near(smt.Compute, one.Compute, 0.02) {
+		t.Errorf("dp=2 on cores reaching 1x: compute %g, want dp=1's %g", smt.Compute, one.Compute)
+	}
+	pp2 := hostStep(t, hostJob(t, 2, 2, 2), "pp=2,mbs=2,precision=fp32,flash=off")
+	pp4 := hostStep(t, hostJob(t, 4, 2, 2), "pp=4,mbs=2,precision=fp32,flash=off")
+	if !(pp2.Bubble > 0) {
+		t.Errorf("pp=2 on 2 cores: bubble %g, want the fill and drain", pp2.Bubble)
+	}
+	if pp4.Bubble > 1e-12 {
+		t.Errorf("pp=4 on 2 cores: bubble %g, want 0 (other stages fill it)", pp4.Bubble)
+	}
+	for _, tm := range []Time{one, two, four, smt, pp2, pp4} {
+		if s := tm.Compute + tm.CommExposed + tm.Bubble + tm.Misc; !near(s, tm.Step, 1e-9) {
+			t.Errorf("parts %g do not add up to the step %g", s, tm.Step)
+		}
+	}
+	gpu := hostJob(t, 2, 0, 0)
+	if tm := hostStep(t, gpu, "dp=2,mbs=2,precision=fp32,flash=off"); gpu.hostTime(tm) != tm {
+		t.Errorf("without cores the time changed: %+v to %+v", tm, gpu.hostTime(tm))
+	}
+}
+
+// The cluster file's cores and core_speedup: read, and refused out of range.
+func TestHostCoresInClusterFile(t *testing.T) {
+	base := "name = \"h\"\ndevices_per_node = 2\n%s\n[device]\nmemory_gib = 1\nmem_bw_gbps = 10\npeak_tflops = { fp32 = 0.2 }\n[intra]\nbw_gbps = 1\n[inter]\nbw_gbps = 1\n"
+	c, err := ParseClusterFile([]byte(strings.Replace(base, "%s", "cores = 2\ncore_speedup = 1.5", 1)))
+	if err != nil || c.Cores != 2 || c.CoreSpeedup != 1.5 {
+		t.Fatalf("cores %d speedup %g err %v", c.Cores, c.CoreSpeedup, err)
+	}
+	for _, bad := range []string{"cores = 2", "cores = 2\ncore_speedup = 3", "cores = 2\ncore_speedup = 0.5", "cores = -1\ncore_speedup = 1"} {
+		if _, err := ParseClusterFile([]byte(strings.Replace(base, "%s", bad, 1))); err == nil || !strings.Contains(err.Error(), "core") {
+			t.Errorf("%q: got %v, want an error naming the key", bad, err)
+		}
+	}
+}
+
+// On a host whose ranks keep every core busy, ZeRO-3's gathers and
+// reduce-scatters are exposed whole (their goroutines need a core the
+// ranks hold); with a core to spare they hide behind the layers' compute.
+func TestHostBusyExposesZeRO(t *testing.T) {
+	busy := hostStep(t, hostJob(t, 2, 2, 2), "dp=2,zero=3,mbs=2,precision=fp32,flash=off")
+	spare := hostStep(t, hostJob(t, 2, 4, 4), "dp=2,zero=3,mbs=2,precision=fp32,flash=off")
+	if !(busy.DP > 2*spare.DP) {
+		t.Errorf("ZeRO-3 exposed %g on busy cores, %g with cores to spare: want the busy one far larger", busy.DP, spare.DP)
+	}
+}

@@ -1,0 +1,98 @@
+package train
+
+import (
+	"time"
+
+	"trellis/comm"
+)
+
+// stepClock splits a rank's step time into the four parts of the
+// planner's
+//
+//	T_step = T_compute + T_comm,exposed + T_bubble + T_misc
+//
+// with always-on timers (two clock reads and two statistics reads per
+// micro-batch; no tracing):
+//
+//	compute  wall time inside forward and backward (a pipeline stage's
+//	         schedule), less the exposed waits inside it and the data
+//	         loading a pipeline's schedule calls back for
+//	comm     exposed waits on collectives (data-, tensor-parallel, ZeRO)
+//	         and the blocking loss mean
+//	bubble   a pipeline stage's waits on its point-to-point receives and
+//	         sends: the fill and drain, and the transfers themselves
+//	misc     the rest of the step: data loading, the optimizer step with
+//	         its gradient norm, the strategies' bookkeeping
+//
+// The four add up to the step's wall time on the rank by construction
+// (misc is the remainder). A step's wall time is its period, from the end
+// of the last step (runStep): misc includes the statistics' all-gather
+// and the report that follow every step. All are cumulative over the run's steps, as
+// comm_wait_s is.
+type stepClock struct {
+	compute, comm, bubble, misc time.Duration // cumulative over steps
+	meanBusy                    time.Duration // cumulative: the loss all-reduces (blocking: all exposed)
+	steps                       time.Duration // cumulative: the steps' wall time on this rank
+
+	// The step under way.
+	start           time.Time
+	next            time.Time     // where the next step's period starts (the last step's end)
+	excluded        time.Duration // not the next step's: evaluation, samples, checkpoints since then
+	wait0, pp0      time.Duration // exposed and pipeline waits at its start
+	fb, fbWait, get time.Duration // forward/backward wall time, the waits and data loading inside it
+	fbStart         time.Time
+	fbWait0         time.Duration
+	lossMean        time.Duration // the loss all-reduce
+}
+
+// waits is the rank's cumulative exposed wait on communication (every
+// group it computes with, the pipeline's transfers included) and the part
+// of it that is the pipeline's transfers.
+func (r *rank) waits() (all, pipe time.Duration) {
+	var cs comm.Stats
+	if r.pipe != nil {
+		cs = r.pipe.state.CommStats()
+		pipe = r.pipe.stage.CommStats().Wait
+		cs.Wait += pipe
+	} else if c, ok := r.st.(commStatser); ok {
+		cs = c.CommStats()
+	}
+	if r.tpGroup != nil {
+		cs.Wait += r.tpGroup.Stats().Wait
+	}
+	return cs.Wait, pipe
+}
+
+// beginStep starts the step's clock.
+func (r *rank) beginStep() {
+	c := &r.clock
+	c.start = time.Now()
+	c.wait0, c.pp0 = r.waits()
+	c.fb, c.fbWait, c.get, c.lossMean = 0, 0, 0, 0
+}
+
+// beginFB and endFB bracket forward and backward work.
+func (r *rank) beginFB() {
+	r.clock.fbStart = time.Now()
+	r.clock.fbWait0, _ = r.waits()
+}
+
+func (r *rank) endFB() {
+	c := &r.clock
+	w, _ := r.waits()
+	c.fb += time.Since(c.fbStart)
+	c.fbWait += w - c.fbWait0
+}
+
+// endStep closes the step of wall time dt and adds its parts.
+func (r *rank) endStep(dt time.Duration) {
+	c := &r.clock
+	w, p := r.waits()
+	wait, pipe := w-c.wait0, p-c.pp0
+	c.compute += c.fb - c.fbWait - c.get
+	c.bubble += pipe
+	c.comm += wait - pipe + c.lossMean
+	c.meanBusy += c.lossMean
+	c.steps += dt
+	c.misc += dt - c.fb - (wait - c.fbWait) - c.lossMean + c.get
+}

@@ -1,0 +1,64 @@
+package train
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+)
+
+// Every rank's measured split (compute_s, comm_wait_s, bubble_s, misc_s in
+// --metrics) adds up to the sum of the rank's step times, on plans with
+// each kind of communication; only pipelines have a bubble; exposed
+// communication never exceeds the total (tensor parallelism included);
+// and the end-of-run table lists each part.
+func TestMeasuredSplitAddsUp(t *testing.T) {
+	for _, p := range []string{"dp=1", "dp=2,zero=3", "tp=2", "pp=2", "pp=2,dp=2,zero=1"} {
+		t.Run(p, func(t *testing.T) {
+			j := tinyJob(p)
+			j.Model.Layers = 4
+			j.Train.Steps = 3
+			var metrics, out bytes.Buffer
+			sum, err := Run(context.Background(), Options{Job: j, Metrics: &metrics, Out: &out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var last map[string]any
+			sc := bufio.NewScanner(&metrics)
+			sc.Buffer(nil, 1<<20)
+			for sc.Scan() {
+				if err := json.Unmarshal(sc.Bytes(), &last); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, k := range []string{"compute_s", "comm_wait_s", "bubble_s", "misc_s"} {
+				if _, ok := last["ranks"].([]any)[0].(map[string]any)[k]; !ok {
+					t.Errorf("--metrics has no %q per rank", k)
+				}
+			}
+			for _, r := range sum.Ranks {
+				parts := r.Compute + r.CommWait + r.Bubble + r.Misc
+				if d := math.Abs((parts - r.Steps).Seconds()); r.Steps <= 0 || d > 1e-6*r.Steps.Seconds() {
+					t.Errorf("rank %d: compute %v + comm %v + bubble %v + misc %v = %v, its steps took %v", r.Rank, r.Compute, r.CommWait, r.Bubble, r.Misc, parts, r.Steps)
+				}
+				if r.Compute <= 0 || r.Misc < 0 || r.Bubble < 0 || r.CommWait < 0 {
+					t.Errorf("rank %d: a part is not positive: compute %v comm %v bubble %v misc %v", r.Rank, r.Compute, r.CommWait, r.Bubble, r.Misc)
+				}
+				if pipe := strings.Contains(p, "pp="); !pipe && r.Bubble != 0 {
+					t.Errorf("rank %d: bubble %v without a pipeline", r.Rank, r.Bubble)
+				}
+				if r.CommWait > r.CommBusy {
+					t.Errorf("rank %d: exposed communication %v exceeds the total %v", r.Rank, r.CommWait, r.CommBusy)
+				}
+			}
+			for _, row := range []string{"compute", "exposed comm", "bubble", "misc", "step"} {
+				if !strings.Contains(out.String(), row+"  ") {
+					t.Errorf("the end-of-run table has no %q row:\n%s", row, out.String())
+				}
+			}
+		})
+	}
+}
