@@ -217,5 +217,6 @@ func (q *Queue) finish(w *work, err error) {
 	}
 	q.mu.Unlock()
 	w.err = err
+	w.finished = time.Now()
 	close(w.done)
 }
