@@ -123,9 +123,41 @@ func (g *group) deliver(buf comm.Buf, peer, tag int, due time.Time) error {
 		return err
 	}
 	t.held[peer] += n
-	t.mail[k] = append(t.mail[k], message{buf: cloneBuf(buf), due: due})
+	c := t.takeSpare(peer, buf)
+	copyBuf(c, buf)
+	t.mail[k] = append(t.mail[k], message{buf: c, due: due})
 	t.mu.Unlock()
 	return nil
+}
+
+// takeSpare removes and returns a spare buffer of member dst with buf's
+// dtype and length, or allocates one. Called with t.mu held. Reusing the
+// buffers of received messages keeps a stream of early messages (a
+// pipeline's activations sent before their receive is posted) from
+// allocating, and faulting in, fresh memory for every message.
+func (t *team) takeSpare(dst int, buf comm.Buf) comm.Buf {
+	sp := t.spare[dst]
+	for i, b := range sp {
+		if b.DType() == buf.DType() && b.Len() == buf.Len() {
+			sp[i] = sp[len(sp)-1]
+			sp[len(sp)-1] = comm.Buf{}
+			t.spare[dst] = sp[:len(sp)-1]
+			t.spared[dst] -= int64(b.Bytes())
+			return b
+		}
+	}
+	return newBuf(buf)
+}
+
+// putSpare keeps buf, a received message's buffer of member dst, for
+// reuse, within the bound MaxBuffered on dst's spares.
+func (t *team) putSpare(dst int, buf comm.Buf, limit int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := int64(buf.Bytes()); t.spared[dst]+n <= limit {
+		t.spare[dst] = append(t.spare[dst], buf)
+		t.spared[dst] += n
+	}
 }
 
 // popPosted removes the oldest posted Recv of k. Called with t.mu held.
@@ -150,11 +182,12 @@ func fill(req *recvReq, buf comm.Buf) error {
 	return err
 }
 
-func cloneBuf(b comm.Buf) comm.Buf {
+// newBuf allocates a buffer of b's dtype and length.
+func newBuf(b comm.Buf) comm.Buf {
 	if b.DType() == tensor.BF16 {
-		return comm.BF16(append([]tensor.BF16Bits(nil), b.BFloat16s()...))
+		return comm.BF16(make([]tensor.BF16Bits, b.Len()))
 	}
-	return comm.F32(append([]float32(nil), b.Float32s()...))
+	return comm.F32(make([]float32, b.Len()))
 }
 
 // Recv issues a receive: the oldest buffered message from peer with tag, or
@@ -187,6 +220,7 @@ func (g *group) Recv(buf comm.Buf, peer, tag int) comm.Work {
 		if err == nil {
 			copyBuf(buf, msg.buf)
 		}
+		t.putSpare(g.rank, msg.buf, g.w.cfg.MaxBuffered)
 		g.finishAt(msg.due, finish, g.p2pErr(err))
 		return w
 	}

@@ -38,6 +38,8 @@ type team struct {
 
 	mail   map[mailKey][]message  // sent, not yet received messages
 	held   []int64                // bytes in mail, by receiving member
+	spare  [][]comm.Buf           // by receiving member: mailbox buffers received from, for reuse (spares)
+	spared []int64                // bytes in spare, by receiving member
 	posted map[mailKey][]*recvReq // posted Recvs, oldest first
 }
 
@@ -61,6 +63,8 @@ func newTeam(key string, ranks []int) *team {
 		broken:  make(chan struct{}),
 		mail:    map[mailKey][]message{},
 		held:    make([]int64, len(ranks)),
+		spare:   make([][]comm.Buf, len(ranks)),
+		spared:  make([]int64, len(ranks)),
 		posted:  map[mailKey][]*recvReq{},
 		inPhase: make([]bool, len(ranks)),
 	}
