@@ -18,7 +18,9 @@ import (
 // steps after the first and over 3 runs (the schedules alternate);
 // replay-* is the same for the bubble the schedule's dependencies alone
 // impose on the compute durations the trace measured (pp.Replay: no
-// communication, waking or scheduling delays), so idle − replay is what
+// communication, waking or scheduling delays) and wire-* for those plus
+// the emulated link (each message 100 µs + its bytes/1 GB/s, queued per
+// direction), so wire − replay is what the link costs and idle − wire what
 // the executor and the machine add; textbook-* are (p−1)/(m+p−1) for 1f1b and gpipe,
 // (p−1)/(v·m+p−1) for interleaved (v = 2) and (p−1)/(3m+p−1) for zb-h1 at
 // F = B = W.
@@ -37,12 +39,13 @@ func BenchmarkPipelineBubble(b *testing.B) {
 	}
 	const reps = 3
 	for i := 0; i < b.N; i++ {
-		got, rpl := map[string][]float64{}, map[string][]float64{}
+		got, rpl, wir := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		for rep := 0; rep < reps; rep++ {
 			for _, s := range schedules {
-				if idle, replay, ok := bubbleRun(b, s.plan, p, m, steps); ok {
+				if idle, replay, wire, ok := bubbleRun(b, s.plan, p, m, steps); ok {
 					got[s.name] = append(got[s.name], idle)
 					rpl[s.name] = append(rpl[s.name], replay)
+					wir[s.name] = append(wir[s.name], wire)
 				}
 			}
 		}
@@ -51,25 +54,29 @@ func BenchmarkPipelineBubble(b *testing.B) {
 				b.Logf("%-12s not run (the plan does not accept it)", s.name)
 				continue
 			}
-			idle, replay := median(got[s.name]), median(rpl[s.name])
+			idle, replay, wire := median(got[s.name]), median(rpl[s.name]), median(wir[s.name])
 			b.ReportMetric(idle, "idle-"+s.name)
 			b.ReportMetric(replay, "replay-"+s.name)
+			b.ReportMetric(wire, "wire-"+s.name)
 			b.ReportMetric(s.textbook, "textbook-"+s.name)
-			b.Logf("%-12s idle %.3f (runs %.3f)  replay %.3f (runs %.3f)  textbook %.3f", s.name, idle, got[s.name], replay, rpl[s.name], s.textbook)
+			b.Logf("%-12s idle %.3f (runs %.3f)  replay %.3f (runs %.3f)  wire %.3f (runs %.3f)  textbook %.3f",
+				s.name, idle, got[s.name], replay, rpl[s.name], wire, wir[s.name], s.textbook)
 		}
 	}
 }
 
 // bubbleRun trains plan with a trace and returns the median over steps
-// (the first dropped) of the ranks' mean idle fraction, measured and
-// replayed.
-func bubbleRun(b *testing.B, plan string, p, m, steps int) (idle, replay float64, ok bool) {
-	j := benchJob(plan, 4, 2, 2*m, steps)
-	j.Model.Hidden, j.Model.Heads, j.Model.SeqLen = 256, 4, 64
+// (the first dropped) of the ranks' mean idle fraction, measured,
+// replayed, and replayed with the link.
+func bubbleRun(b *testing.B, plan string, p, m, steps int) (idle, replay, wire float64, ok bool) {
+	const micro, seq, hidden = 2, 64, 256
+	j := benchJob(plan, 4, micro, micro*m, steps)
+	j.Model.Hidden, j.Model.Heads, j.Model.SeqLen = hidden, 4, seq
 	j.Parallel.LinkLatency, j.Parallel.LinkBandwidth = "100us", "1GB"
+	w := pp.Wire{Latency: 100, Gap: micro * seq * hidden * 4 / 1000} // µs: fp32 boundary bytes at 1 GB/s
 	ep, err := j.EnginePlan()
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	dir := b.TempDir()
 	if _, err := Run(context.Background(), Options{Job: j, Trace: dir}); err != nil {
@@ -85,7 +92,7 @@ func bubbleRun(b *testing.B, plan string, p, m, steps int) (idle, replay float64
 	}
 	spans := trace.IdleSpans(evs, "pipeline") // ordered by rank, then time
 	n := len(spans) / p
-	var idles, replays []float64
+	var idles, replays, wires []float64
 	for k := 1; k < n; k++ {
 		var sum float64
 		step := make([][]trace.Event, p)
@@ -98,11 +105,15 @@ func bubbleRun(b *testing.B, plan string, p, m, steps int) (idle, replay float64
 				}
 			}
 		}
-		res, err := pp.Replay(s, step)
+		res, err := pp.Replay(s, step, pp.Wire{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		idles, replays = append(idles, sum/float64(p)), append(replays, res.MeanIdle())
+		wired, err := pp.Replay(s, step, w)
+		if err != nil {
+			b.Fatal(err)
+		}
+		idles, replays, wires = append(idles, sum/float64(p)), append(replays, res.MeanIdle()), append(wires, wired.MeanIdle())
 	}
-	return median(idles), median(replays), true
+	return median(idles), median(replays), median(wires), true
 }

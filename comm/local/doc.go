@@ -64,8 +64,13 @@
 // and the rank sleeps until T has passed since the phase began, so the real
 // copy is hidden inside the modelled time when the link is the slower.
 // Transfers over different classes proceed in parallel; transfers over one
-// class share its bandwidth. A Send costs its sender L + bytes/B before the
-// message is delivered; Barrier costs one latency of the slowest class in the
+// class share its bandwidth. Point-to-point messages are not phases: a Send
+// copies its payload at once and never blocks its sender; the message leaves
+// when the earlier messages to the same peer have (they share the link's
+// bandwidth), occupies the link for bytes/B and arrives L later, so the
+// latencies of messages in flight overlap; the Send and its Recv complete
+// when it arrives. Waits shorter than a Go timer's millisecond resolution
+// sleep in nanosleep. Barrier costs one latency of the slowest class in the
 // group. Zero bandwidth means unlimited, zero latency none. The model charges
 // what this package's algorithms move (one phase talks to every peer at
 // once), not what a ring or tree on a real network would.

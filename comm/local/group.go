@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"trellis/comm"
 )
@@ -17,14 +18,14 @@ type group struct {
 
 	mu       sync.Mutex
 	closed   bool
-	children []*group              // groups made from this one, closed with it
-	lastSend map[int]chan struct{} // link emulation: the latest Send to each peer, closed once delivered
+	children []*group          // groups made from this one, closed with it
+	linkFree map[int]time.Time // link emulation: when the link to each peer is free (arrival)
 }
 
 var _ comm.Group = (*group)(nil)
 
 func newGroup(w *world, t *team, rank int) *group {
-	return &group{w: w, t: t, rank: rank, q: comm.NewQueue(), lastSend: map[int]chan struct{}{}}
+	return &group{w: w, t: t, rank: rank, q: comm.NewQueue(), linkFree: map[int]time.Time{}}
 }
 
 func (g *group) Rank() int { return g.rank }

@@ -38,6 +38,23 @@ func (m *LinkModel) sameNode(a, b int) bool {
 	return m.RanksPerNode == 0 || a/m.RanksPerNode == b/m.RanksPerNode
 }
 
+// between is the link between world ranks a and b.
+func (m *LinkModel) between(a, b int) Link {
+	if m.sameNode(a, b) {
+		return m.Intra
+	}
+	return m.Inter
+}
+
+// occupancy is the time n bytes occupy the link: n/B (0 when the
+// bandwidth is unlimited).
+func (l Link) occupancy(n int64) time.Duration {
+	if l.Bandwidth <= 0 {
+		return 0
+	}
+	return time.Duration(float64(n) / l.Bandwidth * float64(time.Second))
+}
+
 // Cost is the modelled duration of one phase for world rank me, whose
 // transfers with peer i (world rank peers[i]) are given by xfer: bytes sent,
 // bytes received, and whether the pair exchanges anything in this phase.

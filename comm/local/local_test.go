@@ -239,3 +239,49 @@ func TestLinkSendsInOrder(t *testing.T) {
 		return nil
 	})
 }
+
+// TestLinkP2PTiming: under link emulation a Send returns at once (the link
+// delays delivery, not the sender); its message arrives no earlier than
+// L + bytes/B after it was sent; a second message to the same peer queues
+// behind the first for the bandwidth (≥ L + 2·bytes/B) but not for its
+// latency, so a message sent after a long one still overlaps its latency.
+// Lower bounds, plus one upper bound with a whole latency of slack.
+func TestLinkP2PTiming(t *testing.T) {
+	const lat, n = 200 * time.Millisecond, 1 << 16 // 256 KiB at 26.2144 MB/s: 10 ms
+	const occ = 10 * time.Millisecond
+	gs := newWorld(t, local.Config{Size: 2, Link: &local.LinkModel{Intra: local.Link{Latency: lat, Bandwidth: 4 * n / occ.Seconds()}}})
+	var sent time.Time
+	ready := make(chan struct{})
+	run(t, gs, func(r int, g comm.Group) error {
+		if r == 0 {
+			defer close(ready)
+			x, y := make([]float32, n), make([]float32, n)
+			sent = time.Now()
+			w1 := g.Send(comm.F32(x), 1, 0)
+			w2 := g.Send(comm.F32(y), 1, 0)
+			if d := time.Since(sent); d > lat/2 {
+				return errors.New("two Sends blocked their sender for " + d.String())
+			}
+			return errors.Join(w1.Wait(), w2.Wait())
+		}
+		a, b := make([]float32, n), make([]float32, n)
+		r1, r2 := g.Recv(comm.F32(a), 0, 0), g.Recv(comm.F32(b), 0, 0)
+		if err := r1.Wait(); err != nil {
+			return err
+		}
+		<-ready
+		if d := time.Since(sent); d < lat+occ {
+			return errors.New("first message arrived before L + bytes/B: " + d.String())
+		}
+		if err := r2.Wait(); err != nil {
+			return err
+		}
+		switch d := time.Since(sent); {
+		case d < lat+2*occ:
+			return errors.New("second message did not queue for the bandwidth: " + d.String())
+		case d >= 2*lat:
+			return errors.New("second message waited for the first one's latency: " + d.String())
+		}
+		return nil
+	})
+}

@@ -25,10 +25,21 @@ type recvReq struct {
 	buf     comm.Buf
 	done    chan error // receives the outcome once a sender has copied
 	claimed bool       // a sender took the request (guarded by team.mu)
+	due     time.Time  // link emulation: when the message arrives (set before done)
 }
 
-// Send issues a send. With link emulation the transfer time passes first,
-// on a goroutine; sends to one peer are delivered in issue order.
+// message is a mailbox entry: a copy of the payload and when it arrives
+// (zero without link emulation).
+type message struct {
+	buf comm.Buf
+	due time.Time
+}
+
+// Send issues a send: the payload is copied now, into the receiver's
+// posted Recv or its mailbox, so a send never waits for its receiver or for
+// a goroutine to be scheduled. With link emulation the message is stamped
+// with its arrival time (arrival), and the Send and its Recv complete no
+// earlier than that: the link delays delivery, not the sender.
 func (g *group) Send(buf comm.Buf, peer, tag int) comm.Work {
 	if err := comm.CheckP2P("send", peer, tag, g.Size()); err != nil {
 		return comm.Done(err)
@@ -37,31 +48,55 @@ func (g *group) Send(buf comm.Buf, peer, tag int) comm.Work {
 	if err != nil {
 		return comm.Done(err)
 	}
-	m := g.w.cfg.Link
-	if m == nil {
-		finish(g.p2pErr(g.deliver(buf, peer, tag)))
-		return w
-	}
-	bytes := int64(buf.Bytes())
-	d := m.Cost(g.t.ranks[g.rank], g.t.ranks, func(q int) (int64, int64, bool) { return bytes, 0, q == peer })
-	g.mu.Lock()
-	prev := g.lastSend[peer]
-	now := make(chan struct{})
-	g.lastSend[peer] = now
-	g.mu.Unlock()
-	go func() {
-		defer close(now)
-		if prev != nil {
-			<-prev
-		}
-		g.t.waitOrBreak(time.Now().Add(d))
-		finish(g.p2pErr(g.deliver(buf, peer, tag)))
-	}()
+	due := g.arrival(int64(buf.Bytes()), peer)
+	g.finishAt(due, finish, g.p2pErr(g.deliver(buf, peer, tag, due)))
 	return w
 }
 
-// deliver hands buf to member peer: into its posted Recv, or its mailbox.
-func (g *group) deliver(buf comm.Buf, peer, tag int) error {
+// arrival is when a message of n bytes sent now to member peer arrives
+// under link emulation (the zero time without): it leaves once the
+// messages sent before it to peer have left, occupies the link for
+// n/bandwidth and arrives one latency later —
+//
+//	leave = max(now, free);  free = leave + n/B;  arrive = free + L
+//
+// so messages to one peer share its bandwidth and their latencies overlap.
+func (g *group) arrival(n int64, peer int) time.Time {
+	m := g.w.cfg.Link
+	if m == nil {
+		return time.Time{}
+	}
+	l := m.between(g.t.ranks[g.rank], g.t.ranks[peer])
+	now := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	leave := g.linkFree[peer]
+	if leave.Before(now) {
+		leave = now
+	}
+	free := leave.Add(l.occupancy(n))
+	g.linkFree[peer] = free
+	return free.Add(l.Latency)
+}
+
+// finishAt finishes a started operation with err at due: at once when due
+// has passed (or err is set), else on a goroutine that sleeps until due
+// (sleepUntil: to the microsecond, not the Go timer's millisecond) or
+// until the group breaks.
+func (g *group) finishAt(due time.Time, finish func(error), err error) {
+	if err != nil || !time.Now().Before(due) {
+		finish(err)
+		return
+	}
+	go func() {
+		sleepUntil(due, g.t.broken)
+		finish(err)
+	}()
+}
+
+// deliver hands buf to member peer, arriving at due: into its posted Recv,
+// or its mailbox.
+func (g *group) deliver(buf comm.Buf, peer, tag int, due time.Time) error {
 	t := g.t
 	k := mailKey{g.rank, peer, tag}
 	t.mu.Lock()
@@ -74,6 +109,7 @@ func (g *group) deliver(buf comm.Buf, peer, tag int) error {
 		req := q[0]
 		t.popPosted(k)
 		req.claimed = true
+		req.due = due
 		t.mu.Unlock()
 		return fill(req, buf)
 	}
@@ -87,9 +123,41 @@ func (g *group) deliver(buf comm.Buf, peer, tag int) error {
 		return err
 	}
 	t.held[peer] += n
-	t.mail[k] = append(t.mail[k], cloneBuf(buf))
+	c := t.takeSpare(peer, buf)
+	copyBuf(c, buf)
+	t.mail[k] = append(t.mail[k], message{buf: c, due: due})
 	t.mu.Unlock()
 	return nil
+}
+
+// takeSpare removes and returns a spare buffer of member dst with buf's
+// dtype and length, or allocates one. Called with t.mu held. Reusing the
+// buffers of received messages keeps a stream of early messages (a
+// pipeline's activations sent before their receive is posted) from
+// allocating, and faulting in, fresh memory for every message.
+func (t *team) takeSpare(dst int, buf comm.Buf) comm.Buf {
+	sp := t.spare[dst]
+	for i, b := range sp {
+		if b.DType() == buf.DType() && b.Len() == buf.Len() {
+			sp[i] = sp[len(sp)-1]
+			sp[len(sp)-1] = comm.Buf{}
+			t.spare[dst] = sp[:len(sp)-1]
+			t.spared[dst] -= int64(b.Bytes())
+			return b
+		}
+	}
+	return newBuf(buf)
+}
+
+// putSpare keeps buf, a received message's buffer of member dst, for
+// reuse, within the bound MaxBuffered on dst's spares.
+func (t *team) putSpare(dst int, buf comm.Buf, limit int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := int64(buf.Bytes()); t.spared[dst]+n <= limit {
+		t.spare[dst] = append(t.spare[dst], buf)
+		t.spared[dst] += n
+	}
 }
 
 // popPosted removes the oldest posted Recv of k. Called with t.mu held.
@@ -114,16 +182,19 @@ func fill(req *recvReq, buf comm.Buf) error {
 	return err
 }
 
-func cloneBuf(b comm.Buf) comm.Buf {
+// newBuf allocates a buffer of b's dtype and length.
+func newBuf(b comm.Buf) comm.Buf {
 	if b.DType() == tensor.BF16 {
-		return comm.BF16(append([]tensor.BF16Bits(nil), b.BFloat16s()...))
+		return comm.BF16(make([]tensor.BF16Bits, b.Len()))
 	}
-	return comm.F32(append([]float32(nil), b.Float32s()...))
+	return comm.F32(make([]float32, b.Len()))
 }
 
 // Recv issues a receive: the oldest buffered message from peer with tag, or
 // a posted request that a goroutine waits on until the timeout or the group
-// breaks. A message sent before the group broke is still delivered.
+// breaks. A message sent before the group broke is still delivered. Under
+// link emulation the Recv completes once its message has arrived (its due
+// time).
 func (g *group) Recv(buf comm.Buf, peer, tag int) comm.Work {
 	if err := comm.CheckP2P("recv", peer, tag, g.Size()); err != nil {
 		return comm.Done(err)
@@ -137,19 +208,20 @@ func (g *group) Recv(buf comm.Buf, peer, tag int) comm.Work {
 	t.mu.Lock()
 	if q := t.mail[k]; len(q) > 0 {
 		msg := q[0]
-		q[0] = comm.Buf{}
+		q[0] = message{}
 		if len(q) == 1 {
 			delete(t.mail, k)
 		} else {
 			t.mail[k] = q[1:]
 		}
-		t.held[g.rank] -= int64(msg.Bytes())
+		t.held[g.rank] -= int64(msg.buf.Bytes())
 		t.mu.Unlock()
-		err := comm.CheckMatch(buf, msg.DType(), msg.Len())
+		err := comm.CheckMatch(buf, msg.buf.DType(), msg.buf.Len())
 		if err == nil {
-			copyBuf(buf, msg)
+			copyBuf(buf, msg.buf)
 		}
-		finish(g.p2pErr(err))
+		t.putSpare(g.rank, msg.buf, g.w.cfg.MaxBuffered)
+		g.finishAt(msg.due, finish, g.p2pErr(err))
 		return w
 	}
 	if t.err != nil {
@@ -161,7 +233,13 @@ func (g *group) Recv(buf comm.Buf, peer, tag int) comm.Work {
 	req := &recvReq{buf: buf, done: make(chan error, 1)}
 	t.posted[k] = append(t.posted[k], req)
 	t.mu.Unlock()
-	go func() { finish(g.p2pErr(g.await(req, k))) }()
+	go func() {
+		err := g.await(req, k)
+		if err == nil {
+			sleepUntil(req.due, t.broken)
+		}
+		finish(g.p2pErr(err))
+	}()
 	return w
 }
 

@@ -36,8 +36,10 @@ type team struct {
 	inPhase []bool
 	quiet   *sync.Cond
 
-	mail   map[mailKey][]comm.Buf // sent, not yet received messages
+	mail   map[mailKey][]message  // sent, not yet received messages
 	held   []int64                // bytes in mail, by receiving member
+	spare  [][]comm.Buf           // by receiving member: mailbox buffers received from, for reuse (spares)
+	spared []int64                // bytes in spare, by receiving member
 	posted map[mailKey][]*recvReq // posted Recvs, oldest first
 }
 
@@ -59,8 +61,10 @@ func newTeam(key string, ranks []int) *team {
 		release: make(chan struct{}),
 		args:    make([]args, len(ranks)),
 		broken:  make(chan struct{}),
-		mail:    map[mailKey][]comm.Buf{},
+		mail:    map[mailKey][]message{},
 		held:    make([]int64, len(ranks)),
+		spare:   make([][]comm.Buf, len(ranks)),
+		spared:  make([]int64, len(ranks)),
 		posted:  map[mailKey][]*recvReq{},
 		inPhase: make([]bool, len(ranks)),
 	}

@@ -19,10 +19,10 @@ const (
 // not occupy the group's queue and never wait for each other (comm's
 // ordering rules), so a stage posts its receives before its sends, as the
 // schedules do, without deadlock, and several transfers of one stage are in
-// flight at once. Each transfer is posted alone, as a batch of one
-// (comm.BatchP2P): the executor waits for each where the schedule needs it
-// and reuses its buffer as soon as it is done, which one Work for a batch of
-// several would delay to the slowest.
+// flight at once. Each transfer is posted alone (what comm.BatchP2P does
+// for a batch of one): the executor waits for each where the schedule
+// needs it and reuses its buffer as soon as it is done, which one Work for
+// a batch of several would delay to the slowest.
 //
 // Messages that arrive before their receive is posted are held by the
 // receiver, bounded by the backend's MaxBuffered; Stats().Buffered is the
@@ -78,7 +78,7 @@ func (l *P2PLink) Send(buf []float32, peer int, grad bool) comm.Work {
 	if err := l.check(peer, grad, true); err != nil {
 		return failed{err}
 	}
-	return comm.BatchP2P(l.g, []comm.P2POp{comm.SendOp(comm.F32(buf), peer, tag(grad))})
+	return l.g.Send(comm.F32(buf), peer, tag(grad))
 }
 
 // Recv posts a receive of buf from pipeline rank peer.
@@ -86,7 +86,7 @@ func (l *P2PLink) Recv(buf []float32, peer int, grad bool) comm.Work {
 	if err := l.check(peer, grad, false); err != nil {
 		return failed{err}
 	}
-	return comm.BatchP2P(l.g, []comm.P2POp{comm.RecvOp(comm.F32(buf), peer, tag(grad))})
+	return l.g.Recv(comm.F32(buf), peer, tag(grad))
 }
 
 // Stats is the group's accounting, Buffered included.

@@ -8,12 +8,14 @@ import (
 
 // Replay runs s with the compute durations one step of a trace measured:
 // spans[r] are rank r's compute spans of that step (named as the executor
-// names them, "F mb3 c0"). The result's idle fractions are the bubble the
-// schedule's dependencies alone impose on those durations, without
-// communication, waking or scheduling delays: set against the idle
-// fraction the trace measured, it splits the measured idle time into the
-// schedule's and the rest.
-func Replay(s *Schedule, spans [][]trace.Event) (Result, error) {
+// names them, "F mb3 c0"), in µs, each message delayed by wire (µs; zero:
+// none). The result's idle fractions are the bubble the schedule's
+// dependencies and the modelled network alone impose on those durations,
+// without waking or scheduling delays: set against the idle fraction the
+// trace measured, it splits the measured idle time into the schedule's
+// (Replay with no wire), the link's (the difference the wire makes) and
+// the executor's and the machine's (the rest).
+func Replay(s *Schedule, spans [][]trace.Event, wire Wire) (Result, error) {
 	type key struct {
 		r  int
 		op Op
@@ -36,9 +38,9 @@ func Replay(s *Schedule, spans [][]trace.Event) (Result, error) {
 			dur[key{r, o, mb, ch}] = e.Dur
 		}
 	}
-	return SimulateWith(s, func(r int, a Action) int64 {
+	return SimulateLink(s, func(r int, a Action) int64 {
 		return dur[key{r, a.Op, a.MB, a.Chunk}]
-	})
+	}, wire)
 }
 
 // MeanIdle is the ranks' mean idle fraction, 1 − Busy/Makespan.

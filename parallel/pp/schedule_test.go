@@ -233,7 +233,7 @@ func TestReplay(t *testing.T) {
 		}
 		return out
 	}
-	res, err := Replay(s, spans(1))
+	res, err := Replay(s, spans(1), Wire{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,14 +241,59 @@ func TestReplay(t *testing.T) {
 	if res.Makespan != unit.Makespan || math.Abs(res.MeanIdle()-unit.Bubble()) > 1e-12 {
 		t.Fatalf("replay of unit durations: makespan %d idle %v, Simulate %d %v", res.Makespan, res.MeanIdle(), unit.Makespan, unit.Bubble())
 	}
-	slow, err := Replay(s, spans(2))
+	slow, err := Replay(s, spans(2), Wire{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if slow.Busy[1] != 2*slow.Busy[0] || slow.MeanIdle() <= res.MeanIdle() {
 		t.Fatalf("a rank twice as slow: busy %v, idle %v (equal ranks %v)", slow.Busy, slow.MeanIdle(), res.MeanIdle())
 	}
-	if _, err := Replay(s, [][]trace.Event{{{Name: "step 1"}}}); err == nil {
+	if _, err := Replay(s, [][]trace.Event{{{Name: "step 1"}}}, Wire{}); err == nil {
 		t.Fatal("a span that is no action replayed")
+	}
+	wired, err := Replay(s, spans(1), Wire{Latency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wired.Makespan <= res.Makespan || wired.MeanIdle() <= res.MeanIdle() {
+		t.Fatalf("a wire's latency: makespan %d idle %v, without %d %v", wired.Makespan, wired.MeanIdle(), res.Makespan, res.MeanIdle())
+	}
+}
+
+// SimulateLink by hand: GPipe, p = 2, m = 2, F = 1, B+W = 2. With latency
+// 10 and no gap, each message arrives 10 after it is sent; with gap 5 and
+// no latency, the second message of a direction queues behind the first.
+func TestSimulateLink(t *testing.T) {
+	s, err := Build(Config{Kind: GPipe, PP: 2, Micro: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := func(_ int, a Action) int64 {
+		if a.Op == Forward {
+			return 1
+		}
+		return 2
+	}
+	for _, c := range []struct {
+		w    Wire
+		want int64
+	}{
+		// rank 0: F0 0–1, F1 1–2; acts arrive at 11, 12. Rank 1: F0 11–12,
+		// F1 12–13, B0 13–15, B1 15–17; grads arrive 25, 27. Rank 0: B0
+		// 25–27, B1 27–29.
+		{Wire{Latency: 10}, 29},
+		// acts leave at 1 and 6 (queued), arrive 6 and 11. Rank 1: F0 6–7,
+		// F1 11–12, B0 12–14, B1 14–16; grads arrive 19, then 24 (queued).
+		// Rank 0: B0 19–21, B1 24–26.
+		{Wire{Gap: 5}, 26},
+		{Wire{}, 9},
+	} {
+		res, err := SimulateLink(s, unit, c.w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Makespan != c.want {
+			t.Errorf("wire %+v: makespan %d, want %d", c.w, res.Makespan, c.want)
+		}
 	}
 }

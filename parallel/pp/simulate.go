@@ -90,6 +90,21 @@ func Simulate(s *Schedule, c Costs) (Result, error) {
 // action): replaying the durations a trace measured gives the bubble the
 // schedule's dependencies alone impose on them (Replay).
 func SimulateWith(s *Schedule, cost func(rank int, a Action) int64) (Result, error) {
+	return SimulateLink(s, cost, Wire{})
+}
+
+// Wire is a transfer model for SimulateLink, in the costs' unit: a message
+// sent at t leaves when the link towards its peer is free, occupies it for
+// Gap (its bytes over the bandwidth: messages in one direction queue) and
+// arrives Latency later (latencies of queued messages overlap):
+//
+//	leave = max(t, free);  free = leave + Gap;  arrive = free + Latency
+type Wire struct{ Latency, Gap int64 }
+
+// SimulateLink is SimulateWith with every message delayed by the link
+// model: the bubble a schedule has on given compute durations and a given
+// network, with no other overhead.
+func SimulateLink(s *Schedule, cost func(rank int, a Action) int64, link Wire) (Result, error) {
 	p := s.PP
 	res := Result{Busy: make([]int64, p), InFlight: make([]int, p), Start: make([][]int64, p), ChunkInFlight: make([][]int, p), Deferred: make([][]int, p)}
 	rs := make([]*simRank, p)
@@ -99,7 +114,8 @@ func SimulateWith(s *Schedule, cost func(rank int, a Action) int64) (Result, err
 		res.Deferred[r] = make([]int, s.vpp())
 		res.Start[r] = make([]int64, len(s.Ranks[r]))
 	}
-	sent := map[msgKey]int64{} // send time
+	sent := map[msgKey]int64{} // arrival time
+	lk := links{model: link, free: map[[2]int]int64{}}
 	for {
 		progress, done := false, true
 		for r, st := range rs {
@@ -113,7 +129,7 @@ func SimulateWith(s *Schedule, cost func(rank int, a Action) int64) (Result, err
 					break
 				}
 				res.Start[r][st.pc] = start
-				if err := s.apply(r, a, st, start, cost, sent, &res); err != nil {
+				if err := s.apply(r, a, st, start, cost, sent, lk, &res); err != nil {
 					return res, err
 				}
 				st.pc++
@@ -155,7 +171,7 @@ func (s *Schedule) ready(r int, a Action, st *simRank, sent map[msgKey]int64) (i
 }
 
 // apply checks a's dependencies on rank r and runs it from start.
-func (s *Schedule) apply(r int, a Action, st *simRank, start int64, costOf func(int, Action) int64, sent map[msgKey]int64, res *Result) error {
+func (s *Schedule) apply(r int, a Action, st *simRank, start int64, costOf func(int, Action) int64, sent map[msgKey]int64, lk links, res *Result) error {
 	p, S := s.PP, s.Stages()
 	stage, key := a.Chunk*p+r, [2]int{a.MB, a.Chunk}
 	bad := func(why string) error { return fmt.Errorf("pp: rank %d action %v: %s", r, a, why) }
@@ -222,7 +238,7 @@ func (s *Schedule) apply(r int, a Action, st *simRank, start int64, costOf func(
 		if _, dup := sent[k]; dup {
 			return bad("message sent twice")
 		}
-		sent[k] = start
+		sent[k] = lk.arrive(r, a.Peer, start)
 	}
 	if a.Op.Compute() {
 		cost = costOf(r, a)
@@ -230,6 +246,22 @@ func (s *Schedule) apply(r int, a Action, st *simRank, start int64, costOf func(
 	}
 	st.clock = start + cost
 	return nil
+}
+
+// links is SimulateLink's state: when each direction's link is free.
+type links struct {
+	model Wire
+	free  map[[2]int]int64 // (from, to) rank
+}
+
+// arrive is when a message sent from rank r to peer at t arrives.
+func (l links) arrive(r, peer int, t int64) int64 {
+	if l.model == (Wire{}) {
+		return t
+	}
+	leave := max(t, l.free[[2]int{r, peer}])
+	l.free[[2]int{r, peer}] = leave + l.model.Gap
+	return leave + l.model.Gap + l.model.Latency
 }
 
 // complete checks that rank r ran every pass of its chunks once.
