@@ -158,3 +158,70 @@ func TestFitWorld(t *testing.T) {
 		}
 	}
 }
+
+// A checkpoint resumes across precisions and the layouts they bring
+// (ZeRO-1/2 in 16-bit keep only their fp32 master shards; tp and pp split
+// the units): a run checkpointed at step 2 under each source plan resumes
+// under each target plan, and the next 5 losses equal those of the
+// single device resuming the same checkpoint in the target's precision —
+// within 1e-5 relative in fp32, and within halfParLoss in 16-bit (the
+// bound of a 16-bit tp or pp plan against one device: the fp32 reduction
+// order can flip a 16-bit rounding, TestHalfPrecisionParallelPlans). The
+// step-2 weights and moments ZeRO-1 wrote from its fp32 master shards
+// equal those of dp=2 without ZeRO in the same precision bit for bit.
+func TestReshardPrecision(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: the reshard matrix covers the fp32 plans")
+	}
+	sources := []string{"dp=2,zero=1,precision=bf16", "tp=2,precision=fp16", "dp=2,zero=3"}
+	targets := []string{"dp=1", "precision=bf16", "dp=2,zero=2,precision=bf16", "pp=2,precision=bf16", "tp=2,precision=fp16"}
+	precOf := func(plan string) string {
+		for _, p := range []string{"bf16", "fp16"} {
+			if strings.Contains(plan, "precision="+p) {
+				return ",precision=" + p
+			}
+		}
+		return ""
+	}
+	ckpt := map[string]string{}
+	for _, p := range sources {
+		j := reshardJob(p)
+		j.Train.Steps = 2
+		dir := t.TempDir()
+		got := runJob(t, j, dir, "", 0)
+		ckpt[p] = got.sum.Checkpoint
+		if whole, ok := map[string]string{"dp=2,zero=1,precision=bf16": "dp=2,precision=bf16"}[p]; ok {
+			one := reshardJob(whole)
+			one.Train.Steps = 2
+			ref := runJob(t, one, t.TempDir(), "", 0)
+			for _, x := range []struct {
+				name     string
+				got, ref []float32
+			}{{"weights", got.w, ref.w}, {"first moments", got.m, ref.m}, {"second moments", got.v, ref.v}} {
+				if err := sameBits(x.got, x.ref); err != nil {
+					t.Errorf("%s: step-2 %s against one device: %v", p, x.name, err)
+				}
+			}
+		}
+	}
+	for _, from := range sources {
+		for _, to := range targets {
+			t.Run(from+"→"+to, func(t *testing.T) {
+				got := runJob(t, reshardJob(to), "", ckpt[from], 0)
+				ref := runJob(t, reshardJob("dp=1"+precOf(to)), "", ckpt[from], 0)
+				bound := 1e-5
+				if precOf(to) != "" {
+					bound = halfParLoss
+				}
+				if len(got.losses) != 5 || len(ref.losses) != 5 {
+					t.Fatalf("%d and %d steps after resuming, want 5", len(got.losses), len(ref.losses))
+				}
+				for s, w := range ref.losses {
+					if g := got.losses[s]; math.Abs(g-w) > bound*math.Abs(w) {
+						t.Errorf("step %d: loss %.9g, one device resuming the same checkpoint %.9g (bound %g)", s+3, g, w, bound)
+					}
+				}
+			})
+		}
+	}
+}
