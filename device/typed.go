@@ -2,7 +2,6 @@ package device
 
 import (
 	"fmt"
-	"unsafe"
 
 	"trellis/tensor"
 )
@@ -59,5 +58,5 @@ func (b *Buffer) BF16() []tensor.BF16Bits {
 	if b.dtype != tensor.BF16 || len(b.Bits) == 0 {
 		return nil
 	}
-	return unsafe.Slice((*tensor.BF16Bits)(unsafe.Pointer(&b.Bits[0])), len(b.Bits))
+	return tensor.BF16View(b.Bits)
 }

@@ -198,10 +198,10 @@ func (m *GPT) linearForwardH(out, res []float32, x []uint16, w, bias []float32, 
 	x = x[:N*C]
 	wh := m.halfOf(w[:OC*C])
 	if m.half.dt == tensor.F16 {
-		m.k.MatMulF16Ep(ops.NT, N, OC, C, asF16(x), C, asF16(wh), C, out, OC, res, bias)
+		m.k.MatMulF16Ep(ops.NT, N, OC, C, tensor.F16View(x), C, tensor.F16View(wh), C, out, OC, res, bias)
 		return
 	}
-	m.k.MatMulBF16Ep(ops.NT, N, OC, C, asBF16(x), C, asBF16(wh), C, out, OC, res, bias)
+	m.k.MatMulBF16Ep(ops.NT, N, OC, C, tensor.BF16View(x), C, tensor.BF16View(wh), C, out, OC, res, bias)
 }
 
 // linearBackwardSet is ops.LinearBackwardSet, an fp32 runner's (a 16-bit
@@ -232,17 +232,17 @@ func (m *GPT) halfGEMMs(dinp, dw []float32, dy, x []uint16, w []float32, N, C, O
 	if dinp != nil {
 		wh := m.halfOf(w[:OC*C])
 		if f16 {
-			m.k.MatMulF16(ops.NN, N, C, OC, asF16(dy), OC, asF16(wh), C, dinp, C, false)
+			m.k.MatMulF16(ops.NN, N, C, OC, tensor.F16View(dy), OC, tensor.F16View(wh), C, dinp, C, false)
 		} else {
-			m.k.MatMulBF16(ops.NN, N, C, OC, asBF16(dy), OC, asBF16(wh), C, dinp, C, false)
+			m.k.MatMulBF16(ops.NN, N, C, OC, tensor.BF16View(dy), OC, tensor.BF16View(wh), C, dinp, C, false)
 		}
 	}
 	if dw != nil {
 		x = x[:N*C]
 		if f16 {
-			m.k.MatMulF16(ops.TN, OC, C, N, asF16(dy), OC, asF16(x), C, dw, C, true)
+			m.k.MatMulF16(ops.TN, OC, C, N, tensor.F16View(dy), OC, tensor.F16View(x), C, dw, C, true)
 		} else {
-			m.k.MatMulBF16(ops.TN, OC, C, N, asBF16(dy), OC, asBF16(x), C, dw, C, true)
+			m.k.MatMulBF16(ops.TN, OC, C, N, tensor.BF16View(dy), OC, tensor.BF16View(x), C, dw, C, true)
 		}
 	}
 }
@@ -250,10 +250,10 @@ func (m *GPT) halfGEMMs(dinp, dw []float32, dy, x []uint16, w []float32, N, C, O
 // decode widens src (16-bit, the runner's type) into dst exactly.
 func (m *GPT) decode(dst []float32, src []uint16) {
 	if m.half.dt == tensor.BF16 {
-		ops.DecodeBF16(m.k, dst, asBF16(src))
+		ops.DecodeBF16(m.k, dst, tensor.BF16View(src))
 		return
 	}
-	ops.DecodeF16(m.k, dst, asF16(src))
+	ops.DecodeF16(m.k, dst, tensor.F16View(src))
 }
 
 // round rounds x to the runner's 16-bit type into dst and widens it back
@@ -266,22 +266,8 @@ func (m *GPT) round(dst []uint16, x []float32) {
 // encode rounds src into dst in the runner's 16-bit type, to nearest even.
 func (m *GPT) encode(dst []uint16, src []float32) {
 	if m.half.dt == tensor.BF16 {
-		ops.EncodeBF16(m.k, asBF16(dst), src)
+		ops.EncodeBF16(m.k, tensor.BF16View(dst), src)
 		return
 	}
-	ops.EncodeF16(m.k, asF16(dst), src)
-}
-
-func asBF16(s []uint16) []tensor.BF16Bits {
-	if len(s) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*tensor.BF16Bits)(unsafe.Pointer(&s[0])), len(s))
-}
-
-func asF16(s []uint16) []tensor.F16Bits {
-	if len(s) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*tensor.F16Bits)(unsafe.Pointer(&s[0])), len(s))
+	ops.EncodeF16(m.k, tensor.F16View(dst), src)
 }

@@ -49,3 +49,17 @@ func ClipScale(norm, maxNorm float64) float64 {
 	}
 	return min(1, maxNorm/(norm+1e-6))
 }
+
+// ScaledClip is the clipping of fp16 loss scaling's update, whose
+// gradients hold S·g (inv = 1/S), from n = ‖S·g‖, the global norm: an
+// overflow on any rank makes n non-finite on every rank, and then the step
+// is skipped (skip true); otherwise AdamW steps with the gradient scale
+//
+//	norm = n·inv      scale = inv · ClipScale(norm, maxNorm)
+func ScaledClip(n, maxNorm, inv float64) (norm, scale float64, skip bool) {
+	if math.IsNaN(n) || math.IsInf(n, 0) {
+		return n, 0, true
+	}
+	norm = n * inv
+	return norm, ClipScale(norm, maxNorm) * inv, false
+}

@@ -3,6 +3,7 @@ package tensor
 import (
 	"fmt"
 	"math"
+	"unsafe"
 )
 
 // DType names an element type.
@@ -185,4 +186,22 @@ func DecodeF16(dst []float32, src []F16Bits) {
 	for i, h := range src {
 		dst[i] = h.Float32()
 	}
+}
+
+// BF16View views 16-bit storage as bf16 elements, without a copy (nil for
+// an empty slice).
+func BF16View(s []uint16) []BF16Bits {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*BF16Bits)(unsafe.Pointer(&s[0])), len(s))
+}
+
+// F16View views 16-bit storage as fp16 elements, without a copy (nil for
+// an empty slice).
+func F16View(s []uint16) []F16Bits {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*F16Bits)(unsafe.Pointer(&s[0])), len(s))
 }

@@ -1,10 +1,6 @@
 package pp
 
-import (
-	"math"
-
-	"trellis/optim"
-)
+import "trellis/optim"
 
 // UpdateScaled is Update for gradients that hold S·g (fp16 loss scaling,
 // inv = 1/S). The global norm of S·g adds over the data-parallel group
@@ -20,10 +16,10 @@ func (s *State) UpdateScaled(lr, maxNorm, inv float64) (norm float64, skipped bo
 	if err != nil {
 		return 0, false, err
 	}
-	if math.IsNaN(n) || math.IsInf(n, 0) {
-		return n, true, nil
+	norm, scale, skip := optim.ScaledClip(n, maxNorm, inv)
+	if skip {
+		return norm, true, nil
 	}
-	norm = n * inv
-	s.opt.Step(lr, optim.ClipScale(norm, maxNorm)*inv)
+	s.opt.Step(lr, scale)
 	return norm, false, s.gatherWeights()
 }

@@ -1,10 +1,6 @@
 package single
 
-import (
-	"math"
-
-	"trellis/optim"
-)
+import "trellis/optim"
 
 // UpdateScaled is Update for gradients that hold S·g (fp16 loss scaling,
 // inv = 1/S): if the global norm of S·g is not finite (an overflow on any
@@ -17,10 +13,10 @@ func (s *Strategy) UpdateScaled(lr, maxNorm, inv float64) (norm float64, skipped
 	if err != nil {
 		return 0, false, err
 	}
-	if math.IsNaN(n) || math.IsInf(n, 0) {
-		return n, true, nil
+	norm, scale, skip := optim.ScaledClip(n, maxNorm, inv)
+	if skip {
+		return norm, true, nil
 	}
-	norm = n * inv
-	s.opt.Step(lr, optim.ClipScale(norm, maxNorm)*inv)
+	s.opt.Step(lr, scale)
 	return norm, false, nil
 }

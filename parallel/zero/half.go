@@ -2,7 +2,6 @@ package zero
 
 import (
 	"fmt"
-	"unsafe"
 
 	"trellis/comm"
 	"trellis/device"
@@ -68,11 +67,11 @@ func (s *Strategy) publish() {
 		c := b.Chunk()
 		own := b.full16[s.r*c : (s.r+1)*c]
 		if s.cfg.Half == tensor.F16 {
-			ops.EncodeF16(s.cfg.Kernels, asF16(own), b.p)
+			ops.EncodeF16(s.cfg.Kernels, tensor.F16View(own), b.p)
 		} else {
-			ops.EncodeBF16(s.cfg.Kernels, asBF16(own), b.p)
+			ops.EncodeBF16(s.cfg.Kernels, tensor.BF16View(own), b.p)
 		}
-		b.ag = s.track.Watch(s.cfg.Params.AllGather(comm.BF16(asBF16(b.full16)), comm.BF16(asBF16(own))), nil)
+		b.ag = s.track.Watch(s.cfg.Params.AllGather(comm.BF16(tensor.BF16View(b.full16)), comm.BF16(tensor.BF16View(own))), nil)
 	}
 }
 
@@ -89,9 +88,9 @@ func (s *Strategy) halfWeights(u int, b *bucket, pos, n int) ([]float32, error) 
 	}
 	src := b.full16[pos : pos+n]
 	if s.cfg.Half == tensor.F16 {
-		ops.DecodeF16(s.cfg.Kernels, buf.Data, asF16(src))
+		ops.DecodeF16(s.cfg.Kernels, buf.Data, tensor.F16View(src))
 	} else {
-		ops.DecodeBF16(s.cfg.Kernels, buf.Data, asBF16(src))
+		ops.DecodeBF16(s.cfg.Kernels, buf.Data, tensor.BF16View(src))
 	}
 	s.views[u] = &view{buf: buf, refs: 1}
 	return buf.Data, nil
@@ -116,18 +115,4 @@ func (s *Strategy) freeHalf() {
 		delete(s.views, u)
 	}
 	s.wh.Free()
-}
-
-func asBF16(s []uint16) []tensor.BF16Bits {
-	if len(s) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*tensor.BF16Bits)(unsafe.Pointer(&s[0])), len(s))
-}
-
-func asF16(s []uint16) []tensor.F16Bits {
-	if len(s) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*tensor.F16Bits)(unsafe.Pointer(&s[0])), len(s))
 }

@@ -1,10 +1,6 @@
 package zero
 
-import (
-	"math"
-
-	"trellis/optim"
-)
+import "trellis/optim"
 
 // UpdateScaled is Update for gradients that hold S·g (fp16 loss scaling,
 // inv = 1/S). The global norm of S·g is all-reduced over the ranks, so an
@@ -23,11 +19,10 @@ func (s *Strategy) UpdateScaled(lr, maxNorm, inv float64) (norm float64, skipped
 	if err != nil {
 		return 0, false, err
 	}
-	if math.IsNaN(n) || math.IsInf(n, 0) {
-		return n, true, nil
+	norm, scale, skip := optim.ScaledClip(n, maxNorm, inv)
+	if skip {
+		return norm, true, nil
 	}
-	norm = n * inv
-	scale := optim.ClipScale(norm, maxNorm) * inv
 	for i := range s.bk {
 		s.bk[i].opt.Step(lr, scale)
 	}
