@@ -84,14 +84,7 @@ func (m *GPT) blockBackwardHalf(w, g []float32, s *Stash, l int) {
 	dqkv, o, datty, q := m.big[:3*BTC], m.big[3*BTC:4*BTC], m.big[4*BTC:5*BTC], m.big[5*BTC:8*BTC]
 	dbr = m.branchGrad(s, m.drop.attn[l])
 	m.linearBackwardSetH(datty, dv.projw, dv.projb, dbr, a.attyh, v.projw, BT, C, C)
-	m.decode(q, a.qkvh[:3*BTC])
-	switch {
-	case m.d.shareAtt():
-		m.attnCore(o, a.att, q, B, T, C, c.Heads)
-	case m.flash:
-		m.decode(o, a.attyh[:BTC])
-	}
-	m.attnCoreBackward(dqkv, datty, q, o, a.att, B, T, C, c.Heads)
+	m.attnBackward16(dqkv, datty, q, o, a, B, T, C, c.Heads)
 	m.linearBackwardSetH(m.dln, dv.qkvw, dv.qkvb, dqkv, a.ln1h, v.qkvw, BT, C, 3*C)
 	ops.LayerNormBackward(k, m.dres, dv.ln1w, dv.ln1b, m.dln, s.res[l], v.ln1w, a.ln1M, a.ln1R, BT, C)
 }
@@ -121,14 +114,7 @@ func (m *GPT) blockBackwardInputHalf(w, g []float32, s *Stash, d *blockDouts, l 
 	copy(d.proj, m.branchGrad(s, m.drop.attn[l]))
 	m.gemmDX(datty, d.proj, v.projw, BT, C, C)
 	ops.BiasBackward(k, dv.projb, d.proj, BT, C)
-	m.decode(q, a.qkvh[:3*BTC])
-	switch {
-	case m.d.shareAtt():
-		m.attnCore(o, a.att, q, B, T, C, c.Heads)
-	case m.flash:
-		m.decode(o, a.attyh[:BTC])
-	}
-	m.attnCoreBackward(d.qkv, datty, q, o, a.att, B, T, C, c.Heads)
+	m.attnBackward16(d.qkv, datty, q, o, a, B, T, C, c.Heads)
 	m.gemmDX(m.dln, d.qkv, v.qkvw, BT, C, 3*C)
 	ops.BiasBackward(k, dv.qkvb, d.qkv, BT, 3*C)
 	ops.LayerNormBackward(k, m.dres, dv.ln1w, dv.ln1b, m.dln, s.res[l], v.ln1w, a.ln1M, a.ln1R, BT, C)
@@ -158,4 +144,22 @@ func (m *GPT) gemmDW(dw, dout []float32, x []uint16, N, C, OC int) {
 	dy := m.half.dy[:N*OC]
 	m.encode(dy, dout[:N*OC])
 	m.halfGEMMs(nil, dw, dy, x, nil, N, C, OC)
+}
+
+// attnBackward16 is the attention core's backward over a 16-bit stash,
+// for B·T tokens of Cl = NH·head-size columns (a tensor-parallel rank's
+// heads): q receives the q, k, v widened from the stash's qkv; o the
+// recomputed core output when selective recomputation shares the
+// probabilities (attnCore), or flash's output widened from atty; then
+// attnCoreBackward writes dqkv from datty.
+func (m *GPT) attnBackward16(dqkv, datty, q, o []float32, a *layerActs, B, T, Cl, NH int) {
+	X := B * T * Cl
+	m.decode(q, a.qkvh[:3*X])
+	switch {
+	case m.d.shareAtt():
+		m.attnCore(o, a.att, q, B, T, Cl, NH)
+	case m.flash:
+		m.decode(o, a.attyh[:X])
+	}
+	m.attnCoreBackward(dqkv, datty, q, o, a.att, B, T, Cl, NH)
 }

@@ -11,7 +11,7 @@ import (
 // GELU(fc) (its columns) are stored in the compute dtype, qkv and fc
 // rounded once with the forward going on from the rounded values, and
 // every weight read is its rounding: the matrices through the compute
-// copy, the block's vectors through halfBlockViewPart, the embedding rows
+// copy, the block's vectors through halfBlockView, the embedding rows
 // through embedForwardTP. So each rank computes, element for element, the
 // values one device computes for its columns; what differs is only where
 // the fp32 sums meet (the row-parallel reduction, then the rounded bias;
@@ -23,21 +23,6 @@ import (
 // backward's dfcg = big[:B·T·F], dfc = big[B·T·F:2·B·T·F], then
 // dqkv = big[:3X], o = big[3X:4X], datty = big[4X:5X], q = big[5X:8X]
 // (8X = 2·B·T·F, within big).
-
-// halfBlockViewPart is halfBlockView for a split part's block: its vectors
-// (7C + 3C' + F values) rounded into the vec scratch, the matrices views.
-func (m *GPT) halfBlockViewPart(w []float32) blockView {
-	v := viewBlockPart(w, m.d.C, m.d.t)
-	buf := m.half.vec
-	next := func(src []float32) []float32 {
-		d := m.halfVec(buf, src)
-		buf = buf[len(src):]
-		return d
-	}
-	v.ln1w, v.ln1b, v.qkvb, v.projb = next(v.ln1w), next(v.ln1b), next(v.qkvb), next(v.projb)
-	v.ln2w, v.ln2b, v.fcb, v.fc2b = next(v.ln2w), next(v.ln2b), next(v.fcb), next(v.fc2b)
-	return v
-}
 
 // enterColH is f's forward on a 16-bit LayerNorm output: the full
 // (B·T, C) 16-bit input of a column-parallel layer from the rank's n
@@ -69,7 +54,7 @@ func (m *GPT) blockForwardTPHalf(w []float32, s *Stash, l int) error {
 	B, T, C := s.b, s.t, d.C
 	bt := B * T
 	n, X := d.tokens(bt), bt*d.Cl
-	v, a := m.halfBlockViewPart(w), &s.layers[l]
+	v, a := m.halfBlockView(w), &s.layers[l]
 	x, out := s.res[l][:n*C], s.res[l+1][:n*C]
 	z := m.big[:n*C]
 	ops.LayerNormForward(k, z, a.ln1M, a.ln1R, x, v.ln1w, v.ln1b, n, C)
@@ -130,7 +115,7 @@ func (m *GPT) blockBackwardTPHalf(w, g []float32, s *Stash, l int) error {
 	B, T, C := s.b, s.t, d.C
 	bt := B * T
 	n, X := d.tokens(bt), bt*d.Cl
-	v, dv, a := m.halfBlockViewPart(w), viewBlockPart(g, C, d.t), &s.layers[l]
+	v, dv, a := m.halfBlockView(w), viewBlockPart(g, C, d.t), &s.layers[l]
 	dres := m.dres[:n*C]
 
 	dfcg, dfc := m.big[:bt*d.F], m.big[bt*d.F:2*bt*d.F]
@@ -158,14 +143,7 @@ func (m *GPT) blockBackwardTPHalf(w, g []float32, s *Stash, l int) error {
 		return err
 	}
 	m.linearBackwardSetH(datty, dv.projw, dv.projb, dy, a.attyh, v.projw, bt, d.Cl, C)
-	m.decode(q, a.qkvh[:3*X])
-	switch {
-	case d.shareAtt():
-		m.attnCore(o, a.att, q, B, T, d.Cl, d.NH)
-	case m.flash:
-		m.decode(o, a.attyh[:X])
-	}
-	m.attnCoreBackward(dqkv, datty, q, o, a.att, B, T, d.Cl, d.NH)
+	m.attnBackward16(dqkv, datty, q, o, a, B, T, d.Cl, d.NH)
 	if in, err = m.enterColH(a.ln1h[:n*C], bt); err != nil {
 		return err
 	}

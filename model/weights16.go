@@ -37,12 +37,14 @@ func (m *GPT) halfVec(dst, src []float32) []float32 {
 	return dst
 }
 
-// halfBlockView is viewBlock(w) with its eight vectors (LayerNorm gains
-// and biases, linear biases: 13C values) replaced by their roundings, in
-// the runner's vec scratch; the matrices stay views of w, which the GEMMs
-// read through the compute copy (halfOf).
+// halfBlockView is the runner's block view of w (viewBlockPart: a
+// tensor-parallel rank's part, the whole block at t = 1) with its eight
+// vectors (LayerNorm gains and biases, linear biases: 13C values whole,
+// 7C + 3C' + F on a part) replaced by their roundings, in the runner's vec
+// scratch; the matrices stay views of w, which the GEMMs read through the
+// compute copy (halfOf).
 func (m *GPT) halfBlockView(w []float32) blockView {
-	v := viewBlock(w, m.cfg.Hidden)
+	v := viewBlockPart(w, m.d.C, m.d.t)
 	buf := m.half.vec
 	next := func(src []float32) []float32 {
 		d := m.halfVec(buf, src)
