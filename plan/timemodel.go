@@ -338,15 +338,19 @@ func (j Job) tpOverlap(p Plan, pl placement) bool {
 // each paying the hand-off latency (the [intra] α `trellis profile`
 // measures between computing ranks).
 func (j Job) hostBusy() bool {
-	c := j.Cluster
-	if c.Cores <= 0 {
-		return false
-	}
-	threads := 1
+	ranks, threads := j.hostRanks()
+	return j.Cluster.Cores > 0 && ranks*threads >= j.Cluster.Cores
+}
+
+// hostRanks is the ranks one CPU host runs (the job's devices, at most
+// the node's) and the kernel threads each rank runs (Engine.Threads, at
+// least 1).
+func (j Job) hostRanks() (ranks, threads int) {
+	threads = 1
 	if j.Engine != nil && j.Engine.Threads > 0 {
 		threads = j.Engine.Threads
 	}
-	return min(j.Devices, max(1, c.DevicesPerNode))*threads >= c.Cores
+	return min(j.Devices, max(1, j.Cluster.DevicesPerNode)), threads
 }
 
 // hostTime shares a CPU host's cores among its ranks (Cluster.Cores > 0;
@@ -373,11 +377,7 @@ func (j Job) hostTime(t Time) Time {
 	if c.Cores <= 0 {
 		return t
 	}
-	threads := 1
-	if j.Engine != nil && j.Engine.Threads > 0 {
-		threads = j.Engine.Threads
-	}
-	ranks := min(j.Devices, max(1, c.DevicesPerNode))
+	ranks, threads := j.hostRanks()
 	S := func(n int) float64 {
 		n = min(max(n, 1), c.Cores)
 		if c.Cores == 1 {
