@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"trellis/device"
+	"trellis/metrics"
 	"trellis/plan"
 )
 
@@ -43,24 +44,13 @@ func (j Job) predict(s settings) (*Prediction, error) {
 	return pr, nil
 }
 
-// predictedJSON is a rank's "predicted" object in --metrics.
-type predictedJSON struct {
-	Param     int64 `json:"param"`
-	Grad      int64 `json:"grad"`
-	Optim     int64 `json:"optim"`
-	Act       int64 `json:"act"`
-	Workspace int64 `json:"workspace"`
-	Comm      int64 `json:"comm"`
-	Peak      int64 `json:"peak"`
-}
-
 // rankJSON is rank r's prediction for --metrics (nil: none).
-func (pr *Prediction) rankJSON(r int) *predictedJSON {
+func (pr *Prediction) rankJSON(r int) *metrics.Tags {
 	if pr == nil || r < 0 || r >= len(pr.Ranks) {
 		return nil
 	}
 	p := pr.Ranks[r]
-	return &predictedJSON{Param: p.Peak[device.Param], Grad: p.Peak[device.Grad], Optim: p.Peak[device.Optim],
+	return &metrics.Tags{Param: p.Peak[device.Param], Grad: p.Peak[device.Grad], Optim: p.Peak[device.Optim],
 		Act: p.Peak[device.Act], Workspace: p.Peak[device.Workspace], Comm: p.Peak[device.Comm], Peak: p.PeakAll}
 }
 

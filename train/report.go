@@ -15,6 +15,7 @@ import (
 
 	"trellis/data"
 	"trellis/device"
+	"trellis/metrics"
 )
 
 // reporter is rank 0's voice: metrics lines, log lines or a progress bar,
@@ -103,44 +104,8 @@ func budgetText(b int64) string {
 	return device.FormatBytes(b)
 }
 
-// metricsLine is one line of --metrics.
-type metricsLine struct {
-	Step       int           `json:"step"`
-	Loss       float64       `json:"loss"`
-	ValLoss    *float64      `json:"val_loss,omitempty"`
-	LR         float64       `json:"lr"`
-	GradNorm   float64       `json:"grad_norm"`
-	TokensPerS float64       `json:"tokens_per_s"`
-	MFU        float64       `json:"mfu"`
-	StepS      float64       `json:"step_s"`
-	Budget     int64         `json:"budget,omitempty"` // bytes per device
-	PredStepS  float64       `json:"predicted_step_s,omitempty"`
-	Skipped    bool          `json:"skipped,omitempty"`    // fp16: the step overflowed and was skipped
-	LossScale  float64       `json:"loss_scale,omitempty"` // fp16: the loss scale the step ran with
-	Ranks      []metricsRank `json:"ranks"`
-}
-
-type metricsRank struct {
-	Rank      int     `json:"rank"`
-	Param     int64   `json:"param"`
-	Grad      int64   `json:"grad"`
-	Optim     int64   `json:"optim"`
-	Act       int64   `json:"act"`
-	Workspace int64   `json:"workspace"`
-	Comm      int64   `json:"comm"`
-	Peak      int64   `json:"peak"`
-	CommBusyS float64 `json:"comm_busy_s"`
-	CommWaitS float64 `json:"comm_wait_s"`
-	// The rest of the rank's cumulative step time (train/split.go):
-	// compute_s + comm_wait_s + bubble_s + misc_s = its steps' wall time.
-	ComputeS float64 `json:"compute_s"`
-	BubbleS  float64 `json:"bubble_s"`
-	MiscS    float64 `json:"misc_s"`
-
-	CommBytes CommBytes `json:"comm_bytes"` // per mesh axis
-
-	Predicted *predictedJSON `json:"predicted,omitempty"` // the planner's prediction of the peaks
-}
+// metricsLine is one line of --metrics (its schema: package metrics).
+type metricsLine = metrics.Line
 
 func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duration, stats []RankStats) {
 	if !rep.on {
@@ -177,10 +142,11 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 			m.ValLoss = &val
 		}
 		for _, s := range stats {
-			m.Ranks = append(m.Ranks, metricsRank{Rank: s.Rank, Param: s.Peak[device.Param], Grad: s.Peak[device.Grad],
+			compute, misc := s.Compute.Seconds(), s.Misc.Seconds()
+			m.Ranks = append(m.Ranks, metrics.Rank{Rank: s.Rank, Param: s.Peak[device.Param], Grad: s.Peak[device.Grad],
 				Optim: s.Peak[device.Optim], Act: s.Peak[device.Act], Workspace: s.Peak[device.Workspace],
 				Comm: s.Peak[device.Comm], Peak: s.PeakAll, CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds(),
-				ComputeS: s.Compute.Seconds(), BubbleS: s.Bubble.Seconds(), MiscS: s.Misc.Seconds(),
+				ComputeS: &compute, BubbleS: s.Bubble.Seconds(), MiscS: &misc,
 				CommBytes: s.CommBytes, Predicted: rep.pred.rankJSON(s.Rank)})
 		}
 		// Every field is finite here (runStep stops at a non-finite loss

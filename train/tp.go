@@ -6,6 +6,7 @@ import (
 
 	"trellis/comm"
 	"trellis/mesh"
+	"trellis/metrics"
 	"trellis/model"
 	"trellis/parallel/tp"
 	"trellis/plan"
@@ -14,11 +15,7 @@ import (
 // CommBytes are the payload bytes a rank passed to collectives over the
 // run, per mesh axis (an all-reduce or broadcast counts its buffer, a
 // reduce-scatter its input, an all-gather its output).
-type CommBytes struct {
-	TP int64 `json:"tp"` // the tensor-parallel group: activations (parallel/tp)
-	DP int64 `json:"dp"` // the data-parallel groups: gradients and ZeRO's parameters
-	PP int64 `json:"pp"` // the pipeline: activations and their gradients between stages, the tied embedding's gradient
-}
+type CommBytes = metrics.CommBytes
 
 // commBytes reads the rank's counters; dp holds the strategy's.
 func (r *rank) commBytes(dp comm.Stats) CommBytes {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"trellis/metrics"
 )
 
 var segRe = regexp.MustCompile(`<rect class="seg" data-rank="(\d+)" data-kind="([^"]*)" data-tag="([^"]*)" data-value="([^"]*)"`)
@@ -24,7 +26,7 @@ func segs(t *testing.T, svg string) map[string]float64 {
 	return out
 }
 
-func step(n int, wait, stepS float64, predicted map[string]int64) Step {
+func step(n int, wait, stepS float64, predicted *metrics.Tags) Step {
 	s := Step{Step: n, StepS: stepS, Predicted: predicted}
 	for r := range 2 {
 		s.Ranks = append(s.Ranks, RankMem{Rank: r, Param: int64(100 + r), Grad: 200, Optim: 400, Act: int64(1000 * n), Workspace: 50, Comm: 70,
@@ -34,7 +36,7 @@ func step(n int, wait, stepS float64, predicted map[string]int64) Step {
 }
 
 func TestMemoryBars(t *testing.T) {
-	pred := map[string]int64{"param": 1, "grad": 2, "optim": 3, "act": 4, "workspace": 5, "comm": 6}
+	pred := &metrics.Tags{Param: 1, Grad: 2, Optim: 3, Act: 4, Workspace: 5, Comm: 6}
 	for _, c := range []struct {
 		name  string
 		steps []Step
@@ -59,8 +61,8 @@ func TestMemoryBars(t *testing.T) {
 					t.Errorf("%s: rank %d %s = %g, want %d", c.name, rk.Rank, tag, v, rk.Tag(tag))
 				}
 				if last.Predicted != nil {
-					if v := got[strconv.Itoa(rk.Rank)+"/predicted/"+tag]; v != float64(pred[tag]) {
-						t.Errorf("%s: rank %d predicted %s = %g, want %d", c.name, rk.Rank, tag, v, pred[tag])
+					if v := got[strconv.Itoa(rk.Rank)+"/predicted/"+tag]; v != float64(pred.Tag(tag)) {
+						t.Errorf("%s: rank %d predicted %s = %g, want %d", c.name, rk.Rank, tag, v, pred.Tag(tag))
 					}
 				}
 			}

@@ -108,9 +108,10 @@ func MemoryBars(steps []Step) []Bar {
 	}
 	last := steps[len(steps)-1]
 	var bars []Bar
+	tags := Tags()
 	for _, rk := range last.Ranks {
 		m := Bar{Label: fmt.Sprintf("rank %d", rk.Rank), Rank: rk.Rank, Kind: "measured", Marker: float64(rk.Peak)}
-		for _, t := range tagNames {
+		for _, t := range tags {
 			m.Segs = append(m.Segs, Seg{Name: t, Value: float64(rk.Tag(t))})
 		}
 		bars = append(bars, m)
@@ -120,8 +121,8 @@ func MemoryBars(steps []Step) []Bar {
 		}
 		if pred != nil {
 			p := Bar{Label: fmt.Sprintf("rank %d plan", rk.Rank), Rank: rk.Rank, Kind: "predicted"}
-			for _, t := range tagNames {
-				p.Segs = append(p.Segs, Seg{Name: t, Value: float64(pred[t])})
+			for _, t := range tags {
+				p.Segs = append(p.Segs, Seg{Name: t, Value: float64(pred.Tag(t))})
 			}
 			bars = append(bars, p)
 		}
@@ -130,7 +131,7 @@ func MemoryBars(steps []Step) []Bar {
 }
 
 func memoryPanel(r *Run) Panel {
-	c := BarChart{ID: "memory-chart", Unit: "bytes", Bars: MemoryBars(r.Steps), Limit: float64(r.budget()), Legend: tagNames[:]}
+	c := BarChart{ID: "memory-chart", Unit: "bytes", Bars: MemoryBars(r.Steps), Limit: float64(r.budget()), Legend: Tags()}
 	note := "peak bytes per tag since the start (the tick: the peak of all tags at once)"
 	if r.budget() > 0 {
 		note += "; the line: the device budget"

@@ -10,13 +10,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+
+	"trellis/metrics"
 )
 
-// Tags are the device memory tags in stacking order (package device's).
-var tagNames = [...]string{"param", "grad", "optim", "act", "workspace", "comm"}
-
 // Tags lists the memory tags in the order bars stack them.
-func Tags() []string { return append([]string(nil), tagNames[:]...) }
+func Tags() []string { return metrics.TagNames() }
 
 // Info describes a run; every field may be zero (a report made from a
 // metrics file alone knows only what the lines say).
@@ -32,62 +31,11 @@ type Info struct {
 	Groups        map[string][][]int // mesh axis -> the rank lists of its groups
 }
 
-// Step is one --metrics object.
-type Step struct {
-	Step       int       `json:"step"`
-	Loss       float64   `json:"loss"`
-	ValLoss    *float64  `json:"val_loss,omitempty"`
-	LR         float64   `json:"lr"`
-	GradNorm   float64   `json:"grad_norm"`
-	TokensPerS float64   `json:"tokens_per_s"`
-	MFU        float64   `json:"mfu"`
-	StepS      float64   `json:"step_s"`
-	Budget     int64     `json:"budget,omitempty"`
-	Ranks      []RankMem `json:"ranks"`
-	// Predicted is the planner's per-tag prediction for every rank, when
-	// the run has one; a rank's own Predicted takes precedence.
-	Predicted map[string]int64 `json:"predicted,omitempty"`
-}
+// Step is one --metrics object (its schema: package metrics).
+type Step = metrics.Line
 
-// RankMem is one rank's entry of a step: peak bytes per tag since the
-// start, and cumulative times. When the split is reported (ComputeS not
-// nil), compute_s + comm_wait_s + bubble_s + misc_s is the rank's own step
-// time so far; older metrics files have only comm_wait_s (and bubble_s).
-type RankMem struct {
-	Rank      int              `json:"rank"`
-	Param     int64            `json:"param"`
-	Grad      int64            `json:"grad"`
-	Optim     int64            `json:"optim"`
-	Act       int64            `json:"act"`
-	Workspace int64            `json:"workspace"`
-	Comm      int64            `json:"comm"`
-	Peak      int64            `json:"peak"`
-	CommBusyS float64          `json:"comm_busy_s"`
-	CommWaitS float64          `json:"comm_wait_s"`
-	BubbleS   float64          `json:"bubble_s,omitempty"`  // cumulative pipeline idle time, when reported
-	ComputeS  *float64         `json:"compute_s,omitempty"` // cumulative forward and backward work, when reported
-	MiscS     *float64         `json:"misc_s,omitempty"`    // cumulative rest of the step, when reported
-	Predicted map[string]int64 `json:"predicted,omitempty"`
-}
-
-// Tag returns the peak bytes of one tag.
-func (r RankMem) Tag(t string) int64 {
-	switch t {
-	case "param":
-		return r.Param
-	case "grad":
-		return r.Grad
-	case "optim":
-		return r.Optim
-	case "act":
-		return r.Act
-	case "workspace":
-		return r.Workspace
-	case "comm":
-		return r.Comm
-	}
-	return 0
-}
+// RankMem is one rank's entry of a step.
+type RankMem = metrics.Rank
 
 // ParseStep decodes one --metrics line and checks what the plots rely on.
 func ParseStep(line []byte) (Step, error) {

@@ -82,7 +82,7 @@ func StepSplit(steps []Step) []Bar {
 func growth(steps []Step, rank, from int, f func(RankMem) float64) float64 {
 	prev, sum := 0.0, 0.0
 	for i, s := range steps {
-		rk, ok := s.rank(rank)
+		rk, ok := rankOf(s, rank)
 		if !ok {
 			continue
 		}
@@ -99,8 +99,8 @@ func growth(steps []Step, rank, from int, f func(RankMem) float64) float64 {
 	return sum
 }
 
-// rank finds a rank's entry (usually at its own index).
-func (s Step) rank(r int) (RankMem, bool) {
+// rankOf finds rank r's entry of a step (usually at its own index).
+func rankOf(s Step, r int) (RankMem, bool) {
 	if r >= 0 && r < len(s.Ranks) && s.Ranks[r].Rank == r {
 		return s.Ranks[r], true
 	}

@@ -1,0 +1,107 @@
+// Package metrics is the schema of `trellis train --metrics`: one JSON
+// object per optimizer step, written by package train and read by viz (the
+// dashboard and `trellis report`). It is defined once, here, below both, so
+// that the writer and the readers cannot drift apart.
+//
+// A reader accepts older files: fields added later are optional
+// (compute_s and misc_s are pointers, absent before the step-time split
+// was reported; predicted is absent when the run had no prediction).
+package metrics
+
+// Line is one --metrics object: the step just completed, its loss and
+// speed, and every rank's peak memory per tag and cumulative times.
+type Line struct {
+	Step       int      `json:"step"`
+	Loss       float64  `json:"loss"`
+	ValLoss    *float64 `json:"val_loss,omitempty"`
+	LR         float64  `json:"lr"`
+	GradNorm   float64  `json:"grad_norm"`
+	TokensPerS float64  `json:"tokens_per_s"`
+	MFU        float64  `json:"mfu"`
+	StepS      float64  `json:"step_s"`
+	Budget     int64    `json:"budget,omitempty"`           // bytes per device
+	PredStepS  float64  `json:"predicted_step_s,omitempty"` // the planner's step time
+	Skipped    bool     `json:"skipped,omitempty"`          // fp16: the step overflowed and was skipped
+	LossScale  float64  `json:"loss_scale,omitempty"`       // fp16: the loss scale the step ran with
+	// Predicted is a prediction for every rank, read from files that put
+	// it on the step; a rank's own Predicted takes precedence.
+	Predicted *Tags  `json:"predicted,omitempty"`
+	Ranks     []Rank `json:"ranks"`
+}
+
+// Rank is one rank's entry of a Line: peak bytes per tag since the start,
+// and cumulative times in seconds. When the split is reported (ComputeS
+// not nil), compute_s + comm_wait_s + bubble_s + misc_s is the rank's own
+// wall time over its steps so far; older files have only comm_wait_s (and
+// bubble_s).
+type Rank struct {
+	Rank      int     `json:"rank"`
+	Param     int64   `json:"param"`
+	Grad      int64   `json:"grad"`
+	Optim     int64   `json:"optim"`
+	Act       int64   `json:"act"`
+	Workspace int64   `json:"workspace"`
+	Comm      int64   `json:"comm"`
+	Peak      int64   `json:"peak"`
+	CommBusyS float64 `json:"comm_busy_s"`
+	CommWaitS float64 `json:"comm_wait_s"`
+	// The rest of the rank's cumulative step time (train/split.go).
+	ComputeS *float64 `json:"compute_s,omitempty"` // forward and backward work
+	BubbleS  float64  `json:"bubble_s"`            // pipeline idle
+	MiscS    *float64 `json:"misc_s,omitempty"`    // the rest of the step
+
+	CommBytes CommBytes `json:"comm_bytes"`          // per mesh axis
+	Predicted *Tags     `json:"predicted,omitempty"` // the planner's prediction of the peaks
+}
+
+// Tag returns the measured peak bytes of one tag ("param", ..., "comm"),
+// or of all at once for "peak" (0 for any other name).
+func (r Rank) Tag(t string) int64 {
+	return Tags{Param: r.Param, Grad: r.Grad, Optim: r.Optim, Act: r.Act, Workspace: r.Workspace, Comm: r.Comm, Peak: r.Peak}.Tag(t)
+}
+
+// Tags is peak bytes per memory tag, and of all tags at once.
+type Tags struct {
+	Param     int64 `json:"param"`
+	Grad      int64 `json:"grad"`
+	Optim     int64 `json:"optim"`
+	Act       int64 `json:"act"`
+	Workspace int64 `json:"workspace"`
+	Comm      int64 `json:"comm"`
+	Peak      int64 `json:"peak"`
+}
+
+// TagNames are the memory tags in stacking order (package device's).
+func TagNames() []string {
+	return []string{"param", "grad", "optim", "act", "workspace", "comm"}
+}
+
+// Tag returns the bytes of one tag, or Peak for "peak" (0 for any other
+// name).
+func (t Tags) Tag(name string) int64 {
+	switch name {
+	case "param":
+		return t.Param
+	case "grad":
+		return t.Grad
+	case "optim":
+		return t.Optim
+	case "act":
+		return t.Act
+	case "workspace":
+		return t.Workspace
+	case "comm":
+		return t.Comm
+	case "peak":
+		return t.Peak
+	}
+	return 0
+}
+
+// CommBytes are the payload bytes a rank passed to collectives over the
+// run, per mesh axis.
+type CommBytes struct {
+	TP int64 `json:"tp"` // the tensor-parallel group: activations (parallel/tp)
+	DP int64 `json:"dp"` // the data-parallel groups: gradients and ZeRO's parameters
+	PP int64 `json:"pp"` // the pipeline: activations and their gradients between stages, the tied embedding's gradient
+}
