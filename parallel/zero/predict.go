@@ -1,61 +1,83 @@
 package zero
 
-// predictor guesses which unit's weights are asked for next, from the unit
-// just asked for and the one before, knowing the model's call order
-// (model.Params) for L blocks, units 0 (embedding and tied head), 1..L
-// (blocks) and L+1 (final LayerNorm):
-//
-//	forward   0, 1, …, L, L+1, 0(head)
-//	backward  0(head), L+1, L, …, 1        (the embedding needs no weights)
-//
-// A forward pass after BeginMicro is followed by a backward pass; an
-// evaluation or sampling forward is not. Activation recomputation
-// (model.Recompute) keeps this order: block l's recomputed forward runs
-// inside its backward's Weights(l+1) hold, so the gather that serves the
-// backward serves the recomputation too. A wrong guess costs only a
-// wasted gather; it never changes results.
+// predictor names the unit whose weights are asked for next, following
+// the model's declared call order (model.Config.WeightOrder): a training
+// micro-batch asks for forward then backward; any other pass (evaluation,
+// sampling) for forward alone. It keeps its place in that sequence: the
+// unit asked for is looked up from the place after the last one (almost
+// always exactly there), else from the start of the forward (a new pass).
+// At the end of a pass the next pass's first unit is expected, except after
+// the step's last backward (the update follows). A wrong guess costs only a wasted
+// gather; it never changes results.
 type predictor struct {
-	units     int  // L+2
-	prev      int  // the unit asked for before the current one (-1: none)
-	expectBwd bool // a training forward is under way: its backward follows
-	moreMicro bool // the step has micro-batches after this one
+	fwd, seq  []int // the forward calls; forward then backward
+	pos       int   // index in cur() of the unit asked for last (-1: none)
+	train     bool  // a training micro-batch is under way (its backward follows)
+	moreMicro bool  // the step has micro-batches after this one
+}
+
+// newPredictor follows the training order forward, backward.
+func newPredictor(forward, backward []int) predictor {
+	return predictor{fwd: forward, seq: append(append([]int(nil), forward...), backward...), pos: -1}
+}
+
+// cur is the sequence being followed.
+func (p *predictor) cur() []int {
+	if p.train {
+		return p.seq
+	}
+	return p.fwd
 }
 
 // beginMicro: a training forward starts (whatever came before, such as an
 // evaluation pass ending with the head).
 func (p *predictor) beginMicro(k, accum int) {
-	p.prev, p.expectBwd = -1, true
+	p.pos, p.train = -1, true
 	p.moreMicro = k < accum-1
 }
 
-// reset forgets the history (after an update, which changes the weights).
+// reset forgets the place (after an update, which changes the weights).
 func (p *predictor) reset() {
-	p.prev, p.expectBwd, p.moreMicro = -1, false, false
+	p.pos, p.train, p.moreMicro = -1, false, false
 }
 
-// next records that unit cur was asked for and returns the unit expected
+// next records that unit u was asked for and returns the unit expected
 // next, or -1.
-func (p *predictor) next(cur int) int {
-	prev, L := p.prev, p.units-2
-	p.prev = cur
-	switch {
-	case cur == 0 && prev == L+1: // the head's forward: then its backward, or the next forward
-		return 0
-	case cur == 0 && prev == 0 && p.expectBwd: // the head's backward
-		p.expectBwd = false
-		return L + 1
-	case cur == 0: // a forward pass starts
-		return 1
-	case cur == L+1 && prev == L:
-		return 0
-	case cur == L+1 && prev == 0:
-		return L
-	case prev == cur-1: // a block, forward
-		return cur + 1
-	case prev == cur+1 && cur > 1: // a block, backward
-		return cur - 1
-	case prev == cur+1 && p.moreMicro: // block 0's backward, then the next micro-batch
-		return 0
+func (p *predictor) next(u int) int {
+	s := p.cur()
+	i := index(s, u, p.pos+1)
+	if i < 0 {
+		if p.train && p.pos >= 0 {
+			// Off the training sequence: a pass of its own follows.
+			p.train, s = false, p.fwd
+		}
+		if i = index(s, u, 0); i < 0 {
+			p.pos = -1
+			return -1
+		}
+	}
+	p.pos = i
+	if i+1 < len(s) {
+		return s[i+1]
+	}
+	// The end of a pass. After a forward alone another usually follows
+	// (evaluation runs batch after batch), as does the next micro-batch
+	// after a training backward with more in the step; after the step's
+	// last backward the update comes.
+	last := p.train && !p.moreMicro
+	p.pos, p.train = -1, false
+	if last {
+		return -1
+	}
+	return p.fwd[0]
+}
+
+// index is the first i >= from with s[i] == u, or -1.
+func index(s []int, u, from int) int {
+	for i := max(from, 0); i < len(s); i++ {
+		if s[i] == u {
+			return i
+		}
 	}
 	return -1
 }

@@ -49,7 +49,7 @@ func TestPredictorFollowsTheModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &recorder{FlatParams: fp, pred: predictor{units: cfg.Layers + 2, prev: -1}, guess: -1}
+	r := &recorder{FlatParams: fp, pred: newPredictor(cfg.WeightOrder()), guess: -1}
 	b := model.Batch{Inputs: make([]int32, 4), Targets: make([]int32, 4)}
 	const accum = 3
 	var expectMiss []int // indices of calls with no history

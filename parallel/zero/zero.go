@@ -23,8 +23,8 @@
 //     Micro-batches after a step's first also hold the in-flight
 //     reduction's destination chunk, added into the shard once it lands.
 //   - stage 3: the gathered parameters of the bucket in use and of the one
-//     prefetched (the next unit is predicted from the model's call order,
-//     see predictor), the embedding's kept from the LM head's forward to its
+//     prefetched (the next unit is the one after it in the model's declared
+//     call order, model.Config.WeightOrder: see predictor), the embedding's kept from the LM head's forward to its
 //     backward.
 //
 // The collectives, per bucket b (chunk c, Avg the mean over ranks):
@@ -172,7 +172,7 @@ func New(cfg Config) (*Strategy, error) {
 		return nil, fmt.Errorf("zero: %w", err)
 	}
 	s := &Strategy{cfg: cfg, bl: bl, n: n, r: r, accum: 1, res: map[int]*gathered{}, next: -1, gathers: map[int]int{},
-		pred: predictor{units: len(sizes), prev: -1}}
+		pred: newPredictor(cfg.Model.WeightOrder())}
 	s.tensors = flat.TensorsOfPart(cfg.Model, cfg.Part)
 	if err := s.alloc(); err != nil {
 		s.Free()
