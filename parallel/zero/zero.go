@@ -24,8 +24,8 @@
 //     reduction's destination chunk, added into the shard once it lands.
 //   - stage 3: the gathered parameters of the bucket in use and of the one
 //     prefetched (the next unit is the one after it in the model's declared
-//     call order, model.Config.WeightOrder: see predictor), the embedding's kept from the LM head's forward to its
-//     backward.
+//     call order, model.Config.WeightOrder: see predictor), the embedding's
+//     kept from the LM head's forward to its backward.
 //
 // The collectives, per bucket b (chunk c, Avg the mean over ranks):
 //
