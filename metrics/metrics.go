@@ -36,13 +36,7 @@ type Line struct {
 // bubble_s).
 type Rank struct {
 	Rank      int     `json:"rank"`
-	Param     int64   `json:"param"`
-	Grad      int64   `json:"grad"`
-	Optim     int64   `json:"optim"`
-	Act       int64   `json:"act"`
-	Workspace int64   `json:"workspace"`
-	Comm      int64   `json:"comm"`
-	Peak      int64   `json:"peak"`
+	Tags              // peak bytes per tag, and of all at once ("peak")
 	CommBusyS float64 `json:"comm_busy_s"`
 	CommWaitS float64 `json:"comm_wait_s"`
 	// The rest of the rank's cumulative step time (train/split.go).
@@ -52,12 +46,6 @@ type Rank struct {
 
 	CommBytes CommBytes `json:"comm_bytes"`          // per mesh axis
 	Predicted *Tags     `json:"predicted,omitempty"` // the planner's prediction of the peaks
-}
-
-// Tag returns the measured peak bytes of one tag ("param", ..., "comm"),
-// or of all at once for "peak" (0 for any other name).
-func (r Rank) Tag(t string) int64 {
-	return Tags{Param: r.Param, Grad: r.Grad, Optim: r.Optim, Act: r.Act, Workspace: r.Workspace, Comm: r.Comm, Peak: r.Peak}.Tag(t)
 }
 
 // Tags is peak bytes per memory tag, and of all tags at once.

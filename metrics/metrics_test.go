@@ -12,7 +12,7 @@ func TestLineRoundTrip(t *testing.T) {
 	val, compute, misc := 1.25, 0.5, 0.01
 	in := Line{Step: 7, Loss: 1.5, ValLoss: &val, LR: 3e-4, GradNorm: 0.9, TokensPerS: 1234, MFU: 0.01, StepS: 0.2,
 		Budget: 48 << 20, PredStepS: 0.19, Skipped: true, LossScale: 1024,
-		Ranks: []Rank{{Rank: 1, Param: 1, Grad: 2, Optim: 3, Act: 4, Workspace: 5, Comm: 6, Peak: 21, CommBusyS: 0.1, CommWaitS: 0.05,
+		Ranks: []Rank{{Rank: 1, Tags: Tags{Param: 1, Grad: 2, Optim: 3, Act: 4, Workspace: 5, Comm: 6, Peak: 21}, CommBusyS: 0.1, CommWaitS: 0.05,
 			ComputeS: &compute, BubbleS: 0.02, MiscS: &misc, CommBytes: CommBytes{TP: 1, DP: 2, PP: 3},
 			Predicted: &Tags{Param: 1, Grad: 2, Optim: 3, Act: 4, Workspace: 5, Comm: 6, Peak: 20}}}}
 	b, err := json.Marshal(in)

@@ -49,9 +49,15 @@ func (pr *Prediction) rankJSON(r int) *metrics.Tags {
 	if pr == nil || r < 0 || r >= len(pr.Ranks) {
 		return nil
 	}
-	p := pr.Ranks[r]
-	return &metrics.Tags{Param: p.Peak[device.Param], Grad: p.Peak[device.Grad], Optim: p.Peak[device.Optim],
-		Act: p.Peak[device.Act], Workspace: p.Peak[device.Workspace], Comm: p.Peak[device.Comm], Peak: p.PeakAll}
+	t := tagsOf(pr.Ranks[r].Peak, pr.Ranks[r].PeakAll)
+	return &t
+}
+
+// tagsOf is peak bytes per device tag, and of all at once, as --metrics
+// writes them.
+func tagsOf(peak [6]int64, all int64) metrics.Tags {
+	return metrics.Tags{Param: peak[device.Param], Grad: peak[device.Grad], Optim: peak[device.Optim],
+		Act: peak[device.Act], Workspace: peak[device.Workspace], Comm: peak[device.Comm], Peak: all}
 }
 
 // stepS is the predicted step time for --metrics (0: none).

@@ -143,9 +143,7 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		}
 		for _, s := range stats {
 			compute, misc := s.Compute.Seconds(), s.Misc.Seconds()
-			m.Ranks = append(m.Ranks, metrics.Rank{Rank: s.Rank, Param: s.Peak[device.Param], Grad: s.Peak[device.Grad],
-				Optim: s.Peak[device.Optim], Act: s.Peak[device.Act], Workspace: s.Peak[device.Workspace],
-				Comm: s.Peak[device.Comm], Peak: s.PeakAll, CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds(),
+			m.Ranks = append(m.Ranks, metrics.Rank{Rank: s.Rank, Tags: tagsOf(s.Peak, s.PeakAll), CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds(),
 				ComputeS: &compute, BubbleS: s.Bubble.Seconds(), MiscS: &misc,
 				CommBytes: s.CommBytes, Predicted: rep.pred.rankJSON(s.Rank)})
 		}

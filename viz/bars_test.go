@@ -29,8 +29,8 @@ func segs(t *testing.T, svg string) map[string]float64 {
 func step(n int, wait, stepS float64, predicted *metrics.Tags) Step {
 	s := Step{Step: n, StepS: stepS, Predicted: predicted}
 	for r := range 2 {
-		s.Ranks = append(s.Ranks, RankMem{Rank: r, Param: int64(100 + r), Grad: 200, Optim: 400, Act: int64(1000 * n), Workspace: 50, Comm: 70,
-			Peak: int64(1500 + r), CommWaitS: wait * float64(r+1)})
+		s.Ranks = append(s.Ranks, RankMem{Rank: r, Tags: metrics.Tags{Param: int64(100 + r), Grad: 200, Optim: 400, Act: int64(1000 * n), Workspace: 50, Comm: 70,
+			Peak: int64(1500 + r)}, CommWaitS: wait * float64(r+1)})
 	}
 	return s
 }
