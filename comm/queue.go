@@ -51,6 +51,17 @@ type work struct {
 // Work made by Done). Valid once Wait has returned.
 func (w *work) FinishedAt() time.Time { return w.finished }
 
+// Done reports, without blocking, whether the operation has completed
+// (Wait would return at once).
+func (w *work) Done() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Wait implements Work.
 func (w *work) Wait() error {
 	select {
