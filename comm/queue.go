@@ -51,16 +51,9 @@ type work struct {
 // Work made by Done). Valid once Wait has returned.
 func (w *work) FinishedAt() time.Time { return w.finished }
 
-// Done reports, without blocking, whether the operation has completed
-// (Wait would return at once).
-func (w *work) Done() bool {
-	select {
-	case <-w.done:
-		return true
-	default:
-		return false
-	}
-}
+// Done is closed when the operation completes (Wait then returns at
+// once), for callers that wait with a deadline or test without blocking.
+func (w *work) Done() <-chan struct{} { return w.done }
 
 // Wait implements Work.
 func (w *work) Wait() error {

@@ -3,16 +3,18 @@ package pp
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	"trellis/trace"
 )
 
 // Running movable actions ahead (zb-h1's W). A stage about to block on a
-// receive first runs the next movable action of its list — the earliest
-// listed one not yet run — if that action's backward has already run, and
-// repeats while the receive is still outstanding. At the action's own place
-// in the list the executor then only frees what it holds (the block stash
-// and the weight stash). So:
+// receive, whose next movable action — the earliest listed one not yet
+// run — has had its backward run, waits for the message at most as long
+// as its last W took (its patience); if the message is still due, it runs
+// that W, and repeats while the receive is outstanding. At the action's
+// own place in the list the executor then only frees what it holds (the
+// block stash and the weight stash). So:
 //
 //   - the bits: W(mb) only accumulates the four linears' weight gradients
 //     (B the biases' and LayerNorms'), and the W's run in their list order
@@ -24,59 +26,98 @@ import (
 //   - the order: Simulate proves the static list; an executed order differs
 //     from it only by movable actions taken earlier, which needs no message
 //     and nothing that comes after the action's backward (Replay checks
-//     every executed order with WithOrder and Simulate).
-//
-// This is what zero-bubble runtimes do to absorb the passes' cost variance:
-// a rank's static slack is one W where the schedule has W's to spare, and
-// none on the last rank's forwards, whose activation is due exactly when
-// the rank is ready at equal costs.
+//     every executed order with WithOrder and Simulate);
+//   - the time: a W run ahead delays the pass that waited by at most what
+//     is left of the W when the message arrives, and saves the W at its
+//     place. Without the patience (a W at every wait) the waits of a
+//     steady zb-h1 pipeline, about one link latency each, would each
+//     delay a forward by W minus that latency: Simulate at the measured
+//     pass costs (F ≈ B ≈ 1.2 W, latency W/12) puts zb-h1's bubble at
+//     0.086 instead of the static 0.059, and the benchmark measured the
+//     same direction. With it a W runs ahead only where a neighbour
+//     stalls for longer than a W, which is what it can absorb.
 
-// done says, without blocking, whether p's transfer has completed: the
-// transport's own state when its Work exposes it (comm's queued Works),
-// else the watcher's.
-func done(p pending) bool {
+// done is p's transfer's completion: the transport's own signal when its
+// Work has one (comm's queued Works), else the watcher's.
+func done(p pending) <-chan struct{} {
 	w := p.w
 	if ww, ok := w.(*watched); ok {
-		if ww.done() {
-			return true
+		if d, ok := ww.w.(interface{ Done() <-chan struct{} }); ok {
+			return d.Done()
 		}
-		w = ww.w
+		return ww.ch
 	}
-	if d, ok := w.(interface{ Done() bool }); ok {
+	if d, ok := w.(interface{ Done() <-chan struct{} }); ok {
 		return d.Done()
 	}
-	return false
+	return nil
 }
 
-// fill runs movable actions ahead while p is outstanding and the next one
-// can run.
-func (s *Stage) fill(p pending) error {
-	for !done(p) {
-		ran, err := s.runAhead()
-		if err != nil || !ran {
+// fill runs movable actions ahead while p is outstanding past the
+// patience (the last W's duration) and the next one can run; a is the
+// action that needs p (the wait lane's label).
+func (s *Stage) fill(p pending, a Action) error {
+	ch := done(p)
+	if ch == nil {
+		return nil
+	}
+	for s.runnable() && s.lastW > 0 {
+		if s.waitUpTo(ch, a, s.lastW) {
+			return nil
+		}
+		if err := s.runAhead(); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// runAhead runs the next movable action if its backward has run.
-func (s *Stage) runAhead() (bool, error) {
+// waitUpTo blocks until ch is closed or d has passed (the wait lane of
+// the trace) and says whether ch is closed.
+func (s *Stage) waitUpTo(ch <-chan struct{}, a Action, d time.Duration) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+	}
+	t0 := time.Now()
+	timer := time.NewTimer(d)
+	closed := false
+	select {
+	case <-ch:
+		closed = true
+	case <-timer.C:
+	}
+	timer.Stop()
+	end := time.Now()
+	s.waited += end.Sub(t0)
+	if s.cfg.Trace != nil {
+		s.cfg.Trace.SpanTo(trace.Wait, "wait "+a.String(), t0, end)
+	}
+	return closed
+}
+
+// runnable says whether the next movable action's backward has run.
+func (s *Stage) runnable() bool {
 	if s.next >= len(s.movable) {
-		return false, nil
+		return false
 	}
 	a := s.movable[s.next]
+	_, ok := s.wlive[[2]int{a.MB, a.Chunk}]
+	return ok && a.Op == Weight
+}
+
+// runAhead runs the next movable action (runnable says it can).
+func (s *Stage) runAhead() error {
+	a := s.movable[s.next]
 	key := [2]int{a.MB, a.Chunk}
-	if _, ok := s.wlive[key]; !ok || a.Op != Weight {
-		return false, nil
-	}
 	if err := s.weightGrads(a, key, true); err != nil {
-		return false, fmt.Errorf("%v, run ahead: %w", a, err)
+		return fmt.Errorf("%v, run ahead: %w", a, err)
 	}
 	s.ahead[key] = true
 	s.next++
 	s.aheadN++
-	return true, nil
+	return nil
 }
 
 // WeightsAhead is the number of movable actions this stage has run ahead
@@ -84,7 +125,8 @@ func (s *Stage) runAhead() (bool, error) {
 func (s *Stage) WeightsAhead() int { return s.aheadN }
 
 // WithOrder is s with rank r's compute actions in the executed order
-// compute (its receives and sends placed as Build places them), after
+// compute, fixed (none movable; receives and sends placed as Build places
+// them), after
 // checking that the order is s's but for movable actions taken earlier:
 // the same actions, the others in s's order, the movable ones in s's
 // order among themselves, none later than in s.
@@ -112,19 +154,15 @@ func (s *Schedule) WithOrder(r int, compute []Action) (*Schedule, error) {
 		return
 	}
 	sf, sm, sp := fixedBefore(static)
-	mark := make([]Action, len(compute))
-	for i, a := range compute {
-		mark[i] = a
-		mark[i].Movable = false
-	}
 	mov := map[Action]bool{}
 	for _, a := range sm {
-		b := a
-		b.Movable = false
-		mov[b] = true
+		mov[a] = true
 	}
-	for i := range mark {
-		mark[i].Movable = mov[mark[i]]
+	mark := make([]Action, len(compute)) // compute, marked as in s
+	for i, a := range compute {
+		a.Movable = true // the key mov has for a movable action
+		mark[i] = a
+		mark[i].Movable = mov[a]
 	}
 	cf, cm, cp := fixedBefore(mark)
 	bad := func(why string) error {
@@ -145,6 +183,9 @@ func (s *Schedule) WithOrder(r int, compute []Action) (*Schedule, error) {
 		case cp[i] > sp[i]:
 			return nil, bad(fmt.Sprintf("%v runs later than its place", cm[i]))
 		}
+	}
+	for i := range mark {
+		mark[i].Movable = false // the order is fixed now
 	}
 	out := &Schedule{Config: s.Config, Ranks: append([][]Action(nil), s.Ranks...)}
 	out.Ranks[r] = s.withComm(r, mark)

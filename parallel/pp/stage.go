@@ -53,6 +53,7 @@ type Stage struct {
 	next    int             // movable[next] is the first not yet run this step
 	ahead   map[[2]int]bool // (mb, chunk) whose W ran ahead of its place; its stashes wait for it
 	aheadN  int             // W's run ahead, all steps
+	lastW   time.Duration   // the last W's duration: the patience before running one ahead
 }
 
 // pending is an issued transfer and, for gradients, the buffer it uses.
@@ -181,7 +182,7 @@ func (s *Stage) forward(a Action, key [2]int, b model.Batch) (float64, error) {
 	}
 	if p, ok := s.recvs[key]; ok {
 		delete(s.recvs, key)
-		if err := s.fill(p); err != nil {
+		if err := s.fill(p, a); err != nil {
 			return 0, err
 		}
 		if err := s.wait(p, a); err != nil {
@@ -235,7 +236,7 @@ func (s *Stage) backward(a Action, key [2]int, dloss float32) error {
 			return errors.New("backward without its output gradient")
 		}
 		delete(s.recvs, key)
-		if err := s.fill(rp); err != nil {
+		if err := s.fill(rp, a); err != nil {
 			return err
 		}
 		if err := s.wait(rp, a); err != nil {
@@ -316,12 +317,14 @@ func (s *Stage) weight(a Action, key [2]int) error {
 func (s *Stage) weightGrads(a Action, key [2]int, ahead bool) error {
 	st, ws := s.live[key], s.wlive[key]
 	t0 := s.cfg.Trace.Now()
+	start := time.Now()
 	bounds, _, _ := s.cfg.Layout.Chunk(a.Chunk)
 	for l := bounds[1] - 1; l >= bounds[0]; l-- {
 		if err := s.cfg.GPT.BlockBackwardWeight(s.cfg.Params, st, ws, l); err != nil {
 			return err
 		}
 	}
+	s.lastW = time.Since(start)
 	s.span(a, t0, ahead)
 	return nil
 }
