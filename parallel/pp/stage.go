@@ -22,10 +22,13 @@ type StageConfig struct {
 	Trace    *trace.Tracer  // nil: no tracing
 }
 
-// Stage runs one pipeline rank's action list. It keeps one block stash per
+// Stage runs one pipeline rank's action list, in order but for movable
+// actions (zb-h1's W), which it may run ahead where it would wait on a
+// receive (ahead.go). It keeps one block stash per
 // (micro-batch, chunk) in flight — allocated on first need at the size of
-// the rank's largest chunk, returned to a free list at its backward (W for
-// zb-h1) and laid out again for whichever chunk needs one next — and, on
+// the rank's largest chunk, returned to a free list at its backward (for
+// zb-h1 at W's place in the list, wherever W ran) and laid out again for
+// whichever chunk needs one next — and, on
 // the last stage, one head stash per micro-batch between its F and B. So
 // the act peak is
 //
