@@ -10,13 +10,14 @@ import (
 )
 
 // BenchmarkPipelineBubble measures the bubble from the trace: pp=2 ranks
-// (one thread each) run a 4-layer model of width 256 (stages of two blocks:
-// the embedding and the head are a few percent), m = 8 micro-batches of 2
+// (one thread each) run a 4-layer model of width 512 (stages of two blocks:
+// the embedding and the head are 1–2%), m = 8 micro-batches of 2
 // sequences of 64 tokens per step, each boundary transfer delayed by link
-// emulation (100 µs, 1 GB/s). Two metrics per schedule, each the idle
-// fraction 1 − compute/span of a step's pipeline phase (the schedule,
-// without the gradient reduction and the update) averaged over the ranks,
-// the median over 10 steps after the first and over 5 runs (the schedules
+// emulation (100 µs, 1 GB/s: 362 µs per 256 KiB activation). Two metrics
+// per schedule, each the idle fraction 1 − compute/span of a step's
+// pipeline phase (the schedule, without the gradient reduction and the
+// update) averaged over the ranks,
+// the median over 10 steps after the first and over 3 runs (the schedules
 // alternate):
 //
 //   - idle-*: each rank's span is its own pipeline span, from its first
@@ -26,6 +27,12 @@ import (
 //     bubbles and Replay measure; a rank that finishes early (1F1B's last
 //     stage, whose backwards end (p−1)(B+W) before the first stage's) idles
 //     until the step's gradient reduction, which idle-* does not count.
+//     So over own spans zb-h1/1f1b is at least (m+1)/(2m+1) (0.53 at m = 8)
+//     even at F = B = W with no link and no noise (pp.TestOwnSpanBubble).
+//
+// Width 512 makes the passes ~11 ms (F ≈ B ≈ 1.2 W), so the link (362 µs
+// per message) and the shared machine's millisecond-scale scheduling noise
+// weigh a quarter of what they do at width 256 (BenchmarkPipelineBubbleNarrow).
 //
 // replay-* is step-idle-* for the bubble the schedule's dependencies alone
 // impose on the compute durations the trace measured, in the order the
@@ -39,15 +46,14 @@ import (
 // the mean F, B and W pass durations and the W's the executor ran ahead.
 //
 //	go test ./train -run '^$' -bench 'PipelineBubble$' -benchtime 1x
-func BenchmarkPipelineBubble(b *testing.B) { pipelineBubble(b, 256, 5) }
+func BenchmarkPipelineBubble(b *testing.B) { pipelineBubble(b, 512, 3) }
 
-// BenchmarkPipelineBubbleWide is BenchmarkPipelineBubble at width 512 (3
-// runs): passes four times longer and more matmul-bound (F, B and W
-// closer), so the link (362 µs per message) and the machine's
-// millisecond-scale scheduling noise weigh less against them.
+// BenchmarkPipelineBubbleNarrow is BenchmarkPipelineBubble at width 256 over
+// 5 runs (the benchmark's job until 2026-12-01: passes of ~3 ms, 231 µs
+// per message).
 //
-//	go test ./train -run '^$' -bench PipelineBubbleWide -benchtime 1x
-func BenchmarkPipelineBubbleWide(b *testing.B) { pipelineBubble(b, 512, 3) }
+//	go test ./train -run '^$' -bench PipelineBubbleNarrow -benchtime 1x
+func BenchmarkPipelineBubbleNarrow(b *testing.B) { pipelineBubble(b, 256, 5) }
 
 // pipelineBubble is BenchmarkPipelineBubble at width hidden over reps runs.
 func pipelineBubble(b *testing.B, hidden, reps int) {
@@ -94,14 +100,15 @@ func pipelineBubble(b *testing.B, hidden, reps int) {
 			ahead, _ := col(func(r bubbleResult) float64 { return r.ahead })
 			ranked, _ := col(func(r bubbleResult) float64 { return r.ranked })
 			flat, _ := col(func(r bubbleResult) float64 { return r.flat })
+			flatOwn, _ := col(func(r bubbleResult) float64 { return r.flatOwn })
 			med[s.name] = bubbleResult{idle: idle, step: step}
 			b.ReportMetric(idle, "idle-"+s.name)
 			b.ReportMetric(step, "step-idle-"+s.name)
 			b.ReportMetric(replay, "replay-"+s.name)
 			b.ReportMetric(wire, "wire-"+s.name)
 			b.ReportMetric(s.textbook, "textbook-"+s.name)
-			b.Logf("%-12s idle %.3f (runs %.3f)  step-idle %.3f (runs %.3f)  replay %.3f  wire %.3f  (at rank means %.3f, at means %.3f)  textbook %.3f  F %.2f B %.2f W %.2f ms, W's ahead %.1f",
-				s.name, idle, idles, step, stepv, replay, wire, ranked, flat, s.textbook, f, bw, w, ahead)
+			b.Logf("%-12s idle %.3f (runs %.3f)  step-idle %.3f (runs %.3f)  replay %.3f  wire %.3f  (at rank means %.3f, at means %.3f, own spans %.3f)  textbook %.3f  F %.2f B %.2f W %.2f ms, W's ahead %.1f",
+				s.name, idle, idles, step, stepv, replay, wire, ranked, flat, flatOwn, s.textbook, f, bw, w, ahead)
 		}
 		if a, z := med["1f1b"], med["zb-h1"]; a.idle > 0 && a.step > 0 {
 			b.ReportMetric(z.idle/a.idle, "zb-h1/1f1b")
@@ -120,8 +127,8 @@ type bubbleResult struct {
 	f, b, w, ahead           float64
 	// ranked and flat are wire-* with every pass at its rank's mean
 	// duration (the stages' imbalance, no pass-to-pass jitter) and at the
-	// ranks' mean (neither).
-	ranked, flat float64
+	// ranks' mean (neither); flatOwn is flat over the ranks' own spans.
+	ranked, flat, flatOwn float64
 }
 
 // bubbleRun trains plan at width hidden with a trace and measures it
@@ -200,7 +207,7 @@ func bubbleRun(b *testing.B, plan string, hidden, p, m, steps int) (bubbleResult
 		}
 		return sum[op] / cnt[op]
 	}
-	at := func(dur func(r int, op byte) float64) float64 {
+	at := func(dur func(r int, op byte) float64) pp.Result {
 		res, err := pp.SimulateLink(s, func(r int, a pp.Action) int64 {
 			if !a.Op.Compute() {
 				return 0
@@ -210,10 +217,11 @@ func bubbleRun(b *testing.B, plan string, hidden, p, m, steps int) (bubbleResult
 		if err != nil {
 			b.Fatal(err)
 		}
-		return res.MeanIdle()
+		return res
 	}
-	ranked := at(func(r int, op byte) float64 { return rsum[rop{r, op}] / max(rcnt[rop{r, op}], 1) })
+	ranked := at(func(r int, op byte) float64 { return rsum[rop{r, op}] / max(rcnt[rop{r, op}], 1) }).MeanIdle()
 	flat := at(func(_ int, op byte) float64 { return 1000 * mean(op) })
 	return bubbleResult{idle: median(idles), step: median(stepIdles), replay: median(replays), wire: median(wires),
-		f: mean('F'), b: mean('B'), w: mean('W'), ahead: ahead / float64(n-1), ranked: ranked, flat: flat}, true
+		f: mean('F'), b: mean('B'), w: mean('W'), ahead: ahead / float64(n-1),
+		ranked: ranked, flat: flat.MeanIdle(), flatOwn: flat.MeanOwnIdle()}, true
 }

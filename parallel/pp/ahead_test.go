@@ -154,3 +154,31 @@ func TestSimulateRunsAhead(t *testing.T) {
 		t.Errorf("at unit costs the starts differ from the static list's:\n%v\n%v", u.Start, uf.Start)
 	}
 }
+
+// Over each rank's own span (the first action to its last, as a trace's
+// per-rank pipeline spans measure) 1F1B's last rank does not count its
+// cooldown: at F = B = W and pp = 2 it idles F of 3m+1 and rank 0 idles
+// 3 of 3m+3, so zb-h1 (1 of 3m+1 on both) is (m+1)/(2m+1) > 1/2 of 1F1B
+// for every m; over the makespan it is (m+1)/(3m+1) (a third as m grows).
+func TestOwnSpanBubble(t *testing.T) {
+	for _, m := range []int{4, 8, 16, 64} {
+		res := map[Kind]Result{}
+		for _, k := range []Kind{OneFOneB, ZBH1} {
+			s, err := Build(Config{Kind: k, PP: 2, Micro: m})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res[k], err = Simulate(s, Unit); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a, z := res[OneFOneB], res[ZBH1]
+		own, span := z.MeanOwnIdle()/a.MeanOwnIdle(), z.MeanIdle()/a.MeanIdle()
+		if want := float64(m+1) / float64(2*m+1); math.Abs(own-want) > 1e-12 {
+			t.Errorf("m=%d: zb-h1/1f1b over own spans %.4f, want (m+1)/(2m+1) = %.4f", m, own, want)
+		}
+		if want := float64(m+1) / float64(3*m+1); math.Abs(span-want) > 1e-12 {
+			t.Errorf("m=%d: zb-h1/1f1b over the makespan %.4f, want (m+1)/(3m+1) = %.4f", m, span, want)
+		}
+	}
+}

@@ -40,6 +40,22 @@ func Replay(s *Schedule, spans [][]trace.Event, wire Wire) (Result, error) {
 	}, wire)
 }
 
+// MeanOwnIdle is the ranks' mean idle fraction over each rank's own span,
+// 1 − Busy/End: what a trace's per-rank pipeline spans measure, which do
+// not count a rank's wait after its last action for the others to finish.
+func (r Result) MeanOwnIdle() float64 {
+	if len(r.Busy) == 0 {
+		return 0
+	}
+	var sum float64
+	for i, b := range r.Busy {
+		if r.End[i] > 0 {
+			sum += 1 - float64(b)/float64(r.End[i])
+		}
+	}
+	return sum / float64(len(r.Busy))
+}
+
 // MeanIdle is the ranks' mean idle fraction, 1 − Busy/Makespan.
 func (r Result) MeanIdle() float64 {
 	if r.Makespan == 0 || len(r.Busy) == 0 {

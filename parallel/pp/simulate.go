@@ -18,6 +18,7 @@ var Unit = Costs{F: 1, B: 1, W: 1}
 type Result struct {
 	Makespan int64   // the step, first action to last
 	Busy     []int64 // (PP) per rank: time in F, B, W
+	End      []int64 // (PP) per rank: when its last action ended
 	// InFlight is each rank's peak number of (micro-batch, chunk) pairs
 	// whose forward has run and whose activations are still kept: until
 	// the backward, or for zb-h1 until W. The executor keeps one free list
@@ -115,7 +116,7 @@ type Wire struct{ Latency, Gap int64 }
 // network, with no other overhead.
 func SimulateLink(s *Schedule, cost func(rank int, a Action) int64, link Wire) (Result, error) {
 	p := s.PP
-	res := Result{Busy: make([]int64, p), InFlight: make([]int, p), Start: make([][]int64, p), ChunkInFlight: make([][]int, p), Deferred: make([][]int, p)}
+	res := Result{Busy: make([]int64, p), End: make([]int64, p), InFlight: make([]int, p), Start: make([][]int64, p), ChunkInFlight: make([][]int, p), Deferred: make([][]int, p)}
 	rs := make([]*simRank, p)
 	for r := range rs {
 		rs[r] = &simRank{got: map[msgKey]bool{}, fwd: map[[2]int]bool{}, bwd: map[[2]int]bool{}, chunk: make([]int, s.vpp()), deferred: make([]int, s.vpp()), ahead: map[int]bool{}}
@@ -164,6 +165,7 @@ func SimulateLink(s *Schedule, cost func(rank int, a Action) int64, link Wire) (
 	}
 	for r, st := range rs {
 		res.Makespan = max(res.Makespan, st.clock)
+		res.End[r] = st.clock
 		if err := s.complete(r, st); err != nil {
 			return res, err
 		}
