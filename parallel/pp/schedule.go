@@ -82,8 +82,8 @@ type Action struct {
 	Chunk int // this rank's chunk, 0..vpp−1 (model stage Chunk·pp + rank)
 	Peer  int // pipeline rank at the other end of a send or receive
 	// Movable (zb-h1's W) marks an action the executor may run earlier
-	// than its place in the list: where the rank would otherwise block on
-	// a receive, once the action's backward has run and every movable
+	// than its place in the list: where the rank has waited on a receive
+	// as long as the action takes, once the action's backward has run and every movable
 	// action listed before it has run (movable actions keep their order
 	// among themselves). It is never run later, and what it frees is
 	// freed at its place in the list (Stage.Step, ahead.go).
@@ -289,7 +289,7 @@ func (s *Schedule) Format() string {
 		b.WriteByte('\n')
 	}
 	if movable {
-		b.WriteString("* runs earlier, in this order, where the rank would wait on a receive; frees its stashes here\n")
+		b.WriteString("* may run earlier, in this order, where the rank waits on a receive longer than a W takes; frees its stashes here\n")
 	}
 	return b.String()
 }
