@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"trellis/comm/local"
+	"trellis/model"
+	"trellis/tensor"
 	"trellis/trace"
 )
 
@@ -23,7 +25,7 @@ func TestWeightsRunAhead(t *testing.T) {
 			base := runPipeline(t, tiny, Config{Kind: OneFOneB, PP: p, Micro: m})
 			c := Config{Kind: ZBH1, PP: p, Micro: m}
 			slow := &local.LinkModel{Intra: local.Link{Latency: 3 * time.Millisecond}}
-			o := runPipelineOn(t, tiny, c, local.Config{Size: p, Link: slow})
+			o := runPipelineOn(t, tiny, c, local.Config{Size: p, Link: slow}, model.Options{})
 			if o.ahead[p-1] == 0 {
 				t.Errorf("no W ran ahead (per rank %v): the last rank waits ~3 ms for every activation with one W deferred", o.ahead)
 			}
@@ -40,6 +42,27 @@ func TestWeightsRunAhead(t *testing.T) {
 			}
 			checkAct(t, tiny, c, o)
 			t.Logf("W's run ahead per rank: %v", o.ahead)
+		})
+	}
+}
+
+// W's run ahead with full recomputation (W reruns its block's forward)
+// and with bf16 GEMMs still give 1F1B's gradient bit for bit.
+func TestWeightsRunAheadRecomputeHalf(t *testing.T) {
+	const m = 6
+	for _, mo := range []model.Options{{Recompute: model.RecomputeFull}, {Compute: tensor.BF16}, {Recompute: model.RecomputeSelective, Compute: tensor.BF16}} {
+		t.Run(fmt.Sprintf("recompute%v/%v", mo.Recompute, mo.Compute), func(t *testing.T) {
+			base := runPipelineOn(t, tiny, Config{Kind: OneFOneB, PP: 2, Micro: m}, local.Config{Size: 2}, mo)
+			slow := &local.LinkModel{Intra: local.Link{Latency: 3 * time.Millisecond}}
+			o := runPipelineOn(t, tiny, Config{Kind: ZBH1, PP: 2, Micro: m}, local.Config{Size: 2, Link: slow}, mo)
+			if o.ahead[1] == 0 {
+				t.Errorf("no W ran ahead (per rank %v)", o.ahead)
+			}
+			for i := range base.grad {
+				if math.Float32bits(o.grad[i]) != math.Float32bits(base.grad[i]) {
+					t.Fatalf("gradient %d = %v with W's run ahead %v, 1f1b %v", i, o.grad[i], o.ahead, base.grad[i])
+				}
+			}
 		})
 	}
 }

@@ -46,11 +46,12 @@ type outcome struct {
 // global gradient from the ranks' units (unit 0 from the first stage).
 func runPipeline(t *testing.T, cfg model.Config, c Config) outcome {
 	t.Helper()
-	return runPipelineOn(t, cfg, c, local.Config{Size: c.PP})
+	return runPipelineOn(t, cfg, c, local.Config{Size: c.PP}, model.Options{})
 }
 
-// runPipelineOn is runPipeline on the in-process groups lc makes.
-func runPipelineOn(t *testing.T, cfg model.Config, c Config, lc local.Config) outcome {
+// runPipelineOn is runPipeline on the in-process groups lc makes, the
+// runners with mo's Recompute and Compute.
+func runPipelineOn(t *testing.T, cfg model.Config, c Config, lc local.Config, mo model.Options) outcome {
 	t.Helper()
 	const B = 2
 	s, err := Build(c)
@@ -75,7 +76,7 @@ func runPipelineOn(t *testing.T, cfg model.Config, c Config, lc local.Config) ou
 		go func() {
 			defer wg.Done()
 			err := func() error {
-				st, loss, dev, ahead, err := runRank(groups[r], cfg, c, s, B)
+				st, loss, dev, ahead, err := runRankWith(groups[r], cfg, c, s, B, mo)
 				if err != nil {
 					return err
 				}
@@ -114,6 +115,11 @@ func runPipelineOn(t *testing.T, cfg model.Config, c Config, lc local.Config) ou
 // runRank is one pipeline rank's step: state, link, stage, schedule. It
 // returns the state, the loss, the device and the W's the stage ran ahead.
 func runRank(world comm.Group, cfg model.Config, c Config, s *Schedule, B int) (*State, float64, *device.Device, int, error) {
+	return runRankWith(world, cfg, c, s, B, model.Options{})
+}
+
+// runRankWith is runRank with mo's Recompute and Compute.
+func runRankWith(world comm.Group, cfg model.Config, c Config, s *Schedule, B int, mo model.Options) (*State, float64, *device.Device, int, error) {
 	r, p := world.Rank(), c.PP
 	dev := device.New(device.Config{ID: r})
 	k, err := ops.New(ops.Config{Threads: 1})
@@ -142,7 +148,7 @@ func runRank(world comm.Group, cfg model.Config, c Config, s *Schedule, B int) (
 	if err := st.Init(1); err != nil {
 		return nil, 0, nil, 0, err
 	}
-	gpt, err := model.New(model.Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9})
+	gpt, err := model.New(model.Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Recompute: mo.Recompute, Compute: mo.Compute})
 	if err != nil {
 		return nil, 0, nil, 0, err
 	}
