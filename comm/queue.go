@@ -51,6 +51,10 @@ type work struct {
 // Work made by Done). Valid once Wait has returned.
 func (w *work) FinishedAt() time.Time { return w.finished }
 
+// Done is closed when the operation completes (Wait then returns at
+// once), for callers that wait with a deadline or test without blocking.
+func (w *work) Done() <-chan struct{} { return w.done }
+
 // Wait implements Work.
 func (w *work) Wait() error {
 	select {

@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"trellis/parallel/pp"
@@ -9,24 +10,53 @@ import (
 )
 
 // BenchmarkPipelineBubble measures the bubble from the trace: pp=2 ranks
-// (one thread each) run a 4-layer model of width 256 (stages of two blocks:
-// the embedding and the head are a few percent), m = 8 micro-batches of 2
+// (one thread each) run a 4-layer model of width 512 (stages of two blocks:
+// the embedding and the head are 1–2%), m = 8 micro-batches of 2
 // sequences of 64 tokens per step, each boundary transfer delayed by link
-// emulation (100 µs, 1 GB/s). The metric per schedule is the idle
-// fraction of the pipeline span (the schedule, without the gradient
-// reduction and the update) averaged over the ranks, the median over 10
-// steps after the first and over 3 runs (the schedules alternate);
-// replay-* is the same for the bubble the schedule's dependencies alone
-// impose on the compute durations the trace measured (pp.Replay: no
-// communication, waking or scheduling delays) and wire-* for those plus
-// the emulated link (each message 100 µs + its bytes/1 GB/s, queued per
-// direction), so wire − replay is what the link costs and idle − wire what
-// the executor and the machine add; textbook-* are (p−1)/(m+p−1) for 1f1b and gpipe,
-// (p−1)/(v·m+p−1) for interleaved (v = 2) and (p−1)/(3m+p−1) for zb-h1 at
-// F = B = W.
+// emulation (100 µs, 1 GB/s: 362 µs per 256 KiB activation). Two metrics
+// per schedule, each the idle fraction 1 − compute/span of a step's
+// pipeline phase (the schedule, without the gradient reduction and the
+// update) averaged over the ranks,
+// the median over 10 steps after the first and over 3 runs (the schedules
+// alternate):
 //
-//	go test ./train -run '^$' -bench PipelineBubble -benchtime 1x
-func BenchmarkPipelineBubble(b *testing.B) {
+//   - idle-*: each rank's span is its own pipeline span, from its first
+//     action to its last;
+//   - step-idle-*: every rank's span is the step's pipeline span, from the
+//     first rank's start to the last rank's end — the makespan the textbook
+//     bubbles and Replay measure; a rank that finishes early (1F1B's last
+//     stage, whose backwards end (p−1)(B+W) before the first stage's) idles
+//     until the step's gradient reduction, which idle-* does not count.
+//     So over own spans zb-h1/1f1b is at least (m+1)/(2m+1) (0.53 at m = 8)
+//     even at F = B = W with no link and no noise (pp.TestOwnSpanBubble).
+//
+// Width 512 makes the passes ~11 ms (F ≈ B ≈ 1.2 W), so the link (362 µs
+// per message) and the shared machine's millisecond-scale scheduling noise
+// weigh a quarter of what they do at width 256 (BenchmarkPipelineBubbleNarrow).
+//
+// replay-* is step-idle-* for the bubble the schedule's dependencies alone
+// impose on the compute durations the trace measured, in the order the
+// ranks ran them (pp.Replay: no communication, waking or scheduling
+// delays) and wire-* for those plus the emulated link (each message 100 µs
+// + its bytes/1 GB/s, queued per direction), so wire − replay is what the
+// link costs and step-idle − wire what the executor and the machine add;
+// textbook-* are (p−1)/(m+p−1) for 1f1b and gpipe, (p−1)/(v·m+p−1) for
+// interleaved (v = 2) and (p−1)/(3m+p−1) for zb-h1 at F = B = W;
+// zb-h1/1f1b and step-zb-h1/1f1b the ratios of the medians. The log adds
+// the mean F, B and W pass durations and the W's the executor ran ahead.
+//
+//	go test ./train -run '^$' -bench 'PipelineBubble$' -benchtime 1x
+func BenchmarkPipelineBubble(b *testing.B) { pipelineBubble(b, 512, 3) }
+
+// BenchmarkPipelineBubbleNarrow is BenchmarkPipelineBubble at width 256 over
+// 5 runs (the benchmark's job until 2026-12-01: passes of ~3 ms, 231 µs
+// per message).
+//
+//	go test ./train -run '^$' -bench PipelineBubbleNarrow -benchtime 1x
+func BenchmarkPipelineBubbleNarrow(b *testing.B) { pipelineBubble(b, 256, 5) }
+
+// pipelineBubble is BenchmarkPipelineBubble at width hidden over reps runs.
+func pipelineBubble(b *testing.B, hidden, reps int) {
 	const p, m, steps = 2, 8, 11
 	schedules := []struct {
 		name, plan string
@@ -37,46 +67,81 @@ func BenchmarkPipelineBubble(b *testing.B) {
 		{"interleaved", "pp=2,vpp=2,schedule=interleaved", float64(p-1) / float64(2*m+p-1)},
 		{"zb-h1", "pp=2,schedule=zb-h1", float64(p-1) / float64(3*m+p-1)},
 	}
-	const reps = 3
 	for i := 0; i < b.N; i++ {
-		got, rpl, wir := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+		runs := map[string][]bubbleResult{}
 		for rep := 0; rep < reps; rep++ {
 			for _, s := range schedules {
-				if idle, replay, wire, ok := bubbleRun(b, s.plan, p, m, steps); ok {
-					got[s.name] = append(got[s.name], idle)
-					rpl[s.name] = append(rpl[s.name], replay)
-					wir[s.name] = append(wir[s.name], wire)
+				if r, ok := bubbleRun(b, s.plan, hidden, p, m, steps); ok {
+					runs[s.name] = append(runs[s.name], r)
 				}
 			}
 		}
+		med := map[string]bubbleResult{}
 		for _, s := range schedules {
-			if len(got[s.name]) == 0 {
+			rs := runs[s.name]
+			if len(rs) == 0 {
 				b.Logf("%-12s not run (the plan does not accept it)", s.name)
 				continue
 			}
-			idle, replay, wire := median(got[s.name]), median(rpl[s.name]), median(wir[s.name])
+			col := func(f func(bubbleResult) float64) (float64, []float64) {
+				var xs []float64
+				for _, r := range rs {
+					xs = append(xs, f(r))
+				}
+				return median(xs), xs
+			}
+			idle, idles := col(func(r bubbleResult) float64 { return r.idle })
+			step, stepv := col(func(r bubbleResult) float64 { return r.step })
+			replay, _ := col(func(r bubbleResult) float64 { return r.replay })
+			wire, _ := col(func(r bubbleResult) float64 { return r.wire })
+			f, _ := col(func(r bubbleResult) float64 { return r.f })
+			bw, _ := col(func(r bubbleResult) float64 { return r.b })
+			w, _ := col(func(r bubbleResult) float64 { return r.w })
+			ahead, _ := col(func(r bubbleResult) float64 { return r.ahead })
+			ranked, _ := col(func(r bubbleResult) float64 { return r.ranked })
+			flat, _ := col(func(r bubbleResult) float64 { return r.flat })
+			flatOwn, _ := col(func(r bubbleResult) float64 { return r.flatOwn })
+			med[s.name] = bubbleResult{idle: idle, step: step}
 			b.ReportMetric(idle, "idle-"+s.name)
+			b.ReportMetric(step, "step-idle-"+s.name)
 			b.ReportMetric(replay, "replay-"+s.name)
 			b.ReportMetric(wire, "wire-"+s.name)
 			b.ReportMetric(s.textbook, "textbook-"+s.name)
-			b.Logf("%-12s idle %.3f (runs %.3f)  replay %.3f (runs %.3f)  wire %.3f (runs %.3f)  textbook %.3f",
-				s.name, idle, got[s.name], replay, rpl[s.name], wire, wir[s.name], s.textbook)
+			b.Logf("%-12s idle %.3f (runs %.3f)  step-idle %.3f (runs %.3f)  replay %.3f  wire %.3f  (at rank means %.3f, at means %.3f, own spans %.3f)  textbook %.3f  F %.2f B %.2f W %.2f ms, W's ahead %.1f",
+				s.name, idle, idles, step, stepv, replay, wire, ranked, flat, flatOwn, s.textbook, f, bw, w, ahead)
+		}
+		if a, z := med["1f1b"], med["zb-h1"]; a.idle > 0 && a.step > 0 {
+			b.ReportMetric(z.idle/a.idle, "zb-h1/1f1b")
+			b.ReportMetric(z.step/a.step, "step-zb-h1/1f1b")
 		}
 	}
 }
 
-// bubbleRun trains plan with a trace and returns the median over steps
-// (the first dropped) of the ranks' mean idle fraction, measured,
-// replayed, and replayed with the link.
-func bubbleRun(b *testing.B, plan string, p, m, steps int) (idle, replay, wire float64, ok bool) {
-	const micro, seq, hidden = 2, 64, 256
+// bubbleResult is one run's medians over its steps (the first dropped):
+// the ranks' mean idle fraction over their own pipeline spans (idle), over
+// the step's pipeline span (step), replayed, and replayed with the link;
+// the mean F, B and W pass durations (ms; a fused backward counts as B)
+// and the W's run ahead per step.
+type bubbleResult struct {
+	idle, step, replay, wire float64
+	f, b, w, ahead           float64
+	// ranked and flat are wire-* with every pass at its rank's mean
+	// duration (the stages' imbalance, no pass-to-pass jitter) and at the
+	// ranks' mean (neither); flatOwn is flat over the ranks' own spans.
+	ranked, flat, flatOwn float64
+}
+
+// bubbleRun trains plan at width hidden with a trace and measures it
+// (bubbleResult).
+func bubbleRun(b *testing.B, plan string, hidden, p, m, steps int) (bubbleResult, bool) {
+	const micro, seq = 2, 64
 	j := benchJob(plan, 4, micro, micro*m, steps)
 	j.Model.Hidden, j.Model.Heads, j.Model.SeqLen = hidden, 4, seq
 	j.Parallel.LinkLatency, j.Parallel.LinkBandwidth = "100us", "1GB"
-	w := pp.Wire{Latency: 100, Gap: micro * seq * hidden * 4 / 1000} // µs: fp32 boundary bytes at 1 GB/s
+	w := pp.Wire{Latency: 100, Gap: int64(micro * seq * hidden * 4 / 1000)} // µs: fp32 boundary bytes at 1 GB/s
 	ep, err := j.EnginePlan()
 	if err != nil {
-		return 0, 0, 0, false
+		return bubbleResult{}, false
 	}
 	dir := b.TempDir()
 	if _, err := Run(context.Background(), Options{Job: j, Trace: dir}); err != nil {
@@ -92,18 +157,38 @@ func bubbleRun(b *testing.B, plan string, p, m, steps int) (idle, replay, wire f
 	}
 	spans := trace.IdleSpans(evs, "pipeline") // ordered by rank, then time
 	n := len(spans) / p
-	var idles, replays, wires []float64
+	var idles, stepIdles, replays, wires []float64
+	sum, cnt := map[byte]float64{}, map[byte]float64{}
+	type rop struct {
+		r  int
+		op byte
+	}
+	rsum, rcnt := map[rop]float64{}, map[rop]float64{}
+	var ahead float64
 	for k := 1; k < n; k++ {
-		var sum float64
+		var own float64
+		lo, hi := spans[k].TS, spans[k].TS+spans[k].Span
 		step := make([][]trace.Event, p)
 		for r := 0; r < p; r++ {
 			sp := spans[r*n+k]
-			sum += sp.Idle
+			own += sp.Idle
+			lo, hi = min(lo, sp.TS), max(hi, sp.TS+sp.Span)
 			for _, e := range evs {
 				if e.Ph == "X" && e.PID == r && e.TID == int(trace.Compute) && e.TS >= sp.TS && e.TS < sp.TS+sp.Span {
 					step[r] = append(step[r], e)
+					sum[e.Name[0]] += float64(e.Dur) / 1000
+					cnt[e.Name[0]]++
+					rsum[rop{r, e.Name[0]}] += float64(e.Dur)
+					rcnt[rop{r, e.Name[0]}]++
+					if strings.HasPrefix(e.Name, "W") && e.Args["ahead"] == true {
+						ahead++
+					}
 				}
 			}
+		}
+		var common float64
+		for r := 0; r < p; r++ {
+			common += 1 - float64(spans[r*n+k].Busy)/float64(hi-lo)
 		}
 		res, err := pp.Replay(s, step, pp.Wire{})
 		if err != nil {
@@ -113,7 +198,30 @@ func bubbleRun(b *testing.B, plan string, p, m, steps int) (idle, replay, wire f
 		if err != nil {
 			b.Fatal(err)
 		}
-		idles, replays, wires = append(idles, sum/float64(p)), append(replays, res.MeanIdle()), append(wires, wired.MeanIdle())
+		idles, stepIdles = append(idles, own/float64(p)), append(stepIdles, common/float64(p))
+		replays, wires = append(replays, res.MeanIdle()), append(wires, wired.MeanIdle())
 	}
-	return median(idles), median(replays), median(wires), true
+	mean := func(op byte) float64 {
+		if cnt[op] == 0 {
+			return 0
+		}
+		return sum[op] / cnt[op]
+	}
+	at := func(dur func(r int, op byte) float64) pp.Result {
+		res, err := pp.SimulateLink(s, func(r int, a pp.Action) int64 {
+			if !a.Op.Compute() {
+				return 0
+			}
+			return int64(dur(r, a.Op.String()[0]))
+		}, w)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return res
+	}
+	ranked := at(func(r int, op byte) float64 { return rsum[rop{r, op}] / max(rcnt[rop{r, op}], 1) }).MeanIdle()
+	flat := at(func(_ int, op byte) float64 { return 1000 * mean(op) })
+	return bubbleResult{idle: median(idles), step: median(stepIdles), replay: median(replays), wire: median(wires),
+		f: mean('F'), b: mean('B'), w: mean('W'), ahead: ahead / float64(n-1),
+		ranked: ranked, flat: flat.MeanIdle(), flatOwn: flat.MeanOwnIdle()}, true
 }

@@ -21,6 +21,14 @@ func TestScheduleText(t *testing.T) {
 			t.Errorf("missing %q in:\n%s", want, got)
 		}
 	}
+	// zb-h1's W's are movable, as the engine runs them.
+	p, _ = plan.Parse("pp=2,schedule=zb-h1")
+	got = scheduleText(p, 4)
+	for _, want := range []string{"rank 1: F0.0 B0.0 F1.0 B1.0 W0.0* F2.0", "* may run earlier, in this order, where the rank waits on a receive longer than a W"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
 	if p, _ = plan.Parse("dp=2"); scheduleText(p, 4) != "" {
 		t.Error("a plan without a pipeline printed a schedule")
 	}

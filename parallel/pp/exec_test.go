@@ -38,11 +38,20 @@ type outcome struct {
 	loss float64
 	act  []int64
 	sim  Result
+	// ahead is each rank's count of W's run ahead of their place.
+	ahead []int
 }
 
 // runPipeline runs one step of c on goroutine ranks and assembles the
 // global gradient from the ranks' units (unit 0 from the first stage).
 func runPipeline(t *testing.T, cfg model.Config, c Config) outcome {
+	t.Helper()
+	return runPipelineOn(t, cfg, c, local.Config{Size: c.PP}, model.Options{})
+}
+
+// runPipelineOn is runPipeline on the in-process groups lc makes, the
+// runners with mo's Recompute and Compute.
+func runPipelineOn(t *testing.T, cfg model.Config, c Config, lc local.Config, mo model.Options) outcome {
 	t.Helper()
 	const B = 2
 	s, err := Build(c)
@@ -53,12 +62,12 @@ func runPipeline(t *testing.T, cfg model.Config, c Config) outcome {
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups, err := local.New(local.Config{Size: c.PP})
+	groups, err := local.New(lc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lay := cfg.Layout()
-	out := outcome{grad: make([]float32, lay.Size), act: make([]int64, c.PP), sim: sim}
+	out := outcome{grad: make([]float32, lay.Size), act: make([]int64, c.PP), sim: sim, ahead: make([]int, c.PP)}
 	errs := make([]error, c.PP)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -67,7 +76,7 @@ func runPipeline(t *testing.T, cfg model.Config, c Config) outcome {
 		go func() {
 			defer wg.Done()
 			err := func() error {
-				st, loss, dev, err := runRank(groups[r], cfg, c, s, B)
+				st, loss, dev, ahead, err := runRankWith(groups[r], cfg, c, s, B, mo)
 				if err != nil {
 					return err
 				}
@@ -75,6 +84,7 @@ func runPipeline(t *testing.T, cfg model.Config, c Config) outcome {
 				mu.Lock()
 				defer mu.Unlock()
 				out.loss += loss
+				out.ahead[r] = ahead
 				out.act[r] = dev.Stats().Peak[device.Act]
 				for _, u := range st.cfg.Units {
 					if u == 0 && r != 0 {
@@ -102,17 +112,23 @@ func runPipeline(t *testing.T, cfg model.Config, c Config) outcome {
 	return out
 }
 
-// runRank is one pipeline rank's step: state, link, stage, schedule.
-func runRank(world comm.Group, cfg model.Config, c Config, s *Schedule, B int) (*State, float64, *device.Device, error) {
+// runRank is one pipeline rank's step: state, link, stage, schedule. It
+// returns the state, the loss, the device and the W's the stage ran ahead.
+func runRank(world comm.Group, cfg model.Config, c Config, s *Schedule, B int) (*State, float64, *device.Device, int, error) {
+	return runRankWith(world, cfg, c, s, B, model.Options{})
+}
+
+// runRankWith is runRank with mo's Recompute and Compute.
+func runRankWith(world comm.Group, cfg model.Config, c Config, s *Schedule, B int, mo model.Options) (*State, float64, *device.Device, int, error) {
 	r, p := world.Rank(), c.PP
 	dev := device.New(device.Config{ID: r})
 	k, err := ops.New(ops.Config{Threads: 1})
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, 0, err
 	}
 	lay, err := NewLayout(cfg, p, c.VPP, r)
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, 0, err
 	}
 	ranks := make([]int, p)
 	for i := range ranks {
@@ -121,38 +137,38 @@ func runRank(world comm.Group, cfg model.Config, c Config, s *Schedule, B int) (
 	var tied comm.Group
 	if r == 0 || r == p-1 {
 		if tied, err = world.NewGroup("tied", []int{0, p - 1}); err != nil {
-			return nil, 0, nil, err
+			return nil, 0, nil, 0, err
 		}
 	}
 	st, err := NewState(StateConfig{Model: cfg, Units: lay.Units, Device: dev, Kernels: k, Hyper: optim.DefaultHyper(),
 		Pipe: world, Tied: tied, OwnsEmbedding: r == 0})
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, 0, err
 	}
 	if err := st.Init(1); err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, 0, err
 	}
-	gpt, err := model.New(model.Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9})
+	gpt, err := model.New(model.Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Recompute: mo.Recompute, Compute: mo.Compute})
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, 0, err
 	}
 	link, err := NewP2PLink(world, "pipe", ranks, r, c.VPP)
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, 0, err
 	}
 	stage, err := NewStage(StageConfig{GPT: gpt, Params: st, Schedule: s, Layout: lay, Link: link, Device: dev})
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, 0, err
 	}
 	defer stage.Free()
 	if err := st.BeginStep(); err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, 0, err
 	}
 	loss, err := stage.Step(func(mb int) (model.Batch, error) { return batchOf(cfg, B, mb), nil }, float32(1/float64(c.Micro)))
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, 0, err
 	}
-	return st, loss, dev, st.FinishGrads()
+	return st, loss, dev, stage.WeightsAhead(), st.FinishGrads()
 }
 
 // reference is one device's gradient and loss sum for the same step.
@@ -283,7 +299,7 @@ func TestDeadStageIsNamed(t *testing.T) {
 	if _, err := NewP2PLink(groups[1], "pipe", []int{0, 1}, 1, 1); err != nil {
 		t.Fatal(err)
 	}
-	_, _, _, err = runRank(groups[0], tiny, c, s, 2)
+	_, _, _, _, err = runRank(groups[0], tiny, c, s, 2)
 	if err == nil || !errors.Is(err, comm.ErrPeer) || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "pp: rank 0") {
 		t.Fatalf("error %v, want a peer error naming rank 1", err)
 	}

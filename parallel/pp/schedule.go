@@ -81,6 +81,13 @@ type Action struct {
 	MB    int // micro-batch, 0..m−1
 	Chunk int // this rank's chunk, 0..vpp−1 (model stage Chunk·pp + rank)
 	Peer  int // pipeline rank at the other end of a send or receive
+	// Movable (zb-h1's W) marks an action the executor may run earlier
+	// than its place in the list: where the rank has waited on a receive
+	// as long as the action takes, once the action's backward has run and every movable
+	// action listed before it has run (movable actions keep their order
+	// among themselves). It is never run later, and what it frees is
+	// freed at its place in the list (Stage.Step, ahead.go).
+	Movable bool
 }
 
 // String is "F3.1" (op, micro-batch, chunk) or "recvA3.1<0" / "sendA3.1>2".
@@ -262,18 +269,27 @@ func (s *Schedule) withComm(r int, acts []Action) []Action {
 	return out
 }
 
-// Format is the schedule as text, one rank per line (golden files).
+// Format is the schedule as text, one rank per line (golden files), a
+// movable action marked "*" and explained on a last line.
 func (s *Schedule) Format() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "schedule=%s pp=%d vpp=%d micro-batches=%d\n", s.Kind, s.PP, s.vpp(), s.Micro)
+	movable := false
 	for r, acts := range s.Ranks {
 		fmt.Fprintf(&b, "rank %d:", r)
 		for _, a := range acts {
 			if a.Op.Compute() {
 				b.WriteString(" " + a.String())
+				if a.Movable {
+					b.WriteByte('*')
+					movable = true
+				}
 			}
 		}
 		b.WriteByte('\n')
+	}
+	if movable {
+		b.WriteString("* may run earlier, in this order, where the rank waits on a receive longer than a W takes; frees its stashes here\n")
 	}
 	return b.String()
 }

@@ -18,6 +18,7 @@ var Unit = Costs{F: 1, B: 1, W: 1}
 type Result struct {
 	Makespan int64   // the step, first action to last
 	Busy     []int64 // (PP) per rank: time in F, B, W
+	End      []int64 // (PP) per rank: when its last action ended
 	// InFlight is each rank's peak number of (micro-batch, chunk) pairs
 	// whose forward has run and whose activations are still kept: until
 	// the backward, or for zb-h1 until W. The executor keeps one free list
@@ -62,10 +63,19 @@ type simRank struct {
 	live     int             // pairs in flight now
 	chunk    []int           // (VPP) pairs in flight per chunk
 	deferred []int           // (VPP) pairs between B and W per chunk
+	movable  []int           // indices of the rank's movable actions, in list order
+	next     int             // movable[next] is the first not yet run
+	ahead    map[int]bool    // list indices of movable actions run ahead
 }
 
 // Simulate runs every rank's list at costs c. A send takes no time and
-// never waits (the transport buffers it); a receive waits for its send. It
+// never waits (the transport buffers it); a receive waits for its send.
+// Movable actions run as the executor runs them (ahead.go): a rank whose
+// receive's message is still due after waiting as long as its next movable
+// action takes runs that action, if its backward has run, and again while
+// the message is due later; at its place in the list the action then takes
+// no time but frees what it holds (so InFlight and Deferred are the static
+// list's). It
 // fails, naming the ranks and their stuck actions, if the lists deadlock,
 // and, naming the action, if one runs before what it depends on (its
 // input received, its own forward before its backward, B before W) or a
@@ -106,10 +116,15 @@ type Wire struct{ Latency, Gap int64 }
 // network, with no other overhead.
 func SimulateLink(s *Schedule, cost func(rank int, a Action) int64, link Wire) (Result, error) {
 	p := s.PP
-	res := Result{Busy: make([]int64, p), InFlight: make([]int, p), Start: make([][]int64, p), ChunkInFlight: make([][]int, p), Deferred: make([][]int, p)}
+	res := Result{Busy: make([]int64, p), End: make([]int64, p), InFlight: make([]int, p), Start: make([][]int64, p), ChunkInFlight: make([][]int, p), Deferred: make([][]int, p)}
 	rs := make([]*simRank, p)
 	for r := range rs {
-		rs[r] = &simRank{got: map[msgKey]bool{}, fwd: map[[2]int]bool{}, bwd: map[[2]int]bool{}, chunk: make([]int, s.vpp()), deferred: make([]int, s.vpp())}
+		rs[r] = &simRank{got: map[msgKey]bool{}, fwd: map[[2]int]bool{}, bwd: map[[2]int]bool{}, chunk: make([]int, s.vpp()), deferred: make([]int, s.vpp()), ahead: map[int]bool{}}
+		for i, a := range s.Ranks[r] {
+			if a.Movable {
+				rs[r].movable = append(rs[r].movable, i)
+			}
+		}
 		res.ChunkInFlight[r] = make([]int, s.vpp())
 		res.Deferred[r] = make([]int, s.vpp())
 		res.Start[r] = make([]int64, len(s.Ranks[r]))
@@ -121,6 +136,8 @@ func SimulateLink(s *Schedule, cost func(rank int, a Action) int64, link Wire) (
 		for r, st := range rs {
 			for st.pc < len(s.Ranks[r]) {
 				a := s.Ranks[r][st.pc]
+				for s.runAhead(r, a, st, sent, cost, &res) {
+				}
 				start, ok, err := s.ready(r, a, st, sent)
 				if err != nil {
 					return res, err
@@ -128,7 +145,9 @@ func SimulateLink(s *Schedule, cost func(rank int, a Action) int64, link Wire) (
 				if !ok {
 					break
 				}
-				res.Start[r][st.pc] = start
+				if !st.ahead[st.pc] {
+					res.Start[r][st.pc] = start
+				}
 				if err := s.apply(r, a, st, start, cost, sent, lk, &res); err != nil {
 					return res, err
 				}
@@ -146,11 +165,39 @@ func SimulateLink(s *Schedule, cost func(rank int, a Action) int64, link Wire) (
 	}
 	for r, st := range rs {
 		res.Makespan = max(res.Makespan, st.clock)
+		res.End[r] = st.clock
 		if err := s.complete(r, st); err != nil {
 			return res, err
 		}
 	}
 	return res, nil
+}
+
+// runAhead runs rank r's next movable action if a is a receive whose
+// message is due more than that action's duration c after the rank is
+// ready and the action's backward has run: the rank waits c (its
+// patience), then runs the action, taking c more.
+func (s *Schedule) runAhead(r int, a Action, st *simRank, sent map[msgKey]int64, cost func(int, Action) int64, res *Result) bool {
+	if (a.Op != RecvAct && a.Op != RecvGrad) || st.next >= len(st.movable) {
+		return false
+	}
+	t, ok := sent[msgKey{grad: a.Op == RecvGrad, mb: a.MB, to: a.Chunk*s.PP + r}]
+	i := st.movable[st.next]
+	m := s.Ranks[r][i]
+	if !ok || m.Op != Weight || !st.bwd[[2]int{m.MB, m.Chunk}] {
+		return false
+	}
+	c := cost(r, m)
+	if t <= st.clock+c { // the message comes within the rank's patience
+		return false
+	}
+	st.clock += c // waited as long as the W takes
+	res.Start[r][i] = st.clock
+	res.Busy[r] += c
+	st.clock += c
+	st.ahead[i] = true
+	st.next++
+	return true
 }
 
 // ready says when action a of rank r can start; ok is false while a
@@ -209,6 +256,15 @@ func (s *Schedule) apply(r int, a Action, st *simRank, start int64, costOf func(
 	case Weight:
 		if !s.Split() || !st.bwd[key] {
 			return bad("weight gradient without a split backward before it")
+		}
+		if a.Movable {
+			if st.ahead[st.pc] {
+				st.live-- // ran ahead: only its stashes are freed here
+				st.chunk[a.Chunk]--
+				st.deferred[a.Chunk]--
+				return nil
+			}
+			st.next++
 		}
 		st.live--
 		st.chunk[a.Chunk]--

@@ -22,10 +22,13 @@ type StageConfig struct {
 	Trace    *trace.Tracer  // nil: no tracing
 }
 
-// Stage runs one pipeline rank's action list. It keeps one block stash per
+// Stage runs one pipeline rank's action list, in order but for movable
+// actions (zb-h1's W), which it may run ahead where it would wait on a
+// receive (ahead.go). It keeps one block stash per
 // (micro-batch, chunk) in flight — allocated on first need at the size of
-// the rank's largest chunk, returned to a free list at its backward (W for
-// zb-h1) and laid out again for whichever chunk needs one next — and, on
+// the rank's largest chunk, returned to a free list at its backward (for
+// zb-h1 at W's place in the list, wherever W ran) and laid out again for
+// whichever chunk needs one next — and, on
 // the last stage, one head stash per micro-batch between its F and B. So
 // the act peak is
 //
@@ -48,6 +51,12 @@ type Stage struct {
 	n      int                           // B·T·C (B·T·C/t with sequence parallelism)
 	waited time.Duration                 // time blocked on transfers: exposed communication
 	held   int64                         // bytes of early messages charged to the device's comm tag
+
+	movable []Action        // the rank's movable actions (zb-h1's W), in list order
+	next    int             // movable[next] is the first not yet run this step
+	ahead   map[[2]int]bool // (mb, chunk) whose W ran ahead of its place; its stashes wait for it
+	aheadN  int             // W's run ahead, all steps
+	lastW   time.Duration   // the last W's duration: the patience before running one ahead
 }
 
 // pending is an issued transfer and, for gradients, the buffer it uses.
@@ -72,9 +81,19 @@ func NewStage(c StageConfig) (*Stage, error) {
 		b, _, _ := c.Layout.Chunk(ch)
 		blocks = max(blocks, b[1]-b[0])
 	}
+	var movable []Action
+	for _, a := range c.Schedule.Ranks[c.Layout.Rank] {
+		if a.Movable {
+			if a.Op != Weight {
+				return nil, fmt.Errorf("pp: %v is movable; only weight gradients W may run ahead", a)
+			}
+			movable = append(movable, a)
+		}
+	}
 	return &Stage{cfg: c, live: map[[2]int]*model.Stash{}, hlive: map[[2]int]*model.HeadStash{}, blocks: blocks,
 		wfree: make([][]*model.WeightStash, c.Layout.VPP), wlive: map[[2]int]*model.WeightStash{},
-		recvs: map[[2]int]pending{}, sends: map[[2]int]pending{}, n: c.GPT.BoundaryFloats()}, nil
+		recvs: map[[2]int]pending{}, sends: map[[2]int]pending{}, n: c.GPT.BoundaryFloats(),
+		movable: movable, ahead: map[[2]int]bool{}}, nil
 }
 
 // StashBytes is one block stash: the rank's largest chunk's, without the
@@ -95,6 +114,8 @@ func (s *Stage) Step(batch func(mb int) (model.Batch, error), dloss float32) (fl
 			tr.Span(trace.Step, "pipeline", t0, "schedule", string(s.cfg.Schedule.Kind), "micro-batches", s.cfg.Schedule.Micro)
 		}()
 	}
+	s.next = 0
+	clear(s.ahead)
 	for _, a := range s.cfg.Schedule.Ranks[s.cfg.Layout.Rank] {
 		loss, err := s.do(a, batch, dloss)
 		if err == nil {
@@ -164,12 +185,15 @@ func (s *Stage) forward(a Action, key [2]int, b model.Batch) (float64, error) {
 	}
 	if p, ok := s.recvs[key]; ok {
 		delete(s.recvs, key)
+		if err := s.fill(p, a); err != nil {
+			return 0, err
+		}
 		if err := s.wait(p, a); err != nil {
 			return 0, err
 		}
 	}
 	t0 := s.cfg.Trace.Now()
-	defer s.span(a, t0)
+	defer s.span(a, t0, false)
 	return s.runForward(a.Chunk, st)
 }
 
@@ -215,6 +239,9 @@ func (s *Stage) backward(a Action, key [2]int, dloss float32) error {
 			return errors.New("backward without its output gradient")
 		}
 		delete(s.recvs, key)
+		if err := s.fill(rp, a); err != nil {
+			return err
+		}
 		if err := s.wait(rp, a); err != nil {
 			return err
 		}
@@ -250,7 +277,7 @@ func (s *Stage) backward(a Action, key [2]int, dloss float32) error {
 			return err
 		}
 	}
-	s.span(a, t0)
+	s.span(a, t0, false)
 	s.releaseHead(key, st)
 	if ws == nil {
 		delete(s.live, key)
@@ -259,25 +286,49 @@ func (s *Stage) backward(a Action, key [2]int, dloss float32) error {
 	return nil
 }
 
-// weight runs W(mb, chunk) (zb-h1): the blocks' deferred weight
-// gradients; then the stash and the weight stash are free.
+// weight is W(mb, chunk)'s place in the list (zb-h1): the blocks'
+// deferred weight gradients, unless they ran ahead (ahead.go); then the
+// stash and the weight stash are free.
 func (s *Stage) weight(a Action, key [2]int) error {
 	st, ws := s.live[key], s.wlive[key]
 	if st == nil || ws == nil {
 		return errors.New("weight gradient without its split backward")
 	}
+	if s.ahead[key] {
+		delete(s.ahead, key)
+	} else {
+		if a.Movable {
+			if s.next >= len(s.movable) || s.movable[s.next] != a {
+				return fmt.Errorf("movable weight gradients out of order: next is #%d of %v", s.next, s.movable)
+			}
+			s.next++
+		}
+		if err := s.weightGrads(a, key, false); err != nil {
+			return err
+		}
+	}
+	delete(s.live, key)
+	delete(s.wlive, key)
+	s.free = append(s.free, st)
+	s.wfree[a.Chunk] = append(s.wfree[a.Chunk], ws)
+	return nil
+}
+
+// weightGrads runs W(mb, chunk)'s compute: the chunk's blocks' weight
+// gradients from the weight stash, last block first (ahead: run before the
+// action's place in the list, traced as such).
+func (s *Stage) weightGrads(a Action, key [2]int, ahead bool) error {
+	st, ws := s.live[key], s.wlive[key]
 	t0 := s.cfg.Trace.Now()
+	start := time.Now()
 	bounds, _, _ := s.cfg.Layout.Chunk(a.Chunk)
 	for l := bounds[1] - 1; l >= bounds[0]; l-- {
 		if err := s.cfg.GPT.BlockBackwardWeight(s.cfg.Params, st, ws, l); err != nil {
 			return err
 		}
 	}
-	s.span(a, t0)
-	delete(s.live, key)
-	delete(s.wlive, key)
-	s.free = append(s.free, st)
-	s.wfree[a.Chunk] = append(s.wfree[a.Chunk], ws)
+	s.lastW = time.Since(start)
+	s.span(a, t0, ahead)
 	return nil
 }
 
@@ -304,10 +355,15 @@ func (s *Stage) CommStats() comm.Stats {
 	return st
 }
 
-// span records a compute action.
-func (s *Stage) span(a Action, t0 time.Time) {
+// span records a compute action (ahead: a movable one run before its place).
+func (s *Stage) span(a Action, t0 time.Time, ahead bool) {
 	if s.cfg.Trace == nil {
 		return
 	}
-	s.cfg.Trace.Span(trace.Compute, fmt.Sprintf("%v mb%d c%d", a.Op, a.MB, a.Chunk), t0, "mb", a.MB, "chunk", a.Chunk)
+	name := fmt.Sprintf("%v mb%d c%d", a.Op, a.MB, a.Chunk)
+	if ahead {
+		s.cfg.Trace.Span(trace.Compute, name, t0, "mb", a.MB, "chunk", a.Chunk, "ahead", true)
+		return
+	}
+	s.cfg.Trace.Span(trace.Compute, name, t0, "mb", a.MB, "chunk", a.Chunk)
 }

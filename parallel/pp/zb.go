@@ -9,6 +9,11 @@ package pp
 // (p−1)(F+B+W) to (p−1)(F+B−W) (at F = B = W, a third). Every rank keeps
 // at most p micro-batches in flight (counted from F to W): 1F1B's peak
 // (rank 0's), reached on every rank.
+//
+// Every W is Movable: a rank that would block on a receive runs its next
+// deferred W instead (ahead.go), so the W's also absorb the passes' jitter
+// where the static order has no slack (the last rank's forwards in the
+// steady state wait for an activation sent exactly as they are due).
 func zbH1(c Config) [][]Action {
 	p, m := c.PP, c.Micro
 	out := make([][]Action, p)
@@ -23,11 +28,11 @@ func zbH1(c Config) [][]Action {
 			}
 			out[r] = append(out[r], Action{Op: Backward, MB: k})
 			if k >= r {
-				out[r] = append(out[r], Action{Op: Weight, MB: k - r})
+				out[r] = append(out[r], Action{Op: Weight, MB: k - r, Movable: true})
 			}
 		}
 		for mb := max(m-r, 0); mb < m; mb++ {
-			out[r] = append(out[r], Action{Op: Weight, MB: mb})
+			out[r] = append(out[r], Action{Op: Weight, MB: mb, Movable: true})
 		}
 	}
 	return out
