@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The planner's predictions against the engine's measurements
 # (train.TestAgreementTable): peak memory per rank and step time, split
-# into compute, exposed comm, bubble and misc, on a grid of 22 plans of a
-# 4-layer h=128 GPT; then --parallel auto's choice against every plan that
-# fits, on four jobs (each plan run once).
+# into compute, exposed comm, bubble and misc, on a grid of 25 plans of a
+# 4-layer h=128 GPT (three passes, each plan's fastest run; the cores'
+# speedup re-measured before every run and noted beside it); then
+# --parallel auto's choice against every plan that fits, on four jobs.
 #
 #   scripts/agreement.sh [CLUSTER.toml] [OUT.md]
 #
 # Without a cluster file it profiles this machine first (trellis profile
 # --quick, about 10 s), right before the runs, so that both see the same
-# machine. The whole script takes about 5 minutes on the 2-vCPU machine
+# machine. The whole script takes about 4 minutes on the 2-vCPU machine
 # (3 min for the auto check). Timing needs a quiet machine: the profile and
 # the table are taken under /tmp/bench.lock (flock), and the table records
 # the load average before and after. The tables go to OUT.md (default
