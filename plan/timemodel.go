@@ -177,6 +177,9 @@ func (j Job) stage(p Plan, pl placement, lc layerCost, sp shapeParams, s int) st
 	if b := j.Cluster.Software.gradAccumBytes(p.Precision); b > 0 {
 		sc.compute.bwd += lc.k.stream(sp.params(s, n)*b, 1)
 	}
+	if j.engineBF16(p) {
+		sc.compute = sc.compute.add(j.engineHalfFetch(p, newKernels(j.Cluster.Accel, FP32), sp.params(s, n)))
+	}
 	sc.zero = j.zeroPerMicroBatch(p, pl, layer, sc, sp, s, n)
 	return sc
 }
