@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +129,40 @@ func agreementGrid(t *testing.T, b *strings.Builder) {
 			}
 		}
 	}
+	// A plan none of whose runs had the cores the profile measured (the
+	// speedup before its fastest run under 85% of core_speedup: another
+	// process held a vCPU) runs again, up to three times, each after
+	// waiting (up to 5 s) for the cores to come back; the row says what
+	// its run had.
+	want := profileSpeedup(t, os.Getenv("TRELLIS_CLUSTER"))
+	retried := 0
+	for i, p := range memoryGrid {
+		for try := 0; try < 3 && res[i].cores < 0.85*want; try++ {
+			cores := 0.0
+			for wait := 0; wait < 10; wait++ {
+				var err error
+				if cores, err = profile.SpeedupNow(context.Background(), runtime.NumCPU(), 25*time.Millisecond); err != nil {
+					t.Fatal(err)
+				}
+				if cores >= 0.85*want {
+					break
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			j := agreementJob(p)
+			j.Parallel.Cluster = os.Getenv("TRELLIS_CLUSTER")
+			var metrics bytes.Buffer
+			sum, err := Run(context.Background(), Options{Job: j, Metrics: &metrics})
+			if err != nil {
+				t.Fatalf("%s: %v", p, err)
+			}
+			retried++
+			steps := stepTimes(t, &metrics)
+			if best := slices.Min(steps); best < res[i].best {
+				res[i] = result{sum, steps, best, cores}
+			}
+		}
+	}
 	var memErr, timeErr, medErr []float64
 	src := ""
 	for i, p := range memoryGrid {
@@ -149,7 +184,24 @@ func agreementGrid(t *testing.T, b *strings.Builder) {
 			p, len(sum.Ranks), pPeak/(1<<20), mPeak/(1<<20), 100*worst, 1e3*pt.Step, 1e3*step, 100*te, 1e3*med, 100*tm, res[i].cores,
 			1e3*pt.Compute, 1e3*sum.ComputeSeconds, 1e3*pt.CommExposed, 1e3*sum.ExposedSeconds, 1e3*pt.Bubble, 1e3*sum.BubbleSeconds, 1e3*pt.Misc, 1e3*sum.MiscSeconds)
 	}
-	fmt.Fprintf(b, "\n%d plans on the %s, load average %s before and %s after: peak memory error max %.2f%%; step time error (fastest step of the fastest of three runs) median %.0f%%, max %.0f%%; against that run's median step median %.0f%%, max %.0f%%. Split columns in ms: the ranks' mean, median over steps.\n",
-		len(memoryGrid), src, load0, loadAverage(), 100*slices.Max(memErr), 100*median(slices.Clone(timeErr)), 100*slices.Max(timeErr),
+	fmt.Fprintf(b, "\n%d plans on the %s (core_speedup %.2f; %d runs again for the cores), load average %s before and %s after: peak memory error max %.2f%%; step time error (fastest step of the fastest of three runs) median %.0f%%, max %.0f%%; against that run's median step median %.0f%%, max %.0f%%. Split columns in ms: the ranks' mean, median over steps.\n",
+		len(memoryGrid), src, want, retried, load0, loadAverage(), 100*slices.Max(memErr), 100*median(slices.Clone(timeErr)), 100*slices.Max(timeErr),
 		100*median(slices.Clone(medErr)), 100*slices.Max(medErr))
+}
+
+// profileSpeedup is the core_speedup of the cluster file at path (0 when
+// it has none).
+func profileSpeedup(t *testing.T, path string) float64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "core_speedup = "); ok {
+			f, _ := strconv.ParseFloat(strings.Fields(v)[0], 64)
+			return f
+		}
+	}
+	return 0
 }
