@@ -138,17 +138,7 @@ func agreementGrid(t *testing.T, b *strings.Builder) {
 	retried := 0
 	for i, p := range memoryGrid {
 		for try := 0; try < 3 && res[i].cores < 0.85*want; try++ {
-			cores := 0.0
-			for wait := 0; wait < 10; wait++ {
-				var err error
-				if cores, err = profile.SpeedupNow(context.Background(), runtime.NumCPU(), 25*time.Millisecond); err != nil {
-					t.Fatal(err)
-				}
-				if cores >= 0.85*want {
-					break
-				}
-				time.Sleep(500 * time.Millisecond)
-			}
+			cores := waitForCores(t, want)
 			j := agreementJob(p)
 			j.Parallel.Cluster = os.Getenv("TRELLIS_CLUSTER")
 			var metrics bytes.Buffer
@@ -204,4 +194,22 @@ func profileSpeedup(t *testing.T, path string) float64 {
 		}
 	}
 	return 0
+}
+
+// waitForCores measures the cores' speedup until it is at least 85% of
+// want, for at most about 5 s, and returns the last measurement.
+func waitForCores(t *testing.T, want float64) float64 {
+	t.Helper()
+	cores := 0.0
+	for wait := 0; wait < 10; wait++ {
+		var err error
+		if cores, err = profile.SpeedupNow(context.Background(), runtime.NumCPU(), 25*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if cores >= 0.85*want {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return cores
 }
