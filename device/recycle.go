@@ -12,7 +12,8 @@ package device
 //
 // The accounting does not change: a kept slice is charged to no tag (like
 // a caching allocator's reserved but unallocated memory), and at most
-// spareMax bytes, spareSame slices of one length, are kept per device.
+// spareMax bytes (the budget, if smaller), spareSame slices of one
+// length, are kept per device.
 
 const (
 	spareMin  = 64 << 10  // bytes: smaller buffers come from the heap's size classes cheaply
@@ -38,7 +39,11 @@ func (d *Device) keep(data []float32, bits []uint16) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := &d.spares
-	if s.bytes+n32+n16 > spareMax {
+	limit := int64(spareMax)
+	if d.budget > 0 {
+		limit = min(limit, d.budget)
+	}
+	if s.bytes+n32+n16 > limit {
 		return
 	}
 	switch {
