@@ -10,6 +10,11 @@ import (
 // way a CUDA stream orders kernels, and accounts the time they take (Busy) and
 // the time callers block on them (Wait). Backends build their Groups on it.
 //
+// A caller that waits for an operation the queue has not started, with
+// nothing before it, runs the operation itself (see Wait): a synchronous
+// collective then costs no hand-off to the queue's goroutine and back,
+// which on busy cores means waiting for a core twice.
+//
 // After an operation fails, the queue is broken: every later operation fails
 // at once with the same error, so a rank never waits on peers that have
 // already given up.
@@ -17,6 +22,7 @@ type Queue struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	pending []*work
+	running bool  // an operation is running (on the queue's goroutine or a waiter's)
 	err     error // sticky
 	closed  bool
 	stats   Stats
@@ -63,6 +69,9 @@ func (w *work) Wait() error {
 	default:
 	}
 	start := time.Now()
+	if w.q != nil && w.q.claim(w) {
+		w.q.run(w, nil)
+	}
 	<-w.done
 	if w.q != nil {
 		// Exposed is the time blocked until the operation ended, not until
@@ -111,7 +120,7 @@ func (q *Queue) loop() {
 	defer close(q.done)
 	for {
 		q.mu.Lock()
-		for len(q.pending) == 0 && !q.closed {
+		for q.running || (len(q.pending) == 0 && !q.closed) {
 			q.cond.Wait()
 		}
 		if len(q.pending) == 0 {
@@ -121,38 +130,61 @@ func (q *Queue) loop() {
 		w := q.pending[0]
 		q.pending[0] = nil
 		q.pending = q.pending[1:]
+		q.running = true
 		err := q.err
 		if q.closed {
 			err = ErrClosed
 		}
 		q.mu.Unlock()
-
-		if err == nil {
-			err = w.fn()
-		}
-		// Busy counts the time the operation was in flight: from when it
-		// could start (submitted, and the one before it finished) to its
-		// end. Any caller's blocked time in Wait lies inside these
-		// intervals, so exposed communication never exceeds the total.
-		end := time.Now()
-		begin := w.submitted
-		if q.lastEnd.After(begin) {
-			begin = q.lastEnd
-		}
-
-		q.mu.Lock()
-		q.lastEnd = end
-		q.stats.Busy += end.Sub(begin)
-		q.stats.Bytes += w.bytes
-		if err == nil {
-			q.stats.Ops++
-		} else if q.err == nil {
-			q.err = err
-		}
-		q.mu.Unlock()
-		w.err, w.finished = err, end
-		close(w.done)
+		q.run(w, err)
 	}
+}
+
+// claim takes w off the queue for its waiter to run, if w is next and
+// nothing runs: the order of the queue's operations is kept, and the
+// queue's goroutine waits until run ends.
+func (q *Queue) claim(w *work) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.running || q.closed || q.err != nil || len(q.pending) == 0 || q.pending[0] != w {
+		return false
+	}
+	q.pending[0] = nil
+	q.pending = q.pending[1:]
+	q.running = true
+	return true
+}
+
+// run runs w (unless err, the queue's state when w was taken, says it
+// must fail), accounts it and completes it.
+func (q *Queue) run(w *work, err error) {
+	if err == nil {
+		err = w.fn()
+	}
+	// Busy counts the time the operation was in flight: from when it
+	// could start (submitted, and the one before it finished) to its
+	// end. Any caller's blocked time in Wait lies inside these
+	// intervals, so exposed communication never exceeds the total.
+	end := time.Now()
+	begin := w.submitted
+	if q.lastEnd.After(begin) {
+		begin = q.lastEnd
+	}
+
+	q.mu.Lock()
+	q.lastEnd = end
+	q.stats.Busy += end.Sub(begin)
+	q.stats.Bytes += w.bytes
+	if err == nil {
+		q.stats.Ops++
+	} else if q.err == nil {
+		q.err = err
+	}
+	q.running = false
+	q.cond.Signal()
+	q.mu.Unlock()
+	w.err, w.finished = err, end
+	close(w.done)
 }
 
 // Fail breaks the queue with err: pending and later operations fail with it.

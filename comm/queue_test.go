@@ -128,3 +128,59 @@ func TestBatchP2PJoinsErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Operations run in issue order whoever runs them: waiting for a later
+// operation never runs it before the ones issued earlier (a waiter runs
+// only the next operation, and only when none runs), and every operation
+// is accounted once.
+func TestQueueWaiterKeepsIssueOrder(t *testing.T) {
+	q := NewQueue()
+	defer q.Close()
+	var mu sync.Mutex
+	var order []int
+	const n = 200
+	works := make([]Work, n)
+	release := make(chan struct{})
+	for i := range works {
+		works[i] = q.Submit(1, func() error {
+			if i == 0 {
+				<-release // the queue is busy while later ones are issued
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			return nil
+		})
+	}
+	done := make(chan struct{})
+	go func() { // a waiter on the last, while the first still runs
+		works[n-1].Wait()
+		close(done)
+	}()
+	close(release)
+	for i := n - 2; i >= 0; i -= 3 { // waits out of order
+		if err := works[i].Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-done
+	for i := range works {
+		works[i].Wait()
+	}
+	for i, v := range order {
+		if v != i {
+			t.Fatalf("operation %d ran %dth", v, i)
+		}
+	}
+	if s := q.Stats(); s.Ops != n || len(order) != n {
+		t.Errorf("ops accounted %d, ran %d, want %d", s.Ops, len(order), n)
+	}
+	// Synchronous use: each waited for at once (the waiter runs it when
+	// the queue is idle).
+	for i := 0; i < 50; i++ {
+		ran := false
+		if err := q.Submit(0, func() error { ran = true; return nil }).Wait(); err != nil || !ran {
+			t.Fatalf("synchronous operation %d: ran %v, err %v", i, ran, err)
+		}
+	}
+}

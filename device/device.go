@@ -69,6 +69,7 @@ type Device struct {
 	peak      [NumTags]int64
 	liveTotal int64
 	peakTotal int64
+	spares    spares // freed storage kept for reuse (recycle.go)
 }
 
 // New returns an empty device.
@@ -105,6 +106,7 @@ func (b *Buffer) Free() {
 		return
 	}
 	b.dev.Release(b.tag, b.Bytes())
+	b.dev.keep(b.Data, b.Bits)
 	b.dev = nil
 	b.Data, b.Bits = nil, nil
 }

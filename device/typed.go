@@ -33,9 +33,9 @@ func (d *Device) AllocOf(tag Tag, dt tensor.DType, n int) (*Buffer, error) {
 	b := &Buffer{tag: tag, dev: d, dtype: dt}
 	switch dt.Size() {
 	case 4:
-		b.Data = make([]float32, n)
+		b.Data = d.reuse32(n)
 	case 2:
-		b.Bits = make([]uint16, n)
+		b.Bits = d.reuse16(n)
 	default:
 		panic(fmt.Sprintf("device: no storage for %s", dt))
 	}

@@ -41,6 +41,11 @@ type Options struct {
 	// stage's, model.Layout indices); nil: every unit. Under mixed
 	// precision only they have a resident 16-bit copy.
 	Units []int
+	// Unpinned leaves the passes free to move between OS threads (see
+	// pin): for a rank that waits on goroutine peers in the same process
+	// inside its passes (tensor parallelism, ZeRO-3's gathers), where every
+	// wait of a pinned goroutine wakes its own thread through the OS.
+	Unpinned bool
 }
 
 // Validate checks the options.
@@ -90,6 +95,7 @@ type GPT struct {
 	d      dims
 	tp     TPComm
 	flash  bool       // Options.Flash
+	pinned bool       // !Options.Unpinned
 	half   *halfState // the bf16 compute copy and scratch (nil: fp32)
 
 	ws *device.Buffer // workspace, carved into the slices below
@@ -122,7 +128,7 @@ func New(o Options) (*GPT, error) {
 		return nil, err
 	}
 	c := o.Model
-	m := &GPT{cfg: c, k: o.Kernels, dev: o.Device, B: o.MicroBatch, layout: c.PartLayout(o.Part), part: o.Part, tp: o.TP, flash: o.Flash}
+	m := &GPT{cfg: c, k: o.Kernels, dev: o.Device, B: o.MicroBatch, layout: c.PartLayout(o.Part), part: o.Part, tp: o.TP, flash: o.Flash, pinned: !o.Unpinned}
 	m.d = newDims(c, o.Part)
 	m.d.flash, m.d.rc = o.Flash, o.Recompute
 	m.d.half = o.Compute != tensor.F32
@@ -216,9 +222,12 @@ func (m *GPT) useDropout(s *Stash) bool { return m.cfg.Dropout > 0 && !s.eval }
 // one-thread step up to 20% slower. Locks nest, so the passes and the
 // per-unit methods they call may each pin. With kernel threads the
 // goroutine waits for its workers at every kernel, and waking a locked
-// goroutine costs a thread hand-off each time: then it is left free.
+// goroutine costs a thread hand-off each time: then it is left free, and
+// so is a rank that waits on goroutine peers (Options.Unpinned): each
+// wait of a locked goroutine parks its thread and needs the OS to wake
+// it, where an unlocked one resumes on whichever thread is running.
 func (m *GPT) pin() func() {
-	if m.k.Threads() != 1 {
+	if m.k.Threads() != 1 || !m.pinned {
 		return func() {}
 	}
 	runtime.LockOSThread()

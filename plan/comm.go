@@ -111,6 +111,13 @@ func (c Cluster) reduceScatter(S float64, g group) float64 {
 	switch {
 	case g.n <= 1:
 		return 0
+	case g.nodes() == 1 && c.Cores > 0:
+		// A CPU host's goroutine ranks: a collective costs one hand-off
+		// between its members whatever the operation (comm/local: one
+		// rendezvous and one barrier), which the profile measures on an
+		// all-reduce and writes as the α of 2(n−1) steps: a
+		// reduce-scatter or all-gather pays the same, not half.
+		return ring(S, g.n, c.Intra) + float64(g.n-1)*c.Intra.Latency
 	case g.nodes() == 1:
 		return ring(S, g.n, c.Intra)
 	case g.k == 1:

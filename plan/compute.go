@@ -136,8 +136,15 @@ type linearTime struct{ fwd, dx, dw float64 }
 
 func (j Job) computeParts(p Plan) computeParts {
 	k := newKernels(j.Cluster.Accel, p.Precision)
-	c := computeParts{k: k, core: j.attentionCore(p, k), embed: j.embedCompute(p, k), head: j.headCompute(p, k)}
-	rest := c.core.add(j.elementwise(p, k))
+	ke := k // the rest of the layer: the engine's is fp32 (engineHalfCompute)
+	if j.engineBF16(p) {
+		ke = newKernels(j.Cluster.Accel, FP32)
+	}
+	c := computeParts{k: k, core: j.attentionCore(p, ke), embed: j.embedCompute(p, ke), head: j.headCompute(p, k)}
+	rest := c.core.add(j.elementwise(p, ke))
+	if j.engineBF16(p) {
+		rest = rest.add(j.engineHalfCompute(p, ke))
+	}
 	lin, each := j.layerLinear(p, k, 1)
 	c.layer, c.linear = lin.add(rest), each
 	if p.SP && p.TP > 1 && j.Cluster.TPCommOverlap {

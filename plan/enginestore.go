@@ -1,5 +1,7 @@
 package plan
 
+import "math"
+
 // EngineStore is what the Trellis engine keeps on a rank beyond the
 // published formulas, for the plans it runs (engineRuns): the planner's
 // memory model (Job.Memory, Job.StageMemory) composes it — states sharded
@@ -17,6 +19,26 @@ type EngineStore struct {
 	// of pipeline stage `stage` under p, in bytes (parallel/zero's
 	// accounting, which depends on its bucket layout); nil: the planner's.
 	Buffers func(p Plan, stage int) float64
+	// Buckets, when set, is how many collectives the engine's
+	// data-parallel reduction (and ZeRO-1/2's gather) of a rank of
+	// pipeline stage `stage` under p issues: its bucket layout
+	// (parallel/flat: whole units grouped up to the job's bucket size);
+	// nil: the planner's 40M-parameter buckets. On a CPU host each pays a
+	// hand-off.
+	Buckets func(p Plan, stage int) float64
+}
+
+// dpBuckets is how a data-parallel reduction of the P parameters of
+// pipeline stage s is cut: n collectives of P/n parameters, the first (the
+// one that cannot hide) of first parameters — the engine's layout
+// (EngineStore.Buckets) or the planner's 40M-parameter buckets.
+func (j Job) dpBuckets(p Plan, s int, P float64) (n, first float64) {
+	if j.Engine != nil && j.Engine.Buckets != nil {
+		if n := j.Engine.Buckets(p, s); n >= 1 {
+			return n, P / n
+		}
+	}
+	return buckets(P), math.Min(P, bucketParams)
 }
 
 // engineStageMemory is stageMemory for a rank running the Trellis engine:

@@ -177,6 +177,9 @@ func (j Job) stage(p Plan, pl placement, lc layerCost, sp shapeParams, s int) st
 	if b := j.Cluster.Software.gradAccumBytes(p.Precision); b > 0 {
 		sc.compute.bwd += lc.k.stream(sp.params(s, n)*b, 1)
 	}
+	if j.engineBF16(p) {
+		sc.compute = sc.compute.add(j.engineHalfFetch(p, newKernels(j.Cluster.Accel, FP32), sp.params(s, n)))
+	}
 	sc.zero = j.zeroPerMicroBatch(p, pl, layer, sc, sp, s, n)
 	return sc
 }
@@ -224,8 +227,13 @@ func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCos
 	switch p.ZeRO {
 	case 2:
 		P := sp.params(s, n)
-		bucket := c.reduceScatter(math.Min(P, bucketParams)*g, pl.dp)
-		return math.Max(bucket, c.reduceScatter(P*g, pl.dp)-sc.compute.bwd-sc.compute.rc)
+		_, first := j.dpBuckets(p, s, P)
+		all := c.reduceScatter(P*g, pl.dp)
+		if j.Engine != nil && j.Engine.Buckets != nil { // the engine's buckets, each a collective
+			nb, _ := j.dpBuckets(p, s, P)
+			all = nb * c.reduceScatter(P/nb*g, pl.dp)
+		}
+		return math.Max(c.reduceScatter(first*g, pl.dp), all-sc.compute.bwd-sc.compute.rc)
 	case 3:
 		nl := float64(n)
 		sw := c.Software
@@ -276,18 +284,19 @@ func (j Job) stepComm(p Plan, pl placement, sp shapeParams, first, last stageCos
 			sc = last
 		}
 		P := sp.stage(s)
-		bucket := math.Min(P, bucketParams)
+		nb, bucket := j.dpBuckets(p, s, P)
+		each := P / nb
 		window := sc.compute.bwd + sc.compute.rc
 		slack := float64(s) * (last.compute.bwd + last.compute.rc)
 		var e float64
 		switch p.ZeRO {
 		case 0:
-			e = math.Max(c.allReduce(bucket*g, pl.dp), bucketed(c.allReduce, P, g, pl.dp)-window-slack)
+			e = math.Max(c.allReduce(bucket*g, pl.dp), nb*c.allReduce(each*g, pl.dp)-window-slack)
 		case 1:
-			e = math.Max(c.reduceScatter(bucket*g, pl.dp), bucketed(c.reduceScatter, P, g, pl.dp)-window-slack)
+			e = math.Max(c.reduceScatter(bucket*g, pl.dp), nb*c.reduceScatter(each*g, pl.dp)-window-slack)
 		}
 		if p.ZeRO == 1 || p.ZeRO == 2 {
-			e += math.Max(c.allGather(bucket*w, pl.dp), bucketed(c.allGather, P, w, pl.dp)-first.compute.fwd)
+			e += math.Max(c.allGather(bucket*w, pl.dp), nb*c.allGather(each*w, pl.dp)-first.compute.fwd)
 		}
 		exposed = math.Max(exposed, e)
 	}

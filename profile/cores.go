@@ -33,10 +33,27 @@ func measureCores(ctx context.Context, c Config, cores int, progress func(int, i
 	if c.Quick {
 		round, rounds = 30*time.Millisecond, 8
 	}
+	return coreRates(ctx, c, cores+1, round, rounds, progress)
+}
+
+// SpeedupNow measures the cores' speedup in about 4·round (1 and cores
+// concurrent GEMM loops, the better of two rounds each): what the cores
+// give right now, for a benchmark to note beside a run on a shared host.
+func SpeedupNow(ctx context.Context, cores int, round time.Duration) (float64, error) {
+	s, err := coreRates(ctx, Config{}, cores, round, 2, func(int, int) {})
+	if err != nil {
+		return 0, err
+	}
+	return Speedup(s, cores), nil
+}
+
+// coreRates times 1..upTo concurrent single-thread GEMM loops, the best
+// of rounds rounds of round each.
+func coreRates(ctx context.Context, c Config, upTo int, round time.Duration, rounds int, progress func(int, int)) ([]CoreSample, error) {
 	s := coreShape
 	var out []CoreSample
-	for n := 1; n <= cores+1; n++ {
-		progress(n-1, cores+1)
+	for n := 1; n <= upTo; n++ {
+		progress(n-1, upTo)
 		ks := make([]*ops.Kernels, n)
 		for i := range ks {
 			k, err := ops.New(ops.Config{Threads: 1, ISA: c.ISA})

@@ -41,6 +41,7 @@ type Result struct {
 	GEMMKnee       float64
 	GEMMFitRMS     float64
 	Attention      AttnSample
+	Half           HalfSample   // 16-bit GEMMs against fp32's
 	CoreRates      []CoreSample // concurrent single-thread GEMM rates, 1..Cores+1 ranks
 	CoreSpeedup    float64      // Speedup(Cores): what Cores concurrent ranks compute over one
 	Memory         MemSample
@@ -92,6 +93,10 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		return nil, err
 	}
 	r.CoreSpeedup = Speedup(r.CoreRates, r.Cores)
+	prog("16-bit gemm", 0, 1)
+	if r.Half, err = measureHalf(ctx, c, k); err != nil {
+		return nil, err
+	}
 	prog("attention", 0, 1)
 	if r.Attention, err = measureAttention(ctx, c, k, r.PeakFLOPs); err != nil {
 		return nil, err

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # The planner's predictions against the engine's measurements
 # (train.TestAgreementTable): peak memory per rank and step time, split
-# into compute, exposed comm, bubble and misc, on a grid of 22 plans of a
-# 4-layer h=128 GPT; then --parallel auto's choice against every plan that
-# fits, on four jobs (each plan run once).
+# into compute, exposed comm, bubble and misc, on a grid of 25 plans of a
+# 4-layer h=128 GPT (three passes, each plan's fastest run; the cores'
+# speedup re-measured before every run and noted beside it, a plan that
+# never had the profiled cores run again after waiting for them); then
+# --parallel auto's choice against every plan that fits, on four jobs.
 #
 #   scripts/agreement.sh [CLUSTER.toml] [OUT.md]
 #
 # Without a cluster file it profiles this machine first (trellis profile
 # --quick, about 10 s), right before the runs, so that both see the same
-# machine. The whole script takes about 5 minutes on the 2-vCPU machine
-# (3 min for the auto check). Timing needs a quiet machine: the profile and
-# the table are taken under /tmp/bench.lock (flock), and the table records
+# machine. The whole script takes 2–6 minutes on the 2-vCPU machine
+# (1–4 min for the auto check, more while other work takes the cores).
+# Timing needs a quiet machine: the profile and the table are taken
+# under /tmp/bench.lock (flock), and the table records
 # the load average before and after. The tables go to OUT.md (default
 # agreement.md) and stdout; docs/BENCHMARKS.md ("Predicted against
 # measured") is its output.

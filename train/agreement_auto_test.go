@@ -44,6 +44,10 @@ func autoTable(t *testing.T, b *strings.Builder, cluster string) {
 	fmt.Fprintln(b, "\n| job | plans that fit, run | auto's choice | its step predicted / measured | fastest measured | its step predicted / measured | auto / fastest |")
 	fmt.Fprintln(b, "|---|---|---|---|---|---|---|")
 	peak := ops.PeakGFLOPS("auto", 1, 100*time.Millisecond) * 1e9
+	// Every run waits (up to about 5 s) for the cores the profile
+	// measured, as the grid's second chances do: another process holding
+	// a vCPU makes another machine.
+	want := profileSpeedup(t, cluster)
 	var worst float64
 	for _, job := range autoJobs(cluster) {
 		cands, _, _, err := job.j.autoCandidates(peak)
@@ -64,6 +68,7 @@ func autoTable(t *testing.T, b *strings.Builder, cluster string) {
 				continue
 			}
 			seen[txt] = true
+			waitForCores(t, want)
 			var metrics bytes.Buffer
 			if _, err := Run(context.Background(), Options{Job: job.j.withPlan(txt, c.d), Metrics: &metrics}); err != nil {
 				if !strings.Contains(err.Error(), "out of memory") {
@@ -89,6 +94,7 @@ func autoTable(t *testing.T, b *strings.Builder, cluster string) {
 			if k > 0 && i == 0 {
 				continue
 			}
+			waitForCores(t, want)
 			var metrics bytes.Buffer
 			if _, err := Run(context.Background(), Options{Job: job.j.withPlan(runs[i].txt, runs[i].d), Metrics: &metrics}); err == nil {
 				runs[i].meas = min(runs[i].meas, slices.Min(stepTimes(t, &metrics)))
@@ -105,7 +111,7 @@ func autoTable(t *testing.T, b *strings.Builder, cluster string) {
 		fmt.Fprintf(b, "| %s | %s | %s | %.1f / %.1f ms | %s | %.1f / %.1f ms | %.2f |\n",
 			job.name, ran, choice.txt, 1e3*choice.pred, 1e3*choice.meas, fast.txt, 1e3*fast.pred, 1e3*fast.meas, r)
 	}
-	fmt.Fprintf(b, "\nauto's choice against the fastest plan measured (fastest step after the first; auto's choice and the three fastest run twice): worst %.2f× (target ≤ 1.10×).\n", worst)
+	fmt.Fprintf(b, "\nauto's choice against the fastest plan measured (fastest step after the first; auto's choice and the three fastest run twice; every run after waiting for the profiled cores): worst %.2f× (target ≤ 1.10×).\n", worst)
 }
 
 func cmpF(a, b float64) int {

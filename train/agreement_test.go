@@ -8,11 +8,15 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"trellis/model"
+	"trellis/profile"
 )
 
 // agreementJob is the grid's job under plan p: a GPT of 4 layers, h = 128,
@@ -87,20 +91,28 @@ func loadAverage() string {
 // agreementGrid writes the grid's table: every plan of memoryGrid on
 // agreementJob, predicted against measured.
 func agreementGrid(t *testing.T, b *strings.Builder) {
-	fmt.Fprintln(b, "| plan | ranks | peak predicted | peak measured | error | step predicted | step measured (fastest) | error | median step (error) | compute pred / meas | exposed comm pred / meas | bubble pred / meas | misc pred / meas |")
-	fmt.Fprintln(b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(b, "| plan | ranks | peak predicted | peak measured | error | step predicted | step measured (fastest) | error | median step (error) | cores' speedup before | compute pred / meas | exposed comm pred / meas | bubble pred / meas | misc pred / meas |")
+	fmt.Fprintln(b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	load0 := loadAverage()
 	type result struct {
 		sum   *Summary
 		steps []float64
 		best  float64
+		cores float64 // the cores' speedup measured just before the run
 	}
-	// Two passes over the grid, so that a plan that ran while another
-	// process took the cores has a second chance; each plan's row is its
-	// faster run's.
+	// Three passes over the grid, so that a plan that ran while another
+	// process took a core has other chances (on the 2-vCPU machine the
+	// second vCPU comes and goes within seconds); each plan's row is its
+	// fastest run's. Before each run the cores' speedup is measured again
+	// (in about 0.1 s) and noted beside it: the prediction keeps the
+	// profile's, the note says what the run had.
 	res := make([]result, len(memoryGrid))
-	for pass := 0; pass < 2; pass++ {
+	for pass := 0; pass < 3; pass++ {
 		for i, p := range memoryGrid {
+			cores, err := profile.SpeedupNow(context.Background(), runtime.NumCPU(), 25*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
 			j := agreementJob(p)
 			j.Parallel.Cluster = os.Getenv("TRELLIS_CLUSTER")
 			var metrics bytes.Buffer
@@ -113,7 +125,31 @@ func agreementGrid(t *testing.T, b *strings.Builder) {
 			}
 			steps := stepTimes(t, &metrics)
 			if best := slices.Min(steps); res[i].sum == nil || best < res[i].best {
-				res[i] = result{sum, steps, best}
+				res[i] = result{sum, steps, best, cores}
+			}
+		}
+	}
+	// A plan none of whose runs had the cores the profile measured (the
+	// speedup before its fastest run under 85% of core_speedup: another
+	// process held a vCPU) runs again, up to three times, each after
+	// waiting (up to 5 s) for the cores to come back; the row says what
+	// its run had.
+	want := profileSpeedup(t, os.Getenv("TRELLIS_CLUSTER"))
+	retried := 0
+	for i, p := range memoryGrid {
+		for try := 0; try < 3 && res[i].cores < 0.85*want; try++ {
+			cores := waitForCores(t, want)
+			j := agreementJob(p)
+			j.Parallel.Cluster = os.Getenv("TRELLIS_CLUSTER")
+			var metrics bytes.Buffer
+			sum, err := Run(context.Background(), Options{Job: j, Metrics: &metrics})
+			if err != nil {
+				t.Fatalf("%s: %v", p, err)
+			}
+			retried++
+			steps := stepTimes(t, &metrics)
+			if best := slices.Min(steps); best < res[i].best {
+				res[i] = result{sum, steps, best, cores}
 			}
 		}
 	}
@@ -134,11 +170,46 @@ func agreementGrid(t *testing.T, b *strings.Builder) {
 		te, tm := (pr.Time.Step-step)/step, (pr.Time.Step-med)/med
 		memErr, timeErr, medErr = append(memErr, worst), append(timeErr, math.Abs(te)), append(medErr, math.Abs(tm))
 		pt := pr.Time
-		fmt.Fprintf(b, "| %s | %d | %.2f MiB | %.2f MiB | %.1f%% | %.1f ms | %.1f ms | %+.0f%% | %.1f ms (%+.0f%%) | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f |\n",
-			p, len(sum.Ranks), pPeak/(1<<20), mPeak/(1<<20), 100*worst, 1e3*pt.Step, 1e3*step, 100*te, 1e3*med, 100*tm,
+		fmt.Fprintf(b, "| %s | %d | %.2f MiB | %.2f MiB | %.1f%% | %.1f ms | %.1f ms | %+.0f%% | %.1f ms (%+.0f%%) | %.2f | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f |\n",
+			p, len(sum.Ranks), pPeak/(1<<20), mPeak/(1<<20), 100*worst, 1e3*pt.Step, 1e3*step, 100*te, 1e3*med, 100*tm, res[i].cores,
 			1e3*pt.Compute, 1e3*sum.ComputeSeconds, 1e3*pt.CommExposed, 1e3*sum.ExposedSeconds, 1e3*pt.Bubble, 1e3*sum.BubbleSeconds, 1e3*pt.Misc, 1e3*sum.MiscSeconds)
 	}
-	fmt.Fprintf(b, "\n%d plans on the %s, load average %s before and %s after: peak memory error max %.2f%%; step time error (fastest step of the faster of two runs) median %.0f%%, max %.0f%%; against that run's median step median %.0f%%, max %.0f%%. Split columns in ms: the ranks' mean, median over steps.\n",
-		len(memoryGrid), src, load0, loadAverage(), 100*slices.Max(memErr), 100*median(slices.Clone(timeErr)), 100*slices.Max(timeErr),
+	fmt.Fprintf(b, "\n%d plans on the %s (core_speedup %.2f; %d runs again for the cores), load average %s before and %s after: peak memory error max %.2f%%; step time error (fastest step of the fastest of three runs) median %.0f%%, max %.0f%%; against that run's median step median %.0f%%, max %.0f%%. Split columns in ms: the ranks' mean, median over steps.\n",
+		len(memoryGrid), src, want, retried, load0, loadAverage(), 100*slices.Max(memErr), 100*median(slices.Clone(timeErr)), 100*slices.Max(timeErr),
 		100*median(slices.Clone(medErr)), 100*slices.Max(medErr))
+}
+
+// profileSpeedup is the core_speedup of the cluster file at path (0 when
+// it has none).
+func profileSpeedup(t *testing.T, path string) float64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "core_speedup = "); ok {
+			f, _ := strconv.ParseFloat(strings.Fields(v)[0], 64)
+			return f
+		}
+	}
+	return 0
+}
+
+// waitForCores measures the cores' speedup until it is at least 85% of
+// want, for at most about 5 s, and returns the last measurement.
+func waitForCores(t *testing.T, want float64) float64 {
+	t.Helper()
+	cores := 0.0
+	for wait := 0; wait < 10; wait++ {
+		var err error
+		if cores, err = profile.SpeedupNow(context.Background(), runtime.NumCPU(), 25*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if cores >= 0.85*want {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return cores
 }

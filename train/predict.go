@@ -2,11 +2,13 @@ package train
 
 import (
 	"fmt"
+	"math"
 	"os"
 
 	"trellis/device"
 	"trellis/mesh"
 	"trellis/model"
+	"trellis/parallel/flat"
 	"trellis/parallel/zero"
 	"trellis/plan"
 )
@@ -86,6 +88,7 @@ func (j Job) jobCluster(s settings) (plan.Cluster, string, error) {
 func (j Job) planJob(s settings, c plan.Cluster, dpRank, tpRank int) plan.Job {
 	store := &plan.EngineStore{Threads: s.threads}
 	store.Buffers = func(p plan.Plan, _ int) float64 { return j.engineBuffers(s, p, dpRank, tpRank) }
+	store.Buckets = func(p plan.Plan, stage int) float64 { return j.engineBuckets(s, p, stage) }
 	return plan.Job{Model: planModel(j.Model), Cluster: c, Devices: s.ranks, Seq: j.Model.SeqLen,
 		GlobalBatch: j.Train.GlobalBatch, Engine: store}
 }
@@ -153,4 +156,27 @@ type Predicted struct {
 	Peak    [6]int64 // per device tag, as RankStats.Peak
 	PeakAll int64    // the tags' sum: the engine's peak when every tag peaks in the same step
 	Memory  plan.Memory
+}
+
+// engineBuckets is how many buckets the engine cuts a rank's parameters
+// into for its data-parallel reductions under p (parallel/flat: whole
+// units, grouped up to parallel.bucket_size): each is a collective. Under
+// a pipeline, the stage's share of the whole model's buckets (at least
+// one); 0 when the layout cannot be made.
+func (j Job) engineBuckets(s settings, p plan.Plan, stage int) float64 {
+	lay := j.Model.PartLayout(model.Part{TP: p.TP, SP: p.SP})
+	sizes := make([]int, len(lay.Units))
+	total := 0
+	for i, u := range lay.Units {
+		sizes[i], total = u.Size, total+u.Size
+	}
+	bl, err := flat.New(flat.Config{UnitSizes: sizes, MaxElems: int(s.bucket / 4), Ranks: max(1, p.DP)})
+	if err != nil || total == 0 {
+		return 0
+	}
+	n := float64(len(bl.Buckets))
+	if p.PP > 1 {
+		n = max(1, math.Ceil(n/float64(p.PP)))
+	}
+	return n
 }

@@ -104,7 +104,8 @@ func newRank(rc rankConfig) (*rank, error) {
 	r.st = st
 	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch, Seed: j.Train.Seed,
 		Part: r.part, TP: r.tpComm(), Flash: r.set.enginePlan.Flash, Compute: computeType(r.set.enginePlan.Precision),
-		HalfPerUnit: r.set.enginePlan.ZeRO == 3 || zeroHalf(r.set.enginePlan) != tensor.F32, Recompute: engineRecompute(r.set.enginePlan.Recompute), Units: r.heldUnits()}); err != nil {
+		HalfPerUnit: r.set.enginePlan.ZeRO == 3 || zeroHalf(r.set.enginePlan) != tensor.F32, Recompute: engineRecompute(r.set.enginePlan.Recompute), Units: r.heldUnits(),
+		Unpinned: !s.processes && s.ranks > 1}); err != nil { // goroutine peers: see model.Options.Unpinned
 		r.free()
 		return nil, err
 	}

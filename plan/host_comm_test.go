@@ -1,0 +1,66 @@
+package plan
+
+import (
+	"math"
+	"testing"
+)
+
+// On a CPU host's goroutine ranks every collective pays the profiled
+// hand-off whatever it is (comm/local: one rendezvous per collective): a
+// reduce-scatter or all-gather on 2 ranks costs the all-reduce's latency
+// 2(n−1)·α, where on a GPU node it costs the ring's (n−1)·α.
+func TestHostCollectivesPayOneHandoffEach(t *testing.T) {
+	j := hostJob(t, 2, 2, 2)
+	c := j.Cluster
+	g := group{n: 2, k: 2}
+	const tiny = 8 // bytes: latency only
+	if rs, ar := c.reduceScatter(tiny, g), c.allReduce(tiny, g); math.Abs(rs-ar) > 1e-3*ar {
+		t.Errorf("host: reduce-scatter %g s, all-reduce %g s: want the same hand-off", rs, ar)
+	}
+	if ag := c.allGather(tiny, g); math.Abs(ag-2*c.Intra.Latency) > 1e-3*ag {
+		t.Errorf("host: all-gather %g s, want 2·α = %g", ag, 2*c.Intra.Latency)
+	}
+	c.Cores = 0 // a GPU node: the ring
+	if rs := c.reduceScatter(tiny, g); math.Abs(rs-c.Intra.Latency) > 1e-3*rs {
+		t.Errorf("gpu node: reduce-scatter %g s, want α = %g", rs, c.Intra.Latency)
+	}
+}
+
+// The engine's data-parallel reductions are its buckets, each a
+// collective: more buckets, more hand-offs exposed on busy cores; without
+// an engine layout the planner's one 40M-parameter bucket.
+func TestHostReductionsCountEngineBuckets(t *testing.T) {
+	j := hostJob(t, 2, 2, 2)
+	one := hostStep(t, j, "dp=2,zero=1,mbs=2,precision=fp32,flash=off")
+	j.Engine.Buckets = func(Plan, int) float64 { return 6 }
+	six := hostStep(t, j, "dp=2,zero=1,mbs=2,precision=fp32,flash=off")
+	// ZeRO-1: a reduce-scatter and an all-gather per bucket, each at
+	// least the hand-off: 5 more buckets, at least 10 more hand-offs.
+	if got, want := six.CommExposed-one.CommExposed, 10*j.Cluster.Intra.Latency; got < want*0.99 {
+		t.Errorf("6 buckets expose %g s more than 1, want at least %g (10 hand-offs)", got, want)
+	}
+}
+
+// A 16-bit plan on the engine runs only its linear GEMMs in 16 bits: it
+// is faster than fp32 by less than the GEMMs' speed-up (the rest stays
+// fp32, plus the conversion passes), and its non-GEMM work is not
+// halved as a GPU's 16-bit activations would be.
+func TestEngineHalfPlansPayTheirFP32Rest(t *testing.T) {
+	j := hostJob(t, 1, 2, 2)
+	j.Cluster.EngineStash = true
+	j.Cluster.Accel.Peak[BF16] = 2 * j.Cluster.Accel.Peak[FP32]
+	f32 := hostStep(t, j, "dp=1,mbs=2,precision=fp32,flash=off")
+	b16 := hostStep(t, j, "dp=1,mbs=2,precision=bf16,flash=off")
+	if !(b16.Compute < f32.Compute) || !(b16.Compute > f32.Compute/2*1.05) {
+		t.Errorf("bf16 compute %g s against fp32's %g: want faster, but by less than the GEMMs' 2x", b16.Compute, f32.Compute)
+	}
+	p, _ := Parse("dp=1,mbs=2,precision=bf16,flash=off")
+	k32 := newKernels(j.Cluster.Accel, FP32)
+	if conv := j.engineHalfCompute(p, k32); !(conv.fwd > 0 && conv.bwd > 0) {
+		t.Errorf("no conversion passes: %+v", conv)
+	}
+	j.Cluster.EngineStash = false // a GPU-style cluster: no engine terms
+	if gpu := hostStep(t, j, "dp=1,mbs=2,precision=bf16,flash=off"); !(gpu.Compute < b16.Compute) {
+		t.Errorf("without the engine, bf16 compute %g s; with it %g: want the engine's slower", gpu.Compute, b16.Compute)
+	}
+}
