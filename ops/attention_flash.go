@@ -106,30 +106,57 @@ func (h *flashHead) forward(out, lse, qkv []float32, bh int) {
 	band := h.band(flashQBlock)
 	kb := h.fkb
 	s := h.ap.next(band * kb)
-	m, l, al := h.ap.next(band), h.ap.next(band), h.ap.next(band)
+	mla, al := h.ap.next(3*band), h.ap.next(band) // (m, l, α) per row; α gathered
 	lrow := lse[bh*g.T : (bh+1)*g.T]
 	for i0 := 0; i0 < g.T; i0 += band {
 		rows := min(band, g.T-i0)
 		i1 := i0 + rows
 		for r := range rows {
-			m[r], l[r] = float32(math.Inf(-1)), 0
+			mla[3*r], mla[3*r+1] = float32(math.Inf(-1)), 0
 		}
 		for j0 := 0; j0 < i1; j0 += kb {
 			w := min(kb, i1-j0)
 			h.abT(s, kb, q[i0*3*g.C:], 3*g.C, i0, rows, kk, h.kt, j0, w)
-			for r := range rows {
-				al[r] = h.onlineRow(s[r*kb:r*kb+w], i0+r-j0+1, &m[r], &l[r])
-			}
+			h.onlineTile(s, kb, i0-j0+1, w, rows, mla)
 			if j0 > 0 { // O holds the earlier key blocks: rescale it
+				for r := range rows {
+					al[r] = mla[3*r+2]
+				}
 				scaleRows(h.simd, o[i0*g.C:], g.C, g.HS, al[:rows])
 			}
 			h.ab(o[i0*g.C:], g.C, s, kb, i0, rows, w, v, h.vp, j0, j0 > 0)
 		}
 		for r := range rows {
-			al[r] = 1 / l[r]
-			lrow[i0+r] = m[r] + float32(math.Log(float64(l[r])))
+			m, l := mla[3*r], mla[3*r+1]
+			al[r] = 1 / l
+			lrow[i0+r] = m + log32(l)
 		}
 		scaleRows(h.simd, o[i0*g.C:], g.C, g.HS, al[:rows])
+	}
+}
+
+// onlineTile is the forward's step for rows r < rows of a key block of
+// scores s (row stride ld, w keys), row r seeing its first n0+r keys:
+// onlineRow on each, with (m, l, α) of row r at mla[3r:3r+3]. On AVX-512
+// one call runs the whole tile (flashExpTileAVX512).
+func (h *flashHead) onlineTile(s []float32, ld, n0, w, rows int, mla []float32) {
+	if rows == 0 {
+		return
+	}
+	if h.simd {
+		for ; rows > 0 && n0 <= 0; rows, n0 = rows-1, n0+1 { // queries before the block
+			clear(s[:w])
+			mla[2] = 1
+			s, mla = s[ld:], mla[3:]
+		}
+		if rows > 0 {
+			_, _ = s[(rows-1)*ld+w-1], mla[3*rows-1]
+			flashExpTileAVX512(&s[0], ld, n0, w, rows, h.g.scale, &mla[0])
+		}
+		return
+	}
+	for r := range rows {
+		mla[3*r+2] = h.onlineRow(s[r*ld:r*ld+w], n0+r, &mla[3*r], &mla[3*r+1])
 	}
 }
 
@@ -198,25 +225,41 @@ func (h *flashHead) backward(dqkv, dout, qkv, out, lse []float32, bh int) {
 				st, dt := s[t0*h.kb:], dp[t0*h.kb:]
 				h.abT(st, h.kb, q[it*C3:], C3, it, n, kk, h.kt, j0, w)
 				h.abT(dt, h.kb, dy[it*g.C:], g.C, it, n, v, h.vt, j0, w)
-				for r := range n {
-					sr, dr := st[r*h.kb:r*h.kb+w], dt[r*h.kb:r*h.kb+w]
-					nv := min(w, it+r-j0+1)
-					if nv > 0 {
-						flashGradRow(h.simd, dr[:nv], sr[:nv], g.scale, lrow[it+r], d[it+r])
-					}
-					nv = max(nv, 0)
-					end := w // the portable path reads whole rows
-					if h.tiled {
-						end = max(nv, min(w, it+r-j0+1+flashPad))
-					}
-					clear(sr[nv:end])
-					clear(dr[nv:end])
-				}
+				h.gradTile(dt, st, h.kb, it-j0+1, w, n, lrow[it:], d[it:])
 				h.ab(dq[it*C3:], C3, dt, h.kb, it, n, w, kk, h.kp, j0, true)
 			}
 			h.aTb(dk[j0*C3:], C3, dp, h.kb, j0, w, i0, rows, q, C3, h.qp)
 			h.aTb(dv[j0*C3:], C3, s, h.kb, j0, w, i0, rows, dy, g.C, h.dyp)
 		}
+	}
+}
+
+// gradTile recomputes P (into s) and sets dS (in ds, holding dP) for rows
+// r < rows of a block (row stride ld, w keys), row r over the first
+// nv = n0+r keys its query sees, with lse[r] and D = d[r]; both rows are
+// zeroed on [nv, nv+flashPad) within w on the tiled path (the products
+// read that far past the diagonal), on [nv, w) otherwise. On AVX-512 one
+// call runs the whole tile (flashGradTileAVX512).
+func (h *flashHead) gradTile(ds, s []float32, ld, n0, w, rows int, lse, d []float32) {
+	pad := 1 << 30 // the portable path reads whole rows
+	if h.tiled {
+		pad = flashPad
+	}
+	if h.simd && rows > 0 {
+		_, _, _, _ = ds[(rows-1)*ld+w-1], s[(rows-1)*ld+w-1], lse[rows-1], d[rows-1]
+		flashGradTileAVX512(&ds[0], &s[0], ld, n0, w, pad, rows, h.g.scale, &lse[0], &d[0])
+		return
+	}
+	for r := range rows {
+		sr, dr := s[r*ld:r*ld+w], ds[r*ld:r*ld+w]
+		nv := min(w, n0+r)
+		if nv > 0 {
+			flashGradRow(h.simd, dr[:nv], sr[:nv], h.g.scale, lse[r], d[r])
+		}
+		nv = max(nv, 0)
+		end := max(nv, min(w, n0+r+pad))
+		clear(sr[nv:end])
+		clear(dr[nv:end])
 	}
 }
 

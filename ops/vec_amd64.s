@@ -1100,6 +1100,458 @@ fg_end:
 	VZEROUPPER
 	RET
 
+// func flashExpTileAVX512(s *float32, ld int, n0 int, w int, rows int, scale float32, mla *float32)
+// Requires: AVX, AVX512F, BMI2, CMOV
+TEXT ·flashExpTileAVX512(SB), NOSPLIT, $0-56
+	MOVQ         s+0(FP), AX
+	MOVQ         mla+48(FP), CX
+	MOVQ         ld+8(FP), DX
+	SHLQ         $0x02, DX
+	MOVQ         n0+16(FP), BX
+	MOVQ         w+24(FP), SI
+	MOVQ         rows+32(FP), DI
+	VBROADCASTSS scale+40(FP), Z0
+	VBROADCASTSS vc18<>+0(SB), Z1
+	VBROADCASTSS vc19<>+0(SB), Z2
+	VBROADCASTSS vc20<>+0(SB), Z3
+	VBROADCASTSS vc21<>+0(SB), Z4
+	VBROADCASTSS vc22<>+0(SB), Z5
+	VBROADCASTSS vc16<>+0(SB), Z6
+	VBROADCASTSS vc23<>+0(SB), Z7
+	VBROADCASTSS vc24<>+0(SB), Z8
+	VBROADCASTSS vc25<>+0(SB), Z9
+	VBROADCASTSS vc26<>+0(SB), Z10
+	VBROADCASTSS vc27<>+0(SB), Z11
+	VBROADCASTSS vc15<>+0(SB), Z12
+	TESTQ        DI, DI
+	JE           fet_done
+	MOVQ         BX, R8
+	CMPQ         R8, SI
+	CMOVQGT      SI, R8
+	MOVQ         R8, R9
+	ANDQ         $0x0000000f, R9
+	MOVQ         $0x00000001, R10
+	SHLXQ        R9, R10, R10
+	DECQ         R10
+	KMOVW        R10, K1
+	MOVQ         R8, R9
+	ANDQ         $-16, R9
+	VBROADCASTSS vc28<>+0(SB), Z13
+	MOVQ         R9, R10
+	TESTQ        R10, R10
+	JE           fetMax0_tail
+
+fetMax0_loop:
+	VMAXPS (AX), Z13, Z13
+	ADDQ   $0x00000040, AX
+	SUBQ   $0x00000010, R10
+	JNE    fetMax0_loop
+
+fetMax0_tail:
+	KORTESTW K1, K1
+	JE       fetMax0_end
+	VMAXPS   (AX), Z13, K1, Z13
+
+fetMax0_end:
+	SHLQ         $0x02, R9
+	SUBQ         R9, AX
+	VSHUFF32X4   $0x4e, Z13, Z13, Z14
+	VMAXPS       Z14, Z13, Z13
+	VSHUFF32X4   $0xb1, Z13, Z13, Z14
+	VMAXPS       Z14, Z13, Z13
+	VPERMILPS    $0x4e, Z13, Z14
+	VMAXPS       Z14, Z13, Z13
+	VPERMILPS    $0xb1, Z13, Z14
+	VMAXPS       Z14, Z13, Z13
+	VMULPS       Z0, Z13, Z13
+	VBROADCASTSS (CX), Z14
+	VMAXPS       Z14, Z13, Z13
+
+fet_row:
+	VMOVAPS      Z13, Z14
+	MOVQ         R8, R9
+	DECQ         DI
+	JE           fet_exp
+	INCQ         BX
+	LEAQ         (AX)(DX*1), R10
+	MOVQ         BX, R8
+	CMPQ         R8, SI
+	CMOVQGT      SI, R8
+	MOVQ         R8, R11
+	ANDQ         $0x0000000f, R11
+	MOVQ         $0x00000001, R12
+	SHLXQ        R11, R12, R12
+	DECQ         R12
+	KMOVW        R12, K1
+	MOVQ         R8, R11
+	ANDQ         $-16, R11
+	VBROADCASTSS vc28<>+0(SB), Z13
+	MOVQ         R11, R12
+	TESTQ        R12, R12
+	JE           fetMax_tail
+
+fetMax_loop:
+	VMAXPS (R10), Z13, Z13
+	ADDQ   $0x00000040, R10
+	SUBQ   $0x00000010, R12
+	JNE    fetMax_loop
+
+fetMax_tail:
+	KORTESTW K1, K1
+	JE       fetMax_end
+	VMAXPS   (R10), Z13, K1, Z13
+
+fetMax_end:
+	SHLQ         $0x02, R11
+	SUBQ         R11, R10
+	VSHUFF32X4   $0x4e, Z13, Z13, Z17
+	VMAXPS       Z17, Z13, Z13
+	VSHUFF32X4   $0xb1, Z13, Z13, Z17
+	VMAXPS       Z17, Z13, Z13
+	VPERMILPS    $0x4e, Z13, Z17
+	VMAXPS       Z17, Z13, Z13
+	VPERMILPS    $0xb1, Z13, Z17
+	VMAXPS       Z17, Z13, Z13
+	VMULPS       Z0, Z13, Z13
+	VBROADCASTSS 12(CX), Z17
+	VMAXPS       Z17, Z13, Z13
+
+fet_exp:
+	MOVQ   R9, R10
+	ANDQ   $0x0000000f, R10
+	MOVQ   $0x00000001, R11
+	SHLXQ  R10, R11, R11
+	DECQ   R11
+	KMOVW  R11, K1
+	MOVQ   R9, R10
+	ANDQ   $-16, R10
+	VPXORD Z15, Z15, Z15
+	MOVQ   R10, R11
+	TESTQ  R11, R11
+	JE     fetExp_tail
+
+fetExp_loop:
+	VMOVUPS      (AX), Z17
+	VFMSUB213PS  Z14, Z0, Z17
+	VMAXPS       Z1, Z17, Z17
+	VMINPS       Z2, Z17, Z17
+	VMULPS       Z3, Z17, Z18
+	VRNDSCALEPS  $0x00, Z18, Z18
+	VFNMADD231PS Z4, Z18, Z17
+	VFNMADD231PS Z5, Z18, Z17
+	VMOVAPS      Z7, Z19
+	VFMADD213PS  Z8, Z17, Z19
+	VFMADD213PS  Z9, Z17, Z19
+	VFMADD213PS  Z10, Z17, Z19
+	VFMADD213PS  Z11, Z17, Z19
+	VFMADD213PS  Z12, Z17, Z19
+	VMULPS       Z17, Z17, Z20
+	VFMADD213PS  Z17, Z20, Z19
+	VADDPS       Z6, Z19, Z19
+	VSCALEFPS    Z18, Z19, Z17
+	VMOVUPS      Z17, (AX)
+	VADDPS       Z17, Z15, Z15
+	ADDQ         $0x00000040, AX
+	SUBQ         $0x00000010, R11
+	JNE          fetExp_loop
+
+fetExp_tail:
+	KORTESTW     K1, K1
+	JE           fetExp_end
+	VMOVUPS.Z    (AX), K1, Z17
+	VFMSUB213PS  Z14, Z0, Z17
+	VMAXPS       Z1, Z17, Z17
+	VMINPS       Z2, Z17, Z17
+	VMULPS       Z3, Z17, Z18
+	VRNDSCALEPS  $0x00, Z18, Z18
+	VFNMADD231PS Z4, Z18, Z17
+	VFNMADD231PS Z5, Z18, Z17
+	VMOVAPS      Z7, Z19
+	VFMADD213PS  Z8, Z17, Z19
+	VFMADD213PS  Z9, Z17, Z19
+	VFMADD213PS  Z10, Z17, Z19
+	VFMADD213PS  Z11, Z17, Z19
+	VFMADD213PS  Z12, Z17, Z19
+	VMULPS       Z17, Z17, Z20
+	VFMADD213PS  Z17, Z20, Z19
+	VADDPS       Z6, Z19, Z19
+	VSCALEFPS    Z18, Z19, Z17
+	VMOVUPS      Z17, K1, (AX)
+	VADDPS       Z17, Z15, K1, Z15
+
+fetExp_end:
+	SHLQ         $0x02, R10
+	SUBQ         R10, AX
+	VSHUFF32X4   $0x4e, Z15, Z15, Z17
+	VADDPS       Z17, Z15, Z15
+	VSHUFF32X4   $0xb1, Z15, Z15, Z17
+	VADDPS       Z17, Z15, Z15
+	VPERMILPS    $0x4e, Z15, Z17
+	VADDPS       Z17, Z15, Z15
+	VPERMILPS    $0xb1, Z15, Z17
+	VADDPS       Z17, Z15, Z15
+	VBROADCASTSS (CX), Z17
+	VSUBPS       Z14, Z17, Z17
+	VMAXPS       Z1, Z17, Z17
+	VMINPS       Z2, Z17, Z17
+	VMULPS       Z3, Z17, Z18
+	VRNDSCALEPS  $0x00, Z18, Z18
+	VFNMADD231PS Z4, Z18, Z17
+	VFNMADD231PS Z5, Z18, Z17
+	VMOVAPS      Z7, Z19
+	VFMADD213PS  Z8, Z17, Z19
+	VFMADD213PS  Z9, Z17, Z19
+	VFMADD213PS  Z10, Z17, Z19
+	VFMADD213PS  Z11, Z17, Z19
+	VFMADD213PS  Z12, Z17, Z19
+	VMULPS       Z17, Z17, Z20
+	VFMADD213PS  Z17, Z20, Z19
+	VADDPS       Z6, Z19, Z19
+	VSCALEFPS    Z18, Z19, Z17
+	VBROADCASTSS 4(CX), Z18
+	VMULPS       Z17, Z18, Z18
+	VADDPS       Z15, Z18, Z18
+	MOVL         $0x00000001, R10
+	KMOVW        R10, K1
+	VMOVUPS      Z14, K1, (CX)
+	MOVL         $0x00000001, R10
+	KMOVW        R10, K1
+	VMOVUPS      Z18, K1, 4(CX)
+	MOVL         $0x00000001, R10
+	KMOVW        R10, K1
+	VMOVUPS      Z17, K1, 8(CX)
+	LEAQ         (AX)(R9*4), R10
+	MOVQ         SI, R11
+	SUBQ         R9, R11
+	MOVQ         R11, R9
+	ANDQ         $0x0000000f, R9
+	MOVQ         $0x00000001, R12
+	SHLXQ        R9, R12, R12
+	DECQ         R12
+	KMOVW        R12, K1
+	MOVQ         R11, R9
+	ANDQ         $-16, R9
+	VPXORD       Z16, Z16, Z16
+	MOVQ         R9, R11
+	TESTQ        R11, R11
+	JE           fetZero_tail
+
+fetZero_loop:
+	VMOVUPS Z16, (R10)
+	ADDQ    $0x00000040, R10
+	SUBQ    $0x00000010, R11
+	JNE     fetZero_loop
+
+fetZero_tail:
+	KORTESTW K1, K1
+	JE       fetZero_end
+	VMOVUPS  Z16, K1, (R10)
+
+fetZero_end:
+	SHLQ  $0x02, R9
+	SUBQ  R9, R10
+	ADDQ  DX, AX
+	ADDQ  $0x0000000c, CX
+	TESTQ DI, DI
+	JNE   fet_row
+
+fet_done:
+	VZEROUPPER
+	RET
+
+// func flashGradTileAVX512(ds *float32, s *float32, ld int, n0 int, w int, pad int, rows int, scale float32, lse *float32, d *float32)
+// Requires: AVX, AVX512F, BMI2, CMOV
+TEXT ·flashGradTileAVX512(SB), NOSPLIT, $0-80
+	MOVQ         ds+0(FP), AX
+	MOVQ         s+8(FP), CX
+	MOVQ         ld+16(FP), DX
+	SHLQ         $0x02, DX
+	MOVQ         n0+24(FP), BX
+	MOVQ         rows+48(FP), SI
+	VBROADCASTSS scale+56(FP), Z0
+	VBROADCASTSS vc18<>+0(SB), Z1
+	VBROADCASTSS vc19<>+0(SB), Z2
+	VBROADCASTSS vc20<>+0(SB), Z3
+	VBROADCASTSS vc21<>+0(SB), Z4
+	VBROADCASTSS vc22<>+0(SB), Z5
+	VBROADCASTSS vc16<>+0(SB), Z6
+	VBROADCASTSS vc23<>+0(SB), Z7
+	VBROADCASTSS vc24<>+0(SB), Z8
+	VBROADCASTSS vc25<>+0(SB), Z9
+	VBROADCASTSS vc26<>+0(SB), Z10
+	VBROADCASTSS vc27<>+0(SB), Z11
+	VBROADCASTSS vc15<>+0(SB), Z12
+	TESTQ        SI, SI
+	JE           fgt_done
+
+fgt_row:
+	MOVQ         w+32(FP), DI
+	MOVQ         BX, R8
+	CMPQ         R8, DI
+	CMOVQGT      DI, R8
+	TESTQ        R8, R8
+	JLE          fgt_zero
+	MOVQ         lse+64(FP), DI
+	MOVQ         d+72(FP), R9
+	VBROADCASTSS (DI), Z13
+	VBROADCASTSS (R9), Z14
+	MOVQ         R8, DI
+	ANDQ         $0x0000000f, DI
+	MOVQ         $0x00000001, R9
+	SHLXQ        DI, R9, R9
+	DECQ         R9
+	KMOVW        R9, K1
+	MOVQ         R8, DI
+	ANDQ         $-16, DI
+	MOVQ         DI, R9
+	TESTQ        R9, R9
+	JE           fgt_tail
+
+fgt_loop:
+	VMOVUPS      (CX), Z15
+	VMOVUPS      (AX), Z16
+	VFMSUB213PS  Z13, Z0, Z15
+	VMAXPS       Z1, Z15, Z15
+	VMINPS       Z2, Z15, Z15
+	VMULPS       Z3, Z15, Z17
+	VRNDSCALEPS  $0x00, Z17, Z17
+	VFNMADD231PS Z4, Z17, Z15
+	VFNMADD231PS Z5, Z17, Z15
+	VMOVAPS      Z7, Z18
+	VFMADD213PS  Z8, Z15, Z18
+	VFMADD213PS  Z9, Z15, Z18
+	VFMADD213PS  Z10, Z15, Z18
+	VFMADD213PS  Z11, Z15, Z18
+	VFMADD213PS  Z12, Z15, Z18
+	VMULPS       Z15, Z15, Z19
+	VFMADD213PS  Z15, Z19, Z18
+	VADDPS       Z6, Z18, Z18
+	VSCALEFPS    Z17, Z18, Z15
+	VSUBPS       Z14, Z16, Z16
+	VMULPS       Z0, Z15, Z17
+	VMULPS       Z17, Z16, Z16
+	VMOVUPS      Z15, (CX)
+	VMOVUPS      Z16, (AX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	SUBQ         $0x00000010, R9
+	JNE          fgt_loop
+
+fgt_tail:
+	KORTESTW     K1, K1
+	JE           fgt_end
+	VMOVUPS.Z    (CX), K1, Z15
+	VMOVUPS.Z    (AX), K1, Z16
+	VFMSUB213PS  Z13, Z0, Z15
+	VMAXPS       Z1, Z15, Z15
+	VMINPS       Z2, Z15, Z15
+	VMULPS       Z3, Z15, Z13
+	VRNDSCALEPS  $0x00, Z13, Z13
+	VFNMADD231PS Z4, Z13, Z15
+	VFNMADD231PS Z5, Z13, Z15
+	VMOVAPS      Z7, Z17
+	VFMADD213PS  Z8, Z15, Z17
+	VFMADD213PS  Z9, Z15, Z17
+	VFMADD213PS  Z10, Z15, Z17
+	VFMADD213PS  Z11, Z15, Z17
+	VFMADD213PS  Z12, Z15, Z17
+	VMULPS       Z15, Z15, Z18
+	VFMADD213PS  Z15, Z18, Z17
+	VADDPS       Z6, Z17, Z17
+	VSCALEFPS    Z13, Z17, Z13
+	VSUBPS       Z14, Z16, Z16
+	VMULPS       Z0, Z13, Z14
+	VMULPS       Z14, Z16, Z16
+	VMOVUPS      Z13, K1, (CX)
+	VMOVUPS      Z16, K1, (AX)
+
+fgt_end:
+	SHLQ $0x02, DI
+	SUBQ DI, AX
+	SUBQ DI, CX
+
+fgt_zero:
+	XORQ    DI, DI
+	CMPQ    R8, DI
+	CMOVQGT R8, DI
+	MOVQ    pad+40(FP), R9
+	MOVQ    BX, R8
+	ADDQ    R9, R8
+	MOVQ    w+32(FP), R9
+	CMPQ    R8, R9
+	CMOVQGT R9, R8
+	SUBQ    DI, R8
+	JLE     fgt_next
+	LEAQ    (CX)(DI*4), R9
+	MOVQ    R8, R10
+	ANDQ    $0x0000000f, R10
+	MOVQ    $0x00000001, R11
+	SHLXQ   R10, R11, R11
+	DECQ    R11
+	KMOVW   R11, K1
+	MOVQ    R8, R10
+	ANDQ    $-16, R10
+	VPXORD  Z20, Z20, Z20
+	MOVQ    R10, R11
+	TESTQ   R11, R11
+	JE      fgtZs_tail
+
+fgtZs_loop:
+	VMOVUPS Z20, (R9)
+	ADDQ    $0x00000040, R9
+	SUBQ    $0x00000010, R11
+	JNE     fgtZs_loop
+
+fgtZs_tail:
+	KORTESTW K1, K1
+	JE       fgtZs_end
+	VMOVUPS  Z20, K1, (R9)
+
+fgtZs_end:
+	SHLQ   $0x02, R10
+	SUBQ   R10, R9
+	LEAQ   (AX)(DI*4), R9
+	MOVQ   R8, DI
+	ANDQ   $0x0000000f, DI
+	MOVQ   $0x00000001, R10
+	SHLXQ  DI, R10, R10
+	DECQ   R10
+	KMOVW  R10, K1
+	MOVQ   R8, DI
+	ANDQ   $-16, DI
+	VPXORD Z21, Z21, Z21
+	MOVQ   DI, R8
+	TESTQ  R8, R8
+	JE     fgtZd_tail
+
+fgtZd_loop:
+	VMOVUPS Z21, (R9)
+	ADDQ    $0x00000040, R9
+	SUBQ    $0x00000010, R8
+	JNE     fgtZd_loop
+
+fgtZd_tail:
+	KORTESTW K1, K1
+	JE       fgtZd_end
+	VMOVUPS  Z21, K1, (R9)
+
+fgtZd_end:
+	SHLQ $0x02, DI
+	SUBQ DI, R9
+
+fgt_next:
+	ADDQ DX, CX
+	ADDQ DX, AX
+	ADDQ $0x00000004, lse+64(FP)
+	ADDQ $0x00000004, d+72(FP)
+	INCQ BX
+	DECQ SI
+	JNE  fgt_row
+
+fgt_done:
+	VZEROUPPER
+	RET
+
 // func rowDotsAVX512(out *float32, x *float32, ldx int, y *float32, ldy int, n int, rows int)
 // Requires: AVX, AVX512F, BMI2
 TEXT ·rowDotsAVX512(SB), NOSPLIT, $0-56

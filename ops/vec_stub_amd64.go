@@ -59,6 +59,16 @@ func flashExpAVX512(p *float32, s *float32, n int, scale float32, res *float32)
 //go:noescape
 func flashGradAVX512(ds *float32, s *float32, n int, scale float32, lse float32, d float32)
 
+// flashExpTileAVX512 runs the online-softmax step on rows r < rows of s (row stride ld) over their first min(n0+r, w) elements (n0 >= 1), zeroing the rest of each row's w, with (m, l, α) of row r at mla[3r:3r+3].
+//
+//go:noescape
+func flashExpTileAVX512(s *float32, ld int, n0 int, w int, rows int, scale float32, mla *float32)
+
+// flashGradTileAVX512 runs flashGradAVX512 on rows r < rows of ds and s (row stride ld) over their first min(n0+r, w) elements with lse[r], d[r], and zeroes both rows on [max(that, 0), min(w, n0+r+pad)).
+//
+//go:noescape
+func flashGradTileAVX512(ds *float32, s *float32, ld int, n0 int, w int, pad int, rows int, scale float32, lse *float32, d *float32)
+
 // rowDotsAVX512 sets out[r] = Σ_{i<n} x[r·ldx+i]·y[r·ldy+i] for r < rows (n >= 1).
 //
 //go:noescape

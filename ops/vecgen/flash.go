@@ -182,3 +182,215 @@ func scaleRowsK() {
 	VZEROUPPER()
 	RET()
 }
+
+// zeroRange emits the zeroing of n >= 0 floats from p (p and n are left
+// as they were). Labels start with name.
+func zeroRange(name string, p, n reg.GPVirtual) {
+	k, full := tailMask(n)
+	z := zeroZ()
+	rowLoop(name, full, k, []reg.GPVirtual{p}, func() {
+		VMOVUPS(z, mem(p))
+	}, func() {
+		VMOVUPS(z, k, mem(p))
+	})
+}
+
+// flashExpTileK emits
+//
+//	flashExpTileAVX512(s *float32, ld, n0, w, rows int, scale float32, mla *float32)
+//
+// flashExpAVX512 over the rows r < rows of a block of scores (row stride
+// ld, w keys a row), row r over its first nv = min(n0+r, w) >= 1 keys
+// (the keys its query sees; n0 >= 1), the rest of the row [nv, w)
+// zeroed; mla holds (m, l, α) per row, 3 floats a row: m is the running
+// maximum, l the running sum, and the step sets m' = max(m, scale·max(s)),
+// s[i] = exp(scale·s[i] − m'), α = exp(m − m'), l = l·α + Σ s, m = m'.
+// Software-pipelined: the maximum of row r+1 is taken before the exps of
+// row r, so that its dependent chain (a pass and a reduction) runs while
+// the exps, which no longer wait on anything, fill the pipes.
+func flashExpTileK() {
+	text("flashExpTileAVX512", "func(s *float32, ld, n0, w, rows int, scale float32, mla *float32)")
+	Doc("flashExpTileAVX512 runs the online-softmax step on rows r < rows of s (row stride ld) over their first min(n0+r, w) elements (n0 >= 1), zeroing the rest of each row's w, with (m, l, α) of row r at mla[3r:3r+3].")
+	ps, pm := ptr("s"), ptr("mla")
+	ld := Load(Param("ld"), GP64()).(reg.GPVirtual)
+	SHLQ(U8(2), ld)
+	n0 := Load(Param("n0"), GP64()).(reg.GPVirtual)
+	w := Load(Param("w"), GP64()).(reg.GPVirtual)
+	rows := Load(Param("rows"), GP64()).(reg.GPVirtual)
+	scale := param("scale")
+	hoist(expConsts()...)
+	TESTQ(rows, rows)
+	JE(LabelRef("fet_done"))
+	nvN, shiftN := GP64(), ZMM()
+	// shiftN = max(m, scale·max(row at p over nvN)), m at pm+disp.
+	maxStep := func(name string, p reg.GPVirtual, disp int) {
+		MOVQ(n0, nvN)
+		CMPQ(nvN, w)
+		CMOVQGT(w, nvN) // nvN = min(n0, w)
+		k, full := tailMask(nvN)
+		mx := bcast(float32(math.Inf(-1)))
+		rowLoop(name, full, k, []reg.GPVirtual{p}, func() {
+			VMAXPS(mem(p), mx, mx)
+		}, func() {
+			VMAXPS(mem(p), mx, k, mx)
+		})
+		reduce(mx, VMAXPS)
+		m0 := ZMM()
+		VMULPS(scale, mx, shiftN)
+		VBROADCASTSS(Mem{Base: pm, Disp: disp}, m0)
+		VMAXPS(m0, shiftN, shiftN)
+	}
+	maxStep("fetMax0", ps, 0)
+	Label("fet_row")
+	shift, nv := ZMM(), GP64()
+	VMOVAPS(shiftN, shift)
+	MOVQ(nvN, nv)
+	DECQ(rows)
+	JE(LabelRef("fet_exp"))
+	{
+		INCQ(n0)
+		pn := GP64()
+		LEAQ(Mem{Base: ps, Index: ld, Scale: 1}, pn)
+		maxStep("fetMax", pn, 12)
+	}
+	Label("fet_exp")
+	{
+		k, full := tailMask(nv)
+		sum := zeroZ()
+		rowLoop("fetExp", full, k, []reg.GPVirtual{ps}, func() {
+			t := load(ps)
+			VFMSUB213PS(shift, scale, t) // t = scale·s − m'
+			e := exp(t)
+			VMOVUPS(e, mem(ps))
+			VADDPS(e, sum, sum)
+		}, func() {
+			t := ZMM()
+			VMOVUPS_Z(mem(ps), k, t)
+			VFMSUB213PS(shift, scale, t)
+			e := exp(t)
+			VMOVUPS(e, k, mem(ps))
+			VADDPS(e, sum, k, sum)
+		})
+		reduce(sum, VADDPS)
+		m0 := ZMM()
+		VBROADCASTSS(Mem{Base: pm}, m0)
+		VSUBPS(shift, m0, m0) // m − m'
+		a := exp(m0)
+		l := ZMM()
+		VBROADCASTSS(Mem{Base: pm, Disp: 4}, l)
+		VMULPS(a, l, l)
+		VADDPS(sum, l, l) // l·α + Σ
+		storeLane0(shift, Mem{Base: pm})
+		storeLane0(l, Mem{Base: pm, Disp: 4})
+		storeLane0(a, Mem{Base: pm, Disp: 8})
+		// Zero [nv, w).
+		pz, cnt := GP64(), GP64()
+		LEAQ(Mem{Base: ps, Index: nv, Scale: 4}, pz)
+		MOVQ(w, cnt)
+		SUBQ(nv, cnt)
+		zeroRange("fetZero", pz, cnt)
+	}
+	ADDQ(ld, ps)
+	ADDQ(U32(12), pm)
+	TESTQ(rows, rows)
+	JNE(LabelRef("fet_row"))
+	Label("fet_done")
+	VZEROUPPER()
+	RET()
+}
+
+// flashGradTileK emits
+//
+//	flashGradTileAVX512(ds, s *float32, ld, n0, w, pad, rows int, scale float32, lse, d *float32)
+//
+// flashGradAVX512 over the rows r < rows of a block (ds and s of row
+// stride ld, w keys a row), row r over its first nv = min(n0+r, w) keys
+// with lse[r] and d[r], and both rows zeroed on [max(nv, 0), min(w,
+// n0+r+pad)): the keys past its query that the block products still read.
+func flashGradTileK() {
+	text("flashGradTileAVX512", "func(ds, s *float32, ld, n0, w, pad, rows int, scale float32, lse, d *float32)")
+	Doc("flashGradTileAVX512 runs flashGradAVX512 on rows r < rows of ds and s (row stride ld) over their first min(n0+r, w) elements with lse[r], d[r], and zeroes both rows on [max(that, 0), min(w, n0+r+pad)).")
+	pd, ps := ptr("ds"), ptr("s")
+	ld := Load(Param("ld"), GP64()).(reg.GPVirtual)
+	SHLQ(U8(2), ld)
+	n0 := Load(Param("n0"), GP64()).(reg.GPVirtual)
+	rows := Load(Param("rows"), GP64()).(reg.GPVirtual)
+	scale := param("scale")
+	hoist(expConsts()...)
+	TESTQ(rows, rows)
+	JE(LabelRef("fgt_done"))
+	Label("fgt_row")
+	w := Load(Param("w"), GP64()).(reg.GPVirtual)
+	nv := GP64()
+	MOVQ(n0, nv)
+	CMPQ(nv, w)
+	CMOVQGT(w, nv) // nv = min(n0, w)
+	TESTQ(nv, nv)
+	JLE(LabelRef("fgt_zero"))
+	{
+		plse, pdd := ptr("lse"), ptr("d")
+		lse, dd := ZMM(), ZMM()
+		VBROADCASTSS(Mem{Base: plse}, lse)
+		VBROADCASTSS(Mem{Base: pdd}, dd)
+		k, full := tailMask(nv)
+		grad := func(t, dp reg.VecVirtual) reg.VecVirtual {
+			VFMSUB213PS(lse, scale, t) // t = scale·s − lse
+			e := exp(t)
+			VSUBPS(dd, dp, dp) // dP − D
+			g := ZMM()
+			VMULPS(scale, e, g)
+			VMULPS(g, dp, dp)
+			return e
+		}
+		rowLoop("fgt", full, k, []reg.GPVirtual{pd, ps}, func() {
+			t, dp := load(ps), load(pd)
+			e := grad(t, dp)
+			VMOVUPS(e, mem(ps))
+			VMOVUPS(dp, mem(pd))
+		}, func() {
+			t, dp := ZMM(), ZMM()
+			VMOVUPS_Z(mem(ps), k, t)
+			VMOVUPS_Z(mem(pd), k, dp)
+			e := grad(t, dp)
+			VMOVUPS(e, k, mem(ps))
+			VMOVUPS(dp, k, mem(pd))
+		})
+	}
+	Label("fgt_zero")
+	{
+		// Zero [lo, hi): lo = max(nv, 0), hi = min(w, n0+pad).
+		lo, hi := GP64(), GP64()
+		XORQ(lo, lo)
+		CMPQ(nv, lo)
+		CMOVQGT(nv, lo)
+		pad := Load(Param("pad"), GP64()).(reg.GPVirtual)
+		MOVQ(n0, hi)
+		ADDQ(pad, hi)
+		w2 := Load(Param("w"), GP64()).(reg.GPVirtual)
+		CMPQ(hi, w2)
+		CMOVQGT(w2, hi)
+		SUBQ(lo, hi) // the count
+		JLE(LabelRef("fgt_next"))
+		pz := GP64()
+		LEAQ(Mem{Base: ps, Index: lo, Scale: 4}, pz)
+		zeroRange("fgtZs", pz, hi)
+		LEAQ(Mem{Base: pd, Index: lo, Scale: 4}, pz)
+		zeroRange("fgtZd", pz, hi)
+	}
+	Label("fgt_next")
+	ADDQ(ld, ps)
+	ADDQ(ld, pd)
+	for _, name := range []string{"lse", "d"} {
+		b, err := Param(name).Resolve()
+		if err != nil {
+			panic(err)
+		}
+		ADDQ(U32(4), b.Addr)
+	}
+	INCQ(n0)
+	DECQ(rows)
+	JNE(LabelRef("fgt_row"))
+	Label("fgt_done")
+	VZEROUPPER()
+	RET()
+}

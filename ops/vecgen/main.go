@@ -28,6 +28,8 @@ func main() {
 	softmaxGradCausalK()
 	flashExpK()
 	flashGradK()
+	flashExpTileK()
+	flashGradTileK()
 	rowDotsK()
 	scaleRowsK()
 	lnFwdRows()
