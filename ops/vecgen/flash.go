@@ -218,7 +218,7 @@ func flashExpTileK() {
 	w := Load(Param("w"), GP64()).(reg.GPVirtual)
 	rows := Load(Param("rows"), GP64()).(reg.GPVirtual)
 	scale := param("scale")
-	hoist(expConsts()...)
+	hoist(expFastConsts()...)
 	TESTQ(rows, rows)
 	JE(LabelRef("fet_done"))
 	nvN, shiftN := GP64(), ZMM()
@@ -260,14 +260,14 @@ func flashExpTileK() {
 		rowLoop("fetExp", full, k, []reg.GPVirtual{ps}, func() {
 			t := load(ps)
 			VFMSUB213PS(shift, scale, t) // t = scale·s − m'
-			e := exp(t)
+			e := expFast(t)
 			VMOVUPS(e, mem(ps))
 			VADDPS(e, sum, sum)
 		}, func() {
 			t := ZMM()
 			VMOVUPS_Z(mem(ps), k, t)
 			VFMSUB213PS(shift, scale, t)
-			e := exp(t)
+			e := expFast(t)
 			VMOVUPS(e, k, mem(ps))
 			VADDPS(e, sum, k, sum)
 		})
@@ -316,7 +316,7 @@ func flashGradTileK() {
 	n0 := Load(Param("n0"), GP64()).(reg.GPVirtual)
 	rows := Load(Param("rows"), GP64()).(reg.GPVirtual)
 	scale := param("scale")
-	hoist(expConsts()...)
+	hoist(expFastConsts()...)
 	TESTQ(rows, rows)
 	JE(LabelRef("fgt_done"))
 	Label("fgt_row")
@@ -335,7 +335,7 @@ func flashGradTileK() {
 		k, full := tailMask(nv)
 		grad := func(t, dp reg.VecVirtual) reg.VecVirtual {
 			VFMSUB213PS(lse, scale, t) // t = scale·s − lse
-			e := exp(t)
+			e := expFast(t)
 			VSUBPS(dd, dp, dp) // dP − D
 			g := ZMM()
 			VMULPS(scale, e, g)
@@ -393,4 +393,43 @@ func flashGradTileK() {
 	Label("fgt_done")
 	VZEROUPPER()
 	RET()
+}
+
+// expMagic is 1.5·2²³ + 127: added to t·log₂e it rounds to the nearest
+// integer n (to even on ties, as VRNDSCALEPS does) and leaves n + 127,
+// the biased exponent of 2ⁿ, in the low bits of the sum.
+const expMagic = 12583039
+
+// expFast is exp (the same Cephes reduction and polynomial) with the
+// rounding of n and the scaling by 2ⁿ done in the FMA and integer pipes:
+// n + 127 from the magic sum (one FMA: t·log₂e + expMagic, rounded once),
+// 2ⁿ as that sum's bits shifted left 23, e = p·2ⁿ a multiply — exact, as
+// VSCALEFPS is, for n >= −126, which the clamp of t to [−87.3, 88.7]
+// ensures. The same e^t as exp, bit for bit, except where t·log₂e lies
+// within an ulp of a half-integer (n then differs by one and e^t by an ulp).
+func expFast(t reg.VecVirtual) reg.VecVirtual {
+	VMAXPS(bcast(-87.3), t, t)
+	VMINPS(bcast(88.7), t, t)
+	j := copyZ(bcast(expMagic))
+	VFMADD231PS(bcast(1.44269504088896341), t, j) // j = t·log₂e + magic
+	n := ZMM()
+	VSUBPS(bcast(expMagic), j, n)             // n = round(t·log₂e)
+	VFNMADD231PS(bcast(0.693359375), n, t)    // r = t − n·c1
+	VFNMADD231PS(bcast(-2.12194440e-4), n, t) // r −= n·c2
+	p := copyZ(bcast(expPoly[0]))
+	for _, c := range expPoly[1:] {
+		VFMADD213PS(bcast(c), t, p) // p = r·p + c
+	}
+	r2 := ZMM()
+	VMULPS(t, t, r2)
+	VFMADD213PS(t, r2, p) // p = r²·p + r
+	VADDPS(bcast(1), p, p)
+	VPSLLD(U8(23), j, j) // 2ⁿ
+	VMULPS(j, p, p)
+	return p
+}
+
+// expFastConsts are the constants of expFast.
+func expFastConsts() []float32 {
+	return append([]float32{-87.3, 88.7, expMagic, 1.44269504088896341, 0.693359375, -2.12194440e-4, 1}, expPoly...)
 }
