@@ -106,30 +106,31 @@ func (h *flashHead) forward(out, lse, qkv []float32, bh int) {
 	band := h.band(flashQBlock)
 	kb := h.fkb
 	s := h.ap.next(band * kb)
-	mla, al := h.ap.next(3*band), h.ap.next(band) // (m, l, α) per row; α gathered
+	mla := h.ap.next(3 * band) // per row: m, then l, then α (or 1/l at the end)
+	m, l, al := mla[:band], mla[band:2*band], mla[2*band:]
 	lrow := lse[bh*g.T : (bh+1)*g.T]
 	for i0 := 0; i0 < g.T; i0 += band {
 		rows := min(band, g.T-i0)
 		i1 := i0 + rows
 		for r := range rows {
-			mla[3*r], mla[3*r+1] = float32(math.Inf(-1)), 0
+			m[r], l[r] = float32(math.Inf(-1)), 0
 		}
 		for j0 := 0; j0 < i1; j0 += kb {
 			w := min(kb, i1-j0)
 			h.abT(s, kb, q[i0*3*g.C:], 3*g.C, i0, rows, kk, h.kt, j0, w)
-			h.onlineTile(s, kb, i0-j0+1, w, rows, mla)
+			h.onlineTile(s, kb, i0-j0+1, w, rows, mla, band)
 			if j0 > 0 { // O holds the earlier key blocks: rescale it
-				for r := range rows {
-					al[r] = mla[3*r+2]
-				}
 				scaleRows(h.simd, o[i0*g.C:], g.C, g.HS, al[:rows])
 			}
 			h.ab(o[i0*g.C:], g.C, s, kb, i0, rows, w, v, h.vp, j0, j0 > 0)
 		}
-		for r := range rows {
-			m, l := mla[3*r], mla[3*r+1]
-			al[r] = 1 / l
-			lrow[i0+r] = m + log32(l)
+		if h.simd {
+			flashFinishAVX512(&m[0], &l[0], rows, &lrow[i0], &al[0])
+		} else {
+			for r := range rows {
+				al[r] = 1 / l[r]
+				lrow[i0+r] = m[r] + log32(l[r])
+			}
 		}
 		scaleRows(h.simd, o[i0*g.C:], g.C, g.HS, al[:rows])
 	}
@@ -137,26 +138,25 @@ func (h *flashHead) forward(out, lse, qkv []float32, bh int) {
 
 // onlineTile is the forward's step for rows r < rows of a key block of
 // scores s (row stride ld, w keys), row r seeing its first n0+r keys:
-// onlineRow on each, with (m, l, α) of row r at mla[3r:3r+3]. On AVX-512
-// one call runs the whole tile (flashExpTileAVX512).
-func (h *flashHead) onlineTile(s []float32, ld, n0, w, rows int, mla []float32) {
-	if rows == 0 {
-		return
-	}
+// onlineRow on each, with m, l and α of row r at mla[r], mla[band+r] and
+// mla[2·band+r]. On AVX-512 one call runs the whole tile
+// (flashExpTileAVX512).
+func (h *flashHead) onlineTile(s []float32, ld, n0, w, rows int, mla []float32, band int) {
+	m, l, al := mla[:band], mla[band:2*band], mla[2*band:]
 	if h.simd {
-		for ; rows > 0 && n0 <= 0; rows, n0 = rows-1, n0+1 { // queries before the block
-			clear(s[:w])
-			mla[2] = 1
-			s, mla = s[ld:], mla[3:]
+		r0 := 0
+		for ; r0 < rows && n0+r0 <= 0; r0++ { // queries before the block
+			clear(s[r0*ld : r0*ld+w])
+			al[r0] = 1
 		}
-		if rows > 0 {
-			_, _ = s[(rows-1)*ld+w-1], mla[3*rows-1]
-			flashExpTileAVX512(&s[0], ld, n0, w, rows, h.g.scale, &mla[0])
+		if r0 < rows {
+			_, _ = s[(rows-1)*ld+w-1], al[rows-1]
+			flashExpTileAVX512(&s[r0*ld], ld, n0+r0, w, rows-r0, h.g.scale, &m[r0], band)
 		}
 		return
 	}
 	for r := range rows {
-		mla[3*r+2] = h.onlineRow(s[r*ld:r*ld+w], n0+r, &mla[3*r], &mla[3*r+1])
+		al[r] = h.onlineRow(s[r*ld:r*ld+w], n0+r, &m[r], &l[r])
 	}
 }
 

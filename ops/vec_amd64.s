@@ -1100,9 +1100,9 @@ fg_end:
 	VZEROUPPER
 	RET
 
-// func flashExpTileAVX512(s *float32, ld int, n0 int, w int, rows int, scale float32, mla *float32)
+// func flashExpTileAVX512(s *float32, ld int, n0 int, w int, rows int, scale float32, mla *float32, band int)
 // Requires: AVX, AVX512F, BMI2, CMOV
-TEXT ·flashExpTileAVX512(SB), NOSPLIT, $0-56
+TEXT ·flashExpTileAVX512(SB), NOSPLIT, $0-64
 	MOVQ         s+0(FP), AX
 	MOVQ         mla+48(FP), CX
 	MOVQ         ld+8(FP), DX
@@ -1110,6 +1110,8 @@ TEXT ·flashExpTileAVX512(SB), NOSPLIT, $0-56
 	MOVQ         n0+16(FP), BX
 	MOVQ         w+24(FP), SI
 	MOVQ         rows+32(FP), DI
+	MOVQ         band+56(FP), R8
+	SHLQ         $0x02, R8
 	VBROADCASTSS scale+40(FP), Z0
 	VBROADCASTSS vc18<>+0(SB), Z1
 	VBROADCASTSS vc29<>+0(SB), Z2
@@ -1124,26 +1126,26 @@ TEXT ·flashExpTileAVX512(SB), NOSPLIT, $0-56
 	VBROADCASTSS vc15<>+0(SB), Z11
 	TESTQ        DI, DI
 	JE           fet_done
-	MOVQ         BX, R8
-	CMPQ         R8, SI
-	CMOVQGT      SI, R8
-	MOVQ         R8, R9
-	ANDQ         $0x0000000f, R9
-	MOVQ         $0x00000001, R10
-	SHLXQ        R9, R10, R10
-	DECQ         R10
-	KMOVW        R10, K1
-	MOVQ         R8, R9
-	ANDQ         $-16, R9
-	VBROADCASTSS vc28<>+0(SB), Z12
+	MOVQ         BX, R9
+	CMPQ         R9, SI
+	CMOVQGT      SI, R9
 	MOVQ         R9, R10
-	TESTQ        R10, R10
+	ANDQ         $0x0000000f, R10
+	MOVQ         $0x00000001, R11
+	SHLXQ        R10, R11, R11
+	DECQ         R11
+	KMOVW        R11, K1
+	MOVQ         R9, R10
+	ANDQ         $-16, R10
+	VBROADCASTSS vc28<>+0(SB), Z12
+	MOVQ         R10, R11
+	TESTQ        R11, R11
 	JE           fetMax0_tail
 
 fetMax0_loop:
 	VMAXPS (AX), Z12, Z12
 	ADDQ   $0x00000040, AX
-	SUBQ   $0x00000010, R10
+	SUBQ   $0x00000010, R11
 	JNE    fetMax0_loop
 
 fetMax0_tail:
@@ -1152,8 +1154,8 @@ fetMax0_tail:
 	VMAXPS   (AX), Z12, K1, Z12
 
 fetMax0_end:
-	SHLQ         $0x02, R9
-	SUBQ         R9, AX
+	SHLQ         $0x02, R10
+	SUBQ         R10, AX
 	VSHUFF32X4   $0x4e, Z12, Z12, Z13
 	VMAXPS       Z13, Z12, Z12
 	VSHUFF32X4   $0xb1, Z12, Z12, Z13
@@ -1168,41 +1170,41 @@ fetMax0_end:
 
 fet_row:
 	VMOVAPS      Z12, Z13
-	MOVQ         R8, R9
+	MOVQ         R9, R10
 	DECQ         DI
 	JE           fet_exp
 	INCQ         BX
-	LEAQ         (AX)(DX*1), R10
-	MOVQ         BX, R8
-	CMPQ         R8, SI
-	CMOVQGT      SI, R8
-	MOVQ         R8, R11
-	ANDQ         $0x0000000f, R11
-	MOVQ         $0x00000001, R12
-	SHLXQ        R11, R12, R12
-	DECQ         R12
-	KMOVW        R12, K1
-	MOVQ         R8, R11
-	ANDQ         $-16, R11
+	LEAQ         (AX)(DX*1), R11
+	MOVQ         BX, R9
+	CMPQ         R9, SI
+	CMOVQGT      SI, R9
+	MOVQ         R9, R12
+	ANDQ         $0x0000000f, R12
+	MOVQ         $0x00000001, R13
+	SHLXQ        R12, R13, R13
+	DECQ         R13
+	KMOVW        R13, K1
+	MOVQ         R9, R12
+	ANDQ         $-16, R12
 	VBROADCASTSS vc28<>+0(SB), Z12
-	MOVQ         R11, R12
-	TESTQ        R12, R12
+	MOVQ         R12, R13
+	TESTQ        R13, R13
 	JE           fetMax_tail
 
 fetMax_loop:
-	VMAXPS (R10), Z12, Z12
-	ADDQ   $0x00000040, R10
-	SUBQ   $0x00000010, R12
+	VMAXPS (R11), Z12, Z12
+	ADDQ   $0x00000040, R11
+	SUBQ   $0x00000010, R13
 	JNE    fetMax_loop
 
 fetMax_tail:
 	KORTESTW K1, K1
 	JE       fetMax_end
-	VMAXPS   (R10), Z12, K1, Z12
+	VMAXPS   (R11), Z12, K1, Z12
 
 fetMax_end:
-	SHLQ         $0x02, R11
-	SUBQ         R11, R10
+	SHLQ         $0x02, R12
+	SUBQ         R12, R11
 	VSHUFF32X4   $0x4e, Z12, Z12, Z16
 	VMAXPS       Z16, Z12, Z12
 	VSHUFF32X4   $0xb1, Z12, Z12, Z16
@@ -1212,21 +1214,21 @@ fetMax_end:
 	VPERMILPS    $0xb1, Z12, Z16
 	VMAXPS       Z16, Z12, Z12
 	VMULPS       Z0, Z12, Z12
-	VBROADCASTSS 12(CX), Z16
+	VBROADCASTSS 4(CX), Z16
 	VMAXPS       Z16, Z12, Z12
 
 fet_exp:
-	MOVQ   R9, R10
-	ANDQ   $0x0000000f, R10
-	MOVQ   $0x00000001, R11
-	SHLXQ  R10, R11, R11
-	DECQ   R11
-	KMOVW  R11, K1
-	MOVQ   R9, R10
-	ANDQ   $-16, R10
-	VPXORD Z14, Z14, Z14
 	MOVQ   R10, R11
-	TESTQ  R11, R11
+	ANDQ   $0x0000000f, R11
+	MOVQ   $0x00000001, R12
+	SHLXQ  R11, R12, R12
+	DECQ   R12
+	KMOVW  R12, K1
+	MOVQ   R10, R11
+	ANDQ   $-16, R11
+	VPXORD Z14, Z14, Z14
+	MOVQ   R11, R12
+	TESTQ  R12, R12
 	JE     fetExp_tail
 
 fetExp_loop:
@@ -1250,7 +1252,7 @@ fetExp_loop:
 	VMOVUPS      Z18, (AX)
 	VADDPS       Z18, Z14, Z14
 	ADDQ         $0x00000040, AX
-	SUBQ         $0x00000010, R11
+	SUBQ         $0x00000010, R12
 	JNE          fetExp_loop
 
 fetExp_tail:
@@ -1277,8 +1279,8 @@ fetExp_tail:
 	VADDPS       Z18, Z14, K1, Z14
 
 fetExp_end:
-	SHLQ         $0x02, R10
-	SUBQ         R10, AX
+	SHLQ         $0x02, R11
+	SUBQ         R11, AX
 	VSHUFF32X4   $0x4e, Z14, Z14, Z16
 	VADDPS       Z16, Z14, Z14
 	VSHUFF32X4   $0xb1, Z14, Z14, Z16
@@ -1304,50 +1306,50 @@ fetExp_end:
 	VFMADD213PS  Z5, Z16, Z18
 	VPSLLD       $0x17, Z17, Z17
 	VMULPS       Z17, Z18, Z18
-	VBROADCASTSS 4(CX), Z16
+	VBROADCASTSS (CX)(R8*1), Z16
 	VMULPS       Z18, Z16, Z16
 	VADDPS       Z14, Z16, Z16
-	MOVL         $0x00000001, R10
-	KMOVW        R10, K1
+	MOVL         $0x00000001, R11
+	KMOVW        R11, K1
 	VMOVUPS      Z13, K1, (CX)
-	MOVL         $0x00000001, R10
-	KMOVW        R10, K1
-	VMOVUPS      Z16, K1, 4(CX)
-	MOVL         $0x00000001, R10
-	KMOVW        R10, K1
-	VMOVUPS      Z18, K1, 8(CX)
-	LEAQ         (AX)(R9*4), R10
-	MOVQ         SI, R11
-	SUBQ         R9, R11
-	MOVQ         R11, R9
-	ANDQ         $0x0000000f, R9
-	MOVQ         $0x00000001, R12
-	SHLXQ        R9, R12, R12
-	DECQ         R12
-	KMOVW        R12, K1
-	MOVQ         R11, R9
-	ANDQ         $-16, R9
+	MOVL         $0x00000001, R11
+	KMOVW        R11, K1
+	VMOVUPS      Z16, K1, (CX)(R8*1)
+	MOVL         $0x00000001, R11
+	KMOVW        R11, K1
+	VMOVUPS      Z18, K1, (CX)(R8*2)
+	LEAQ         (AX)(R10*4), R11
+	MOVQ         SI, R12
+	SUBQ         R10, R12
+	MOVQ         R12, R10
+	ANDQ         $0x0000000f, R10
+	MOVQ         $0x00000001, R13
+	SHLXQ        R10, R13, R13
+	DECQ         R13
+	KMOVW        R13, K1
+	MOVQ         R12, R10
+	ANDQ         $-16, R10
 	VPXORD       Z15, Z15, Z15
-	MOVQ         R9, R11
-	TESTQ        R11, R11
+	MOVQ         R10, R12
+	TESTQ        R12, R12
 	JE           fetZero_tail
 
 fetZero_loop:
-	VMOVUPS Z15, (R10)
-	ADDQ    $0x00000040, R10
-	SUBQ    $0x00000010, R11
+	VMOVUPS Z15, (R11)
+	ADDQ    $0x00000040, R11
+	SUBQ    $0x00000010, R12
 	JNE     fetZero_loop
 
 fetZero_tail:
 	KORTESTW K1, K1
 	JE       fetZero_end
-	VMOVUPS  Z15, K1, (R10)
+	VMOVUPS  Z15, K1, (R11)
 
 fetZero_end:
-	SHLQ  $0x02, R9
-	SUBQ  R9, R10
+	SHLQ  $0x02, R10
+	SUBQ  R10, R11
 	ADDQ  DX, AX
-	ADDQ  $0x0000000c, CX
+	ADDQ  $0x00000004, CX
 	TESTQ DI, DI
 	JNE   fet_row
 
@@ -1549,6 +1551,175 @@ fgt_next:
 fgt_done:
 	VZEROUPPER
 	RET
+
+// func flashFinishAVX512(m *float32, l *float32, rows int, lse *float32, inv *float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·flashFinishAVX512(SB), NOSPLIT, $0-40
+	MOVQ  m+0(FP), AX
+	MOVQ  l+8(FP), CX
+	MOVQ  lse+24(FP), DX
+	MOVQ  inv+32(FP), BX
+	MOVQ  rows+16(FP), SI
+	MOVQ  SI, DI
+	ANDQ  $0x0000000f, DI
+	MOVQ  $0x00000001, R8
+	SHLXQ DI, R8, R8
+	DECQ  R8
+	KMOVW R8, K1
+	ANDQ  $-16, SI
+	MOVQ  SI, DI
+	TESTQ DI, DI
+	JE    ff_tail
+
+ff_loop:
+	VMOVUPS      (CX), Z0
+	VBROADCASTSS vc16<>+0(SB), Z1
+	VMOVAPS      Z1, Z1
+	VDIVPS       Z0, Z1, Z1
+	VMOVUPS      Z1, (BX)
+	VGETEXPPS    Z0, Z1
+	VGETMANTPS   $0x00, Z0, Z0
+	VBROADCASTSS vc31<>+0(SB), Z2
+	VCMPPS       $0x1e, Z2, Z0, K2
+	VBROADCASTSS vc15<>+0(SB), Z2
+	VMULPS       Z2, Z0, K2, Z0
+	VBROADCASTSS vc16<>+0(SB), Z2
+	VADDPS       Z2, Z1, K2, Z1
+	VBROADCASTSS vc16<>+0(SB), Z2
+	VSUBPS       Z2, Z0, Z0
+	VMULPS       Z0, Z0, Z2
+	VBROADCASTSS vc32<>+0(SB), Z3
+	VMOVAPS      Z3, Z3
+	VBROADCASTSS vc33<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc34<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc35<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc36<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc37<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc38<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc39<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc40<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VMULPS       Z0, Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VBROADCASTSS vc22<>+0(SB), Z4
+	VFMADD231PS  Z4, Z1, Z3
+	VBROADCASTSS vc41<>+0(SB), Z4
+	VFMADD231PS  Z4, Z2, Z3
+	VADDPS       Z0, Z3, Z3
+	VBROADCASTSS vc21<>+0(SB), Z0
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      (AX), Z0
+	VADDPS       Z0, Z3, Z3
+	VMOVUPS      Z3, (DX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, DX
+	ADDQ         $0x00000040, BX
+	SUBQ         $0x00000010, DI
+	JNE          ff_loop
+
+ff_tail:
+	KORTESTW     K1, K1
+	JE           ff_end
+	VBROADCASTSS vc16<>+0(SB), Z0
+	VMOVAPS      Z0, Z0
+	VMOVUPS      (CX), K1, Z0
+	VBROADCASTSS vc16<>+0(SB), Z1
+	VMOVAPS      Z1, Z1
+	VDIVPS       Z0, Z1, Z1
+	VMOVUPS      Z1, K1, (BX)
+	VGETEXPPS    Z0, Z1
+	VGETMANTPS   $0x00, Z0, Z0
+	VBROADCASTSS vc31<>+0(SB), Z2
+	VCMPPS       $0x1e, Z2, Z0, K2
+	VBROADCASTSS vc15<>+0(SB), Z2
+	VMULPS       Z2, Z0, K2, Z0
+	VBROADCASTSS vc16<>+0(SB), Z2
+	VADDPS       Z2, Z1, K2, Z1
+	VBROADCASTSS vc16<>+0(SB), Z2
+	VSUBPS       Z2, Z0, Z0
+	VMULPS       Z0, Z0, Z2
+	VBROADCASTSS vc32<>+0(SB), Z3
+	VMOVAPS      Z3, Z3
+	VBROADCASTSS vc33<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc34<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc35<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc36<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc37<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc38<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc39<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc40<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VMULPS       Z0, Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VBROADCASTSS vc22<>+0(SB), Z4
+	VFMADD231PS  Z4, Z1, Z3
+	VBROADCASTSS vc41<>+0(SB), Z4
+	VFMADD231PS  Z4, Z2, Z3
+	VADDPS       Z0, Z3, Z3
+	VBROADCASTSS vc21<>+0(SB), Z0
+	VFMADD231PS  Z0, Z1, Z3
+	VBROADCASTSS vc16<>+0(SB), Z0
+	VMOVAPS      Z0, Z0
+	VMOVUPS      (AX), K1, Z0
+	VADDPS       Z0, Z3, Z3
+	VMOVUPS      Z3, K1, (DX)
+
+ff_end:
+	SHLQ $0x02, SI
+	SUBQ SI, AX
+	SUBQ SI, CX
+	SUBQ SI, DX
+	SUBQ SI, BX
+	VZEROUPPER
+	RET
+
+DATA vc31<>+0(SB)/4, $0x3fb504f3
+GLOBL vc31<>(SB), RODATA|NOPTR, $4
+
+DATA vc32<>+0(SB)/4, $0x3d9021bb
+GLOBL vc32<>(SB), RODATA|NOPTR, $4
+
+DATA vc33<>+0(SB)/4, $0xbdebd1b8
+GLOBL vc33<>(SB), RODATA|NOPTR, $4
+
+DATA vc34<>+0(SB)/4, $0x3def251a
+GLOBL vc34<>(SB), RODATA|NOPTR, $4
+
+DATA vc35<>+0(SB)/4, $0xbdfe5d4f
+GLOBL vc35<>(SB), RODATA|NOPTR, $4
+
+DATA vc36<>+0(SB)/4, $0x3e11e9bf
+GLOBL vc36<>(SB), RODATA|NOPTR, $4
+
+DATA vc37<>+0(SB)/4, $0xbe2aae50
+GLOBL vc37<>(SB), RODATA|NOPTR, $4
+
+DATA vc38<>+0(SB)/4, $0x3e4cceac
+GLOBL vc38<>(SB), RODATA|NOPTR, $4
+
+DATA vc39<>+0(SB)/4, $0xbe7ffffc
+GLOBL vc39<>(SB), RODATA|NOPTR, $4
+
+DATA vc40<>+0(SB)/4, $0x3eaaaaaa
+GLOBL vc40<>(SB), RODATA|NOPTR, $4
+
+DATA vc41<>+0(SB)/4, $0xbf000000
+GLOBL vc41<>(SB), RODATA|NOPTR, $4
 
 // func rowDotsAVX512(out *float32, x *float32, ldx int, y *float32, ldy int, n int, rows int)
 // Requires: AVX, AVX512F, BMI2

@@ -25,9 +25,10 @@ func softmaxGradCausalAVX512(d *float32, ldd int, p *float32, ldp, n0, rows int,
 }
 func flashExpAVX512(p, s *float32, n int, scale float32, res *float32) { panic("ops: no AVX-512") }
 func flashGradAVX512(ds, s *float32, n int, scale, lse, d float32)     { panic("ops: no AVX-512") }
-func flashExpTileAVX512(s *float32, ld, n0, w, rows int, scale float32, mla *float32) {
+func flashExpTileAVX512(s *float32, ld, n0, w, rows int, scale float32, mla *float32, band int) {
 	panic("ops: no AVX-512")
 }
+func flashFinishAVX512(m, l *float32, rows int, lse, inv *float32) { panic("ops: no AVX-512") }
 func flashGradTileAVX512(ds, s *float32, ld, n0, w, pad, rows int, scale float32, lse, d *float32) {
 	panic("ops: no AVX-512")
 }

@@ -59,15 +59,20 @@ func flashExpAVX512(p *float32, s *float32, n int, scale float32, res *float32)
 //go:noescape
 func flashGradAVX512(ds *float32, s *float32, n int, scale float32, lse float32, d float32)
 
-// flashExpTileAVX512 runs the online-softmax step on rows r < rows of s (row stride ld) over their first min(n0+r, w) elements (n0 >= 1), zeroing the rest of each row's w, with (m, l, α) of row r at mla[3r:3r+3].
+// flashExpTileAVX512 runs the online-softmax step on rows r < rows of s (row stride ld) over their first min(n0+r, w) elements (n0 >= 1), zeroing the rest of each row's w, with m, l, α of row r at mla[r], mla[band+r], mla[2·band+r].
 //
 //go:noescape
-func flashExpTileAVX512(s *float32, ld int, n0 int, w int, rows int, scale float32, mla *float32)
+func flashExpTileAVX512(s *float32, ld int, n0 int, w int, rows int, scale float32, mla *float32, band int)
 
 // flashGradTileAVX512 runs flashGradAVX512 on rows r < rows of ds and s (row stride ld) over their first min(n0+r, w) elements with lse[r], d[r], and zeroes both rows on [max(that, 0), min(w, n0+r+pad)).
 //
 //go:noescape
 func flashGradTileAVX512(ds *float32, s *float32, ld int, n0 int, w int, pad int, rows int, scale float32, lse *float32, d *float32)
+
+// flashFinishAVX512 sets inv[r] = 1/l[r] and lse[r] = m[r] + ln l[r] for r < rows (l[r] >= 1).
+//
+//go:noescape
+func flashFinishAVX512(m *float32, l *float32, rows int, lse *float32, inv *float32)
 
 // rowDotsAVX512 sets out[r] = Σ_{i<n} x[r·ldx+i]·y[r·ldy+i] for r < rows (n >= 1).
 //

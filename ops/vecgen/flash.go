@@ -197,26 +197,29 @@ func zeroRange(name string, p, n reg.GPVirtual) {
 
 // flashExpTileK emits
 //
-//	flashExpTileAVX512(s *float32, ld, n0, w, rows int, scale float32, mla *float32)
+//	flashExpTileAVX512(s *float32, ld, n0, w, rows int, scale float32, mla *float32, band int)
 //
 // flashExpAVX512 over the rows r < rows of a block of scores (row stride
 // ld, w keys a row), row r over its first nv = min(n0+r, w) >= 1 keys
 // (the keys its query sees; n0 >= 1), the rest of the row [nv, w)
-// zeroed; mla holds (m, l, α) per row, 3 floats a row: m is the running
+// zeroed; mla holds m, l and α of row r at mla[r], mla[band+r] and
+// mla[2·band+r]: m is the running
 // maximum, l the running sum, and the step sets m' = max(m, scale·max(s)),
 // s[i] = exp(scale·s[i] − m'), α = exp(m − m'), l = l·α + Σ s, m = m'.
 // Software-pipelined: the maximum of row r+1 is taken before the exps of
 // row r, so that its dependent chain (a pass and a reduction) runs while
 // the exps, which no longer wait on anything, fill the pipes.
 func flashExpTileK() {
-	text("flashExpTileAVX512", "func(s *float32, ld, n0, w, rows int, scale float32, mla *float32)")
-	Doc("flashExpTileAVX512 runs the online-softmax step on rows r < rows of s (row stride ld) over their first min(n0+r, w) elements (n0 >= 1), zeroing the rest of each row's w, with (m, l, α) of row r at mla[3r:3r+3].")
+	text("flashExpTileAVX512", "func(s *float32, ld, n0, w, rows int, scale float32, mla *float32, band int)")
+	Doc("flashExpTileAVX512 runs the online-softmax step on rows r < rows of s (row stride ld) over their first min(n0+r, w) elements (n0 >= 1), zeroing the rest of each row's w, with m, l, α of row r at mla[r], mla[band+r], mla[2·band+r].")
 	ps, pm := ptr("s"), ptr("mla")
 	ld := Load(Param("ld"), GP64()).(reg.GPVirtual)
 	SHLQ(U8(2), ld)
 	n0 := Load(Param("n0"), GP64()).(reg.GPVirtual)
 	w := Load(Param("w"), GP64()).(reg.GPVirtual)
 	rows := Load(Param("rows"), GP64()).(reg.GPVirtual)
+	bs := Load(Param("band"), GP64()).(reg.GPVirtual)
+	SHLQ(U8(2), bs)
 	scale := param("scale")
 	hoist(expFlashConsts()...)
 	TESTQ(rows, rows)
@@ -251,7 +254,7 @@ func flashExpTileK() {
 		INCQ(n0)
 		pn := GP64()
 		LEAQ(Mem{Base: ps, Index: ld, Scale: 1}, pn)
-		maxStep("fetMax", pn, 12)
+		maxStep("fetMax", pn, 4)
 	}
 	Label("fet_exp")
 	{
@@ -277,12 +280,12 @@ func flashExpTileK() {
 		VSUBPS(shift, m0, m0) // m − m'
 		a := expFlash(m0)
 		l := ZMM()
-		VBROADCASTSS(Mem{Base: pm, Disp: 4}, l)
+		VBROADCASTSS(Mem{Base: pm, Index: bs, Scale: 1}, l)
 		VMULPS(a, l, l)
 		VADDPS(sum, l, l) // l·α + Σ
 		storeLane0(shift, Mem{Base: pm})
-		storeLane0(l, Mem{Base: pm, Disp: 4})
-		storeLane0(a, Mem{Base: pm, Disp: 8})
+		storeLane0(l, Mem{Base: pm, Index: bs, Scale: 1})
+		storeLane0(a, Mem{Base: pm, Index: bs, Scale: 2})
 		// Zero [nv, w).
 		pz, cnt := GP64(), GP64()
 		LEAQ(Mem{Base: ps, Index: nv, Scale: 4}, pz)
@@ -291,7 +294,7 @@ func flashExpTileK() {
 		zeroRange("fetZero", pz, cnt)
 	}
 	ADDQ(ld, ps)
-	ADDQ(U32(12), pm)
+	ADDQ(U32(4), pm)
 	TESTQ(rows, rows)
 	JNE(LabelRef("fet_row"))
 	Label("fet_done")
@@ -430,4 +433,63 @@ func expFlash(t reg.VecVirtual) reg.VecVirtual {
 // expFlashConsts are the constants of expFlash.
 func expFlashConsts() []float32 {
 	return append([]float32{-87.3, expMagic, 1.44269504088896341, 0.6931471805599453, 1}, expPoly...)
+}
+
+// flashFinishK emits
+//
+//	flashFinishAVX512(m, l *float32, rows int, lse, inv *float32)
+//
+// the end of the flash forward's online softmax for rows r < rows:
+// inv[r] = 1/l[r] and lse[r] = m[r] + ln l[r] (l >= 1, as the sum
+// includes exp(0) for the row's maximum), 16 rows a vector. ln is
+// Cephes' logf, as log32: l = 2^e·x with x in [√½, √2) (VGETEXPPS,
+// VGETMANTPS), ln x = f − f²/2 + f³·P(f) for f = x − 1, plus e·ln2 in
+// two parts.
+func flashFinishK() {
+	text("flashFinishAVX512", "func(m, l *float32, rows int, lse, inv *float32)")
+	Doc("flashFinishAVX512 sets inv[r] = 1/l[r] and lse[r] = m[r] + ln l[r] for r < rows (l[r] >= 1).")
+	pm, pl, plse, pinv := ptr("m"), ptr("l"), ptr("lse"), ptr("inv")
+	rows := Load(Param("rows"), GP64()).(reg.GPVirtual)
+	k, full := tailMask(rows)
+	finish := func(ld func(p reg.GPVirtual) reg.VecVirtual, st func(z reg.VecVirtual, p reg.GPVirtual)) {
+		x := ld(pl)
+		inv := copyZ(bcast(1))
+		VDIVPS(x, inv, inv)
+		st(inv, pinv)
+		e, f := ZMM(), ZMM()
+		VGETEXPPS(x, e)
+		VGETMANTPS(U8(0), x, f) // [1, 2)
+		big := K()
+		VCMPPS(U8(0x1E), bcast(math.Sqrt2), f, big) // f > √2
+		VMULPS(bcast(0.5), f, big, f)
+		VADDPS(bcast(1), e, big, e)
+		VSUBPS(bcast(1), f, f)
+		z := ZMM()
+		VMULPS(f, f, z)
+		y := copyZ(bcast(7.0376836292e-2))
+		for _, c := range []float32{-1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+			-1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1} {
+			VFMADD213PS(bcast(c), f, y) // y = y·f + c
+		}
+		VMULPS(f, y, y)
+		VMULPS(z, y, y)
+		VFMADD231PS(bcast(-2.12194440e-4), e, y) // y += c2·e
+		VFMADD231PS(bcast(-0.5), z, y)           // y −= z/2
+		VADDPS(f, y, y)
+		VFMADD231PS(bcast(0.693359375), e, y) // + c1·e
+		m := ld(pm)
+		VADDPS(m, y, y)
+		st(y, plse)
+	}
+	rowLoop("ff", full, k, []reg.GPVirtual{pm, pl, plse, pinv}, func() {
+		finish(load, func(z reg.VecVirtual, p reg.GPVirtual) { VMOVUPS(z, mem(p)) })
+	}, func() {
+		finish(func(p reg.GPVirtual) reg.VecVirtual {
+			z := copyZ(bcast(1))
+			VMOVUPS(mem(p), k, z) // masked lanes keep 1
+			return z
+		}, func(z reg.VecVirtual, p reg.GPVirtual) { VMOVUPS(z, k, mem(p)) })
+	})
+	VZEROUPPER()
+	RET()
 }

@@ -30,6 +30,7 @@ func main() {
 	flashGradK()
 	flashExpTileK()
 	flashGradTileK()
+	flashFinishK()
 	rowDotsK()
 	scaleRowsK()
 	lnFwdRows()
