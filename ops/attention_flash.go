@@ -193,8 +193,8 @@ func scaleRows(v bool, x []float32, ld, n int, a []float32) {
 	}
 }
 
-// backward runs one head: D = rowsum(dO⊙O), then every (query, key)
-// block of up to h.qb × h.kb on or below the diagonal. Within a block each
+// backward runs one head: every (query, key) block of up to h.qb × h.kb
+// on or below the diagonal, with D = rowsum(dO⊙O) per query. Within a block each
 // band of rows (a 12-row tile on the tiled path) gets its S, dP, dS and
 // dQ product while they are in L1; dK and dV take the whole block.
 func (h *flashHead) backward(dqkv, dout, qkv, out, lse []float32, bh int) {
@@ -205,19 +205,17 @@ func (h *flashHead) backward(dqkv, dout, qkv, out, lse []float32, bh int) {
 	h.pack(kk, v, q, dy)
 	s, dp := h.ap.next(h.qb*h.kb), h.ap.next(h.qb*h.kb)
 	d := h.ap.next(g.T)
-	if h.simd {
-		_, _ = dy[(g.T-1)*g.C+g.HS-1], o[(g.T-1)*g.C+g.HS-1]
-		rowDotsAVX512(&d[0], &dy[0], g.C, &o[0], g.C, g.HS, g.T)
-	} else {
-		for i := range g.T {
-			d[i] = dot32(dy[i*g.C:i*g.C+g.HS], o[i*g.C:i*g.C+g.HS])
-		}
-	}
 	lrow := lse[bh*g.T : (bh+1)*g.T]
 	band := h.band(h.qb)
 	for i0 := 0; i0 < g.T; i0 += h.qb {
 		rows := min(h.qb, g.T-i0)
 		i1 := i0 + rows
+		// D of rows whose keys all lie in one block comes with their P
+		// (Σ P⊙dP, gradTile); the others' from the output, read here.
+		oneBlock := h.simd && i1 <= h.kb
+		if !oneBlock {
+			h.rowDots(d[i0:i1], dy[i0*g.C:], o[i0*g.C:])
+		}
 		for j0 := 0; j0 < i1; j0 += h.kb {
 			w := min(h.kb, i1-j0)
 			for t0 := 0; t0 < rows; t0 += band {
@@ -225,7 +223,7 @@ func (h *flashHead) backward(dqkv, dout, qkv, out, lse []float32, bh int) {
 				st, dt := s[t0*h.kb:], dp[t0*h.kb:]
 				h.abT(st, h.kb, q[it*C3:], C3, it, n, kk, h.kt, j0, w)
 				h.abT(dt, h.kb, dy[it*g.C:], g.C, it, n, v, h.vt, j0, w)
-				h.gradTile(dt, st, h.kb, it-j0+1, w, n, lrow[it:], d[it:])
+				h.gradTile(dt, st, h.kb, it-j0+1, w, n, lrow[it:], d[it:], oneBlock)
 				h.ab(dq[it*C3:], C3, dt, h.kb, it, n, w, kk, h.kp, j0, true)
 			}
 			h.aTb(dk[j0*C3:], C3, dp, h.kb, j0, w, i0, rows, q, C3, h.qp)
@@ -236,17 +234,23 @@ func (h *flashHead) backward(dqkv, dout, qkv, out, lse []float32, bh int) {
 
 // gradTile recomputes P (into s) and sets dS (in ds, holding dP) for rows
 // r < rows of a block (row stride ld, w keys), row r over the first
-// nv = n0+r keys its query sees, with lse[r] and D = d[r]; both rows are
+// nv = n0+r keys its query sees, with lse[r] and D = d[r] (with dot, on
+// AVX-512 only, for rows that see no key past the block: D is set first
+// to Σ P⊙dP over the row, which is rowsum(dO⊙O)); both rows are
 // zeroed on [nv, nv+flashPad) within w on the tiled path (the products
 // read that far past the diagonal), on [nv, w) otherwise. On AVX-512 one
 // call runs the whole tile (flashGradTileAVX512).
-func (h *flashHead) gradTile(ds, s []float32, ld, n0, w, rows int, lse, d []float32) {
+func (h *flashHead) gradTile(ds, s []float32, ld, n0, w, rows int, lse, d []float32, dot bool) {
 	pad := 1 << 30 // the portable path reads whole rows
 	if h.tiled {
 		pad = flashPad
 	}
 	if h.simd && rows > 0 {
 		_, _, _, _ = ds[(rows-1)*ld+w-1], s[(rows-1)*ld+w-1], lse[rows-1], d[rows-1]
+		if dot {
+			flashGradDotTileAVX512(&ds[0], &s[0], ld, n0, w, pad, rows, h.g.scale, &lse[0], &d[0])
+			return
+		}
 		flashGradTileAVX512(&ds[0], &s[0], ld, n0, w, pad, rows, h.g.scale, &lse[0], &d[0])
 		return
 	}
@@ -260,6 +264,20 @@ func (h *flashHead) gradTile(ds, s []float32, ld, n0, w, rows int, lse, d []floa
 		end := max(nv, min(w, n0+r+pad))
 		clear(sr[nv:end])
 		clear(dr[nv:end])
+	}
+}
+
+// rowDots sets d[i] = Σ_c dy[i·C+c]·o[i·C+c] over the head's HS channels
+// (D = rowsum(dO⊙O)) for i < len(d).
+func (h *flashHead) rowDots(d, dy, o []float32) {
+	g, n := h.g, len(d)
+	if h.simd {
+		_, _ = dy[(n-1)*g.C+g.HS-1], o[(n-1)*g.C+g.HS-1]
+		rowDotsAVX512(&d[0], &dy[0], g.C, &o[0], g.C, g.HS, n)
+		return
+	}
+	for i := range n {
+		d[i] = dot32(dy[i*g.C:i*g.C+g.HS], o[i*g.C:i*g.C+g.HS])
 	}
 }
 

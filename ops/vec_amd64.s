@@ -1385,33 +1385,33 @@ TEXT ·flashGradTileAVX512(SB), NOSPLIT, $0-80
 	VBROADCASTSS vc27<>+0(SB), Z10
 	VBROADCASTSS vc15<>+0(SB), Z11
 	TESTQ        SI, SI
-	JE           fgt_done
+	JE           flashGradTileAVX512_fgt_done
 
-fgt_row:
+flashGradTileAVX512_fgt_row:
 	MOVQ         w+32(FP), DI
 	MOVQ         BX, R8
 	CMPQ         R8, DI
 	CMOVQGT      DI, R8
 	TESTQ        R8, R8
-	JLE          fgt_zero
+	JLE          flashGradTileAVX512_fgt_zero
 	MOVQ         lse+64(FP), DI
 	MOVQ         d+72(FP), R9
 	VBROADCASTSS (DI), Z12
-	VBROADCASTSS (R9), Z13
-	VMULPS       Z0, Z13, Z13
 	MOVQ         R8, DI
 	ANDQ         $0x0000000f, DI
-	MOVQ         $0x00000001, R9
-	SHLXQ        DI, R9, R9
-	DECQ         R9
-	KMOVW        R9, K1
+	MOVQ         $0x00000001, R10
+	SHLXQ        DI, R10, R10
+	DECQ         R10
+	KMOVW        R10, K1
 	MOVQ         R8, DI
 	ANDQ         $-16, DI
+	VBROADCASTSS (R9), Z13
+	VMULPS       Z0, Z13, Z13
 	MOVQ         DI, R9
 	TESTQ        R9, R9
-	JE           fgt_tail
+	JE           flashGradTileAVX512_g_tail
 
-fgt_loop:
+flashGradTileAVX512_g_loop:
 	VMOVUPS      (CX), Z14
 	VMOVUPS      (AX), Z15
 	VFMSUB213PS  Z12, Z0, Z14
@@ -1437,11 +1437,11 @@ fgt_loop:
 	ADDQ         $0x00000040, AX
 	ADDQ         $0x00000040, CX
 	SUBQ         $0x00000010, R9
-	JNE          fgt_loop
+	JNE          flashGradTileAVX512_g_loop
 
-fgt_tail:
+flashGradTileAVX512_g_tail:
 	KORTESTW     K1, K1
-	JE           fgt_end
+	JE           flashGradTileAVX512_g_end
 	VMOVUPS.Z    (CX), K1, Z14
 	VMOVUPS.Z    (AX), K1, Z15
 	VFMSUB213PS  Z12, Z0, Z14
@@ -1465,12 +1465,12 @@ fgt_tail:
 	VMOVUPS      Z16, K1, (CX)
 	VMOVUPS      Z15, K1, (AX)
 
-fgt_end:
+flashGradTileAVX512_g_end:
 	SHLQ $0x02, DI
 	SUBQ DI, AX
 	SUBQ DI, CX
 
-fgt_zero:
+flashGradTileAVX512_fgt_zero:
 	XORQ    DI, DI
 	CMPQ    R8, DI
 	CMOVQGT R8, DI
@@ -1481,7 +1481,7 @@ fgt_zero:
 	CMPQ    R8, R9
 	CMOVQGT R9, R8
 	SUBQ    DI, R8
-	JLE     fgt_next
+	JLE     flashGradTileAVX512_fgt_next
 	LEAQ    (CX)(DI*4), R9
 	MOVQ    R8, R10
 	ANDQ    $0x0000000f, R10
@@ -1494,20 +1494,20 @@ fgt_zero:
 	VPXORD  Z18, Z18, Z18
 	MOVQ    R10, R11
 	TESTQ   R11, R11
-	JE      fgtZs_tail
+	JE      flashGradTileAVX512_zs_tail
 
-fgtZs_loop:
+flashGradTileAVX512_zs_loop:
 	VMOVUPS Z18, (R9)
 	ADDQ    $0x00000040, R9
 	SUBQ    $0x00000010, R11
-	JNE     fgtZs_loop
+	JNE     flashGradTileAVX512_zs_loop
 
-fgtZs_tail:
+flashGradTileAVX512_zs_tail:
 	KORTESTW K1, K1
-	JE       fgtZs_end
+	JE       flashGradTileAVX512_zs_end
 	VMOVUPS  Z18, K1, (R9)
 
-fgtZs_end:
+flashGradTileAVX512_zs_end:
 	SHLQ   $0x02, R10
 	SUBQ   R10, R9
 	LEAQ   (AX)(DI*4), R9
@@ -1522,33 +1522,321 @@ fgtZs_end:
 	VPXORD Z19, Z19, Z19
 	MOVQ   DI, R8
 	TESTQ  R8, R8
-	JE     fgtZd_tail
+	JE     flashGradTileAVX512_zd_tail
 
-fgtZd_loop:
+flashGradTileAVX512_zd_loop:
 	VMOVUPS Z19, (R9)
 	ADDQ    $0x00000040, R9
 	SUBQ    $0x00000010, R8
-	JNE     fgtZd_loop
+	JNE     flashGradTileAVX512_zd_loop
 
-fgtZd_tail:
+flashGradTileAVX512_zd_tail:
 	KORTESTW K1, K1
-	JE       fgtZd_end
+	JE       flashGradTileAVX512_zd_end
 	VMOVUPS  Z19, K1, (R9)
 
-fgtZd_end:
+flashGradTileAVX512_zd_end:
 	SHLQ $0x02, DI
 	SUBQ DI, R9
 
-fgt_next:
+flashGradTileAVX512_fgt_next:
 	ADDQ DX, CX
 	ADDQ DX, AX
 	ADDQ $0x00000004, lse+64(FP)
 	ADDQ $0x00000004, d+72(FP)
 	INCQ BX
 	DECQ SI
-	JNE  fgt_row
+	JNE  flashGradTileAVX512_fgt_row
 
-fgt_done:
+flashGradTileAVX512_fgt_done:
+	VZEROUPPER
+	RET
+
+// func flashGradDotTileAVX512(ds *float32, s *float32, ld int, n0 int, w int, pad int, rows int, scale float32, lse *float32, d *float32)
+// Requires: AVX, AVX512F, BMI2, CMOV
+TEXT ·flashGradDotTileAVX512(SB), NOSPLIT, $0-80
+	MOVQ         ds+0(FP), AX
+	MOVQ         s+8(FP), CX
+	MOVQ         ld+16(FP), DX
+	SHLQ         $0x02, DX
+	MOVQ         n0+24(FP), BX
+	MOVQ         rows+48(FP), SI
+	VBROADCASTSS scale+56(FP), Z0
+	VBROADCASTSS vc18<>+0(SB), Z1
+	VBROADCASTSS vc29<>+0(SB), Z2
+	VBROADCASTSS vc20<>+0(SB), Z3
+	VBROADCASTSS vc30<>+0(SB), Z4
+	VBROADCASTSS vc16<>+0(SB), Z5
+	VBROADCASTSS vc23<>+0(SB), Z6
+	VBROADCASTSS vc24<>+0(SB), Z7
+	VBROADCASTSS vc25<>+0(SB), Z8
+	VBROADCASTSS vc26<>+0(SB), Z9
+	VBROADCASTSS vc27<>+0(SB), Z10
+	VBROADCASTSS vc15<>+0(SB), Z11
+	TESTQ        SI, SI
+	JE           flashGradDotTileAVX512_fgt_done
+
+flashGradDotTileAVX512_fgt_row:
+	MOVQ         w+32(FP), DI
+	MOVQ         BX, R8
+	CMPQ         R8, DI
+	CMOVQGT      DI, R8
+	TESTQ        R8, R8
+	JLE          flashGradDotTileAVX512_fgt_zero
+	MOVQ         lse+64(FP), DI
+	MOVQ         d+72(FP), R9
+	VBROADCASTSS (DI), Z12
+	MOVQ         R8, DI
+	ANDQ         $0x0000000f, DI
+	MOVQ         $0x00000001, R10
+	SHLXQ        DI, R10, R10
+	DECQ         R10
+	KMOVW        R10, K1
+	MOVQ         R8, DI
+	ANDQ         $-16, DI
+	VPXORD       Z14, Z14, Z14
+	MOVQ         DI, R10
+	TESTQ        R10, R10
+	JE           flashGradDotTileAVX512_p_tail
+
+flashGradDotTileAVX512_p_loop:
+	VMOVUPS      (CX), Z13
+	VFMSUB213PS  Z12, Z0, Z13
+	VMAXPS       Z1, Z13, Z13
+	VMOVAPS      Z2, Z15
+	VFMADD231PS  Z3, Z13, Z15
+	VSUBPS       Z2, Z15, Z16
+	VFNMADD231PS Z4, Z16, Z13
+	VMOVAPS      Z6, Z16
+	VFMADD213PS  Z7, Z13, Z16
+	VFMADD213PS  Z8, Z13, Z16
+	VFMADD213PS  Z9, Z13, Z16
+	VFMADD213PS  Z10, Z13, Z16
+	VFMADD213PS  Z11, Z13, Z16
+	VFMADD213PS  Z5, Z13, Z16
+	VFMADD213PS  Z5, Z13, Z16
+	VPSLLD       $0x17, Z15, Z15
+	VMULPS       Z15, Z16, Z16
+	VMOVUPS      Z16, (CX)
+	VFMADD231PS  (AX), Z16, Z14
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	SUBQ         $0x00000010, R10
+	JNE          flashGradDotTileAVX512_p_loop
+
+flashGradDotTileAVX512_p_tail:
+	KORTESTW     K1, K1
+	JE           flashGradDotTileAVX512_p_end
+	VMOVUPS.Z    (CX), K1, Z13
+	VMOVUPS.Z    (AX), K1, Z15
+	VFMSUB213PS  Z12, Z0, Z13
+	VMAXPS       Z1, Z13, Z13
+	VMOVAPS      Z2, Z12
+	VFMADD231PS  Z3, Z13, Z12
+	VSUBPS       Z2, Z12, Z16
+	VFNMADD231PS Z4, Z16, Z13
+	VMOVAPS      Z6, Z16
+	VFMADD213PS  Z7, Z13, Z16
+	VFMADD213PS  Z8, Z13, Z16
+	VFMADD213PS  Z9, Z13, Z16
+	VFMADD213PS  Z10, Z13, Z16
+	VFMADD213PS  Z11, Z13, Z16
+	VFMADD213PS  Z5, Z13, Z16
+	VFMADD213PS  Z5, Z13, Z16
+	VPSLLD       $0x17, Z12, Z12
+	VMULPS       Z12, Z16, Z16
+	VMOVUPS      Z16, K1, (CX)
+	VFMADD231PS  Z15, Z16, K1, Z14
+
+flashGradDotTileAVX512_p_end:
+	MOVQ       DI, R10
+	SHLQ       $0x02, R10
+	SUBQ       R10, AX
+	SUBQ       R10, CX
+	VSHUFF32X4 $0x4e, Z14, Z14, Z12
+	VADDPS     Z12, Z14, Z14
+	VSHUFF32X4 $0xb1, Z14, Z14, Z12
+	VADDPS     Z12, Z14, Z14
+	VPERMILPS  $0x4e, Z14, Z12
+	VADDPS     Z12, Z14, Z14
+	VPERMILPS  $0xb1, Z14, Z12
+	VADDPS     Z12, Z14, Z14
+	MOVL       $0x00000001, R10
+	KMOVW      R10, K2
+	VMOVUPS    Z14, K2, (R9)
+	VMULPS     Z0, Z14, Z13
+	MOVQ       DI, R9
+	TESTQ      R9, R9
+	JE         flashGradDotTileAVX512_ds_tail
+
+flashGradDotTileAVX512_ds_loop:
+	VMOVUPS     (AX), Z12
+	VFMSUB213PS Z13, Z0, Z12
+	VMULPS      (CX), Z12, Z12
+	VMOVUPS     Z12, (AX)
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	SUBQ        $0x00000010, R9
+	JNE         flashGradDotTileAVX512_ds_loop
+
+flashGradDotTileAVX512_ds_tail:
+	KORTESTW    K1, K1
+	JE          flashGradDotTileAVX512_ds_end
+	VMOVUPS.Z   (AX), K1, Z12
+	VMOVUPS.Z   (CX), K1, Z15
+	VFMSUB213PS Z13, Z0, Z12
+	VMULPS      Z15, Z12, Z12
+	VMOVUPS     Z12, K1, (AX)
+
+flashGradDotTileAVX512_ds_end:
+	SHLQ $0x02, DI
+	SUBQ DI, AX
+	SUBQ DI, CX
+	JMP  flashGradDotTileAVX512_fgt_zero
+	VBROADCASTSS (R9), Z13
+	VMULPS       Z0, Z13, Z13
+	MOVQ         DI, R9
+	TESTQ        R9, R9
+	JE           flashGradDotTileAVX512_g_tail
+
+flashGradDotTileAVX512_g_loop:
+	VMOVUPS      (CX), Z15
+	VMOVUPS      (AX), Z16
+	VFMSUB213PS  Z12, Z0, Z15
+	VMAXPS       Z1, Z15, Z15
+	VMOVAPS      Z2, Z17
+	VFMADD231PS  Z3, Z15, Z17
+	VSUBPS       Z2, Z17, Z18
+	VFNMADD231PS Z4, Z18, Z15
+	VMOVAPS      Z6, Z18
+	VFMADD213PS  Z7, Z15, Z18
+	VFMADD213PS  Z8, Z15, Z18
+	VFMADD213PS  Z9, Z15, Z18
+	VFMADD213PS  Z10, Z15, Z18
+	VFMADD213PS  Z11, Z15, Z18
+	VFMADD213PS  Z5, Z15, Z18
+	VFMADD213PS  Z5, Z15, Z18
+	VPSLLD       $0x17, Z17, Z17
+	VMULPS       Z17, Z18, Z18
+	VFMSUB213PS  Z13, Z0, Z16
+	VMULPS       Z18, Z16, Z16
+	VMOVUPS      Z18, (CX)
+	VMOVUPS      Z16, (AX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	SUBQ         $0x00000010, R9
+	JNE          flashGradDotTileAVX512_g_loop
+
+flashGradDotTileAVX512_g_tail:
+	KORTESTW     K1, K1
+	JE           flashGradDotTileAVX512_g_end
+	VMOVUPS.Z    (CX), K1, Z15
+	VMOVUPS.Z    (AX), K1, Z16
+	VFMSUB213PS  Z12, Z0, Z15
+	VMAXPS       Z1, Z15, Z15
+	VMOVAPS      Z2, Z12
+	VFMADD231PS  Z3, Z15, Z12
+	VSUBPS       Z2, Z12, Z17
+	VFNMADD231PS Z4, Z17, Z15
+	VMOVAPS      Z6, Z17
+	VFMADD213PS  Z7, Z15, Z17
+	VFMADD213PS  Z8, Z15, Z17
+	VFMADD213PS  Z9, Z15, Z17
+	VFMADD213PS  Z10, Z15, Z17
+	VFMADD213PS  Z11, Z15, Z17
+	VFMADD213PS  Z5, Z15, Z17
+	VFMADD213PS  Z5, Z15, Z17
+	VPSLLD       $0x17, Z12, Z12
+	VMULPS       Z12, Z17, Z17
+	VFMSUB213PS  Z13, Z0, Z16
+	VMULPS       Z17, Z16, Z16
+	VMOVUPS      Z17, K1, (CX)
+	VMOVUPS      Z16, K1, (AX)
+
+flashGradDotTileAVX512_g_end:
+	SHLQ $0x02, DI
+	SUBQ DI, AX
+	SUBQ DI, CX
+
+flashGradDotTileAVX512_fgt_zero:
+	XORQ    DI, DI
+	CMPQ    R8, DI
+	CMOVQGT R8, DI
+	MOVQ    pad+40(FP), R9
+	MOVQ    BX, R8
+	ADDQ    R9, R8
+	MOVQ    w+32(FP), R9
+	CMPQ    R8, R9
+	CMOVQGT R9, R8
+	SUBQ    DI, R8
+	JLE     flashGradDotTileAVX512_fgt_next
+	LEAQ    (CX)(DI*4), R9
+	MOVQ    R8, R10
+	ANDQ    $0x0000000f, R10
+	MOVQ    $0x00000001, R11
+	SHLXQ   R10, R11, R11
+	DECQ    R11
+	KMOVW   R11, K1
+	MOVQ    R8, R10
+	ANDQ    $-16, R10
+	VPXORD  Z19, Z19, Z19
+	MOVQ    R10, R11
+	TESTQ   R11, R11
+	JE      flashGradDotTileAVX512_zs_tail
+
+flashGradDotTileAVX512_zs_loop:
+	VMOVUPS Z19, (R9)
+	ADDQ    $0x00000040, R9
+	SUBQ    $0x00000010, R11
+	JNE     flashGradDotTileAVX512_zs_loop
+
+flashGradDotTileAVX512_zs_tail:
+	KORTESTW K1, K1
+	JE       flashGradDotTileAVX512_zs_end
+	VMOVUPS  Z19, K1, (R9)
+
+flashGradDotTileAVX512_zs_end:
+	SHLQ   $0x02, R10
+	SUBQ   R10, R9
+	LEAQ   (AX)(DI*4), R9
+	MOVQ   R8, DI
+	ANDQ   $0x0000000f, DI
+	MOVQ   $0x00000001, R10
+	SHLXQ  DI, R10, R10
+	DECQ   R10
+	KMOVW  R10, K1
+	MOVQ   R8, DI
+	ANDQ   $-16, DI
+	VPXORD Z20, Z20, Z20
+	MOVQ   DI, R8
+	TESTQ  R8, R8
+	JE     flashGradDotTileAVX512_zd_tail
+
+flashGradDotTileAVX512_zd_loop:
+	VMOVUPS Z20, (R9)
+	ADDQ    $0x00000040, R9
+	SUBQ    $0x00000010, R8
+	JNE     flashGradDotTileAVX512_zd_loop
+
+flashGradDotTileAVX512_zd_tail:
+	KORTESTW K1, K1
+	JE       flashGradDotTileAVX512_zd_end
+	VMOVUPS  Z20, K1, (R9)
+
+flashGradDotTileAVX512_zd_end:
+	SHLQ $0x02, DI
+	SUBQ DI, R9
+
+flashGradDotTileAVX512_fgt_next:
+	ADDQ DX, CX
+	ADDQ DX, AX
+	ADDQ $0x00000004, lse+64(FP)
+	ADDQ $0x00000004, d+72(FP)
+	INCQ BX
+	DECQ SI
+	JNE  flashGradDotTileAVX512_fgt_row
+
+flashGradDotTileAVX512_fgt_done:
 	VZEROUPPER
 	RET
 

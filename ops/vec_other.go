@@ -29,6 +29,9 @@ func flashExpTileAVX512(s *float32, ld, n0, w, rows int, scale float32, mla *flo
 	panic("ops: no AVX-512")
 }
 func flashFinishAVX512(m, l *float32, rows int, lse, inv *float32) { panic("ops: no AVX-512") }
+func flashGradDotTileAVX512(ds, s *float32, ld, n0, w, pad, rows int, scale float32, lse, d *float32) {
+	panic("ops: no AVX-512")
+}
 func flashGradTileAVX512(ds, s *float32, ld, n0, w, pad, rows int, scale float32, lse, d *float32) {
 	panic("ops: no AVX-512")
 }

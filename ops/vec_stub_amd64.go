@@ -69,6 +69,11 @@ func flashExpTileAVX512(s *float32, ld int, n0 int, w int, rows int, scale float
 //go:noescape
 func flashGradTileAVX512(ds *float32, s *float32, ld int, n0 int, w int, pad int, rows int, scale float32, lse *float32, d *float32)
 
+// flashGradDotTileAVX512 is flashGradTileAVX512 with d an output: d[r] = Σ P⊙dP over the row (D, for rows whose keys are all in the block), taken before the score gradients.
+//
+//go:noescape
+func flashGradDotTileAVX512(ds *float32, s *float32, ld int, n0 int, w int, pad int, rows int, scale float32, lse *float32, d *float32)
+
 // flashFinishAVX512 sets inv[r] = 1/l[r] and lse[r] = m[r] + ln l[r] for r < rows (l[r] >= 1).
 //
 //go:noescape

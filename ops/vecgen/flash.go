@@ -310,9 +310,14 @@ func flashExpTileK() {
 // stride ld, w keys a row), row r over its first nv = min(n0+r, w) keys
 // with lse[r] and d[r], and both rows zeroed on [max(nv, 0), min(w,
 // n0+r+pad)): the keys past its query that the block products still read.
-func flashGradTileK() {
-	text("flashGradTileAVX512", "func(ds, s *float32, ld, n0, w, pad, rows int, scale float32, lse, d *float32)")
-	Doc("flashGradTileAVX512 runs flashGradAVX512 on rows r < rows of ds and s (row stride ld) over their first min(n0+r, w) elements with lse[r], d[r], and zeroes both rows on [max(that, 0), min(w, n0+r+pad)).")
+func flashGradTileK(name string, dot bool) {
+	lb := func(l string) string { return name + "_" + l }
+	text(name, "func(ds, s *float32, ld, n0, w, pad, rows int, scale float32, lse, d *float32)")
+	if dot {
+		Doc(name + " is flashGradTileAVX512 with d an output: d[r] = Σ P⊙dP over the row (D, for rows whose keys are all in the block), taken before the score gradients.")
+	} else {
+		Doc(name + " runs flashGradAVX512 on rows r < rows of ds and s (row stride ld) over their first min(n0+r, w) elements with lse[r], d[r], and zeroes both rows on [max(that, 0), min(w, n0+r+pad)).")
+	}
 	pd, ps := ptr("ds"), ptr("s")
 	ld := Load(Param("ld"), GP64()).(reg.GPVirtual)
 	SHLQ(U8(2), ld)
@@ -321,22 +326,57 @@ func flashGradTileK() {
 	scale := param("scale")
 	hoist(expFlashConsts()...)
 	TESTQ(rows, rows)
-	JE(LabelRef("fgt_done"))
-	Label("fgt_row")
+	JE(LabelRef(lb("fgt_done")))
+	Label(lb("fgt_row"))
 	w := Load(Param("w"), GP64()).(reg.GPVirtual)
 	nv := GP64()
 	MOVQ(n0, nv)
 	CMPQ(nv, w)
 	CMOVQGT(w, nv) // nv = min(n0, w)
 	TESTQ(nv, nv)
-	JLE(LabelRef("fgt_zero"))
+	JLE(LabelRef(lb("fgt_zero")))
 	{
 		plse, pdd := ptr("lse"), ptr("d")
 		lse, sd := ZMM(), ZMM()
 		VBROADCASTSS(Mem{Base: plse}, lse)
+		k, full := tailMask(nv)
+		if dot { // P and D = Σ P⊙dP first, then dS
+			acc := zeroZ()
+			rowLoop(lb("p"), full, k, []reg.GPVirtual{pd, ps}, func() {
+				t := load(ps)
+				VFMSUB213PS(lse, scale, t)
+				e := expFlash(t)
+				VMOVUPS(e, mem(ps))
+				VFMADD231PS(mem(pd), e, acc)
+			}, func() {
+				t, dp := ZMM(), ZMM()
+				VMOVUPS_Z(mem(ps), k, t)
+				VMOVUPS_Z(mem(pd), k, dp)
+				VFMSUB213PS(lse, scale, t)
+				e := expFlash(t)
+				VMOVUPS(e, k, mem(ps))
+				VFMADD231PS(dp, e, k, acc)
+			})
+			reduce(acc, VADDPS)
+			storeLane0(acc, mem(pdd))
+			VMULPS(scale, acc, sd) // scale·D
+			rowLoop(lb("ds"), full, k, []reg.GPVirtual{pd, ps}, func() {
+				dp := load(pd)
+				VFMSUB213PS(sd, scale, dp) // scale·dP − scale·D
+				VMULPS(mem(ps), dp, dp)
+				VMOVUPS(dp, mem(pd))
+			}, func() {
+				dp, e := ZMM(), ZMM()
+				VMOVUPS_Z(mem(pd), k, dp)
+				VMOVUPS_Z(mem(ps), k, e)
+				VFMSUB213PS(sd, scale, dp)
+				VMULPS(e, dp, dp)
+				VMOVUPS(dp, k, mem(pd))
+			})
+			JMP(LabelRef(lb("fgt_zero")))
+		}
 		VBROADCASTSS(Mem{Base: pdd}, sd)
 		VMULPS(scale, sd, sd) // scale·D
-		k, full := tailMask(nv)
 		grad := func(t, dp reg.VecVirtual) reg.VecVirtual {
 			VFMSUB213PS(lse, scale, t) // t = scale·s − lse
 			e := expFlash(t)
@@ -344,7 +384,7 @@ func flashGradTileK() {
 			VMULPS(e, dp, dp)
 			return e
 		}
-		rowLoop("fgt", full, k, []reg.GPVirtual{pd, ps}, func() {
+		rowLoop(lb("g"), full, k, []reg.GPVirtual{pd, ps}, func() {
 			t, dp := load(ps), load(pd)
 			e := grad(t, dp)
 			VMOVUPS(e, mem(ps))
@@ -358,7 +398,7 @@ func flashGradTileK() {
 			VMOVUPS(dp, k, mem(pd))
 		})
 	}
-	Label("fgt_zero")
+	Label(lb("fgt_zero"))
 	{
 		// Zero [lo, hi): lo = max(nv, 0), hi = min(w, n0+pad).
 		lo, hi := GP64(), GP64()
@@ -372,14 +412,14 @@ func flashGradTileK() {
 		CMPQ(hi, w2)
 		CMOVQGT(w2, hi)
 		SUBQ(lo, hi) // the count
-		JLE(LabelRef("fgt_next"))
+		JLE(LabelRef(lb("fgt_next")))
 		pz := GP64()
 		LEAQ(Mem{Base: ps, Index: lo, Scale: 4}, pz)
-		zeroRange("fgtZs", pz, hi)
+		zeroRange(lb("zs"), pz, hi)
 		LEAQ(Mem{Base: pd, Index: lo, Scale: 4}, pz)
-		zeroRange("fgtZd", pz, hi)
+		zeroRange(lb("zd"), pz, hi)
 	}
-	Label("fgt_next")
+	Label(lb("fgt_next"))
 	ADDQ(ld, ps)
 	ADDQ(ld, pd)
 	for _, name := range []string{"lse", "d"} {
@@ -391,8 +431,8 @@ func flashGradTileK() {
 	}
 	INCQ(n0)
 	DECQ(rows)
-	JNE(LabelRef("fgt_row"))
-	Label("fgt_done")
+	JNE(LabelRef(lb("fgt_row")))
+	Label(lb("fgt_done"))
 	VZEROUPPER()
 	RET()
 }
