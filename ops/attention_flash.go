@@ -96,8 +96,8 @@ func flashCheck(qkv, out, lse []float32, B, T, C, NH int) {
 }
 
 // forward runs one head. Each band of query rows [i0, i0+rows) — one
-// micro-kernel tile (12 rows) on the tiled path, flashQBlock rows
-// otherwise — walks the key blocks [0, i0+rows) of up to h.kb keys: its
+// micro-kernel tile (12 rows, the first firstTile) on the tiled path,
+// flashQBlock rows otherwise — walks the key blocks [0, i0+rows) of up to h.kb keys: its
 // scores, probabilities and output rows stay in L1 across the key blocks.
 func (h *flashHead) forward(out, lse, qkv []float32, bh int) {
 	g := h.g
@@ -109,8 +109,12 @@ func (h *flashHead) forward(out, lse, qkv []float32, bh int) {
 	mla := h.ap.next(3 * band) // per row: m, then l, then α (or 1/l at the end)
 	m, l, al := mla[:band], mla[band:2*band], mla[2*band:]
 	lrow := lse[bh*g.T : (bh+1)*g.T]
-	for i0 := 0; i0 < g.T; i0 += band {
-		rows := min(band, g.T-i0)
+	first := h.firstTile()
+	for i0, rows := 0, 0; i0 < g.T; i0 += rows {
+		rows = min(band, g.T-i0)
+		if i0 == 0 && first > 0 {
+			rows = first
+		}
 		i1 := i0 + rows
 		for r := range rows {
 			m[r], l[r] = float32(math.Inf(-1)), 0
@@ -207,8 +211,12 @@ func (h *flashHead) backward(dqkv, dout, qkv, out, lse []float32, bh int) {
 	d := h.ap.next(g.T)
 	lrow := lse[bh*g.T : (bh+1)*g.T]
 	band := h.band(h.qb)
-	for i0 := 0; i0 < g.T; i0 += h.qb {
-		rows := min(h.qb, g.T-i0)
+	first := h.firstTile()
+	for i0, rows := 0, 0; i0 < g.T; i0 += rows {
+		rows = min(h.qb, g.T-i0)
+		if i0 == 0 && first > 0 { // the short tile, then whole ones
+			rows = min(h.qb-band+first, g.T)
+		}
 		i1 := i0 + rows
 		// D of rows whose keys all lie in one block comes with their P
 		// (Σ P⊙dP, gradTile); the others' from the output, read here.
@@ -218,8 +226,12 @@ func (h *flashHead) backward(dqkv, dout, qkv, out, lse []float32, bh int) {
 		}
 		for j0 := 0; j0 < i1; j0 += h.kb {
 			w := min(h.kb, i1-j0)
-			for t0 := 0; t0 < rows; t0 += band {
-				n, it := min(band, rows-t0), i0+t0
+			for t0, n := 0, 0; t0 < rows; t0 += n {
+				n = min(band, rows-t0)
+				if i0+t0 == 0 && first > 0 {
+					n = first
+				}
+				it := i0 + t0
 				st, dt := s[t0*h.kb:], dp[t0*h.kb:]
 				h.abT(st, h.kb, q[it*C3:], C3, it, n, kk, h.kt, j0, w)
 				h.abT(dt, h.kb, dy[it*g.C:], g.C, it, n, v, h.vt, j0, w)

@@ -39,6 +39,17 @@ func (h *flashHead) band(n int) int {
 	return n
 }
 
+// firstTile is the row count of the first query tile on the tiled path
+// when T is not a multiple of the tile, 0 otherwise: the short tile goes
+// first, on the queries that see the fewest keys, where its kernels
+// (fewer independent sums) cost least; every later tile is whole.
+func (h *flashHead) firstTile() int {
+	if !h.tiled {
+		return 0
+	}
+	return h.g.T % h.k.impl.mr
+}
+
 // release returns the pooled buffer.
 func (h *flashHead) release() { h.k.bufs.b.Put(h.ap.buf) }
 

@@ -459,8 +459,8 @@ func expFlash(t reg.VecVirtual) reg.VecVirtual {
 	j := copyZ(bcast(expMagic))
 	VFMADD231PS(bcast(1.44269504088896341), t, j) // j = t·log₂e + magic
 	n := ZMM()
-	VSUBPS(bcast(expMagic), j, n)                       // n = round(t·log₂e)
-	VFNMADD231PS(bcast(0.6931471805599453), n, t)      // r = t − n·ln2
+	VSUBPS(bcast(expMagic), j, n)                 // n = round(t·log₂e)
+	VFNMADD231PS(bcast(0.6931471805599453), n, t) // r = t − n·ln2
 	p := copyZ(bcast(expPoly[0]))
 	for _, c := range append(expPoly[1:], 1, 1) {
 		VFMADD213PS(bcast(c), t, p) // p = r·p + c
