@@ -174,7 +174,7 @@ func (h *flashHead) onlineRow(srow []float32, nv int, m, l *float32) float32 {
 		clear(srow)
 		return 1
 	}
-	m1, sum := flashExpRow(h.simd, srow[:nv], h.g.scale, *m)
+	m1, sum := flashExpRow(srow[:nv], h.g.scale, *m)
 	clear(srow[nv:])
 	a := exp32(*m - m1)
 	*l = *l*a + sum
@@ -270,7 +270,7 @@ func (h *flashHead) gradTile(ds, s []float32, ld, n0, w, rows int, lse, d []floa
 		sr, dr := s[r*ld:r*ld+w], ds[r*ld:r*ld+w]
 		nv := min(w, n0+r)
 		if nv > 0 {
-			flashGradRow(h.simd, dr[:nv], sr[:nv], h.g.scale, lse[r], d[r])
+			flashGradRow(dr[:nv], sr[:nv], h.g.scale, lse[r], d[r])
 		}
 		nv = max(nv, 0)
 		end := max(nv, min(w, n0+r+pad))
@@ -293,27 +293,20 @@ func (h *flashHead) rowDots(d, dy, o []float32) {
 	}
 }
 
-// flashExpRow is flashExpAVX512 (or its pure-Go path): with m0 the
-// running maximum, m = max(m0, scale·max(s)), s[i] = exp(scale·s[i] − m);
-// it returns m and Σ s. len(s) >= 1.
-func flashExpRow(v bool, s []float32, scale, m0 float32) (m, sum float32) {
-	if v {
-		res := [2]float32{m0, 0}
-		flashExpAVX512(&s[0], &s[0], len(s), scale, &res[0])
-		return res[0], res[1]
-	}
+// flashExpRow is the online-softmax step over one row (the portable
+// path of flashExpTileAVX512): with m0 the running maximum, m = max(m0,
+// scale·max(s)), s[i] = exp(scale·s[i] − m); it returns m and Σ s.
+// len(s) >= 1.
+func flashExpRow(s []float32, scale, m0 float32) (m, sum float32) {
 	m = max(m0, rowMax(s)*scale)
 	return m, rowExp(s, s, scale, m)
 }
 
-// flashGradRow is flashGradAVX512 (or its pure-Go path): s[i] = P =
-// exp(scale·s[i] − lse), ds[i] = scale·P·(ds[i] − d). len(s) >= 1.
-func flashGradRow(v bool, ds, s []float32, scale, lse, d float32) {
+// flashGradRow is the backward's step over one row (the portable path of
+// flashGradTileAVX512): s[i] = P = exp(scale·s[i] − lse), ds[i] =
+// scale·P·(ds[i] − d). len(s) >= len(ds).
+func flashGradRow(ds, s []float32, scale, lse, d float32) {
 	s = s[:len(ds)]
-	if v {
-		flashGradAVX512(&ds[0], &s[0], len(ds), scale, lse, d)
-		return
-	}
 	for i, x := range s {
 		p := exp32(x*scale - lse)
 		s[i] = p

@@ -49,22 +49,12 @@ func softmaxCausalAVX512(a *float32, ld int, n0 int, rows int, scale float32)
 //go:noescape
 func softmaxGradCausalAVX512(d *float32, ldd int, p *float32, ldp int, n0 int, rows int, scale float32)
 
-// flashExpAVX512 sets m = max(res[0], scale·max(s)), p[i] = exp(scale·s[i] − m) for i < n (n >= 1, p may be s), res[0] = m, res[1] = Σ p.
-//
-//go:noescape
-func flashExpAVX512(p *float32, s *float32, n int, scale float32, res *float32)
-
-// flashGradAVX512 sets s[i] = P = exp(scale·s[i] − lse) and ds[i] = scale·P·(ds[i] − d) for i < n (n >= 1).
-//
-//go:noescape
-func flashGradAVX512(ds *float32, s *float32, n int, scale float32, lse float32, d float32)
-
 // flashExpTileAVX512 runs the online-softmax step on rows r < rows of s (row stride ld) over their first min(n0+r, w) elements (n0 >= 1), zeroing the rest of each row's w, with m, l, α of row r at mla[r], mla[band+r], mla[2·band+r].
 //
 //go:noescape
 func flashExpTileAVX512(s *float32, ld int, n0 int, w int, rows int, scale float32, mla *float32, band int)
 
-// flashGradTileAVX512 runs flashGradAVX512 on rows r < rows of ds and s (row stride ld) over their first min(n0+r, w) elements with lse[r], d[r], and zeroes both rows on [max(that, 0), min(w, n0+r+pad)).
+// flashGradTileAVX512 sets s[i] = P = exp(scale·s[i] − lse[r]) and ds[i] = P·(scale·ds[i] − scale·d[r]) on rows r < rows of ds and s (row stride ld) over their first min(n0+r, w) elements, and zeroes both rows on [max(that, 0), min(w, n0+r+pad)).
 //
 //go:noescape
 func flashGradTileAVX512(ds *float32, s *float32, ld int, n0 int, w int, pad int, rows int, scale float32, lse *float32, d *float32)

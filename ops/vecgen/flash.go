@@ -8,99 +8,10 @@ import (
 	"github.com/mmcloughlin/avo/reg"
 )
 
-// The row kernels of FlashAttention (ops/attention_flash.go): the online
-// softmax step of the forward and the recomputed probabilities and score
-// gradients of the backward, any n >= 1 with masked tails.
-
-// flashExpK emits
-//
-//	flashExpAVX512(p, s *float32, n int, scale float32, res *float32)
-//
-// the online-softmax step over one row of a key block: with m0 = res[0]
-// (the running maximum, possibly −∞), m = max(m0, scale·max(s)),
-// p[i] = exp(scale·s[i] − m) (p may be s), res[0] = m, res[1] = Σ p.
-func flashExpK() {
-	text("flashExpAVX512", "func(p, s *float32, n int, scale float32, res *float32)")
-	Doc("flashExpAVX512 sets m = max(res[0], scale·max(s)), p[i] = exp(scale·s[i] − m) for i < n (n >= 1, p may be s), res[0] = m, res[1] = Σ p.")
-	po, pi, pres := ptr("p"), ptr("s"), ptr("res")
-	n := Load(Param("n"), GP64()).(reg.GPVirtual)
-	scale := param("scale")
-	hoist(expConsts()...)
-	k, full := tailMask(n)
-	mx := bcast(float32(math.Inf(-1)))
-	rowLoop("feMax", full, k, []reg.GPVirtual{pi}, func() {
-		VMAXPS(mem(pi), mx, mx)
-	}, func() {
-		VMAXPS(mem(pi), mx, k, mx)
-	})
-	reduce(mx, VMAXPS)
-	shift, m0 := ZMM(), ZMM()
-	VMULPS(scale, mx, shift)
-	VBROADCASTSS(Mem{Base: pres}, m0)
-	VMAXPS(m0, shift, shift)
-	sum := zeroZ()
-	rowLoop("feExp", full, k, []reg.GPVirtual{po, pi}, func() {
-		t := load(pi)
-		VFMSUB213PS(shift, scale, t) // t = scale·s − m
-		e := exp(t)
-		VMOVUPS(e, mem(po))
-		VADDPS(e, sum, sum)
-	}, func() {
-		t := ZMM()
-		VMOVUPS_Z(mem(pi), k, t)
-		VFMSUB213PS(shift, scale, t)
-		e := exp(t)
-		VMOVUPS(e, k, mem(po))
-		VADDPS(e, sum, k, sum)
-	})
-	reduce(sum, VADDPS)
-	storeLane0(shift, Mem{Base: pres})
-	storeLane0(sum, Mem{Base: pres, Disp: 4})
-	VZEROUPPER()
-	RET()
-}
-
-// flashGradK emits
-//
-//	flashGradAVX512(ds, s *float32, n int, scale, lse, d float32)
-//
-// the backward's row of a block: the probabilities recomputed from the
-// scores and the row's log-sum-exp, s[i] = P = exp(scale·s[i] − lse), and
-// the score gradients from dP (in ds), ds[i] = scale·P·(ds[i] − d), d
-// being the row's D = Σ dO⊙O.
-func flashGradK() {
-	text("flashGradAVX512", "func(ds, s *float32, n int, scale, lse, d float32)")
-	Doc("flashGradAVX512 sets s[i] = P = exp(scale·s[i] − lse) and ds[i] = scale·P·(ds[i] − d) for i < n (n >= 1).")
-	pd, ps := ptr("ds"), ptr("s")
-	n := Load(Param("n"), GP64()).(reg.GPVirtual)
-	scale, lse, dd := param("scale"), param("lse"), param("d")
-	hoist(expConsts()...)
-	k, full := tailMask(n)
-	grad := func(t, dp reg.VecVirtual) reg.VecVirtual {
-		VFMSUB213PS(lse, scale, t) // t = scale·s − lse
-		e := exp(t)
-		VSUBPS(dd, dp, dp) // dP − D
-		g := ZMM()
-		VMULPS(scale, e, g)
-		VMULPS(g, dp, dp)
-		return e
-	}
-	rowLoop("fg", full, k, []reg.GPVirtual{pd, ps}, func() {
-		t, dp := load(ps), load(pd)
-		e := grad(t, dp)
-		VMOVUPS(e, mem(ps))
-		VMOVUPS(dp, mem(pd))
-	}, func() {
-		t, dp := ZMM(), ZMM()
-		VMOVUPS_Z(mem(ps), k, t)
-		VMOVUPS_Z(mem(pd), k, dp)
-		e := grad(t, dp)
-		VMOVUPS(e, k, mem(ps))
-		VMOVUPS(dp, k, mem(pd))
-	})
-	VZEROUPPER()
-	RET()
-}
+// The tile kernels of FlashAttention (ops/attention_flash.go): the online
+// softmax step of the forward and its end, the recomputed probabilities
+// and score gradients of the backward, and the row sums D; rows of any
+// length with masked tails.
 
 // rowDotsK emits
 //
@@ -199,13 +110,13 @@ func zeroRange(name string, p, n reg.GPVirtual) {
 //
 //	flashExpTileAVX512(s *float32, ld, n0, w, rows int, scale float32, mla *float32, band int)
 //
-// flashExpAVX512 over the rows r < rows of a block of scores (row stride
-// ld, w keys a row), row r over its first nv = min(n0+r, w) >= 1 keys
-// (the keys its query sees; n0 >= 1), the rest of the row [nv, w)
-// zeroed; mla holds m, l and α of row r at mla[r], mla[band+r] and
-// mla[2·band+r]: m is the running
-// maximum, l the running sum, and the step sets m' = max(m, scale·max(s)),
-// s[i] = exp(scale·s[i] − m'), α = exp(m − m'), l = l·α + Σ s, m = m'.
+// the online-softmax step over the rows r < rows of a block of scores
+// (row stride ld, w keys a row), row r over its first nv = min(n0+r, w)
+// >= 1 keys (the keys its query sees; n0 >= 1), the rest of the row
+// [nv, w) zeroed; mla holds m, l and α of row r at mla[r], mla[band+r]
+// and mla[2·band+r]: m is the running maximum, l the running sum, and the
+// step sets m' = max(m, scale·max(s)), s[i] = exp(scale·s[i] − m'),
+// α = exp(m − m'), l = l·α + Σ s, m = m'.
 // Software-pipelined: the maximum of row r+1 is taken before the exps of
 // row r, so that its dependent chain (a pass and a reduction) runs while
 // the exps, which no longer wait on anything, fill the pipes.
@@ -306,17 +217,21 @@ func flashExpTileK() {
 //
 //	flashGradTileAVX512(ds, s *float32, ld, n0, w, pad, rows int, scale float32, lse, d *float32)
 //
-// flashGradAVX512 over the rows r < rows of a block (ds and s of row
-// stride ld, w keys a row), row r over its first nv = min(n0+r, w) keys
-// with lse[r] and d[r], and both rows zeroed on [max(nv, 0), min(w,
-// n0+r+pad)): the keys past its query that the block products still read.
+// the backward's step over the rows r < rows of a block (ds and s of row
+// stride ld, w keys a row), row r over its first nv = min(n0+r, w) keys:
+// the probabilities recomputed from the scores and the row's
+// log-sum-exp, s[i] = P = exp(scale·s[i] − lse[r]), and the score
+// gradients from dP (in ds), ds[i] = P·(scale·ds[i] − scale·d[r]), d[r]
+// being the row's D = Σ dO⊙O (with dot: set first to Σ P⊙dP over the
+// row); both rows zeroed on [max(nv, 0), min(w, n0+r+pad)): the keys past
+// its query that the block products still read.
 func flashGradTileK(name string, dot bool) {
 	lb := func(l string) string { return name + "_" + l }
 	text(name, "func(ds, s *float32, ld, n0, w, pad, rows int, scale float32, lse, d *float32)")
 	if dot {
 		Doc(name + " is flashGradTileAVX512 with d an output: d[r] = Σ P⊙dP over the row (D, for rows whose keys are all in the block), taken before the score gradients.")
 	} else {
-		Doc(name + " runs flashGradAVX512 on rows r < rows of ds and s (row stride ld) over their first min(n0+r, w) elements with lse[r], d[r], and zeroes both rows on [max(that, 0), min(w, n0+r+pad)).")
+		Doc(name + " sets s[i] = P = exp(scale·s[i] − lse[r]) and ds[i] = P·(scale·ds[i] − scale·d[r]) on rows r < rows of ds and s (row stride ld) over their first min(n0+r, w) elements, and zeroes both rows on [max(that, 0), min(w, n0+r+pad)).")
 	}
 	pd, ps := ptr("ds"), ptr("s")
 	ld := Load(Param("ld"), GP64()).(reg.GPVirtual)

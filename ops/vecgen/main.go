@@ -26,8 +26,6 @@ func main() {
 	softmaxGradRowK()
 	softmaxCausalK()
 	softmaxGradCausalK()
-	flashExpK()
-	flashGradK()
 	flashExpTileK()
 	flashGradTileK("flashGradTileAVX512", false)
 	flashGradTileK("flashGradDotTileAVX512", true)
