@@ -96,8 +96,8 @@ func flashCheck(qkv, out, lse []float32, B, T, C, NH int) {
 }
 
 // forward runs one head. Each band of query rows [i0, i0+rows) — one
-// micro-kernel tile (12 rows) on the tiled path, flashQBlock rows
-// otherwise — walks the key blocks [0, i0+rows) of up to h.kb keys: its
+// micro-kernel tile (12 rows, the first firstTile) on the tiled path,
+// flashQBlock rows otherwise — walks the key blocks [0, i0+rows) of up to h.kb keys: its
 // scores, probabilities and output rows stay in L1 across the key blocks.
 func (h *flashHead) forward(out, lse, qkv []float32, bh int) {
 	g := h.g
@@ -106,10 +106,15 @@ func (h *flashHead) forward(out, lse, qkv []float32, bh int) {
 	band := h.band(flashQBlock)
 	kb := h.fkb
 	s := h.ap.next(band * kb)
-	m, l, al := h.ap.next(band), h.ap.next(band), h.ap.next(band)
+	mla := h.ap.next(3 * band) // per row: m, then l, then α (or 1/l at the end)
+	m, l, al := mla[:band], mla[band:2*band], mla[2*band:]
 	lrow := lse[bh*g.T : (bh+1)*g.T]
-	for i0 := 0; i0 < g.T; i0 += band {
-		rows := min(band, g.T-i0)
+	first := h.firstTile()
+	for i0, rows := 0, 0; i0 < g.T; i0 += rows {
+		rows = min(band, g.T-i0)
+		if i0 == 0 && first > 0 {
+			rows = first
+		}
 		i1 := i0 + rows
 		for r := range rows {
 			m[r], l[r] = float32(math.Inf(-1)), 0
@@ -117,19 +122,45 @@ func (h *flashHead) forward(out, lse, qkv []float32, bh int) {
 		for j0 := 0; j0 < i1; j0 += kb {
 			w := min(kb, i1-j0)
 			h.abT(s, kb, q[i0*3*g.C:], 3*g.C, i0, rows, kk, h.kt, j0, w)
-			for r := range rows {
-				al[r] = h.onlineRow(s[r*kb:r*kb+w], i0+r-j0+1, &m[r], &l[r])
-			}
+			h.onlineTile(s, kb, i0-j0+1, w, rows, mla, band)
 			if j0 > 0 { // O holds the earlier key blocks: rescale it
 				scaleRows(h.simd, o[i0*g.C:], g.C, g.HS, al[:rows])
 			}
 			h.ab(o[i0*g.C:], g.C, s, kb, i0, rows, w, v, h.vp, j0, j0 > 0)
 		}
-		for r := range rows {
-			al[r] = 1 / l[r]
-			lrow[i0+r] = m[r] + float32(math.Log(float64(l[r])))
+		if h.simd {
+			flashFinishAVX512(&m[0], &l[0], rows, &lrow[i0], &al[0])
+		} else {
+			for r := range rows {
+				al[r] = 1 / l[r]
+				lrow[i0+r] = m[r] + log32(l[r])
+			}
 		}
 		scaleRows(h.simd, o[i0*g.C:], g.C, g.HS, al[:rows])
+	}
+}
+
+// onlineTile is the forward's step for rows r < rows of a key block of
+// scores s (row stride ld, w keys), row r seeing its first n0+r keys:
+// onlineRow on each, with m, l and α of row r at mla[r], mla[band+r] and
+// mla[2·band+r]. On AVX-512 one call runs the whole tile
+// (flashExpTileAVX512).
+func (h *flashHead) onlineTile(s []float32, ld, n0, w, rows int, mla []float32, band int) {
+	m, l, al := mla[:band], mla[band:2*band], mla[2*band:]
+	if h.simd {
+		r0 := 0
+		for ; r0 < rows && n0+r0 <= 0; r0++ { // queries before the block
+			clear(s[r0*ld : r0*ld+w])
+			al[r0] = 1
+		}
+		if r0 < rows {
+			_, _ = s[(rows-1)*ld+w-1], al[rows-1]
+			flashExpTileAVX512(&s[r0*ld], ld, n0+r0, w, rows-r0, h.g.scale, &m[r0], band)
+		}
+		return
+	}
+	for r := range rows {
+		al[r] = h.onlineRow(s[r*ld:r*ld+w], n0+r, &m[r], &l[r])
 	}
 }
 
@@ -143,7 +174,7 @@ func (h *flashHead) onlineRow(srow []float32, nv int, m, l *float32) float32 {
 		clear(srow)
 		return 1
 	}
-	m1, sum := flashExpRow(h.simd, srow[:nv], h.g.scale, *m)
+	m1, sum := flashExpRow(srow[:nv], h.g.scale, *m)
 	clear(srow[nv:])
 	a := exp32(*m - m1)
 	*l = *l*a + sum
@@ -166,8 +197,8 @@ func scaleRows(v bool, x []float32, ld, n int, a []float32) {
 	}
 }
 
-// backward runs one head: D = rowsum(dO⊙O), then every (query, key)
-// block of up to h.qb × h.kb on or below the diagonal. Within a block each
+// backward runs one head: every (query, key) block of up to h.qb × h.kb
+// on or below the diagonal, with D = rowsum(dO⊙O) per query. Within a block each
 // band of rows (a 12-row tile on the tiled path) gets its S, dP, dS and
 // dQ product while they are in L1; dK and dV take the whole block.
 func (h *flashHead) backward(dqkv, dout, qkv, out, lse []float32, bh int) {
@@ -178,40 +209,33 @@ func (h *flashHead) backward(dqkv, dout, qkv, out, lse []float32, bh int) {
 	h.pack(kk, v, q, dy)
 	s, dp := h.ap.next(h.qb*h.kb), h.ap.next(h.qb*h.kb)
 	d := h.ap.next(g.T)
-	if h.simd {
-		_, _ = dy[(g.T-1)*g.C+g.HS-1], o[(g.T-1)*g.C+g.HS-1]
-		rowDotsAVX512(&d[0], &dy[0], g.C, &o[0], g.C, g.HS, g.T)
-	} else {
-		for i := range g.T {
-			d[i] = dot32(dy[i*g.C:i*g.C+g.HS], o[i*g.C:i*g.C+g.HS])
-		}
-	}
 	lrow := lse[bh*g.T : (bh+1)*g.T]
 	band := h.band(h.qb)
-	for i0 := 0; i0 < g.T; i0 += h.qb {
-		rows := min(h.qb, g.T-i0)
+	first := h.firstTile()
+	for i0, rows := 0, 0; i0 < g.T; i0 += rows {
+		rows = min(h.qb, g.T-i0)
+		if i0 == 0 && first > 0 { // the short tile, then whole ones
+			rows = min(h.qb-band+first, g.T)
+		}
 		i1 := i0 + rows
+		// D of rows whose keys all lie in one block comes with their P
+		// (Σ P⊙dP, gradTile); the others' from the output, read here.
+		oneBlock := h.simd && i1 <= h.kb
+		if !oneBlock {
+			h.rowDots(d[i0:i1], dy[i0*g.C:], o[i0*g.C:])
+		}
 		for j0 := 0; j0 < i1; j0 += h.kb {
 			w := min(h.kb, i1-j0)
-			for t0 := 0; t0 < rows; t0 += band {
-				n, it := min(band, rows-t0), i0+t0
+			for t0, n := 0, 0; t0 < rows; t0 += n {
+				n = min(band, rows-t0)
+				if i0+t0 == 0 && first > 0 {
+					n = first
+				}
+				it := i0 + t0
 				st, dt := s[t0*h.kb:], dp[t0*h.kb:]
 				h.abT(st, h.kb, q[it*C3:], C3, it, n, kk, h.kt, j0, w)
 				h.abT(dt, h.kb, dy[it*g.C:], g.C, it, n, v, h.vt, j0, w)
-				for r := range n {
-					sr, dr := st[r*h.kb:r*h.kb+w], dt[r*h.kb:r*h.kb+w]
-					nv := min(w, it+r-j0+1)
-					if nv > 0 {
-						flashGradRow(h.simd, dr[:nv], sr[:nv], g.scale, lrow[it+r], d[it+r])
-					}
-					nv = max(nv, 0)
-					end := w // the portable path reads whole rows
-					if h.tiled {
-						end = max(nv, min(w, it+r-j0+1+flashPad))
-					}
-					clear(sr[nv:end])
-					clear(dr[nv:end])
-				}
+				h.gradTile(dt, st, h.kb, it-j0+1, w, n, lrow[it:], d[it:], oneBlock)
 				h.ab(dq[it*C3:], C3, dt, h.kb, it, n, w, kk, h.kp, j0, true)
 			}
 			h.aTb(dk[j0*C3:], C3, dp, h.kb, j0, w, i0, rows, q, C3, h.qp)
@@ -220,27 +244,69 @@ func (h *flashHead) backward(dqkv, dout, qkv, out, lse []float32, bh int) {
 	}
 }
 
-// flashExpRow is flashExpAVX512 (or its pure-Go path): with m0 the
-// running maximum, m = max(m0, scale·max(s)), s[i] = exp(scale·s[i] − m);
-// it returns m and Σ s. len(s) >= 1.
-func flashExpRow(v bool, s []float32, scale, m0 float32) (m, sum float32) {
-	if v {
-		res := [2]float32{m0, 0}
-		flashExpAVX512(&s[0], &s[0], len(s), scale, &res[0])
-		return res[0], res[1]
+// gradTile recomputes P (into s) and sets dS (in ds, holding dP) for rows
+// r < rows of a block (row stride ld, w keys), row r over the first
+// nv = n0+r keys its query sees, with lse[r] and D = d[r] (with dot, on
+// AVX-512 only, for rows that see no key past the block: D is set first
+// to Σ P⊙dP over the row, which is rowsum(dO⊙O)); both rows are
+// zeroed on [nv, nv+flashPad) within w on the tiled path (the products
+// read that far past the diagonal), on [nv, w) otherwise. On AVX-512 one
+// call runs the whole tile (flashGradTileAVX512).
+func (h *flashHead) gradTile(ds, s []float32, ld, n0, w, rows int, lse, d []float32, dot bool) {
+	pad := 1 << 30 // the portable path reads whole rows
+	if h.tiled {
+		pad = flashPad
 	}
+	if h.simd && rows > 0 {
+		_, _, _, _ = ds[(rows-1)*ld+w-1], s[(rows-1)*ld+w-1], lse[rows-1], d[rows-1]
+		if dot {
+			flashGradDotTileAVX512(&ds[0], &s[0], ld, n0, w, pad, rows, h.g.scale, &lse[0], &d[0])
+			return
+		}
+		flashGradTileAVX512(&ds[0], &s[0], ld, n0, w, pad, rows, h.g.scale, &lse[0], &d[0])
+		return
+	}
+	for r := range rows {
+		sr, dr := s[r*ld:r*ld+w], ds[r*ld:r*ld+w]
+		nv := min(w, n0+r)
+		if nv > 0 {
+			flashGradRow(dr[:nv], sr[:nv], h.g.scale, lse[r], d[r])
+		}
+		nv = max(nv, 0)
+		end := max(nv, min(w, n0+r+pad))
+		clear(sr[nv:end])
+		clear(dr[nv:end])
+	}
+}
+
+// rowDots sets d[i] = Σ_c dy[i·C+c]·o[i·C+c] over the head's HS channels
+// (D = rowsum(dO⊙O)) for i < len(d).
+func (h *flashHead) rowDots(d, dy, o []float32) {
+	g, n := h.g, len(d)
+	if h.simd {
+		_, _ = dy[(n-1)*g.C+g.HS-1], o[(n-1)*g.C+g.HS-1]
+		rowDotsAVX512(&d[0], &dy[0], g.C, &o[0], g.C, g.HS, n)
+		return
+	}
+	for i := range n {
+		d[i] = dot32(dy[i*g.C:i*g.C+g.HS], o[i*g.C:i*g.C+g.HS])
+	}
+}
+
+// flashExpRow is the online-softmax step over one row (the portable
+// path of flashExpTileAVX512): with m0 the running maximum, m = max(m0,
+// scale·max(s)), s[i] = exp(scale·s[i] − m); it returns m and Σ s.
+// len(s) >= 1.
+func flashExpRow(s []float32, scale, m0 float32) (m, sum float32) {
 	m = max(m0, rowMax(s)*scale)
 	return m, rowExp(s, s, scale, m)
 }
 
-// flashGradRow is flashGradAVX512 (or its pure-Go path): s[i] = P =
-// exp(scale·s[i] − lse), ds[i] = scale·P·(ds[i] − d). len(s) >= 1.
-func flashGradRow(v bool, ds, s []float32, scale, lse, d float32) {
+// flashGradRow is the backward's step over one row (the portable path of
+// flashGradTileAVX512): s[i] = P = exp(scale·s[i] − lse), ds[i] =
+// scale·P·(ds[i] − d). len(s) >= len(ds).
+func flashGradRow(ds, s []float32, scale, lse, d float32) {
 	s = s[:len(ds)]
-	if v {
-		flashGradAVX512(&ds[0], &s[0], len(ds), scale, lse, d)
-		return
-	}
 	for i, x := range s {
 		p := exp32(x*scale - lse)
 		s[i] = p

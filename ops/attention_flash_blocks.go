@@ -39,6 +39,17 @@ func (h *flashHead) band(n int) int {
 	return n
 }
 
+// firstTile is the row count of the first query tile on the tiled path
+// when T is not a multiple of the tile, 0 otherwise: the short tile goes
+// first, on the queries that see the fewest keys, where its kernels
+// (fewer independent sums) cost least; every later tile is whole.
+func (h *flashHead) firstTile() int {
+	if !h.tiled {
+		return 0
+	}
+	return h.g.T % h.k.impl.mr
+}
+
 // release returns the pooled buffer.
 func (h *flashHead) release() { h.k.bufs.b.Put(h.ap.buf) }
 
@@ -77,7 +88,8 @@ func (h *flashHead) pack(kk, v, q, dy []float32) {
 func causalWidth(q, r, j0, w int) int { return min(w, q+r-j0) }
 
 // abT sets dst[r, j] = A[r]·X[j0+j] for r < rows, j < w (dst row stride
-// ldd) where query i0+r sees key j0+j (at least): A's rows in place
+// ldd) where query i0+r sees key j0+j (at least; entries past the
+// diagonal may be left unset): A's rows in place
 // (stride lda), X the head's (T,HS) K or V slice (row stride 3C), xt its
 // transposed panels.
 func (h *flashHead) abT(dst []float32, ldd int, a []float32, lda, i0, rows int, x, xt []float32, j0, w int) {
@@ -89,13 +101,17 @@ func (h *flashHead) abT(dst []float32, ldd int, a []float32, lda, i0, rows int, 
 	im := h.k.impl
 	for i := 0; i < rows; i += im.mr {
 		r := min(im.mr, rows-i)
-		kern, wi := im.rowKernels[r], causalWidth(i0+i, r, j0, w)
+		wi := causalWidth(i0+i, r, j0, w)
 		for j := 0; j < wi; j += 32 {
-			kj, n := kern, min(32, wi-j)
+			// Rows before query j0+j see none of these keys: a panel
+			// crossing the diagonal starts at the first row that does.
+			f := i + max(0, j0+j-i0-i)
+			rf, n := r-(f-i), min(32, wi-j)
+			kj := im.rowKernels[rf]
 			if n <= 16 && h.edge != nil {
-				kj = h.edge[r]
+				kj = h.edge[rf]
 			}
-			kj(HS, &a[i*lda], lda, &xt[(j0+j)*HS], 32, &dst[i*ldd+j], ldd, n, nil, nil)
+			kj(HS, &a[f*lda], lda, &xt[(j0+j)*HS], 32, &dst[f*ldd+j], ldd, n, nil, nil)
 		}
 	}
 }

@@ -183,3 +183,51 @@ func TestEdgeKernels16(t *testing.T) {
 		}
 	}
 }
+
+// TestFlashTileMath holds the flash tiles' exp (expFlash, through
+// flashGradTileAVX512's P and flashExpTileAVX512's probabilities) and
+// flashFinishAVX512's log to float64: e^t within 1.2e-7 relative on
+// [−10, 0] and 4e-7 on [−87, 0] (where ln2's rounding shows, at e^t <
+// 1e-37), ln l within 1.2e-7 absolute on [1, 2^20], 1/l within 1 ulp.
+func TestFlashTileMath(t *testing.T) {
+	if !haveAVX512 {
+		t.Skip("no AVX-512")
+	}
+	const n = 1 << 16
+	for _, c := range []struct {
+		lo, tol float64
+	}{{-10, 1.2e-7}, {-87, 4e-7}} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(c.lo * float64(i) / (n - 1))
+		}
+		p, ds := append([]float32(nil), x...), make([]float32, n)
+		zero := []float32{0}
+		flashGradTileAVX512(&ds[0], &p[0], n, n, n, 0, 1, 1, &zero[0], &zero[0])
+		q := append([]float32(nil), x...)
+		mla := []float32{0, 0, 0} // m = 0 >= max: q = exp(x), l = Σ
+		flashExpTileAVX512(&q[0], n, n, n, 1, 1, &mla[0], 1)
+		for i, v := range x {
+			want := math.Exp(float64(v))
+			for _, got := range []float32{p[i], q[i]} {
+				if d := math.Abs(float64(got)-want) / want; !(d <= c.tol) {
+					t.Fatalf("exp(%g) = %g, want %g (relative %.3g > %g)", v, got, want, d, c.tol)
+				}
+			}
+		}
+	}
+	l, m := make([]float32, 37), make([]float32, 37)
+	for i := range l {
+		l[i] = float32(math.Pow(2, 20*float64(i)/36)) * (1 + float32(i%5)/7)
+	}
+	lse, inv := make([]float32, len(l)), make([]float32, len(l))
+	flashFinishAVX512(&m[0], &l[0], len(l), &lse[0], &inv[0])
+	for i, v := range l {
+		if d := math.Abs(float64(lse[i]) - math.Log(float64(v))); !(d <= 1.2e-7*max(1, math.Log(float64(v)))) {
+			t.Fatalf("ln %g = %g, want %g", v, lse[i], math.Log(float64(v)))
+		}
+		if inv[i] != 1/v {
+			t.Fatalf("1/%g = %g, want %g", v, inv[i], 1/v)
+		}
+	}
+}

@@ -869,236 +869,914 @@ sgc_done:
 	VZEROUPPER
 	RET
 
-// func flashExpAVX512(p *float32, s *float32, n int, scale float32, res *float32)
-// Requires: AVX, AVX512F, BMI2
-TEXT ·flashExpAVX512(SB), NOSPLIT, $0-40
-	MOVQ         p+0(FP), AX
-	MOVQ         s+8(FP), CX
-	MOVQ         res+32(FP), DX
-	MOVQ         n+16(FP), BX
-	VBROADCASTSS scale+24(FP), Z0
+// func flashExpTileAVX512(s *float32, ld int, n0 int, w int, rows int, scale float32, mla *float32, band int)
+// Requires: AVX, AVX512F, BMI2, CMOV
+TEXT ·flashExpTileAVX512(SB), NOSPLIT, $0-64
+	MOVQ         s+0(FP), AX
+	MOVQ         mla+48(FP), CX
+	MOVQ         ld+8(FP), DX
+	SHLQ         $0x02, DX
+	MOVQ         n0+16(FP), BX
+	MOVQ         w+24(FP), SI
+	MOVQ         rows+32(FP), DI
+	MOVQ         band+56(FP), R8
+	SHLQ         $0x02, R8
+	VBROADCASTSS scale+40(FP), Z0
 	VBROADCASTSS vc18<>+0(SB), Z1
-	VBROADCASTSS vc19<>+0(SB), Z2
+	VBROADCASTSS vc29<>+0(SB), Z2
 	VBROADCASTSS vc20<>+0(SB), Z3
-	VBROADCASTSS vc21<>+0(SB), Z4
-	VBROADCASTSS vc22<>+0(SB), Z5
-	VBROADCASTSS vc16<>+0(SB), Z6
-	VBROADCASTSS vc23<>+0(SB), Z7
-	VBROADCASTSS vc24<>+0(SB), Z8
-	VBROADCASTSS vc25<>+0(SB), Z9
-	VBROADCASTSS vc26<>+0(SB), Z10
-	VBROADCASTSS vc27<>+0(SB), Z11
-	VBROADCASTSS vc15<>+0(SB), Z12
-	MOVQ         BX, SI
-	ANDQ         $0x0000000f, SI
-	MOVQ         $0x00000001, DI
-	SHLXQ        SI, DI, DI
-	DECQ         DI
-	KMOVW        DI, K1
-	ANDQ         $-16, BX
-	VBROADCASTSS vc28<>+0(SB), Z13
-	MOVQ         BX, SI
-	TESTQ        SI, SI
-	JE           feMax_tail
+	VBROADCASTSS vc30<>+0(SB), Z4
+	VBROADCASTSS vc16<>+0(SB), Z5
+	VBROADCASTSS vc23<>+0(SB), Z6
+	VBROADCASTSS vc24<>+0(SB), Z7
+	VBROADCASTSS vc25<>+0(SB), Z8
+	VBROADCASTSS vc26<>+0(SB), Z9
+	VBROADCASTSS vc27<>+0(SB), Z10
+	VBROADCASTSS vc15<>+0(SB), Z11
+	TESTQ        DI, DI
+	JE           fet_done
+	MOVQ         BX, R9
+	CMPQ         R9, SI
+	CMOVQGT      SI, R9
+	MOVQ         R9, R10
+	ANDQ         $0x0000000f, R10
+	MOVQ         $0x00000001, R11
+	SHLXQ        R10, R11, R11
+	DECQ         R11
+	KMOVW        R11, K1
+	MOVQ         R9, R10
+	ANDQ         $-16, R10
+	VBROADCASTSS vc28<>+0(SB), Z12
+	MOVQ         R10, R11
+	TESTQ        R11, R11
+	JE           fetMax0_tail
 
-feMax_loop:
-	VMAXPS (CX), Z13, Z13
-	ADDQ   $0x00000040, CX
-	SUBQ   $0x00000010, SI
-	JNE    feMax_loop
+fetMax0_loop:
+	VMAXPS (AX), Z12, Z12
+	ADDQ   $0x00000040, AX
+	SUBQ   $0x00000010, R11
+	JNE    fetMax0_loop
 
-feMax_tail:
+fetMax0_tail:
 	KORTESTW K1, K1
-	JE       feMax_end
-	VMAXPS   (CX), Z13, K1, Z13
+	JE       fetMax0_end
+	VMAXPS   (AX), Z12, K1, Z12
 
-feMax_end:
-	MOVQ         BX, SI
-	SHLQ         $0x02, SI
-	SUBQ         SI, CX
-	VSHUFF32X4   $0x4e, Z13, Z13, Z14
-	VMAXPS       Z14, Z13, Z13
-	VSHUFF32X4   $0xb1, Z13, Z13, Z14
-	VMAXPS       Z14, Z13, Z13
-	VPERMILPS    $0x4e, Z13, Z14
-	VMAXPS       Z14, Z13, Z13
-	VPERMILPS    $0xb1, Z13, Z14
-	VMAXPS       Z14, Z13, Z13
-	VMULPS       Z0, Z13, Z13
-	VBROADCASTSS (DX), Z14
-	VMAXPS       Z14, Z13, Z13
+fetMax0_end:
+	SHLQ         $0x02, R10
+	SUBQ         R10, AX
+	VSHUFF32X4   $0x4e, Z12, Z12, Z13
+	VMAXPS       Z13, Z12, Z12
+	VSHUFF32X4   $0xb1, Z12, Z12, Z13
+	VMAXPS       Z13, Z12, Z12
+	VPERMILPS    $0x4e, Z12, Z13
+	VMAXPS       Z13, Z12, Z12
+	VPERMILPS    $0xb1, Z12, Z13
+	VMAXPS       Z13, Z12, Z12
+	VMULPS       Z0, Z12, Z12
+	VBROADCASTSS (CX), Z13
+	VMAXPS       Z13, Z12, Z12
+
+fet_row:
+	VMOVAPS      Z12, Z13
+	MOVQ         R9, R10
+	DECQ         DI
+	JE           fet_exp
+	INCQ         BX
+	LEAQ         (AX)(DX*1), R11
+	MOVQ         BX, R9
+	CMPQ         R9, SI
+	CMOVQGT      SI, R9
+	MOVQ         R9, R12
+	ANDQ         $0x0000000f, R12
+	MOVQ         $0x00000001, R13
+	SHLXQ        R12, R13, R13
+	DECQ         R13
+	KMOVW        R13, K1
+	MOVQ         R9, R12
+	ANDQ         $-16, R12
+	VBROADCASTSS vc28<>+0(SB), Z12
+	MOVQ         R12, R13
+	TESTQ        R13, R13
+	JE           fetMax_tail
+
+fetMax_loop:
+	VMAXPS (R11), Z12, Z12
+	ADDQ   $0x00000040, R11
+	SUBQ   $0x00000010, R13
+	JNE    fetMax_loop
+
+fetMax_tail:
+	KORTESTW K1, K1
+	JE       fetMax_end
+	VMAXPS   (R11), Z12, K1, Z12
+
+fetMax_end:
+	SHLQ         $0x02, R12
+	SUBQ         R12, R11
+	VSHUFF32X4   $0x4e, Z12, Z12, Z16
+	VMAXPS       Z16, Z12, Z12
+	VSHUFF32X4   $0xb1, Z12, Z12, Z16
+	VMAXPS       Z16, Z12, Z12
+	VPERMILPS    $0x4e, Z12, Z16
+	VMAXPS       Z16, Z12, Z12
+	VPERMILPS    $0xb1, Z12, Z16
+	VMAXPS       Z16, Z12, Z12
+	VMULPS       Z0, Z12, Z12
+	VBROADCASTSS 4(CX), Z16
+	VMAXPS       Z16, Z12, Z12
+
+fet_exp:
+	MOVQ   R10, R11
+	ANDQ   $0x0000000f, R11
+	MOVQ   $0x00000001, R12
+	SHLXQ  R11, R12, R12
+	DECQ   R12
+	KMOVW  R12, K1
+	MOVQ   R10, R11
+	ANDQ   $-16, R11
+	VPXORD Z14, Z14, Z14
+	MOVQ   R11, R12
+	TESTQ  R12, R12
+	JE     fetExp_tail
+
+fetExp_loop:
+	VMOVUPS      (AX), Z16
+	VFMSUB213PS  Z13, Z0, Z16
+	VMAXPS       Z1, Z16, Z16
+	VMOVAPS      Z2, Z17
+	VFMADD231PS  Z3, Z16, Z17
+	VSUBPS       Z2, Z17, Z18
+	VFNMADD231PS Z4, Z18, Z16
+	VMOVAPS      Z6, Z18
+	VFMADD213PS  Z7, Z16, Z18
+	VFMADD213PS  Z8, Z16, Z18
+	VFMADD213PS  Z9, Z16, Z18
+	VFMADD213PS  Z10, Z16, Z18
+	VFMADD213PS  Z11, Z16, Z18
+	VFMADD213PS  Z5, Z16, Z18
+	VFMADD213PS  Z5, Z16, Z18
+	VPSLLD       $0x17, Z17, Z17
+	VMULPS       Z17, Z18, Z18
+	VMOVUPS      Z18, (AX)
+	VADDPS       Z18, Z14, Z14
+	ADDQ         $0x00000040, AX
+	SUBQ         $0x00000010, R12
+	JNE          fetExp_loop
+
+fetExp_tail:
+	KORTESTW     K1, K1
+	JE           fetExp_end
+	VMOVUPS.Z    (AX), K1, Z16
+	VFMSUB213PS  Z13, Z0, Z16
+	VMAXPS       Z1, Z16, Z16
+	VMOVAPS      Z2, Z17
+	VFMADD231PS  Z3, Z16, Z17
+	VSUBPS       Z2, Z17, Z18
+	VFNMADD231PS Z4, Z18, Z16
+	VMOVAPS      Z6, Z18
+	VFMADD213PS  Z7, Z16, Z18
+	VFMADD213PS  Z8, Z16, Z18
+	VFMADD213PS  Z9, Z16, Z18
+	VFMADD213PS  Z10, Z16, Z18
+	VFMADD213PS  Z11, Z16, Z18
+	VFMADD213PS  Z5, Z16, Z18
+	VFMADD213PS  Z5, Z16, Z18
+	VPSLLD       $0x17, Z17, Z17
+	VMULPS       Z17, Z18, Z18
+	VMOVUPS      Z18, K1, (AX)
+	VADDPS       Z18, Z14, K1, Z14
+
+fetExp_end:
+	SHLQ         $0x02, R11
+	SUBQ         R11, AX
+	VSHUFF32X4   $0x4e, Z14, Z14, Z16
+	VADDPS       Z16, Z14, Z14
+	VSHUFF32X4   $0xb1, Z14, Z14, Z16
+	VADDPS       Z16, Z14, Z14
+	VPERMILPS    $0x4e, Z14, Z16
+	VADDPS       Z16, Z14, Z14
+	VPERMILPS    $0xb1, Z14, Z16
+	VADDPS       Z16, Z14, Z14
+	VBROADCASTSS (CX), Z16
+	VSUBPS       Z13, Z16, Z16
+	VMAXPS       Z1, Z16, Z16
+	VMOVAPS      Z2, Z17
+	VFMADD231PS  Z3, Z16, Z17
+	VSUBPS       Z2, Z17, Z18
+	VFNMADD231PS Z4, Z18, Z16
+	VMOVAPS      Z6, Z18
+	VFMADD213PS  Z7, Z16, Z18
+	VFMADD213PS  Z8, Z16, Z18
+	VFMADD213PS  Z9, Z16, Z18
+	VFMADD213PS  Z10, Z16, Z18
+	VFMADD213PS  Z11, Z16, Z18
+	VFMADD213PS  Z5, Z16, Z18
+	VFMADD213PS  Z5, Z16, Z18
+	VPSLLD       $0x17, Z17, Z17
+	VMULPS       Z17, Z18, Z18
+	VBROADCASTSS (CX)(R8*1), Z16
+	VMULPS       Z18, Z16, Z16
+	VADDPS       Z14, Z16, Z16
+	MOVL         $0x00000001, R11
+	KMOVW        R11, K1
+	VMOVUPS      Z13, K1, (CX)
+	MOVL         $0x00000001, R11
+	KMOVW        R11, K1
+	VMOVUPS      Z16, K1, (CX)(R8*1)
+	MOVL         $0x00000001, R11
+	KMOVW        R11, K1
+	VMOVUPS      Z18, K1, (CX)(R8*2)
+	LEAQ         (AX)(R10*4), R11
+	MOVQ         SI, R12
+	SUBQ         R10, R12
+	MOVQ         R12, R10
+	ANDQ         $0x0000000f, R10
+	MOVQ         $0x00000001, R13
+	SHLXQ        R10, R13, R13
+	DECQ         R13
+	KMOVW        R13, K1
+	MOVQ         R12, R10
+	ANDQ         $-16, R10
 	VPXORD       Z15, Z15, Z15
-	MOVQ         BX, SI
-	TESTQ        SI, SI
-	JE           feExp_tail
+	MOVQ         R10, R12
+	TESTQ        R12, R12
+	JE           fetZero_tail
 
-feExp_loop:
+fetZero_loop:
+	VMOVUPS Z15, (R11)
+	ADDQ    $0x00000040, R11
+	SUBQ    $0x00000010, R12
+	JNE     fetZero_loop
+
+fetZero_tail:
+	KORTESTW K1, K1
+	JE       fetZero_end
+	VMOVUPS  Z15, K1, (R11)
+
+fetZero_end:
+	SHLQ  $0x02, R10
+	SUBQ  R10, R11
+	ADDQ  DX, AX
+	ADDQ  $0x00000004, CX
+	TESTQ DI, DI
+	JNE   fet_row
+
+fet_done:
+	VZEROUPPER
+	RET
+
+DATA vc29<>+0(SB)/4, $0x4b40007f
+GLOBL vc29<>(SB), RODATA|NOPTR, $4
+
+DATA vc30<>+0(SB)/4, $0x3f317218
+GLOBL vc30<>(SB), RODATA|NOPTR, $4
+
+// func flashGradTileAVX512(ds *float32, s *float32, ld int, n0 int, w int, pad int, rows int, scale float32, lse *float32, d *float32)
+// Requires: AVX, AVX512F, BMI2, CMOV
+TEXT ·flashGradTileAVX512(SB), NOSPLIT, $0-80
+	MOVQ         ds+0(FP), AX
+	MOVQ         s+8(FP), CX
+	MOVQ         ld+16(FP), DX
+	SHLQ         $0x02, DX
+	MOVQ         n0+24(FP), BX
+	MOVQ         rows+48(FP), SI
+	VBROADCASTSS scale+56(FP), Z0
+	VBROADCASTSS vc18<>+0(SB), Z1
+	VBROADCASTSS vc29<>+0(SB), Z2
+	VBROADCASTSS vc20<>+0(SB), Z3
+	VBROADCASTSS vc30<>+0(SB), Z4
+	VBROADCASTSS vc16<>+0(SB), Z5
+	VBROADCASTSS vc23<>+0(SB), Z6
+	VBROADCASTSS vc24<>+0(SB), Z7
+	VBROADCASTSS vc25<>+0(SB), Z8
+	VBROADCASTSS vc26<>+0(SB), Z9
+	VBROADCASTSS vc27<>+0(SB), Z10
+	VBROADCASTSS vc15<>+0(SB), Z11
+	TESTQ        SI, SI
+	JE           flashGradTileAVX512_fgt_done
+
+flashGradTileAVX512_fgt_row:
+	MOVQ         w+32(FP), DI
+	MOVQ         BX, R8
+	CMPQ         R8, DI
+	CMOVQGT      DI, R8
+	TESTQ        R8, R8
+	JLE          flashGradTileAVX512_fgt_zero
+	MOVQ         lse+64(FP), DI
+	MOVQ         d+72(FP), R9
+	VBROADCASTSS (DI), Z12
+	MOVQ         R8, DI
+	ANDQ         $0x0000000f, DI
+	MOVQ         $0x00000001, R10
+	SHLXQ        DI, R10, R10
+	DECQ         R10
+	KMOVW        R10, K1
+	MOVQ         R8, DI
+	ANDQ         $-16, DI
+	VBROADCASTSS (R9), Z13
+	VMULPS       Z0, Z13, Z13
+	MOVQ         DI, R9
+	TESTQ        R9, R9
+	JE           flashGradTileAVX512_g_tail
+
+flashGradTileAVX512_g_loop:
 	VMOVUPS      (CX), Z14
-	VFMSUB213PS  Z13, Z0, Z14
+	VMOVUPS      (AX), Z15
+	VFMSUB213PS  Z12, Z0, Z14
 	VMAXPS       Z1, Z14, Z14
-	VMINPS       Z2, Z14, Z14
-	VMULPS       Z3, Z14, Z16
-	VRNDSCALEPS  $0x00, Z16, Z16
-	VFNMADD231PS Z4, Z16, Z14
-	VFNMADD231PS Z5, Z16, Z14
-	VMOVAPS      Z7, Z17
+	VMOVAPS      Z2, Z16
+	VFMADD231PS  Z3, Z14, Z16
+	VSUBPS       Z2, Z16, Z17
+	VFNMADD231PS Z4, Z17, Z14
+	VMOVAPS      Z6, Z17
+	VFMADD213PS  Z7, Z14, Z17
 	VFMADD213PS  Z8, Z14, Z17
 	VFMADD213PS  Z9, Z14, Z17
 	VFMADD213PS  Z10, Z14, Z17
 	VFMADD213PS  Z11, Z14, Z17
-	VFMADD213PS  Z12, Z14, Z17
-	VMULPS       Z14, Z14, Z18
-	VFMADD213PS  Z14, Z18, Z17
-	VADDPS       Z6, Z17, Z17
-	VSCALEFPS    Z16, Z17, Z14
-	VMOVUPS      Z14, (AX)
-	VADDPS       Z14, Z15, Z15
+	VFMADD213PS  Z5, Z14, Z17
+	VFMADD213PS  Z5, Z14, Z17
+	VPSLLD       $0x17, Z16, Z16
+	VMULPS       Z16, Z17, Z17
+	VFMSUB213PS  Z13, Z0, Z15
+	VMULPS       Z17, Z15, Z15
+	VMOVUPS      Z17, (CX)
+	VMOVUPS      Z15, (AX)
 	ADDQ         $0x00000040, AX
 	ADDQ         $0x00000040, CX
-	SUBQ         $0x00000010, SI
-	JNE          feExp_loop
+	SUBQ         $0x00000010, R9
+	JNE          flashGradTileAVX512_g_loop
 
-feExp_tail:
+flashGradTileAVX512_g_tail:
 	KORTESTW     K1, K1
-	JE           feExp_end
+	JE           flashGradTileAVX512_g_end
 	VMOVUPS.Z    (CX), K1, Z14
-	VFMSUB213PS  Z13, Z0, Z14
+	VMOVUPS.Z    (AX), K1, Z15
+	VFMSUB213PS  Z12, Z0, Z14
 	VMAXPS       Z1, Z14, Z14
-	VMINPS       Z2, Z14, Z14
-	VMULPS       Z3, Z14, Z0
-	VRNDSCALEPS  $0x00, Z0, Z0
-	VFNMADD231PS Z4, Z0, Z14
-	VFNMADD231PS Z5, Z0, Z14
-	VMOVAPS      Z7, Z1
-	VFMADD213PS  Z8, Z14, Z1
-	VFMADD213PS  Z9, Z14, Z1
-	VFMADD213PS  Z10, Z14, Z1
-	VFMADD213PS  Z11, Z14, Z1
-	VFMADD213PS  Z12, Z14, Z1
-	VMULPS       Z14, Z14, Z2
-	VFMADD213PS  Z14, Z2, Z1
-	VADDPS       Z6, Z1, Z1
-	VSCALEFPS    Z0, Z1, Z0
-	VMOVUPS      Z0, K1, (AX)
-	VADDPS       Z0, Z15, K1, Z15
+	VMOVAPS      Z2, Z12
+	VFMADD231PS  Z3, Z14, Z12
+	VSUBPS       Z2, Z12, Z16
+	VFNMADD231PS Z4, Z16, Z14
+	VMOVAPS      Z6, Z16
+	VFMADD213PS  Z7, Z14, Z16
+	VFMADD213PS  Z8, Z14, Z16
+	VFMADD213PS  Z9, Z14, Z16
+	VFMADD213PS  Z10, Z14, Z16
+	VFMADD213PS  Z11, Z14, Z16
+	VFMADD213PS  Z5, Z14, Z16
+	VFMADD213PS  Z5, Z14, Z16
+	VPSLLD       $0x17, Z12, Z12
+	VMULPS       Z12, Z16, Z16
+	VFMSUB213PS  Z13, Z0, Z15
+	VMULPS       Z16, Z15, Z15
+	VMOVUPS      Z16, K1, (CX)
+	VMOVUPS      Z15, K1, (AX)
 
-feExp_end:
-	SHLQ       $0x02, BX
-	SUBQ       BX, AX
-	SUBQ       BX, CX
-	VSHUFF32X4 $0x4e, Z15, Z15, Z0
-	VADDPS     Z0, Z15, Z15
-	VSHUFF32X4 $0xb1, Z15, Z15, Z0
-	VADDPS     Z0, Z15, Z15
-	VPERMILPS  $0x4e, Z15, Z0
-	VADDPS     Z0, Z15, Z15
-	VPERMILPS  $0xb1, Z15, Z0
-	VADDPS     Z0, Z15, Z15
-	MOVL       $0x00000001, AX
-	KMOVW      AX, K1
-	VMOVUPS    Z13, K1, (DX)
-	MOVL       $0x00000001, AX
-	KMOVW      AX, K1
-	VMOVUPS    Z15, K1, 4(DX)
+flashGradTileAVX512_g_end:
+	SHLQ $0x02, DI
+	SUBQ DI, AX
+	SUBQ DI, CX
+
+flashGradTileAVX512_fgt_zero:
+	XORQ    DI, DI
+	CMPQ    R8, DI
+	CMOVQGT R8, DI
+	MOVQ    pad+40(FP), R9
+	MOVQ    BX, R8
+	ADDQ    R9, R8
+	MOVQ    w+32(FP), R9
+	CMPQ    R8, R9
+	CMOVQGT R9, R8
+	SUBQ    DI, R8
+	JLE     flashGradTileAVX512_fgt_next
+	LEAQ    (CX)(DI*4), R9
+	MOVQ    R8, R10
+	ANDQ    $0x0000000f, R10
+	MOVQ    $0x00000001, R11
+	SHLXQ   R10, R11, R11
+	DECQ    R11
+	KMOVW   R11, K1
+	MOVQ    R8, R10
+	ANDQ    $-16, R10
+	VPXORD  Z18, Z18, Z18
+	MOVQ    R10, R11
+	TESTQ   R11, R11
+	JE      flashGradTileAVX512_zs_tail
+
+flashGradTileAVX512_zs_loop:
+	VMOVUPS Z18, (R9)
+	ADDQ    $0x00000040, R9
+	SUBQ    $0x00000010, R11
+	JNE     flashGradTileAVX512_zs_loop
+
+flashGradTileAVX512_zs_tail:
+	KORTESTW K1, K1
+	JE       flashGradTileAVX512_zs_end
+	VMOVUPS  Z18, K1, (R9)
+
+flashGradTileAVX512_zs_end:
+	SHLQ   $0x02, R10
+	SUBQ   R10, R9
+	LEAQ   (AX)(DI*4), R9
+	MOVQ   R8, DI
+	ANDQ   $0x0000000f, DI
+	MOVQ   $0x00000001, R10
+	SHLXQ  DI, R10, R10
+	DECQ   R10
+	KMOVW  R10, K1
+	MOVQ   R8, DI
+	ANDQ   $-16, DI
+	VPXORD Z19, Z19, Z19
+	MOVQ   DI, R8
+	TESTQ  R8, R8
+	JE     flashGradTileAVX512_zd_tail
+
+flashGradTileAVX512_zd_loop:
+	VMOVUPS Z19, (R9)
+	ADDQ    $0x00000040, R9
+	SUBQ    $0x00000010, R8
+	JNE     flashGradTileAVX512_zd_loop
+
+flashGradTileAVX512_zd_tail:
+	KORTESTW K1, K1
+	JE       flashGradTileAVX512_zd_end
+	VMOVUPS  Z19, K1, (R9)
+
+flashGradTileAVX512_zd_end:
+	SHLQ $0x02, DI
+	SUBQ DI, R9
+
+flashGradTileAVX512_fgt_next:
+	ADDQ DX, CX
+	ADDQ DX, AX
+	ADDQ $0x00000004, lse+64(FP)
+	ADDQ $0x00000004, d+72(FP)
+	INCQ BX
+	DECQ SI
+	JNE  flashGradTileAVX512_fgt_row
+
+flashGradTileAVX512_fgt_done:
 	VZEROUPPER
 	RET
 
-// func flashGradAVX512(ds *float32, s *float32, n int, scale float32, lse float32, d float32)
-// Requires: AVX, AVX512F, BMI2
-TEXT ·flashGradAVX512(SB), NOSPLIT, $0-36
+// func flashGradDotTileAVX512(ds *float32, s *float32, ld int, n0 int, w int, pad int, rows int, scale float32, lse *float32, d *float32)
+// Requires: AVX, AVX512F, BMI2, CMOV
+TEXT ·flashGradDotTileAVX512(SB), NOSPLIT, $0-80
 	MOVQ         ds+0(FP), AX
 	MOVQ         s+8(FP), CX
-	MOVQ         n+16(FP), DX
-	VBROADCASTSS scale+24(FP), Z0
-	VBROADCASTSS lse+28(FP), Z1
-	VBROADCASTSS d+32(FP), Z2
-	VBROADCASTSS vc18<>+0(SB), Z3
-	VBROADCASTSS vc19<>+0(SB), Z4
-	VBROADCASTSS vc20<>+0(SB), Z5
-	VBROADCASTSS vc21<>+0(SB), Z6
-	VBROADCASTSS vc22<>+0(SB), Z7
-	VBROADCASTSS vc16<>+0(SB), Z8
-	VBROADCASTSS vc23<>+0(SB), Z9
-	VBROADCASTSS vc24<>+0(SB), Z10
-	VBROADCASTSS vc25<>+0(SB), Z11
-	VBROADCASTSS vc26<>+0(SB), Z12
-	VBROADCASTSS vc27<>+0(SB), Z13
-	VBROADCASTSS vc15<>+0(SB), Z14
-	MOVQ         DX, BX
-	ANDQ         $0x0000000f, BX
-	MOVQ         $0x00000001, SI
-	SHLXQ        BX, SI, SI
-	DECQ         SI
-	KMOVW        SI, K1
-	ANDQ         $-16, DX
-	MOVQ         DX, BX
-	TESTQ        BX, BX
-	JE           fg_tail
+	MOVQ         ld+16(FP), DX
+	SHLQ         $0x02, DX
+	MOVQ         n0+24(FP), BX
+	MOVQ         rows+48(FP), SI
+	VBROADCASTSS scale+56(FP), Z0
+	VBROADCASTSS vc18<>+0(SB), Z1
+	VBROADCASTSS vc29<>+0(SB), Z2
+	VBROADCASTSS vc20<>+0(SB), Z3
+	VBROADCASTSS vc30<>+0(SB), Z4
+	VBROADCASTSS vc16<>+0(SB), Z5
+	VBROADCASTSS vc23<>+0(SB), Z6
+	VBROADCASTSS vc24<>+0(SB), Z7
+	VBROADCASTSS vc25<>+0(SB), Z8
+	VBROADCASTSS vc26<>+0(SB), Z9
+	VBROADCASTSS vc27<>+0(SB), Z10
+	VBROADCASTSS vc15<>+0(SB), Z11
+	TESTQ        SI, SI
+	JE           flashGradDotTileAVX512_fgt_done
 
-fg_loop:
+flashGradDotTileAVX512_fgt_row:
+	MOVQ         w+32(FP), DI
+	MOVQ         BX, R8
+	CMPQ         R8, DI
+	CMOVQGT      DI, R8
+	TESTQ        R8, R8
+	JLE          flashGradDotTileAVX512_fgt_zero
+	MOVQ         lse+64(FP), DI
+	MOVQ         d+72(FP), R9
+	VBROADCASTSS (DI), Z12
+	MOVQ         R8, DI
+	ANDQ         $0x0000000f, DI
+	MOVQ         $0x00000001, R10
+	SHLXQ        DI, R10, R10
+	DECQ         R10
+	KMOVW        R10, K1
+	MOVQ         R8, DI
+	ANDQ         $-16, DI
+	VPXORD       Z14, Z14, Z14
+	MOVQ         DI, R10
+	TESTQ        R10, R10
+	JE           flashGradDotTileAVX512_p_tail
+
+flashGradDotTileAVX512_p_loop:
+	VMOVUPS      (CX), Z13
+	VFMSUB213PS  Z12, Z0, Z13
+	VMAXPS       Z1, Z13, Z13
+	VMOVAPS      Z2, Z15
+	VFMADD231PS  Z3, Z13, Z15
+	VSUBPS       Z2, Z15, Z16
+	VFNMADD231PS Z4, Z16, Z13
+	VMOVAPS      Z6, Z16
+	VFMADD213PS  Z7, Z13, Z16
+	VFMADD213PS  Z8, Z13, Z16
+	VFMADD213PS  Z9, Z13, Z16
+	VFMADD213PS  Z10, Z13, Z16
+	VFMADD213PS  Z11, Z13, Z16
+	VFMADD213PS  Z5, Z13, Z16
+	VFMADD213PS  Z5, Z13, Z16
+	VPSLLD       $0x17, Z15, Z15
+	VMULPS       Z15, Z16, Z16
+	VMOVUPS      Z16, (CX)
+	VFMADD231PS  (AX), Z16, Z14
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	SUBQ         $0x00000010, R10
+	JNE          flashGradDotTileAVX512_p_loop
+
+flashGradDotTileAVX512_p_tail:
+	KORTESTW     K1, K1
+	JE           flashGradDotTileAVX512_p_end
+	VMOVUPS.Z    (CX), K1, Z13
+	VMOVUPS.Z    (AX), K1, Z15
+	VFMSUB213PS  Z12, Z0, Z13
+	VMAXPS       Z1, Z13, Z13
+	VMOVAPS      Z2, Z12
+	VFMADD231PS  Z3, Z13, Z12
+	VSUBPS       Z2, Z12, Z16
+	VFNMADD231PS Z4, Z16, Z13
+	VMOVAPS      Z6, Z16
+	VFMADD213PS  Z7, Z13, Z16
+	VFMADD213PS  Z8, Z13, Z16
+	VFMADD213PS  Z9, Z13, Z16
+	VFMADD213PS  Z10, Z13, Z16
+	VFMADD213PS  Z11, Z13, Z16
+	VFMADD213PS  Z5, Z13, Z16
+	VFMADD213PS  Z5, Z13, Z16
+	VPSLLD       $0x17, Z12, Z12
+	VMULPS       Z12, Z16, Z16
+	VMOVUPS      Z16, K1, (CX)
+	VFMADD231PS  Z15, Z16, K1, Z14
+
+flashGradDotTileAVX512_p_end:
+	MOVQ       DI, R10
+	SHLQ       $0x02, R10
+	SUBQ       R10, AX
+	SUBQ       R10, CX
+	VSHUFF32X4 $0x4e, Z14, Z14, Z12
+	VADDPS     Z12, Z14, Z14
+	VSHUFF32X4 $0xb1, Z14, Z14, Z12
+	VADDPS     Z12, Z14, Z14
+	VPERMILPS  $0x4e, Z14, Z12
+	VADDPS     Z12, Z14, Z14
+	VPERMILPS  $0xb1, Z14, Z12
+	VADDPS     Z12, Z14, Z14
+	MOVL       $0x00000001, R10
+	KMOVW      R10, K2
+	VMOVUPS    Z14, K2, (R9)
+	VMULPS     Z0, Z14, Z13
+	MOVQ       DI, R9
+	TESTQ      R9, R9
+	JE         flashGradDotTileAVX512_ds_tail
+
+flashGradDotTileAVX512_ds_loop:
+	VMOVUPS     (AX), Z12
+	VFMSUB213PS Z13, Z0, Z12
+	VMULPS      (CX), Z12, Z12
+	VMOVUPS     Z12, (AX)
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	SUBQ        $0x00000010, R9
+	JNE         flashGradDotTileAVX512_ds_loop
+
+flashGradDotTileAVX512_ds_tail:
+	KORTESTW    K1, K1
+	JE          flashGradDotTileAVX512_ds_end
+	VMOVUPS.Z   (AX), K1, Z12
+	VMOVUPS.Z   (CX), K1, Z15
+	VFMSUB213PS Z13, Z0, Z12
+	VMULPS      Z15, Z12, Z12
+	VMOVUPS     Z12, K1, (AX)
+
+flashGradDotTileAVX512_ds_end:
+	SHLQ $0x02, DI
+	SUBQ DI, AX
+	SUBQ DI, CX
+	JMP  flashGradDotTileAVX512_fgt_zero
+	VBROADCASTSS (R9), Z13
+	VMULPS       Z0, Z13, Z13
+	MOVQ         DI, R9
+	TESTQ        R9, R9
+	JE           flashGradDotTileAVX512_g_tail
+
+flashGradDotTileAVX512_g_loop:
 	VMOVUPS      (CX), Z15
 	VMOVUPS      (AX), Z16
-	VFMSUB213PS  Z1, Z0, Z15
-	VMAXPS       Z3, Z15, Z15
-	VMINPS       Z4, Z15, Z15
-	VMULPS       Z5, Z15, Z17
-	VRNDSCALEPS  $0x00, Z17, Z17
-	VFNMADD231PS Z6, Z17, Z15
-	VFNMADD231PS Z7, Z17, Z15
-	VMOVAPS      Z9, Z18
+	VFMSUB213PS  Z12, Z0, Z15
+	VMAXPS       Z1, Z15, Z15
+	VMOVAPS      Z2, Z17
+	VFMADD231PS  Z3, Z15, Z17
+	VSUBPS       Z2, Z17, Z18
+	VFNMADD231PS Z4, Z18, Z15
+	VMOVAPS      Z6, Z18
+	VFMADD213PS  Z7, Z15, Z18
+	VFMADD213PS  Z8, Z15, Z18
+	VFMADD213PS  Z9, Z15, Z18
 	VFMADD213PS  Z10, Z15, Z18
 	VFMADD213PS  Z11, Z15, Z18
-	VFMADD213PS  Z12, Z15, Z18
-	VFMADD213PS  Z13, Z15, Z18
-	VFMADD213PS  Z14, Z15, Z18
-	VMULPS       Z15, Z15, Z19
-	VFMADD213PS  Z15, Z19, Z18
-	VADDPS       Z8, Z18, Z18
-	VSCALEFPS    Z17, Z18, Z15
-	VSUBPS       Z2, Z16, Z16
-	VMULPS       Z0, Z15, Z17
-	VMULPS       Z17, Z16, Z16
-	VMOVUPS      Z15, (CX)
+	VFMADD213PS  Z5, Z15, Z18
+	VFMADD213PS  Z5, Z15, Z18
+	VPSLLD       $0x17, Z17, Z17
+	VMULPS       Z17, Z18, Z18
+	VFMSUB213PS  Z13, Z0, Z16
+	VMULPS       Z18, Z16, Z16
+	VMOVUPS      Z18, (CX)
 	VMOVUPS      Z16, (AX)
 	ADDQ         $0x00000040, AX
 	ADDQ         $0x00000040, CX
-	SUBQ         $0x00000010, BX
-	JNE          fg_loop
+	SUBQ         $0x00000010, R9
+	JNE          flashGradDotTileAVX512_g_loop
 
-fg_tail:
+flashGradDotTileAVX512_g_tail:
 	KORTESTW     K1, K1
-	JE           fg_end
+	JE           flashGradDotTileAVX512_g_end
 	VMOVUPS.Z    (CX), K1, Z15
 	VMOVUPS.Z    (AX), K1, Z16
-	VFMSUB213PS  Z1, Z0, Z15
-	VMAXPS       Z3, Z15, Z15
-	VMINPS       Z4, Z15, Z15
-	VMULPS       Z5, Z15, Z1
-	VRNDSCALEPS  $0x00, Z1, Z1
-	VFNMADD231PS Z6, Z1, Z15
-	VFNMADD231PS Z7, Z1, Z15
-	VMOVAPS      Z9, Z3
-	VFMADD213PS  Z10, Z15, Z3
-	VFMADD213PS  Z11, Z15, Z3
-	VFMADD213PS  Z12, Z15, Z3
-	VFMADD213PS  Z13, Z15, Z3
-	VFMADD213PS  Z14, Z15, Z3
-	VMULPS       Z15, Z15, Z4
-	VFMADD213PS  Z15, Z4, Z3
-	VADDPS       Z8, Z3, Z3
-	VSCALEFPS    Z1, Z3, Z1
-	VSUBPS       Z2, Z16, Z16
-	VMULPS       Z0, Z1, Z0
-	VMULPS       Z0, Z16, Z16
-	VMOVUPS      Z1, K1, (CX)
+	VFMSUB213PS  Z12, Z0, Z15
+	VMAXPS       Z1, Z15, Z15
+	VMOVAPS      Z2, Z12
+	VFMADD231PS  Z3, Z15, Z12
+	VSUBPS       Z2, Z12, Z17
+	VFNMADD231PS Z4, Z17, Z15
+	VMOVAPS      Z6, Z17
+	VFMADD213PS  Z7, Z15, Z17
+	VFMADD213PS  Z8, Z15, Z17
+	VFMADD213PS  Z9, Z15, Z17
+	VFMADD213PS  Z10, Z15, Z17
+	VFMADD213PS  Z11, Z15, Z17
+	VFMADD213PS  Z5, Z15, Z17
+	VFMADD213PS  Z5, Z15, Z17
+	VPSLLD       $0x17, Z12, Z12
+	VMULPS       Z12, Z17, Z17
+	VFMSUB213PS  Z13, Z0, Z16
+	VMULPS       Z17, Z16, Z16
+	VMOVUPS      Z17, K1, (CX)
 	VMOVUPS      Z16, K1, (AX)
 
-fg_end:
-	SHLQ $0x02, DX
-	SUBQ DX, AX
-	SUBQ DX, CX
+flashGradDotTileAVX512_g_end:
+	SHLQ $0x02, DI
+	SUBQ DI, AX
+	SUBQ DI, CX
+
+flashGradDotTileAVX512_fgt_zero:
+	XORQ    DI, DI
+	CMPQ    R8, DI
+	CMOVQGT R8, DI
+	MOVQ    pad+40(FP), R9
+	MOVQ    BX, R8
+	ADDQ    R9, R8
+	MOVQ    w+32(FP), R9
+	CMPQ    R8, R9
+	CMOVQGT R9, R8
+	SUBQ    DI, R8
+	JLE     flashGradDotTileAVX512_fgt_next
+	LEAQ    (CX)(DI*4), R9
+	MOVQ    R8, R10
+	ANDQ    $0x0000000f, R10
+	MOVQ    $0x00000001, R11
+	SHLXQ   R10, R11, R11
+	DECQ    R11
+	KMOVW   R11, K1
+	MOVQ    R8, R10
+	ANDQ    $-16, R10
+	VPXORD  Z19, Z19, Z19
+	MOVQ    R10, R11
+	TESTQ   R11, R11
+	JE      flashGradDotTileAVX512_zs_tail
+
+flashGradDotTileAVX512_zs_loop:
+	VMOVUPS Z19, (R9)
+	ADDQ    $0x00000040, R9
+	SUBQ    $0x00000010, R11
+	JNE     flashGradDotTileAVX512_zs_loop
+
+flashGradDotTileAVX512_zs_tail:
+	KORTESTW K1, K1
+	JE       flashGradDotTileAVX512_zs_end
+	VMOVUPS  Z19, K1, (R9)
+
+flashGradDotTileAVX512_zs_end:
+	SHLQ   $0x02, R10
+	SUBQ   R10, R9
+	LEAQ   (AX)(DI*4), R9
+	MOVQ   R8, DI
+	ANDQ   $0x0000000f, DI
+	MOVQ   $0x00000001, R10
+	SHLXQ  DI, R10, R10
+	DECQ   R10
+	KMOVW  R10, K1
+	MOVQ   R8, DI
+	ANDQ   $-16, DI
+	VPXORD Z20, Z20, Z20
+	MOVQ   DI, R8
+	TESTQ  R8, R8
+	JE     flashGradDotTileAVX512_zd_tail
+
+flashGradDotTileAVX512_zd_loop:
+	VMOVUPS Z20, (R9)
+	ADDQ    $0x00000040, R9
+	SUBQ    $0x00000010, R8
+	JNE     flashGradDotTileAVX512_zd_loop
+
+flashGradDotTileAVX512_zd_tail:
+	KORTESTW K1, K1
+	JE       flashGradDotTileAVX512_zd_end
+	VMOVUPS  Z20, K1, (R9)
+
+flashGradDotTileAVX512_zd_end:
+	SHLQ $0x02, DI
+	SUBQ DI, R9
+
+flashGradDotTileAVX512_fgt_next:
+	ADDQ DX, CX
+	ADDQ DX, AX
+	ADDQ $0x00000004, lse+64(FP)
+	ADDQ $0x00000004, d+72(FP)
+	INCQ BX
+	DECQ SI
+	JNE  flashGradDotTileAVX512_fgt_row
+
+flashGradDotTileAVX512_fgt_done:
 	VZEROUPPER
 	RET
+
+// func flashFinishAVX512(m *float32, l *float32, rows int, lse *float32, inv *float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·flashFinishAVX512(SB), NOSPLIT, $0-40
+	MOVQ  m+0(FP), AX
+	MOVQ  l+8(FP), CX
+	MOVQ  lse+24(FP), DX
+	MOVQ  inv+32(FP), BX
+	MOVQ  rows+16(FP), SI
+	MOVQ  SI, DI
+	ANDQ  $0x0000000f, DI
+	MOVQ  $0x00000001, R8
+	SHLXQ DI, R8, R8
+	DECQ  R8
+	KMOVW R8, K1
+	ANDQ  $-16, SI
+	MOVQ  SI, DI
+	TESTQ DI, DI
+	JE    ff_tail
+
+ff_loop:
+	VMOVUPS      (CX), Z0
+	VBROADCASTSS vc16<>+0(SB), Z1
+	VMOVAPS      Z1, Z1
+	VDIVPS       Z0, Z1, Z1
+	VMOVUPS      Z1, (BX)
+	VGETEXPPS    Z0, Z1
+	VGETMANTPS   $0x00, Z0, Z0
+	VBROADCASTSS vc31<>+0(SB), Z2
+	VCMPPS       $0x1e, Z2, Z0, K2
+	VBROADCASTSS vc15<>+0(SB), Z2
+	VMULPS       Z2, Z0, K2, Z0
+	VBROADCASTSS vc16<>+0(SB), Z2
+	VADDPS       Z2, Z1, K2, Z1
+	VBROADCASTSS vc16<>+0(SB), Z2
+	VSUBPS       Z2, Z0, Z0
+	VMULPS       Z0, Z0, Z2
+	VBROADCASTSS vc32<>+0(SB), Z3
+	VMOVAPS      Z3, Z3
+	VBROADCASTSS vc33<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc34<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc35<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc36<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc37<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc38<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc39<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc40<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VMULPS       Z0, Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VBROADCASTSS vc22<>+0(SB), Z4
+	VFMADD231PS  Z4, Z1, Z3
+	VBROADCASTSS vc41<>+0(SB), Z4
+	VFMADD231PS  Z4, Z2, Z3
+	VADDPS       Z0, Z3, Z3
+	VBROADCASTSS vc21<>+0(SB), Z0
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      (AX), Z0
+	VADDPS       Z0, Z3, Z3
+	VMOVUPS      Z3, (DX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, DX
+	ADDQ         $0x00000040, BX
+	SUBQ         $0x00000010, DI
+	JNE          ff_loop
+
+ff_tail:
+	KORTESTW     K1, K1
+	JE           ff_end
+	VBROADCASTSS vc16<>+0(SB), Z0
+	VMOVAPS      Z0, Z0
+	VMOVUPS      (CX), K1, Z0
+	VBROADCASTSS vc16<>+0(SB), Z1
+	VMOVAPS      Z1, Z1
+	VDIVPS       Z0, Z1, Z1
+	VMOVUPS      Z1, K1, (BX)
+	VGETEXPPS    Z0, Z1
+	VGETMANTPS   $0x00, Z0, Z0
+	VBROADCASTSS vc31<>+0(SB), Z2
+	VCMPPS       $0x1e, Z2, Z0, K2
+	VBROADCASTSS vc15<>+0(SB), Z2
+	VMULPS       Z2, Z0, K2, Z0
+	VBROADCASTSS vc16<>+0(SB), Z2
+	VADDPS       Z2, Z1, K2, Z1
+	VBROADCASTSS vc16<>+0(SB), Z2
+	VSUBPS       Z2, Z0, Z0
+	VMULPS       Z0, Z0, Z2
+	VBROADCASTSS vc32<>+0(SB), Z3
+	VMOVAPS      Z3, Z3
+	VBROADCASTSS vc33<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc34<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc35<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc36<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc37<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc38<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc39<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VBROADCASTSS vc40<>+0(SB), Z4
+	VFMADD213PS  Z4, Z0, Z3
+	VMULPS       Z0, Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VBROADCASTSS vc22<>+0(SB), Z4
+	VFMADD231PS  Z4, Z1, Z3
+	VBROADCASTSS vc41<>+0(SB), Z4
+	VFMADD231PS  Z4, Z2, Z3
+	VADDPS       Z0, Z3, Z3
+	VBROADCASTSS vc21<>+0(SB), Z0
+	VFMADD231PS  Z0, Z1, Z3
+	VBROADCASTSS vc16<>+0(SB), Z0
+	VMOVAPS      Z0, Z0
+	VMOVUPS      (AX), K1, Z0
+	VADDPS       Z0, Z3, Z3
+	VMOVUPS      Z3, K1, (DX)
+
+ff_end:
+	SHLQ $0x02, SI
+	SUBQ SI, AX
+	SUBQ SI, CX
+	SUBQ SI, DX
+	SUBQ SI, BX
+	VZEROUPPER
+	RET
+
+DATA vc31<>+0(SB)/4, $0x3fb504f3
+GLOBL vc31<>(SB), RODATA|NOPTR, $4
+
+DATA vc32<>+0(SB)/4, $0x3d9021bb
+GLOBL vc32<>(SB), RODATA|NOPTR, $4
+
+DATA vc33<>+0(SB)/4, $0xbdebd1b8
+GLOBL vc33<>(SB), RODATA|NOPTR, $4
+
+DATA vc34<>+0(SB)/4, $0x3def251a
+GLOBL vc34<>(SB), RODATA|NOPTR, $4
+
+DATA vc35<>+0(SB)/4, $0xbdfe5d4f
+GLOBL vc35<>(SB), RODATA|NOPTR, $4
+
+DATA vc36<>+0(SB)/4, $0x3e11e9bf
+GLOBL vc36<>(SB), RODATA|NOPTR, $4
+
+DATA vc37<>+0(SB)/4, $0xbe2aae50
+GLOBL vc37<>(SB), RODATA|NOPTR, $4
+
+DATA vc38<>+0(SB)/4, $0x3e4cceac
+GLOBL vc38<>(SB), RODATA|NOPTR, $4
+
+DATA vc39<>+0(SB)/4, $0xbe7ffffc
+GLOBL vc39<>(SB), RODATA|NOPTR, $4
+
+DATA vc40<>+0(SB)/4, $0x3eaaaaaa
+GLOBL vc40<>(SB), RODATA|NOPTR, $4
+
+DATA vc41<>+0(SB)/4, $0xbf000000
+GLOBL vc41<>(SB), RODATA|NOPTR, $4
 
 // func rowDotsAVX512(out *float32, x *float32, ldx int, y *float32, ldy int, n int, rows int)
 // Requires: AVX, AVX512F, BMI2

@@ -23,8 +23,16 @@ func softmaxCausalAVX512(a *float32, ld, n0, rows int, scale float32) { panic("o
 func softmaxGradCausalAVX512(d *float32, ldd int, p *float32, ldp, n0, rows int, scale float32) {
 	panic("ops: no AVX-512")
 }
-func flashExpAVX512(p, s *float32, n int, scale float32, res *float32) { panic("ops: no AVX-512") }
-func flashGradAVX512(ds, s *float32, n int, scale, lse, d float32)     { panic("ops: no AVX-512") }
+func flashExpTileAVX512(s *float32, ld, n0, w, rows int, scale float32, mla *float32, band int) {
+	panic("ops: no AVX-512")
+}
+func flashFinishAVX512(m, l *float32, rows int, lse, inv *float32) { panic("ops: no AVX-512") }
+func flashGradDotTileAVX512(ds, s *float32, ld, n0, w, pad, rows int, scale float32, lse, d *float32) {
+	panic("ops: no AVX-512")
+}
+func flashGradTileAVX512(ds, s *float32, ld, n0, w, pad, rows int, scale float32, lse, d *float32) {
+	panic("ops: no AVX-512")
+}
 func rowDotsAVX512(out, x *float32, ldx int, y *float32, ldy, n, rows int) {
 	panic("ops: no AVX-512")
 }

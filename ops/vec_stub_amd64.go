@@ -49,15 +49,25 @@ func softmaxCausalAVX512(a *float32, ld int, n0 int, rows int, scale float32)
 //go:noescape
 func softmaxGradCausalAVX512(d *float32, ldd int, p *float32, ldp int, n0 int, rows int, scale float32)
 
-// flashExpAVX512 sets m = max(res[0], scale·max(s)), p[i] = exp(scale·s[i] − m) for i < n (n >= 1, p may be s), res[0] = m, res[1] = Σ p.
+// flashExpTileAVX512 runs the online-softmax step on rows r < rows of s (row stride ld) over their first min(n0+r, w) elements (n0 >= 1), zeroing the rest of each row's w, with m, l, α of row r at mla[r], mla[band+r], mla[2·band+r].
 //
 //go:noescape
-func flashExpAVX512(p *float32, s *float32, n int, scale float32, res *float32)
+func flashExpTileAVX512(s *float32, ld int, n0 int, w int, rows int, scale float32, mla *float32, band int)
 
-// flashGradAVX512 sets s[i] = P = exp(scale·s[i] − lse) and ds[i] = scale·P·(ds[i] − d) for i < n (n >= 1).
+// flashGradTileAVX512 sets s[i] = P = exp(scale·s[i] − lse[r]) and ds[i] = P·(scale·ds[i] − scale·d[r]) on rows r < rows of ds and s (row stride ld) over their first min(n0+r, w) elements, and zeroes both rows on [max(that, 0), min(w, n0+r+pad)).
 //
 //go:noescape
-func flashGradAVX512(ds *float32, s *float32, n int, scale float32, lse float32, d float32)
+func flashGradTileAVX512(ds *float32, s *float32, ld int, n0 int, w int, pad int, rows int, scale float32, lse *float32, d *float32)
+
+// flashGradDotTileAVX512 is flashGradTileAVX512 with d an output: d[r] = Σ P⊙dP over the row (D, for rows whose keys are all in the block), taken before the score gradients.
+//
+//go:noescape
+func flashGradDotTileAVX512(ds *float32, s *float32, ld int, n0 int, w int, pad int, rows int, scale float32, lse *float32, d *float32)
+
+// flashFinishAVX512 sets inv[r] = 1/l[r] and lse[r] = m[r] + ln l[r] for r < rows (l[r] >= 1).
+//
+//go:noescape
+func flashFinishAVX512(m *float32, l *float32, rows int, lse *float32, inv *float32)
 
 // rowDotsAVX512 sets out[r] = Σ_{i<n} x[r·ldx+i]·y[r·ldy+i] for r < rows (n >= 1).
 //
