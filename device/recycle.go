@@ -48,19 +48,11 @@ func (d *Device) keep(data []float32, bits []uint16) {
 	}
 	switch {
 	case len(data) > 0:
-		if s.f32 == nil {
-			s.f32 = map[int][][]float32{}
-		}
-		if len(s.f32[len(data)]) < spareSame {
-			s.f32[len(data)] = append(s.f32[len(data)], data)
+		if spareKeep(&s.f32, data) {
 			s.bytes += n32
 		}
 	case len(bits) > 0:
-		if s.u16 == nil {
-			s.u16 = map[int][][]uint16{}
-		}
-		if len(s.u16[len(bits)]) < spareSame {
-			s.u16[len(bits)] = append(s.u16[len(bits)], bits)
+		if spareKeep(&s.u16, bits) {
 			s.bytes += n16
 		}
 	}
@@ -68,39 +60,52 @@ func (d *Device) keep(data []float32, bits []uint16) {
 
 // reuse32 returns n zeroed fp32 elements: a kept slice of that length, or
 // fresh memory.
-func (d *Device) reuse32(n int) []float32 {
-	if int64(n)*4 >= spareMin {
-		d.mu.Lock()
-		l := d.spares.f32[n]
-		if k := len(l); k > 0 {
-			buf := l[k-1]
-			l[k-1] = nil
-			d.spares.f32[n] = l[:k-1]
-			d.spares.bytes -= int64(n) * 4
-			d.mu.Unlock()
-			clear(buf)
-			return buf
-		}
-		d.mu.Unlock()
-	}
-	return make([]float32, n)
-}
+func (d *Device) reuse32(n int) []float32 { return reuse(d, &d.spares.f32, n, 4) }
 
 // reuse16 is reuse32 for 16-bit elements.
-func (d *Device) reuse16(n int) []uint16 {
-	if int64(n)*2 >= spareMin {
+func (d *Device) reuse16(n int) []uint16 { return reuse(d, &d.spares.u16, n, 2) }
+
+// reuse returns n zeroed elements of size bytes each from m, or fresh
+// memory.
+func reuse[T float32 | uint16](d *Device, m *map[int][][]T, n int, size int64) []T {
+	if int64(n)*size >= spareMin {
 		d.mu.Lock()
-		l := d.spares.u16[n]
-		if k := len(l); k > 0 {
-			buf := l[k-1]
-			l[k-1] = nil
-			d.spares.u16[n] = l[:k-1]
-			d.spares.bytes -= int64(n) * 2
-			d.mu.Unlock()
+		buf := spareTake(*m, n)
+		if buf != nil {
+			d.spares.bytes -= int64(n) * size
+		}
+		d.mu.Unlock()
+		if buf != nil {
 			clear(buf)
 			return buf
 		}
-		d.mu.Unlock()
 	}
-	return make([]uint16, n)
+	return make([]T, n)
+}
+
+// spareKeep adds buf to *m (made on first use) unless spareSame slices of
+// its length are kept already; it reports whether buf was kept.
+func spareKeep[T float32 | uint16](m *map[int][][]T, buf []T) bool {
+	if *m == nil {
+		*m = map[int][][]T{}
+	}
+	if len((*m)[len(buf)]) >= spareSame {
+		return false
+	}
+	(*m)[len(buf)] = append((*m)[len(buf)], buf)
+	return true
+}
+
+// spareTake removes a kept slice of length n from m and returns it (nil:
+// none kept).
+func spareTake[T float32 | uint16](m map[int][][]T, n int) []T {
+	l := m[n]
+	k := len(l)
+	if k == 0 {
+		return nil
+	}
+	buf := l[k-1]
+	l[k-1] = nil
+	m[n] = l[:k-1]
+	return buf
 }
