@@ -10,9 +10,25 @@ import (
 // one-step direct algorithms; larger ones use the ring.
 const directBytes = 64 << 10
 
+// Reductions are bit-identical to comm/local's: every element is
+// comm.Reduce of the p ranks' values folded in rank order 0, 1, …, p-1
+// (fp32 addition is commutative but not associative, so the order is part
+// of the result). A ring reduce-scatter folds chunk c in ring order c+1,
+// c+2, …, c, a rotation of rank order, which equals rank order bit for bit
+// only when p = 2 (x⊕y = y⊕x); with p ≥ 3 the reductions therefore go
+// direct at every size: each rank receives its chunk from every other and
+// folds it in rank order, piece by piece as the pieces arrive. The traffic
+// per rank is the ring's, (p-1)/p of the buffer; only the all-gather half
+// of a large all-reduce, which moves values without combining them, still
+// rides the ring.
+
 func reduceOf(dt tensor.DType, op comm.ReduceOp) *reducer {
 	return &reducer{dt: dt, op: op}
 }
+
+// ringReduces reports whether p ranks may reduce a large buffer on the
+// ring: only for p = 2, where ring order is rank order up to commutation.
+func ringReduces(p int) bool { return p == 2 }
 
 // allReduce: buf ← op over ranks of buf.
 func (o *op) allReduce(buf comm.Buf, rop comm.ReduceOp) error {
@@ -22,57 +38,91 @@ func (o *op) allReduce(buf comm.Buf, rop comm.ReduceOp) error {
 	}
 	red := reduceOf(buf.DType(), rop)
 	if len(b)*(p-1) <= directBytes || buf.Len() < p {
-		return o.directReduce(b, b, es, len(b), red)
+		return o.directReduce(b, func(int) []byte { return b }, es, red)
 	}
-	rg := o.newRing(b, es, partition(buf.Len(), p), 0, 2*(p-1))
-	return rg.run(rg.post(red), func(t int, x []byte) {
-		if t == p-1 {
-			red.finish(x, p) // this rank's chunk, fully reduced
-		}
-	})
-}
-
-// directReduce: every rank sends chunk j of src (n bytes at j·stride) to
-// rank j and folds the chunks it receives, with its own, in rank order 0,
-// 1, …, p-1, so every rank computes the same sums in the same order. With
-// len(src) = n the whole src goes to everyone (all-reduce). dst may be src
-// (all-reduce) or this rank's chunk of it (in-place reduce-scatter).
-func (o *op) directReduce(dst, src []byte, es, n int, red *reducer) error {
-	p, r := o.size(), o.me()
-	stride := n
-	if len(src) == n {
-		stride = 0
+	bounds := partition(buf.Len(), p)
+	if ringReduces(p) {
+		rg := o.newRing(b, es, bounds, 0, 2*(p-1))
+		return rg.run(rg.post(red), func(t int, x []byte) {
+			if t == p-1 {
+				red.finish(x, p) // this rank's chunk, fully reduced
+			}
+		})
 	}
-	slots := o.g.buf(p * n)
-	srcs := make([][]byte, p)
-	for j := 0; j < p; j++ {
-		srcs[j] = slots[j*n : (j+1)*n]
-		if j != r {
-			o.recvMsg(j, srcs[j], es, nil, 0)
-		}
-	}
-	srcs[r] = src[r*stride : r*stride+n]
-	for i := 1; i < p; i++ {
-		j := mod(r+i, p)
-		o.sendMsg(j, src[j*stride:j*stride+n], es, 0)
-	}
-	if err := o.waitEach(o.reqs); err != nil {
+	chunk := func(j int) []byte { return b[bounds[j]*es : bounds[j+1]*es] }
+	if err := o.directReduce(chunk(o.me()), chunk, es, red); err != nil {
 		return err
 	}
-	red.fold(dst[:n], srcs, p)
-	return nil
+	rg := o.newRing(b, es, bounds, p-1, p-1)
+	return rg.run(rg.post(nil), nil)
+}
+
+// directReduce: every rank sends chunk(j) of its buffer to rank j and folds
+// the chunk(r) it receives from each rank, with its own, in rank order 0,
+// 1, …, p-1 into dst (len(chunk(r)) bytes; scaled by comm.AvgScale(p) for
+// Avg), so every rank computes the same sums in the same order as
+// comm/local. chunk(j) may be the whole buffer for every j (all-reduce);
+// dst may be chunk(r) itself (in place). Every chunk(j) has the same length
+// on every rank. When the chunks are disjoint, piece k is folded as soon as
+// piece k has arrived from every rank.
+func (o *op) directReduce(dst []byte, chunk func(j int) []byte, es int, red *reducer) error {
+	p, r := o.size(), o.me()
+	own := chunk(r)
+	n := len(own)
+	slots := o.g.buf(p * n)
+	srcs := make([][]byte, p)
+	in := make([][]*req, p)
+	for j := 0; j < p; j++ {
+		if j != r {
+			srcs[j] = slots[j*n : (j+1)*n]
+			in[j] = o.recvMsg(j, srcs[j], es, nil, 0)
+		}
+	}
+	srcs[r] = own
+	shared := false // every rank gets the whole buffer: dst is being sent
+	for i := 1; i < p; i++ {
+		j := mod(r+i, p)
+		c := chunk(j)
+		shared = shared || (n > 0 && &c[0] == &own[0])
+		o.sendMsg(j, c, es, 0)
+	}
+	if shared {
+		if err := o.waitEach(o.reqs); err != nil {
+			return err
+		}
+		red.fold(dst[:n], srcs, p)
+		return nil
+	}
+	step := pieceBytes / es * es
+	parts := make([][]byte, p)
+	for k, off := 0, 0; k == 0 || off < n; k, off = k+1, off+step {
+		end := min(off+step, n)
+		for j := range in {
+			if j != r {
+				if err := o.wait(in[j][k]); err != nil {
+					return err
+				}
+			}
+		}
+		for j, s := range srcs {
+			parts[j] = s[off:end]
+		}
+		red.fold(dst[off:end], parts, p)
+	}
+	return o.waitEach(o.reqs) // the sends too: the caller may reuse the chunks
 }
 
 // reduceScatter: dst ← chunk r of op over ranks of src.
 func (o *op) reduceScatter(dst, src comm.Buf, rop comm.ReduceOp) error {
 	d, s, es, p := bytesOf(dst), bytesOf(src), dst.DType().Size(), o.size()
 	red := reduceOf(dst.DType(), rop)
+	n := len(d)
 	switch {
 	case p == 1:
 		copy(d, s)
 		return nil
-	case len(d)*(p-1) <= directBytes:
-		return o.directReduce(d, s, es, len(d), red)
+	case n*(p-1) <= directBytes || !ringReduces(p):
+		return o.directReduce(d, func(j int) []byte { return s[j*n : (j+1)*n] }, es, red)
 	default:
 		work := o.g.buf(len(s))
 		copy(work, s)
