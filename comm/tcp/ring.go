@@ -11,7 +11,8 @@ package tcp
 //	                                    receive chunk r-u-1 into place
 //
 // After the reduce-scatter chunk r holds the reduction over all ranks
-// (accumulated in ring order r+1, r+2, …, r); the all-gather starts by
+// (accumulated in ring order r+1, r+2, …, r: rank order only for p = 2,
+// so reductions use these steps only then, see algo.go); the all-gather starts by
 // sending it. In every step, the chunk sent is the chunk received in the
 // step before, so piece k of step t may go once piece k of step t-1 has
 // arrived (been reduced). Every receive targets a distinct chunk, so all of

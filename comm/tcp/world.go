@@ -20,10 +20,12 @@
 // Algorithms, for a group of p ranks and n bytes:
 //
 //	all-reduce      n·(p-1) ≤ 64 KiB: every rank sends its buffer to all and reduces
-//	                in rank order (one step); else ring reduce-scatter then ring
+//	                in rank order (one step); else a reduce-scatter then ring
 //	                all-gather, each chunk cut into pieces so that receiving,
 //	                reducing and forwarding overlap: 2(p-1)/p·n bytes per rank.
-//	reduce-scatter  the first half of the above (direct below the threshold)
+//	reduce-scatter  the first half of the above: the ring for p = 2, else direct
+//	                (rank j's chunk from every rank, folded in rank order piece
+//	                by piece), so every sum is comm/local's bit for bit (algo.go)
 //	all-gather      the second half (direct below the threshold)
 //	broadcast       root sends to all (small, or p = 2); else a pipelined chain
 //	all-to-all      direct, every pair at once
