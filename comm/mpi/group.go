@@ -10,6 +10,7 @@ import (
 	"hash/fnv"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -30,6 +31,13 @@ type group struct {
 	once   sync.Once
 	p2p    matcher
 	polled chan struct{} // closed when the progress goroutine has stopped
+
+	// While a collective of this group is being waited for, its waiter
+	// drains the point-to-point traffic (every drainEvery) and the progress
+	// goroutine sleeps: one polling thread per rank, not two competing for
+	// the cores (and for MPI's progress lock) with the other ranks'.
+	waiting atomic.Int32
+	resume  chan struct{} // a token when waiting drops to zero
 
 	family *family // every group made from the same world
 
@@ -91,7 +99,7 @@ func World(cfg Config) (comm.Group, error) {
 
 func newGroup(cfg Config, c, pc C.MPI_Comm, rank int, global []int, tagUB int, f *family) *group {
 	g := &group{family: f, cfg: cfg, c: c, pc: pc, rank: rank, size: len(global), global: global, tagUB: tagUB,
-		q: comm.NewQueue(), closed: make(chan struct{}), polled: make(chan struct{})}
+		q: comm.NewQueue(), closed: make(chan struct{}), polled: make(chan struct{}), resume: make(chan struct{}, 1)}
 	g.p2p.init()
 	f.add(g)
 	go g.progress()
@@ -198,7 +206,17 @@ func (g *group) timeoutErr(op string, peer int) error {
 // deadline passes; pin is unpinned once MPI is done with the memory, or
 // leaked if it may never be.
 func (g *group) wait(r *request, op string, pin *runtime.Pinner) error {
+	g.waiting.Add(1)
+	defer func() {
+		if g.waiting.Add(-1) == 0 {
+			select {
+			case g.resume <- struct{}{}:
+			default:
+			}
+		}
+	}()
 	deadline := time.Now().Add(g.cfg.Timeout)
+	drained := time.Now()
 	for {
 		done, err := test(r)
 		if done || err != nil {
@@ -220,12 +238,20 @@ func (g *group) wait(r *request, op string, pin *runtime.Pinner) error {
 			g.leak(pin)
 			return stop
 		}
+		if now := time.Now(); now.Sub(drained) >= drainEvery {
+			g.p2p.drain(g) // the progress goroutine sleeps meanwhile
+			drained = now
+		}
 		// MPI's non-blocking collectives advance mostly inside MPI_Test
 		// (libnbc runs one round of its schedule per call): poll without
 		// sleeping, yielding to the rank's other goroutines.
 		runtime.Gosched()
 	}
 }
+
+// drainEvery is how often a collective's waiter drains point-to-point
+// traffic in the progress goroutine's stead.
+const drainEvery = 200 * time.Microsecond
 
 // backoff yields for the first polls, then sleeps doubling naps up to max.
 func backoff(i int, nap, max time.Duration) time.Duration {

@@ -186,6 +186,16 @@ func (g *group) progress() {
 			return
 		default:
 		}
+		if g.waiting.Load() > 0 {
+			// A collective's waiter drains meanwhile (group.wait).
+			select {
+			case <-g.closed:
+				return
+			case <-g.resume:
+			}
+			i, nap = 0, 0
+			continue
+		}
 		if g.p2p.drain(g) {
 			i, nap = 0, 0
 		}
