@@ -3,6 +3,7 @@ package model
 import (
 	"testing"
 
+	"trellis/internal/proctime"
 	"trellis/ops"
 )
 
@@ -76,11 +77,11 @@ func benchTrainSteps(b *testing.B, m *GPT, p *FlatParams, s *Stash, B int) {
 	}
 	step(1) // warm up
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := proctime.CPU()
 	for i := 0; i < b.N; i++ {
 		step(i + 2)
 	}
-	cpu := cpuTime() - cpu0
+	cpu := proctime.CPU() - cpu0
 	tokens := float64(B*reference.SeqLen) * float64(b.N)
 	b.ReportMetric(tokens/b.Elapsed().Seconds(), "tokens/s")
 	b.ReportMetric(cpu.Seconds()*1e3/float64(b.N), "cpu_ms/step")

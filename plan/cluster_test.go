@@ -36,7 +36,9 @@ func TestClusterPresets(t *testing.T) {
 	}
 }
 
-func TestClusterFileTOML(t *testing.T) {
+// cpuHostCluster is testdata/cpu-host.toml, parsed.
+func cpuHostCluster(t *testing.T) Cluster {
+	t.Helper()
 	data, err := os.ReadFile("testdata/cpu-host.toml")
 	if err != nil {
 		t.Fatal(err)
@@ -45,6 +47,11 @@ func TestClusterFileTOML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+func TestClusterFileTOML(t *testing.T) {
+	c := cpuHostCluster(t)
 	if c.Name != "cpu-host" || c.DevicesPerNode != 2 || c.Accel.Memory != 11*gib || c.Accel.Reserved != gib/2 ||
 		!near(c.Accel.Peak[FP32], 0.211*tera) || !near(c.Intra.BW, 10*giga) || !near(c.Inter.Latency, 50*us) || !near(c.Accel.KernelGap, us) {
 		t.Fatalf("parsed %+v", c)

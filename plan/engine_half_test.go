@@ -1,23 +1,13 @@
 package plan
 
-import (
-	"os"
-	"testing"
-)
+import "testing"
 
 // engineTinyJob is the engine's tiny test model (train's tinyJob with 4
 // blocks: h = 32, 2 heads, V = 256, 16 tokens, tied, dropout off) on the
 // CPU host cluster file with engine_stash, 8 devices.
 func engineTinyJob(t *testing.T) Job {
 	t.Helper()
-	data, err := os.ReadFile("testdata/cpu-host.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := ParseClusterFile(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := cpuHostCluster(t)
 	c.EngineStash = true
 	m := Model{Name: "tiny", Family: GPT, Layers: 4, Hidden: 32, Heads: 2, KVHeads: 2, FFN: 128, Vocab: 256, MaxSeq: 16,
 		Tied: true, AttnBias: true, MLPBias: true}

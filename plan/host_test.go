@@ -2,7 +2,6 @@ package plan
 
 import (
 	"math"
-	"os"
 	"strings"
 	"testing"
 )
@@ -11,14 +10,7 @@ import (
 // `cores` cores reaching `speedup`, with every rank on it.
 func hostJob(t *testing.T, devices, cores int, speedup float64) Job {
 	t.Helper()
-	data, err := os.ReadFile("testdata/cpu-host.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := ParseClusterFile(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := cpuHostCluster(t)
 	c.DevicesPerNode, c.Cores, c.CoreSpeedup = 8, cores, speedup
 	m := Model{Name: "tiny", Family: GPT, Layers: 4, Hidden: 128, Heads: 4, KVHeads: 4, FFN: 512, Vocab: 256, MaxSeq: 128, Tied: true}
 	return Job{Model: m, Cluster: c, Devices: devices, Seq: 128, GlobalBatch: 8, Engine: &EngineStore{Threads: 1}}

@@ -3,6 +3,8 @@ package train
 import (
 	"testing"
 	"time"
+
+	"trellis/internal/proctime"
 )
 
 // BenchmarkHalfParallel: bf16 against fp32 under tp=2 and under pp=2
@@ -23,9 +25,9 @@ func BenchmarkHalfParallel(b *testing.B) {
 			for k, p := range plans {
 				j := benchJob(p, 4, 2, 8, steps)
 				j.Model.Hidden, j.Model.Heads = 512, 8
-				c0 := cpuTime()
+				c0 := proctime.CPU()
 				tps[k] = append(tps[k], runBench(b, j).TokensPerSec)
-				cpu[k] = append(cpu[k], float64(cpuTime()-c0)/float64(time.Millisecond)/steps)
+				cpu[k] = append(cpu[k], float64(proctime.CPU()-c0)/float64(time.Millisecond)/steps)
 			}
 		}
 		for k, n := range names {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"trellis/comm"
+	"trellis/internal/proctime"
 )
 
 // BenchmarkFrameTag: the cost of authenticating one 1 MiB frame (a piece),
@@ -55,7 +56,7 @@ func BenchmarkAllReduceAuth(b *testing.B) {
 				}
 				b.SetBytes(size)
 				b.ResetTimer()
-				cpu0 := cpuTime()
+				cpu0 := proctime.CPU()
 				var wg sync.WaitGroup
 				for r := range gs {
 					wg.Add(1)
@@ -72,7 +73,7 @@ func BenchmarkAllReduceAuth(b *testing.B) {
 				wg.Wait()
 				// CPU time per all-reduce over all ranks: robust to a busy machine,
 				// where wall time also counts other processes.
-				b.ReportMetric((cpuTime()-cpu0).Seconds()*1e3/float64(b.N), "cpu_ms/op")
+				b.ReportMetric((proctime.CPU()-cpu0).Seconds()*1e3/float64(b.N), "cpu_ms/op")
 				sec := b.Elapsed().Seconds() / float64(b.N)
 				b.ReportMetric(float64(size)/sec/1e9*2*float64(p-1)/float64(p), "busbw_GB/s")
 			})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"trellis/comm"
+	"trellis/internal/proctime"
 )
 
 // BenchmarkAllReduce: two ranks on loopback (goroutines of this process,
@@ -130,11 +131,11 @@ func BenchmarkAllReduceVsStream(b *testing.B) {
 	s.copy(b, bytes)
 	var ratios, str, bus, cpu []float64
 	for i := 0; i < b.N; i++ {
-		c0 := cpuTime()
+		c0 := proctime.CPU()
 		st := bytes / s.copy(b, bytes) / 1e9
-		c1 := cpuTime()
+		c1 := proctime.CPU()
 		bb := bytes / allReduce() / 1e9 // busbw = 2(p-1)/p · bytes/time = bytes/time
-		c2 := cpuTime()
+		c2 := proctime.CPU()
 		ratios, str, bus = append(ratios, bb/st), append(str, st), append(bus, bb)
 		if c1 > c0 {
 			cpu = append(cpu, float64(c2-c1)/float64(c1-c0))

@@ -15,45 +15,46 @@ import (
 // A new package must be added here, which is the point: its place in the
 // architecture is decided, not discovered.
 var layer = map[string]int{
-	"tensor":           0,
-	"mesh":             0,
-	"config":           0,
-	"rng":              0,
-	"internal/layers":  0,
-	"plan":             0, // pure: see TestPlanIsPure
-	"device":           1,
-	"safetensors":      1,
-	"comm":             1,
-	"ops":              2,
-	"ops/asmgen":       2, // code generator (build-time only)
-	"comm/local":       2,
-	"comm/tcp":         2,
-	"comm/mpi":         2, // build tag mpi: cgo against Open MPI
-	"data":             2,
-	"checkpoint":       2,
-	"hf":               4, // Hugging Face GPT-2 layout: model + safetensors
-	"profile":          5, // measures this machine for the planner (ops, commbench, plan)
-	"model":            3,
-	"optim":            3,
-	"comm/commtest":    3,
-	"launch":           3,
-	"comm/commbench":   4, // starts tcp workers through launch
-	"parallel":         4, // the Strategy interface
-	"parallel/flat":    4,
-	"parallel/dp":      6, // single plus the gradient all-reduce
-	"parallel/dptest":  6, // the test harness of dp and zero (imports parallel/single)
-	"parallel/zero":    5,
-	"parallel/single":  5,
-	"parallel/tp":      5,
-	"parallel/pp":      5,
-	"trace":            0, // Chrome trace-event spans (no Trellis imports)
-	"train":            7,
-	"cmd/trellis":      8,
-	"internal/checked": 0, // overflow-checked size arithmetic
-	"internal/sysmem":  0, // the machine's physical memory
-	"metrics":          0, // the --metrics line schema (train writes it, viz reads it)
-	"viz":              1, // pages and SVG from metrics, traces and plans: no runtime package
-	"dashboard":        2, // serves viz pages; never train (it gets metrics through train.Observer)
+	"tensor":            0,
+	"mesh":              0,
+	"config":            0,
+	"rng":               0,
+	"internal/layers":   0,
+	"plan":              0, // pure: see TestPlanIsPure
+	"device":            1,
+	"safetensors":       1,
+	"comm":              1,
+	"ops":               2,
+	"ops/asmgen":        2, // code generator (build-time only)
+	"comm/local":        2,
+	"comm/tcp":          2,
+	"comm/mpi":          2, // build tag mpi: cgo against Open MPI
+	"data":              2,
+	"checkpoint":        2,
+	"hf":                4, // Hugging Face GPT-2 layout: model + safetensors
+	"profile":           5, // measures this machine for the planner (ops, commbench, plan)
+	"model":             3,
+	"optim":             3,
+	"comm/commtest":     3,
+	"launch":            3,
+	"comm/commbench":    4, // starts tcp workers through launch
+	"parallel":          4, // the Strategy interface
+	"parallel/flat":     4,
+	"parallel/dp":       6, // single plus the gradient all-reduce
+	"parallel/dptest":   6, // the test harness of dp and zero (imports parallel/single)
+	"parallel/zero":     5,
+	"parallel/single":   5,
+	"parallel/tp":       5,
+	"parallel/pp":       5,
+	"trace":             0, // Chrome trace-event spans (no Trellis imports)
+	"train":             7,
+	"cmd/trellis":       8,
+	"internal/checked":  0, // overflow-checked size arithmetic
+	"internal/sysmem":   0, // the machine's physical memory
+	"internal/proctime": 0, // the process's CPU time (benchmarks)
+	"metrics":           0, // the --metrics line schema (train writes it, viz reads it)
+	"viz":               1, // pages and SVG from metrics, traces and plans: no runtime package
+	"dashboard":         2, // serves viz pages; never train (it gets metrics through train.Observer)
 }
 
 // planned are packages given their layer before they exist. Every other
