@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,27 +49,18 @@ func TestLaunchRestartsAfterKill(t *testing.T) {
 	}
 	want := losses(t, filepath.Join(dir, "a.jsonl"))
 
-	cmd := exec.Command(bin, launchArgs("b", "b.jsonl", "--max-restarts", "2")...)
-	cmd.Dir = dir
-	var out lockedBuf
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, out := startIn(t, dir, bin, launchArgs("b", "b.jsonl", "--max-restarts", "2")...)
 	defer cmd.Process.Kill()
-	waitUntil(t, &out, "12 steps logged", func() bool {
-		b, _ := os.ReadFile(filepath.Join(dir, "b.jsonl"))
-		return bytes.Count(b, []byte("\n")) >= 12
-	})
+	waitLines(t, out, filepath.Join(dir, "b.jsonl"), 12)
 	first := workers(cmd.Process.Pid)
-	kill9(t, first[2], &out)
-	waitUntil(t, &out, "the restart", func() bool { return strings.Contains(out.String(), "restart 1 of 2") })
+	kill9(t, first[2], out)
+	waitUntil(t, out, "the restart", func() bool { return strings.Contains(out.String(), "restart 1 of 2") })
 	var second map[int]int
-	waitUntil(t, &out, "four new workers", func() bool {
+	waitUntil(t, out, "four new workers", func() bool {
 		second = workers(cmd.Process.Pid)
 		return len(second) == 4 && second[1] != first[1]
 	})
-	kill9(t, second[1], &out)
+	kill9(t, second[1], out)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("the restarted job failed: %v\n%s", err, out.String())
 	}
@@ -135,6 +127,29 @@ func workers(ppid int) map[int]int {
 		}
 	}
 	return out
+}
+
+// startIn starts bin with args in dir, its output gathered in the
+// returned buffer; the caller kills it.
+func startIn(t *testing.T, dir, bin string, args ...string) (*exec.Cmd, *lockedBuf) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	out := new(lockedBuf)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, out
+}
+
+// waitLines waits until the metrics file at path holds n lines.
+func waitLines(t *testing.T, out *lockedBuf, path string, n int) {
+	t.Helper()
+	waitUntil(t, out, fmt.Sprintf("%d steps logged", n), func() bool {
+		b, _ := os.ReadFile(path)
+		return bytes.Count(b, []byte("\n")) >= n
+	})
 }
 
 func waitUntil(t *testing.T, out *lockedBuf, what string, ok func() bool) {
@@ -244,19 +259,10 @@ func TestLaunchElasticShrinkAfterKill(t *testing.T) {
 		a := []string{"launch", "--nproc-per-node", n, "--stop-grace", "1s", "--max-restarts", restarts, "--", bin}
 		return append(append(a, sets...), worker...)
 	}
-	cmd := exec.Command(bin, launched("3:4", "1", "--set", "checkpoint.dir=e", "--metrics", "e.jsonl")...)
-	cmd.Dir = dir
-	var out lockedBuf
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, out := startIn(t, dir, bin, launched("3:4", "1", "--set", "checkpoint.dir=e", "--metrics", "e.jsonl")...)
 	defer cmd.Process.Kill()
-	waitUntil(t, &out, "7 steps logged", func() bool {
-		b, _ := os.ReadFile(filepath.Join(dir, "e.jsonl"))
-		return bytes.Count(b, []byte("\n")) >= 7
-	})
-	kill9(t, workers(cmd.Process.Pid)[2], &out)
+	waitLines(t, out, filepath.Join(dir, "e.jsonl"), 7)
+	kill9(t, workers(cmd.Process.Pid)[2], out)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("the elastic job failed: %v\n%s", err, out.String())
 	}
