@@ -1,7 +1,6 @@
 package tp
 
 import (
-	"fmt"
 	"math"
 	"testing"
 
@@ -57,45 +56,31 @@ var halfPartBounds = map[tensor.DType][2]float64{tensor.BF16: {5e-5, 1e-3}, tens
 func TestHalfPartsMatchOneDevice(t *testing.T) {
 	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
 		bl, bg := halfPartBounds[dt][0], halfPartBounds[dt][1]
-		for _, tc := range []struct {
-			cfg model.Config
-			tp  int
-		}{
-			{model.Config{Layers: 2, Hidden: 24, Heads: 6, SeqLen: 6, Vocab: 37}, 2},
-			{model.Config{Layers: 2, Hidden: 24, Heads: 4, SeqLen: 12, Vocab: 37}, 4},
-		} {
-			for _, sp := range []bool{false, true} {
-				for _, drop := range []float64{0, 0.1} {
-					cfg := tc.cfg
-					cfg.Dropout = drop
-					t.Run(fmt.Sprintf("%s/tp=%d,sp=%v,dropout=%v", dt, tc.tp, sp, drop), func(t *testing.T) {
-						const B = 3
-						ref, err := runPart(t, cfg, model.Part{}, nil, B, dt)
-						if err != nil {
-							t.Fatal(err)
-						}
-						ref32, err := runPart(t, cfg, model.Part{}, nil, B, tensor.F32)
-						if err != nil {
-							t.Fatal(err)
-						}
-						for r, got := range runTP(t, cfg, tc.tp, sp, B, dt) {
-							l, g, z := worstDiffs(ref, got)
-							l32, g32, z32 := worstDiffs(ref32, got)
-							t.Logf("rank %d: against one device in %s: loss %.3g, grad %.3g, logit %.3g; in fp32: %.3g, %.3g, %.3g", r, dt, l, g, z, l32, g32, z32)
-							if l > bl || g > bg {
-								t.Errorf("rank %d: loss rel %.3g, gradient %.3g from one device's %s run: over %g, %g", r, l, g, dt, bl, bg)
-							}
-							if l > l32/2 || g > g32/2 {
-								t.Errorf("rank %d: loss rel %.3g, gradient %.3g from one device's %s run, %.3g, %.3g from its fp32 run: not half as far", r, l, g, dt, l32, g32)
-							}
-							if z > 1e-5*max(1, maxAbs(ref.logits)) || z32 <= 1e-4*max(1, maxAbs(ref.logits)) {
-								t.Errorf("rank %d: logits %.3g from one device's %s ones, %.3g from its fp32 ones", r, z, dt, z32)
-							}
-						}
-					})
+		eachPartCase(t, dt.String()+"/", func(t *testing.T, cfg model.Config, tp int, sp bool) {
+			const B = 3
+			ref, err := runPart(t, cfg, model.Part{}, nil, B, dt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref32, err := runPart(t, cfg, model.Part{}, nil, B, tensor.F32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r, got := range runTP(t, cfg, tp, sp, B, dt) {
+				l, g, z := worstDiffs(ref, got)
+				l32, g32, z32 := worstDiffs(ref32, got)
+				t.Logf("rank %d: against one device in %s: loss %.3g, grad %.3g, logit %.3g; in fp32: %.3g, %.3g, %.3g", r, dt, l, g, z, l32, g32, z32)
+				if l > bl || g > bg {
+					t.Errorf("rank %d: loss rel %.3g, gradient %.3g from one device's %s run: over %g, %g", r, l, g, dt, bl, bg)
+				}
+				if l > l32/2 || g > g32/2 {
+					t.Errorf("rank %d: loss rel %.3g, gradient %.3g from one device's %s run, %.3g, %.3g from its fp32 run: not half as far", r, l, g, dt, l32, g32)
+				}
+				if z > 1e-5*max(1, maxAbs(ref.logits)) || z32 <= 1e-4*max(1, maxAbs(ref.logits)) {
+					t.Errorf("rank %d: logits %.3g from one device's %s ones, %.3g from its fp32 ones", r, z, dt, z32)
 				}
 			}
-		}
+		})
 	}
 }
 
