@@ -68,47 +68,27 @@ func runPipelineOn(t *testing.T, cfg model.Config, c Config, lc local.Config, mo
 	}
 	lay := cfg.Layout()
 	out := outcome{grad: make([]float32, lay.Size), act: make([]int64, c.PP), sim: sim, ahead: make([]int, c.PP)}
-	errs := make([]error, c.PP)
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for r := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := func() error {
-				st, loss, dev, ahead, err := runRankWith(groups[r], cfg, c, s, B, mo)
-				if err != nil {
-					return err
-				}
-				defer st.Free()
-				mu.Lock()
-				defer mu.Unlock()
-				out.loss += loss
-				out.ahead[r] = ahead
-				out.act[r] = dev.Stats().Peak[device.Act]
-				for _, u := range st.cfg.Units {
-					if u == 0 && r != 0 {
-						continue
-					}
-					g, _ := st.Grads(u)
-					copy(out.grad[lay.Units[u].Offset:], g)
-				}
-				return nil
-			}()
-			if err != nil {
-				errs[r] = err
-				for _, g := range groups {
-					g.Close()
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
+	onRanks(t, groups, func(r int, grp comm.Group) error {
+		st, loss, dev, ahead, err := runRankWith(grp, cfg, c, s, B, mo)
 		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+			return err
 		}
-	}
+		defer st.Free()
+		mu.Lock()
+		defer mu.Unlock()
+		out.loss += loss
+		out.ahead[r] = ahead
+		out.act[r] = dev.Stats().Peak[device.Act]
+		for _, u := range st.cfg.Units {
+			if u == 0 && r != 0 {
+				continue
+			}
+			g, _ := st.Grads(u)
+			copy(out.grad[lay.Units[u].Offset:], g)
+		}
+		return nil
+	})
 	return out
 }
 

@@ -32,15 +32,25 @@ func scaledStep(t *testing.T, bad int) []scaledOutcome {
 		t.Fatal(err)
 	}
 	out := make([]scaledOutcome, pp*dp)
-	errs := make([]error, pp*dp)
+	onRanks(t, world, func(r int, g comm.Group) (err error) {
+		out[r], err = scaledRank(g, pp, bad)
+		return err
+	})
+	return out
+}
+
+// onRanks runs f for every rank of groups at once; a rank's error closes
+// every group (so that no peer waits for it) and fails the test.
+func onRanks(t *testing.T, groups []comm.Group, f func(r int, g comm.Group) error) {
+	t.Helper()
+	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
-	for r := range world {
+	for r, g := range groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[r], errs[r] = scaledRank(world[r], pp, bad)
-			if errs[r] != nil {
-				for _, g := range world {
+			if errs[r] = f(r, g); errs[r] != nil {
+				for _, g := range groups {
 					g.Close()
 				}
 			}
@@ -52,7 +62,6 @@ func scaledStep(t *testing.T, bad int) []scaledOutcome {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	return out
 }
 
 func scaledRank(w comm.Group, pp, bad int) (scaledOutcome, error) {
