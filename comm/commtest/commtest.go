@@ -192,6 +192,25 @@ func largeElems() int {
 // errSkip makes a case skip its test.
 var errSkip = errors.New("commtest: skipped")
 
+// Ranks runs fn for every rank of groups at once (Parallel, with a
+// limit of ten minutes) and fails t with the ranks' errors. A rank whose fn
+// fails closes every group, so that no peer waits for it.
+func Ranks(t testing.TB, groups []comm.Group, fn func(r int, g comm.Group) error) {
+	t.Helper()
+	err := Parallel(groups, 10*time.Minute, func(r int, g comm.Group) error {
+		err := fn(r, g)
+		if err != nil {
+			for _, g := range groups {
+				g.Close()
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Parallel runs fn for every rank on a goroutine of its own and returns the
 // ranks' errors joined, each prefixed with its rank, or an error naming the
 // ranks still running after limit (their goroutines are left behind). Ranks

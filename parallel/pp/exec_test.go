@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"trellis/comm"
+	"trellis/comm/commtest"
 	"trellis/comm/local"
 	"trellis/device"
 	"trellis/model"
@@ -69,7 +70,7 @@ func runPipelineOn(t *testing.T, cfg model.Config, c Config, lc local.Config, mo
 	lay := cfg.Layout()
 	out := outcome{grad: make([]float32, lay.Size), act: make([]int64, c.PP), sim: sim, ahead: make([]int, c.PP)}
 	var mu sync.Mutex
-	onRanks(t, groups, func(r int, grp comm.Group) error {
+	commtest.Ranks(t, groups, func(r int, grp comm.Group) error {
 		st, loss, dev, ahead, err := runRankWith(grp, cfg, c, s, B, mo)
 		if err != nil {
 			return err

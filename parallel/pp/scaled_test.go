@@ -3,10 +3,10 @@ package pp
 import (
 	"math"
 	"slices"
-	"sync"
 	"testing"
 
 	"trellis/comm"
+	"trellis/comm/commtest"
 	"trellis/comm/local"
 	"trellis/device"
 	"trellis/ops"
@@ -32,36 +32,11 @@ func scaledStep(t *testing.T, bad int) []scaledOutcome {
 		t.Fatal(err)
 	}
 	out := make([]scaledOutcome, pp*dp)
-	onRanks(t, world, func(r int, g comm.Group) (err error) {
+	commtest.Ranks(t, world, func(r int, g comm.Group) (err error) {
 		out[r], err = scaledRank(g, pp, bad)
 		return err
 	})
 	return out
-}
-
-// onRanks runs f for every rank of groups at once; a rank's error closes
-// every group (so that no peer waits for it) and fails the test.
-func onRanks(t *testing.T, groups []comm.Group, f func(r int, g comm.Group) error) {
-	t.Helper()
-	errs := make([]error, len(groups))
-	var wg sync.WaitGroup
-	for r, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if errs[r] = f(r, g); errs[r] != nil {
-				for _, g := range groups {
-					g.Close()
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
 }
 
 func scaledRank(w comm.Group, pp, bad int) (scaledOutcome, error) {

@@ -3,9 +3,10 @@ package tp
 import (
 	"math"
 	"slices"
-	"sync"
 	"testing"
 
+	"trellis/comm"
+	"trellis/comm/commtest"
 	"trellis/comm/local"
 	"trellis/device"
 	"trellis/model"
@@ -26,42 +27,33 @@ func TestUpdateScaledSkipsOnEveryTPRank(t *testing.T) {
 			t.Fatal(err)
 		}
 		norms, skipped, changed := make([]float64, tp), make([]bool, tp), make([]bool, tp)
-		errs := make([]error, tp)
-		var wg sync.WaitGroup
-		for r := range groups {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c, _ := New(groups[r])
-				st, err := single.New(single.Config{Model: cfg, Device: device.New(device.Config{}), Hyper: optim.DefaultHyper(),
-					Part: c.Part(false), ReduceNorm: c.ReduceNorm})
-				if err != nil {
-					errs[r] = err
-					return
-				}
-				defer st.Free()
-				if errs[r] = st.Init(1); errs[r] != nil {
-					return
-				}
-				for i := range st.G {
-					st.G[i] = float32(1e-3 * math.Cos(float64(i)))
-				}
-				if r == bad {
-					st.G[0] = float32(math.Inf(1))
-				}
-				w0 := slices.Clone(st.W)
-				norms[r], skipped[r], errs[r] = st.UpdateScaled(1e-2, 1, 1.0/1024)
-				changed[r] = !slices.Equal(w0, st.W)
-			}()
-		}
-		wg.Wait()
+		commtest.Ranks(t, groups, func(r int, g comm.Group) (err error) {
+			c, _ := New(g)
+			st, err := single.New(single.Config{Model: cfg, Device: device.New(device.Config{}), Hyper: optim.DefaultHyper(),
+				Part: c.Part(false), ReduceNorm: c.ReduceNorm})
+			if err != nil {
+				return err
+			}
+			defer st.Free()
+			if err := st.Init(1); err != nil {
+				return err
+			}
+			for i := range st.G {
+				st.G[i] = float32(1e-3 * math.Cos(float64(i)))
+			}
+			if r == bad {
+				st.G[0] = float32(math.Inf(1))
+			}
+			w0 := slices.Clone(st.W)
+			norms[r], skipped[r], err = st.UpdateScaled(1e-2, 1, 1.0/1024)
+			changed[r] = !slices.Equal(w0, st.W)
+			return err
+		})
 		for _, g := range groups {
 			g.Close()
 		}
 		for r := range groups {
 			switch {
-			case errs[r] != nil:
-				t.Fatalf("rank %d: %v", r, errs[r])
 			case bad >= 0 && (!skipped[r] || changed[r]):
 				t.Errorf("inf on rank %d: rank %d skipped %v, weights changed %v; want skipped, unchanged", bad, r, skipped[r], changed[r])
 			case bad < 0 && (skipped[r] || !changed[r] || norms[r] != norms[0]):

@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sync"
 	"testing"
 
+	"trellis/comm"
+	"trellis/comm/commtest"
 	"trellis/comm/local"
 	"trellis/device"
 	"trellis/model"
@@ -103,30 +104,17 @@ func runTP(t *testing.T, cfg model.Config, tp int, sp bool, B int, dt tensor.DTy
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, errs := make([]pass, tp), make([]error, tp)
-	var wg sync.WaitGroup
-	for r := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, _ := New(groups[r])
-			out[r], errs[r] = runPart(t, cfg, c.Part(sp), c, B, dt)
-			if errs[r] != nil {
-				for _, g := range groups {
-					g.Close()
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for _, g := range groups {
-		g.Close()
-	}
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+	defer func() {
+		for _, g := range groups {
+			g.Close()
 		}
-	}
+	}()
+	out := make([]pass, tp)
+	commtest.Ranks(t, groups, func(r int, g comm.Group) (err error) {
+		c, _ := New(g)
+		out[r], err = runPart(t, cfg, c.Part(sp), c, B, dt)
+		return err
+	})
 	return out
 }
 
