@@ -398,14 +398,7 @@ func TestDefaultJobBF16Fits(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
-		s, err := j.resolve()
-		if err != nil {
-			t.Fatal(err)
-		}
-		pr, err := j.predictMemory(s, hostCluster(s))
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, pr := predictedPeaks(t, j)
 		budget, _ := device.ParseBytes(j.Parallel.DeviceMemory)
 		ci := slices.Index(device.Tags(), device.Comm)
 		for _, r := range sum.Ranks {

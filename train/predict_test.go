@@ -47,14 +47,7 @@ func holdPredicted(t *testing.T, j Job) {
 	t.Helper()
 	j.Train.Steps = 1
 	got := runJob(t, j, "", "", 0)
-	s, err := j.resolve()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, err := j.predictMemory(s, hostCluster(s))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, pr := predictedPeaks(t, j)
 	for _, r := range got.sum.Ranks {
 		want := pr[r.Rank]
 		if e := relErr(want.PeakAll, r.PeakAll); e > 0.05 {
@@ -75,6 +68,21 @@ func holdPredicted(t *testing.T, j Job) {
 			}
 		}
 	}
+}
+
+// predictedPeaks is j's settings and every rank's predicted peaks on the
+// built-in cluster (what --dry-run and --parallel auto see).
+func predictedPeaks(t *testing.T, j Job) (settings, []Predicted) {
+	t.Helper()
+	s, err := j.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := j.predictMemory(s, hostCluster(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, pr
 }
 
 // relErr is |pred − meas| / meas (pred ≠ 0 against 0 measured: +Inf).
