@@ -111,13 +111,6 @@ func (c Cluster) flatRingAllReduce(S float64, g group) float64 {
 // latency), at least one.
 func buckets(P float64) float64 { return math.Max(1, math.Ceil(P/bucketParams)) }
 
-// bucketed is a collective f on P parameters of b bytes each, issued as
-// buckets(P) collectives of equal size.
-func bucketed(f func(float64, group) float64, P, b float64, g group) float64 {
-	n := buckets(P)
-	return n * f(P*b/n, g)
-}
-
 // hideBehind is what of a collective c stays exposed when it runs
 // concurrently with independent compute g.
 func hideBehind(c, g float64) float64 { return math.Max(0, c-g) }

@@ -227,10 +227,9 @@ func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCos
 	switch p.ZeRO {
 	case 2:
 		P := sp.params(s, n)
-		_, first := j.dpBuckets(p, s, P)
+		nb, first := j.dpBuckets(p, s, P)
 		all := c.reduceScatter(P*g, pl.dp)
 		if j.Engine != nil && j.Engine.Buckets != nil { // the engine's buckets, each a collective
-			nb, _ := j.dpBuckets(p, s, P)
 			all = nb * c.reduceScatter(P/nb*g, pl.dp)
 		}
 		return math.Max(c.reduceScatter(first*g, pl.dp), all-sc.compute.bwd-sc.compute.rc)
