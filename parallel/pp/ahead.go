@@ -37,17 +37,13 @@ import (
 //     same direction. With it a W runs ahead only where a neighbour
 //     stalls for longer than a W, which is what it can absorb.
 
-// done is p's transfer's completion: the transport's own signal when its
-// Work has one (comm's queued Works), else the watcher's.
+// done is p's transfer's completion signal (nil: none to wait on with a
+// deadline).
 func done(p pending) <-chan struct{} {
-	w := p.w
-	if ww, ok := w.(*watched); ok {
-		if d, ok := ww.w.(interface{ Done() <-chan struct{} }); ok {
-			return d.Done()
-		}
+	if ww, ok := p.w.(*watched); ok {
 		return ww.ch
 	}
-	if d, ok := w.(interface{ Done() <-chan struct{} }); ok {
+	if d, ok := p.w.(interface{ Done() <-chan struct{} }); ok {
 		return d.Done()
 	}
 	return nil

@@ -335,7 +335,7 @@ func (s *Stage) weightGrads(a Action, key [2]int, ahead bool) error {
 // wait blocks on p (the wait lane of the trace).
 func (s *Stage) wait(p pending, a Action) error {
 	if w, ok := p.w.(*watched); ok && w.done() {
-		return w.err
+		return w.result()
 	}
 	t0 := time.Now()
 	err := p.w.Wait()
