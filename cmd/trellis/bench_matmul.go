@@ -83,16 +83,20 @@ func (c benchMatmulConfig) Validate() error {
 type matmulResult struct {
 	GFLOPS     float64 `json:"gflops"`      // median over repeats of 2·m·n·k / seconds
 	BestGFLOPS float64 `json:"best_gflops"` // the fastest repeat (others share this CPU)
-	PeakGFLOPS float64 `json:"peak_gflops"` // FMA loop of the same ISA on the same threads
-	ISA        string  `json:"isa"`
-	DType      string  `json:"dtype"`
-	Threads    int     `json:"threads"`
-	M          int     `json:"m"`
-	K          int     `json:"k"`
-	N          int     `json:"n"`
-	Layout     string  `json:"layout"`
-	Seconds    float64 `json:"seconds"` // median seconds of one matmul
-	Repeats    int     `json:"repeats"`
+	PeakGFLOPS float64 `json:"peak_gflops"` // FMA loop of the same ISA on PeakThreads goroutines
+	// PeakThreads is min(threads, CPUs): more goroutines than cores reach
+	// no higher rate, and the peak loop's work grows with the goroutine
+	// count (1000 threads on two cores took a minute, whatever --time said).
+	PeakThreads int     `json:"peak_threads"`
+	ISA         string  `json:"isa"`
+	DType       string  `json:"dtype"`
+	Threads     int     `json:"threads"`
+	M           int     `json:"m"`
+	K           int     `json:"k"`
+	N           int     `json:"n"`
+	Layout      string  `json:"layout"`
+	Seconds     float64 `json:"seconds"` // median seconds of one matmul
+	Repeats     int     `json:"repeats"`
 }
 
 func newBenchMatmulCmd() *cobra.Command {
@@ -148,7 +152,11 @@ func runBenchMatmul(cfg benchMatmulConfig) (matmulResult, error) {
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	a, b, c := randFloats(r, m*kk), randFloats(r, kk*n), make([]float32, m*n)
-	call, isa, peak := matmulCall(k, cfg.DType, l, m, n, kk, a, lda, b, ldb, c)
+	call, isa := matmulCall(k, cfg.DType, l, m, n, kk, a, lda, b, ldb, c)
+	pk, err := ops.New(ops.Config{Threads: min(k.Threads(), runtime.NumCPU()), ISA: cfg.ISA})
+	if err != nil {
+		return matmulResult{}, fmt.Errorf("bench matmul: %w", err)
+	}
 
 	start := time.Now()
 	call() // warm up: page in, fill the buffer pools
@@ -172,33 +180,34 @@ func runBenchMatmul(cfg benchMatmulConfig) (matmulResult, error) {
 	return matmulResult{
 		GFLOPS:     2 * float64(m) * float64(n) * float64(kk) / med / 1e9,
 		BestGFLOPS: 2 * float64(m) * float64(n) * float64(kk) / secs[0] / 1e9,
-		PeakGFLOPS: peak(max(cfg.Duration/4, 200*time.Millisecond)),
-		ISA:        isa, DType: cfg.DType, Threads: k.Threads(), M: m, K: kk, N: n, Layout: l.String(),
+		PeakGFLOPS: peakOf(pk, cfg.DType)(max(cfg.Duration/4, 200*time.Millisecond)), PeakThreads: pk.Threads(),
+		ISA: isa, DType: cfg.DType, Threads: k.Threads(), M: m, K: kk, N: n, Layout: l.String(),
 		Seconds: med, Repeats: len(secs),
 	}, nil
 }
 
-// peakOfCores measures the FMA peak of k's ISA on min(threads, CPUs)
-// goroutines: more goroutines than cores reach no higher rate, and the
-// measurement's work grows with the goroutine count (1000 threads on two
-// cores took a minute, whatever --time said).
-func peakOfCores(k *ops.Kernels, d time.Duration) float64 {
-	return ops.PeakGFLOPS(k.ISA(), min(k.Threads(), runtime.NumCPU()), d)
-}
-
 // matmulCall returns one matmul of the given dtype (fp32 operands a, b
-// rounded to it), the kernels that run it and its peak.
-func matmulCall(k *ops.Kernels, dtype string, l ops.Layout, m, n, kk int, a []float32, lda int, b []float32, ldb int, c []float32) (func(), string, func(time.Duration) float64) {
+// rounded to it) and the kernels that run it.
+func matmulCall(k *ops.Kernels, dtype string, l ops.Layout, m, n, kk int, a []float32, lda int, b []float32, ldb int, c []float32) (func(), string) {
 	dt, _ := tensor.ParseDType(dtype)
 	switch dt {
 	case tensor.BF16:
 		a16, b16 := convertSlice(a, tensor.ToBF16), convertSlice(b, tensor.ToBF16)
-		return func() { k.MatMulBF16(l, m, n, kk, a16, lda, b16, ldb, c, n, false) }, k.BF16ISA(), k.PeakGFLOPSBF16
+		return func() { k.MatMulBF16(l, m, n, kk, a16, lda, b16, ldb, c, n, false) }, k.BF16ISA()
 	case tensor.F16:
 		a16, b16 := convertSlice(a, tensor.ToF16), convertSlice(b, tensor.ToF16)
-		return func() { k.MatMulF16(l, m, n, kk, a16, lda, b16, ldb, c, n, false) }, k.ISA() + "+widen", k.PeakGFLOPS
+		return func() { k.MatMulF16(l, m, n, kk, a16, lda, b16, ldb, c, n, false) }, k.ISA() + "+widen"
 	}
-	return func() { k.MatMul(l, m, n, kk, a, lda, b, ldb, c, n, false) }, k.ISA(), k.PeakGFLOPS
+	return func() { k.MatMul(l, m, n, kk, a, lda, b, ldb, c, n, false) }, k.ISA()
+}
+
+// peakOf is the peak measurement of k for a matmul of dtype: the bf16
+// dot-product loop for bf16, else the fp32 FMA loop (fp16 widens to fp32).
+func peakOf(k *ops.Kernels, dtype string) func(time.Duration) float64 {
+	if dt, _ := tensor.ParseDType(dtype); dt == tensor.BF16 {
+		return k.PeakGFLOPSBF16
+	}
+	return k.PeakGFLOPS
 }
 
 // peakLoop names the loop the peak of isa is measured with.
@@ -229,7 +238,7 @@ func printMatmulResult(w io.Writer, res matmulResult, asJSON bool) error {
 	if asJSON {
 		return json.NewEncoder(w).Encode(res)
 	}
-	_, err := fmt.Fprintf(w, "matmul %s %s m=%d k=%d n=%d, %s, %d thread(s): %.1f GFLOP/s (median of %d, %.3g ms each; best %.1f); %s peak %.1f GFLOP/s (median %.0f%% of it)\n",
-		res.Layout, res.DType, res.M, res.K, res.N, res.ISA, res.Threads, res.GFLOPS, res.Repeats, res.Seconds*1e3, res.BestGFLOPS, peakLoop(res.ISA), res.PeakGFLOPS, 100*res.GFLOPS/res.PeakGFLOPS)
+	_, err := fmt.Fprintf(w, "matmul %s %s m=%d k=%d n=%d, %s, %d thread(s): %.1f GFLOP/s (median of %d, %.3g ms each; best %.1f); %s peak %.1f GFLOP/s on %d thread(s) (median %.0f%% of it)\n",
+		res.Layout, res.DType, res.M, res.K, res.N, res.ISA, res.Threads, res.GFLOPS, res.Repeats, res.Seconds*1e3, res.BestGFLOPS, peakLoop(res.ISA), res.PeakGFLOPS, res.PeakThreads, 100*res.GFLOPS/res.PeakGFLOPS)
 	return err
 }

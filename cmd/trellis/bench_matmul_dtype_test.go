@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -27,5 +29,28 @@ func TestBenchMatmulDType(t *testing.T) {
 	cfg := benchMatmulConfig{M: 1, K: 1, N: 1, Layout: "nn", DType: "fp8", Duration: time.Millisecond}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `dtype "fp8"`) {
 		t.Fatalf("dtype fp8: error %v, want one naming it", err)
+	}
+}
+
+// TestBenchMatmulPeakOnCores: with more threads than CPUs the matmul runs
+// on every thread but the peak is measured on one goroutine per CPU (the
+// peak loop's work grows with its goroutines: 1000 of them on two cores
+// took a minute), and the report says on how many.
+func TestBenchMatmulPeakOnCores(t *testing.T) {
+	threads := 4 * runtime.NumCPU()
+	cfg := benchMatmulConfig{M: 13, K: 9, N: 35, Layout: "nn", Threads: threads, ISA: "auto", DType: "fp32", Duration: time.Millisecond}
+	res, err := runBenchMatmul(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Threads != threads || res.PeakThreads != runtime.NumCPU() || !(res.PeakGFLOPS > 0) {
+		t.Fatalf("threads %d, peak %g GFLOP/s on %d; want %d threads, the peak on %d", res.Threads, res.PeakGFLOPS, res.PeakThreads, threads, runtime.NumCPU())
+	}
+	var b strings.Builder
+	if err := printMatmulResult(&b, res, false); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("on %d thread(s)", runtime.NumCPU()); !strings.Contains(b.String(), want) {
+		t.Fatalf("report %q does not say %q", b.String(), want)
 	}
 }
