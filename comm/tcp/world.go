@@ -154,23 +154,10 @@ func (w *world) setPeer(r int, c net.Conn, keys sessionKeys) {
 	w.peers[r] = p
 }
 
-func (w *world) hasPeer(r int) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.peers[r] != nil
-}
-
 func (w *world) isClosing() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.closing
-}
-
-// failure is the error that broke the world, if any.
-func (w *world) failure() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.err
 }
 
 // fail breaks the world with pe: every group's queue fails, every posted
