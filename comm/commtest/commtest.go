@@ -16,6 +16,10 @@
 //     and within p·2⁻²⁴·Σ|x| for reals; bf16 accumulates in fp32 and may
 //     round once per step, so within p·2⁻⁸·Σ|x|; Avg is the sum scaled by
 //     1/p; Max is exact; every rank gets bit-identical all-reduce results;
+//   - all-reduce and reduce-scatter equal, bit for bit, comm.Reduce of the
+//     ranks' buffers folded in rank order 0, 1, …, p-1 (what comm/local
+//     computes), checked at p = 3 and 4 on values of many magnitudes
+//     (CheckRankOrder);
 //   - AllGather with src = this rank's chunk of dst and ReduceScatter with dst
 //     = this rank's chunk of src work in place;
 //   - Send completes without waiting for the matching Recv (both sides of an
@@ -140,6 +144,9 @@ func cases() []testCase {
 	}
 	for _, n := range []int{2, 3, 8} {
 		cs = append(cs, testCase{name: fmt.Sprintf("Large/n=%d", n), run: large(n)})
+	}
+	for _, n := range []int{3, 4} {
+		cs = append(cs, testCase{name: fmt.Sprintf("RankOrder/n=%d", n), run: rankOrder(n)})
 	}
 	for _, n := range []int{2, 3, 5} {
 		cs = append(cs, testCase{name: fmt.Sprintf("PointToPoint/n=%d", n), run: pointToPoint(n)})

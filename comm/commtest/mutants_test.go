@@ -77,8 +77,28 @@ func (m *mutant) AllReduce(buf comm.Buf, op comm.ReduceOp) comm.Work {
 		return m.Group.AllReduce(buf, comm.Sum)
 	case m.defect == "errors-lose-rank":
 		return lostPeer{m.Group.AllReduce(buf, op)}
+	case m.defect == "rotated-order" && op != comm.Max && m.Size() > 2:
+		return comm.Done(m.rotatedAllReduce(buf, op))
 	}
 	return m.Group.AllReduce(buf, op)
+}
+
+// rotatedAllReduce folds every rank's buf in the order 1, 2, …, p-1, 0 (a
+// ring's order for chunk 0): the same on every rank and within every
+// rounding bound, but not rank order.
+func (m *mutant) rotatedAllReduce(buf comm.Buf, op comm.ReduceOp) error {
+	p, n := m.Size(), buf.Len()
+	all := newBuf(buf.DType(), p*n)
+	if err := comm.AllGather(m.Group, all, buf); err != nil {
+		return err
+	}
+	srcs := make([]comm.Buf, p)
+	for k := range srcs {
+		j := (k + 1) % p
+		srcs[k] = all.Slice(j*n, (j+1)*n)
+	}
+	comm.Reduce(buf, srcs, op, p)
+	return nil
 }
 
 func (m *mutant) AllGather(dst, src comm.Buf) comm.Work {
@@ -255,6 +275,7 @@ func TestSuiteCatchesMutants(t *testing.T) {
 		{"subgroup-ranks", subgroups},
 		{"errors-lose-rank", closePeer},
 		{"errors-lose-rank", silentPeer},
+		{"rotated-order", rankOrder(3)},
 	}
 	for _, c := range cases {
 		t.Run(c.defect, func(t *testing.T) {

@@ -70,6 +70,14 @@ int t_ibcast(void *buf, int bytes, int root, MPI_Comm c, MPI_Request *r) {
 int t_ialltoall(void *src, void *dst, int bytes, MPI_Comm c, MPI_Request *r) {
 	return MPI_Ialltoall(src, bytes, MPI_BYTE, dst, bytes, MPI_BYTE, c, r);
 }
+// t_ialltoallv: counts and displacements in bytes (rank-order reductions).
+int t_ialltoallv(void *src, int *scounts, int *sdispls, void *dst, int *rcounts, int *rdispls, MPI_Comm c, MPI_Request *r) {
+	return MPI_Ialltoallv(src, scounts, sdispls, MPI_BYTE, dst, rcounts, rdispls, MPI_BYTE, c, r);
+}
+// t_iallgatherv: in place, rank j's counts[j] bytes at displs[j] of buf.
+int t_iallgatherv(void *buf, int *counts, int *displs, MPI_Comm c, MPI_Request *r) {
+	return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_BYTE, c, r);
+}
 int t_ibarrier(MPI_Comm c, MPI_Request *r) { return MPI_Ibarrier(c, r); }
 int t_isend(void *buf, int bytes, int peer, int tag, MPI_Comm c, MPI_Request *r) {
 	return MPI_Isend(buf, bytes, MPI_BYTE, peer, tag, c, r);

@@ -14,22 +14,10 @@ import (
 )
 
 // run submits a collective to the queue: start issues the MPI call into
-// req; the queue then waits for it.
+// req; the queue then waits for it (call) and runs after.
 func (g *group) run(op string, bytes int, pin *runtime.Pinner, start func(req *request) C.int, after func()) comm.Work {
 	return g.q.Submit(bytes, func() error {
-		req := new(request)
-		if err := mpiErr(op, start(req)); err != nil {
-			pin.Unpin()
-			return err
-		}
-		if err := g.wait(req, op, pin); err != nil {
-			return err
-		}
-		// A failure of point-to-point on this group (ErrBufferFull) that
-		// happened while the collective was in flight breaks it too: take in
-		// what has arrived and report the group's state.
-		g.p2p.drain(g)
-		if err := g.q.Err(); err != nil {
+		if err := g.call(op, pin, start); err != nil {
 			return err
 		}
 		if after != nil {
@@ -37,6 +25,26 @@ func (g *group) run(op string, bytes int, pin *runtime.Pinner, start func(req *r
 		}
 		return nil
 	})
+}
+
+// call, on the queue, issues one non-blocking MPI call (start, into req)
+// and waits for it until done or the deadline (wait); pin is the Go memory
+// the call uses. A collective of several phases (the rank-order
+// reductions) makes one call per phase, each with its own deadline.
+func (g *group) call(op string, pin *runtime.Pinner, start func(req *request) C.int) error {
+	req := new(request)
+	if err := mpiErr(op, start(req)); err != nil {
+		pin.Unpin()
+		return err
+	}
+	if err := g.wait(req, op, pin); err != nil {
+		return err
+	}
+	// A failure of point-to-point on this group (ErrBufferFull) that
+	// happened while the collective was in flight breaks it too: take in
+	// what has arrived and report the group's state.
+	g.p2p.drain(g)
+	return g.q.Err()
 }
 
 // f32 is the fp32 view of n floats at p.
@@ -92,6 +100,9 @@ func (g *group) AllReduce(buf comm.Buf, op comm.ReduceOp) comm.Work {
 	if err := checkCount("allreduce", 4*buf.Len()); err != nil {
 		return comm.Done(err)
 	}
+	if rankOrder(g.size) {
+		return g.orderedAllReduce(buf, op)
+	}
 	n, k := buf.Len(), g.avg(op)
 	if buf.DType() == tensor.F32 {
 		b := bytesOf(buf)
@@ -113,6 +124,9 @@ func (g *group) ReduceScatter(dst, src comm.Buf, op comm.ReduceOp) comm.Work {
 	}
 	if err := checkCount("reducescatter", 4*src.Len()); err != nil {
 		return comm.Done(err)
+	}
+	if rankOrder(g.size) {
+		return g.orderedReduceScatter(dst, src, op)
 	}
 	n, k := dst.Len(), g.avg(op)
 	if src.DType() == tensor.F32 {

@@ -24,17 +24,41 @@
 //
 // Collectives run on the group's comm.Queue, one at a time in issue order,
 // each as MPI's non-blocking form (MPI_Iallreduce, MPI_Ireduce_scatter_block,
-// MPI_Iallgather, MPI_Ibcast, MPI_Ialltoall, MPI_Ibarrier) polled with
+// MPI_Iallgather, MPI_Ibcast, MPI_Ialltoall, MPI_Ibarrier; the rank-order
+// reductions below MPI_Ialltoallv and MPI_Iallgatherv) polled with
 // MPI_Test until done or until the deadline (Config.Timeout), which turns a
 // hang into a *comm.PeerError. The queue's goroutine polls without sleeping
 // (yielding to the rank's other goroutines), because MPI progresses a
 // non-blocking collective mostly inside MPI_Test: a collective in flight
 // costs a core's worth of polling, which overlapped computation shares.
 // Each group has two communicators: one for the collectives and NewGroup,
-// one for point-to-point. Reductions run in fp32: a bf16 payload is
-// widened into fp32 C memory, reduced with MPI_SUM or MPI_MAX and rounded
-// back once (MPI has no bf16); Avg is the sum times comm.AvgScale. Copies
-// (all-gather, broadcast, all-to-all, point-to-point) move raw bytes.
+// one for point-to-point. Copies (all-gather, broadcast, all-to-all,
+// point-to-point) move raw bytes.
+//
+// # Reductions: rank order, bit for bit
+//
+// All-reduce and reduce-scatter give bit for bit what comm/local and
+// comm/tcp give: every element is comm.Reduce of the p ranks' values folded
+// left to right in rank order 0, 1, …, p-1 (in fp32; bf16 widened and
+// rounded once; Avg the sum times comm.AvgScale(p)), so an MPI job equals
+// the same job on in-process ranks. fp32 addition is not associative and
+// MPI_SUM leaves the association to the library (with Open MPI 4.1.4 and
+// 4 ranks, MPI_Iallreduce was up to 1280 ulps from rank order on the
+// conformance suite's values; with 3 it happened to match), so with p ≥ 3
+// a reduction does not use it. Rank r receives chunk r of every other rank's
+// buffer with one MPI_Ialltoallv (chunk j = elements ⌊j·n/p⌋ … ⌊(j+1)·n/p⌋,
+// so n need not divide by p; bf16 travels as bf16) and folds the p chunks
+// with comm.Reduce; an all-reduce then shares the folded chunks with an
+// in-place MPI_Iallgatherv. Both phases run inside the one queued
+// operation, each polled to its own deadline; the Work completes when the
+// last is done. The traffic per rank is a ring's, (p-1)/p of the buffer
+// each way per phase, but the fold runs in Go on the queue's goroutine,
+// not inside MPI (cost: docs/BENCHMARKS.md). With p = 2 every order is rank
+// order up to commutation (x⊕y = y⊕x), so MPI_Iallreduce and
+// MPI_Ireduce_scatter_block with MPI_SUM or MPI_MAX run (a bf16 payload
+// widened into fp32 C memory and rounded back once: MPI has no bf16).
+// commtest.CheckRankOrder holds every backend to this (the conformance
+// suite's RankOrder cases; TestMPIRunRankOrder under mpirun -np 3 and 4).
 // Payloads above 2³¹−1 bytes are refused with comm.ErrArgs (MPI counts are
 // int).
 //

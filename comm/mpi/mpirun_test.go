@@ -69,3 +69,22 @@ func TestMPIRun(t *testing.T) {
 		})
 	}
 }
+
+// TestMPIRunRankOrder runs the conformance suite's rank-order cases
+// (commtest.CheckRankOrder: all-reduce and reduce-scatter equal comm.Reduce
+// folded in rank order, bit for bit) under mpirun with 3 and 4 ranks, the
+// sizes at which MPI's own reduction algorithms would associate otherwise.
+// TestMPIRun runs them too, among the whole suite.
+func TestMPIRunRankOrder(t *testing.T) {
+	for _, np := range []int{3, 4} {
+		t.Run("np="+strconv.Itoa(np), func(t *testing.T) {
+			out := mpirun(t, np, "^TestConformance$/^RankOrder/", "-test.v")
+			if strings.Count(out, "--- PASS: TestConformance (") != np {
+				t.Fatalf("want %d ranks to pass the rank-order cases:\n%s", np, tail(out, 6000))
+			}
+			if n := strings.Count(out, "--- PASS: TestConformance/RankOrder/n="+strconv.Itoa(np)); n != np {
+				t.Fatalf("want RankOrder/n=%d to pass on %d ranks, passed on %d:\n%s", np, np, n, tail(out, 6000))
+			}
+		})
+	}
+}

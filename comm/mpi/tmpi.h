@@ -8,6 +8,8 @@ int t_ireduce_scatter(float *src, float *dst, int n, int max, MPI_Comm c, MPI_Re
 int t_iallgather(void *src, void *dst, int bytes, MPI_Comm c, MPI_Request *r);
 int t_ibcast(void *buf, int bytes, int root, MPI_Comm c, MPI_Request *r);
 int t_ialltoall(void *src, void *dst, int bytes, MPI_Comm c, MPI_Request *r);
+int t_ialltoallv(void *src, int *scounts, int *sdispls, void *dst, int *rcounts, int *rdispls, MPI_Comm c, MPI_Request *r);
+int t_iallgatherv(void *buf, int *counts, int *displs, MPI_Comm c, MPI_Request *r);
 int t_ibarrier(MPI_Comm c, MPI_Request *r);
 int t_isend(void *buf, int bytes, int peer, int tag, MPI_Comm c, MPI_Request *r);
 int t_iprobe(MPI_Comm c, int *flag, int *src, int *tag, int *bytes);
