@@ -113,6 +113,11 @@ func pipelineBubble(b *testing.B, hidden, reps int) {
 		if a, z := med["1f1b"], med["zb-h1"]; a.idle > 0 && a.step > 0 {
 			b.ReportMetric(z.idle/a.idle, "zb-h1/1f1b")
 			b.ReportMetric(z.step/a.step, "step-zb-h1/1f1b")
+			var pairs []float64 // each run's ratio: the runs alternate, so a pair shares the machine's state
+			for k := range min(len(runs["1f1b"]), len(runs["zb-h1"])) {
+				pairs = append(pairs, runs["zb-h1"][k].step/runs["1f1b"][k].step)
+			}
+			b.Logf("step-zb-h1/1f1b of the medians %.3f; run by run %.3f", z.step/a.step, pairs)
 		}
 	}
 }
