@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"trellis/device"
+	"trellis/metrics"
 )
 
 // memoryGrid is the plans whose predicted memory the tests hold to the
@@ -174,5 +175,31 @@ func TestMetricsCarryPrediction(t *testing.T) {
 	}
 	if s := out.String(); !strings.Contains(s, "predicted vs measured") || !strings.Contains(s, "exposed comm") {
 		t.Errorf("summary lacks the prediction table:\n%s", s)
+	}
+}
+
+// metrics.TagNames (the --metrics schema, a layer below device) and
+// tagsOf name and fill the tags in device's order: each tag's peak lands
+// in the field of its own name.
+func TestMetricsTagsAreDevices(t *testing.T) {
+	names := metrics.TagNames()
+	if len(names) != len(device.Tags()) {
+		t.Fatalf("metrics tags %v, device tags %v", names, device.Tags())
+	}
+	var peak [device.NumTags]int64
+	for i, tag := range device.Tags() {
+		if names[i] != tag.String() {
+			t.Errorf("metrics tag %d is %q, device's %q", i, names[i], tag)
+		}
+		peak[tag] = int64(i + 1)
+	}
+	got := tagsOf(peak, 99)
+	for i, tag := range device.Tags() {
+		if v := got.Tag(tag.String()); v != int64(i+1) {
+			t.Errorf("tagsOf: %s = %d, want %d", tag, v, i+1)
+		}
+	}
+	if got.Peak != 99 {
+		t.Errorf("tagsOf: peak %d, want 99", got.Peak)
 	}
 }
