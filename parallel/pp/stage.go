@@ -360,10 +360,9 @@ func (s *Stage) span(a Action, t0 time.Time, ahead bool) {
 	if s.cfg.Trace == nil {
 		return
 	}
-	name := fmt.Sprintf("%v mb%d c%d", a.Op, a.MB, a.Chunk)
+	args := []any{"mb", a.MB, "chunk", a.Chunk}
 	if ahead {
-		s.cfg.Trace.Span(trace.Compute, name, t0, "mb", a.MB, "chunk", a.Chunk, "ahead", true)
-		return
+		args = append(args, "ahead", true)
 	}
-	s.cfg.Trace.Span(trace.Compute, name, t0, "mb", a.MB, "chunk", a.Chunk)
+	s.cfg.Trace.Span(trace.Compute, fmt.Sprintf("%v mb%d c%d", a.Op, a.MB, a.Chunk), t0, args...)
 }
