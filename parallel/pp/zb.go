@@ -10,10 +10,12 @@ package pp
 // at most p micro-batches in flight (counted from F to W): 1F1B's peak
 // (rank 0's), reached on every rank.
 //
-// Every W is Movable: a rank that would block on a receive runs its next
-// deferred W instead (ahead.go), so the W's also absorb the passes' jitter
-// where the static order has no slack (the last rank's forwards in the
-// steady state wait for an activation sent exactly as they are due).
+// Every W is Movable: a rank that has waited on a receive as long as its
+// last W took, with the message still due, runs its next deferred W
+// (ahead.go), so a W can absorb a neighbour's stall longer than a W. The
+// waits of the steady state are shorter (at pp = 2 the last rank's
+// forwards wait for an activation sent exactly as they are due), so
+// there the static order runs.
 func zbH1(c Config) [][]Action {
 	p, m := c.PP, c.Micro
 	out := make([][]Action, p)
