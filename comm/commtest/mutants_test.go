@@ -194,18 +194,12 @@ func (m *mutant) Send(buf comm.Buf, peer, tag int) comm.Work {
 	k := [2]int{peer, tag}
 	held, ok := m.held[k]
 	if !ok {
-		m.held[k] = cloneBuf(buf)
+		m.held[k] = clone(buf)
 		return comm.Done(nil)
 	}
 	delete(m.held, k)
 	w := m.Group.Send(buf, peer, tag)
 	return then{w, func() { comm.Send(m.Group, held, peer, tag) }}
-}
-
-func cloneBuf(b comm.Buf) comm.Buf {
-	c := newBuf(b.DType(), b.Len())
-	copyInto(c, b)
-	return c
 }
 
 func (m *mutant) Barrier() comm.Work {

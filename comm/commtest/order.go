@@ -26,10 +26,10 @@ import (
 // not divisible by 3 or 4.
 func orderSizes() []int { return []int{1000, 1<<17 + 7} }
 
-// OrderInputs is every rank's buffer of n values (for p ranks, seeded by
+// orderInputs is every rank's buffer of n values (for p ranks, seeded by
 // seed) whose magnitudes span 2⁻²⁰ … 2²⁰ with both signs, so that their fp32
 // sums depend on the order of the additions.
-func OrderInputs(dt tensor.DType, p, n int, seed uint64) []comm.Buf {
+func orderInputs(dt tensor.DType, p, n int, seed uint64) []comm.Buf {
 	rng := rand.New(rand.NewPCG(seed, uint64(n)))
 	bufs := make([]comm.Buf, p)
 	for r := range bufs {
@@ -50,9 +50,9 @@ func OrderInputs(dt tensor.DType, p, n int, seed uint64) []comm.Buf {
 	return bufs
 }
 
-// RankOrderFold is the reference: comm.Reduce of bufs in rank order (a new
+// rankOrderFold is the reference: comm.Reduce of bufs in rank order (a new
 // buffer; Avg over len(bufs)).
-func RankOrderFold(bufs []comm.Buf, op comm.ReduceOp) comm.Buf {
+func rankOrderFold(bufs []comm.Buf, op comm.ReduceOp) comm.Buf {
 	want := clone(bufs[0])
 	comm.Reduce(want, bufs, op, len(bufs))
 	return want
@@ -61,7 +61,7 @@ func RankOrderFold(bufs []comm.Buf, op comm.ReduceOp) comm.Buf {
 // CheckRankOrder runs all-reduce and reduce-scatter (out of place and in
 // place) on groups, fp32 and bf16, Sum, Avg and Max, at every size of the
 // check, and returns an error naming each case where a rank's result
-// differs in any bit from RankOrderFold, with the number of elements that
+// differs in any bit from rankOrderFold, with the number of elements that
 // differ and the largest difference in ulps (every case runs, whatever
 // the earlier ones gave). In SPMD mode groups holds
 // only this process's group (the others nil): every rank computes all the
@@ -95,20 +95,20 @@ func rankOrder(p int) func(e *env) error {
 }
 
 func allReduceOrder(gs []comm.Group, dt tensor.DType, op comm.ReduceOp, n int) error {
-	bufs := OrderInputs(dt, len(gs), n, 1)
-	want := RankOrderFold(bufs, op)
+	bufs := orderInputs(dt, len(gs), n, 1)
+	want := rankOrderFold(bufs, op)
 	return Parallel(gs, time.Minute, func(r int, g comm.Group) error {
 		if err := comm.AllReduce(g, bufs[r], op); err != nil {
 			return err
 		}
-		return OrderDiff(bufs[r], want)
+		return orderDiff(bufs[r], want)
 	})
 }
 
 func reduceScatterOrder(gs []comm.Group, dt tensor.DType, op comm.ReduceOp, m int, inPlace bool) error {
 	p := len(gs)
-	srcs := OrderInputs(dt, p, p*m, 2)
-	want := RankOrderFold(srcs, op)
+	srcs := orderInputs(dt, p, p*m, 2)
+	want := rankOrderFold(srcs, op)
 	return Parallel(gs, time.Minute, func(r int, g comm.Group) error {
 		dst := newBuf(dt, m)
 		if inPlace {
@@ -117,17 +117,17 @@ func reduceScatterOrder(gs []comm.Group, dt tensor.DType, op comm.ReduceOp, m in
 		if err := comm.ReduceScatter(g, dst, srcs[r], op); err != nil {
 			return err
 		}
-		if err := OrderDiff(dst, want.Slice(r*m, (r+1)*m)); err != nil {
+		if err := orderDiff(dst, want.Slice(r*m, (r+1)*m)); err != nil {
 			return fmt.Errorf("chunk %d: %w", r, err)
 		}
 		return nil
 	})
 }
 
-// OrderDiff is nil when got and want (one length and dtype) agree in every
+// orderDiff is nil when got and want (one length and dtype) agree in every
 // bit, else an error with how many elements differ, the first, and the
 // largest difference in ulps of the dtype.
-func OrderDiff(got, want comm.Buf) error {
+func orderDiff(got, want comm.Buf) error {
 	count, first, most := 0, -1, int64(0)
 	for i := 0; i < want.Len(); i++ {
 		if bits(got, i) == bits(want, i) {
