@@ -14,6 +14,18 @@ const reduceBlock = 2048
 // sum times this factor (within 1 ulp of sum/n; exact when n is a power of 2).
 func AvgScale(n int) float32 { return float32(1 / float64(n)) }
 
+// Partition cuts n elements into p chunks whose sizes differ by at most
+// one: chunk j is [b[j], b[j+1]) with b[j] = ⌊j·n/p⌋ (b[p] = n). The
+// backends that reduce over the network (comm/tcp, comm/mpi) cut their
+// buffers this way.
+func Partition(n, p int) []int {
+	b := make([]int, p+1)
+	for j := range b {
+		b[j] = j * n / p
+	}
+	return b
+}
+
 // Reduce folds srcs into dst (the reduction kernel shared by the backends).
 // For every element i of dst it computes
 //

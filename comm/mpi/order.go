@@ -35,16 +35,6 @@ import (
 // rather than with MPI_SUM/MPI_MAX.
 func rankOrder(p int) bool { return p > 2 }
 
-// chunkBounds is the element offset of each of p chunks of n elements, and
-// n last: chunk j is [b[j], b[j+1]).
-func chunkBounds(n, p int) []int {
-	b := make([]int, p+1)
-	for j := range b {
-		b[j] = j * n / p
-	}
-	return b
-}
-
 // view is the Buf of n elements of dtype dt at C memory q.
 func view(dt tensor.DType, q unsafe.Pointer, n int) comm.Buf {
 	if dt == tensor.BF16 {
@@ -118,7 +108,7 @@ func (g *group) foldScatter(dst, src comm.Buf, bounds []int, op comm.ReduceOp) e
 func (g *group) orderedAllReduce(buf comm.Buf, op comm.ReduceOp) comm.Work {
 	return g.q.Submit(buf.Bytes(), func() error {
 		p, r := g.size, g.rank
-		bounds := chunkBounds(buf.Len(), p)
+		bounds := comm.Partition(buf.Len(), p)
 		if err := g.foldScatter(buf.Slice(bounds[r], bounds[r+1]), buf, bounds, op); err != nil {
 			return err
 		}

@@ -40,7 +40,7 @@ func (o *op) allReduce(buf comm.Buf, rop comm.ReduceOp) error {
 	if len(b)*(p-1) <= directBytes || buf.Len() < p {
 		return o.directReduce(b, func(int) []byte { return b }, es, red)
 	}
-	bounds := partition(buf.Len(), p)
+	bounds := comm.Partition(buf.Len(), p)
 	if ringReduces(p) {
 		rg := o.newRing(b, es, bounds, 0, 2*(p-1))
 		return rg.run(rg.post(red), func(t int, x []byte) {
@@ -126,7 +126,7 @@ func (o *op) reduceScatter(dst, src comm.Buf, rop comm.ReduceOp) error {
 	default:
 		work := o.g.buf(len(s))
 		copy(work, s)
-		rg := o.newRing(work, es, partition(src.Len(), p), 0, p-1)
+		rg := o.newRing(work, es, comm.Partition(src.Len(), p), 0, p-1)
 		rs := rg.post(red)
 		if err := rg.run(rs, nil); err != nil {
 			return err
@@ -159,7 +159,7 @@ func (o *op) allGather(dst, src comm.Buf) error {
 		}
 		return nil
 	}
-	rg := o.newRing(d, es, partition(dst.Len(), p), p-1, p-1)
+	rg := o.newRing(d, es, comm.Partition(dst.Len(), p), p-1, p-1)
 	return rg.run(rg.post(nil), nil)
 }
 

@@ -34,15 +34,6 @@ type ring struct {
 // lag is how many pieces step t runs ahead of step t+1 in the wavefront.
 const lag = 2
 
-// partition cuts n elements into p chunks whose sizes differ by at most one.
-func partition(n, p int) []int {
-	b := make([]int, p+1)
-	for c := range b {
-		b[c] = c * n / p
-	}
-	return b
-}
-
 // newRing runs steps first … first+n-1 over b.
 func (o *op) newRing(b []byte, es int, bounds []int, first, n int) *ring {
 	p, r := o.size(), o.me()
