@@ -37,26 +37,11 @@ import (
 //     same direction. With it a W runs ahead only where a neighbour
 //     stalls for longer than a W, which is what it can absorb.
 
-// done is p's transfer's completion signal (nil: none to wait on with a
-// deadline).
-func done(p pending) <-chan struct{} {
-	if ww, ok := p.w.(*watched); ok {
-		return ww.ch
-	}
-	if d, ok := p.w.(interface{ Done() <-chan struct{} }); ok {
-		return d.Done()
-	}
-	return nil
-}
-
 // fill runs movable actions ahead while p is outstanding past the
 // patience (the last W's duration) and the next one can run; a is the
 // action that needs p (the wait lane's label).
 func (s *Stage) fill(p pending, a Action) error {
-	ch := done(p)
-	if ch == nil {
-		return nil
-	}
+	ch := p.w.ch
 	for s.runnable() && s.lastW > 0 {
 		if s.waitUpTo(ch, a, s.lastW) {
 			return nil

@@ -98,7 +98,7 @@ func (s *Stage) buffer() (*device.Buffer, error) {
 func (s *Stage) reap() {
 	k := 0
 	for _, p := range s.gsends {
-		if p.w.(*watched).done() {
+		if p.w.done() {
 			s.bufs = append(s.bufs, p.buf)
 			continue
 		}

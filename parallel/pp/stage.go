@@ -61,7 +61,7 @@ type Stage struct {
 
 // pending is an issued transfer and, for gradients, the buffer it uses.
 type pending struct {
-	w   comm.Work
+	w   *watched
 	buf *device.Buffer
 }
 
@@ -140,7 +140,7 @@ func (s *Stage) do(a Action, batch func(int) (model.Batch, error), dloss float32
 			return 0, err
 		}
 		b, _, _ := s.cfg.Layout.Chunk(a.Chunk)
-		s.recvs[key] = s.watch(pending{w: s.cfg.Link.Recv(st.Residual(b[0]), a.Peer, false)}, "recv act", a)
+		s.recvs[key] = pending{w: s.watch(s.cfg.Link.Recv(st.Residual(b[0]), a.Peer, false), "recv act", a)}
 	case Forward:
 		b, err := batch(a.MB)
 		if err != nil {
@@ -149,13 +149,13 @@ func (s *Stage) do(a Action, batch func(int) (model.Batch, error), dloss float32
 		return s.forward(a, key, b)
 	case SendAct:
 		b, _, _ := s.cfg.Layout.Chunk(a.Chunk)
-		s.sends[key] = s.watch(pending{w: s.cfg.Link.Send(s.live[key].Residual(b[1]), a.Peer, false)}, "send act", a)
+		s.sends[key] = pending{w: s.watch(s.cfg.Link.Send(s.live[key].Residual(b[1]), a.Peer, false), "send act", a)}
 	case RecvGrad:
 		buf, err := s.buffer()
 		if err != nil {
 			return 0, err
 		}
-		s.recvs[key] = s.watch(pending{w: s.cfg.Link.Recv(buf.Data, a.Peer, true), buf: buf}, "recv grad", a)
+		s.recvs[key] = pending{w: s.watch(s.cfg.Link.Recv(buf.Data, a.Peer, true), "recv grad", a), buf: buf}
 	case Backward:
 		return 0, s.backward(a, key, dloss)
 	case Weight:
@@ -166,7 +166,7 @@ func (s *Stage) do(a Action, batch func(int) (model.Batch, error), dloss float32
 			return 0, err
 		}
 		copy(buf.Data, s.cfg.GPT.DResidual()[:s.n])
-		s.gsends = append(s.gsends, s.watch(pending{w: s.cfg.Link.Send(buf.Data, a.Peer, true), buf: buf}, "send grad", a))
+		s.gsends = append(s.gsends, pending{w: s.watch(s.cfg.Link.Send(buf.Data, a.Peer, true), "send grad", a), buf: buf})
 	default:
 		return 0, fmt.Errorf("action %v cannot run here", a)
 	}
@@ -334,8 +334,8 @@ func (s *Stage) weightGrads(a Action, key [2]int, ahead bool) error {
 
 // wait blocks on p (the wait lane of the trace).
 func (s *Stage) wait(p pending, a Action) error {
-	if w, ok := p.w.(*watched); ok && w.done() {
-		return w.result()
+	if p.w.done() {
+		return p.w.result()
 	}
 	t0 := time.Now()
 	err := p.w.Wait()

@@ -76,17 +76,16 @@ func (w *watched) observe() {
 	w.span(end)
 }
 
-// watch starts following p's Work.
-func (s *Stage) watch(p pending, what string, a Action) pending {
-	ww := &watched{w: p.w}
+// watch starts following w, a transfer of action a (the trace's label).
+func (s *Stage) watch(w comm.Work, what string, a Action) *watched {
+	ww := &watched{w: w}
 	if tr := s.cfg.Trace; tr != nil {
 		t0 := tr.Now()
 		ww.span = func(end time.Time) { tr.SpanTo(trace.Comm, what+" "+a.String(), t0, end, "peer", a.Peer) }
 	}
-	if c, ok := p.w.(completion); ok {
+	if c, ok := w.(completion); ok {
 		ww.ch = c.Done()
-		p.w = ww
-		return p
+		return ww
 	}
 	ch := make(chan struct{})
 	ww.ch, ww.own = ch, true
@@ -97,6 +96,5 @@ func (s *Stage) watch(p pending, what string, a Action) pending {
 		}
 		close(ch)
 	}()
-	p.w = ww
-	return p
+	return ww
 }
