@@ -64,3 +64,29 @@ func TestFitLinkRecovers(t *testing.T) {
 		t.Error("one rank only: want an error")
 	}
 }
+
+// TestFitGEMMBounded: the GEMM samples of a Zen 3 host with AVX2 only
+// (trellis profile --quick, 2026-12-02), whose large products reach the FMA
+// loop's peak, fitted η = 1.1467 without the bound η ≤ 1, which the
+// cluster file then refused ("a fraction of peak is at most 1").
+func TestFitGEMMBounded(t *testing.T) {
+	const peak = 77.6e9
+	var ss []GEMMSample
+	for _, r := range [][4]float64{
+		{8, 3072, 768, 7.9}, {1024, 768, 8, 40.5}, {32, 3072, 768, 25.1}, {1024, 768, 32, 77.4},
+		{128, 3072, 768, 54.0}, {1024, 768, 128, 73.7}, {1024, 3072, 768, 73.9}, {1024, 768, 1024, 71.0},
+		{1024, 64, 1024, 52.2}, {1024, 768, 3072, 61.3}, {256, 384, 128, 77.6}, {256, 512, 128, 74.6},
+		{256, 128, 512, 65.3}, {128, 512, 256, 65.6}, {512, 768, 256, 68.9},
+	} {
+		s := GEMMSample{M: int(r[0]), N: int(r[1]), K: int(r[2])}
+		s.Seconds = s.FLOPs() / (r[3] * 1e9)
+		ss = append(ss, s)
+	}
+	eff, knee, _, err := FitGEMM(ss, peak)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eff > 1 || eff < 0.5 || knee <= 0 {
+		t.Errorf("η=%.4g κ=%.4g: want 0.5 <= η <= 1", eff, knee)
+	}
+}
