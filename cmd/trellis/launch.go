@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"trellis/comm/tcp"
+	"trellis/internal/bounded"
 	"trellis/launch"
 )
 
@@ -161,7 +162,7 @@ func setValue(args []string, key string) string {
 // environment, else none (a single node generates one).
 func launchToken(file string) (string, error) {
 	if file != "" {
-		b, err := os.ReadFile(file)
+		b, err := bounded.ReadFile(file, 4096, "token file")
 		if err != nil {
 			return "", fmt.Errorf("launch: --token-file: %w", err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"trellis/internal/bounded"
 	"trellis/plan"
 )
 
@@ -168,9 +169,9 @@ func loadModel(s string) (plan.Model, error) {
 	} else if _, statErr := os.Stat(s); statErr != nil {
 		return plan.Model{}, err
 	}
-	data, err := os.ReadFile(s)
+	data, err := bounded.ReadFile(s, bounded.Config, "model file (config.json)")
 	if err != nil {
-		return plan.Model{}, err
+		return plan.Model{}, fmt.Errorf("--model: %w", err)
 	}
 	m, err := plan.ParseHFConfig(data, s)
 	if err != nil {
@@ -185,9 +186,9 @@ func loadCluster(s string) (plan.Cluster, error) {
 	} else if _, statErr := os.Stat(s); statErr != nil {
 		return plan.Cluster{}, err
 	}
-	data, err := os.ReadFile(s)
+	data, err := bounded.ReadFile(s, bounded.Config, "cluster file")
 	if err != nil {
-		return plan.Cluster{}, err
+		return plan.Cluster{}, fmt.Errorf("--cluster: %w", err)
 	}
 	c, err := plan.ParseClusterFile(data)
 	if err != nil {
