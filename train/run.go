@@ -131,15 +131,19 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		if o.World.Size() != s.ranks {
 			return nil, fmt.Errorf("train: the plan %s needs %d ranks, the launch started %d", s.enginePlan.Short(), s.ranks, o.World.Size())
 		}
-		if s.runID, err = claimAgreed(o, res); err != nil {
+		var lock *checkpoint.Lock
+		if s.runID, lock, err = claimAgreed(o, res); err != nil {
 			return nil, err
 		}
+		defer lock.Release()
 		sum, err := runRank(ctx, o, s, loader, res, o.World)
 		return sum, oomHint(err, o.Job, s)
 	}
-	if s.runID, err = claimDir(o.Job, res); err != nil {
+	var lock *checkpoint.Lock
+	if s.runID, lock, err = claimDir(o.Job, res); err != nil {
 		return nil, err
 	}
+	defer lock.Release()
 	var link *local.LinkModel
 	if s.linkBW > 0 || s.linkLat > 0 {
 		l := local.Link{Bandwidth: s.linkBW, Latency: s.linkLat}
