@@ -69,6 +69,9 @@ var stepLine = regexp.MustCompile(`\bmsg=step step=(\d+)\b`)
 // worker that exits with ExitConfig ends the job (its reason is in its
 // last lines).
 func RunRestarting(ctx context.Context, cfg Config, r Restarts) error {
+	if err := cfg.checkCounts(); err != nil { // before anything is sized by them
+		return err
+	}
 	if r.Max < 0 {
 		return fmt.Errorf("launch: --max-restarts=%d must be >= 0", r.Max)
 	}
