@@ -1,6 +1,9 @@
 package plan
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Job is what is being planned: a model, a cluster, how many of its devices,
 // the sequence length and the global batch (in sequences) of one step.
@@ -37,8 +40,15 @@ func (j Job) Validate() error {
 }
 
 // MicroBatches is the number of micro-batches each data-parallel replica
-// runs per step: m = GlobalBatch / (DP·MBS).
-func (j Job) MicroBatches(p Plan) int { return j.GlobalBatch / (p.DP * p.MBS) }
+// runs per step: m = GlobalBatch / (DP·MBS); 0 for a plan whose dp·mbs is
+// not a positive count (one that fails Validate).
+func (j Job) MicroBatches(p Plan) int {
+	n, ok := product(math.MaxInt, p.DP, p.MBS)
+	if !ok {
+		return 0
+	}
+	return j.GlobalBatch / n
+}
 
 // Check validates p for this job: Plan.Validate, then every rule that
 // involves the model, the cluster, the sequence or the batch. The error

@@ -56,8 +56,8 @@ func (j Job) Search(o Options) (Result, error) {
 // numbers, dp completed from the device count when not pinned.
 func (s *searcher) whyNone() {
 	p, j := s.fix.plan, s.job
-	if !s.fix.Pinned("dp") && j.Devices%(p.TP*p.PP*p.CP) == 0 {
-		p.DP = j.Devices / (p.TP * p.PP * p.CP)
+	if n, ok := product(j.Devices, p.TP, p.PP, p.CP); !s.fix.Pinned("dp") && ok && j.Devices%n == 0 {
+		p.DP = j.Devices / n
 	}
 	err := j.Check(p)
 	if err == nil {

@@ -207,7 +207,11 @@ func explainPlan(w io.Writer, job plan.Job, res plan.Result, f planFlags) error 
 		best = &res.Plans[0]
 	}
 	if !f.json {
-		_, err = io.WriteString(w, job.Explain(p, best)+scheduleText(p, job.MicroBatches(p)))
+		text := job.Explain(p, best)
+		if job.Check(p) == nil { // the schedule of a plan that is one: sized by its pp, vpp and micro-batches
+			text += scheduleText(p, job.MicroBatches(p))
+		}
+		_, err = io.WriteString(w, text)
 		return err
 	}
 	out := struct {
