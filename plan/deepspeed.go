@@ -142,7 +142,7 @@ func (j Job) importDeepSpeed(text string, rest Fix) (Imported, error) {
 	}
 	if len(other) > 0 {
 		sort.Strings(other)
-		notes = append(notes, "not read (no effect on the plan's cost in the planner's model): "+strings.Join(other, ", "))
+		notes = append(notes, "not read (no effect on the plan's cost in the planner's model): "+strings.Join(printables(other), ", "))
 	}
 	p := Default()
 	for _, k := range Keys() {

@@ -245,7 +245,7 @@ func (j Job) megatronShape(g megatronRead) ([]string, error) {
 	}
 	var notes []string
 	if v, ok := g["--vocab-size"]; ok && v != strconv.Itoa(m.Vocab) {
-		notes = append(notes, fmt.Sprintf("--vocab-size %s: the model's vocabulary %d is costed", v, m.Vocab))
+		notes = append(notes, fmt.Sprintf("--vocab-size %s: the model's vocabulary %d is costed", printable(v), m.Vocab))
 	}
 	if noDrop := g["--attention-dropout"] == "0" && g["--hidden-dropout"] == "0"; noDrop == m.Dropout {
 		notes = append(notes, fmt.Sprintf("--attention-dropout/--hidden-dropout (Megatron's default 0.1 unless both are 0) disagree with the model %s (dropout=%v): the model's dropout masks are costed", m.Name, m.Dropout))

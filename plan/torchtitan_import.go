@@ -68,7 +68,7 @@ func (j Job) importTorchtitan(text string) (Imported, error) {
 			keys[i] = k.String()
 		}
 		sort.Strings(keys)
-		notes = append(notes, "not read (no effect on the plan's cost in the planner's model): "+strings.Join(keys, ", "))
+		notes = append(notes, "not read (no effect on the plan's cost in the planner's model): "+strings.Join(printables(keys), ", "))
 	}
 	par := f.Parallelism
 	p := Default()
@@ -126,7 +126,7 @@ func (j Job) importTorchtitan(text string) (Imported, error) {
 	}
 	im.Plan = p
 	if name, flavor := torchtitanFlavor(j.Model); f.Model.Name != "" && (f.Model.Name != name || f.Model.Flavor != flavor) {
-		notes = append(notes, fmt.Sprintf("[model] %s %s: the model costed is %s", f.Model.Name, f.Model.Flavor, j.Model.Name))
+		notes = append(notes, fmt.Sprintf("[model] %s %s: the model costed is %s", printable(f.Model.Name), printable(f.Model.Flavor), j.Model.Name))
 	}
 	im.Notes = sortedNotes(notes)
 	return im, nil

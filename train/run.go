@@ -73,6 +73,11 @@ type Summary struct {
 	// (train/split.go).
 	ComputeSeconds, BubbleSeconds, MiscSeconds float64
 	Prediction                                 *Prediction // the planner's prediction (nil: none)
+	// SkippedSteps counts this run's steps whose fp16 gradients overflowed
+	// and were skipped (the loss scale halved), LossScale the scale the
+	// last step ran at (0: not fp16).
+	SkippedSteps int
+	LossScale    float64
 }
 
 // RankStats is one rank's memory and communication over the run.
@@ -247,6 +252,9 @@ type Meta struct {
 }
 
 func prepareResume(o Options, s settings) (*resumeState, error) {
+	if o.Until < 0 {
+		return nil, fmt.Errorf("--until=%d must be >= 0 (0: run to train.steps)", o.Until)
+	}
 	if o.Resume == "" {
 		if o.Until > 0 && o.Job.Checkpoint.Dir == "" {
 			return nil, errors.New("--until needs checkpoint.dir: the run checkpoints before it stops")

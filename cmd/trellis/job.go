@@ -64,6 +64,9 @@ func assembleJob(f trainFlags, sets []string, env *launch.Env) (jobSpec, error) 
 		return spec, err
 	}
 	j := &spec.job
+	if j.Parallel.Devices < 0 {
+		return spec, fmt.Errorf("parallel.devices=%d must be >= 1 (0: as many as the plan needs)", j.Parallel.Devices)
+	}
 	autoPlan := false // a plan other than the default, chosen here
 	if j.Parallel.Plan == unset {
 		autoPlan = env != nil && j.Parallel.Backend != "local" || j.Parallel.Devices > 0
