@@ -79,13 +79,13 @@ func Acquire(root, run string) (*Lock, error) {
 		l.flock = true
 	case errors.Is(err, errWouldBlock):
 		f.Close()
-		return nil, lockedError(root, prev)
+		return nil, lockedBy(root, prev)
 	case errors.Is(err, errNoLocks):
 		// No OS locks here (some network filesystems): the lock file's
 		// pid decides, when it names a live process of this host.
 		if prev.PID != 0 && prev.PID != l.me.PID && (prev.Host != host || alive(prev.PID)) {
 			f.Close()
-			return nil, lockedError(root, prev)
+			return nil, lockedBy(root, prev)
 		}
 	default:
 		f.Close()
@@ -101,14 +101,20 @@ func Acquire(root, run string) (*Lock, error) {
 	return l, nil
 }
 
-func lockedError(root string, h Holder) error {
+func lockedBy(root string, h Holder) error {
 	who := "another process"
 	if h.PID != 0 {
 		who = h.String()
 	}
-	return fmt.Errorf("checkpoint.dir=%s is being written by %s: one directory has one writer; wait for that run to end, or give this one its own directory (--set checkpoint.dir=runs/NAME): %w",
-		root, who, ErrLocked)
+	return lockedError{fmt.Sprintf("checkpoint.dir=%s is being written by %s: one directory has one writer; wait for that run to end, or give this one its own directory (--set checkpoint.dir=runs/NAME)",
+		root, who)}
 }
+
+// lockedError is an error that matches ErrLocked without repeating its text.
+type lockedError struct{ msg string }
+
+func (e lockedError) Error() string        { return e.msg }
+func (e lockedError) Is(target error) bool { return target == ErrLocked }
 
 // write records this process as the holder, in place: the lock belongs to
 // the file (its inode), so the file is never replaced.
@@ -186,10 +192,10 @@ func CheckHeld(root string) error {
 	switch err := tryLock(f, false); {
 	case err == nil:
 		unlock(f)
-		return fmt.Errorf("checkpoint: %s: nobody holds it: this run lost its claim on checkpoint.dir=%s (the lock file was replaced?), so it does not save there: %w", path, root, ErrLocked)
+		return lockedError{fmt.Sprintf("checkpoint: %s: nobody holds it: this run lost its claim on checkpoint.dir=%s (the lock file was replaced?), so it does not save there", path, root)}
 	case errors.Is(err, errWouldBlock), errors.Is(err, errNoLocks):
 		if !mine {
-			return fmt.Errorf("checkpoint: checkpoint.dir=%s is now held by %s, not this run: it does not save there: %w", root, h, ErrLocked)
+			return lockedError{fmt.Sprintf("checkpoint: checkpoint.dir=%s is now held by %s, not this run: it does not save there", root, h)}
 		}
 		return nil
 	default:

@@ -82,8 +82,14 @@ func read(f *os.File, path string, limit int64, what string) ([]byte, error) {
 }
 
 func tooLarge(path string, limit int64, what string) error {
-	return fmt.Errorf("%s: a %s may have at most %d bytes (%s): %w", path, what, limit, Size(limit), ErrTooLarge)
+	return tooLargeError(fmt.Sprintf("%s: a %s may have at most %d bytes (%s)", path, what, limit, Size(limit)))
 }
+
+// tooLargeError matches ErrTooLarge without repeating its text.
+type tooLargeError string
+
+func (e tooLargeError) Error() string        { return string(e) }
+func (e tooLargeError) Is(target error) bool { return target == ErrTooLarge }
 
 // Size writes a power-of-two byte count as KiB, MiB or GiB.
 func Size(n int64) string {

@@ -21,17 +21,23 @@ import (
 // ErrRefused is matched (errors.Is) by Check's and Write's refusals.
 var ErrRefused = errors.New("output refused")
 
+// refused is an error that matches ErrRefused without repeating its text.
+type refused string
+
+func (e refused) Error() string        { return string(e) }
+func (e refused) Is(target error) bool { return target == ErrRefused }
+
 // Check reports whether path may be written as the output named by flag
 // (e.g. "-o"): it must not be one of inputs (the same file, by any name),
 // and when it exists it must be a regular file or a symbolic link to one.
 func Check(flag, path string, inputs ...string) error {
 	if path == "" {
-		return fmt.Errorf("%s is empty: %w", flag, ErrRefused)
+		return refused(fmt.Sprintf("%s is empty", flag))
 	}
 	st, err := os.Stat(path) // follows symbolic links
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, lerr := os.Lstat(path); lerr == nil {
-			return fmt.Errorf("%s %s is a symbolic link to nothing: write to a file, or remove the link: %w", flag, path, ErrRefused)
+			return refused(fmt.Sprintf("%s %s is a symbolic link to nothing: write to a file, or remove the link", flag, path))
 		}
 		return nil
 	}
@@ -39,15 +45,15 @@ func Check(flag, path string, inputs ...string) error {
 		return fmt.Errorf("%s %s: %w", flag, path, err)
 	}
 	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%s %s is %s, not a regular file: it would be replaced (an output is a regular file, or a symbolic link to one): %w",
-			flag, path, bounded.Kind(st.Mode()), ErrRefused)
+		return refused(fmt.Sprintf("%s %s is %s, not a regular file: it would be replaced (an output is a regular file, or a symbolic link to one)",
+			flag, path, bounded.Kind(st.Mode())))
 	}
 	for _, in := range inputs {
 		if in == "" {
 			continue
 		}
 		if ist, err := os.Stat(in); err == nil && os.SameFile(st, ist) {
-			return fmt.Errorf("%s %s is the input %s: writing it would replace what it is made from; choose another file: %w", flag, path, in, ErrRefused)
+			return refused(fmt.Sprintf("%s %s is the input %s: writing it would replace what it is made from; choose another file", flag, path, in))
 		}
 	}
 	return nil
