@@ -129,11 +129,15 @@ func (l *Lock) write() error {
 	return nil
 }
 
-// Release gives the lock up (nil: nothing to do). The lock file stays.
+// Release gives the lock up (nil: nothing to do). The lock file stays,
+// emptied: it names a holder only while one holds it (or after one died
+// holding it: its text then tells who, for Lock.Stale). A run that wrote
+// nothing else therefore leaves the directory as it found it.
 func (l *Lock) Release() {
 	if l == nil || l.f == nil {
 		return
 	}
+	l.f.Truncate(0)
 	if l.flock {
 		unlock(l.f)
 	}
@@ -152,7 +156,11 @@ func (l *Lock) Withdraw() {
 	if l.f.Truncate(0) == nil {
 		l.f.WriteAt(l.prev, 0)
 	}
-	l.Release()
+	if l.flock {
+		unlock(l.f)
+	}
+	l.f.Close()
+	l.f = nil
 }
 
 // readHolder reads the holder a lock file names (zero when it names none).

@@ -2,6 +2,13 @@ package plan
 
 import "math/bits"
 
+// divides reports whether the product of xs divides n (n ≥ 1), without
+// computing a product that overflows.
+func divides(n int, xs ...int) bool {
+	d, ok := product(n, xs...)
+	return ok && n%d == 0
+}
+
 // product is the product of positive counts from outside (degrees, batch
 // sizes), or ok=false when one is not positive or the product exceeds
 // limit (or overflows): the planner never divides by a product that

@@ -103,7 +103,7 @@ func (j Job) rule(p Plan) violation {
 		return broken(rejDevices, "dp·tp·pp·cp = %d·%d·%d·%d = %d, but the job has %d devices", p.DP, p.TP, p.PP, p.CP, p.Devices(), j.Devices)
 	case !splittable(m.Layers, p.PP, p.VPP):
 		return broken(rejLayers, "pp·vpp = %d·%d chunks for layers=%d leaves a chunk other than the first and last without layers", p.PP, p.VPP, m.Layers)
-	case j.GlobalBatch%(p.DP*p.MBS) != 0:
+	case !divides(j.GlobalBatch, p.DP, p.MBS):
 		return broken(rejBatch, "dp·mbs = %d·%d does not divide the global batch %d", p.DP, p.MBS, j.GlobalBatch)
 	}
 	return j.stepRule(p)

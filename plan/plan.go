@@ -303,7 +303,9 @@ func checkOrder(s string) error {
 // Validate, so that no product of them overflows: a degree or micro-batch
 // is at most MaxDevices (a job's devices and global batch are bounded so,
 // Job.Validate), and vpp at most MaxVPP model chunks per stage (each needs
-// a layer of its own; the largest presets have 128 layers).
+// a layer of its own; the largest presets have 128 layers). Validate
+// leaves mbs to the caller's own rule (the engine names train.micro_batch)
+// and to Job.Check, whose dp·mbs must divide the global batch.
 const (
 	MaxDevices = 1 << 24
 	MaxVPP     = 1 << 10
@@ -348,7 +350,7 @@ func (p Plan) Validate() error {
 		if v := *p.intField(k); v < 1 {
 			return invalid("%s=%d: must be at least 1", k, v)
 		}
-		if err := checkBound(k, *p.intField(k)); err != nil {
+		if err := checkBound(k, *p.intField(k)); err != nil && k != "mbs" { // mbs: Job.Check's batch rule
 			return fmt.Errorf("%w: %w", err, ErrInvalid)
 		}
 	}
