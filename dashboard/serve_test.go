@@ -146,14 +146,27 @@ func stall(t *testing.T, addr string, n int) []net.Conn {
 // sent no request, or sit idle, make room; event streams are bounded by
 // MaxStreams, 128) and at the default.
 func TestStalledClients(t *testing.T) {
-	hub := New(Config{})
-	for i := 1; i <= 200; i++ {
-		hub.Step(line(i))
-	}
 	for _, limit := range []int{256, 0} {
+		hub := New(Config{})
+		for i := 1; i <= 200; i++ {
+			hub.Step(line(i))
+		}
 		s := serve(t, ServeConfig{Addr: ":0", Handler: hub.Handler(), MaxConns: limit})
 		conns := stall(t, s.ln.Addr().String(), 500)
-		time.Sleep(200 * time.Millisecond)
+		// Once the server has taken them in (the 125 event streams
+		// subscribed): the clients are stalled, not arriving.
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			hub.mu.Lock()
+			n := len(hub.subs)
+			hub.mu.Unlock()
+			if n >= 125 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("limit %d: %d of 125 event streams subscribed after 20 s", limit, n)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
 		for k := range 3 {
 			start := time.Now()
 			c := http.Client{Timeout: 2 * time.Second}
