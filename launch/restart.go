@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"trellis/internal/bounded"
 )
 
 // Restarts configures RunRestarting: how often a failed job is started
@@ -182,7 +184,7 @@ func redone(from, reached int) string {
 
 // latestStep reads root's latest file: the step and its directory.
 func latestStep(root string) (int, string, bool) {
-	b, err := os.ReadFile(filepath.Join(root, "latest"))
+	b, err := bounded.ReadFile(filepath.Join(root, "latest"), 4096, "latest file")
 	if err != nil {
 		return 0, "", false
 	}
