@@ -96,6 +96,14 @@ type Buffer struct {
 // Tag is the category the buffer is charged to.
 func (b *Buffer) Tag() Tag { return b.tag }
 
+// Buf is the buffer's elements in their dtype (Data or Bits).
+func (b *Buffer) Buf() tensor.Buf {
+	if b.dtype == tensor.F32 {
+		return tensor.F32s(b.Data)
+	}
+	return tensor.Halves(b.dtype, b.Bits)
+}
+
 // Bytes is the size charged for the buffer (0 once freed).
 func (b *Buffer) Bytes() int64 { return int64(b.Len()) * int64(b.dtype.Size()) }
 

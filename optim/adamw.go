@@ -54,7 +54,7 @@ type Config struct {
 	Decay   []Range
 	Hyper   Hyper
 	Device  *device.Device // m and v are allocated here, tag device.Optim
-	Kernels *ops.Kernels   // optional: multi-threaded update; nil runs inline
+	Kernels ops.Backend    // optional: multi-threaded update; nil runs inline
 }
 
 // Validate checks the configuration, naming the field.
@@ -82,7 +82,7 @@ type AdamW struct {
 	m, v          *device.Buffer // (n,) each, tag optim
 	segs          []segment
 	hyper         Hyper
-	kernels       *ops.Kernels
+	kernels       ops.Backend
 	step          int // updates applied so far
 }
 

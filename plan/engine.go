@@ -2,15 +2,10 @@ package plan
 
 import "math"
 
-// engineRuns says whether the Trellis engine runs p for the job's model the
-// way its stash formula describes: a GPT block (FFN = 4h, one key/value head
-// per head, not gated), fp32, bf16 or fp16 (engineHalfStash), cp = 1, any
-// recomputation, flash or not.
-func (j Job) engineRuns(p Plan) bool {
-	m := j.Model
-	return !m.gated() && m.KVHeads == m.Heads && m.FFN == 4*m.Hidden &&
-		(p.Precision == FP32 || p.Precision == BF16 || p.Precision == FP16) && p.CP == 1
-}
+// engineRuns says whether the Trellis engine runs p for the job's model
+// (EngineRefusals, the engine's own table), so that the engine's stash
+// formula describes it.
+func (j Job) engineRuns(p Plan) bool { return len(EngineRefusals(j.Model, p)) == 0 }
 
 // engineActivations is the Trellis engine's own stash (docs/ARCHITECTURE.md,
 // "Tensor and sequence parallelism" and "Pipeline parallelism"), in bytes

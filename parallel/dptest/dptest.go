@@ -1,6 +1,6 @@
 // Package dptest runs short training jobs on goroutine ranks for the
-// tests of the data-parallel strategies (parallel/dp, parallel/zero) and
-// holds the single-device reference they must match.
+// tests of the state strategy (parallel/zero) and holds the single-device
+// reference every plan must match.
 package dptest
 
 import (
@@ -18,7 +18,7 @@ import (
 	"trellis/ops"
 	"trellis/optim"
 	"trellis/parallel"
-	"trellis/parallel/single"
+	"trellis/parallel/zero"
 )
 
 // Tiny has an odd vocabulary so that buckets need padding.
@@ -50,9 +50,6 @@ type Outcome struct {
 
 // Hyper is the optimizer of every run.
 var Hyper = optim.Hyper{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
-
-// Decay is the weight-decay ranges of cfg (optim.Decay2D).
-func Decay(cfg model.Config) []optim.Range { return single.Decay(cfg) }
 
 // sequence i of step s: deterministic random tokens.
 func sequence(cfg model.Config, s, i int, in, tgt []int32) {
@@ -130,7 +127,7 @@ func (j Job) rank(world comm.Group, dev *device.Device, build Builder) ([]float6
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if err := st.Init(7); err != nil {
+	if err := st.Init(model.Init{Seed: 7}); err != nil {
 		return nil, nil, nil, err
 	}
 	accum := j.Global / (j.Ranks * j.MB)
@@ -138,7 +135,7 @@ func (j Job) rank(world comm.Group, dev *device.Device, build Builder) ([]float6
 	in, tgt := make([]int32, n), make([]int32, n)
 	var losses, norms []float64
 	for s := 0; s < j.Steps; s++ {
-		if err := st.BeginStep(); err != nil {
+		if err := st.BeginStep(accum); err != nil {
 			return nil, nil, nil, err
 		}
 		var sum float64
@@ -148,7 +145,6 @@ func (j Job) rank(world comm.Group, dev *device.Device, build Builder) ([]float6
 				T := j.Model.SeqLen
 				sequence(j.Model, s, first+q, in[q*T:(q+1)*T], tgt[q*T:(q+1)*T])
 			}
-			st.BeginMicro(m, accum)
 			loss, err := gpt.Forward(st, stash, model.Batch{Inputs: in, Targets: tgt, Step: int64(s), Sample: first})
 			if err != nil {
 				return nil, nil, nil, err
@@ -161,10 +157,11 @@ func (j Job) rank(world comm.Group, dev *device.Device, build Builder) ([]float6
 		if err := st.FinishGrads(); err != nil {
 			return nil, nil, nil, err
 		}
-		norm, err := st.Update(1e-2*float64(s+1), j.Clip)
+		u, err := st.Update(parallel.Update{LR: 1e-2 * float64(s+1), Clip: j.Clip})
 		if err != nil {
 			return nil, nil, nil, err
 		}
+		norm := u.Norm
 		// An evaluation pass between steps, as the trainer does.
 		if _, err := gpt.EvalForward(st, stash, model.Batch{Inputs: in, Targets: tgt}); err != nil {
 			return nil, nil, nil, err
@@ -219,14 +216,30 @@ func Assemble(t testing.TB, cfg model.Config, shards [][]checkpoint.Shard) (w, m
 }
 
 // Builder makes rank r's strategy from its world group, device and kernels.
-type Builder func(world comm.Group, dev *device.Device, k *ops.Kernels) (Strategy, error)
+type Builder func(world comm.Group, dev *device.Device, k ops.Backend) (Strategy, error)
 
 // Reference builds the single-device strategy every plan must match, for a
-// job of one rank.
+// job of one rank: stage 0 over a group of one.
 func Reference(cfg model.Config) Builder {
-	return func(_ comm.Group, dev *device.Device, k *ops.Kernels) (Strategy, error) {
-		return single.New(single.Config{Model: cfg, Device: dev, Kernels: k, Hyper: Hyper})
+	return func(world comm.Group, dev *device.Device, k ops.Backend) (Strategy, error) {
+		g, p, err := Groups(world)
+		if err != nil {
+			return nil, err
+		}
+		return zero.New(zero.Config{Model: cfg, Layout: cfg.Layout(), Grads: g, Params: p, Device: dev, Kernels: k,
+			Hyper: Hyper, Order: WholeOrder(cfg, 1)})
 	}
+}
+
+// WholeOrder is the call order of Weights of a step of accum micro-batches
+// on the whole model, and of an evaluation pass (zero.Config.Order).
+func WholeOrder(cfg model.Config, accum int) zero.Order {
+	fwd, bwd := cfg.WeightOrder()
+	var step []int
+	for range accum {
+		step = append(append(step, fwd...), bwd...)
+	}
+	return zero.Order{Train: step, Eval: fwd}
 }
 
 // Groups makes this rank's gradient and parameter groups over the whole
