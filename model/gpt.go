@@ -207,7 +207,13 @@ func (m *GPT) Precision() precision.Policy { return m.pol }
 func (m *GPT) MicroBatch() int { return m.B }
 
 // WorkspaceBytes is the size of the scratch.
-func (m *GPT) WorkspaceBytes() int64 { return m.ws.Bytes() + m.ws16.Bytes() }
+func (m *GPT) WorkspaceBytes() int64 {
+	n := m.ws.Bytes()
+	if m.ws16 != nil {
+		n += m.ws16.Bytes()
+	}
+	return n
+}
 
 // DResidual is the gradient of the residual stream, (B,T,C) (with
 // sequence parallelism the rank's B·T/t tokens of it). After

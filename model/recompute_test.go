@@ -94,7 +94,7 @@ func TestRecomputeBitIdentical(t *testing.T) {
 	for _, pol := range policies {
 		for _, flash := range []bool{false, true} {
 			d := Dims(cfg, 2, Part{}, flash, RecomputeNone)
-			block := cfg.StageStash(d, 1, false, pol.Half()).Bytes() - cfg.StageStash(d, 0, false, pol.Half()).Bytes()
+			block := cfg.BlocksElems(d, 1, pol.Half()).Bytes()
 			A := 4 * 2 * float64(cfg.Heads) * float64(cfg.SeqLen*cfg.SeqLen)
 			if flash {
 				A = 0

@@ -8,8 +8,9 @@
 #   scripts/same_as.sh REV [OUT_DIR]     # REV: a commit, e.g. ed1cb48
 #
 # builds REV (git worktree in a temp dir) and the working tree, runs the
-# grid below with each and prints one line per plan: "same", or the first
-# difference. The grid is the engine's equivalence and memory grids (dp
+# grid below with each and prints one line per plan: "same"; "MEM" when the
+# losses and norms are the same bit for bit but some memory tag is not
+# (with rank 0's tags before and now); or the first difference. The grid is the engine's equivalence and memory grids (dp
 # and ZeRO 0-3, tp ± sp, pp with every schedule, 3D, recomputation, flash,
 # bf16 and fp16) on a small model with dropout, non-power-of-two widths
 # and an uneven pipeline split; plans the older binary refuses are run by
@@ -79,9 +80,16 @@ for p in "${plans[@]}"; do
 		jq -r --argjson pp "$pp" "$view" "$out/$f.$v.jsonl" >"$out/$f.$v.txt"
 		jq -r "$loose" "$out/$f.$v.jsonl" >"$out/$f.$v.comm.txt"
 	done
+	num='[.step, .loss, .grad_norm, (.val_loss // null)] | tostring'
+	tags='[.ranks[] | [.param, .grad, .optim, .act, .workspace]] | tostring'
 	if ! cmp -s "$out/$f.old.txt" "$out/$f.new.txt"; then
-		echo "DIFF  $p"
-		diff "$out/$f.old.txt" "$out/$f.new.txt" | head -4 | sed 's/^/      /' || true
+		if cmp -s <(jq -r "$num" "$out/$f.old.jsonl") <(jq -r "$num" "$out/$f.new.jsonl"); then
+			echo "MEM   $p (losses and norms the same bit for bit; rank 0's param, grad, optim, act, workspace bytes:"
+			echo "      $(jq -r "$tags" "$out/$f.old.jsonl" | tail -1 | jq -c '.[0]') before, $(jq -r "$tags" "$out/$f.new.jsonl" | tail -1 | jq -c '.[0]') now)"
+		else
+			echo "DIFF  $p"
+			diff "$out/$f.old.txt" "$out/$f.new.txt" | head -4 | sed 's/^/      /' || true
+		fi
 		status=1
 	elif $pp && ! cmp -s "$out/$f.old.comm.txt" "$out/$f.new.comm.txt"; then
 		echo "same  $p (comm differs: early messages)"

@@ -129,9 +129,11 @@ func (r *rank) compose(hyper optim.Hyper) error {
 	if len(sh.TiedUnits) > 0 {
 		zc.Tied, zc.TiedUnits = t.tied, sh.TiedUnits
 	}
-	if r.st, err = zero.New(zc); err != nil {
+	st, err := zero.New(zc)
+	if err != nil {
 		return err
 	}
+	r.st = st
 	// Goroutine peers: see model.Options.Unpinned.
 	unpinned := !s.processes && s.ranks > 1
 	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch,
@@ -144,8 +146,10 @@ func (r *rank) compose(hyper optim.Hyper) error {
 		link = t.link
 	}
 	// zb-h1's W runs ahead only when it communicates with nobody (see
-	// pp.StageConfig.RunAhead).
-	ahead := p.TP == 1 && !(p.ZeRO == 3 && p.Recompute == plan.RecomputeFull)
+	// pp.StageConfig.RunAhead): not under tensor parallelism, nor with
+	// ZeRO-2/3 over data-parallel replicas, whose W completes buckets (a
+	// reduce-scatter) and, under full recomputation, gathers weights.
+	ahead := p.TP == 1 && (p.ZeRO < 2 || p.DP == 1)
 	r.stage, err = pp.NewStage(pp.StageConfig{GPT: r.gpt, Params: r.units(), Schedule: sched, Layout: t.layout,
 		Link: link, Device: r.dev, Trace: r.tr, RunAhead: ahead})
 	return err
@@ -163,6 +167,7 @@ func stateShape(j Job, s settings, p plan.Plan, part model.Part, l pp.Layout) ze
 	sh := zero.Shape{Layout: j.Model.PartLayout(part).Select(l.Units), Stage: p.ZeRO, Ranks: p.DP,
 		BucketElems: int(s.bucket / 4), Breaks: l.Breaks(), Overlap: j.Parallel.Overlap, Mixed: s.policy.Mixed(), Accum: s.accum}
 	if p.PP > 1 {
+		sh.Split = pp.Kind(p.Schedule) == pp.ZBH1
 		if l.First() || l.Last() {
 			sh.TiedUnits = []int{0}
 		}

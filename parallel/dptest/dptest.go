@@ -18,7 +18,6 @@ import (
 	"trellis/ops"
 	"trellis/optim"
 	"trellis/parallel"
-	"trellis/parallel/zero"
 )
 
 // Tiny has an odd vocabulary so that buckets need padding.
@@ -114,7 +113,8 @@ func (j Job) rank(world comm.Group, dev *device.Device, build Builder) ([]float6
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	st, err := build(world, dev, k)
+	accum := j.Global / (j.Ranks * j.MB)
+	st, err := build(world, dev, k, accum)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -130,7 +130,6 @@ func (j Job) rank(world comm.Group, dev *device.Device, build Builder) ([]float6
 	if err := st.Init(model.Init{Seed: 7}); err != nil {
 		return nil, nil, nil, err
 	}
-	accum := j.Global / (j.Ranks * j.MB)
 	n := j.MB * j.Model.SeqLen
 	in, tgt := make([]int32, n), make([]int32, n)
 	var losses, norms []float64
@@ -215,31 +214,19 @@ func Assemble(t testing.TB, cfg model.Config, shards [][]checkpoint.Shard) (w, m
 	return out[""], out["optim.m."], out["optim.v."]
 }
 
-// Builder makes rank r's strategy from its world group, device and kernels.
-type Builder func(world comm.Group, dev *device.Device, k ops.Backend) (Strategy, error)
-
-// Reference builds the single-device strategy every plan must match, for a
-// job of one rank: stage 0 over a group of one.
-func Reference(cfg model.Config) Builder {
-	return func(world comm.Group, dev *device.Device, k ops.Backend) (Strategy, error) {
-		g, p, err := Groups(world)
-		if err != nil {
-			return nil, err
-		}
-		return zero.New(zero.Config{Model: cfg, Layout: cfg.Layout(), Grads: g, Params: p, Device: dev, Kernels: k,
-			Hyper: Hyper, Order: WholeOrder(cfg, 1)})
-	}
-}
+// Builder makes a rank's strategy from its world group, device and
+// kernels, for steps of accum micro-batches.
+type Builder func(world comm.Group, dev *device.Device, k ops.Backend, accum int) (Strategy, error)
 
 // WholeOrder is the call order of Weights of a step of accum micro-batches
-// on the whole model, and of an evaluation pass (zero.Config.Order).
-func WholeOrder(cfg model.Config, accum int) zero.Order {
+// on the whole model (train, for parallel/zero's Config.Order), and of an
+// evaluation pass (eval).
+func WholeOrder(cfg model.Config, accum int) (train, eval []int) {
 	fwd, bwd := cfg.WeightOrder()
-	var step []int
 	for range accum {
-		step = append(append(step, fwd...), bwd...)
+		train = append(append(train, fwd...), bwd...)
 	}
-	return zero.Order{Train: step, Eval: fwd}
+	return train, fwd
 }
 
 // Groups makes this rank's gradient and parameter groups over the whole

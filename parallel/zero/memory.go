@@ -58,6 +58,9 @@ type Shape struct {
 	Overlap     bool
 	// Mixed: a bf16 or fp16 policy (Param-dtype weights of fp32 masters).
 	Mixed bool
+	// Split: a zero-bubble schedule's split backward, whose input pass
+	// opens every block's bucket before its weight pass completes any.
+	Split bool
 	// Accum is the micro-batches per optimizer step; only with more than
 	// one (or 0: not known) does a reduction need a temporary chunk.
 	Accum int
@@ -85,14 +88,16 @@ func (m Memory) State() int64 { return m.Param + m.Grad + m.Optim }
 //	grad         4P (stages 0, 1), 4P/N (2, 3)
 //	optim        8·(this rank's share of Ψ)  + 4P (stage 0) or 4P/N: the masters
 //	comm   0, 1  0
-//	       2     4·((1+k)·B + E + k·c') with overlap, 4·(P + c') without
+//	       2     4·((f+k)·B + E + k·c') with overlap, 4·(P + c') without
 //	       3     stage 2's + 4·2B (the bucket in use and the prefetched one)
 //
-// where k = maxInflight reductions may be in flight (each holding a full
+// where f = 1 bucket is being filled (under a split backward, every
+// bucket but the embedding's), k = maxInflight reductions may be in flight (each holding a full
 // bucket and, after a bucket's first reduction in a step, a chunk: c' = c
 // when Accum != 1, else 0); besides them the bucket being filled and the
 // embedding's, which the tied head starts at the top of the backward pass
-// and the embedding finishes at its bottom. Reductions are reaped at fixed
+// and the embedding finishes at its bottom (E = 0 on a pipeline stage,
+// Shape.TiedUnits set: it holds the embedding or the head, not both). Reductions are reaped at fixed
 // points of the rank's schedule (see reduce), so the measured peak does
 // not depend on the network's timing; this bound is reached when two of
 // the largest buckets are neighbours below the embedding's.
@@ -110,7 +115,11 @@ func (s Shape) Memory() (Memory, error) {
 		owner = 0
 	}
 	var big, chunk, share, emb int64
-	if i, ok := local[0]; ok {
+	if i, ok := local[0]; ok && len(s.TiedUnits) == 0 {
+		// The embedding's bucket, which the tied head starts at the top
+		// of the backward pass and the embedding finishes at its bottom;
+		// a pipeline stage holds one of the two, and its unit-0 bucket
+		// completes at once.
 		emb = int64(bl.Buckets[bl.Of(i)].Padded)
 	}
 	for _, b := range bl.Buckets {
@@ -125,7 +134,18 @@ func (s Shape) Memory() (Memory, error) {
 			chunk = 0
 		}
 		k := int64(maxInflight)
-		m.Comm = 4 * ((1+k)*big + emb + k*chunk)
+		filling := int64(1)
+		if s.Split {
+			// Every bucket but the embedding's may be open at once: the
+			// input pass adds its biases' and norms' gradients to all of
+			// them before the weight pass completes the first.
+			filling = int64(len(bl.Buckets))
+			if _, ok := local[0]; ok {
+				filling--
+			}
+			filling = max(filling, 1)
+		}
+		m.Comm = 4 * ((filling+k)*big + emb + k*chunk)
 		if !s.Overlap {
 			m.Comm = 4 * (P + chunk)
 		}

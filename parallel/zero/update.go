@@ -67,8 +67,8 @@ func (s *Strategy) Update(u parallel.Update) (parallel.Updated, error) {
 	} else {
 		out.Norm, scale = n, optim.ClipScale(n, u.Clip)
 	}
-	for i := range s.bk {
-		s.bk[i].opt.Step(u.LR, scale)
+	for _, r := range s.runs {
+		r.opt.Step(u.LR, scale)
 	}
 	s.publish()
 	return out, nil
@@ -150,16 +150,17 @@ func (s *Strategy) Shards() ([]checkpoint.Shard, error) {
 	if s.cfg.Stage == 0 && s.r != 0 {
 		return []checkpoint.Shard{}, nil
 	}
-	out := []checkpoint.Shard{}
 	for i := range s.bk {
-		b := &s.bk[i]
-		if err := s.waitGather(b); err != nil {
+		if err := s.waitGather(&s.bk[i]); err != nil {
 			return nil, err
 		}
-		st := b.opt.State()
-		out = append(out, flat.Shards(s.tensors, "", b.lo, b.p[:b.valid])...)
-		out = append(out, flat.Shards(s.tensors, "optim.m.", b.lo, st.M)...)
-		out = append(out, flat.Shards(s.tensors, "optim.v.", b.lo, st.V)...)
+	}
+	out := []checkpoint.Shard{}
+	for _, r := range s.runs {
+		st := r.opt.State()
+		out = append(out, flat.Shards(s.tensors, "", r.lo, r.p)...)
+		out = append(out, flat.Shards(s.tensors, "optim.m.", r.lo, st.M)...)
+		out = append(out, flat.Shards(s.tensors, "optim.v.", r.lo, st.V)...)
 	}
 	return out, nil
 }
@@ -185,14 +186,16 @@ func (s *Strategy) Restore(c *checkpoint.Checkpoint, optSteps int) error {
 		if err != nil {
 			return err
 		}
-		m, v := make([]float32, b.valid), make([]float32, b.valid)
-		if err := flat.Read(c, s.tensors, "optim.m.", b.lo, m); err != nil {
+	}
+	for _, r := range s.runs {
+		m, v := make([]float32, len(r.p)), make([]float32, len(r.p))
+		if err := flat.Read(c, s.tensors, "optim.m.", r.lo, m); err != nil {
 			return err
 		}
-		if err := flat.Read(c, s.tensors, "optim.v.", b.lo, v); err != nil {
+		if err := flat.Read(c, s.tensors, "optim.v.", r.lo, v); err != nil {
 			return err
 		}
-		if err := b.opt.Restore(optim.State{Step: optSteps, M: m, V: v}); err != nil {
+		if err := r.opt.Restore(optim.State{Step: optSteps, M: m, V: v}); err != nil {
 			return err
 		}
 	}

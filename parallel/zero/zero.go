@@ -166,17 +166,16 @@ func (c Config) Validate() error {
 // bucket is one bucket's views and in-flight work on this rank.
 type bucket struct {
 	flat.Bucket
-	lo, valid int          // own chunk = the rank's flat elements [lo, lo+valid), then padding
-	full      []float32    // stages 0-2 in fp32: the bucket's full weights (Padded)
-	half      []uint16     // Param-dtype weights: the bucket's full 16-bit weights (stages 0-2)
-	gfull     []float32    // stages 0, 1: the bucket's full gradients (Padded)
-	p         []float32    // own chunk of the fp32 (master) weights (Chunk)
-	g         []float32    // own chunk of the gradients (Chunk)
-	opt       *optim.AdamW // over p[:valid], g[:valid]
-	left      int          // units whose gradient is not final in the bucket's current backward
-	done      int          // backward passes completed this step
-	reduced   int          // reductions issued this step
-	tied      bool         // holds a tied unit
+	lo, valid int       // own chunk = the rank's flat elements [lo, lo+valid), then padding
+	full      []float32 // stages 0-2 in fp32: the bucket's full weights (Padded)
+	half      []uint16  // Param-dtype weights: the bucket's full 16-bit weights (stages 0-2)
+	gfull     []float32 // stages 0, 1: the bucket's full gradients (Padded)
+	p         []float32 // own chunk of the fp32 (master) weights (Chunk)
+	g         []float32 // own chunk of the gradients (Chunk)
+	left      int       // units whose gradient is not final in the bucket's current backward
+	done      int       // backward passes completed this step
+	reduced   int       // reductions issued this step
+	tied      bool      // holds a tied unit
 	staging   *device.Buffer
 	ag        *flat.Op // stages 1, 2: the updated parameters' all-gather
 }
@@ -201,6 +200,16 @@ type Strategy struct {
 	next     int         // the unit expected after the latest Weights call (-1: none)
 	gathers  map[int]int // stage 3: all-gathers issued per bucket, over the strategy's life
 	units16  map[int]*unit16
+	runs     []run // the rank's own elements the optimizer updates
+}
+
+// run is a range of the rank's own flat elements [lo, lo+len(p)) and
+// the AdamW over it: every bucket's own chunk, or at stage 0 (nothing
+// sharded, the buckets contiguous) the whole vector at once.
+type run struct {
+	lo   int
+	p, g []float32
+	opt  *optim.AdamW
 }
 
 // New allocates the state of cfg.Stage.
@@ -316,16 +325,27 @@ func (s *Strategy) alloc() error {
 		} else {
 			b.g = s.g.Data[fb.POffset/N : fb.POffset/N+c]
 		}
-		var dts []optim.Tensor
-		for _, t := range s.tensors {
-			dts = append(dts, optim.Tensor{Name: t.Name, Off: t.Offset, Shape: t.Shape})
+		s.bk = append(s.bk, b)
+	}
+	var dts []optim.Tensor
+	for _, t := range s.tensors {
+		dts = append(dts, optim.Tensor{Name: t.Name, Off: t.Offset, Shape: t.Shape})
+	}
+	decay := optim.Decay2D(dts)
+	if st == 0 {
+		s.runs = []run{{lo: 0, p: s.w.Data[:s.bl.Size], g: s.g.Data[:s.bl.Size]}}
+	} else {
+		for i := range s.bk {
+			b := &s.bk[i]
+			s.runs = append(s.runs, run{lo: b.lo, p: b.p[:b.valid], g: b.g[:b.valid]})
 		}
-		b.opt, err = optim.New(optim.Config{Params: b.p[:b.valid], Grads: b.g[:b.valid], Offset: b.lo,
-			Decay: optim.Decay2D(dts), Hyper: s.cfg.Hyper, Device: dev, Kernels: s.cfg.Kernels})
-		if err != nil {
+	}
+	for i := range s.runs {
+		r := &s.runs[i]
+		if r.opt, err = optim.New(optim.Config{Params: r.p, Grads: r.g, Offset: r.lo,
+			Decay: decay, Hyper: s.cfg.Hyper, Device: dev, Kernels: s.cfg.Kernels}); err != nil {
 			return err
 		}
-		s.bk = append(s.bk, b)
 	}
 	s.ops = make([]*flat.Op, len(s.bk))
 	return nil
@@ -335,7 +355,7 @@ func (s *Strategy) alloc() error {
 func (s *Strategy) Layout() arch.Layout { return s.cfg.Layout }
 
 // OptimizerSteps is the number of updates applied.
-func (s *Strategy) OptimizerSteps() int { return s.bk[0].opt.Steps() }
+func (s *Strategy) OptimizerSteps() int { return s.runs[0].opt.Steps() }
 
 // CommStats is the rank's communication over its groups: Busy the total,
 // Wait the exposed part, Bytes the reduction group's (DP) and the tied
@@ -355,8 +375,10 @@ func (s *Strategy) Free() {
 		}
 		b.staging.Free()
 		b.staging = nil
-		if b.opt != nil {
-			b.opt.Free()
+	}
+	for _, r := range s.runs {
+		if r.opt != nil {
+			r.opt.Free()
 		}
 	}
 	for u, h := range s.units16 {
