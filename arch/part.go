@@ -63,14 +63,6 @@ func (p Part) Validate(c Config) error {
 // VocabRows is V' = ⌈V/t⌉, the rows of wte each rank holds (padding included).
 func (p Part) VocabRows(c Config) int { t := p.Degree(); return (c.Vocab + t - 1) / t }
 
-// vocabRange is the global token ids [lo, lo+n) whose wte rows this rank
-// holds (n < VocabRows on the ranks with padding; possibly 0).
-func (p Part) vocabRange(c Config) (lo, n int) {
-	rows := p.VocabRows(c)
-	lo = p.Rank * rows
-	return lo, max(0, min(rows, c.Vocab-lo))
-}
-
 // Slice places a local tensor inside its global one: the global tensor,
 // viewed with shape View (the same element count as its Shape), and the
 // box of extent Ext at offset Off in that view. The local tensor's first
