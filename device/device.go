@@ -53,16 +53,12 @@ var ErrOutOfMemory = errors.New("out of memory")
 type Config struct {
 	ID     int   // the rank it belongs to, for messages
 	Budget int64 // bytes; 0 means unlimited
-	// MasterWeights charges fp32 Param allocations to Optim: under mixed
-	// precision they are the optimizer's fp32 master weights (see AllocOf).
-	MasterWeights bool
 }
 
 // Device accounts one rank's memory.
 type Device struct {
 	id     int
 	budget int64
-	master bool // Config.MasterWeights
 
 	mu        sync.Mutex
 	live      [NumTags]int64
@@ -74,7 +70,7 @@ type Device struct {
 
 // New returns an empty device.
 func New(cfg Config) *Device {
-	return &Device{id: cfg.ID, budget: cfg.Budget, master: cfg.MasterWeights}
+	return &Device{id: cfg.ID, budget: cfg.Budget}
 }
 
 // ID is the rank the device belongs to.
@@ -95,6 +91,14 @@ type Buffer struct {
 
 // Tag is the category the buffer is charged to.
 func (b *Buffer) Tag() Tag { return b.tag }
+
+// Buf is the buffer's elements in their dtype (Data or Bits).
+func (b *Buffer) Buf() tensor.Buf {
+	if b.dtype == tensor.F32 {
+		return tensor.F32s(b.Data)
+	}
+	return tensor.Halves(b.dtype, b.Bits)
+}
 
 // Bytes is the size charged for the buffer (0 once freed).
 func (b *Buffer) Bytes() int64 { return int64(b.Len()) * int64(b.dtype.Size()) }

@@ -16,16 +16,12 @@ import (
 // fp32 buffers hold Data; 16-bit ones (bf16, fp16) hold Bits, viewed as
 // bf16 through BF16.
 //
-// With Config.MasterWeights, an fp32 allocation asked for as Param is
-// charged to Optim: under mixed precision the fp32 weights are the
-// optimizer's master copy (ZeRO's K = 12 bytes per parameter counts
-// them there), and Param holds the 16-bit compute copy.
+// The allocator charges the tag it is given: under mixed precision the
+// state strategy asks for its fp32 master weights as Optim and for the
+// 16-bit compute copy as Param (parallel/zero).
 func (d *Device) AllocOf(tag Tag, dt tensor.DType, n int) (*Buffer, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("device %d: negative allocation of %d elements (%s)", d.id, n, tag)
-	}
-	if tag == Param && dt == tensor.F32 && d.master {
-		tag = Optim
 	}
 	if err := d.Reserve(tag, int64(n)*int64(dt.Size())); err != nil {
 		return nil, err

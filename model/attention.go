@@ -1,38 +1,126 @@
 package model
 
-import "trellis/ops"
+import (
+	"trellis/rng"
+	"trellis/tensor"
+)
 
-// attnForward runs the attention core of one layer for the rank's NH
-// heads of width C (NH' and C' under tensor parallelism): atty =
-// softmax(QKᵀ/√d)·V from qkv (B,T,3C), keeping in att what the backward
-// needs — the probabilities, or with flash the per-row log-sum-exps.
-func (m *GPT) attnForward(a *layerActs, B, T, C, NH int) {
-	m.attnCore(a.atty, a.att, a.qkv, B, T, C, NH)
+// attention is causal multi-head self-attention on the rank's NH' = NH/t
+// heads (Megatron's split by heads: c_attn column-parallel, c_proj
+// row-parallel):
+//
+//	qkv = f(x)·W_qkvᵀ + b                 (B,T,3C'), [q | k | v]
+//	out = softmax(q·kᵀ/√d + causal mask)·v (B,T,C')
+//	res + drop(g(out·W_projᵀ) + b)
+//
+// The core saves its input qkv and output (arch's Operand) and the
+// softmax probabilities (B,NH',T,T) — or with flash (Dao et al. 2022)
+// only the per-row log-sum-exps (B,NH',T), from which the backward
+// recomputes the probabilities block by block. Under selective
+// recomputation the probabilities of every layer share one buffer and
+// the backward reruns the core first.
+type attention struct {
+	qkv, proj linear
 }
 
-// attnCore is attnForward on explicit buffers.
-func (m *GPT) attnCore(atty, att, qkv []float32, B, T, C, NH int) {
-	if m.flash {
-		ops.FlashAttentionForward(m.k, atty, att, qkv, B, T, C, NH)
+// attnActs are the attention layer's saved activations.
+type attnActs struct {
+	qkv, out tensor.Buf
+	att      []float32 // probabilities or log-sum-exps
+}
+
+func newAttention(d dims) attention {
+	return attention{qkv: linear{in: d.C, out: 3 * d.Cl}, proj: linear{row: true, in: d.Cl, out: d.C}}
+}
+
+// attnWeights are the layer's weights: matrices in the compute dtype,
+// biases in fp32.
+type attnWeights struct {
+	qkvw, projw tensor.Buf
+	qkvb, projb []float32
+}
+
+// attnGrads are the layer's parameter gradients.
+type attnGrads struct{ qkvw, qkvb, projw, projb []float32 }
+
+// forward is res2 = x + drop(Attn(z)) for the norm output z (the rank's
+// tokens) and the block input x. A 16-bit forward's fp32 values live in
+// big: qkv [0, 3X), the core's output [3X, 4X) (X = B·T·C').
+func (l attention) forward(m *GPT, s *Stash, a attnActs, res2, x []float32, z tensor.Buf, w attnWeights, site rng.Stream) error {
+	bt := s.b * s.t
+	X := bt * m.d.Cl
+	qkv := m.out(a.qkv, m.w.big, 3*X)
+	if err := l.qkv.forward(m, qkv, z, w.qkvw, w.qkvb, bt); err != nil {
+		return err
+	}
+	m.keep(a.qkv, qkv, true)
+	o := m.out(a.out, m.w.big[3*X:], X)
+	m.core(o, a.att, qkv, s.b, s.t)
+	m.keep(a.out, o, false)
+	return l.proj.residual(m, s, res2, x, a.out, w.projw, w.projb, site)
+}
+
+// core runs the attention core of one layer: out = softmax(QKᵀ/√d)·V from
+// qkv (B,T,3C'), keeping in att the probabilities or log-sum-exps.
+func (m *GPT) core(out, att, qkv []float32, B, T int) {
+	if m.d.flash {
+		m.k.FlashAttentionForward(out, att, qkv, B, T, m.d.Cl, m.d.NH)
 		return
 	}
-	ops.AttentionForward(m.k, atty, att, qkv, B, T, C, NH)
+	m.k.AttentionForward(out, att, qkv, B, T, m.d.Cl, m.d.NH)
 }
 
-// attnBackward SETS dqkv (B,T,3C) to the gradient of the attention core
-// given datty; flash recomputes the probabilities block by block from the
-// stored output and log-sum-exps.
-func (m *GPT) attnBackward(dqkv, datty []float32, a *layerActs, B, T, C, NH int) {
-	m.attnCoreBackward(dqkv, datty, a.qkv, a.atty, a.att, B, T, C, NH)
+// backward backpropagates dy, the gradient of the branch output before
+// dropout (the rank's tokens), through the projection and the core down
+// to the norm output z: it returns the rank's tokens of z's gradient.
+// The scratch is big's: dqkv [0, 3X), the core's output [3X, 4X), datty
+// [4X, 5X), qkv widened [5X, 8X). With a split backward (d non-nil) the
+// two linears' output gradients go to d and their weight gradients are
+// left to weightGrads.
+func (l attention) backward(m *GPT, s *Stash, a attnActs, dy []float32, z tensor.Buf, w attnWeights, g attnGrads, d *deferred) ([]float32, error) {
+	bt := s.b * s.t
+	X := bt * m.d.Cl
+	big := m.w.big
+	dqkv, o, datty, q := big[:3*X], big[3*X:4*X], big[4*X:5*X], big[5*X:8*X]
+	full, err := m.leaveBack(dy, bt)
+	if err != nil {
+		return nil, err
+	}
+	if d != nil {
+		copy(d.proj, full)
+		full, dqkv = d.proj, d.qkv
+	}
+	l.proj.backward(m, datty, full, a.out, w.projw, linGrads{w: g.projw, b: g.projb, defer_: d != nil}, bt)
+	qv := m.vals(a.qkv, q, 3*X)
+	var ov []float32
+	switch {
+	case m.d.sharesProbs():
+		ov = o
+		m.core(ov, a.att, qv, s.b, s.t)
+	case m.d.flash:
+		ov = m.vals(a.out, o, X)
+	}
+	m.coreBackward(dqkv, datty, qv, ov, a.att, s.b, s.t)
+	return l.qkv.backwardCol(m, dqkv, z, w.qkvw, linGrads{w: g.qkvw, b: g.qkvb, defer_: d != nil}, bt)
 }
 
-// attnCoreBackward is attnBackward on explicit buffers (atty is read by
-// flash only).
-func (m *GPT) attnCoreBackward(dqkv, datty, qkv, atty, att []float32, B, T, C, NH int) {
-	if m.flash {
+// coreBackward SETS dqkv (B,T,3C') to the gradient of the attention core
+// given datty; flash recomputes the probabilities from the output and
+// log-sum-exps (out is read by flash only).
+func (m *GPT) coreBackward(dqkv, datty, qkv, out, att []float32, B, T int) {
+	if m.d.flash {
 		clear(dqkv)
-		ops.FlashAttentionBackward(m.k, dqkv, datty, qkv, atty, att, B, T, C, NH)
+		m.k.FlashAttentionBackward(dqkv, datty, qkv, out, att, B, T, m.d.Cl, m.d.NH)
 		return
 	}
-	ops.AttentionBackwardSet(m.k, dqkv, m.scratch, datty, qkv, att, B, T, C, NH)
+	m.k.AttentionBackwardSet(dqkv, m.w.scratch, datty, qkv, att, B, T, m.d.Cl, m.d.NH)
+}
+
+// weightGrads is a split backward's deferred half: the two linears'
+// weight gradients from the output gradients d saved and the inputs in
+// the stash (z the rank's tokens of the norm output).
+func (l attention) weightGrads(m *GPT, s *Stash, a attnActs, z tensor.Buf, g attnGrads, d *deferred) error {
+	bt := s.b * s.t
+	l.proj.weightGrad(m, g.projw, m.rounded(d.proj), a.out, bt)
+	return l.qkv.weightGradCol(m, g.qkvw, d.qkv, z, bt)
 }

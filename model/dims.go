@@ -1,6 +1,9 @@
 package model
 
-import "trellis/ops"
+import (
+	"trellis/arch"
+	"trellis/ops"
+)
 
 // dims are a rank's local sizes under its Part (t = 1: the whole model).
 type dims struct {
@@ -13,36 +16,29 @@ type dims struct {
 	vlo, vn int       // the global ids [vlo, vlo+vn) of the real rows
 	flash   bool      // IO-aware attention (Options.Flash)
 	rc      Recompute // activation recomputation (Options.Recompute)
-	half    bool      // a 16-bit stash (stash16.go): Options.Compute is bf16 or fp16
-}
-
-// attFloats is what one layer's attention keeps for its backward: the
-// (B,NH',T,T) probabilities, or with flash the (B,NH',T) log-sum-exps.
-func (d dims) attFloats(B, T int) int {
-	if d.flash {
-		return B * d.NH * T
-	}
-	return B * d.NH * T * T
-}
-
-// attnScratch is the materialising backward's (T,T) scratch per worker;
-// flash needs none.
-func (d dims) attnScratch(k *ops.Kernels, B, T int) int {
-	if d.flash {
-		return 0
-	}
-	return ops.AttentionScratchSize(k, B, T, d.NH)
+	half    bool      // 16-bit compute and stash (the policy's)
 }
 
 func newDims(c Config, p Part) dims {
 	t := p.Degree()
 	d := dims{t: t, r: p.Rank, sp: p.SP, C: c.Hidden, Cl: c.Hidden / t, F: 4 * c.Hidden / t, NH: c.Heads / t, Vl: p.VocabRows(c)}
-	d.vlo, d.vn = p.vocabRange(c)
+	d.vlo = p.Rank * d.Vl
+	d.vn = max(0, min(d.Vl, c.Vocab-d.vlo))
 	return d
 }
 
-// tokens is the number of tokens of a (b·n)-token pass the rank's
-// LayerNorm, dropout and residual regions hold: b·n, or b·n/t with SP.
+// arch is the declarations' view of a pass of b sequences of T tokens.
+func (d dims) arch(b, T int) arch.Dims {
+	return arch.Dims{B: b, T: T, Part: Part{TP: d.t, Rank: d.r, SP: d.sp}, Flash: d.flash, Recompute: d.rc}
+}
+
+// sharesProbs says whether the layers of a stash share one
+// attention-core buffer (selective recomputation of materialised
+// probabilities; see arch.Recompute).
+func (d dims) sharesProbs() bool { return d.rc == RecomputeSelective && !d.flash }
+
+// tokens is the number of tokens of a (b·n)-token pass the rank's norm,
+// dropout and residual regions hold: b·n, or b·n/t with SP.
 func (d dims) tokens(bn int) int {
 	if d.sp {
 		return bn / d.t
@@ -50,63 +46,94 @@ func (d dims) tokens(bn int) int {
 	return bn
 }
 
-// tpScratch are the tensor-parallel buffers of the workspace.
-type tpScratch struct {
-	gath   []float32 // (B,T,C) SP: a gathered LayerNorm output or branch gradient
-	dlnl   []float32 // (B·T/t,C) SP: the rank's tokens of a LayerNorm output's gradient
-	lnGrad []float32 // (2C) SP: one micro-batch's LayerNorm parameter gradients, summed over the group
-	ce     []float32 // (3·B·T) the vocab-parallel loss's row max, sum of exps and target logit
+// wsSizes are the backward scratch's slices, in elements (fp32 unless
+// noted).
+type wsSizes[N int | float64] struct {
+	dres, dln, big, scratch, branch N
+	gath, dlnl, lnGrad, ce          N
+	x, dy                           N // 16-bit: SP's gathered operand, a GEMM's output gradient
+	vec                             N // 16-bit: a unit's vectors widened
 }
 
-// wsSizes are the workspace's slices, in elements.
-type wsSizes struct {
-	dres, dln, big, scratch, branch int
-	gath, dlnl, lnGrad, ce          int
+func (s wsSizes[N]) f32() N {
+	return s.dres + s.dln + s.big + s.scratch + s.branch + s.gath + s.dlnl + s.lnGrad + s.ce + s.vec
 }
 
-func (s wsSizes) total() int {
-	return s.dres + s.dln + s.big + s.scratch + s.branch + s.gath + s.dlnl + s.lnGrad + s.ce
-}
+// bytes is what the workspace tag holds: 4 per fp32 element, 2 per 16-bit one.
+func (s wsSizes[N]) bytes() N { return 4*s.f32() + 2*(s.x+s.dy) }
 
-// workspace sizes the backward scratch for micro-batches of B:
+// workspace sizes the scratch of passes of micro-batches of B sequences
+// (n = B·T, B·T/t with SP; t the tensor-parallel degree):
 //
-//	dres n·C, dln BTC, big max(BT·V', 2·BT·F, BTC), attention scratch,
-//	branch n·C (with dropout or t > 1), and with t > 1: ce 3·BT, and with
-//	SP also gath BTC, dlnl n·C, lnGrad 2C
+//	dres n·C          the residual stream's gradient
+//	dln  B·T·C        a norm output's gradient (a column layer's full input gradient)
+//	big  max(B·T·V', 2·B·T·F) and with t > 1 at least B·T·C and (t+1)·V'
+//	                  dlogits; the MLP's, then attention's gradients; a
+//	                  16-bit forward's GEMM outputs (gpt2.go carves it)
+//	scratch           the materialising attention backward's (T,T) per worker (flash: 0)
+//	branch n·C        a residual branch before dropout, or its gradient (with dropout or t > 1)
+//	ce   3·B·T        t > 1: the vocab-parallel loss's row max, sum and target logit
+//	gath B·T·C, dlnl n·C, lnGrad 2C     SP: a gathered norm output or branch
+//	                  gradient, the rank's tokens of a reduced one, a norm's
+//	                  parameter gradients summed over the group
 //
-// where n = BT (BT/t with SP). With t = 1: 2·BTC + max(BTV, 8·BTC) +
-// scratch (+ BTC with dropout), as before tensor parallelism.
-func (d dims) workspace(k *ops.Kernels, B int, c Config) wsSizes {
-	BT := B * c.SeqLen
-	BTC, n := BT*d.C, d.tokens(BT)
-	s := wsSizes{dres: n * d.C, dln: BTC, big: max(BT*d.Vl, 2*BT*d.F), scratch: d.attnScratch(k, B, c.SeqLen)}
+// and under a 16-bit policy x B·T·C with SP (a gathered 16-bit operand)
+// and dy B·T·max(C, F, V') (a GEMM's rounded output gradient), 2 bytes
+// each, plus vec 13C fp32 (a unit's vectors widened: a block's 7C + 3C' +
+// F, or ln_f's 2C). With t = 1 in fp32: 2·BTC + max(BTV, 8·BTC) + scratch
+// (+ BTC with dropout). It is generic so that the same formula sizes the
+// buffers (int) and the estimate a job is refused by before anything is
+// allocated (float64, WorkspaceBytes), which must not overflow.
+func workspace[N int | float64](c Config, d dims, B, attnWorkers N) wsSizes[N] {
+	T, C, V, t := N(c.SeqLen), N(d.C), N(d.Vl), N(d.t)
+	BT := B * T
+	BTC, n := BT*C, BT
+	if d.sp {
+		n = BT / t
+	}
+	s := wsSizes[N]{dres: n * C, dln: BTC, big: max(BT*V, 2*BT*N(d.F))}
+	if !d.flash {
+		s.scratch = attnWorkers * T * T
+	}
 	if c.Dropout > 0 || d.t > 1 {
-		s.branch = n * d.C
+		s.branch = n * C
 	}
 	if d.t > 1 {
-		s.big = max(s.big, BTC, (d.t+1)*d.Vl) // the last: Logits' gathered row
+		s.big = max(s.big, BTC, (t+1)*V) // the last: Logits' gathered row
 		s.ce = 3 * BT
 	}
 	if d.sp {
-		s.gath, s.dlnl, s.lnGrad = BTC, n*d.C, 2*d.C
+		s.gath, s.dlnl, s.lnGrad = BTC, n*C, 2*C
+	}
+	if d.half {
+		if d.sp {
+			s.x = BTC
+		}
+		s.dy = BT * max(C, N(d.F), V)
+		s.vec = 13 * C
 	}
 	return s
 }
 
-// halfScratch is mixed precision's 16-bit GEMM operand scratch for a
-// pass of bt tokens, in elements: the activation operand x, which the
-// GEMMs read from the 16-bit stash except under SP, where a
-// column-parallel layer's input is the gathered (bt, C) LayerNorm output,
-// and the output gradient dy, the widest output (C, F = 4C/t, or the
-// rank's V' vocabulary rows):
-//
-//	x  bt·C with SP, else 0      dy  bt·max(C, F, V')
-//
-// With t = 1, 0 and bt·max(4C, V).
-func (d dims) halfScratch(bt int) [2]int {
-	nx := 0
-	if d.sp {
-		nx = bt * d.C
-	}
-	return [2]int{nx, bt * max(d.C, d.F, d.Vl)}
+// attnWorkers is the materialising attention's worker count on k for B
+// sequences of the rank's heads (ops.AttentionScratchSize's).
+func attnWorkers(k ops.Backend, B, NH int) int { return max(1, min(k.Threads(), B*NH)) }
+
+// WorkspaceBytes is what New charges to the workspace tag for
+// micro-batches of B on one device (t = 1) with flash on or off, fp32 or
+// 16-bit, when attention runs on attnWorkers goroutines: workspace's
+// formula in float64, for any configuration, valid or not.
+func WorkspaceBytes(c Config, B, attnWorkers int, flash, half bool) float64 {
+	d := dims{t: 1, C: c.Hidden, Cl: c.Hidden, F: 4 * c.Hidden, NH: c.Heads, Vl: c.Vocab, flash: flash, half: half}
+	return workspace(c, d, float64(B), float64(max(1, attnWorkers))).bytes()
+}
+
+// RunnerBytes is what New and one NewStash charge to a device for
+// micro-batch B on one device in fp32 without flash or recomputation:
+// the scratch (WorkspaceBytes) and the whole model's stash (arch's
+// declarations) with its two (B,T) int32 token arrays, in float64 for any
+// configuration.
+func RunnerBytes(c Config, B, attnWorkers int) float64 {
+	d := arch.Dims{B: B, T: c.SeqLen}
+	return WorkspaceBytes(c, B, attnWorkers, false, false) + c.StageStash(d, c.Layers, true, false).Bytes() + d.TokenBytes()
 }

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"trellis/device"
 	"trellis/ops"
 )
 
@@ -28,7 +27,7 @@ func BenchmarkTrainStepFlash(b *testing.B) {
 	}
 	var runs [2]*run
 	for i, flash := range []bool{false, true} {
-		m, p, s, _ := setupOn(b, reference, B, 1, device.Config{}, Options{Flash: flash})
+		m, p, s, _ := setupOn(b, reference, B, 1, Options{Flash: flash})
 		runs[i] = &run{m: m, p: p, s: s, mom: make([]float32, len(p.W)), vel: make([]float32, len(p.W)), best: math.Inf(1)}
 	}
 	batch := randomBatch(reference, B, 1)

@@ -5,17 +5,36 @@ import (
 	"fmt"
 	"runtime"
 
+	"trellis/arch"
 	"trellis/device"
 	"trellis/ops"
+	"trellis/precision"
 	"trellis/rng"
 	"trellis/tensor"
+)
+
+// The architecture's vocabulary, as the runner speaks it.
+type (
+	Config    = arch.Config
+	Part      = arch.Part
+	Layout    = arch.Layout
+	Unit      = arch.Unit
+	Tensor    = arch.Tensor
+	Slice     = arch.Slice
+	Recompute = arch.Recompute
+)
+
+const (
+	RecomputeNone      = arch.RecomputeNone
+	RecomputeSelective = arch.RecomputeSelective
+	RecomputeFull      = arch.RecomputeFull
 )
 
 // Options is everything New needs.
 type Options struct {
 	Model      Config
-	Kernels    *ops.Kernels
-	Device     *device.Device // where stashes (act) and backward scratch (workspace) are charged
+	Kernels    ops.Backend
+	Device     *device.Device // where stashes (act) and the passes' scratch (workspace) are charged
 	MicroBatch int            // B, sequences per micro-batch
 	Seed       uint64         // keys the dropout masks
 	// Part is the piece of every layer this rank computes under tensor
@@ -28,19 +47,12 @@ type Options struct {
 	// probabilities and the backward needs no (T,T) scratch.
 	Flash bool
 	// Recompute drops activations from the stash that the backward
-	// recomputes (see Recompute).
+	// recomputes (see arch.Recompute).
 	Recompute Recompute
-	// Compute is the linear layers' GEMM precision: tensor.F32 (the zero
-	// value), tensor.BF16 or tensor.F16 (mixed precision, see half.go).
-	Compute tensor.DType
-	// HalfPerUnit keeps the bf16 copy of a unit only while its weights
-	// are fetched (ZeRO-3, which gathers them per unit); otherwise it is
-	// resident.
-	HalfPerUnit bool
-	// Units are the units whose weights this runner fetches (a pipeline
-	// stage's, model.Layout indices); nil: every unit. Under mixed
-	// precision only they have a resident 16-bit copy.
-	Units []int
+	// Precision is the mixed-precision policy (the zero value: fp32). The
+	// Params hand the weights out in its Param dtype; the layers compute in
+	// Compute and save their operands in Stash.
+	Precision precision.Policy
 	// Unpinned leaves the passes free to move between OS threads (see
 	// pin): for a rank that waits on goroutine peers in the same process
 	// inside its passes (tensor parallelism, ZeRO-3's gathers), where every
@@ -64,54 +76,55 @@ func (o Options) Validate() error {
 		return fmt.Errorf("model: recompute=%v is not none, selective or full", o.Recompute)
 	case o.Part.Split() && o.TP == nil:
 		return fmt.Errorf("model: tp=%d without a TPComm", o.Part.Degree())
-	case o.Compute != tensor.F32 && o.Compute != tensor.BF16 && o.Compute != tensor.F16:
-		return fmt.Errorf("model: compute=%s: the runner computes in fp32, bf16 or fp16", o.Compute)
 	}
-	n := len(o.Model.Layout().Units)
-	seen := make([]bool, n)
-	for _, u := range o.Units {
-		if u < 0 || u >= n {
-			return fmt.Errorf("model: Options.Units: unit %d is not in [0, %d)", u, n)
-		}
-		if seen[u] {
-			return fmt.Errorf("model: Options.Units: unit %d is listed twice", u)
-		}
-		seen[u] = true
+	if err := o.Precision.Validate(); err != nil {
+		return fmt.Errorf("model: %w", err)
 	}
 	return o.Part.Validate(o.Model)
 }
 
-// GPT runs the forward and backward passes of one model configuration for
-// micro-batches of B sequences of T tokens. It holds no parameters (they
-// come from a Params) and no activations (they live in a Stash); it owns the
-// backward scratch, so one GPT runs one pass at a time.
+// GPT runs the passes of one model configuration for micro-batches of B
+// sequences of T tokens on one rank's part. It holds no parameters (they
+// come from a Params) and no activations (they live in a Stash); it owns
+// the passes' scratch, so one GPT runs one pass at a time.
 type GPT struct {
 	cfg    Config
-	k      *ops.Kernels
+	k      ops.Backend
 	dev    *device.Device
 	B      int
-	layout Layout
+	layout Layout // PartLayout(part): the units' tensors, which Params hands out
 	part   Part
 	d      dims
 	tp     TPComm
-	flash  bool       // Options.Flash
-	pinned bool       // !Options.Unpinned
-	half   *halfState // the bf16 compute copy and scratch (nil: fp32)
+	pol    precision.Policy
+	pinned bool // !Options.Unpinned
 
-	ws *device.Buffer // workspace, carved into the slices below
-	// dres is the gradient of the residual stream, updated in place from
-	// the head down to the embedding.
-	dres []float32 // (B,T,C)
-	dln  []float32 // (B,T,C) gradient of a LayerNorm's output
-	// big holds, in turn, dlogits (B,T,V) in the head, then dfc2in (B,T,4C)
-	// and dfc (B,T,4C) in the MLP, then dqkv (B,T,3C) and datty (B,T,C) in
-	// attention: their lifetimes do not overlap.
-	big     []float32 // (max(B·T·V, 8·B·T·C)); a tensor-parallel rank's sizes in dims.workspace
-	branch  []float32 // (B,T,C) a branch output before dropout, or its masked gradient; nil without dropout and tp
-	scratch []float32 // attention backward scratch
-	tpws    tpScratch // tensor parallelism's buffers (empty without it)
+	ws   *device.Buffer // fp32 scratch, carved into w
+	ws16 *device.Buffer // 16-bit scratch (nil in fp32)
+	w    scratch
 
 	drop dropoutKeys
+}
+
+// scratch are the passes' buffers (sizes in dims.go's workspace).
+type scratch struct {
+	// dres is the gradient of the residual stream, updated in place from
+	// the head down to the embedding.
+	dres []float32 // (n,C)
+	dln  []float32 // (B,T,C) gradient of a norm's output
+	// big holds, in turn, the logits' gradient in the head, the MLP's and
+	// then attention's gradients in a block's backward, and a 16-bit
+	// forward's fp32 GEMM outputs (gpt2.go).
+	big     []float32
+	branch  []float32 // (n,C) a branch output before dropout, or its gradient; nil without dropout and tp
+	scratch []float32 // attention backward scratch
+	gath    []float32 // (B,T,C) SP: a gathered norm output or branch gradient
+	dlnl    []float32 // (n,C) SP: the rank's tokens of a column layer's input gradient
+	lnGrad  []float32 // (2C) SP: one micro-batch's norm parameter gradients, summed over the group
+	ce      []float32 // (3·B·T) the vocab-parallel loss's row max, sum of exps and target logit
+	vec     []float32 // (13C) 16-bit: a unit's vectors widened
+	x       tensor.Buf
+	dy      tensor.Buf
 }
 
 // dropoutKeys are the streams of the dropout sites: the embedding, and
@@ -121,49 +134,61 @@ type dropoutKeys struct {
 	attn, mlp []rng.Stream // (L)
 }
 
-// New builds a model runner and allocates its backward scratch on the
-// device (tag workspace).
+// New builds a model runner and allocates its scratch on the device (tag
+// workspace).
 func New(o Options) (*GPT, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	c := o.Model
-	m := &GPT{cfg: c, k: o.Kernels, dev: o.Device, B: o.MicroBatch, layout: c.PartLayout(o.Part), part: o.Part, tp: o.TP, flash: o.Flash, pinned: !o.Unpinned}
+	m := &GPT{cfg: c, k: o.Kernels, dev: o.Device, B: o.MicroBatch, layout: c.PartLayout(o.Part), part: o.Part,
+		tp: o.TP, pol: o.Precision, pinned: !o.Unpinned}
 	m.d = newDims(c, o.Part)
-	m.d.flash, m.d.rc = o.Flash, o.Recompute
-	m.d.half = o.Compute != tensor.F32
+	m.d.flash, m.d.rc, m.d.half = o.Flash, o.Recompute, o.Precision.Half()
 	if m.tp == nil {
 		m.tp = soloTP{}
 	}
-	sz := m.d.workspace(m.k, m.B, c)
-	ws, err := o.Device.Alloc(device.Workspace, sz.total())
-	if err != nil {
-		return nil, fmt.Errorf("model: backward scratch: %w", err)
+	if err := m.allocScratch(); err != nil {
+		return nil, err
 	}
-	m.ws = ws
-	if o.Compute != tensor.F32 {
-		if m.half, err = newHalf(o.Device, o.Compute, m.layout, m.d.halfScratch(m.B*c.SeqLen), c.Hidden, o.Units, o.HalfPerUnit); err != nil {
-			ws.Free()
-			return nil, err
-		}
-	}
-	buf := ws.Data
-	next := func(n int) []float32 {
-		s := buf[:n:n]
-		buf = buf[n:]
-		return s
-	}
-	m.dres, m.dln, m.big, m.scratch = next(sz.dres), next(sz.dln), next(sz.big), next(sz.scratch)
-	if sz.branch > 0 {
-		m.branch = next(sz.branch)
-	}
-	m.tpws = tpScratch{gath: next(sz.gath), dlnl: next(sz.dlnl), lnGrad: next(sz.lnGrad), ce: next(sz.ce)}
 	m.drop.embd = rng.Key(o.Seed, "dropout.embd")
 	for l := 0; l < c.Layers; l++ {
 		m.drop.attn = append(m.drop.attn, rng.Key(o.Seed, fmt.Sprintf("dropout.h.%d.attn", l)))
 		m.drop.mlp = append(m.drop.mlp, rng.Key(o.Seed, fmt.Sprintf("dropout.h.%d.mlp", l)))
 	}
 	return m, nil
+}
+
+// allocScratch allocates and carves the scratch (tag workspace).
+func (m *GPT) allocScratch() error {
+	sz := workspace(m.cfg, m.d, m.B, attnWorkers(m.k, m.B, m.d.NH))
+	ws, err := m.dev.Alloc(device.Workspace, sz.f32())
+	if err != nil {
+		return fmt.Errorf("model: scratch: %w", err)
+	}
+	m.ws = ws
+	buf := ws.Data
+	next := func(n int) []float32 {
+		s := buf[:n:n]
+		buf = buf[n:]
+		return s
+	}
+	w := &m.w
+	w.dres, w.dln, w.big, w.scratch = next(sz.dres), next(sz.dln), next(sz.big), next(sz.scratch)
+	if sz.branch > 0 {
+		w.branch = next(sz.branch)
+	}
+	w.gath, w.dlnl, w.lnGrad, w.ce, w.vec = next(sz.gath), next(sz.dlnl), next(sz.lnGrad), next(sz.ce), next(sz.vec)
+	if m.d.half {
+		dt := m.pol.Compute
+		if m.ws16, err = m.dev.AllocOf(device.Workspace, dt, sz.x+sz.dy); err != nil {
+			m.ws.Free()
+			return fmt.Errorf("model: %s scratch: %w", dt, err)
+		}
+		bits := m.ws16.Bits
+		w.x, w.dy = tensor.Halves(dt, bits[:sz.x:sz.x]), tensor.Halves(dt, bits[sz.x:])
+	}
+	return nil
 }
 
 // Config is the model configuration.
@@ -175,11 +200,20 @@ func (m *GPT) Part() Part { return m.part }
 // Layout is the parameter layout (PartLayout of the runner's part).
 func (m *GPT) Layout() Layout { return m.layout }
 
+// Precision is the runner's mixed-precision policy.
+func (m *GPT) Precision() precision.Policy { return m.pol }
+
 // MicroBatch is B.
 func (m *GPT) MicroBatch() int { return m.B }
 
-// WorkspaceBytes is the size of the backward scratch.
-func (m *GPT) WorkspaceBytes() int64 { return m.ws.Bytes() }
+// WorkspaceBytes is the size of the scratch.
+func (m *GPT) WorkspaceBytes() int64 {
+	n := m.ws.Bytes()
+	if m.ws16 != nil {
+		n += m.ws16.Bytes()
+	}
+	return n
+}
 
 // DResidual is the gradient of the residual stream, (B,T,C) (with
 // sequence parallelism the rank's B·T/t tokens of it). After
@@ -187,12 +221,12 @@ func (m *GPT) WorkspaceBytes() int64 { return m.ws.Bytes() }
 // a pipeline stage writes the gradient it receives here before the
 // backward of its last block, and reads the one it sends after the
 // backward of its first.
-func (m *GPT) DResidual() []float32 { return m.dres }
+func (m *GPT) DResidual() []float32 { return m.w.dres }
 
 // Free returns the scratch to the device.
 func (m *GPT) Free() {
 	m.ws.Free()
-	m.half.free()
+	m.ws16.Free()
 }
 
 // dropoutAt is the dropout of a site for the stash's batch: keyed by

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"trellis/tensor"
 )
 
 // TestWholeModelGradient checks every parameter gradient of a tiny model
@@ -73,7 +75,7 @@ type recorder struct {
 	held map[int]int
 }
 
-func (r *recorder) Weights(u int) ([]float32, error) {
+func (r *recorder) Weights(u int) (tensor.Buf, error) {
 	r.held[u]++
 	r.log = append(r.log, fmt.Sprintf("W%d", u))
 	return r.FlatParams.Weights(u)

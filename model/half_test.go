@@ -3,53 +3,39 @@ package model
 import (
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"trellis/device"
 	"trellis/ops"
+	"trellis/precision"
 	"trellis/tensor"
 )
 
-// setupHalf is setup with Options.Compute = bf16 on a device that charges
-// the fp32 weights as master weights.
+// setupHalf is setup under the bf16 policy.
 func setupHalf(t testing.TB, cfg Config, B, threads int) (*GPT, *FlatParams, *Stash, *device.Device) {
 	t.Helper()
-	return setupHalfOf(t, cfg, B, threads, tensor.BF16)
+	return setupOn(t, cfg, B, threads, Options{Precision: precision.BF16()})
 }
 
-// setupHalfOf is setupHalf computing in dt (bf16 or fp16).
-func setupHalfOf(t testing.TB, cfg Config, B, threads int, dt tensor.DType) (*GPT, *FlatParams, *Stash, *device.Device) {
-	t.Helper()
-	return setupOn(t, cfg, B, threads, device.Config{MasterWeights: true}, Options{Compute: dt})
-}
-
-// bf16 rounds to bf16 and back.
-func bf16(x float32) float64 { return float64(tensor.ToBF16(x).Float32()) }
-
-// TestHalfLinear holds the bf16 and fp16 linear layers to their
-// definition, computed in float64 from the rounded operands: y = res + bias
-// + Σ_c x̃[n,c]·w̃[o,c], dx = Σ_o d̃y·w̃, dw += Σ_n d̃yᵀ·x̃ (x̃ = bf16(x) or
+// TestHalfLinear holds a linear layer under a 16-bit policy to its
+// definition, computed in float64 from the rounded operands: y = res + b +
+// Σ_c x̃[n,c]·w̃[o,c], dx = Σ_o d̃y·w̃, dw += Σ_n d̃yᵀ·x̃ (x̃ = bf16(x) or
 // fp16(x)), within fp32 summation error.
 func TestHalfLinear(t *testing.T) {
-	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
-		round := bf16
-		if dt == tensor.F16 {
-			round = func(x float32) float64 { return float64(tensor.ToF16(x).Float32()) }
-		}
-		t.Run(dt.String(), func(t *testing.T) { checkHalfLinear(t, dt, round) })
+	for _, pol := range []precision.Policy{precision.BF16(), precision.FP16(1, 1)} {
+		t.Run(pol.String(), func(t *testing.T) { checkHalfLinear(t, pol) })
 	}
 }
 
-func checkHalfLinear(t *testing.T, dt tensor.DType, bf16 func(float32) float64) {
-	cfg := Config{Layers: 1, Hidden: 16, Heads: 2, SeqLen: 8, Vocab: 40}
-	m, p, _, _ := setupHalfOf(t, cfg, 2, 2, dt)
-	const N, C, OC = 16, 16, 48 // qkv of block 0
-	w, err := m.weights(p, 1, true)
-	if err != nil {
-		t.Fatal(err)
+func checkHalfLinear(t *testing.T, pol precision.Policy) {
+	dt := pol.Compute
+	round := func(x float32) float64 { return float64(tensor.ToBF16(x).Float32()) }
+	if dt == tensor.F16 {
+		round = func(x float32) float64 { return float64(tensor.ToF16(x).Float32()) }
 	}
-	v := viewBlock(w, C)
+	cfg := Config{Layers: 1, Hidden: 16, Heads: 2, SeqLen: 8, Vocab: 40}
+	m, _, _, _ := setupOn(t, cfg, 2, 2, Options{Precision: pol})
+	const N, C, OC = 16, 16, 48 // qkv of block 0
 	r := rand.New(rand.NewPCG(1, 2))
 	rnd := func(n int) []float32 {
 		s := make([]float32, n)
@@ -58,14 +44,19 @@ func checkHalfLinear(t *testing.T, dt tensor.DType, bf16 func(float32) float64) 
 		}
 		return s
 	}
-	x, res, dout := rnd(N*C), rnd(N*OC), rnd(N*OC)
+	x, res, dout, w, b := rnd(N*C), rnd(N*OC), rnd(N*OC), rnd(OC*C), rnd(OC)
+	enc := func(v []float32) tensor.Buf {
+		h := tensor.Halves(dt, make([]uint16, len(v)))
+		m.k.Encode(h, v)
+		return h
+	}
+	xh, wh := enc(x), enc(w)
 	out := make([]float32, N*OC)
-	xh := make([]uint16, N*C) // the 16-bit stash's copy of the input
-	m.encode(xh, x)
-	m.linearForwardH(out, res, xh, v.qkvw, v.qkvb, N, C, OC)
+	m.linearGEMM(out, res, xh, wh, b, N, C, OC)
+	l := linear{in: C, out: OC}
 	dx, dw := make([]float32, N*C), rnd(OC*C)
 	dw0 := append([]float32(nil), dw...)
-	m.linearBackwardSetH(dx, dw, nil, dout, xh, v.qkvw, N, C, OC)
+	l.backward(m, dx, dout, xh, wh, linGrads{w: dw}, N)
 	check := func(name string, got float32, want, scale float64) {
 		t.Helper()
 		if d := math.Abs(float64(got) - want); d > 1e-5*scale {
@@ -74,9 +65,9 @@ func checkHalfLinear(t *testing.T, dt tensor.DType, bf16 func(float32) float64) 
 	}
 	for n := 0; n < N; n++ {
 		for o := 0; o < OC; o++ {
-			want, scale := float64(res[n*OC+o])+float64(v.qkvb[o]), 1.0
+			want, scale := float64(res[n*OC+o])+float64(b[o]), 1.0
 			for c := 0; c < C; c++ {
-				pr := bf16(x[n*C+c]) * bf16(v.qkvw[o*C+c])
+				pr := round(x[n*C+c]) * round(w[o*C+c])
 				want += pr
 				scale += math.Abs(pr)
 			}
@@ -85,7 +76,7 @@ func checkHalfLinear(t *testing.T, dt tensor.DType, bf16 func(float32) float64) 
 		for c := 0; c < C; c++ {
 			want, scale := 0.0, 1.0
 			for o := 0; o < OC; o++ {
-				pr := bf16(dout[n*OC+o]) * bf16(v.qkvw[o*C+c])
+				pr := round(dout[n*OC+o]) * round(w[o*C+c])
 				want += pr
 				scale += math.Abs(pr)
 			}
@@ -96,7 +87,7 @@ func checkHalfLinear(t *testing.T, dt tensor.DType, bf16 func(float32) float64) 
 		for c := 0; c < C; c++ {
 			want, scale := float64(dw0[o*C+c]), 1.0
 			for n := 0; n < N; n++ {
-				pr := bf16(dout[n*OC+o]) * bf16(x[n*C+c])
+				pr := round(dout[n*OC+o]) * round(x[n*C+c])
 				want += pr
 				scale += math.Abs(pr)
 			}
@@ -154,8 +145,10 @@ func TestHalfTracksFP32(t *testing.T) {
 	}
 }
 
-// TestHalfMemory: the fp32 weights are charged as master weights (optim),
-// the bf16 copy as param at 2 bytes per parameter, the gradients fp32.
+// TestHalfMemory: under a mixed policy FlatParams charges its fp32
+// weights as master weights (optim), the bf16 copy the passes read as
+// param at 2 bytes per parameter, the gradients fp32; the runner keeps no
+// copy of its own.
 func TestHalfMemory(t *testing.T) {
 	cfg := Config{Layers: 2, Hidden: 32, Heads: 4, SeqLen: 16, Vocab: 64}
 	m, _, _, dev := setupHalf(t, cfg, 2, 2)
@@ -172,11 +165,10 @@ func TestHalfMemory(t *testing.T) {
 	}
 }
 
-// TestHalfTPPart: a tensor-parallel part computes in bf16 with a copy of
-// its own weights (2 bytes × PartLayout's size) and the 16-bit scratch of
-// its local widths, dims.halfScratch: dy B·T·max(C, 4C/t, ⌈V/t⌉), and x
-// only with SP (B·T·C, the gathered LayerNorm output): the GEMMs read
-// their activation operands from the 16-bit stash.
+// TestHalfTPPart: a tensor-parallel part's 16-bit scratch has its local
+// widths (dims.go's workspace): dy B·T·max(C, 4C/t, ⌈V/t⌉), and x only
+// with SP (B·T·C, the gathered norm output): the GEMMs read their
+// activation operands from the 16-bit stash.
 func TestHalfTPPart(t *testing.T) {
 	k, _ := ops.New(ops.Config{Threads: 1})
 	const B = 2
@@ -185,117 +177,20 @@ func TestHalfTPPart(t *testing.T) {
 	C, BT := cfg.Hidden, B*cfg.SeqLen
 	F, Vl := 4*C/2, (cfg.Vocab+1)/2
 	for _, sp := range []bool{false, true} {
-		dev := device.New(device.Config{MasterWeights: true})
+		dev := device.New(device.Config{})
 		part := Part{TP: 2, SP: sp}
-		m, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Part: part, TP: soloTP{}, Compute: tensor.BF16})
+		m, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Part: part, TP: soloTP{}, Precision: precision.BF16()})
 		if err != nil {
 			t.Fatal(err)
-		}
-		if got, want := dev.Stats().Live[device.Param], int64(2*cfg.PartLayout(part).Size); got != want {
-			t.Errorf("sp=%v: param %d bytes, want the part's 2·%d", sp, got, want/2)
 		}
 		nx := 0
 		if sp {
 			nx = BT * C
 		}
-		if len(m.half.x) != nx || len(m.half.dy) != BT*max(C, F, Vl) {
-			t.Errorf("sp=%v: 16-bit scratch x %d, dy %d elements, want %d, %d", sp, len(m.half.x), len(m.half.dy), nx, BT*max(C, F, Vl))
+		if m.w.x.Len() != nx || m.w.dy.Len() != BT*max(C, F, Vl) {
+			t.Errorf("sp=%v: 16-bit scratch x %d, dy %d elements, want %d, %d", sp, m.w.x.Len(), m.w.dy.Len(), nx, BT*max(C, F, Vl))
 		}
 		m.Free()
-	}
-}
-
-// TestHalfUnits: with Options.Units (a pipeline stage's) the resident
-// 16-bit copy holds those units only, a unit outside them is refused when
-// fetched, and one outside the model when the runner is built.
-func TestHalfUnits(t *testing.T) {
-	k, _ := ops.New(ops.Config{Threads: 1})
-	dev := device.New(device.Config{MasterWeights: true})
-	units := []int{0, 2}
-	m, err := New(Options{Model: tiny, Kernels: k, Device: dev, MicroBatch: 1, Compute: tensor.BF16, Units: units})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Free()
-	lay := tiny.Layout()
-	if got, want := dev.Stats().Live[device.Param], int64(2*(lay.Units[0].Size+lay.Units[2].Size)); got != want {
-		t.Errorf("param %d bytes, want 2 × units 0 and 2 = %d", got, want)
-	}
-	p, err := NewFlatParams(tiny, dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Free()
-	if _, err := m.weights(p, 2, true); err != nil {
-		t.Errorf("unit 2: %v", err)
-	}
-	if _, err := m.weights(p, 1, true); err == nil || !strings.Contains(err.Error(), "unit 1 has no bf16 copy") {
-		t.Errorf("unit 1 (not held): got %v, want a refusal naming it", err)
-	}
-	_, err = New(Options{Model: tiny, Kernels: k, Device: dev, MicroBatch: 1, Compute: tensor.BF16, Units: []int{len(lay.Units)}})
-	if err == nil || !strings.Contains(err.Error(), "Options.Units: unit 4 is not in [0, 4)") {
-		t.Errorf("a unit outside the model: got %v", err)
-	}
-	_, err = New(Options{Model: tiny, Kernels: k, Device: dev, MicroBatch: 1, Compute: tensor.BF16, Units: []int{2, 2}})
-	if err == nil || !strings.Contains(err.Error(), "Options.Units: unit 2 is listed twice") {
-		t.Errorf("a unit listed twice: got %v", err)
-	}
-}
-
-// TestHalfPerUnit: with HalfPerUnit the bf16 copy exists only while a
-// unit is fetched (param live 0 between passes, peak 2 bytes × the largest
-// unit) and the pass is bit-identical to the resident copy's.
-func TestHalfPerUnit(t *testing.T) {
-	cfg := Config{Layers: 2, Hidden: 32, Heads: 4, SeqLen: 16, Vocab: 64}
-	const B = 2
-	mr, pr, sr, _ := setupHalf(t, cfg, B, 1)
-	k, err := ops.New(ops.Config{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev := device.New(device.Config{MasterWeights: true})
-	mu, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Compute: tensor.BF16, HalfPerUnit: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pu, err := NewFlatParams(cfg, dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copy(pu.W, pr.W)
-	su, err := mu.NewStash()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l := dev.Stats().Live[device.Param]; l != 0 {
-		t.Fatalf("param live %d bytes before any pass, want 0", l)
-	}
-	batch := randomBatch(cfg, B, 3)
-	for _, r := range []struct {
-		m *GPT
-		p *FlatParams
-		s *Stash
-	}{{mr, pr, sr}, {mu, pu, su}} {
-		if _, err := r.m.Forward(r.p, r.s, batch); err != nil {
-			t.Fatal(err)
-		}
-		r.p.ZeroGrads()
-		if err := r.m.Backward(r.p, r.s, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range pr.G {
-		if pr.G[i] != pu.G[i] {
-			t.Fatalf("gradient %d: resident %g, per unit %g", i, pr.G[i], pu.G[i])
-		}
-	}
-	maxUnit := 0
-	for _, u := range mu.Layout().Units {
-		maxUnit = max(maxUnit, u.Size)
-	}
-	st := dev.Stats()
-	if st.Live[device.Param] != 0 || st.Peak[device.Param] != int64(2*maxUnit) {
-		t.Errorf("param live %d, peak %d bytes; want 0 and 2·%d", st.Live[device.Param], st.Peak[device.Param], maxUnit)
 	}
 }
 
@@ -313,18 +208,19 @@ func TestHalfFallback(t *testing.T) {
 		if err != nil {
 			t.Skipf("isa=%s: %v", isa, err)
 		}
-		dev := device.New(device.Config{MasterWeights: true})
-		m, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Compute: tensor.BF16})
+		dev := device.New(device.Config{})
+		m, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Precision: precision.BF16()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := NewFlatParams(cfg, dev)
+		p, err := NewPartParams(cfg, Part{}, precision.BF16(), dev)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := InitRange(cfg, 1, p.W, 0, len(p.W)); err != nil {
 			t.Fatal(err)
 		}
+		p.Sync(k)
 		s, err := m.NewStash()
 		if err != nil {
 			t.Fatal(err)

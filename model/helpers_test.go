@@ -6,6 +6,7 @@ import (
 
 	"trellis/device"
 	"trellis/ops"
+	"trellis/precision"
 )
 
 // tiny is the configuration of the whole-model tests.
@@ -15,35 +16,40 @@ var tiny = Config{Layers: 2, Hidden: 8, Heads: 2, SeqLen: 5, Vocab: 11}
 // noise so that no gradient vanishes by symmetry) and one stash.
 func setup(t testing.TB, cfg Config, B, threads int) (*GPT, *FlatParams, *Stash, *device.Device) {
 	t.Helper()
-	return setupOn(t, cfg, B, threads, device.Config{}, Options{})
+	return setupOn(t, cfg, B, threads, Options{})
 }
 
-// setupOn is setup on a device of config dc, with o's Compute and Flash (the rest of
-// o is set here).
-func setupOn(t testing.TB, cfg Config, B, threads int, dc device.Config, o Options) (*GPT, *FlatParams, *Stash, *device.Device) {
+// setupOn is setup with o's Precision, Flash and Recompute (the rest of o
+// is set here); the parameters follow the policy (FlatParams.Sync after
+// changing W).
+func setupOn(t testing.TB, cfg Config, B, threads int, o Options) (*GPT, *FlatParams, *Stash, *device.Device) {
 	t.Helper()
 	k, err := ops.New(ops.Config{Threads: threads})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev := device.New(dc)
-	m, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Compute: o.Compute, Flash: o.Flash})
+	dev := device.New(device.Config{})
+	m, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Precision: o.Precision, Flash: o.Flash, Recompute: o.Recompute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewFlatParams(cfg, dev)
+	p, err := NewPartParams(cfg, Part{}, o.Precision, dev)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := InitRange(cfg, 1, p.W, 0, len(p.W)); err != nil {
 		t.Fatal(err)
 	}
+	p.Sync(k)
 	s, err := m.NewStash()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m, p, s, dev
 }
+
+// policies are the precisions every pass test runs under.
+var policies = []precision.Policy{precision.FP32(), precision.BF16(), precision.FP16(1, 1)}
 
 // perturb adds N(0, std²) noise to every weight.
 func perturb(w []float32, std float64, seed uint64) {

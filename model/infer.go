@@ -1,10 +1,6 @@
 package model
 
-import (
-	"fmt"
-
-	"trellis/ops"
-)
+import "fmt"
 
 // EvalForward is Forward without dropout, for validation loss. A stash it
 // fills cannot be used for Backward.
@@ -50,48 +46,15 @@ func (m *GPT) Logits(p Params, s *Stash, prefix []int32, dst []float32) error {
 			return err
 		}
 	}
-	if err := m.finalNorm(p, s); err != nil {
-		return err
-	}
-	w, err := m.weights(p, 0, true)
+	h := newHead(m.d)
+	z, err := m.finalNorm(p, s, h)
 	if err != nil {
 		return err
 	}
-	defer m.release(p, 0)
-	C := c.Hidden
-	if m.part.Split() {
-		return m.logitsTP(w, s, n, dst)
-	}
-	if m.d.half { // the 16-bit stash's last row and the 16-bit wte
-		m.halfLinearHead(dst, s.lnfh[(n-1)*C:n*C], w)
-		return nil
-	}
-	m.k.MatMul(ops.NT, 1, c.Vocab, C, s.lnf[(n-1)*C:n*C], C, w[:c.Vocab*C], C, dst, c.Vocab, false)
-	return nil
-}
-
-// logitsTP is Logits' head for a split part: the rank's V' logits of the
-// last position, gathered over the group (the padding dropped).
-func (m *GPT) logitsTP(w []float32, s *Stash, n int, dst []float32) error {
-	d := m.d
-	C := d.C
-	local, all := m.big[:d.Vl], m.big[d.Vl:d.Vl+d.t*d.Vl]
-	if d.half { // the 16-bit stash's last row and the rank's 16-bit wte rows
-		x, err := m.enterColH(s.lnfh[:d.tokens(s.t)*C], s.t)
-		if err != nil {
-			return err
-		}
-		m.linearForwardH(local, nil, x[(n-1)*C:n*C], w[:d.Vl*C], nil, 1, C, d.Vl)
-	} else {
-		z, err := m.enterCol(s.lnf[:d.tokens(s.t)*C], s.t)
-		if err != nil {
-			return err
-		}
-		m.k.MatMul(ops.NT, 1, d.Vl, C, z[(n-1)*C:n*C], C, w[:d.Vl*C], C, local, d.Vl, false)
-	}
-	if err := m.tp.GatherSeq(all, local); err != nil {
+	w, err := m.weights(p, 0)
+	if err != nil {
 		return err
 	}
-	copy(dst, all[:m.cfg.Vocab])
-	return nil
+	defer p.ReleaseWeights(0)
+	return h.lastLogits(m, s, z, tensorsOf(m.layout.Units[0], w)[0], n, dst)
 }

@@ -21,7 +21,7 @@ func TestLogitsMatchForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	V := cfg.Vocab
-	want := slices.Clone(s.probs)
+	want := slices.Clone(s.head.probs)
 	inf, err := m.NewStash()
 	if err != nil {
 		t.Fatal(err)

@@ -54,6 +54,18 @@ func InitPartWith(cfg Config, p Part, in Init, dst []float32, lo, hi int) error 
 	if lo < 0 || hi > lay.Size || lo > hi || len(dst) != hi-lo {
 		return fmt.Errorf("model: InitRange [%d, %d) with %d values: want 0 <= lo <= hi <= %d and len(dst) = hi−lo", lo, hi, len(dst), lay.Size)
 	}
+	return InitLocal(cfg, lay, in, dst, lo)
+}
+
+// InitLocal writes the initial values of the elements [lo, lo+len(dst))
+// of a rank's local flat vector laid out as local (any part of cfg: a
+// tensor-parallel split, a pipeline stage's units): each gets the value of
+// the global element it holds, from in; padding is 0.
+func InitLocal(cfg Config, local Layout, in Init, dst []float32, lo int) error {
+	hi := lo + len(dst)
+	if lo < 0 || hi > local.Size {
+		return fmt.Errorf("model: init of [%d, %d) of a layout of %d elements", lo, hi, local.Size)
+	}
 	var global Layout
 	if in.Weights != nil {
 		if global = cfg.Layout(); len(in.Weights) != global.Size {
@@ -61,7 +73,7 @@ func InitPartWith(cfg Config, p Part, in Init, dst []float32, lo, hi int) error 
 		}
 	}
 	resid := InitStd / math.Sqrt(2*float64(cfg.Layers))
-	for _, u := range lay.Units {
+	for _, u := range local.Units {
 		if u.Offset >= hi || u.Offset+u.Size <= lo {
 			continue
 		}

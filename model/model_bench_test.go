@@ -74,6 +74,7 @@ func benchTrainSteps(b *testing.B, m *GPT, p *FlatParams, s *Stash, B int) {
 		}
 		h.Step = t
 		m.k.AdamW(h, p.W, p.G, mom, vel)
+		p.Sync(m.k) // the weights' compute copy under a 16-bit policy
 	}
 	step(1) // warm up
 	b.ResetTimer()

@@ -16,7 +16,7 @@ type callLog struct {
 	calls []int
 }
 
-func (c *callLog) Weights(u int) ([]float32, error) {
+func (c *callLog) Weights(u int) (tensor.Buf, error) {
 	c.calls = append(c.calls, u)
 	return c.FlatParams.Weights(u)
 }
@@ -28,16 +28,16 @@ func TestWeightOrder(t *testing.T) {
 	cfg := Config{Layers: 3, Hidden: 8, Heads: 2, SeqLen: 4, Vocab: 11, Dropout: 0.1}
 	fwd, bwd := cfg.WeightOrder()
 	train := append(slices.Clone(fwd), bwd...)
-	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
+	for _, pol := range policies {
 		for _, flash := range []bool{false, true} {
 			for _, rc := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
-				name := fmt.Sprintf("%v flash=%v recompute=%v", dt, flash, rc)
+				name := fmt.Sprintf("%v flash=%v recompute=%v", pol, flash, rc)
 				k, err := ops.New(ops.Config{Threads: 1})
 				if err != nil {
 					t.Fatal(err)
 				}
 				dev := device.New(device.Config{})
-				gpt, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: 1, Flash: flash, Recompute: rc, Compute: dt, HalfPerUnit: dt != tensor.F32})
+				gpt, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: 1, Flash: flash, Recompute: rc, Precision: pol})
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}
@@ -45,7 +45,7 @@ func TestWeightOrder(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				fp, err := NewFlatParams(cfg, dev)
+				fp, err := NewPartParams(cfg, Part{}, pol, dev)
 				if err != nil {
 					t.Fatal(err)
 				}

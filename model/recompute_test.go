@@ -5,8 +5,10 @@ import (
 	"slices"
 	"testing"
 
+	"trellis/arch"
 	"trellis/device"
 	"trellis/ops"
+	"trellis/precision"
 )
 
 // rcRun trains nothing: it runs forward and backward of three
@@ -27,7 +29,7 @@ func rcRun(t *testing.T, cfg Config, o Options, split bool) ([]float32, []float3
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewFlatParams(cfg, dev)
+	p, err := NewPartParams(cfg, Part{}, o.Precision, dev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,6 +37,7 @@ func rcRun(t *testing.T, cfg Config, o Options, split bool) ([]float32, []float3
 		t.Fatal(err)
 	}
 	perturb(p.W, 0.05, 3)
+	p.Sync(k)
 	s, err := m.NewStash()
 	if err != nil {
 		t.Fatal(err)
@@ -80,84 +83,70 @@ func rcRun(t *testing.T, cfg Config, o Options, split bool) ([]float32, []float3
 }
 
 // Selective and full recomputation, with and without flash, with dropout,
-// whole and split backward, give the losses and gradients of no
-// recomputation bit for bit, and the act peak is the stash StashBytes
-// states: selective saves (L−1)·B·NH·T² floats (nothing with flash), full
-// (L−1) layers' activations.
+// whole and split backward, in fp32, bf16 and fp16, give the losses and
+// gradients of no recomputation bit for bit, and the act peak is the stash
+// StashBytes states, which is arch's declarations: selective saves (L−1)
+// blocks' probabilities (nothing with flash), full (L−1) blocks'
+// activations.
 func TestRecomputeBitIdentical(t *testing.T) {
 	cfg := Config{Layers: 3, Hidden: 16, Heads: 2, SeqLen: 7, Vocab: 13, Dropout: 0.2}
-	B, T, C, L := 2, cfg.SeqLen, cfg.Hidden, cfg.Layers
-	BT := B * T
-	for _, flash := range []bool{false, true} {
-		A := B * cfg.Heads * T * T
-		if flash {
-			A = B * cfg.Heads * T
-		}
-		layer := 15*BT*C + 4*BT + A
-		for _, split := range []bool{false, true} {
-			refL, refG, refAct, _ := rcRun(t, cfg, Options{Flash: flash}, split)
-			for _, tc := range []struct {
-				rc    Recompute
-				saved int // floats
-			}{{RecomputeSelective, (L - 1) * A}, {RecomputeFull, (L - 1) * layer}} {
-				if flash && tc.rc == RecomputeSelective {
-					tc.saved = 0
+	L := cfg.Layers
+	for _, pol := range policies {
+		for _, flash := range []bool{false, true} {
+			d := Dims(cfg, 2, Part{}, flash, RecomputeNone)
+			block := cfg.BlocksElems(d, 1, pol.Half()).Bytes()
+			A := 4 * 2 * float64(cfg.Heads) * float64(cfg.SeqLen*cfg.SeqLen)
+			if flash {
+				A = 0
+			}
+			for _, split := range []bool{false, true} {
+				refL, refG, refAct, _ := rcRun(t, cfg, Options{Flash: flash, Precision: pol}, split)
+				for _, tc := range []struct {
+					rc    Recompute
+					saved float64 // bytes
+				}{{RecomputeSelective, float64(L-1) * A}, {RecomputeFull, float64(L-1) * block}} {
+					t.Run(fmt.Sprintf("%v/%v/flash=%v/split=%v", pol, tc.rc, flash, split), func(t *testing.T) {
+						l, g, act, m := rcRun(t, cfg, Options{Flash: flash, Recompute: tc.rc, Precision: pol}, split)
+						if !slices.Equal(l, refL) {
+							t.Errorf("losses %v, without recomputation %v", l, refL)
+						}
+						if !slices.Equal(g, refG) {
+							t.Errorf("gradients differ from those without recomputation")
+						}
+						if act != m.StashBytes() {
+							t.Errorf("act peak %d B, StashBytes %d", act, m.StashBytes())
+						}
+						if float64(refAct-act) != tc.saved {
+							t.Errorf("saved %d B, want %g", refAct-act, tc.saved)
+						}
+					})
 				}
-				t.Run(fmt.Sprintf("%v/flash=%v/split=%v", tc.rc, flash, split), func(t *testing.T) {
-					l, g, act, m := rcRun(t, cfg, Options{Flash: flash, Recompute: tc.rc}, split)
-					if !slices.Equal(l, refL) {
-						t.Errorf("losses %v, without recomputation %v", l, refL)
-					}
-					if !slices.Equal(g, refG) {
-						t.Errorf("gradients differ from those without recomputation")
-					}
-					if act != m.StashBytes() {
-						t.Errorf("act peak %d B, StashBytes %d", act, m.StashBytes())
-					}
-					if refAct-act != 4*int64(tc.saved) {
-						t.Errorf("saved %d B, want %d", refAct-act, 4*tc.saved)
-					}
-				})
 			}
 		}
 	}
 }
 
-// A pipeline stage's stash under recomputation is sized as a whole-model
-// stash's counterpart: one shared layer for full.
+// Dims is the declarations' view of a pass of micro-batch B (tests).
+func Dims(c Config, B int, p Part, flash bool, rc Recompute) arch.Dims {
+	return arch.Dims{B: B, T: c.SeqLen, Part: p, Flash: flash, Recompute: rc}
+}
+
+// A pipeline stage's stash under recomputation is its declarations'
+// counterpart: one shared layer for full.
 func TestRecomputeStageStash(t *testing.T) {
 	cfg := Config{Layers: 4, Hidden: 8, Heads: 2, SeqLen: 5, Vocab: 11}
 	for _, rc := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
-		_, _, _, m := rcRun(t, cfg, Options{Recompute: rc}, false)
-		if got, want := m.StageStashFloats(0, cfg.Layers, true), m.stashFloats(); got != want {
-			t.Errorf("%v: whole-model stage stash %d floats, stash %d", rc, got, want)
-		}
+		_, _, _, m := rcRun(t, cfg, Options{Recompute: rc, Precision: precision.FP32()}, false)
 		s, err := m.NewStageStash(1, 3, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(s.buf.Data) != m.StageStashFloats(1, 3, false) {
-			t.Errorf("%v: stage stash holds %d floats, StageStashFloats %d", rc, len(s.buf.Data), m.StageStashFloats(1, 3, false))
+		want := cfg.StageStash(Dims(cfg, 2, Part{}, false, rc), 2, false, false)
+		if float64(len(s.buf.Data)) != want.F32 {
+			t.Errorf("%v: stage stash holds %d floats, declared %g", rc, len(s.buf.Data), want.F32)
 		}
 	}
 	if _, err := New(Options{Model: cfg, Kernels: &ops.Kernels{}, Device: device.New(device.Config{}), MicroBatch: 1, Recompute: 7}); err == nil {
 		t.Errorf("recompute=7 accepted")
-	}
-}
-
-// StashFloatCountFor, the float64 formula, equals the stash a one-device
-// runner allocates for every flash × recompute combination.
-func TestStashFloatCountFor(t *testing.T) {
-	cfg := Config{Layers: 3, Hidden: 16, Heads: 2, SeqLen: 7, Vocab: 13}
-	for _, flash := range []bool{false, true} {
-		for _, rc := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
-			_, _, _, m := rcRun(t, cfg, Options{Flash: flash, Recompute: rc}, false)
-			if got, want := cfg.StashFloatCountFor(2, flash, rc), float64(m.stashFloats()); got != want {
-				t.Errorf("flash=%v %v: StashFloatCountFor %g, stash %g floats", flash, rc, got, want)
-			}
-		}
-	}
-	if cfg.StashFloatCountFor(2, false, RecomputeNone) != cfg.StashFloatCount(2) {
-		t.Errorf("StashFloatCountFor without flash or recomputation differs from StashFloatCount")
 	}
 }

@@ -4,8 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"trellis/device"
-	"trellis/tensor"
+	"trellis/precision"
 )
 
 // The split backward (input gradients, then the deferred weight
@@ -15,16 +14,17 @@ import (
 // fp32 and under mixed precision (bf16, fp16: the 16-bit GEMMs of
 // linearInputGrad and linearWeightGrad are linearBackwardSet's).
 func TestSplitBackwardMatchesBlockBackward(t *testing.T) {
-	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16} {
+	for _, pol := range policies {
 		for _, drop := range []float64{0, 0.1} {
-			splitMatchesWhole(t, dt, drop)
+			splitMatchesWhole(t, pol, drop)
 		}
 	}
 }
 
-func splitMatchesWhole(t *testing.T, dt tensor.DType, drop float64) {
+func splitMatchesWhole(t *testing.T, pol precision.Policy, drop float64) {
+	dt := pol.Compute
 	cfg := Config{Layers: 2, Hidden: 16, Heads: 2, SeqLen: 8, Vocab: 32, Dropout: drop}
-	m, fp, s, _ := setupOn(t, cfg, 2, 1, device.Config{MasterWeights: dt != tensor.F32}, Options{Compute: dt})
+	m, fp, s, _ := setupOn(t, cfg, 2, 1, Options{Precision: pol})
 	s2, err := m.NewStash()
 	if err != nil {
 		t.Fatal(err)

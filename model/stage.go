@@ -3,59 +3,35 @@ package model
 import (
 	"fmt"
 
+	"trellis/arch"
 	"trellis/device"
 )
 
-// StageStashFloats is the number of fp32 values a pipeline stage holding
-// blocks [lo, hi) keeps per micro-batch: its residual streams lo..hi, its
-// blocks' activations and, for the last stage (head), the final LayerNorm,
-// the softmax probabilities and the per-token losses. On the runner's part
-// (n = B·T tokens, B·T/t with SP; C' = C/t, F = 4C/t, V' = ⌈V/t⌉, as in
-// stashFloats):
-//
-//	(hi−lo+1)·nC + (hi−lo)·(3·nC + 4·n + 4·BTC' + 2·BTF + A) [+ nC + 2n + BTV' + BT]
-//
-// with A as in stashFloats (B·NH'·T², or B·NH'·T with flash); for t = 1
-// and no recomputation, (hi−lo+1)·BTC + (hi−lo)·(15·BTC + 4·BT + A)
-// [+ BTC + 2·BT + BTV + BT]; recomputation replaces the blocks' term by
-// dims.layersFloats. NewStash's whole-model stash is the stage [0, L) with
-// the head.
-func (m *GPT) StageStashFloats(lo, hi int, head bool) int {
-	c, d := m.cfg, m.d
-	B, T, C := m.B, c.SeqLen, c.Hidden
-	BT := B * T
-	n := d.tokens(BT)
-	blocks := hi - lo
-	f := (blocks+1)*n*C + d.layersFloats(B, T, blocks)
-	if head {
-		f += d.headFloats(BT)
-	}
-	return f
-}
+// A pipeline stage holds blocks [lo, hi) of the model (and, the first, the
+// embedding; the last, the head). Its stash per micro-batch is arch's
+// StageStash: the residual streams lo..hi, the blocks' activations and,
+// for the last stage, the head's.
 
-// StageStashHalves is the 16-bit part of a stage stash (see stash16.go):
-// its blocks' layersHalves and, with the head, headHalves; 0 without a
-// 16-bit stash.
-func (m *GPT) StageStashHalves(lo, hi int, head bool) int {
-	B, T := m.B, m.cfg.SeqLen
-	h := m.d.layersHalves(B, T, hi-lo)
-	if head {
-		h += m.d.headHalves(B * T)
-	}
-	return h
-}
-
-// StageStashBytes is the size of one stage stash: its fp32 and 16-bit activations and the
-// (B,T) input and target tokens (every stage records the batch: dropout
-// is keyed by its step and position).
+// StageStashBytes is the size of one stage stash: its fp32 and 16-bit
+// activations and the (B,T) input and target tokens (every stage records
+// the batch: dropout is keyed by its step and position).
 func (m *GPT) StageStashBytes(lo, hi int, head bool) int64 {
-	return int64(m.StageStashFloats(lo, hi, head))*4 + int64(m.StageStashHalves(lo, hi, head))*2 + 2*int64(m.B*m.cfg.SeqLen)*4
+	f, h := m.stageElems(hi-lo, head)
+	return 4*int64(f) + 2*int64(h) + int64(m.d.arch(m.B, m.cfg.SeqLen).TokenBytes())
 }
 
 // BoundaryFloats is the size of the activation (and of its gradient) a
 // pipeline stage sends to the next: one residual stream on the runner's
 // part, B·T·C (B·T·C/t with sequence parallelism).
 func (m *GPT) BoundaryFloats() int { return m.d.tokens(m.B*m.cfg.SeqLen) * m.cfg.Hidden }
+
+func (m *GPT) checkStage(lo, hi int, head bool) error {
+	c := m.cfg
+	if lo < 0 || hi > c.Layers || lo > hi || (head && hi != c.Layers) {
+		return fmt.Errorf("model: stage blocks [%d, %d) (head %v) do not fit layers=%d", lo, hi, head, c.Layers)
+	}
+	return nil
+}
 
 // NewStageStash allocates the stash of a pipeline stage holding blocks
 // [lo, hi) (tag act), on the runner's part: Residual(l) exists for
@@ -64,11 +40,15 @@ func (m *GPT) BoundaryFloats() int { return m.d.tokens(m.B*m.cfg.SeqLen) * m.cfg
 // Residual(lo), runs BlockForward(l) for l in [lo, hi) (EmbedForward first
 // when lo = 0, HeadForward last with the head) and sends Residual(hi).
 func (m *GPT) NewStageStash(lo, hi int, head bool) (*Stash, error) {
-	c := m.cfg
-	if lo < 0 || hi > c.Layers || lo > hi || (head && hi != c.Layers) {
-		return nil, fmt.Errorf("model: stage blocks [%d, %d) (head %v) do not fit layers=%d", lo, hi, head, c.Layers)
+	if err := m.checkStage(lo, hi, head); err != nil {
+		return nil, err
 	}
-	s, err := m.allocStash("stage stash", m.StageStashFloats(lo, hi, head), m.StageStashHalves(lo, hi, head))
+	f, h := m.stageElems(hi-lo, head)
+	what := "stage stash"
+	if lo == 0 && hi == m.cfg.Layers && head {
+		what = "stash"
+	}
+	s, err := m.allocStash(what, f, h)
 	if err != nil {
 		return nil, err
 	}
@@ -80,21 +60,21 @@ func (m *GPT) NewStageStash(lo, hi int, head bool) (*Stash, error) {
 // (head as in NewStageStash), in place: a pipeline rank reuses the stash a
 // micro-batch of one chunk has finished with for another chunk, so that it
 // holds as many stashes as it has micro-batches in flight over all its
-// chunks, not the sum of each chunk's peak. The stash's buffer must hold
-// StageStashFloats(lo, hi, head) values.
+// chunks, not the sum of each chunk's peak. The stash's buffers must hold
+// the stage's activations.
 func (m *GPT) ReshapeStageStash(s *Stash, lo, hi int, head bool) error {
-	c := m.cfg
-	if lo < 0 || hi > c.Layers || lo > hi || (head && hi != c.Layers) {
-		return fmt.Errorf("model: stage blocks [%d, %d) (head %v) do not fit layers=%d", lo, hi, head, c.Layers)
+	if err := m.checkStage(lo, hi, head); err != nil {
+		return err
 	}
 	if s.buf == nil {
 		return fmt.Errorf("model: stash has been freed")
 	}
-	if need := m.StageStashFloats(lo, hi, head); need > len(s.buf.Data) {
-		return fmt.Errorf("model: a stash of %d values cannot hold blocks [%d, %d) (head %v): %d values", len(s.buf.Data), lo, hi, head, need)
+	f, h := m.stageElems(hi-lo, head)
+	if f > len(s.buf.Data) {
+		return fmt.Errorf("model: a stash of %d values cannot hold blocks [%d, %d) (head %v): %d values", len(s.buf.Data), lo, hi, head, f)
 	}
-	if need, have := m.StageStashHalves(lo, hi, head), s.halfCap(); need > have {
-		return fmt.Errorf("model: a stash of %d 16-bit values cannot hold blocks [%d, %d) (head %v): %d values", have, lo, hi, head, need)
+	if have := s.halfCap(); h > have {
+		return fmt.Errorf("model: a stash of %d 16-bit values cannot hold blocks [%d, %d) (head %v): %d values", have, lo, hi, head, h)
 	}
 	m.carveStage(s, lo, hi, head)
 	return nil
@@ -108,7 +88,6 @@ func (s *Stash) StashCap() int {
 	return len(s.buf.Data)
 }
 
-// halfCap is the number of 16-bit values the stash's buffer holds.
 func (s *Stash) halfCap() int {
 	if s.half == nil {
 		return 0
@@ -116,54 +95,63 @@ func (s *Stash) halfCap() int {
 	return len(s.half.Bits)
 }
 
+func (s *Stash) carver() *carver {
+	cv := &carver{f: s.buf.Data}
+	if s.half != nil {
+		cv.h, cv.half = s.half.Bits, s.half.DType()
+	}
+	return cv
+}
+
 // carveStage points s's residuals lo..hi, blocks [lo, hi) and (with head)
-// the head's activations into its buffer, and every other layer at nothing.
+// the head's activations into its buffers, and every other layer at
+// nothing.
 func (m *GPT) carveStage(s *Stash, lo, hi int, head bool) {
-	c, d := m.cfg, m.d
-	s.res, s.layers = make([][]float32, c.Layers+1), make([]layerActs, c.Layers)
+	c := m.cfg
+	s.res, s.blocks = make([][]float32, c.Layers+1), make([]blockActs, c.Layers)
 	m.DetachHead(s)
-	nC := d.tokens(m.B*c.SeqLen) * c.Hidden
+	nC := m.d.tokens(m.B*c.SeqLen) * c.Hidden
 	cv := s.carver()
 	for l := lo; l <= hi; l++ {
 		s.res[l] = cv.f32(nC)
 	}
-	m.carveLayers(s, lo, hi, cv)
+	m.carveBlocks(s, lo, hi, cv)
 	if head {
-		m.carveHead(s, cv)
+		s.head = m.carveHead(cv)
 	}
 }
 
 // HeadStash holds the head's activations of one micro-batch on the last
-// pipeline stage — the final LayerNorm's output and statistics, the
-// (vocab-parallel) probabilities and the per-token losses — apart from the
-// blocks' stash, because they live only from HeadForward to HeadBackward:
-// a pipeline keeps one per micro-batch between its last chunk's F and B.
+// pipeline stage apart from the blocks' stash, because they live only
+// from HeadForward to HeadBackward: a pipeline keeps one per micro-batch
+// between its last chunk's F and B.
 type HeadStash struct {
 	buf  *device.Buffer
-	half *device.Buffer // lnf with a 16-bit stash
+	half *device.Buffer // the operands under a 16-bit policy
 }
 
-// HeadStashFloats is nC + 2n + BT·V' + BT (n = B·T, B·T/t with SP; V' =
-// ⌈V/t⌉; 2n + BT·V' + BT with a 16-bit stash): what StageStashFloats adds
-// for the head.
-func (m *GPT) HeadStashFloats() int { return m.d.headFloats(m.B * m.cfg.SeqLen) }
-
-// HeadStashBytes is a head stash's size: 4·HeadStashFloats, plus 2 bytes
-// for each of lnf's nC values with a 16-bit stash.
+// HeadStashBytes is a head stash's size: arch's HeadSaved.
 func (m *GPT) HeadStashBytes() int64 {
-	BT := m.B * m.cfg.SeqLen
-	return 4*int64(m.d.headFloats(BT)) + 2*int64(m.d.headHalves(BT))
+	f, h := m.headElems()
+	return 4*int64(f) + 2*int64(h)
+}
+
+func (m *GPT) headElems() (f, h int) {
+	e := arch.Sum(m.cfg.HeadSaved(m.d.arch(m.B, m.cfg.SeqLen)), m.d.half)
+	f, h, _ = e.Ints()
+	return f, h
 }
 
 // NewHeadStash allocates a head stash (tag act).
 func (m *GPT) NewHeadStash() (*HeadStash, error) {
-	buf, err := m.dev.Alloc(device.Act, m.HeadStashFloats())
+	f, n := m.headElems()
+	buf, err := m.dev.Alloc(device.Act, f)
 	if err != nil {
 		return nil, fmt.Errorf("model: head stash: %w", err)
 	}
 	h := &HeadStash{buf: buf}
-	if n := m.d.headHalves(m.B * m.cfg.SeqLen); n > 0 {
-		if h.half, err = m.dev.AllocOf(device.Act, m.half.dt, n); err != nil {
+	if n > 0 {
+		if h.half, err = m.dev.AllocOf(device.Act, m.pol.Stash, n); err != nil {
 			h.Free()
 			return nil, fmt.Errorf("model: head stash: %w", err)
 		}
@@ -189,13 +177,68 @@ func (m *GPT) AttachHead(s *Stash, h *HeadStash) error {
 	}
 	cv := &carver{f: h.buf.Data}
 	if h.half != nil {
-		cv.h = h.half.Bits
+		cv.h, cv.half = h.half.Bits, h.half.DType()
 	}
-	m.carveHead(s, cv)
+	s.head = m.carveHead(cv)
 	return nil
 }
 
 // DetachHead takes the head's activations back from s.
-func (m *GPT) DetachHead(s *Stash) {
-	s.lnf, s.lnfh, s.lnfM, s.lnfR, s.probs, s.losses = nil, nil, nil, nil, nil, nil
+func (m *GPT) DetachHead(s *Stash) { s.head = headActs{} }
+
+// WeightStash holds, between a block's split backward passes, the output
+// gradients of its four linears, from which the weight gradients are
+// computed later (zero-bubble pipeline schedules defer them to fill the
+// bubble; Qi et al. 2023): arch's DeferredSaved per block, tag act.
+type WeightStash struct {
+	buf    *device.Buffer
+	lo, hi int
+	d      []deferred // (hi−lo)
+}
+
+// deferred are one block's saved output gradients (fp32): the row
+// layers' (B·T, C) full, the column ones' (B·T, ·) of the rank's columns.
+type deferred struct {
+	fc2, fc, proj, qkv []float32
+}
+
+// WeightStashFloats is the size of a WeightStash for blocks [lo, hi).
+func (m *GPT) WeightStashFloats(lo, hi int) int {
+	e := arch.Sum(m.cfg.DeferredSaved(m.d.arch(m.B, m.cfg.SeqLen)), false)
+	return (hi - lo) * int(e.F32)
+}
+
+// NewWeightStash allocates the deferred output gradients of blocks [lo, hi).
+func (m *GPT) NewWeightStash(lo, hi int) (*WeightStash, error) {
+	if lo < 0 || hi > m.cfg.Layers || lo > hi {
+		return nil, fmt.Errorf("model: weight stash blocks [%d, %d) do not fit layers=%d", lo, hi, m.cfg.Layers)
+	}
+	buf, err := m.dev.Alloc(device.Act, m.WeightStashFloats(lo, hi))
+	if err != nil {
+		return nil, fmt.Errorf("model: weight stash: %w", err)
+	}
+	w := &WeightStash{buf: buf, lo: lo, hi: hi}
+	cv := &carver{f: buf.Data}
+	decl := m.cfg.DeferredSaved(m.d.arch(m.B, m.cfg.SeqLen))
+	for l := lo; l < hi; l++ {
+		t := cv.saved(decl)
+		w.d = append(w.d, deferred{fc2: get(t, "mlp.c_proj.dy").F32(), fc: get(t, "mlp.c_fc.dy").F32(),
+			proj: get(t, "attn.c_proj.dy").F32(), qkv: get(t, "attn.c_attn.dy").F32()})
+	}
+	return w, nil
+}
+
+// Free returns the memory. Freeing twice is a no-op.
+func (w *WeightStash) Free() {
+	if w.buf != nil {
+		w.buf.Free()
+		w.buf = nil
+	}
+}
+
+func (w *WeightStash) of(l int) (*deferred, error) {
+	if w.buf == nil || l < w.lo || l >= w.hi {
+		return nil, fmt.Errorf("model: block %d is not in the weight stash [%d, %d)", l, w.lo, w.hi)
+	}
+	return &w.d[l-w.lo], nil
 }

@@ -13,12 +13,13 @@ import (
 func TestStageStashes(t *testing.T) {
 	cfg := Config{Layers: 3, Hidden: 16, Heads: 2, SeqLen: 8, Vocab: 32, Dropout: 0.1}
 	m, fp, whole, dev := setup(t, cfg, 2, 1)
-	if got, want := m.StageStashFloats(0, cfg.Layers, true), m.stashFloats(); got != want {
-		t.Fatalf("whole-model stage stash %d floats, NewStash %d", got, want)
+	if got, want := m.StageStashBytes(0, cfg.Layers, true), m.StashBytes(); got != want {
+		t.Fatalf("whole-model stage stash %d bytes, NewStash %d", got, want)
 	}
 	BTC := m.B * cfg.SeqLen * cfg.Hidden
-	if sum := m.StageStashFloats(0, 1, false) + m.StageStashFloats(1, 3, true); sum != m.stashFloats()+BTC {
-		t.Fatalf("stages [0,1) + [1,3) hold %d floats, want the whole %d + one boundary residual", sum, m.stashFloats()+BTC)
+	tok := int64(8 * m.B * cfg.SeqLen)
+	if sum := m.StageStashBytes(0, 1, false) + m.StageStashBytes(1, 3, true); sum != m.StashBytes()+4*int64(BTC)+tok {
+		t.Fatalf("stages [0,1) + [1,3) hold %d bytes, want the whole %d + one boundary residual and tokens", sum, m.StashBytes()+4*int64(BTC)+tok)
 	}
 	b := randomBatch(cfg, 2, 7)
 	want, err := m.Forward(fp, whole, b)

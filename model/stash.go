@@ -3,7 +3,9 @@ package model
 import (
 	"fmt"
 
+	"trellis/arch"
 	"trellis/device"
+	"trellis/tensor"
 )
 
 // Batch is one micro-batch.
@@ -16,11 +18,14 @@ type Batch struct {
 }
 
 // Stash holds the activations of one micro-batch that the backward pass
-// needs, allocated on the device with tag act. A pipeline keeps one per
-// micro-batch in flight.
+// needs (arch's declarations: the residual streams, every block's
+// BlockSaved, the head's HeadSaved), allocated on the device with tag act:
+// an fp32 buffer and, under a 16-bit policy, a 16-bit one for the Operand
+// tensors. A pipeline keeps one per micro-batch in flight, each laid out
+// for a stage's blocks.
 type Stash struct {
 	buf      *device.Buffer // the fp32 activations
-	half     *device.Buffer // the 16-bit ones (nil without a 16-bit stash, see stash16.go)
+	half     *device.Buffer // the 16-bit ones (nil in fp32)
 	dev      *device.Device
 	tokBytes int64
 
@@ -30,88 +35,129 @@ type Stash struct {
 	eval            bool
 	b, t            int // the shape of the current pass: (B,T) in training, (1,n) in inference
 
-	res    [][]float32 // (L+1) × (B,T,C): res[l] is block l's input, res[L] the last block's output
-	layers []layerActs // (L)
-	lnf    []float32   // (B,T,C) final LayerNorm output (nil with a 16-bit stash)
-	lnfh   []uint16    // (B,T,C) the same in 16-bit (16-bit stash only)
-	lnfM   []float32   // (B,T) its mean
-	lnfR   []float32   // (B,T) its rstd
-	probs  []float32   // (B,T,V) softmax of the logits
-	losses []float32   // (B,T)
+	res    [][]float32 // (L+1) × (n,C): res[l] is block l's input, res[L] the last block's output
+	blocks []blockActs // (L)
+	head   headActs
 }
 
-// layerActs are one block's saved activations. Under tensor parallelism
-// (C' = C/t, F = 4C/t, NH' = NH/t) the split parts shrink by t; n = B·T
-// tokens, or B·T/t with sequence parallelism, in the LayerNorm and
-// residual regions.
-type layerActs struct {
-	ln1, ln1M, ln1R []float32 // (n,C), (n), (n)
-	qkv             []float32 // (B,T,3C')
-	att             []float32 // (B,NH',T,T) attention probabilities; with flash, (B,NH',T) log-sum-exps
-	atty            []float32 // (B,T,C') attention output before the projection
-	res2            []float32 // (n,C) residual stream between attention and MLP
-	ln2, ln2M, ln2R []float32 // (n,C), (n), (n)
-	fc              []float32 // (B,T,F) MLP pre-activation
-	fcg             []float32 // (B,T,F) GELU(fc)
-	// With a 16-bit stash (stash16.go) these hold ln1, qkv, atty, ln2, fc
-	// and fcg in the compute dtype instead, and the fp32 fields above are nil.
-	ln1h, qkvh, attyh, ln2h, fch, fcgh []uint16
+// carver hands out consecutive tensors of a stash's fp32 and 16-bit
+// buffers in arch's declaration order.
+type carver struct {
+	f    []float32
+	h    []uint16
+	half tensor.DType // the Operand dtype, F32 when the stash has no 16-bit part
 }
 
-// stashFloats is the number of fp32 values in a stash, with n = BT
-// (BT/t with SP), C' = C/t, F = 4C/t, NH' = NH/t, V' = ⌈V/t⌉:
-//
-//	(L+1)·nC + L·(3·nC + 4·n + 4·BTC' + 2·BTF + A) + nC + 2n + BTV' + BT
-//
-// with A = B·NH'·T² (attention probabilities) or, with flash, B·NH'·T
-// (log-sum-exps), which for t = 1 is (L+1)·BTC + L·(15·BTC + 4·BT + B·NH·T²) + BTC + 2·BT + BTV + BT.
-// Recomputation replaces the L·(…) term by dims.layersFloats: selective
-// keeps one A for all layers, full one layer's activations. A 16-bit
-// stash moves ln1, qkv, atty, ln2, fc, fcg and lnf to stashHalves.
-func (m *GPT) stashFloats() int {
-	c, d := m.cfg, m.d
-	B, T, C := m.B, c.SeqLen, c.Hidden
-	BT := B * T
-	n := d.tokens(BT)
-	return (c.Layers+1)*n*C + d.layersFloats(B, T, c.Layers) + d.headFloats(BT)
+func (c *carver) f32(n int) []float32 {
+	x := c.f[:n:n]
+	c.f = c.f[n:]
+	return x
 }
 
-// headFloats is the head's fp32 activations: lnf nC (unless 16-bit), its
-// statistics 2n, the probabilities BT·V' and the losses BT.
-func (d dims) headFloats(BT int) int {
-	n := d.tokens(BT)
-	f := 2*n + BT*d.Vl + BT
-	if !d.half {
-		f += n * d.C
+// saved carves the declared tensors, returning them by name.
+func (c *carver) saved(ss []arch.Saved) map[string]tensor.Buf {
+	out := make(map[string]tensor.Buf, len(ss))
+	for _, s := range ss {
+		n := int(s.Elems)
+		if s.Class == arch.Operand && c.half != tensor.F32 {
+			out[s.Name] = tensor.Halves(c.half, c.h[:n:n])
+			c.h = c.h[n:]
+			continue
+		}
+		out[s.Name] = tensor.F32s(c.f32(n))
 	}
-	return f
+	return out
 }
 
-// StashBytes is the size of one stash: its fp32 activations, its 16-bit
-// ones and its two (B,T) int32 token arrays.
-func (m *GPT) StashBytes() int64 {
-	return int64(m.stashFloats())*4 + int64(m.stashHalves())*2 + 2*int64(m.B*m.cfg.SeqLen)*4
+// get is a carved tensor by name (a missing name is a programming error:
+// the passes and arch's declarations disagree).
+func get(t map[string]tensor.Buf, name string) tensor.Buf {
+	b, ok := t[name]
+	if !ok {
+		panic("model: arch declares no saved tensor " + name)
+	}
+	return b
 }
 
-// NewStash allocates a stash for one micro-batch (tag act).
-func (m *GPT) NewStash() (*Stash, error) {
-	BT := m.B * m.cfg.SeqLen
-	s, err := m.allocStash("stash", m.stashFloats(), m.stashHalves())
-	if err != nil {
-		return nil, err
+// blockActs carves one block's activations; probs, when not nil, is the
+// attention-core buffer the stash's blocks share (selective recomputation).
+func (m *GPT) carveBlock(cv *carver, probs []float32) blockActs {
+	var decl []arch.Saved
+	for _, s := range m.cfg.BlockSaved(m.d.arch(m.B, m.cfg.SeqLen)) {
+		if s.Role == arch.Probs && probs != nil {
+			continue
+		}
+		decl = append(decl, s)
 	}
-	c, d := m.cfg, m.d
-	n := d.tokens(BT)
-	nC := n * c.Hidden
-	cv := s.carver()
-	for l := 0; l <= c.Layers; l++ {
-		s.res = append(s.res, cv.f32(nC))
+	t := cv.saved(decl)
+	att := probs
+	if att == nil {
+		name := "attn.probs"
+		if m.d.flash {
+			name = "attn.lse"
+		}
+		att = get(t, name).F32()
 	}
-	s.layers = make([]layerActs, c.Layers)
-	m.carveLayers(s, 0, c.Layers, cv)
-	m.carveHead(s, cv)
-	return s, nil
+	return blockActs{
+		ln1:  normActs{out: get(t, "ln_1.out"), mean: get(t, "ln_1.mean").F32(), rstd: get(t, "ln_1.rstd").F32()},
+		attn: attnActs{qkv: get(t, "attn.qkv"), out: get(t, "attn.out"), att: att},
+		res2: get(t, "res2").F32(),
+		ln2:  normActs{out: get(t, "ln_2.out"), mean: get(t, "ln_2.mean").F32(), rstd: get(t, "ln_2.rstd").F32()},
+		mlp:  mlpActs{fc: get(t, "mlp.fc"), fcg: get(t, "mlp.fcg")},
+	}
 }
+
+// carveHead carves the head's activations.
+func (m *GPT) carveHead(cv *carver) headActs {
+	t := cv.saved(m.cfg.HeadSaved(m.d.arch(m.B, m.cfg.SeqLen)))
+	return headActs{
+		lnf:   normActs{out: get(t, "ln_f.out"), mean: get(t, "ln_f.mean").F32(), rstd: get(t, "ln_f.rstd").F32()},
+		probs: get(t, "probs").F32(), losses: get(t, "losses").F32(),
+	}
+}
+
+// carveBlocks points blocks [lo, hi) at activations carved from cv, shared
+// as arch.Config.BlocksElems counts them: one set for all under full
+// recomputation, one probabilities buffer under selective.
+func (m *GPT) carveBlocks(s *Stash, lo, hi int, cv *carver) {
+	if hi <= lo {
+		return
+	}
+	var probs []float32
+	if m.d.sharesProbs() {
+		for _, d := range m.cfg.BlockSaved(m.d.arch(m.B, m.cfg.SeqLen)) {
+			if d.Role == arch.Probs {
+				probs = cv.f32(int(d.Elems))
+			}
+		}
+	}
+	for l := lo; l < hi; l++ {
+		if m.d.rc == RecomputeFull && l > lo {
+			s.blocks[l] = s.blocks[lo]
+			continue
+		}
+		s.blocks[l] = m.carveBlock(cv, probs)
+	}
+}
+
+// stageElems is the stash of a stage of k blocks (with the head or not):
+// arch's StageStash for the runner's part and policy.
+func (m *GPT) stageElems(k int, head bool) (f32, half int) {
+	e := m.cfg.StageStash(m.d.arch(m.B, m.cfg.SeqLen), k, head, m.d.half)
+	f32, half, ok := e.Ints()
+	if !ok {
+		panic("model: a stash larger than 2^53 elements") // New's caller checked the job's memory
+	}
+	return f32, half
+}
+
+// StashBytes is the size of one whole-model stash: its fp32 and 16-bit
+// activations and its two (B,T) int32 token arrays.
+func (m *GPT) StashBytes() int64 { return m.StageStashBytes(0, m.cfg.Layers, true) }
+
+// NewStash allocates a whole-model stash for one micro-batch (tag act):
+// the stage [0, L) with the head.
+func (m *GPT) NewStash() (*Stash, error) { return m.NewStageStash(0, m.cfg.Layers, true) }
 
 // allocStash allocates a stash of f fp32 and h 16-bit activations and its
 // token arrays (tag act); what names it in errors.
@@ -128,9 +174,9 @@ func (m *GPT) allocStash(what string, f, h int) (*Stash, error) {
 	}
 	s := &Stash{buf: buf, dev: m.dev, tokBytes: tokBytes, inputs: make([]int32, BT), targets: make([]int32, BT)}
 	if h > 0 {
-		if s.half, err = m.dev.AllocOf(device.Act, m.half.dt, h); err != nil {
+		if s.half, err = m.dev.AllocOf(device.Act, m.pol.Stash, h); err != nil {
 			s.Free()
-			return nil, fmt.Errorf("model: %s (%s): %w", what, m.half.dt, err)
+			return nil, fmt.Errorf("model: %s (%s): %w", what, m.pol.Stash, err)
 		}
 	}
 	return s, nil
@@ -148,14 +194,14 @@ func (s *Stash) Free() {
 }
 
 // Residual is residual stream l, (B,T,C) (with sequence parallelism the
-// rank's B·T/t tokens): the input of block l, or for
-// l = L the output of the last block. A pipeline stage writes its received
-// activations into Residual(first block) before BlockForward, and sends
-// Residual(last block + 1) after.
+// rank's B·T/t tokens): the input of block l, or for l = L the output of
+// the last block. A pipeline stage writes its received activations into
+// Residual(first block) before BlockForward, and sends Residual(last
+// block + 1) after.
 func (s *Stash) Residual(l int) []float32 { return s.res[l] }
 
 // Losses are the per-token losses of the last forward pass, (B,T).
-func (s *Stash) Losses() []float32 { return s.losses[:s.b*s.t] }
+func (s *Stash) Losses() []float32 { return s.head.losses[:s.b*s.t] }
 
 // Load validates a batch and records it in the stash: tokens, step and
 // sample. Forward calls it; a pipeline stage without the embedding calls

@@ -9,13 +9,13 @@ import (
 
 	"trellis/device"
 	"trellis/ops"
-	"trellis/tensor"
+	"trellis/precision"
 )
 
 // A 16-bit stash: every recomputation (none, selective, full), with and
 // without flash, in bf16 and fp16, whole or split backward, gives the
 // losses and gradients of no recomputation bit for bit and twice the same; its act peak is
-// StashBytes, which is the formula of stash16.go
+// StashBytes, which is the formula arch's declarations sum to
 //
 //	4·((L+1)·BTC + layers32 + 2BT + BTV + BT) + 2·(layers16 + BTC) + 8BT
 //
@@ -32,11 +32,12 @@ func TestHalfStashRecompute(t *testing.T) {
 		if flash {
 			A = B * cfg.Heads * T
 		}
-		for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
-			refL, refG, _, _ := rcRun(t, cfg, Options{Flash: flash, Compute: dt}, false)
+		for _, pol := range []precision.Policy{precision.BF16(), precision.FP16(1, 1)} {
+			dt := pol.Compute
+			refL, refG, _, _ := rcRun(t, cfg, Options{Flash: flash, Precision: pol}, false)
 			for _, rc := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
 				t.Run(fmt.Sprintf("%s/%v/flash=%v", dt, rc, flash), func(t *testing.T) {
-					l, g, act, m := rcRun(t, cfg, Options{Flash: flash, Compute: dt, Recompute: rc}, false)
+					l, g, act, m := rcRun(t, cfg, Options{Flash: flash, Precision: pol, Recompute: rc}, false)
 					if !slices.Equal(l, refL) || !slices.Equal(g, refG) {
 						t.Errorf("losses %v, gradients equal %v; without recomputation %v", l, slices.Equal(g, refG), refL)
 					}
@@ -59,7 +60,7 @@ func TestHalfStashRecompute(t *testing.T) {
 					}
 				})
 			}
-			l2, g2, _, _ := rcRun(t, cfg, Options{Flash: flash, Compute: dt}, false)
+			l2, g2, _, _ := rcRun(t, cfg, Options{Flash: flash, Precision: pol}, false)
 			if !slices.Equal(l2, refL) || !slices.Equal(g2, refG) {
 				t.Errorf("%s flash=%v: a second run differs", dt, flash)
 			}
@@ -67,7 +68,7 @@ func TestHalfStashRecompute(t *testing.T) {
 			// pass, then every block's weight pass) gives the same bits,
 			// under every recomputation.
 			for _, rc := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
-				l3, g3, _, _ := rcRun(t, cfg, Options{Flash: flash, Compute: dt, Recompute: rc}, true)
+				l3, g3, _, _ := rcRun(t, cfg, Options{Flash: flash, Precision: pol, Recompute: rc}, true)
 				if !slices.Equal(l3, refL) || !slices.Equal(g3, refG) {
 					t.Errorf("%s flash=%v %v: the split backward differs (gradients equal: %v)", dt, flash, rc, slices.Equal(g3, refG))
 				}
@@ -76,8 +77,8 @@ func TestHalfStashRecompute(t *testing.T) {
 	}
 }
 
-// A pipeline stage's 16-bit stash: its two buffers are StageStashFloats
-// and StageStashHalves long, charged as StageStashBytes; the whole model
+// A pipeline stage's 16-bit stash: its two buffers are arch's declared
+// fp32 and 16-bit counts, charged as StageStashBytes; the whole model
 // as one stage with its head (its own or a HeadStash lent to it) runs the
 // passes of NewStash bit for bit; a reshape that does not fit the 16-bit
 // buffer is refused.
@@ -105,9 +106,8 @@ func TestHalfStageStash(t *testing.T) {
 	if got := dev.Stats().Live[device.Act] - before; got != m.StageStashBytes(0, cfg.Layers, true) || got != m.StashBytes() {
 		t.Errorf("stage stash charged %d B, StageStashBytes %d, StashBytes %d", got, m.StageStashBytes(0, cfg.Layers, true), m.StashBytes())
 	}
-	if len(st.buf.Data) != m.StageStashFloats(0, cfg.Layers, true) || st.halfCap() != m.StageStashHalves(0, cfg.Layers, true) || st.halfCap() == 0 {
-		t.Errorf("stage stash holds %d and %d values, want %d and %d", len(st.buf.Data), st.halfCap(),
-			m.StageStashFloats(0, cfg.Layers, true), m.StageStashHalves(0, cfg.Layers, true))
+	if f, h := m.stageElems(cfg.Layers, true); len(st.buf.Data) != f || st.halfCap() != h || h == 0 {
+		t.Errorf("stage stash holds %d and %d values, want %d and %d", len(st.buf.Data), st.halfCap(), f, h)
 	}
 	if l, g := pass(st); l != refL || !slices.Equal(g, refG) {
 		t.Errorf("stage stash: loss %g, NewStash %g (gradients equal: %v)", l, refL, slices.Equal(g, refG))

@@ -142,3 +142,55 @@ func TestBadInputs(t *testing.T) {
 		t.Error("Backward after EvalForward succeeded")
 	}
 }
+
+// TestRunnerBytesMatchesAllocation holds the float64 formulas (what a job
+// is refused by before anything is allocated) to what New and NewStash
+// really charge, so that a pre-allocation estimate built on them is the
+// accounting, not a guess.
+func TestRunnerBytesMatchesAllocation(t *testing.T) {
+	for _, c := range []struct {
+		cfg     Config
+		B, thr  int
+		dropout float64
+	}{
+		{Config{Layers: 2, Hidden: 32, Heads: 2, SeqLen: 16, Vocab: 64}, 2, 1, 0},
+		{Config{Layers: 1, Hidden: 16, Heads: 4, SeqLen: 8, Vocab: 300}, 3, 2, 0.1},
+		{Config{Layers: 3, Hidden: 64, Heads: 8, SeqLen: 4, Vocab: 16}, 1, 4, 0},
+	} {
+		cfg := c.cfg
+		cfg.Dropout = c.dropout
+		k, err := ops.New(ops.Config{Threads: c.thr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pol := range policies {
+			for _, flash := range []bool{false, true} {
+				dev := device.New(device.Config{})
+				gpt, err := New(Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: c.B, Flash: flash, Precision: pol})
+				if err != nil {
+					t.Fatal(err)
+				}
+				workers := max(1, min(k.Threads(), c.B*cfg.Heads))
+				if got, want := WorkspaceBytes(cfg, c.B, workers, flash, pol.Half()), float64(dev.Stats().LiveTotal); got != want {
+					t.Errorf("%v B=%d %v flash=%v: WorkspaceBytes = %v, device holds %v", cfg, c.B, pol, flash, got, want)
+				}
+				if pol.Half() || flash {
+					gpt.Free()
+					continue
+				}
+				st, err := gpt.NewStash()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := RunnerBytes(cfg, c.B, workers), float64(dev.Stats().LiveTotal); got != want {
+					t.Errorf("%v B=%d: RunnerBytes = %v, device holds %v", cfg, c.B, got, want)
+				}
+				st.Free()
+				gpt.Free()
+			}
+		}
+		if got, want := cfg.ParamCount(), float64(cfg.NumParams()); got != want {
+			t.Errorf("%v: ParamCount = %v, NumParams = %v", cfg, got, want)
+		}
+	}
+}

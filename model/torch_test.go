@@ -94,7 +94,7 @@ func TestMatchesPyTorch(t *testing.T) {
 		// The saved probabilities against softmax(PyTorch logits).
 		logits := fixtureFloat32(t, f, "logits")
 		ops.SoftmaxForward(k, logits, logits, B*cfg.SeqLen, cfg.Vocab)
-		if e := relErr(s.probs, logits); e > 1e-4 {
+		if e := relErr(s.head.probs, logits); e > 1e-4 {
 			t.Errorf("threads=%d: probabilities: relative error %.3g", threads, e)
 		}
 		if err := m.Backward(p, s, 1); err != nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"trellis/rng"
+	"trellis/tensor"
 )
 
 // gradCases builds, for kernels k, every kernel's finite-difference case.
@@ -39,6 +40,36 @@ var gradCases = []struct {
 				LayerNormForward(k, out, mean, rstd, inp, g, b, N, C)
 				LayerNormBackward(k, dinp, dg, db, w, inp, g, mean, rstd, N, C)
 			},
+		}
+	}},
+	{"rmsnorm", func(k *Kernels, r *rand.Rand) gradCase {
+		N, C := 5, 37 // a column count past one 16-wide chunk with a tail
+		inp, g := randn(r, N*C, 2), randn(r, C, 1)
+		dinp, dg := make([]float32, N*C), make([]float32, C)
+		out, rstd, w := make([]float32, N*C), make([]float32, N), randn(r, N*C, 1)
+		return gradCase{
+			vars: []fdVar{{"inp", inp, dinp}, {"weight", g, dg}},
+			loss: func() float64 { RMSNormForward(k, out, rstd, inp, g, N, C, 1e-5); return probe(out, w) },
+			backward: func() {
+				RMSNormForward(k, out, rstd, inp, g, N, C, 1e-5)
+				RMSNormBackward(k, dinp, dg, w, inp, g, rstd, N, C)
+			},
+		}
+	}},
+	{"rows (vocab-parallel lookup)", func(k *Kernels, r *rand.Rand) gradCase {
+		T, C, lo, n := 3, 5, 2, 3 // this rank holds ids 2, 3, 4
+		ids := []int32{0, 3, 4, 2, 3, 5}
+		wte, wpe := randn(r, n*C, 1), randn(r, T*C, 1)
+		dwte, dwpe := make([]float32, n*C), make([]float32, T*C)
+		part, out, w := make([]float32, len(ids)*C), make([]float32, len(ids)*C), randn(r, len(ids)*C, 1)
+		return gradCase{
+			vars: []fdVar{{"wte", wte, dwte}, {"wpe", wpe, dwpe}},
+			loss: func() float64 {
+				k.LookupRows(part, ids, tensor.F32s(wte), lo, n, C)
+				k.AddPositions(out, part, tensor.F32s(wpe), 0, T, len(ids), C)
+				return probe(out, w)
+			},
+			backward: func() { k.RowsBackward(dwte, dwpe, w, ids, lo, n, T, C) },
 		}
 	}},
 	{"linear", func(k *Kernels, r *rand.Rand) gradCase {

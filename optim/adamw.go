@@ -54,7 +54,7 @@ type Config struct {
 	Decay   []Range
 	Hyper   Hyper
 	Device  *device.Device // m and v are allocated here, tag device.Optim
-	Kernels *ops.Kernels   // optional: multi-threaded update; nil runs inline
+	Kernels ops.Backend    // the update's kernels (ops.Backend.AdamW)
 }
 
 // Validate checks the configuration, naming the field.
@@ -69,6 +69,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("optim: offset=%d must be >= 0", c.Offset)
 	case c.Device == nil:
 		return fmt.Errorf("optim: device must be set (m and v are allocated on it)")
+	case c.Kernels == nil:
+		return fmt.Errorf("optim: kernels must be set (the update runs through them)")
 	case c.Decay == nil && c.Hyper.WeightDecay > 0:
 		return fmt.Errorf("optim: decay ranges must be given when weight_decay=%g > 0 (see optim.Decay2D)", c.Hyper.WeightDecay)
 	}
@@ -82,7 +84,7 @@ type AdamW struct {
 	m, v          *device.Buffer // (n,) each, tag optim
 	segs          []segment
 	hyper         Hyper
-	kernels       *ops.Kernels
+	kernels       ops.Backend
 	step          int // updates applied so far
 }
 
@@ -136,11 +138,7 @@ func (o *AdamW) Step(lr, gradScale float64) {
 			h.WeightDecay = float32(o.hyper.WeightDecay)
 		}
 		p, g, ms, vs := o.params[s.lo:s.hi], o.grads[s.lo:s.hi], m[s.lo:s.hi], v[s.lo:s.hi]
-		if o.kernels != nil {
-			o.kernels.AdamW(h, p, g, ms, vs)
-		} else {
-			ops.AdamWUpdate(h, p, g, ms, vs)
-		}
+		o.kernels.AdamW(h, p, g, ms, vs)
 	}
 }
 

@@ -132,7 +132,7 @@ func TestAdamWAgainstFloat64(t *testing.T) {
 					ref.decayed[i] = true
 				}
 			}
-			var k *ops.Kernels
+			k := testKernels(t) // threads 0 in the table: the best ISA on one thread
 			if tc.threads > 0 {
 				var err error
 				if k, err = ops.New(ops.Config{Threads: tc.threads, ISA: "generic"}); err != nil {
@@ -195,7 +195,7 @@ func TestStateRoundTrip(t *testing.T) {
 	}
 	newOpt := func(params, grads []float32) *AdamW {
 		o, err := New(Config{Params: params, Grads: grads, Decay: Decay2D(ts), Hyper: DefaultHyper(),
-			Device: device.New(device.Config{})})
+			Device: device.New(device.Config{}), Kernels: testKernels(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,7 +241,7 @@ func TestStateRoundTrip(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	p := make([]float32, 4)
 	dev := device.New(device.Config{})
-	good := Config{Params: p, Grads: make([]float32, 4), Decay: []Range{}, Hyper: DefaultHyper(), Device: dev}
+	good := Config{Params: p, Grads: make([]float32, 4), Decay: []Range{}, Hyper: DefaultHyper(), Device: dev, Kernels: testKernels(t)}
 	cases := []struct {
 		name string
 		mod  func(*Config)
@@ -280,11 +280,21 @@ func TestConfigValidate(t *testing.T) {
 
 func TestNewOutOfMemory(t *testing.T) {
 	dev := device.New(device.Config{Budget: 4 * 1000})
-	_, err := New(Config{Params: make([]float32, 600), Grads: make([]float32, 600), Hyper: Hyper{Beta1: 0.9, Beta2: 0.99, Eps: 1e-8}, Device: dev})
+	_, err := New(Config{Params: make([]float32, 600), Grads: make([]float32, 600), Hyper: Hyper{Beta1: 0.9, Beta2: 0.99, Eps: 1e-8}, Device: dev, Kernels: testKernels(t)})
 	if !errors.Is(err, device.ErrOutOfMemory) || !strings.Contains(err.Error(), "second moment") {
 		t.Fatalf("err = %v, want out of memory on the second moment", err)
 	}
 	if live := dev.Stats().LiveTotal; live != 0 {
 		t.Fatalf("a failed New left %d bytes allocated", live)
 	}
+}
+
+// testKernels are one-thread kernels of the CPU's best ISA.
+func testKernels(t testing.TB) *ops.Kernels {
+	t.Helper()
+	k, err := ops.New(ops.Config{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }

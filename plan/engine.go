@@ -1,82 +1,71 @@
 package plan
 
-import "math"
+import (
+	"math"
 
-// engineRuns says whether the Trellis engine runs p for the job's model the
-// way its stash formula describes: a GPT block (FFN = 4h, one key/value head
-// per head, not gated), fp32, bf16 or fp16 (engineHalfStash), cp = 1, any
-// recomputation, flash or not.
-func (j Job) engineRuns(p Plan) bool {
-	m := j.Model
-	return !m.gated() && m.KVHeads == m.Heads && m.FFN == 4*m.Hidden &&
-		(p.Precision == FP32 || p.Precision == BF16 || p.Precision == FP16) && p.CP == 1
-}
+	"trellis/arch"
+)
 
-// engineActivations is the Trellis engine's own stash (docs/ARCHITECTURE.md,
-// "Tensor and sequence parallelism" and "Pipeline parallelism"), in bytes
-// for one micro-batch of b = mbs sequences of s tokens on one of t tensor
-// ranks, h the width, a the heads, n = bs (bs/t with sequence
-// parallelism), V' = ⌈V/t⌉:
+// engineRuns says whether the Trellis engine runs p for the job's model
+// (EngineRefusals, the engine's own table), so that the engine's stash
+// formula describes it.
+func (j Job) engineRuns(p Plan) bool { return len(EngineRefusals(j.Model, p)) == 0 }
+
+// engineActivations is the Trellis engine's own stash, in bytes for one
+// micro-batch of b = mbs sequences of s tokens on one of t tensor ranks
+// (n = bs, bs/t with sequence parallelism), derived from the declarations
+// the engine carves its stash by (package arch: Config.BlockSaved,
+// HeadSaved and BlocksElems), so the planner and the engine count the
+// same tensors in the same dtypes:
 //
-//	layer    4·(4nh + 4n + 12bsh/t + A)
+//	layer    a block's saved activations + its input residual (4·nh)
 //	chunk    4nh + 8bs      (per stage stash: its output residual, its input and target ids)
-//	head     4·(nh + 2n + bs·V' + bs)   (ln_f and its statistics, probabilities, losses)
+//	head     the head's     (ln_f and its statistics, probabilities, losses)
 //	working  8bs            (the rank's input and target ids, once)
 //
-// with A = a·b·s²/t the attention probabilities (a·b·s/t log-sum-exps with
-// flash). A pipeline stage of k layers in v chunks keeps k·layer + v·chunk
-// per micro-batch in flight; with pp = 1 this is L·layer + 4·(2nh + 2n +
-// bs·V' + bs) + 16bs. Recomputation moves bytes from every layer to one
-// shared copy per stash (perStash):
-//
-//	selective  layer − 4A per layer, 4A per stash   (nothing moves with flash)
-//	full       4nh per layer (its input), 4·(3nh + 4n + 12bsh/t + A) per stash
-//
-// Dropout masks are recomputed, so the embedding keeps nothing of its own
-// (its output is the first layer's residual).
-//
-// Under bf16 or fp16 (engineHalfStash) the stash keeps ln1, qkv, atty,
-// ln2, fc, fcg and ln_f in 2 bytes (model/stash16.go; a tensor-parallel
-// rank its slices and, with sp, its tokens, model/tp16.go) and the rest — the residual stream, LayerNorm statistics, attention
-// probabilities or log-sum-exps, output probabilities and losses — in 4:
-//
-//	layer    4·(2nh + 4n + A) + 2·(2nh + 12bsh)
-//	head     4·(2n + bs·V + bs) + 2·nh
-//
-// (chunk and working unchanged), and recomputation moves the same parts:
-// full keeps 4nh per layer, selective shares 4A.
+// in fp32, or under bf16 and fp16 with the Operand tensors (the norm
+// outputs, qkv, the attention output, fc and GELU(fc), ln_f) at 2 bytes.
+// Recomputation moves bytes from every layer to one shared copy per stash
+// (perStash): selective shares the attention probabilities (nothing moves
+// with flash, which keeps log-sum-exps), full keeps each layer's input
+// residual and one block's activations. Dropout masks are recomputed, so
+// the embedding keeps nothing of its own (its output is the first layer's
+// residual). For t = 1 in fp32 without recomputation a layer is
+// 4·(16·bsh + 4·bs + a·b·s²).
 func (j Job) engineActivations(p Plan) actSizes {
 	m := j.Model
-	t := float64(p.TP)
-	h, a := float64(m.Hidden), float64(m.Heads)
-	b, s := float64(p.MBS), float64(j.Seq)
-	bs := b * s
-	n := bs
-	if p.SP {
-		n = bs / t
-	}
-	vl := math.Ceil(float64(m.Vocab) / t)
-	A := a * b * s * s / t
-	if p.Flash {
-		A = a * b * s / t
-	}
+	ac, d := j.engineArch(p)
+	half := j.engineHalfStash(p)
+	bs := float64(p.MBS) * float64(j.Seq)
+	resid := 4 * float64(d.Tokens()) * float64(m.Hidden)
+	block := ac.BlocksElems(d, 1, half).Bytes()
 	acts := actSizes{
-		layer:   4 * (4*n*h + 4*n + 12*bs*h/t + A),
-		chunk:   4*n*h + 8*bs,
-		head:    4 * (n*h + 2*n + bs*vl + bs),
+		layer:   block + resid,
+		chunk:   resid + 8*bs,
+		head:    arch.Sum(ac.HeadSaved(d), half).Bytes(),
 		working: 8 * bs,
-	}
-	if j.engineHalfStash(p) {
-		acts.layer = 4*(2*n*h+4*n+A) + 2*(2*n*h+12*bs*h/t)
-		acts.head = 4*(2*n+bs*vl+bs) + 2*n*h
 	}
 	switch {
 	case p.Recompute == RecomputeFull:
-		acts.layer, acts.perStash = 4*n*h, acts.layer-4*n*h
+		acts.layer, acts.perStash = resid, block
 	case p.Recompute == RecomputeSelective && !p.Flash:
-		acts.layer, acts.perStash = acts.layer-4*A, 4*A
+		var probs float64
+		for _, sv := range ac.BlockSaved(d) {
+			if sv.Role == arch.Probs {
+				probs += arch.Sum([]arch.Saved{sv}, half).Bytes()
+			}
+		}
+		acts.layer, acts.perStash = acts.layer-probs, probs
 	}
 	return acts
+}
+
+// engineArch is the job's model and a micro-batch of p as the engine's
+// declarations describe them (arch.Config, arch.Dims).
+func (j Job) engineArch(p Plan) (arch.Config, arch.Dims) {
+	m := j.Model
+	c := arch.Config{Layers: m.Layers, Hidden: m.Hidden, Heads: m.Heads, SeqLen: j.Seq, Vocab: m.Vocab}
+	return c, arch.Dims{B: p.MBS, T: j.Seq, Part: arch.Part{TP: p.TP, SP: p.SP}, Flash: p.Flash}
 }
 
 // engineStageAct is the act peak the engine measures on pipeline stage k
@@ -84,16 +73,18 @@ func (j Job) engineActivations(p Plan) actSizes {
 // "Pipeline parallelism"): every block stash of the rank is sized for its
 // largest chunk (q' layers), the head's activations are a stash of their
 // own between the last chunk's F and B, and zb-h1 keeps a stash until W
-// and the four linears' output gradients (9·bsh fp32 per layer) from B to
-// W:
+// and the four linears' output gradients from B to W (arch's
+// DeferredSaved, fp32 per layer: the row-parallel ones' b·s·h each, the
+// column-parallel ones' 4bsh/t and 3bsh/t, 9·bsh at t = 1):
 //
-//	act = c·(q'·layer + chunk) + heads·head + working + w·36·bsh·layers
+//	act = c·(q'·layer + chunk) + heads·head + working + w·4·bsh·(2 + 7/t)·layers
 //
 // with c the micro-batches in flight over the rank's chunks — GPipe m,
 // 1F1B min(m, pp−k), interleaved min(2(pp−k−1) + (v−1)·pp + 1, v·m) (v·m
-// when m = pp), zb-h1 min(pp, m) — heads m (GPipe) or 1 on the last stage,
+// when m = pp), zb-h1 min(pp, m) — heads m (GPipe, and interleaved with m = pp) or 1 on the last stage,
 // and w = min(k+1, m) for zb-h1 (else 0). It returns act and c in stage
-// units (c/v).
+// units (c/v). heads is m also for interleaved with m = pp, which runs
+// every forward first.
 func (j Job) engineStageAct(p Plan, a actSizes, pt partition, k, layers int) (act, inFlight float64) {
 	m, pp, v := j.MicroBatches(p), p.PP, max(1, p.VPP)
 	var c, w int
@@ -121,16 +112,21 @@ func (j Job) engineStageAct(p Plan, a actSizes, pt partition, k, layers int) (ac
 	heads := 0
 	if k == pp-1 {
 		heads = 1
-		if p.Schedule == GPipe && pp > 1 {
+		// GPipe runs every forward first, and so does interleaved when
+		// m = pp (parallel/pp's build): the last stage holds every
+		// micro-batch's head until its backward.
+		if pp > 1 && (p.Schedule == GPipe || (p.Schedule == Interleaved && m == pp)) {
 			heads = m
 		}
 	}
-	bsh := float64(p.MBS) * float64(j.Seq) * float64(j.Model.Hidden)
+
 	perStash := 0.0
 	if largest > 0 {
 		perStash = a.perStash // recomputation's shared buffer, one per stash
 	}
-	act = float64(c)*(float64(largest)*a.layer+a.chunk+perStash) + float64(heads)*a.head + a.working + float64(w)*36*bsh*float64(layers)
+	ac, d := j.engineArch(p)
+	deferred := arch.Sum(ac.DeferredSaved(d), false).Bytes() // per layer: dY of c_proj, mlp.c_proj (b·s·h each), c_fc (4bsh/t), c_attn (3bsh/t)
+	act = float64(c)*(float64(largest)*a.layer+a.chunk+perStash) + float64(heads)*a.head + a.working + float64(w)*deferred*float64(layers)
 	return act, float64(c) / float64(v)
 }
 
@@ -150,22 +146,17 @@ func (j Job) engineBF16(p Plan) bool {
 }
 
 // engineBF16States replaces modelStates' bf16 bytes with the engine's
-// (docs/ARCHITECTURE.md, "Mixed precision"), for the P parameters of a
-// rank (its tensor-parallel part of its pipeline stage's units) sharded
-// over N = dp ranks. Without tp and pp (engineZeROHalf) ZeRO-1/2 shard the
-// fp32 master weights with the moments (Megatron's distributed optimizer;
-// the weights are held and gathered in 16-bit, parallel/zero/half.go) and
-// the runner's copy of the unit in use comes on top of the whole 16-bit
-// weights; with tp or pp ZeRO-1/2 keep the fp32 weights whole, as in fp32
-// runs. ZeRO-3's fp32 weights are the master chunks and only the unit
-// being computed has a 16-bit copy (u = engineUnit, the largest unit of a
-// tensor-parallel rank):
+// (parallel/zero's accounting under a mixed policy), for the P parameters
+// of a rank (its tensor-parallel part of its pipeline stage's units)
+// sharded over N = dp ranks. Every stage keeps fp32 master weights for
+// the optimizer and hands the layers 16-bit weights: stage 0 a 16-bit
+// copy of its masters; stages 1 and 2 shard the masters with the moments
+// (Megatron's distributed optimizer) and hold every weight in 16-bit,
+// gathered in 16-bit after the update; stage 3's fp32 chunks are the
+// masters, gathered in fp32 and rounded per unit while it is fetched
+// (u = engineUnit, the largest unit of a tensor-parallel rank):
 //
-//	Param = 2P (zero=0, or zero 1-2 with tp or pp), 2P + 2u (zero 1-2), 2u (zero=3)
-//	Grad  = 4P / (N if zero≥2)
-//	Optim = 12P / (N if zero≥1), or 4P + 8P/N (zero 1-2 with tp or pp)
-//
-//	Param = 2P (zero=0), 2P + 2u (zero 1-2), 2u (zero=3)
+//	Param = 2P (zero 0-2), 2u (zero=3)
 //	Grad  = 4P / (N if zero≥2)          Optim = 12P / (N if zero≥1)
 func (j Job) engineBF16States(mem *Memory, P float64, p Plan) {
 	n := float64(p.DP * p.CP)
@@ -175,27 +166,12 @@ func (j Job) engineBF16States(mem *Memory, P float64, p Plan) {
 		}
 		return 1
 	}
-	u := j.engineUnit(p)
-	switch {
-	case p.ZeRO == 0 || (p.ZeRO < 3 && !j.engineZeROHalf(p)):
-		mem.Param = ceil(2 * P)
-	case p.ZeRO == 3:
-		mem.Param = ceil(2 * u)
-	default:
-		mem.Param = ceil(2*P + 2*u)
+	mem.Param = ceil(2 * P)
+	if p.ZeRO == 3 {
+		mem.Param = ceil(2 * j.engineUnit(p))
 	}
 	mem.Grad = ceil(4 * P / shard(2))
 	mem.Optim = ceil(12 * P / shard(1))
-	if p.ZeRO < 3 && !j.engineZeROHalf(p) {
-		mem.Optim = ceil(4*P + 8*P/shard(1))
-	}
-}
-
-// engineZeROHalf says whether p's ZeRO-1/2 keeps its weights in 16-bit and
-// shards the fp32 master weights (train.zeroHalf): zero 1-2 without tp and
-// pp (a pipeline's or tensor-parallel rank's state keeps fp32 weights).
-func (j Job) engineZeROHalf(p Plan) bool {
-	return (p.ZeRO == 1 || p.ZeRO == 2) && p.TP == 1 && p.PP == 1
 }
 
 // engineUnit is the engine's largest unit on a rank of p, in parameters: a

@@ -16,11 +16,11 @@ package plan
 //	backward  encode each linear's output gradient (h·r, 4h/t, h·r,
 //	          3h/t); decode fc, qkv, atty (8h/t):      12h·r + 90h/t bytes
 //
-// in 8 and 7 kernels. Weights: a unit's weights are rounded to 16 bits
-// (ZeRO-3: gathered in fp32, rounded per fetch) or widened from them
-// (ZeRO-1/2: the 16-bit copy is what is gathered) once per fetch, in the
-// forward and again in the backward of every micro-batch: 6 bytes per
-// parameter each time (engineHalfFetch).
+// in 8 and 7 kernels. Weights: the state strategy hands the layers
+// 16-bit weights (parallel/zero): stages 0-2 round their masters once per
+// step, after the update; ZeRO-3 gathers fp32 chunks and rounds a unit on
+// every fetch, in the forward and again in the backward of every
+// micro-batch: 6 bytes per parameter each time (engineHalfFetch).
 func (j Job) engineHalfCompute(p Plan, fp32 kernels) passTime {
 	h, t := float64(j.Model.Hidden), float64(p.TP)
 	r := 1.0
@@ -35,10 +35,10 @@ func (j Job) engineHalfCompute(p Plan, fp32 kernels) passTime {
 }
 
 // engineHalfFetch is the per-micro-batch weight conversion of
-// engineHalfCompute for P parameters under ZeRO ≥ 1 (the unsharded
-// engine rounds its weights once per step).
+// engineHalfCompute for P parameters under ZeRO-3 (the other stages round
+// their weights once per step).
 func (j Job) engineHalfFetch(p Plan, fp32 kernels, P float64) passTime {
-	if p.ZeRO == 0 {
+	if p.ZeRO != 3 {
 		return passTime{}
 	}
 	return passTime{fwd: fp32.stream(6*P, 1), bwd: fp32.stream(6*P, 1)}

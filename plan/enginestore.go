@@ -87,8 +87,7 @@ func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory
 // in bytes, plus engineHalfWorkspace's 16-bit values at 2 bytes: with T =
 // B·s tokens of the micro-batch, n = T (T/t with sequence parallelism),
 // C = h, F = 4h/t, V' = ⌈V/t⌉, w attention workers, 4 bytes per float,
-// and in bf16 or fp16 13C more (a block's rounded vectors) and, under
-// ZeRO-1/2, 4u bytes (the unit in use widened, engineUnit),
+// and in bf16 or fp16 13C more (a unit's vectors widened),
 //
 //	dres n·C + dln T·C + big max(T·V', 2·T·F) + scratch w·s² (0 with flash)
 //	+ branch n·C (with dropout or t > 1)
@@ -150,14 +149,10 @@ func (j Job) engineWorkspace32(p Plan) float64 {
 	if p.SP {
 		f += T*C + n*C + 2*C
 	}
-	ws := 0.0
 	if p.Precision == BF16 || p.Precision == FP16 {
-		f += 13 * C // a block's rounded vectors (model/weights16.go)
-		if j.engineBF16(p) && j.engineZeROHalf(p) {
-			ws = 4 * j.engineUnit(p) // ZeRO-1/2: the unit in use widened from the 16-bit weights
-		}
+		f += 13 * C // a unit's vectors widened from its 16-bit weights (model/act.go)
 	}
-	return 4*float64(f+big) + ws
+	return 4 * float64(f+big)
 }
 
 // StageMemory is the prediction for a rank of pipeline stage `stage`

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"trellis/model"
+	"trellis/tensor"
 )
 
 // ctxParams is the strategy as the model sees it, checking the run's
@@ -17,9 +18,9 @@ type ctxParams struct {
 	ctx context.Context
 }
 
-func (c ctxParams) Weights(u int) ([]float32, error) {
+func (c ctxParams) Weights(u int) (tensor.Buf, error) {
 	if err := interrupted(c.ctx); err != nil {
-		return nil, err
+		return tensor.Buf{}, err
 	}
 	return c.Params.Weights(u)
 }

@@ -12,6 +12,7 @@ import (
 	"trellis/device"
 	"trellis/model"
 	"trellis/plan"
+	"trellis/precision"
 )
 
 // Config is the [train] section of a job file.
@@ -135,17 +136,12 @@ func (j Job) EnginePlan() (plan.Plan, error) {
 	return p, nil
 }
 
-// checkSupported rejects the parts of a plan the engine does not run yet.
-func checkSupported(p plan.Plan) error {
-	var bad []string
-	if p.CP != 1 {
-		bad = append(bad, fmt.Sprintf("cp=%d (context parallelism)", p.CP))
-	}
-	if p.Precision != plan.FP32 && p.Precision != plan.BF16 && p.Precision != plan.FP16 {
-		bad = append(bad, fmt.Sprintf("precision=%s (fp32, bf16 and fp16 only)", p.Precision))
-	}
-	if len(bad) > 0 {
-		return fmt.Errorf("parallel.plan: the engine does not implement %s yet", strings.Join(bad, ", "))
+// checkSupported rejects what the engine does not run, from its one
+// table (plan.EngineRefusals, which the planner consults too): one line
+// naming the keys and the rule.
+func checkSupported(m model.Config, p plan.Plan) error {
+	if bad := plan.EngineRefusals(planModel(m), p); len(bad) > 0 {
+		return fmt.Errorf("parallel.plan: %s", strings.Join(bad, "; "))
 	}
 	return nil
 }
@@ -202,10 +198,11 @@ type settings struct {
 	accum      int     // micro-steps per optimizer step
 	peak       float64 // FLOP/s of the cores the ranks use (MFU's denominator)
 	enginePlan plan.Plan
-	runID      string    // the run's identity (claimDir), recorded in its checkpoints
-	init       []float32 // [model] init's global weights (loadInit); nil: random
-	warmup     int       // train.warmup clamped to train.steps
-	processes  bool      // the ranks are processes (a launcher's world), not goroutines of one
+	policy     precision.Policy // the plan's precision
+	runID      string           // the run's identity (claimDir), recorded in its checkpoints
+	init       []float32        // [model] init's global weights (loadInit); nil: random
+	warmup     int              // train.warmup clamped to train.steps
+	processes  bool             // the ranks are processes (a launcher's world), not goroutines of one
 }
 
 // resolve validates the job and derives everything the ranks need.
@@ -233,13 +230,14 @@ func (j Job) resolve() (settings, error) {
 	if err != nil {
 		return s, err
 	}
-	if err := checkSupported(p); err != nil {
+	if err := checkSupported(j.Model, p); err != nil {
 		return s, err
 	}
 	if err := checkTP(j, p); err != nil {
 		return s, err
 	}
 	s.enginePlan = p
+	s.policy = policy(p.Precision, j.Train)
 	s.ranks = p.Devices()
 	if d := j.Parallel.Devices; d != 0 && p.PP > d {
 		return s, fmt.Errorf("parallel.plan: pp=%d is larger than parallel.devices=%d", p.PP, d)

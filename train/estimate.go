@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 
+	"trellis/arch"
 	"trellis/device"
 	"trellis/internal/checked"
 	"trellis/internal/sysmem"
@@ -33,12 +34,28 @@ type memEstimate struct {
 func (m memEstimate) perRank() float64 { return m.state + m.runner + m.meta }
 
 // stateBytes is one rank's training state for Ψ parameters under ZeRO
-// stage z on N data-parallel ranks (fp32 weights and gradients, two fp32
-// AdamW moments; the seed's 16 bytes per parameter, sharded):
+// stage z on N data-parallel ranks (parallel/zero's accounting without its
+// padding): in fp32 the seed's 16 bytes per parameter, sharded,
 //
 //	z=0: 16Ψ   z=1: 4Ψ + 4Ψ + 8Ψ/N   z=2: 4Ψ + 12Ψ/N   z=3: 16Ψ/N
-func stateBytes(psi float64, zero, n int) float64 {
+//
+// and under a mixed policy (2-byte weights of fp32 masters sharded with
+// the moments; stage 3's units rounded while fetched, not counted)
+//
+//	z=0: 2Ψ + 4Ψ + 12Ψ   z=1: 2Ψ + 4Ψ + 12Ψ/N   z=2: 2Ψ + 16Ψ/N   z=3: 16Ψ/N
+func stateBytes(psi float64, zero, n int, mixed bool) float64 {
 	N := float64(max(1, n))
+	if mixed {
+		switch zero {
+		case 0:
+			return 18 * psi
+		case 1:
+			return 6*psi + 12*psi/N
+		case 2:
+			return 2*psi + 16*psi/N
+		}
+		return 16 * psi / N
+	}
 	switch zero {
 	case 1:
 		return 8*psi + 8*psi/N
@@ -51,18 +68,22 @@ func stateBytes(psi float64, zero, n int) float64 {
 }
 
 // estimate is the memory of one rank of the job under plan p with
-// kernels of the given thread count.
+// kernels of the given thread count, from the engine's own formulas (the
+// whole model's stash as arch declares it, the runner's scratch, the
+// state) in float64, for any configuration: the model's whole stash and
+// scratch, as a rank without tensor or pipeline parallelism holds them.
 func estimate(m model.Config, microBatch int, p plan.Plan, threads int) memEstimate {
 	psi := m.ParamCount()
 	workers := max(1, min(threads, microBatch*max(1, m.Heads)))
-	e := memEstimate{
+	half := p.Precision == plan.BF16 || p.Precision == plan.FP16
+	d := arch.Dims{B: microBatch, T: m.SeqLen, Flash: p.Flash, Recompute: engineRecompute(p.Recompute)}
+	stash := m.StageStash(d, m.Layers, true, half).Bytes() + d.TokenBytes()
+	return memEstimate{
 		params: psi,
-		state:  stateBytes(psi, p.ZeRO, p.DP),
-		runner: m.RunnerBytes(microBatch, workers) + 8*float64(microBatch)*float64(m.SeqLen) - stashSaving(m, microBatch, p),
+		state:  stateBytes(psi, p.ZeRO, p.DP, half),
+		runner: model.WorkspaceBytes(m, microBatch, workers, p.Flash, half) + stash + 8*float64(microBatch)*float64(m.SeqLen),
 		meta:   layerBookkeeping * float64(m.Layers),
 	}
-	halfEstimate(&e, m, microBatch, p)
-	return e
 }
 
 // maxSampleLen bounds train.sample_len: the training loop's samples are

@@ -88,6 +88,6 @@ func buildRunner(t *testing.T, j Job, s settings) {
 	}
 	st.Free()
 	if p := s.enginePlan; p.ZeRO > 0 {
-		_, _ = zero.Shape{Model: j.Model, Stage: p.ZeRO, Ranks: p.DP, BucketElems: int(s.bucket / 4), Overlap: j.Parallel.Overlap}.Memory()
+		_, _ = zero.Shape{Layout: j.Model.Layout(), Stage: p.ZeRO, Ranks: p.DP, BucketElems: int(s.bucket / 4), Overlap: j.Parallel.Overlap}.Memory()
 	}
 }

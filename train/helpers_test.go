@@ -122,7 +122,7 @@ func commBound(t *testing.T, j Job, stage, n int) int64 {
 	}
 	var bound int64
 	for r := 0; r < n; r++ {
-		m, err := zero.Shape{Model: j.Model, Stage: stage, Ranks: n, Rank: r, BucketElems: int(s.bucket / 4), Overlap: j.Parallel.Overlap}.Memory()
+		m, err := zero.Shape{Layout: j.Model.Layout(), Stage: stage, Ranks: n, Rank: r, BucketElems: int(s.bucket / 4), Overlap: j.Parallel.Overlap}.Memory()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,7 +29,7 @@ func oomHint(err error, j Job, s settings) error {
 		}
 		// A lower bound first: the model builds the layout and bucket
 		// tables, which only a plausible candidate deserves.
-		if stateBytes(j.Model.ParamCount(), 3, n)+other > float64(s.budget) {
+		if stateBytes(j.Model.ParamCount(), 3, n, s.policy.Mixed())+other > float64(s.budget) {
 			continue
 		}
 		need, ok := zero3Peak(j, s, n)

@@ -55,20 +55,8 @@ func (j Job) loadInit(log *slog.Logger) ([]float32, error) {
 	return m.W, nil
 }
 
-// initWither is a strategy that can start from given global weights.
-type initWither interface {
-	InitWith(model.Init) error
-}
-
 // initWeights writes a fresh run's initial weights: GPT-2's initialisation
 // from seed, or the global weights w of [model] init.
 func initWeights(st parallel.Strategy, seed uint64, w []float32) error {
-	if w == nil {
-		return st.Init(seed)
-	}
-	iw, ok := st.(initWither)
-	if !ok {
-		return fmt.Errorf("model.init: the %T strategy cannot start from given weights", st)
-	}
-	return iw.InitWith(model.Init{Seed: seed, Weights: w})
+	return st.Init(model.Init{Seed: seed, Weights: w})
 }

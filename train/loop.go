@@ -13,12 +13,10 @@ import (
 	"trellis/comm"
 	"trellis/data"
 	"trellis/device"
+	"trellis/metrics"
 	"trellis/ops"
 	"trellis/trace"
 )
-
-// commStatser is implemented by strategies that communicate.
-type commStatser interface{ CommStats() comm.Stats }
 
 // runRank builds one rank and runs its steps; rank 0 reports.
 func runRank(ctx context.Context, o Options, s settings, loader *data.Loader, res *resumeState, world comm.Group) (*Summary, error) {
@@ -122,7 +120,7 @@ func (r *rank) runStep(ctx context.Context, st, end int, pos *data.Position, rep
 	}
 	rep.step(done, last, val, dt, stats)
 	defer func(tx time.Time) { r.clock.excluded += time.Since(tx) }(time.Now())
-	if se := j.Train.SampleEvery; se >= 0 && r.pipe == nil && ((se > 0 && done%se == 0) || done == j.Train.Steps) {
+	if se := j.Train.SampleEvery; se >= 0 && r.set.enginePlan.PP == 1 && ((se > 0 && done%se == 0) || done == j.Train.Steps) {
 		txt, err := r.generate(j.Train.Prompt, j.Train.SampleLen, 1.0, 40, j.Train.Seed+uint64(done))
 		if err != nil {
 			return false, err
@@ -186,20 +184,7 @@ func (r *rank) save(step int, pos data.Position, loss float64) (dir string, err 
 // three 21-bit fp32 pieces, exactly.
 func (r *rank) gatherStats(ctx context.Context) ([]RankStats, bool, error) {
 	ds := r.dev.Stats()
-	var cs comm.Stats
-	if c, ok := r.st.(commStatser); ok {
-		cs = c.CommStats()
-	}
-	var cb CommBytes
-	if r.pipe != nil {
-		cs = r.pipe.commStats()
-		cb = r.pipe.commBytes(r.tpGroup)
-	} else {
-		cb = r.commBytes(cs)
-	}
-	if r.tpGroup != nil { // tensor parallelism's collectives block: all exposed
-		cs = cs.Add(r.tpGroup.Stats())
-	}
+	cs, cb := r.commStats()
 	var cancelled int64
 	if ctx.Err() != nil || r.stopRequested() {
 		cancelled = 1
@@ -249,4 +234,29 @@ func (r *rank) gatherStats(ctx context.Context) ([]RankStats, bool, error) {
 func peakFLOPS(ranks, threads int) float64 {
 	cores := min(ranks*threads, runtime.NumCPU())
 	return ops.PeakGFLOPS("auto", 1, 100*time.Millisecond) * 1e9 * float64(cores)
+}
+
+// CommBytes are the payload bytes a rank passed to collectives over the
+// run, per mesh axis (an all-reduce or broadcast counts its buffer, a
+// reduce-scatter its input, an all-gather its output).
+type CommBytes = metrics.CommBytes
+
+// commStats is the rank's communication: Busy over every group, Wait the
+// exposed part (the strategy's waits, the pipeline's transfers, tensor
+// parallelism's blocking collectives), and the bytes per mesh axis — the
+// data-parallel groups', the tensor-parallel group's, and the pipeline's
+// (its transfers, its tied embedding and its share of the norm).
+func (r *rank) commStats() (comm.Stats, CommBytes) {
+	t := r.top
+	cs := r.st.CommStats().Add(r.stage.CommStats()).Add(t.tpStats())
+	cb := CommBytes{DP: t.grads.Stats().Bytes + t.params.Stats().Bytes, TP: t.tpStats().Bytes}
+	for _, g := range []comm.Group{t.pipe, t.tied} {
+		if g != nil {
+			st := g.Stats()
+			cs.Busy += st.Busy
+			cb.PP += st.Bytes
+		}
+	}
+	cb.PP += r.stage.CommStats().Bytes
+	return cs, cb
 }

@@ -197,10 +197,11 @@ func TestPipelineBadInput(t *testing.T) {
 		{"pp=4,vpp=2,schedule=interleaved", 8, 4, "at least pp=4 micro-batches, got 2"},
 		{"pp=4,vpp=2,schedule=interleaved", 8, 12, "micro-batches=6 to be a multiple of pp=4"},
 		{"pp=4,vpp=2,schedule=interleaved", 7, 8, "layers=7 fewer than pp·vpp = 4·2 = 8"},
-		{"pp=2,zero=2,dp=2", 4, 8, "zero=2 with pp=2"},
+		{"pp=2,zero=2,dp=2", 4, 8, "parallel.overlap=false with pp=2 and zero=2"},
 	} {
 		j := ppJob(tc.plan, tc.layers)
 		j.Train.GlobalBatch = tc.global
+		j.Parallel.Overlap = false
 		_, err := j.resolve()
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s L=%d: error %v, want one line with %q", tc.plan, tc.layers, err, tc.want)

@@ -9,7 +9,7 @@ import (
 	"trellis/mesh"
 	"trellis/model"
 	"trellis/parallel/flat"
-	"trellis/parallel/zero"
+	"trellis/parallel/pp"
 	"trellis/plan"
 )
 
@@ -87,30 +87,39 @@ func (j Job) jobCluster(s settings) (plan.Cluster, string, error) {
 // with the engine's store for whichever plan the planner asks about.
 func (j Job) planJob(s settings, c plan.Cluster, dpRank, tpRank int) plan.Job {
 	store := &plan.EngineStore{Threads: s.threads}
-	store.Buffers = func(p plan.Plan, _ int) float64 { return j.engineBuffers(s, p, dpRank, tpRank) }
+	store.Buffers = func(p plan.Plan, stage int) float64 { return j.engineBuffers(s, p, stage, dpRank, tpRank) }
 	store.Buckets = func(p plan.Plan, stage int) float64 { return j.engineBuckets(s, p, stage) }
 	return plan.Job{Model: planModel(j.Model), Cluster: c, Devices: s.ranks, Seq: j.Model.SeqLen,
 		GlobalBatch: j.Train.GlobalBatch, Engine: store}
 }
 
-// engineBuffers is what the engine charges to tag comm under p: ZeRO-2
-// and -3's buckets as parallel/zero accounts them (an upper bound), a
-// pipeline's boundary buffers (at most four (B,s,h) activations: a send
-// and a receive each way, also an upper bound), nothing else.
-func (j Job) engineBuffers(s settings, p plan.Plan, dpRank, tpRank int) float64 {
-	switch {
-	case p.PP > 1:
-		return 4 * 4 * float64(p.MBS) * float64(j.Model.SeqLen) * float64(j.Model.Hidden)
-	case p.ZeRO < 2:
-		return 0
+// engineBuffers is what the engine charges to tag comm under p on
+// pipeline stage stage: ZeRO-2 and -3's buckets as parallel/zero accounts
+// them for the stage's units (an upper bound), and a pipeline's boundary
+// buffers (at most four (B,s,h) activations: a send and a receive each
+// way, also an upper bound).
+func (j Job) engineBuffers(s settings, p plan.Plan, stage, dpRank, tpRank int) float64 {
+	var b float64
+	if p.PP > 1 {
+		b = 4 * 4 * float64(p.MBS) * float64(j.Model.SeqLen) * float64(j.Model.Hidden)
 	}
-	part := model.Part{TP: p.TP, Rank: min(tpRank, p.TP-1), SP: p.SP}
-	m, err := zero.Shape{Model: j.Model, Stage: p.ZeRO, Ranks: p.DP, Rank: min(dpRank, p.DP-1), BucketElems: int(s.bucket / 4),
-		Overlap: j.Parallel.Overlap, Part: part, Accum: accumOf(j.Train.GlobalBatch, p)}.Memory()
+	if p.ZeRO < 2 {
+		return b
+	}
+	l, err := pp.NewLayout(j.Model, p.PP, p.VPP, min(stage, p.PP-1))
 	if err != nil {
-		return 0
+		return b
 	}
-	return float64(m.Comm)
+	c := s
+	c.accum = accumOf(j.Train.GlobalBatch, p)
+	c.policy = policy(p.Precision, j.Train)
+	sh := stateShape(j, c, p, model.Part{TP: p.TP, Rank: min(tpRank, p.TP-1), SP: p.SP}, l)
+	sh.Rank = min(dpRank, p.DP-1)
+	m, err := sh.Memory()
+	if err != nil {
+		return b
+	}
+	return b + float64(m.Comm)
 }
 
 // accumOf is the micro-batches per step of p for a global batch of gb

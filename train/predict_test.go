@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,19 +50,27 @@ func holdPredicted(t *testing.T, j Job) {
 	j.Train.Steps = 1
 	got := runJob(t, j, "", "", 0)
 	s, pr := predictedPeaks(t, j)
+	ci := slices.Index(device.Tags(), device.Comm)
 	for _, r := range got.sum.Ranks {
 		want := pr[r.Rank]
-		if e := relErr(want.PeakAll, r.PeakAll); e > 0.05 {
+		if s.enginePlan.PP > 1 {
+			// A pipeline's comm tag is held to its bound (below) and the
+			// rest of the peak within 5%.
+			if e := relErr(want.PeakAll-want.Peak[ci], r.PeakAll-r.Peak[device.Comm]); e > 0.05 || r.Peak[device.Comm] > want.Peak[ci] {
+				t.Errorf("rank %d: predicted peak %d bytes (%d comm), measured %d (%d comm)", r.Rank, want.PeakAll, want.Peak[ci], r.PeakAll, r.Peak[device.Comm])
+			}
+		} else if e := relErr(want.PeakAll, r.PeakAll); e > 0.05 {
 			t.Errorf("rank %d: predicted peak %d bytes, measured %d (%.1f%%)", r.Rank, want.PeakAll, r.PeakAll, 100*e)
 		}
 		for i, tg := range device.Tags() {
 			m := r.Peak[tg]
 			if tg == device.Comm && s.enginePlan.PP > 1 {
 				// A pipeline's comm (boundary messages, charged while
-				// they wait) depends on timing and is not held here
-				// (interleaved measures 24 KiB against 16 KiB
-				// predicted: parallel/pp's to settle). ZeRO's staging
-				// buffers, reaped at fixed points of the schedule, are.
+				// they wait, and with ZeRO-2/3 the buckets its schedule
+				// interleaves) is held to its bound above: the boundary
+				// messages depend on timing. ZeRO's staging buffers
+				// without a pipeline, reaped at fixed points of the
+				// schedule, are held here.
 				continue
 			}
 			if max(m, want.Peak[i]) > 4<<10 && relErr(want.Peak[i], m) > 0.05 {

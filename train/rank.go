@@ -11,51 +11,46 @@ import (
 	"trellis/comm"
 	"trellis/data"
 	"trellis/device"
-	"trellis/mesh"
 	"trellis/model"
 	"trellis/ops"
 	"trellis/optim"
-	"trellis/parallel/dp"
-	"trellis/parallel/single"
-	"trellis/parallel/tp"
+	"trellis/parallel"
+	"trellis/parallel/pp"
 	"trellis/parallel/zero"
 	"trellis/plan"
+	"trellis/precision"
 	"trellis/rng"
-	"trellis/tensor"
 	"trellis/trace"
 )
 
-// rank is one rank's program: its device, kernels, model runner, activation
-// stash, strategy and view of the data.
+// rank is one rank's program, composed once from the plan: its device
+// and kernels, its groups (topology), its state strategy (parallel/zero
+// over the pipeline stage's units and the rank's tensor-parallel part),
+// the model runner, and the pipeline executor that runs every step (a run
+// without a pipeline is a pipeline of one stage).
 type rank struct {
 	id     int
 	job    Job
 	set    settings
 	dev    *device.Device
-	k      *ops.Kernels
+	k      ops.Backend
+	top    *topology
+	pol    precision.Policy
 	gpt    *model.GPT
-	stash  *model.Stash
-	st     Strategy
+	st     parallel.Strategy
+	stage  *pp.Stage
+	sched  *pp.Schedule
 	loader *data.Loader
 	world  comm.Group // every rank: loss and statistics reductions
-	grads  comm.Group // the data-parallel group's gradient traffic (nil: one device)
-	params comm.Group // the data-parallel group's parameter gathers (nil: one device)
-	dp     int        // this rank's index in its data-parallel group
-	sched  optim.Schedule
+	lr     optim.Schedule
 	in     []int32 // (B,T)
 	tgt    []int32 // (B,T)
 	log    *slog.Logger
-	pipe   *pipe         // pipeline parallelism (nil: pp=1)
-	tr     *trace.Tracer // nil: no tracing
+	tr     *trace.Tracer   // nil: no tracing
+	ctx    context.Context // the run's; checked between micro-batches and units (nil: never cancelled)
+	stopc  <-chan struct{} // Options.Stop: closed asks for a graceful stop after the step
 
-	// Tensor parallelism (train/tp.go).
-	tp      *tp.Comm        // the tensor-parallel group's points (nil: tp=1)
-	tpGroup comm.Group      // its group
-	part    model.Part      // the piece of the model this rank computes
-	ctx     context.Context // the run's; checked between micro-batches and units (nil: never cancelled)
-	stopc   <-chan struct{} // Options.Stop: closed asks for a graceful stop after the step
-
-	scaler *optim.LossScaler // fp16's dynamic loss scale (nil otherwise)
+	scaler *optim.LossScaler // dynamic loss scaling (nil without)
 
 	clock stepClock // the measured split of step time (split.go)
 }
@@ -73,48 +68,31 @@ type rankConfig struct {
 func newRank(rc rankConfig) (*rank, error) {
 	j, s := rc.job, rc.set
 	id := rc.world.Rank()
-	r := &rank{id: id, job: j, set: s, world: rc.world, loader: rc.loader, log: rc.log, dp: id, tr: rc.trace}
-	r.dev = device.New(device.Config{ID: id, Budget: s.budget, MasterWeights: s.enginePlan.Precision == plan.BF16 || s.enginePlan.Precision == plan.FP16})
-	var err error
-	if r.k, err = ops.New(ops.Config{Threads: s.threads}); err != nil {
+	r := &rank{id: id, job: j, set: s, world: rc.world, loader: rc.loader, log: rc.log, tr: rc.trace, pol: s.policy}
+	r.dev = device.New(device.Config{ID: id, Budget: s.budget})
+	k, err := ops.New(ops.Config{Threads: s.threads})
+	if err != nil {
 		return nil, err
 	}
-	r.sched = optim.Schedule{Warmup: s.warmup, Steps: j.Train.Steps, LR: j.Train.LR, MinLR: j.Train.MinLR}
-	if err := r.sched.Validate(); err != nil {
+	r.k = k
+	r.lr = optim.Schedule{Warmup: s.warmup, Steps: j.Train.Steps, LR: j.Train.LR, MinLR: j.Train.MinLR}
+	if err := r.lr.Validate(); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
-	if r.scaler, err = newScaler(s.enginePlan.Precision, j.Train); err != nil {
-		return nil, fmt.Errorf("train: %w", err)
+	if sc := r.pol.LossScale; sc.Dynamic {
+		if r.scaler, err = optim.NewLossScaler(sc.Initial, sc.Window); err != nil {
+			return nil, fmt.Errorf("train: %w", err)
+		}
 	}
 	hyper := optim.Hyper{Beta1: j.Train.Beta1, Beta2: j.Train.Beta2, Eps: j.Train.Eps, WeightDecay: j.Train.WeightDecay}
 	if err := hyper.Validate(); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
-	if err := r.joinTP(s.enginePlan); err != nil {
-		r.free()
+	p := s.enginePlan
+	if r.top, err = newTopology(rc.world, j.Model, p); err != nil {
 		return nil, err
 	}
-	// State first, as the seed's formula lists it; then the runner's scratch
-	// and one micro-batch's activations.
-	st, err := newStrategy(r, hyper)
-	if err != nil {
-		r.free() // the groups (a failed strategy holds nothing)
-		return nil, err
-	}
-	r.st = st
-	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch, Seed: j.Train.Seed,
-		Part: r.part, TP: r.tpComm(), Flash: r.set.enginePlan.Flash, Compute: computeType(r.set.enginePlan.Precision),
-		HalfPerUnit: r.set.enginePlan.ZeRO == 3 || zeroHalf(r.set.enginePlan) != tensor.F32, Recompute: engineRecompute(r.set.enginePlan.Recompute), Units: r.heldUnits(),
-		Unpinned: !s.processes && s.ranks > 1}); err != nil { // goroutine peers: see model.Options.Unpinned
-		r.free()
-		return nil, err
-	}
-	if r.pipe != nil {
-		err = r.pipe.start(r, r.tr)
-	} else {
-		r.stash, err = r.gpt.NewStash()
-	}
-	if err != nil {
+	if err := r.compose(hyper); err != nil {
 		r.free()
 		return nil, err
 	}
@@ -127,64 +105,90 @@ func newRank(rc rankConfig) (*rank, error) {
 	return r, nil
 }
 
-// newStrategy picks the implementation of the plan's state placement:
-// the single-device reference for dp=1,zero=0, data parallelism (package
-// parallel/dp) for zero=0, ZeRO (package parallel/zero) otherwise.
-func newStrategy(r *rank, hyper optim.Hyper) (Strategy, error) {
-	p := r.set.enginePlan
+// compose builds the rank's state, runner and executor. State first, as
+// the seed's formula lists it; then the runner's scratch; the stashes
+// come with the executor's first step.
+func (r *rank) compose(hyper optim.Hyper) error {
+	j, s, t := r.job, r.set, r.top
+	p := s.enginePlan
+	kind := pp.OneFOneB // one stage: forward and backward of each micro-batch in turn
 	if p.PP > 1 {
-		return newPipeState(r, hyper)
+		kind = pp.Kind(p.Schedule)
 	}
-	if p.DP == 1 && p.ZeRO == 0 {
-		return single.New(single.Config{Model: r.job.Model, Device: r.dev, Kernels: r.k, Hyper: hyper,
-			Part: r.part, ReduceNorm: r.reduceNorm()})
-	}
-	if err := r.joinDP(p); err != nil {
-		return nil, err
-	}
-	decay := single.DecayPart(r.job.Model, r.part)
-	elems := int(r.set.bucket / 4)
-	if p.ZeRO == 0 {
-		return dp.New(dp.Config{Model: r.job.Model, Group: r.grads, Device: r.dev, Kernels: r.k,
-			Hyper: hyper, Decay: decay, BucketElems: elems, Overlap: r.job.Parallel.Overlap,
-			Part: r.part, ReduceNorm: r.reduceNorm()})
-	}
-	return zero.New(zero.Config{Model: r.job.Model, Stage: p.ZeRO, Grads: r.grads, Params: r.params,
-		Device: r.dev, Kernels: r.k, Hyper: hyper, Decay: decay, BucketElems: elems,
-		Overlap: r.job.Parallel.Overlap, Prefetch: r.job.Parallel.Prefetch,
-		Part: r.part, ReduceNorm: r.reduceNorm(), Half: zeroHalf(p)})
-}
-
-// joinDP makes this rank's data-parallel groups, the ranks along the mesh's
-// dp axis: one for gradient reductions and one for parameter gathers, each
-// with its own queue and both apart from the world group the loop uses for
-// statistics.
-func (r *rank) joinDP(p plan.Plan) error {
-	m, err := r.mesh(p)
+	sched, err := pp.Build(pp.Config{Kind: kind, PP: p.PP, VPP: p.VPP, Micro: s.accum})
 	if err != nil {
 		return err
 	}
-	ranks, err := m.Group(r.id, mesh.DP)
+	r.sched = sched
+	sh := stateShape(j, s, p, t.part, t.layout)
+	train, eval := pp.WeightOrder(sched, t.layout, p.Recompute == plan.RecomputeFull)
+	zc := zero.Config{Model: j.Model, Layout: sh.Layout, Copy: r.copies, Stage: p.ZeRO, Grads: t.grads, Params: t.params,
+		NormGroups: t.normGroups(), Precision: r.pol, Device: r.dev, Kernels: r.k, Hyper: hyper,
+		BucketElems: sh.BucketElems, Breaks: sh.Breaks, Overlap: sh.Overlap, Prefetch: j.Parallel.Prefetch,
+		Order: zero.Order{Train: train, Eval: eval}}
+	if len(sh.TiedUnits) > 0 {
+		zc.Tied, zc.TiedUnits = t.tied, sh.TiedUnits
+	}
+	st, err := zero.New(zc)
 	if err != nil {
-		return fmt.Errorf("train: %w", err)
+		return err
 	}
-	name := m.GroupName(mesh.DP)
-	if r.grads, err = r.world.NewGroup("grad."+name, ranks); err != nil {
-		return fmt.Errorf("train: %w", err)
+	r.st = st
+	// Goroutine peers: see model.Options.Unpinned.
+	unpinned := !s.processes && s.ranks > 1
+	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch,
+		Seed: j.Train.Seed, Part: t.part, TP: t.tpComm(), Flash: p.Flash, Recompute: engineRecompute(p.Recompute),
+		Precision: r.pol, Unpinned: unpinned}); err != nil {
+		return err
 	}
-	if r.params, err = r.world.NewGroup("param."+name, ranks); err != nil {
-		return fmt.Errorf("train: %w", err)
+	var link pp.Link
+	if t.link != nil {
+		link = t.link
 	}
-	r.dp = r.grads.Rank()
-	return nil
+	// zb-h1's W runs ahead only when it communicates with nobody (see
+	// pp.StageConfig.RunAhead): not under tensor parallelism, nor with
+	// ZeRO-2/3 over data-parallel replicas, whose W completes buckets (a
+	// reduce-scatter) and, under full recomputation, gathers weights.
+	ahead := p.TP == 1 && (p.ZeRO < 2 || p.DP == 1)
+	r.stage, err = pp.NewStage(pp.StageConfig{GPT: r.gpt, Params: r.units(), Schedule: sched, Layout: t.layout,
+		Link: link, Device: r.dev, Trace: r.tr, RunAhead: ahead})
+	return err
+}
+
+// stateShape is how a rank of plan p holding the tensor-parallel part
+// part of pipeline layout l configures its state (parallel/zero), for the
+// strategy it builds and for the memory the run predicts: the stage's
+// units of part's layout; the job's buckets and overlap, a bucket starting
+// at each chunk; under a pipeline the tied embedding summed between the
+// first and last stage and, for ZeRO 0 and 1, one bucket reduced after the
+// flush (the stage's backward passes interleave micro-batches, so a
+// bucket's last one is not known before it).
+func stateShape(j Job, s settings, p plan.Plan, part model.Part, l pp.Layout) zero.Shape {
+	sh := zero.Shape{Layout: j.Model.PartLayout(part).Select(l.Units), Stage: p.ZeRO, Ranks: p.DP,
+		BucketElems: int(s.bucket / 4), Breaks: l.Breaks(), Overlap: j.Parallel.Overlap, Mixed: s.policy.Mixed(), Accum: s.accum}
+	if p.PP > 1 {
+		sh.Split = pp.Kind(p.Schedule) == pp.ZBH1
+		if l.First() || l.Last() {
+			sh.TiedUnits = []int{0}
+		}
+		if p.ZeRO < 2 {
+			sh.BucketElems, sh.Overlap, sh.Breaks = -1, false, nil
+		}
+	}
+	return sh
+}
+
+// copies says which of the rank's tensors another rank saves and counts
+// in the gradient norm: a tensor every tensor-parallel rank holds alike
+// (rank 0 counts it), and the tied embedding on the last pipeline stage
+// (the first counts it).
+func (r *rank) copies(unit int, t model.Tensor) bool {
+	return (t.Replicated && r.top.part.Rank != 0) || (unit == 0 && !r.top.layout.First())
 }
 
 func (r *rank) free() {
-	if r.pipe != nil {
-		r.pipe.free()
-	}
-	if r.stash != nil {
-		r.stash.Free()
+	if r.stage != nil {
+		r.stage.Free()
 	}
 	if r.gpt != nil {
 		r.gpt.Free()
@@ -192,10 +196,8 @@ func (r *rank) free() {
 	if r.st != nil {
 		r.st.Free()
 	}
-	for _, g := range []comm.Group{r.grads, r.params, r.tpGroup} {
-		if g != nil {
-			g.Close()
-		}
+	if r.top != nil {
+		r.top.close()
 	}
 }
 
@@ -205,48 +207,39 @@ type stepResult struct {
 	norm float64 // global gradient norm before clipping
 	lr   float64
 
-	skipped bool    // fp16: the gradients overflowed and the step was skipped
-	scale   float64 // fp16: the loss scale the step ran with (0 otherwise)
+	skipped bool    // loss scaling: the gradients overflowed and the step was skipped
+	scale   float64 // loss scaling: the scale the step ran with (0 otherwise)
 }
 
 // step runs optimizer step s (0-based: s updates already applied) on the
-// global batch starting at pos.
+// global batch starting at pos: the rank's schedule over the step's
+// micro-batches k = 0..m−1 (the data-parallel rank's slices), the
+// gradients' reduction, the update, and the loss — the last stage's mean,
+// shared with every rank. Under loss scaling the backward starts from
+// S·loss and the update is the scaled one.
 func (r *rank) step(s int, pos data.Position) (stepResult, error) {
-	if r.pipe != nil {
-		return r.stepPipe(s, pos)
-	}
-	res := stepResult{lr: r.sched.At(s)}
-	if err := r.st.BeginStep(); err != nil {
+	res := stepResult{lr: r.lr.At(s)}
+	accum := r.set.accum
+	if err := r.st.BeginStep(accum); err != nil {
 		return res, err
 	}
-	accum := r.set.accum
-	var sum float64
-	for k := 0; k < accum; k++ {
+	batch := func(k int) (model.Batch, error) {
 		if err := interrupted(r.ctx); err != nil {
-			return res, err
+			return model.Batch{}, err
 		}
+		t0 := time.Now()
+		defer func() { r.clock.get += time.Since(t0) }()
 		sl := r.slice(k)
 		if err := r.loader.Micro(pos, sl, r.in, r.tgt); err != nil {
-			return res, err
+			return model.Batch{}, err
 		}
-		b := model.Batch{Inputs: r.in, Targets: r.tgt, Step: int64(s), Sample: int(sl.First(pos) - pos.Sample)}
-		r.st.BeginMicro(k, accum)
-		r.beginFB()
-		t0 := r.tr.Now()
-		loss, err := r.gpt.Forward(r.units(), r.stash, b)
-		if err != nil {
-			return res, err
-		}
-		t1 := r.tr.Now()
-		if err := r.gpt.Backward(r.units(), r.stash, float32(r.dlossScale()/float64(accum))); err != nil {
-			return res, err
-		}
-		r.endFB()
-		if r.tr != nil {
-			r.tr.SpanTo(trace.Compute, fmt.Sprintf("F mb%d", k), t0, t1, "mb", k)
-			r.tr.Span(trace.Compute, fmt.Sprintf("B mb%d", k), t1, "mb", k)
-		}
-		sum += float64(loss)
+		return model.Batch{Inputs: r.in, Targets: r.tgt, Step: int64(s), Sample: int(sl.First(pos) - pos.Sample)}, nil
+	}
+	r.beginFB()
+	sum, err := r.stage.Step(batch, float32(r.dlossScale()/float64(accum)))
+	r.endFB()
+	if err != nil {
+		return res, err
 	}
 	t0 := r.tr.Now()
 	if err := r.st.FinishGrads(); err != nil {
@@ -256,49 +249,55 @@ func (r *rank) step(s int, pos data.Position) (stepResult, error) {
 	if err := r.update(&res); err != nil {
 		return res, err
 	}
-	var err error
 	t1 := time.Now()
-	res.loss, err = r.mean(sum / float64(accum))
+	res.loss, err = r.lossMean(sum / float64(accum))
 	r.clock.lossMean += time.Since(t1)
 	return res, err
 }
 
 func (r *rank) slice(k int) data.Slice {
 	p := r.set.enginePlan
-	return data.Slice{GlobalBatch: r.job.Train.GlobalBatch, MicroBatch: r.job.Train.MicroBatch, Rank: r.dp, Ranks: p.DP, Micro: k}
+	return data.Slice{GlobalBatch: r.job.Train.GlobalBatch, MicroBatch: r.job.Train.MicroBatch, Rank: r.top.dp, Ranks: p.DP, Micro: k}
 }
 
-// mean averages x over the data-parallel ranks (every rank gets the result).
-func (r *rank) mean(x float64) (float64, error) {
-	if r.world.Size() == 1 {
-		return x, nil
+// lossMean is the mean over the data-parallel replicas of a loss x that
+// the ranks running the model's last stage hold; every rank gets it.
+// Without a pipeline every rank holds it (the tensor-parallel ranks of a
+// replica alike) and it is averaged over the world in fp32; with one, the
+// last stages' values are summed as float64 pairs (hi = fl32(x), lo =
+// fl32(x − hi)), tensor-parallel rank 0 of each adding its replica's.
+func (r *rank) lossMean(x float64) (float64, error) {
+	p := r.set.enginePlan
+	if p.PP == 1 {
+		if r.world.Size() == 1 {
+			return x, nil
+		}
+		buf := []float32{float32(x)}
+		if err := comm.AllReduce(r.world, comm.F32(buf), comm.Avg); err != nil {
+			return 0, err
+		}
+		return float64(buf[0]), nil
 	}
-	buf := []float32{float32(x)}
-	if err := comm.AllReduce(r.world, comm.F32(buf), comm.Avg); err != nil {
+	if !r.top.layout.Last() || r.top.part.Rank != 0 {
+		x = 0
+	}
+	hi := float32(x)
+	buf := []float32{hi, float32(x - float64(hi))}
+	if err := comm.AllReduce(r.world, comm.F32(buf), comm.Sum); err != nil {
 		return 0, err
 	}
-	return float64(buf[0]), nil
+	return (float64(buf[0]) + float64(buf[1])) / float64(p.DP), nil
 }
 
 // eval returns the mean validation loss over EvalBatches micro-batches per
 // rank (rank r reads micro-batches r, r+R, ... of the validation windows),
-// through the pipeline when there is one.
+// through the pipeline.
 func (r *rank) eval() (float64, error) {
-	if r.pipe != nil {
-		sum, ok, err := r.evalSum(func(b model.Batch) (float64, error) { return r.pipe.stage.Eval(b) })
-		if !ok || err != nil {
-			return math.NaN(), err
-		}
-		return r.lastStageMean(sum)
-	}
-	sum, ok, err := r.evalSum(func(b model.Batch) (float64, error) {
-		loss, err := r.gpt.EvalForward(r.units(), r.stash, b)
-		return float64(loss), err
-	})
+	sum, ok, err := r.evalSum(func(b model.Batch) (float64, error) { return r.stage.Eval(b) })
 	if !ok || err != nil {
 		return math.NaN(), err
 	}
-	return r.mean(sum)
+	return r.lossMean(sum)
 }
 
 // evalSum is this rank's mean of loss over its validation micro-batches;
@@ -313,7 +312,7 @@ func (r *rank) evalSum(loss func(model.Batch) (float64, error)) (mean float64, o
 	R := int64(r.set.enginePlan.DP)
 	var sum float64
 	for i := 0; i < nb; i++ {
-		first := ((int64(i)*R + int64(r.dp)) * B) % (avail - B + 1)
+		first := ((int64(i)*R + int64(r.top.dp)) * B) % (avail - B + 1)
 		if err := r.loader.ValBatch(first, int(B), r.in, r.tgt); err != nil {
 			return 0, false, err
 		}
@@ -330,13 +329,17 @@ func (r *rank) evalSum(loss func(model.Batch) (float64, error)) (mean float64, o
 // from a stream keyed by seed. Every rank runs it (under ZeRO-3 the weights
 // are gathered collectively) and gets the same text.
 func (r *rank) generate(prompt string, n int, temperature float64, topK int, seed uint64) (string, error) {
-	if r.pipe != nil {
-		return "", fmt.Errorf("train: sampling needs the whole model, which pp=%d splits over stages: run trellis sample on a checkpoint", r.set.enginePlan.PP)
+	if pp := r.set.enginePlan.PP; pp > 1 {
+		return "", fmt.Errorf("train: sampling needs the whole model, which pp=%d splits over stages: run trellis sample on a checkpoint", pp)
 	}
-	return Generate(GenerateConfig{
-		GPT: r.gpt, Params: r.units(), Stash: r.stash, Tokenizer: r.loader.Tokenizer(),
-		Prompt: prompt, Tokens: n, Temperature: temperature, TopK: topK, Seed: seed,
+	var txt string
+	err := r.stage.Sample(func(st *model.Stash) error {
+		var err error
+		txt, err = Generate(GenerateConfig{GPT: r.gpt, Params: r.units(), Stash: st, Tokenizer: r.loader.Tokenizer(),
+			Prompt: prompt, Tokens: n, Temperature: temperature, TopK: topK, Seed: seed})
+		return err
 	})
+	return txt, err
 }
 
 // GenerateConfig is what Generate needs.

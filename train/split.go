@@ -1,10 +1,6 @@
 package train
 
-import (
-	"time"
-
-	"trellis/comm"
-)
+import "time"
 
 // stepClock splits a rank's step time into the four parts of the
 // planner's
@@ -49,18 +45,8 @@ type stepClock struct {
 // group it computes with, the pipeline's transfers included) and the part
 // of it that is the pipeline's transfers.
 func (r *rank) waits() (all, pipe time.Duration) {
-	var cs comm.Stats
-	if r.pipe != nil {
-		cs = r.pipe.state.CommStats()
-		pipe = r.pipe.stage.CommStats().Wait
-		cs.Wait += pipe
-	} else if c, ok := r.st.(commStatser); ok {
-		cs = c.CommStats()
-	}
-	if r.tpGroup != nil {
-		cs.Wait += r.tpGroup.Stats().Wait
-	}
-	return cs.Wait, pipe
+	pipe = r.stage.CommStats().Wait
+	return r.st.CommStats().Wait + pipe + r.top.tpStats().Wait, pipe
 }
 
 // beginStep starts the step's clock.

@@ -1,6 +1,6 @@
 // Package dptest runs short training jobs on goroutine ranks for the
-// tests of the data-parallel strategies (parallel/dp, parallel/zero) and
-// holds the single-device reference they must match.
+// tests of the state strategy (parallel/zero) and holds the single-device
+// reference every plan must match.
 package dptest
 
 import (
@@ -18,7 +18,6 @@ import (
 	"trellis/ops"
 	"trellis/optim"
 	"trellis/parallel"
-	"trellis/parallel/single"
 )
 
 // Tiny has an odd vocabulary so that buckets need padding.
@@ -50,9 +49,6 @@ type Outcome struct {
 
 // Hyper is the optimizer of every run.
 var Hyper = optim.Hyper{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
-
-// Decay is the weight-decay ranges of cfg (optim.Decay2D).
-func Decay(cfg model.Config) []optim.Range { return single.Decay(cfg) }
 
 // sequence i of step s: deterministic random tokens.
 func sequence(cfg model.Config, s, i int, in, tgt []int32) {
@@ -117,7 +113,8 @@ func (j Job) rank(world comm.Group, dev *device.Device, build Builder) ([]float6
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	st, err := build(world, dev, k)
+	accum := j.Global / (j.Ranks * j.MB)
+	st, err := build(world, dev, k, accum)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -130,15 +127,14 @@ func (j Job) rank(world comm.Group, dev *device.Device, build Builder) ([]float6
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if err := st.Init(7); err != nil {
+	if err := st.Init(model.Init{Seed: 7}); err != nil {
 		return nil, nil, nil, err
 	}
-	accum := j.Global / (j.Ranks * j.MB)
 	n := j.MB * j.Model.SeqLen
 	in, tgt := make([]int32, n), make([]int32, n)
 	var losses, norms []float64
 	for s := 0; s < j.Steps; s++ {
-		if err := st.BeginStep(); err != nil {
+		if err := st.BeginStep(accum); err != nil {
 			return nil, nil, nil, err
 		}
 		var sum float64
@@ -148,7 +144,6 @@ func (j Job) rank(world comm.Group, dev *device.Device, build Builder) ([]float6
 				T := j.Model.SeqLen
 				sequence(j.Model, s, first+q, in[q*T:(q+1)*T], tgt[q*T:(q+1)*T])
 			}
-			st.BeginMicro(m, accum)
 			loss, err := gpt.Forward(st, stash, model.Batch{Inputs: in, Targets: tgt, Step: int64(s), Sample: first})
 			if err != nil {
 				return nil, nil, nil, err
@@ -161,10 +156,11 @@ func (j Job) rank(world comm.Group, dev *device.Device, build Builder) ([]float6
 		if err := st.FinishGrads(); err != nil {
 			return nil, nil, nil, err
 		}
-		norm, err := st.Update(1e-2*float64(s+1), j.Clip)
+		u, err := st.Update(parallel.Update{LR: 1e-2 * float64(s+1), Clip: j.Clip})
 		if err != nil {
 			return nil, nil, nil, err
 		}
+		norm := u.Norm
 		// An evaluation pass between steps, as the trainer does.
 		if _, err := gpt.EvalForward(st, stash, model.Batch{Inputs: in, Targets: tgt}); err != nil {
 			return nil, nil, nil, err
@@ -218,15 +214,19 @@ func Assemble(t testing.TB, cfg model.Config, shards [][]checkpoint.Shard) (w, m
 	return out[""], out["optim.m."], out["optim.v."]
 }
 
-// Builder makes rank r's strategy from its world group, device and kernels.
-type Builder func(world comm.Group, dev *device.Device, k *ops.Kernels) (Strategy, error)
+// Builder makes a rank's strategy from its world group, device and
+// kernels, for steps of accum micro-batches.
+type Builder func(world comm.Group, dev *device.Device, k ops.Backend, accum int) (Strategy, error)
 
-// Reference builds the single-device strategy every plan must match, for a
-// job of one rank.
-func Reference(cfg model.Config) Builder {
-	return func(_ comm.Group, dev *device.Device, k *ops.Kernels) (Strategy, error) {
-		return single.New(single.Config{Model: cfg, Device: dev, Kernels: k, Hyper: Hyper})
+// WholeOrder is the call order of Weights of a step of accum micro-batches
+// on the whole model (train, for parallel/zero's Config.Order), and of an
+// evaluation pass (eval).
+func WholeOrder(cfg model.Config, accum int) (train, eval []int) {
+	fwd, bwd := cfg.WeightOrder()
+	for range accum {
+		train = append(append(train, fwd...), bwd...)
 	}
+	return train, fwd
 }
 
 // Groups makes this rank's gradient and parameter groups over the whole

@@ -35,6 +35,11 @@ type Config struct {
 	MaxElems int
 	// Ranks is the group size N that every bucket is padded to a multiple of.
 	Ranks int
+	// Breaks are units that start a bucket whatever MaxElems says: a
+	// bucket never holds both unit u−1 and unit u for u in Breaks (a
+	// pipeline rank's chunks, whose backward passes interleave; a tied unit
+	// that must be laid out alike on the ranks that hold it).
+	Breaks []int
 }
 
 // Validate names the first field that breaks its rule.
@@ -100,10 +105,14 @@ func New(c Config) (*Layout, error) {
 	}
 	// Group from the last unit down, then number the buckets in flat order.
 	var groups [][2]int // [first, last]
+	brk := map[int]bool{}
+	for _, u := range c.Breaks {
+		brk[u] = true
+	}
 	last, size := len(c.UnitSizes)-1, 0
 	for u := len(c.UnitSizes) - 1; u >= 0; u-- {
 		n := c.UnitSizes[u]
-		if u < last && (c.MaxElems == 0 || size+n > c.MaxElems) {
+		if u < last && (c.MaxElems == 0 || size+n > c.MaxElems || brk[u+1]) {
 			groups = append(groups, [2]int{u + 1, last})
 			last, size = u, 0
 		}

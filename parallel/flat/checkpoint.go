@@ -3,8 +3,8 @@ package flat
 import (
 	"fmt"
 
+	"trellis/arch"
 	"trellis/checkpoint"
-	"trellis/model"
 	"trellis/optim"
 )
 
@@ -18,7 +18,7 @@ type Tensor struct {
 	// (zero: the tensor is whole), of shape GlobalShape. The box's
 	// elements lead; the rest of the tensor is padding, never saved nor
 	// counted in norms.
-	Global      model.Slice
+	Global      arch.Slice
 	GlobalShape []int
 	// Copy marks a replicated tensor another rank of the tensor-parallel
 	// group saves and counts in the gradient norm (this rank holds an
@@ -134,7 +134,7 @@ func numel(shape []int) int {
 }
 
 // TensorsOf lists the tensors of a model layout, in flat-vector order.
-func TensorsOf(l model.Layout) []Tensor {
+func TensorsOf(l arch.Layout) []Tensor {
 	var ts []Tensor
 	for _, u := range l.Units {
 		for _, t := range u.Tensors {
@@ -144,23 +144,24 @@ func TensorsOf(l model.Layout) []Tensor {
 	return ts
 }
 
-// TensorsOfPart lists the tensors part p of cfg holds (model.PartLayout),
-// in flat-vector order, with their places in the global tensors; ranks
-// other than the group's first mark their replicated tensors Copy.
-func TensorsOfPart(cfg model.Config, p model.Part) []Tensor {
-	return TensorsOfLocal(cfg.PartLayout(p), cfg.Layout(), p.Rank == 0)
+// TensorsOfPart lists the tensors part p of cfg holds (arch's
+// PartLayout), in flat-vector order, with their places in the global
+// tensors; ranks other than the group's first mark their replicated
+// tensors Copy.
+func TensorsOfPart(cfg arch.Config, p arch.Part) []Tensor {
+	return TensorsOfLocal(cfg.PartLayout(p), cfg.Layout(), func(_ int, t arch.Tensor) bool { return t.Replicated && p.Rank != 0 })
 }
 
 // TensorsOfLocal lists the tensors of a rank's local layout (any part of
 // the global model: a tensor-parallel slice, a pipeline stage's units),
-// their global shapes taken from global. primary: this rank saves and
-// counts its Replicated tensors.
-func TensorsOfLocal(local, global model.Layout, primary bool) []Tensor {
+// their global shapes taken from global; copies says which of them
+// another rank saves and counts (marked Copy; nil: none).
+func TensorsOfLocal(local, global arch.Layout, copies func(unit int, t arch.Tensor) bool) []Tensor {
 	var ts []Tensor
 	for _, u := range local.Units {
 		for _, t := range u.Tensors {
 			ts = append(ts, Tensor{Name: t.Name, Offset: t.Offset, Size: t.Size, Shape: t.Shape,
-				Global: t.Global, GlobalShape: t.GlobalShape(global), Copy: t.Replicated && !primary})
+				Global: t.Global, GlobalShape: t.GlobalShape(global), Copy: copies != nil && copies(u.Index, t)})
 		}
 	}
 	return ts

@@ -9,7 +9,7 @@ import (
 
 	"trellis/comm/local"
 	"trellis/model"
-	"trellis/tensor"
+	"trellis/precision"
 	"trellis/trace"
 )
 
@@ -50,8 +50,8 @@ func TestWeightsRunAhead(t *testing.T) {
 // and with bf16 GEMMs still give 1F1B's gradient bit for bit.
 func TestWeightsRunAheadRecomputeHalf(t *testing.T) {
 	const m = 6
-	for _, mo := range []model.Options{{Recompute: model.RecomputeFull}, {Compute: tensor.BF16}, {Recompute: model.RecomputeSelective, Compute: tensor.BF16}} {
-		t.Run(fmt.Sprintf("recompute%v/%v", mo.Recompute, mo.Compute), func(t *testing.T) {
+	for _, mo := range []model.Options{{Recompute: model.RecomputeFull}, {Precision: precision.BF16()}, {Recompute: model.RecomputeSelective, Precision: precision.BF16()}} {
+		t.Run(fmt.Sprintf("recompute%v/%v", mo.Recompute, mo.Precision), func(t *testing.T) {
 			base := runPipelineOn(t, tiny, Config{Kind: OneFOneB, PP: 2, Micro: m}, local.Config{Size: 2}, mo)
 			slow := &local.LinkModel{Intra: local.Link{Latency: 3 * time.Millisecond}}
 			o := runPipelineOn(t, tiny, Config{Kind: ZBH1, PP: 2, Micro: m}, local.Config{Size: 2, Link: slow}, mo)

@@ -17,6 +17,7 @@ import (
 	"trellis/model"
 	"trellis/ops"
 	"trellis/optim"
+	"trellis/parallel/zero"
 )
 
 var tiny = model.Config{Layers: 5, Hidden: 16, Heads: 2, SeqLen: 8, Vocab: 37, Dropout: 0.1}
@@ -81,7 +82,7 @@ func runPipelineOn(t *testing.T, cfg model.Config, c Config, lc local.Config, mo
 		out.loss += loss
 		out.ahead[r] = ahead
 		out.act[r] = dev.Stats().Peak[device.Act]
-		for _, u := range st.cfg.Units {
+		for _, u := range st.Layout().Indices() {
 			if u == 0 && r != 0 {
 				continue
 			}
@@ -95,12 +96,14 @@ func runPipelineOn(t *testing.T, cfg model.Config, c Config, lc local.Config, mo
 
 // runRank is one pipeline rank's step: state, link, stage, schedule. It
 // returns the state, the loss, the device and the W's the stage ran ahead.
-func runRank(world comm.Group, cfg model.Config, c Config, s *Schedule, B int) (*State, float64, *device.Device, int, error) {
+func runRank(world comm.Group, cfg model.Config, c Config, s *Schedule, B int) (*zero.Strategy, float64, *device.Device, int, error) {
 	return runRankWith(world, cfg, c, s, B, model.Options{})
 }
 
-// runRankWith is runRank with mo's Recompute and Compute.
-func runRankWith(world comm.Group, cfg model.Config, c Config, s *Schedule, B int, mo model.Options) (*State, float64, *device.Device, int, error) {
+// runRankWith is runRank with mo's Recompute and Precision: the rank's
+// state is parallel/zero's stage 0 over its units, the tied embedding
+// summed with the other end of the pipeline, the norm over the pipeline.
+func runRankWith(world comm.Group, cfg model.Config, c Config, s *Schedule, B int, mo model.Options) (*zero.Strategy, float64, *device.Device, int, error) {
 	r, p := world.Rank(), c.PP
 	dev := device.New(device.Config{ID: r})
 	k, err := ops.New(ops.Config{Threads: 1})
@@ -121,15 +124,25 @@ func runRankWith(world comm.Group, cfg model.Config, c Config, s *Schedule, B in
 			return nil, 0, nil, 0, err
 		}
 	}
-	st, err := NewState(StateConfig{Model: cfg, Units: lay.Units, Device: dev, Kernels: k, Hyper: optim.DefaultHyper(),
-		Pipe: world, Tied: tied, OwnsEmbedding: r == 0})
+	one, err := world.NewGroup(fmt.Sprintf("dp%d", r), []int{r})
 	if err != nil {
 		return nil, 0, nil, 0, err
 	}
-	if err := st.Init(1); err != nil {
+	train, eval := WeightOrder(s, lay, mo.Recompute == model.RecomputeFull)
+	zc := zero.Config{Model: cfg, Layout: cfg.Layout().Select(lay.Units), Grads: one, Params: one, NormGroups: []comm.Group{world},
+		Copy: func(u int, _ model.Tensor) bool { return u == 0 && r != 0 }, Precision: mo.Precision, Device: dev, Kernels: k,
+		Hyper: optim.DefaultHyper(), BucketElems: -1, Order: zero.Order{Train: train, Eval: eval}}
+	if tied != nil {
+		zc.Tied, zc.TiedUnits = tied, []int{0}
+	}
+	st, err := zero.New(zc)
+	if err != nil {
 		return nil, 0, nil, 0, err
 	}
-	gpt, err := model.New(model.Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Recompute: mo.Recompute, Compute: mo.Compute})
+	if err := st.Init(model.Init{Seed: 1}); err != nil {
+		return nil, 0, nil, 0, err
+	}
+	gpt, err := model.New(model.Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Recompute: mo.Recompute, Precision: mo.Precision})
 	if err != nil {
 		return nil, 0, nil, 0, err
 	}
@@ -137,12 +150,12 @@ func runRankWith(world comm.Group, cfg model.Config, c Config, s *Schedule, B in
 	if err != nil {
 		return nil, 0, nil, 0, err
 	}
-	stage, err := NewStage(StageConfig{GPT: gpt, Params: st, Schedule: s, Layout: lay, Link: link, Device: dev})
+	stage, err := NewStage(StageConfig{GPT: gpt, Params: st, Schedule: s, Layout: lay, Link: link, Device: dev, RunAhead: true})
 	if err != nil {
 		return nil, 0, nil, 0, err
 	}
 	defer stage.Free()
-	if err := st.BeginStep(); err != nil {
+	if err := st.BeginStep(c.Micro); err != nil {
 		return nil, 0, nil, 0, err
 	}
 	loss, err := stage.Step(func(mb int) (model.Batch, error) { return batchOf(cfg, B, mb), nil }, float32(1/float64(c.Micro)))
@@ -246,7 +259,7 @@ func checkAct(t *testing.T, cfg model.Config, c Config, o outcome) {
 			}
 			want += int64(o.sim.Deferred[r][ch]) * int64(gpt.WeightStashFloats(b[0], b[1])) * 4
 		}
-		want += int64(o.sim.InFlight[r])*gpt.StageStashBytes(0, blocks, false) + int64(heads*gpt.HeadStashFloats())*4
+		want += int64(o.sim.InFlight[r])*gpt.StageStashBytes(0, blocks, false) + int64(heads)*gpt.HeadStashBytes()
 		if o.act[r] != want {
 			t.Errorf("rank %d: act peak %d, want %d (in flight %v, deferred %v)", r, o.act[r], want, o.sim.InFlight[r], o.sim.Deferred[r])
 		}

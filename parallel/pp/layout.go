@@ -80,3 +80,18 @@ func (l Layout) Blocks() int {
 	}
 	return n
 }
+
+// Breaks are the units where the rank's state must start a new bucket:
+// the first unit of each of its chunks after the first, whose backward
+// passes interleave with the others' micro-batches (parallel/zero counts
+// a bucket complete per backward pass); none without a pipeline.
+func (l Layout) Breaks() []int {
+	var out []int
+	for c := 1; c < l.VPP; c++ {
+		b, _, _ := l.Chunk(c)
+		if b[1] > b[0] {
+			out = append(out, b[0]+1)
+		}
+	}
+	return out
+}

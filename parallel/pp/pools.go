@@ -182,6 +182,9 @@ func (s *Stage) Free() {
 // comm tag, sampled after every action: the budget refuses a pipeline whose
 // early messages do not fit, naming the bytes.
 func (s *Stage) chargeBuffered() error {
+	if s.cfg.Link == nil {
+		return nil
+	}
 	b := s.cfg.Link.Stats().Buffered
 	switch {
 	case b > s.held:

@@ -14,12 +14,19 @@ import (
 // StageConfig is everything NewStage needs.
 type StageConfig struct {
 	GPT      *model.GPT   // the runner: its scratch, kernels and device (stashes are charged there)
-	Params   model.Params // the rank's held units (State)
+	Params   model.Params // the rank's state (parallel/zero over the layout's units)
 	Schedule *Schedule
 	Layout   Layout
-	Link     Link
+	Link     Link           // nil for a pipeline of one stage
 	Device   *device.Device // the boundary buffers in flight are charged here (tag comm)
 	Trace    *trace.Tracer  // nil: no tracing
+	// RunAhead lets the executor run movable actions (zb-h1's W) ahead of
+	// their place while it waits on a receive (ahead.go). It must be off
+	// when a W communicates (its ranks' peers would see its collectives in
+	// another order): under tensor parallelism (sequence parallelism
+	// gathers the input again, full recomputation reruns the forward's
+	// collectives) and when full recomputation under ZeRO-3 gathers weights.
+	RunAhead bool
 }
 
 // Stage runs one pipeline rank's action list, in order but for movable
@@ -68,13 +75,10 @@ type pending struct {
 // NewStage checks the schedule against the layout.
 func NewStage(c StageConfig) (*Stage, error) {
 	switch {
-	case c.GPT == nil || c.Params == nil || c.Schedule == nil || c.Link == nil || c.Device == nil:
-		return nil, errors.New("pp: StageConfig needs GPT, Params, Schedule, Link and Device")
+	case c.GPT == nil || c.Params == nil || c.Schedule == nil || c.Device == nil || (c.Link == nil && c.Schedule.PP > 1):
+		return nil, errors.New("pp: StageConfig needs GPT, Params, Schedule, Device and, with more than one stage, Link")
 	case c.Schedule.PP != c.Layout.PP || c.Schedule.vpp() != c.Layout.VPP:
 		return nil, fmt.Errorf("pp: schedule pp=%d vpp=%d, layout pp=%d vpp=%d", c.Schedule.PP, c.Schedule.vpp(), c.Layout.PP, c.Layout.VPP)
-	}
-	if c.Schedule.Split() && c.GPT.Part().Split() {
-		return nil, fmt.Errorf("pp: schedule=%s with tp=%d: the split backward (B and W apart) is not tensor-parallel yet", c.Schedule.Kind, c.GPT.Part().Degree())
 	}
 	blocks := 0
 	for ch := 0; ch < c.Layout.VPP; ch++ {
@@ -83,7 +87,7 @@ func NewStage(c StageConfig) (*Stage, error) {
 	}
 	var movable []Action
 	for _, a := range c.Schedule.Ranks[c.Layout.Rank] {
-		if a.Movable {
+		if a.Movable && c.RunAhead {
 			if a.Op != Weight {
 				return nil, fmt.Errorf("pp: %v is movable; only weight gradients W may run ahead", a)
 			}
@@ -108,7 +112,7 @@ func (s *Stage) StashBytes() int64 {
 // the last model stage, 0 elsewhere.
 func (s *Stage) Step(batch func(mb int) (model.Batch, error), dloss float32) (float64, error) {
 	var sum float64
-	if tr := s.cfg.Trace; tr != nil {
+	if tr := s.cfg.Trace; tr != nil && s.cfg.Schedule.PP > 1 {
 		t0 := tr.Now()
 		defer func() {
 			tr.Span(trace.Step, "pipeline", t0, "schedule", string(s.cfg.Schedule.Kind), "micro-batches", s.cfg.Schedule.Micro)
@@ -253,6 +257,11 @@ func (s *Stage) backward(a Action, key [2]int, dloss float32) error {
 		if err := g.HeadBackward(p, st, dloss); err != nil {
 			return err
 		}
+		if !first { // the tied head's gradient of unit 0 is complete (the embedding's, on the first stage, completes it there)
+			if err := p.GradsDone(0); err != nil {
+				return err
+			}
+		}
 	}
 	var ws *model.WeightStash
 	if s.cfg.Schedule.Split() {
@@ -297,7 +306,7 @@ func (s *Stage) weight(a Action, key [2]int) error {
 	if s.ahead[key] {
 		delete(s.ahead, key)
 	} else {
-		if a.Movable {
+		if a.Movable && s.cfg.RunAhead {
 			if s.next >= len(s.movable) || s.movable[s.next] != a {
 				return fmt.Errorf("movable weight gradients out of order: next is #%d of %v", s.next, s.movable)
 			}
@@ -350,6 +359,9 @@ func (s *Stage) wait(p pending, a Action) error {
 // CommStats is the point-to-point traffic: Busy from the link's groups,
 // Wait the time this rank blocked on it (the watchers' waits excluded).
 func (s *Stage) CommStats() comm.Stats {
+	if s.cfg.Link == nil {
+		return comm.Stats{}
+	}
 	st := s.cfg.Link.Stats()
 	st.Wait = s.waited
 	return st

@@ -9,6 +9,7 @@ import (
 	"trellis/device"
 	"trellis/model"
 	"trellis/ops"
+	"trellis/precision"
 )
 
 // layerBytes runs one forward and backward pass on rank r of a group and
@@ -24,7 +25,7 @@ func layerBytes(c *Comm, cfg model.Config, sp bool, B int) (fwd, bwd int64, err 
 	if err != nil {
 		return 0, 0, err
 	}
-	fp, err := model.NewPartParams(cfg, p, dev)
+	fp, err := model.NewPartParams(cfg, p, precision.FP32(), dev)
 	if err != nil {
 		return 0, 0, err
 	}

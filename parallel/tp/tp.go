@@ -95,18 +95,6 @@ func (c *Comm) StartScatterSeq(dst, src []float32) func() error {
 	return func() error { return wrap("reduce-scatter", w.Wait()) }
 }
 
-// ReduceNorm sums a rank's partial squared gradient norm over the group.
-// The float64 travels as two float32s, hi = fl32(x) and lo = fl32(x − hi),
-// as in parallel/zero.
-func (c *Comm) ReduceNorm(sq float64) (float64, error) {
-	hi := float32(sq)
-	buf := []float32{hi, float32(sq - float64(hi))}
-	if err := comm.AllReduce(c.g, comm.F32(buf), comm.Sum); err != nil {
-		return 0, wrap("gradient norm", err)
-	}
-	return float64(buf[0]) + float64(buf[1]), nil
-}
-
 // Stats is this rank's communication on the group.
 func (c *Comm) Stats() comm.Stats { return c.g.Stats() }
 

@@ -12,6 +12,7 @@ import (
 	"trellis/device"
 	"trellis/model"
 	"trellis/ops"
+	"trellis/precision"
 	"trellis/rng"
 	"trellis/tensor"
 )
@@ -34,11 +35,12 @@ func runPart(t *testing.T, cfg model.Config, p model.Part, c model.TPComm, B int
 		return pass{}, err
 	}
 	dev := device.New(device.Config{})
-	m, err := model.New(model.Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Part: p, TP: c, Compute: dt})
+	pol := policyOf(dt)
+	m, err := model.New(model.Options{Model: cfg, Kernels: k, Device: dev, MicroBatch: B, Seed: 9, Part: p, TP: c, Precision: pol})
 	if err != nil {
 		return pass{}, err
 	}
-	fp, err := model.NewPartParams(cfg, p, dev)
+	fp, err := model.NewPartParams(cfg, p, pol, dev)
 	if err != nil {
 		return pass{}, err
 	}
@@ -46,6 +48,7 @@ func runPart(t *testing.T, cfg model.Config, p model.Part, c model.TPComm, B int
 		return pass{}, err
 	}
 	perturb(m.Layout(), fp.W)
+	fp.Sync(k)
 	s, err := m.NewStash()
 	if err != nil {
 		return pass{}, err
@@ -66,6 +69,17 @@ func runPart(t *testing.T, cfg model.Config, p model.Part, c model.TPComm, B int
 	out.g = fp.G
 	prefix := batch(cfg, 1, 7).Inputs[:cfg.SeqLen-1]
 	return out, m.Logits(fp, s, prefix, out.logits)
+}
+
+// policyOf is the precision policy computing in dt.
+func policyOf(dt tensor.DType) precision.Policy {
+	switch dt {
+	case tensor.BF16:
+		return precision.BF16()
+	case tensor.F16:
+		return precision.FP16(1, 1)
+	}
+	return precision.FP32()
 }
 
 // perturb adds noise N(0, 0.1²) keyed by (tensor, global element), the

@@ -2,7 +2,6 @@ package zero
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 
@@ -12,15 +11,15 @@ import (
 	"trellis/model"
 	"trellis/ops"
 	pt "trellis/parallel/dptest"
+	"trellis/precision"
 	"trellis/tensor"
 )
 
-// With Half (stages 1 and 2, 2 ranks, bf16 and fp16): after Init every
-// unit's Weights are the 16-bit roundings of the single device's initial
-// weights, widened, on both ranks; the device holds exactly Shape.Memory
-// (param 2P, optim 4P/N + 8·share with MasterWeights) and a fetched unit's
-// widened copy (workspace) only until its release; the shards are the fp32
-// master weights, unrounded.
+// Under a mixed policy (stages 1 and 2, 2 ranks, bf16 and fp16): after
+// Init every unit's Weights are handed out in 16-bit, the roundings of the
+// single device's initial weights, on both ranks; the device holds
+// exactly Shape.Memory (param 2P, optim 4P/N + 8·share) and nothing in
+// workspace; the shards are the fp32 master weights, unrounded.
 func TestHalfShardsMaster(t *testing.T) {
 	n := pt.Tiny.NumParams()
 	ref := make([]float32, n)
@@ -66,28 +65,35 @@ func checkHalfRank(world comm.Group, dt tensor.DType, stage int, lay model.Layou
 	if err != nil {
 		return err
 	}
-	dev := device.New(device.Config{MasterWeights: true})
-	s, err := New(Config{Model: pt.Tiny, Stage: stage, Grads: g, Params: p, Device: dev, Kernels: k,
-		Hyper: pt.Hyper, Decay: pt.Decay(pt.Tiny), Half: dt})
+	pol := precision.BF16()
+	if dt == tensor.F16 {
+		pol = precision.FP16(1, 1)
+	}
+	dev := device.New(device.Config{})
+	train, eval := pt.WholeOrder(pt.Tiny, 1)
+	s, err := New(Config{Model: pt.Tiny, Layout: lay, Stage: stage, Grads: g, Params: p, Device: dev, Kernels: k,
+		Hyper: pt.Hyper, Precision: pol, Order: Order{Train: train, Eval: eval}})
 	if err != nil {
 		return err
 	}
 	defer s.Free()
-	if err := s.Init(1); err != nil {
+	if err := s.Init(model.Init{Seed: 1}); err != nil {
 		return err
 	}
+	wide := make([]float32, lay.Size)
 	for u, un := range lay.Units {
 		w, err := s.Weights(u)
 		if err != nil {
 			return err
 		}
-		for i, x := range w {
+		if w.DType() != dt {
+			return fmt.Errorf("unit %d handed out in %s, want %s", u, w.DType(), dt)
+		}
+		k.Decode(wide[:un.Size], w)
+		for i, x := range wide[:un.Size] {
 			if want := r(ref[un.Offset+i]); x != want {
 				return fmt.Errorf("unit %d element %d: %g, want the rounding %g of %g", u, i, x, want, ref[un.Offset+i])
 			}
-		}
-		if got := dev.Stats().Live[device.Workspace]; got != 4*int64(un.Size) {
-			return fmt.Errorf("unit %d fetched: workspace %d bytes, want 4·%d", u, got, un.Size)
 		}
 		s.ReleaseWeights(u)
 	}
@@ -111,18 +117,52 @@ func checkHalfRank(world comm.Group, dt tensor.DType, stage int, lay model.Layou
 	return nil
 }
 
-// Half must be fp32, bf16 or fp16, and needs the kernels it rounds with.
-func TestHalfValidate(t *testing.T) {
-	worlds, err := local.New(local.Config{Size: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := Config{Model: pt.Tiny, Stage: 1, Grads: worlds[0], Params: worlds[0], Device: device.New(device.Config{}), Half: tensor.DType(9)}
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "Half=") {
-		t.Errorf("Half=%v: %v", c.Half, err)
-	}
-	c.Half = tensor.BF16
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "Kernels") {
-		t.Errorf("Half=bf16 without kernels: %v", err)
+// Under a mixed policy stage 0 keeps the fp32 masters (optim) and their
+// 16-bit rounding (param), and stage 3 rounds each fetched unit into a
+// buffer of its own (param) freed with its last release.
+func TestHalfStages0And3(t *testing.T) {
+	for _, stage := range []int{0, 3} {
+		worlds, err := local.New(local.Config{Size: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, p, err := pt.Groups(worlds[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, _ := ops.New(ops.Config{Threads: 1})
+		dev := device.New(device.Config{})
+		lay := pt.Tiny.Layout()
+		train, eval := pt.WholeOrder(pt.Tiny, 1)
+		s, err := New(Config{Model: pt.Tiny, Layout: lay, Stage: stage, Grads: g, Params: p, Device: dev, Kernels: k,
+			Hyper: pt.Hyper, Precision: precision.BF16(), Order: Order{Train: train, Eval: eval}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Init(model.Init{Seed: 1}); err != nil {
+			t.Fatal(err)
+		}
+		P := int64(s.bl.Padded)
+		st := dev.Stats()
+		switch stage {
+		case 0:
+			if st.Live[device.Param] != 2*P || st.Live[device.Optim] != 4*P+8*P {
+				t.Errorf("stage 0: param %d optim %d bytes, want 2P = %d and 12P = %d", st.Live[device.Param], st.Live[device.Optim], 2*P, 12*P)
+			}
+		case 3:
+			w, err := s.Weights(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := dev.Stats().Live[device.Param]; w.DType() != tensor.BF16 || got != 2*int64(lay.Units[1].Size) {
+				t.Errorf("stage 3: unit 1 in %s, param %d bytes while fetched, want bf16 and 2·%d", w.DType(), got, lay.Units[1].Size)
+			}
+			s.ReleaseWeights(1)
+			if got := dev.Stats().Live[device.Param]; got != 0 {
+				t.Errorf("stage 3: param %d bytes after the release, want 0", got)
+			}
+		}
+		s.Free()
+		worlds[0].Close()
 	}
 }

@@ -3,33 +3,73 @@ package zero
 import (
 	"fmt"
 
-	"trellis/model"
+	"trellis/arch"
 	"trellis/parallel/flat"
-	"trellis/tensor"
 )
 
-// Shape is what a rank's memory under ZeRO depends on.
+// buckets cuts a rank's layout into buckets as New does: units grouped up
+// to BucketElems (0: one per bucket, −1: one bucket), a bucket starting
+// at each of Breaks and, from stage 2, a tied unit alone (its shards are
+// summed element by element over its holders); padded to the group's n
+// ranks, or to one at stage 0 (nothing is sharded). local maps global
+// unit numbers to the layout's.
+func buckets(lay arch.Layout, stage, n, bucketElems int, breaks, tied []int) (*flat.Layout, map[int]int, error) {
+	sizes := make([]int, len(lay.Units))
+	local := map[int]int{}
+	for i, u := range lay.Units {
+		sizes[i] = u.Size
+		local[u.Index] = i
+	}
+	if stage == 0 {
+		n = 1
+	}
+	var br []int
+	for _, u := range breaks {
+		if i, ok := local[u]; ok {
+			br = append(br, i)
+		}
+	}
+	if stage >= 2 {
+		for _, u := range tied {
+			if i, ok := local[u]; ok {
+				br = append(br, i, i+1)
+			}
+		}
+	}
+	if bucketElems < 0 {
+		bucketElems = lay.Size
+	}
+	bl, err := flat.New(flat.Config{UnitSizes: sizes, MaxElems: bucketElems, Ranks: n, Breaks: br})
+	if err != nil {
+		return nil, nil, fmt.Errorf("zero: %w", err)
+	}
+	return bl, local, nil
+}
+
+// Shape is what a rank's memory under this strategy depends on.
 type Shape struct {
-	Model       model.Config
-	Stage       int // 1, 2 or 3
-	Ranks       int // N
-	Rank        int // this rank, 0 <= Rank < N
+	Layout      arch.Layout // the rank's units and parts (Config.Layout)
+	Stage       int         // 0..3
+	Ranks       int         // N
+	Rank        int         // this rank, 0 <= Rank < N
 	BucketElems int
+	Breaks      []int
+	TiedUnits   []int
 	Overlap     bool
-	// Part is the piece of the model the rank holds under tensor
-	// parallelism (zero value: the whole model); the buckets are its.
-	Part model.Part
-	// Half is Config.Half: under stages 1 and 2, bf16 or fp16 weights and
-	// master weights sharded (on a device with MasterWeights).
-	Half tensor.DType
+	// Mixed: a bf16 or fp16 policy (Param-dtype weights of fp32 masters).
+	Mixed bool
+	// Split: a zero-bubble schedule's split backward, whose input pass
+	// opens every block's bucket before its weight pass completes any.
+	Split bool
 	// Accum is the micro-batches per optimizer step; only with more than
 	// one (or 0: not known) does a reduction need a temporary chunk.
 	Accum int
 }
 
 // Memory is what one rank charges to each tag, in bytes. Param, Grad and
-// Optim are exact; Comm is an upper bound of the communication buffers'
-// peak (the package doc lists them).
+// Optim are exact (but for stage 3's per-unit roundings under a mixed
+// policy, which are the fetched units'); Comm is an upper bound of the
+// communication buffers' peak (the package doc lists them).
 type Memory struct {
 	Param, Grad, Optim, Comm int64
 }
@@ -38,53 +78,53 @@ type Memory struct {
 func (m Memory) State() int64 { return m.Param + m.Grad + m.Optim }
 
 // Memory returns the accounting of the package doc for the shape. With
-// P = Σ_buckets Padded (Ψ plus under N elements per bucket), B and c the
-// largest bucket's Padded and Chunk, and E the Padded of the embedding's
-// bucket, in fp32:
+// P = Σ_buckets Padded (Ψ plus under N elements per bucket; Ψ at stage 0),
+// B and c the largest bucket's Padded and Chunk, and E the Padded of the
+// bucket of unit 0 (when held):
 //
-//	param  4P (stages 1, 2), 4P/N (3)
-//	grad   4P (stage 1), 4P/N (2, 3)
-//	optim  8·(this rank's unpadded share of Ψ)
-//	comm   stage 1: 0
-//	       stage 2: 4·((1+k)·B + E + k·c') with overlap, 4·(P + c') without
-//	       stage 3: stage 2's + 4·2B (the bucket in use and the prefetched one)
+//	             fp32                       mixed (bf16, fp16)
+//	param  0-2   4P                         2P          (the Param-dtype weights)
+//	       3     4P/N                       0           (+ 2u per fetched unit)
+//	grad         4P (stages 0, 1), 4P/N (2, 3)
+//	optim        8·(this rank's share of Ψ)  + 4P (stage 0) or 4P/N: the masters
+//	comm   0, 1  0
+//	       2     4·((f+k)·B + E + k·c') with overlap, 4·(P + c') without
+//	       3     stage 2's + 4·2B (the bucket in use and the prefetched one)
 //
-// With Half under stages 1 and 2 (half.go; a device with MasterWeights,
-// which charges the fp32 master chunks to optim): param 2P (the 16-bit
-// weights), optim 4P/N + 8·share; and the unit in use widened, tag
-// workspace, is not counted here.
-//
-// where k = maxInflight reductions may be in flight (each holding a full
-// bucket and, after a step's first micro-batch, a chunk: c' = c when
-// Accum != 1, else 0); besides them the bucket being filled and the
+// where f = 1 bucket is being filled (under a split backward, every
+// bucket but the embedding's), k = maxInflight reductions may be in flight (each holding a full
+// bucket and, after a bucket's first reduction in a step, a chunk: c' = c
+// when Accum != 1, else 0); besides them the bucket being filled and the
 // embedding's, which the tied head starts at the top of the backward pass
-// and the embedding finishes at its bottom. Reductions are reaped at fixed
+// and the embedding finishes at its bottom (E = 0 on a pipeline stage,
+// Shape.TiedUnits set: it holds the embedding or the head, not both). Reductions are reaped at fixed
 // points of the rank's schedule (see reduce), so the measured peak does
 // not depend on the network's timing; this bound is reached when two of
-// the largest buckets are neighbours below the embedding's (many buckets),
-// and over-counts a bucket when the embedding's is the only one.
+// the largest buckets are neighbours below the embedding's.
 func (s Shape) Memory() (Memory, error) {
-	if s.Stage < 1 || s.Stage > 3 || s.Ranks < 1 || s.Rank < 0 || s.Rank >= s.Ranks {
-		return Memory{}, fmt.Errorf("zero: stage %d, rank %d of %d: want stage 1..3 and 0 <= rank < ranks", s.Stage, s.Rank, s.Ranks)
+	if s.Stage < 0 || s.Stage > 3 || s.Ranks < 1 || s.Rank < 0 || s.Rank >= s.Ranks || len(s.Layout.Units) == 0 {
+		return Memory{}, fmt.Errorf("zero: stage %d, rank %d of %d: want stage 0..3, 0 <= rank < ranks and a layout", s.Stage, s.Rank, s.Ranks)
 	}
-	if err := s.Model.Validate(); err != nil {
+	bl, local, err := buckets(s.Layout, s.Stage, s.Ranks, s.BucketElems, s.Breaks, s.TiedUnits)
+	if err != nil {
 		return Memory{}, err
 	}
-	lay := s.Model.PartLayout(s.Part)
-	sizes := make([]int, len(lay.Units))
-	for i, u := range lay.Units {
-		sizes[i] = u.Size
+	P, N := int64(bl.Padded), int64(bl.Ranks)
+	owner := s.Rank
+	if s.Stage == 0 {
+		owner = 0
 	}
-	bl, err := flat.New(flat.Config{UnitSizes: sizes, MaxElems: s.BucketElems, Ranks: s.Ranks})
-	if err != nil {
-		return Memory{}, fmt.Errorf("zero: %w", err)
+	var big, chunk, share, emb int64
+	if i, ok := local[0]; ok && len(s.TiedUnits) == 0 {
+		// The embedding's bucket, which the tied head starts at the top
+		// of the backward pass and the embedding finishes at its bottom;
+		// a pipeline stage holds one of the two, and its unit-0 bucket
+		// completes at once.
+		emb = int64(bl.Buckets[bl.Of(i)].Padded)
 	}
-	P, N := int64(bl.Padded), int64(s.Ranks)
-	var big, chunk, share int64
-	emb := int64(bl.Buckets[bl.Of(0)].Padded)
 	for _, b := range bl.Buckets {
 		big, chunk = max(big, int64(b.Padded)), max(chunk, int64(b.Chunk()))
-		_, n := b.Shard(s.Rank)
+		_, n := b.Shard(owner)
 		share += int64(n)
 	}
 	m := Memory{Param: 4 * P, Grad: 4 * P, Optim: 8 * share}
@@ -94,7 +134,18 @@ func (s Shape) Memory() (Memory, error) {
 			chunk = 0
 		}
 		k := int64(maxInflight)
-		m.Comm = 4 * ((1+k)*big + emb + k*chunk)
+		filling := int64(1)
+		if s.Split {
+			// Every bucket but the embedding's may be open at once: the
+			// input pass adds its biases' and norms' gradients to all of
+			// them before the weight pass completes the first.
+			filling = int64(len(bl.Buckets))
+			if _, ok := local[0]; ok {
+				filling--
+			}
+			filling = max(filling, 1)
+		}
+		m.Comm = 4 * ((filling+k)*big + emb + k*chunk)
 		if !s.Overlap {
 			m.Comm = 4 * (P + chunk)
 		}
@@ -103,15 +154,22 @@ func (s Shape) Memory() (Memory, error) {
 		m.Param = 4 * P / N
 		m.Comm += 4 * 2 * big
 	}
-	if s.Half != tensor.F32 && s.Stage < 3 {
-		m.Param, m.Optim = 2*P, 4*P/N+m.Optim
+	if s.Mixed {
+		switch s.Stage {
+		case 0:
+			m.Param, m.Optim = 2*P, 4*P+m.Optim
+		case 3:
+			m.Param, m.Optim = 0, 4*P/N+m.Optim
+		default:
+			m.Param, m.Optim = 2*P, 4*P/N+m.Optim
+		}
 	}
 	return m, nil
 }
 
 // Memory is this strategy's accounting (see Shape.Memory).
 func (s *Strategy) Memory() Memory {
-	m, _ := Shape{Model: s.cfg.Model, Stage: s.cfg.Stage, Ranks: s.n, Rank: s.r,
-		BucketElems: s.cfg.BucketElems, Overlap: s.cfg.Overlap, Part: s.cfg.Part, Half: s.cfg.Half, Accum: s.accum}.Memory()
+	m, _ := Shape{Layout: s.cfg.Layout, Stage: s.cfg.Stage, Ranks: s.n, Rank: s.r, BucketElems: s.cfg.BucketElems,
+		Breaks: s.cfg.Breaks, TiedUnits: s.cfg.TiedUnits, Overlap: s.cfg.Overlap, Mixed: s.mixed(), Accum: s.accum}.Memory()
 	return m
 }

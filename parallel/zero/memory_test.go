@@ -32,7 +32,7 @@ func TestMemoryMatchesZeROAccounting(t *testing.T) {
 			3: {4 * psi / n, 4 * psi / n, 8 * psi / n},
 		}[c.stage]
 		for r, dev := range out.Devs {
-			want, err := Shape{Model: pt.Tiny, Stage: c.stage, Ranks: c.ranks, Rank: r, BucketElems: c.bucket, Overlap: c.overlap, Accum: 2}.Memory()
+			want, err := Shape{Layout: pt.Tiny.Layout(), Stage: c.stage, Ranks: c.ranks, Rank: r, BucketElems: c.bucket, Overlap: c.overlap, Accum: 2}.Memory()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,45 +1,39 @@
 package zero
 
 // predictor names the unit whose weights are asked for next, following
-// the model's declared call order (model.Config.WeightOrder): a training
-// micro-batch asks for forward then backward; any other pass (evaluation,
-// sampling) for forward alone. It keeps its place in that sequence: the
-// unit asked for is looked up from the place after the last one (almost
-// always exactly there), else from the start of the forward (a new pass).
-// At the end of a pass the next pass's first unit is expected, except after
-// the step's last backward (the update follows). A wrong guess costs only a wasted
+// the rank's declared call order (Config.Order, which the pipeline
+// schedule and arch.Config.WeightOrder give): a training step asks for its
+// micro-batches' forward and backward calls one after another; any other
+// pass (evaluation, sampling) for the evaluation order alone. It keeps
+// its place in that sequence: the unit asked for is looked up from the
+// place after the last one (almost always exactly there), else from the
+// start of the evaluation order (a pass of its own). At the end of an
+// evaluation pass the next one's first unit is expected, at the end of a
+// step nothing (the update follows). A wrong guess costs only a wasted
 // gather; it never changes results.
 type predictor struct {
-	fwd, seq  []int // the forward calls; forward then backward
-	pos       int   // index in cur() of the unit asked for last (-1: none)
-	train     bool  // a training micro-batch is under way (its backward follows)
-	moreMicro bool  // the step has micro-batches after this one
+	eval, step []int
+	pos        int  // index in cur() of the unit asked for last (-1: none)
+	train      bool // a training step is under way
 }
 
-// newPredictor follows the training order forward, backward.
-func newPredictor(forward, backward []int) predictor {
-	return predictor{fwd: forward, seq: append(append([]int(nil), forward...), backward...), pos: -1}
+func newPredictor(o Order) predictor {
+	return predictor{eval: o.Eval, step: o.Train, pos: -1}
 }
 
 // cur is the sequence being followed.
 func (p *predictor) cur() []int {
 	if p.train {
-		return p.seq
+		return p.step
 	}
-	return p.fwd
+	return p.eval
 }
 
-// beginMicro: a training forward starts (whatever came before, such as an
-// evaluation pass ending with the head).
-func (p *predictor) beginMicro(k, accum int) {
-	p.pos, p.train = -1, true
-	p.moreMicro = k < accum-1
-}
+// beginStep: a training step starts.
+func (p *predictor) beginStep() { p.pos, p.train = -1, true }
 
 // reset forgets the place (after an update, which changes the weights).
-func (p *predictor) reset() {
-	p.pos, p.train, p.moreMicro = -1, false, false
-}
+func (p *predictor) reset() { p.pos, p.train = -1, false }
 
 // next records that unit u was asked for and returns the unit expected
 // next, or -1.
@@ -49,7 +43,7 @@ func (p *predictor) next(u int) int {
 	if i < 0 {
 		if p.train && p.pos >= 0 {
 			// Off the training sequence: a pass of its own follows.
-			p.train, s = false, p.fwd
+			p.train, s = false, p.eval
 		}
 		if i = index(s, u, 0); i < 0 {
 			p.pos = -1
@@ -60,16 +54,12 @@ func (p *predictor) next(u int) int {
 	if i+1 < len(s) {
 		return s[i+1]
 	}
-	// The end of a pass. After a forward alone another usually follows
-	// (evaluation runs batch after batch), as does the next micro-batch
-	// after a training backward with more in the step; after the step's
-	// last backward the update comes.
-	last := p.train && !p.moreMicro
+	last := p.train
 	p.pos, p.train = -1, false
-	if last {
+	if last || len(p.eval) == 0 {
 		return -1
 	}
-	return p.fwd[0]
+	return p.eval[0]
 }
 
 // index is the first i >= from with s[i] == u, or -1.

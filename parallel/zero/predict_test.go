@@ -6,6 +6,8 @@ import (
 	"trellis/device"
 	"trellis/model"
 	"trellis/ops"
+	pt "trellis/parallel/dptest"
+	"trellis/tensor"
 )
 
 // recorder is a model.Params that logs Weights calls and feeds them to a
@@ -18,7 +20,7 @@ type recorder struct {
 	wrong []int // calls that were not the predicted ones
 }
 
-func (r *recorder) Weights(u int) ([]float32, error) {
+func (r *recorder) Weights(u int) (tensor.Buf, error) {
 	if len(r.calls) > 0 && r.guess != u {
 		r.wrong = append(r.wrong, len(r.calls))
 	}
@@ -49,14 +51,15 @@ func TestPredictorFollowsTheModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &recorder{FlatParams: fp, pred: newPredictor(cfg.WeightOrder()), guess: -1}
-	b := model.Batch{Inputs: make([]int32, 4), Targets: make([]int32, 4)}
 	const accum = 3
+	train, eval := pt.WholeOrder(cfg, accum)
+	r := &recorder{FlatParams: fp, pred: newPredictor(Order{Train: train, Eval: eval}), guess: -1}
+	b := model.Batch{Inputs: make([]int32, 4), Targets: make([]int32, 4)}
 	var expectMiss []int // indices of calls with no history
 	for step := 0; step < 2; step++ {
 		expectMiss = append(expectMiss, len(r.calls))
+		r.pred.beginStep()
 		for m := 0; m < accum; m++ {
-			r.pred.beginMicro(m, accum)
 			if _, err := gpt.Forward(r, st, b); err != nil {
 				t.Fatal(err)
 			}

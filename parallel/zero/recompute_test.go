@@ -36,10 +36,11 @@ func TestPredictorUnderRecompute(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := &recorder{FlatParams: fp, pred: newPredictor(cfg.WeightOrder()), guess: -1}
+		train, eval := pt.WholeOrder(cfg, 2)
+		r := &recorder{FlatParams: fp, pred: newPredictor(Order{Train: train, Eval: eval}), guess: -1}
 		b := model.Batch{Inputs: make([]int32, 4), Targets: make([]int32, 4)}
-		for m := range 2 {
-			r.pred.beginMicro(m, 2)
+		r.pred.beginStep()
+		for range 2 {
 			if _, err := gpt.Forward(r, st, b); err != nil {
 				t.Fatal(err)
 			}
@@ -73,8 +74,8 @@ func TestRecomputeGathersUnderStage3(t *testing.T) {
 		t.Run(fmt.Sprint(rc), func(t *testing.T) {
 			c := Config{Model: cfg, Stage: 3, Prefetch: true, Overlap: true}
 			var rank0 *Strategy
-			build := func(world comm.Group, dev *device.Device, k *ops.Kernels) (pt.Strategy, error) {
-				st, err := build(c)(world, dev, k)
+			build := func(world comm.Group, dev *device.Device, k ops.Backend, accum int) (pt.Strategy, error) {
+				st, err := build(c)(world, dev, k, accum)
 				if s, ok := st.(*Strategy); ok && world.Rank() == 0 {
 					rank0 = s
 				}

@@ -6,87 +6,168 @@ import (
 
 	"trellis/checkpoint"
 	"trellis/comm"
+	"trellis/model"
 	"trellis/optim"
+	"trellis/parallel"
 	"trellis/parallel/flat"
+	"trellis/tensor"
 )
 
-// Update clips the gradients to global norm maxNorm and applies AdamW to
-// this rank's chunks; under stages 1 and 2 it then issues the all-gather
-// of the updated chunks (waited for at each bucket's next use). It
-// returns the global norm before clipping:
-//
-//	‖g‖ = √(Σ_ranks Σ_buckets ‖own chunk‖²)
-func (s *Strategy) Update(lr, maxNorm float64) (float64, error) {
-	if s.cfg.Stage == 3 {
-		if err := s.dropGathered(); err != nil {
-			return 0, err
-		}
-	}
-	norm, err := s.globalNorm()
-	if err != nil {
-		return 0, err
-	}
-	scale := optim.ClipScale(norm, maxNorm)
-	for i := range s.bk {
-		s.bk[i].opt.Step(lr, scale)
-	}
-	s.publish()
-	return norm, nil
+var _ parallel.Strategy = (*Strategy)(nil)
+
+// fullWeights says whether the rank holds every fp32 weight of its layout
+// (stage 0; stages 1, 2 in fp32), else only its chunks.
+func (s *Strategy) fullWeights() bool {
+	return s.cfg.Stage == 0 || (s.cfg.Stage < 3 && !s.mixed())
 }
 
-// globalNorm sums the squares of the own gradient chunks and adds the
-// partials over the ranks. The float64 partial travels as two float32s,
+// Init writes the initial weights of what this rank holds (every weight,
+// or its chunks), the values a single device has, from a seed or given
+// global weights; under a mixed policy their rounding follows.
+func (s *Strategy) Init(in model.Init) error {
+	for i := range s.bk {
+		b := &s.bk[i]
+		var err error
+		if s.fullWeights() {
+			all := s.w.Data[b.POffset : b.POffset+b.Len]
+			err = model.InitLocal(s.cfg.Model, s.cfg.Layout, in, all, b.Offset)
+		} else {
+			err = model.InitLocal(s.cfg.Model, s.cfg.Layout, in, b.p[:b.valid], b.lo)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	s.publish()
+	return nil
+}
+
+// Update clips, applies AdamW to this rank's chunks and publishes the
+// weights (see parallel.Strategy). The global norm is
+//
+//	‖g‖ = √(Σ over the groups of every rank's Σ_own chunks ‖g_counted‖²)
+func (s *Strategy) Update(u parallel.Update) (parallel.Updated, error) {
+	if s.cfg.Stage == 3 {
+		if err := s.dropGathered(); err != nil {
+			return parallel.Updated{}, err
+		}
+	}
+	n, err := s.globalNorm()
+	if err != nil {
+		return parallel.Updated{}, err
+	}
+	var out parallel.Updated
+	scale := 0.0
+	if u.InvScale > 0 {
+		var skip bool
+		if out.Norm, scale, skip = optim.ScaledClip(n, u.Clip, u.InvScale); skip {
+			out.Skipped = true
+			return out, nil
+		}
+	} else {
+		out.Norm, scale = n, optim.ClipScale(n, u.Clip)
+	}
+	for _, r := range s.runs {
+		r.opt.Step(u.LR, scale)
+	}
+	s.publish()
+	return out, nil
+}
+
+// publish makes the updated weights usable: under a mixed policy stage 0
+// rounds its masters into the Param-dtype copy; stages 1 and 2 start the
+// all-gather of the updated chunks (waited for at each bucket's next
+// use) — fp32, or their roundings under a mixed policy (the bits travel
+// as a bf16 payload: an all-gather does no arithmetic).
+func (s *Strategy) publish() {
+	switch {
+	case s.cfg.Stage == 3:
+		return
+	case s.cfg.Stage == 0:
+		if s.mixed() {
+			s.cfg.Kernels.Encode(s.wh.Buf(), s.w.Data)
+		}
+		return
+	}
+	for i := range s.bk {
+		b := &s.bk[i]
+		if !s.mixed() {
+			b.ag = s.track.Watch(s.cfg.Params.AllGather(comm.F32(b.full), comm.F32(b.p)), nil)
+			continue
+		}
+		c := b.Chunk()
+		own := s.wh.Buf().Slice(b.POffset+s.r*c, b.POffset+(s.r+1)*c)
+		s.cfg.Kernels.Encode(own, b.p)
+		b.ag = s.track.Watch(s.cfg.Params.AllGather(comm.BF16(tensor.BF16View(b.half)), comm.BF16(tensor.BF16View(own.Bits()))), nil)
+	}
+}
+
+// globalNorm sums the squares of the own counted gradients and adds the
+// partials over the groups. A rank that holds the whole model sums each
+// chunk at once; one with a part of it, each tensor's share (its copies
+// and padding left out). Each float64 partial travels as two float32s,
 // hi = fl32(x) and lo = fl32(x − hi), so the conversion loses nothing the
 // fp32 sum over ranks keeps.
 func (s *Strategy) globalNorm() (float64, error) {
 	var sq float64
-	var err error
-	for i := range s.bk {
-		b := &s.bk[i]
-		if s.cfg.Part.Split() {
-			sq += flat.SumSquares(s.tensors, b.lo, b.g[:b.valid])
-		} else {
-			sq += optim.SumSquares(b.g[:b.valid])
+	sum := func(lo int, g []float32) float64 {
+		if s.whole {
+			return optim.SumSquares(g)
+		}
+		return flat.SumSquares(s.tensors, lo, g)
+	}
+	if s.cfg.Stage == 0 {
+		sq = sum(0, s.g.Data[:s.bl.Size])
+	} else {
+		for i := range s.bk {
+			b := &s.bk[i]
+			sq += sum(b.lo, b.g[:b.valid])
 		}
 	}
-	if s.n > 1 {
+	groups := s.cfg.NormGroups
+	if s.cfg.Stage > 0 && s.n > 1 {
+		groups = append([]comm.Group{s.cfg.Grads}, groups...)
+	}
+	for _, g := range groups {
+		if g == nil || g.Size() == 1 {
+			continue
+		}
 		hi := float32(sq)
 		buf := []float32{hi, float32(sq - float64(hi))}
-		op := s.track.Watch(s.cfg.Grads.AllReduce(comm.F32(buf), comm.Sum), nil)
+		op := s.track.Watch(g.AllReduce(comm.F32(buf), comm.Sum), nil)
 		if err := op.Wait(); err != nil {
 			return 0, fmt.Errorf("zero: gradient norm: %w", err)
 		}
 		sq = float64(buf[0]) + float64(buf[1])
 	}
-	if s.cfg.ReduceNorm != nil {
-		if sq, err = s.cfg.ReduceNorm(sq); err != nil {
-			return 0, fmt.Errorf("zero: gradient norm: %w", err)
-		}
-	}
 	return math.Sqrt(sq), nil
 }
 
-// Shards is this rank's part of the state: the parameters, first and
-// second moments of its own chunks (disjoint across ranks; together they
-// cover every tensor once).
+// Shards is this rank's part of the state: the fp32 (master) weights and
+// the two moments of its own chunks (stage 0: everything, written by the
+// group's first rank alone); copies are left to the rank that counts them.
 func (s *Strategy) Shards() ([]checkpoint.Shard, error) {
-	var out []checkpoint.Shard
+	if s.cfg.Stage == 0 && s.r != 0 {
+		return []checkpoint.Shard{}, nil
+	}
 	for i := range s.bk {
-		b := &s.bk[i]
-		if err := s.waitGather(b); err != nil {
+		if err := s.waitGather(&s.bk[i]); err != nil {
 			return nil, err
 		}
-		st := b.opt.State()
-		out = append(out, flat.Shards(s.tensors, "", b.lo, b.p[:b.valid])...)
-		out = append(out, flat.Shards(s.tensors, "optim.m.", b.lo, st.M)...)
-		out = append(out, flat.Shards(s.tensors, "optim.v.", b.lo, st.V)...)
+	}
+	out := []checkpoint.Shard{}
+	for _, r := range s.runs {
+		st := r.opt.State()
+		out = append(out, flat.Shards(s.tensors, "", r.lo, r.p)...)
+		out = append(out, flat.Shards(s.tensors, "optim.m.", r.lo, st.M)...)
+		out = append(out, flat.Shards(s.tensors, "optim.v.", r.lo, st.V)...)
 	}
 	return out, nil
 }
 
 // Restore loads what this rank holds from a checkpoint written under any
-// plan: every weight (stages 1, 2) or its chunks (3, and 1, 2 with Half,
-// whose 16-bit weights are then gathered), and the moments of its chunks.
+// plan: every weight or its chunks, and the moments of its chunks; the
+// weights are then published as after an update.
 func (s *Strategy) Restore(c *checkpoint.Checkpoint, optSteps int) error {
 	if err := s.dropGathered(); err != nil {
 		return err
@@ -97,26 +178,28 @@ func (s *Strategy) Restore(c *checkpoint.Checkpoint, optSteps int) error {
 			return err
 		}
 		var err error
-		if s.cfg.Stage < 3 && !s.half() {
-			err = flat.Read(c, s.tensors, "", b.Offset, b.full[:b.Len])
+		if s.fullWeights() {
+			err = flat.Read(c, s.tensors, "", b.Offset, s.w.Data[b.POffset:b.POffset+b.Len])
 		} else {
 			err = flat.Read(c, s.tensors, "", b.lo, b.p[:b.valid])
 		}
 		if err != nil {
 			return err
 		}
-		m, v := make([]float32, b.valid), make([]float32, b.valid)
-		if err := flat.Read(c, s.tensors, "optim.m.", b.lo, m); err != nil {
+	}
+	for _, r := range s.runs {
+		m, v := make([]float32, len(r.p)), make([]float32, len(r.p))
+		if err := flat.Read(c, s.tensors, "optim.m.", r.lo, m); err != nil {
 			return err
 		}
-		if err := flat.Read(c, s.tensors, "optim.v.", b.lo, v); err != nil {
+		if err := flat.Read(c, s.tensors, "optim.v.", r.lo, v); err != nil {
 			return err
 		}
-		if err := b.opt.Restore(optim.State{Step: optSteps, M: m, V: v}); err != nil {
+		if err := r.opt.Restore(optim.State{Step: optSteps, M: m, V: v}); err != nil {
 			return err
 		}
 	}
-	if s.half() {
+	if s.mixed() {
 		s.publish()
 	}
 	return nil

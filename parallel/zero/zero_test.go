@@ -14,20 +14,27 @@ import (
 	pt "trellis/parallel/dptest"
 )
 
-// build returns a builder of ZeRO strategies with their own gradient and
-// parameter groups over the whole world.
+// build returns a builder of strategies over the whole model with their
+// own gradient and parameter groups over the whole world.
 func build(c Config) pt.Builder {
-	return func(world comm.Group, dev *device.Device, k *ops.Kernels) (pt.Strategy, error) {
+	return func(world comm.Group, dev *device.Device, k ops.Backend, accum int) (pt.Strategy, error) {
 		g, p, err := pt.Groups(world)
 		if err != nil {
 			return nil, err
 		}
 		rc := c // per rank: c is shared by the ranks' goroutines
-		rc.Grads, rc.Params, rc.Device, rc.Kernels = g, p, dev, k
-		rc.Decay, rc.Hyper = pt.Decay(c.Model), pt.Hyper
+		rc.Grads, rc.Params, rc.Device, rc.Kernels, rc.Hyper = g, p, dev, k, pt.Hyper
+		if len(rc.Layout.Units) == 0 {
+			rc.Layout = c.Model.Layout()
+		}
+		rc.Order.Train, rc.Order.Eval = pt.WholeOrder(c.Model, accum)
 		return New(rc)
 	}
 }
+
+// reference is the single-device strategy every plan must match, for a
+// job of one rank: stage 0 over a group of one.
+func reference() pt.Builder { return build(Config{Model: pt.Tiny}) }
 
 // Every stage on 1, 2 and 4 ranks, with and without gradient accumulation,
 // overlap and prefetch, with buckets of one unit, several units and the
@@ -35,10 +42,10 @@ func build(c Config) pt.Builder {
 // norms within 1e-5 relative, final weights and Adam moments too.
 func TestStagesMatchSingleDevice(t *testing.T) {
 	base := pt.Job{Model: pt.Tiny, Ranks: 1, MB: 2, Global: 8, Steps: 3, Clip: 0.5}
-	ref := base.Run(t, pt.Reference(pt.Tiny))
+	ref := base.Run(t, reference())
 	buckets := []int{0, 900, 1 << 20}
 	i := 0
-	for stage := 1; stage <= 3; stage++ {
+	for stage := 0; stage <= 3; stage++ {
 		for _, ranks := range []int{1, 2, 4} {
 			for _, mb := range []int{2, 1} { // accumulation: global/(ranks·mb) micro-batches
 				i++
@@ -102,18 +109,21 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other[0].Close()
-	good := Config{Model: pt.Tiny, Stage: 2, Grads: world[0], Params: world[0], Device: device.New(device.Config{})}
+	k, _ := ops.New(ops.Config{Threads: 1})
+	good := Config{Model: pt.Tiny, Layout: pt.Tiny.Layout(), Stage: 2, Grads: world[0], Params: world[0], Device: device.New(device.Config{}), Kernels: k}
 	cases := []struct {
 		edit func(*Config)
 		want string
 	}{
-		{func(c *Config) { c.Stage = 0 }, "stage=0"},
+		{func(c *Config) { c.Stage = -1 }, "stage=-1"},
 		{func(c *Config) { c.Stage = 4 }, "stage=4"},
 		{func(c *Config) { c.Params = nil }, "Params must be set"},
 		{func(c *Config) { c.Params = other[0] }, "differ"},
 		{func(c *Config) { c.Device = nil }, "Device is nil"},
 		{func(c *Config) { c.BucketElems = -2 }, "BucketElems=-2"},
-		{func(c *Config) { c.Model.Layers = 0 }, "layers"},
+		{func(c *Config) { c.Layout = Config{}.Layout }, "no units"},
+		{func(c *Config) { c.Kernels = nil }, "Kernels is nil"},
+		{func(c *Config) { c.Tied = world[0] }, "go together"},
 	}
 	for _, c := range cases {
 		cfg := good
@@ -122,7 +132,7 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("error %v, want one mentioning %q", err, c.want)
 		}
 	}
-	if _, err := (Shape{Model: pt.Tiny, Stage: 3, Ranks: 2, Rank: 2}).Memory(); err == nil {
+	if _, err := (Shape{Layout: pt.Tiny.Layout(), Stage: 3, Ranks: 2, Rank: 2}).Memory(); err == nil {
 		t.Errorf("Shape with rank 2 of 2 accepted")
 	}
 }

@@ -1,0 +1,38 @@
+package plan
+
+import "fmt"
+
+// EngineRefusals is the one table of what the Trellis engine (trellis
+// train) runs: one line per rule that model m under plan p breaks, naming
+// the keys and the rule; none when the engine runs it. The engine's job
+// check refuses a plan with these lines, and the planner's engineRuns —
+// whether a plan on a cluster of engine ranks (engine_stash) is costed
+// with the engine's own memory formulas and may be recommended there —
+// is this table's verdict, so the two cannot drift.
+//
+// The engine composes every mechanism with every other: dp with ZeRO 0–3
+// and any pp schedule (gpipe, 1f1b, interleaved, zb-h1), tp ± sp with
+// every schedule, recomputation none/selective/full, flash on or off,
+// fp32, bf16 and fp16. Shape rules (tp dividing the heads, layers for
+// every pipeline stage, micro-batch counts for a schedule) are the
+// model's and the schedule's, checked where the shapes are known.
+//
+// Not run yet:
+//
+//	model        other than a GPT-2 block (LayerNorm, GELU MLP of 4·hidden,
+//	             one key/value head per head, a tied head)
+//	precision    fp8
+//	cp           context parallelism
+func EngineRefusals(m Model, p Plan) []string {
+	var out []string
+	if m.Family != GPT || m.gated() || m.KVHeads != m.Heads || m.FFN != 4*m.Hidden || !m.Tied {
+		out = append(out, fmt.Sprintf("model %s: the engine runs GPT-2 blocks (LayerNorm, a GELU MLP of 4·hidden, one key/value head per head, the head tied to the embedding)", m.Name))
+	}
+	if p.Precision != FP32 && p.Precision != BF16 && p.Precision != FP16 {
+		out = append(out, fmt.Sprintf("precision=%s: the engine computes in fp32, bf16 or fp16", p.Precision))
+	}
+	if p.CP != 1 {
+		out = append(out, fmt.Sprintf("cp=%d: the engine does not implement context parallelism", p.CP))
+	}
+	return out
+}

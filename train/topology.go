@@ -1,0 +1,182 @@
+package train
+
+import (
+	"fmt"
+
+	"trellis/comm"
+	"trellis/mesh"
+	"trellis/model"
+	"trellis/parallel/pp"
+	"trellis/parallel/tp"
+	"trellis/plan"
+)
+
+// topology is a rank's place in the plan's mesh and every group it
+// computes with, built once from (plan, mesh, world):
+//
+//	tp     the tensor-parallel group (the mesh's fastest axis): the model's
+//	       f/g collectives and the gradient norm's last sum
+//	grads  the reduction group of the rank's parameters (the dp axis):
+//	params its twin for ZeRO's parameter gathers (its own queue)
+//	pipe   the pipeline's ranks (the pp axis): the gradient norm's sum
+//	link   the pipeline's point-to-point group (activations and gradients)
+//	tied   the first and last stage (pp > 1): the tied embedding's gradient
+//
+// A group of one rank is a real group of size one (no traffic), so the
+// strategies and the model need no special case for an axis of degree 1.
+type topology struct {
+	mesh   *mesh.Mesh
+	coords mesh.Coord
+	part   model.Part // the piece of every layer this rank computes
+	dp     int        // this rank's index along the dp axis: the data it reads
+	layout pp.Layout  // the pipeline stage's blocks and units
+
+	tp            *tp.Comm // the model's view of the tensor-parallel group (nil: tp=1)
+	tpGroup       comm.Group
+	grads, params comm.Group
+	pipe          comm.Group
+	tied          comm.Group // nil unless this rank is the pipeline's first or last stage with pp > 1
+	link          *pp.P2PLink
+	closers       []comm.Group
+}
+
+// newTopology makes the rank's groups. Every rank of the world calls it
+// with the same plan, so each group is made by all of its ranks in the
+// same order.
+func newTopology(world comm.Group, m model.Config, p plan.Plan) (*topology, error) {
+	ms, err := mesh.New(mesh.Config{PP: p.PP, DP: p.DP, CP: p.CP, TP: p.TP, Order: p.Order, World: world.Size()})
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	id := world.Rank()
+	t := &topology{mesh: ms}
+	if t.coords, err = ms.Coords(id); err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	t.dp = t.coords.Get(mesh.DP)
+	group := func(prefix string, axes ...mesh.Axis) (comm.Group, error) {
+		ranks, err := ms.Group(id, axes...)
+		if err != nil {
+			return nil, fmt.Errorf("train: %w", err)
+		}
+		g, err := world.NewGroup(prefix+ms.GroupName(axes...), ranks)
+		if err != nil {
+			return nil, fmt.Errorf("train: %w", err)
+		}
+		t.closers = append(t.closers, g)
+		return g, nil
+	}
+	fail := func(err error) (*topology, error) {
+		t.close()
+		return nil, err
+	}
+	if p.TP > 1 {
+		if t.tpGroup, err = group("tp.", mesh.TP); err != nil {
+			return fail(err)
+		}
+		if t.tp, err = tp.New(t.tpGroup); err != nil {
+			return fail(err)
+		}
+		t.part = t.tp.Part(p.SP)
+	}
+	if t.grads, err = group("grad.", mesh.DP); err != nil {
+		return fail(err)
+	}
+	if t.params, err = group("param.", mesh.DP); err != nil {
+		return fail(err)
+	}
+	me := t.coords.Get(mesh.PP)
+	if t.layout, err = pp.NewLayout(m, p.PP, p.VPP, me); err != nil {
+		return fail(err)
+	}
+	if p.PP > 1 {
+		if t.pipe, err = group("pipe.", mesh.PP); err != nil {
+			return fail(err)
+		}
+		ranks, _ := ms.Group(id, mesh.PP)
+		if me == 0 || me == p.PP-1 {
+			g, err := world.NewGroup(fmt.Sprintf("pp.tied.%d-%d", ranks[0], ranks[p.PP-1]), []int{ranks[0], ranks[p.PP-1]})
+			if err != nil {
+				return fail(fmt.Errorf("train: %w", err))
+			}
+			t.tied = g
+			t.closers = append(t.closers, g)
+		}
+		if t.link, err = pp.NewP2PLink(world, ms.GroupName(mesh.PP), ranks, me, p.VPP); err != nil {
+			return fail(err)
+		}
+	}
+	return t, nil
+}
+
+// normGroups are the groups the gradient norm's partial is summed over
+// after the reduction group: the pipeline's, then the tensor-parallel one.
+func (t *topology) normGroups() []comm.Group {
+	var gs []comm.Group
+	if t.pipe != nil {
+		gs = append(gs, t.pipe)
+	}
+	if t.tpGroup != nil {
+		gs = append(gs, t.tpGroup)
+	}
+	return gs
+}
+
+// tpComm is the model's view of the tensor-parallel group (nil: none).
+func (t *topology) tpComm() model.TPComm {
+	if t.tp == nil {
+		return nil
+	}
+	return t.tp
+}
+
+// tpStats is the tensor-parallel group's accounting (zero without one).
+func (t *topology) tpStats() comm.Stats {
+	if t.tpGroup == nil {
+		return comm.Stats{}
+	}
+	return t.tpGroup.Stats()
+}
+
+// close closes every group the topology made.
+func (t *topology) close() {
+	if t.link != nil {
+		t.link.Close()
+	}
+	for _, g := range t.closers {
+		g.Close()
+	}
+}
+
+// checkTP rejects, before anything starts, a tensor-parallel plan the model
+// or the devices cannot run: one line per broken rule, naming the numbers.
+func checkTP(j Job, p plan.Plan) error {
+	if j.Parallel.Devices != 0 && p.TP > j.Parallel.Devices {
+		return fmt.Errorf("parallel.plan: tp=%d is larger than parallel.devices=%d", p.TP, j.Parallel.Devices)
+	}
+	if p.TP > 1 || p.SP {
+		if err := (model.Part{TP: p.TP, SP: p.SP}).Validate(j.Model); err != nil {
+			return fmt.Errorf("parallel.plan: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkPipeline rejects a pipeline the engine cannot run, before any rank
+// starts: the schedule's rules (pp.Config.Validate) and a stage without a
+// layer.
+func checkPipeline(j Job, p plan.Plan, accum int) error {
+	if p.PP == 1 {
+		return nil
+	}
+	if _, err := pp.Build(pp.Config{Kind: pp.Kind(p.Schedule), PP: p.PP, VPP: p.VPP, Micro: accum}); err != nil {
+		return fmt.Errorf("parallel.plan: %w (micro-batches = train.global_batch / (dp × train.micro_batch) = %d)", err, accum)
+	}
+	if _, err := plan.ChunkLayers(j.Model.Layers, p.PP, p.VPP); err != nil {
+		return fmt.Errorf("model.%w", err)
+	}
+	if p.ZeRO >= 2 && !j.Parallel.Overlap {
+		return fmt.Errorf("parallel.overlap=false with pp=%d and zero=%d: a pipeline's ZeRO-2/3 reduces each bucket as its backward completes (the stage's backward passes interleave micro-batches); set parallel.overlap=true", p.PP, p.ZeRO)
+	}
+	return nil
+}
