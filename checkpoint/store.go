@@ -83,6 +83,12 @@ func (s *Store) Commit(m Manifest) (string, error) {
 	if m.Meta != nil && !json.Valid(m.Meta) {
 		return "", errors.New("checkpoint: Manifest.Meta is not valid JSON")
 	}
+	// Checked at every save: the run that claimed the root still holds
+	// it (lock.go), so no second writer publishes, re-points latest or
+	// prunes.
+	if err := CheckHeld(s.cfg.Dir); err != nil {
+		return "", err
+	}
 	partial, final := s.partialDir(m.Step), s.StepDir(m.Step)
 	ix, err := buildIndex(partial, m)
 	if err != nil {

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"errors"
 	"fmt"
 	"html/template"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"trellis/plan"
 	"trellis/viz"
@@ -29,6 +31,13 @@ type ExplorerConfig struct {
 	Job      func(PlanInputs) (plan.Job, error)
 	Defaults PlanInputs
 	Log      *slog.Logger
+	// SearchTimeout bounds one page's searches (default 10s); Searches
+	// bounds the searches running at once (default 2), a request waiting
+	// for one at most SearchTimeout; Cache is how many pages' results are
+	// kept (default 64), so a reload or a shared link costs no search.
+	SearchTimeout time.Duration
+	Searches      int
+	Cache         int
 }
 
 // Explorer serves the plan explorer at GET /: a form (model, cluster,
@@ -40,12 +49,22 @@ func Explorer(cfg ExplorerConfig) http.Handler {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.SearchTimeout <= 0 {
+		cfg.SearchTimeout = 10 * time.Second
+	}
+	if cfg.Searches <= 0 {
+		cfg.Searches = 2
+	}
+	if cfg.Cache <= 0 {
+		cfg.Cache = 64
+	}
+	x := &searches{cfg: cfg, slots: make(chan struct{}, cfg.Searches), cache: map[PlanInputs]explored{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		in, err := inputsFrom(r.URL.Query(), cfg.Defaults)
 		page := viz.Page{Title: "trellis plan explorer", Header: form(in)}
 		if err == nil {
-			page.Status, page.Panels, err = explore(cfg, in)
+			page.Status, page.Panels, err = x.explore(r.Context(), in)
 		}
 		if err != nil {
 			page.Status = ""
@@ -135,8 +154,8 @@ func form(in PlanInputs) template.HTML {
 }
 
 // explore runs the search (and, with pinned keys, the unpinned one too) and
-// renders the panels.
-func explore(cfg ExplorerConfig, in PlanInputs) (string, []viz.Panel, error) {
+// renders the panels. stop ends the searches early (plan.ErrStopped).
+func explore(cfg ExplorerConfig, in PlanInputs, stop <-chan struct{}) (string, []viz.Panel, error) {
 	job, err := cfg.Job(in)
 	if err != nil {
 		return "", nil, err
@@ -145,7 +164,7 @@ func explore(cfg ExplorerConfig, in PlanInputs) (string, []viz.Panel, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("pinned: %w", err)
 	}
-	res, err := job.Search(plan.Options{Fix: fix, Top: in.Top})
+	res, err := job.Search(plan.Options{Fix: fix, Top: in.Top, Stop: stop})
 	if err != nil {
 		return "", nil, err
 	}
@@ -155,7 +174,10 @@ func explore(cfg ExplorerConfig, in PlanInputs) (string, []viz.Panel, error) {
 	}
 	ps := []viz.Panel{plansPanel(in, res), planMemoryPanel(res), planTimePanel(res)}
 	if in.Fix != "" {
-		free, err := job.Search(plan.Options{Top: 1})
+		free, err := job.Search(plan.Options{Top: 1, Stop: stop})
+		if errors.Is(err, plan.ErrStopped) {
+			return "", nil, err
+		}
 		if err == nil && len(free.Plans) > 0 {
 			ps = append(ps, pinnedPanel(in.Fix, res.Plans[0], free.Plans[0]))
 		}

@@ -25,6 +25,10 @@ type Config struct {
 	// MaxSteps bounds the steps kept in memory (default 1<<20); beyond it
 	// the oldest are dropped.
 	MaxSteps int
+	// MaxStreams bounds the browsers following the run at once (the
+	// event streams; default 128); beyond it a new one is refused with
+	// 503 and retries later.
+	MaxStreams int
 	// Title heads the page (default "trellis train").
 	Title string
 	Log   *slog.Logger
@@ -66,6 +70,9 @@ func New(cfg Config) *Hub {
 	}
 	if cfg.Title == "" {
 		cfg.Title = "trellis train"
+	}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = 128
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -129,17 +136,22 @@ func (h *Hub) Finish(status string) {
 }
 
 // subscribe returns a channel that receives a value after every change
-// (coalesced), and its cancel function.
-func (h *Hub) subscribe() (chan struct{}, func()) {
+// (coalesced), and its cancel function; ok is false when MaxStreams
+// browsers already follow the run.
+func (h *Hub) subscribe() (_ chan struct{}, cancel func(), ok bool) {
 	ch := make(chan struct{}, 1)
 	h.mu.Lock()
+	if len(h.subs) >= h.cfg.MaxStreams {
+		h.mu.Unlock()
+		return nil, nil, false
+	}
 	h.subs[ch] = struct{}{}
 	h.mu.Unlock()
 	return ch, func() {
 		h.mu.Lock()
 		delete(h.subs, ch)
 		h.mu.Unlock()
-	}
+	}, true
 }
 
 // snapshot copies what a frame needs; lines is an append-only prefix, so

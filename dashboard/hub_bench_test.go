@@ -9,7 +9,7 @@ import (
 func BenchmarkStep(b *testing.B) {
 	h := New(Config{})
 	for range 8 {
-		_, cancel := h.subscribe()
+		_, cancel, _ := h.subscribe()
 		defer cancel()
 	}
 	l := line(1)

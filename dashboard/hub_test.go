@@ -27,7 +27,7 @@ func line(step int) []byte {
 // does not hold up Step; the wake-ups coalesce into one.
 func TestPublishNeverBlocks(t *testing.T) {
 	h := New(Config{})
-	wake, cancel := h.subscribe()
+	wake, cancel, _ := h.subscribe()
 	defer cancel()
 	for i := 1; i <= 10000; i++ {
 		h.Step(line(i))

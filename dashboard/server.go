@@ -62,7 +62,12 @@ func (h *Hub) events(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
-	wake, cancel := h.subscribe()
+	wake, cancel, ok := h.subscribe()
+	if !ok {
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, fmt.Sprintf("%d browsers already follow this run", h.cfg.MaxStreams), http.StatusServiceUnavailable)
+		return
+	}
 	defer cancel()
 	last := r.Header.Get("Last-Event-ID")
 	if last == "" {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"trellis/internal/bounded"
 	"trellis/model"
 	"trellis/safetensors"
 )
@@ -105,7 +106,7 @@ func ReadConfig(path string) (model.Config, string, error) {
 	if st, err := os.Stat(path); err == nil && !st.IsDir() {
 		dir, weights = filepath.Dir(path), path
 	}
-	cb, err := os.ReadFile(filepath.Join(dir, ConfigFile))
+	cb, err := bounded.ReadFile(filepath.Join(dir, ConfigFile), bounded.Config, "Hugging Face config.json")
 	if err != nil {
 		return model.Config{}, "", fmt.Errorf("hf: %w (a Hugging Face model needs its config.json beside %s)", err, filepath.Base(weights))
 	}

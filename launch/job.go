@@ -92,7 +92,7 @@ func (j *Job) startWorker(lr int, out, errw *lineWriter) (*worker, error) {
 			if c.Watch != nil {
 				watch = func(line string) { c.Watch(w.rank, line) }
 			}
-			copyLines(r, prefix, to, w.tail, watch)
+			copyLines(r, prefix, to, w.tail, watch, c.MaxLine)
 		}()
 		return wr, nil
 	}

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"trellis/comm/tcp"
+	"trellis/internal/checked"
 )
 
 // Defaults for zero Config fields.
@@ -36,13 +37,33 @@ const (
 	DefaultStopGrace      = 5 * time.Second
 	DefaultInterruptGrace = 5 * time.Minute
 	DefaultTailLines      = 20
+	// DefaultMaxProcs caps --nproc-per-node (MaxProcs): a node has at most
+	// a few hundred cores or a handful of accelerators; 99999 workers
+	// would fork for a minute before the first fails. Raise it with
+	// --max-nproc-per-node.
+	DefaultMaxProcs = 1024
+	// DefaultMaxLine caps one line of a worker's output (MaxLine): longer
+	// lines are cut, saying how many bytes were dropped, so that a worker
+	// writing a 200 MB line costs the launcher no more than this.
+	DefaultMaxLine = 64 << 10
+	// MaxWorld bounds the job's workers, --nnodes × --nproc-per-node.
+	MaxWorld = 1 << 20
+	// tailLineBytes caps each of the last lines a failure report repeats.
+	tailLineBytes = 2 << 10
 )
 
-// Config describes the workers of one node.
+// Config describes the workers of one node. The fields are trellis
+// launch's flags, and Validate's errors name them so.
 type Config struct {
-	NProcPerNode int // workers on this node
-	NNodes       int // nodes in the job (0 means 1)
-	NodeRank     int // this node, 0 ≤ NodeRank < NNodes
+	NProcPerNode int // --nproc-per-node: workers on this node
+	NNodes       int // --nnodes: nodes in the job (0 means 1)
+	NodeRank     int // --node-rank: this node, 0 ≤ NodeRank < NNodes
+	// MaxProcs (--max-nproc-per-node) caps NProcPerNode; 0 means
+	// DefaultMaxProcs.
+	MaxProcs int
+	// MaxLine caps one line of a worker's output, in bytes; 0 means
+	// DefaultMaxLine.
+	MaxLine int
 
 	// MasterAddr and MasterPort locate rank 0's rendezvous store. On one
 	// node they default to 127.0.0.1 and a free port; several nodes must
@@ -70,26 +91,56 @@ type Config struct {
 	Watch func(rank int, line string)
 }
 
-// Validate names the first field that breaks its rule.
+// Validate names the first flag that breaks its rule. It runs before
+// anything is allocated or started.
 func (c Config) Validate() error {
+	if err := c.checkCounts(); err != nil {
+		return err
+	}
 	nn := max(c.NNodes, 1)
 	switch {
-	case c.NProcPerNode < 1:
-		return fmt.Errorf("launch: NProcPerNode=%d: must be at least 1", c.NProcPerNode)
-	case c.NNodes < 0:
-		return fmt.Errorf("launch: NNodes=%d: must be at least 1", c.NNodes)
 	case c.NodeRank < 0 || c.NodeRank >= nn:
-		return fmt.Errorf("launch: NodeRank=%d: must be in [0, NNodes=%d)", c.NodeRank, nn)
+		return fmt.Errorf("launch: --node-rank=%d: must be in [0, --nnodes=%d)", c.NodeRank, nn)
 	case c.MasterPort < 0 || c.MasterPort > 65535:
-		return fmt.Errorf("launch: MasterPort=%d: must be in [0, 65535]", c.MasterPort)
+		return fmt.Errorf("launch: --master-port=%d: must be in [0, 65535]", c.MasterPort)
 	case nn > 1 && c.MasterAddr == "":
-		return fmt.Errorf("launch: MasterAddr is empty: a job of %d nodes needs the host of node 0", nn)
+		return fmt.Errorf("launch: --master-addr is empty: a job of %d nodes needs the host of node 0", nn)
 	case nn > 1 && c.Token == "":
-		return fmt.Errorf("launch: Token is empty: the %d nodes of a job must share a job token (set %s or pass a token file)", nn, tcp.EnvToken)
+		return fmt.Errorf("launch: no job token: the %d nodes of a job must share one (set %s or pass --token-file)", nn, tcp.EnvToken)
 	case c.Program == "":
-		return fmt.Errorf("launch: Program is empty")
-	case c.StopGrace < 0 || c.TailLines < 0 || c.InterruptGrace < 0:
-		return fmt.Errorf("launch: StopGrace=%v, InterruptGrace=%v, TailLines=%d: must not be negative", c.StopGrace, c.InterruptGrace, c.TailLines)
+		return fmt.Errorf("launch: no program: give it after --")
+	case c.StopGrace < 0:
+		return fmt.Errorf("launch: --stop-grace=%v: must not be negative", c.StopGrace)
+	case c.InterruptGrace < 0:
+		return fmt.Errorf("launch: --interrupt-grace=%v: must not be negative", c.InterruptGrace)
+	case c.TailLines < 0:
+		return fmt.Errorf("launch: TailLines=%d (the lines a failure report repeats): must not be negative", c.TailLines)
+	case c.MaxLine < 0:
+		return fmt.Errorf("launch: MaxLine=%d (bytes of one output line): must not be negative", c.MaxLine)
+	}
+	return nil
+}
+
+// checkCounts checks the counts anything is sized by: the workers of this
+// node (at most MaxProcs) and of the job (a checked product).
+func (c Config) checkCounts() error {
+	nn := max(c.NNodes, 1)
+	maxProcs := c.MaxProcs
+	if maxProcs == 0 {
+		maxProcs = DefaultMaxProcs
+	}
+	world, ok := checked.Ints(nn, c.NProcPerNode)
+	switch {
+	case c.MaxProcs < 0:
+		return fmt.Errorf("launch: --max-nproc-per-node=%d: must be at least 1 (0: the default, %d)", c.MaxProcs, DefaultMaxProcs)
+	case c.NProcPerNode < 1:
+		return fmt.Errorf("launch: --nproc-per-node=%d: must be at least 1", c.NProcPerNode)
+	case c.NProcPerNode > maxProcs:
+		return fmt.Errorf("launch: --nproc-per-node=%d: more than %d workers on one node (raise --max-nproc-per-node if this node really runs that many)", c.NProcPerNode, maxProcs)
+	case c.NNodes < 0:
+		return fmt.Errorf("launch: --nnodes=%d: must be at least 1", c.NNodes)
+	case !ok || world > MaxWorld:
+		return fmt.Errorf("launch: --nnodes=%d × --nproc-per-node=%d: more than %d workers in the job", nn, c.NProcPerNode, MaxWorld)
 	}
 	return nil
 }
@@ -131,6 +182,9 @@ func (c Config) resolve() (Config, error) {
 	}
 	if c.TailLines == 0 {
 		c.TailLines = DefaultTailLines
+	}
+	if c.MaxLine == 0 {
+		c.MaxLine = DefaultMaxLine
 	}
 	return c, nil
 }

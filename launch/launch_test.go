@@ -163,13 +163,13 @@ func TestConfigValidate(t *testing.T) {
 		edit func(*Config)
 		want string
 	}{
-		{func(c *Config) { c.NProcPerNode = 0 }, "NProcPerNode"},
-		{func(c *Config) { c.NNodes, c.NodeRank = 2, 2 }, "NodeRank"},
-		{func(c *Config) { c.NNodes, c.Token = 2, "t" }, "MasterAddr"},
-		{func(c *Config) { c.NNodes, c.MasterAddr = 2, "h" }, "Token"},
-		{func(c *Config) { c.Program = "" }, "Program"},
-		{func(c *Config) { c.MasterPort = 70000 }, "MasterPort"},
-		{func(c *Config) { c.StopGrace = -1 }, "StopGrace"},
+		{func(c *Config) { c.NProcPerNode = 0 }, "--nproc-per-node"},
+		{func(c *Config) { c.NNodes, c.NodeRank = 2, 2 }, "--node-rank"},
+		{func(c *Config) { c.NNodes, c.Token = 2, "t" }, "--master-addr"},
+		{func(c *Config) { c.NNodes, c.MasterAddr = 2, "h" }, "job token"},
+		{func(c *Config) { c.Program = "" }, "program"},
+		{func(c *Config) { c.MasterPort = 70000 }, "--master-port"},
+		{func(c *Config) { c.StopGrace = -1 }, "--stop-grace"},
 	} {
 		cfg := ok
 		c.edit(&cfg)

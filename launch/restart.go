@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"trellis/internal/bounded"
 )
 
 // Restarts configures RunRestarting: how often a failed job is started
@@ -69,6 +71,9 @@ var stepLine = regexp.MustCompile(`\bmsg=step step=(\d+)\b`)
 // worker that exits with ExitConfig ends the job (its reason is in its
 // last lines).
 func RunRestarting(ctx context.Context, cfg Config, r Restarts) error {
+	if err := cfg.checkCounts(); err != nil { // before anything is sized by them
+		return err
+	}
 	if r.Max < 0 {
 		return fmt.Errorf("launch: --max-restarts=%d must be >= 0", r.Max)
 	}
@@ -179,7 +184,7 @@ func redone(from, reached int) string {
 
 // latestStep reads root's latest file: the step and its directory.
 func latestStep(root string) (int, string, bool) {
-	b, err := os.ReadFile(filepath.Join(root, "latest"))
+	b, err := bounded.ReadFile(filepath.Join(root, "latest"), 4096, "latest file")
 	if err != nil {
 		return 0, "", false
 	}

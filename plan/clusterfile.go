@@ -177,7 +177,7 @@ func (f clusterFile) build() (Cluster, error) {
 func pick(vals ...string) string {
 	for _, v := range vals {
 		if v != "" {
-			return v
+			return printable(v) // a file's name reaches the terminal
 		}
 	}
 	return ""

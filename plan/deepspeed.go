@@ -142,7 +142,7 @@ func (j Job) importDeepSpeed(text string, rest Fix) (Imported, error) {
 	}
 	if len(other) > 0 {
 		sort.Strings(other)
-		notes = append(notes, "not read (no effect on the plan's cost in the planner's model): "+strings.Join(other, ", "))
+		notes = append(notes, "not read (no effect on the plan's cost in the planner's model): "+strings.Join(printables(other), ", "))
 	}
 	p := Default()
 	for _, k := range Keys() {
@@ -150,10 +150,11 @@ func (j Job) importDeepSpeed(text string, rest Fix) (Imported, error) {
 			_ = p.Set(k, rest.plan.Get(k)) // the value came from a valid plan
 		}
 	}
-	if p.TP*p.PP*p.CP < 1 || j.Devices%(p.TP*p.PP*p.CP) != 0 {
+	n, ok := product(j.Devices, p.TP, p.PP, p.CP)
+	if !ok || j.Devices%n != 0 {
 		return Imported{}, fmt.Errorf("plan: deepspeed: tp·pp·cp = %d·%d·%d from --fix does not divide the %d devices", p.TP, p.PP, p.CP, j.Devices)
 	}
-	p.DP = j.Devices / (p.TP * p.PP * p.CP)
+	p.DP = j.Devices / n
 	if rest.Pinned("dp") && rest.plan.DP != p.DP {
 		return Imported{}, fmt.Errorf("plan: deepspeed: --fix dp=%d, but the devices over tp·pp·cp give dp=%d", rest.plan.DP, p.DP)
 	}
@@ -184,23 +185,47 @@ func (j Job) importDeepSpeed(text string, rest Fix) (Imported, error) {
 	return im, nil
 }
 
-// dsBatch reads the batch keys: any two determine the third (DeepSpeed's
-// rule train_batch_size = micro · accumulation · dp).
+// dsBatch reads the batch keys as DeepSpeed does (its config's
+// _set_batch_related_parameters): any two determine the third by
+// train_batch_size = micro · accumulation · dp, and one alone takes
+// gradient_accumulation_steps = 1 (DeepSpeed's default). Every count is
+// bounded, so that no product overflows.
 func dsBatch(c dsConfig, p *Plan) (Imported, error) {
 	dp := p.DP
 	mbs, acc, gb := c.MicroBatch, c.GradAccum, c.TrainBatch
+	for _, k := range []struct {
+		key string
+		v   int
+	}{{"train_batch_size", gb}, {"train_micro_batch_size_per_gpu", mbs}, {"gradient_accumulation_steps", acc}} {
+		if k.v < 0 || k.v > MaxDevices {
+			return Imported{}, fmt.Errorf("plan: deepspeed: %s %d: want 0..%d (0 or absent: derived from the others)", k.key, k.v, MaxDevices)
+		}
+	}
 	switch {
 	case mbs > 0 && acc > 0 && gb == 0:
-		gb = mbs * acc * dp
+		gb = mul3(mbs, acc, dp)
 	case mbs == 0 && acc > 0 && gb > 0 && gb%(acc*dp) == 0:
 		mbs = gb / (acc * dp)
 	case mbs > 0 && acc == 0 && gb > 0:
 		acc = gb / (mbs * dp)
+	case mbs == 0 && acc == 0 && gb > 0 && gb%dp == 0:
+		mbs, acc = gb/dp, 1
+	case mbs > 0 && acc == 0 && gb == 0:
+		acc, gb = 1, mbs*dp
 	}
-	if mbs < 1 || acc < 1 || gb != mbs*acc*dp {
+	if mbs < 1 || acc < 1 || gb != mul3(mbs, acc, dp) {
 		return Imported{}, fmt.Errorf("plan: deepspeed: train_batch_size %d ≠ train_micro_batch_size_per_gpu %d × gradient_accumulation_steps %d × dp %d (dp = devices / (tp·pp·cp) with tp=%d, pp=%d, cp=%d: give the job's tp, pp, cp with --fix)",
 			c.TrainBatch, c.MicroBatch, c.GradAccum, dp, p.TP, p.PP, p.CP)
 	}
 	p.MBS = mbs
 	return Imported{GlobalBatch: gb}, nil
+}
+
+// mul3 is a·b·c, or -1 when it overflows.
+func mul3(a, b, c int) int {
+	n, ok := product(math.MaxInt, a, b, c)
+	if !ok {
+		return -1
+	}
+	return n
 }

@@ -20,6 +20,12 @@ func FuzzImport(f *testing.F) {
 	f.Add(uint8(0), "--pipeline-model-parallel-size 0 --num-virtual-stages-per-pipeline-rank 0")
 	f.Add(uint8(1), "[parallelism]\nmodule_fqns_per_model_part = [[\"layers.0\"]]\npipeline_parallel_degree = 3")
 	f.Add(uint8(2), `{"train_batch_size": 0, "gradient_accumulation_steps": -1}`)
+	// Issue 29's panics: degree products that overflow to 0, microbatch 0.
+	f.Add(uint8(0), "--tensor-model-parallel-size 4611686018427387904 --pipeline-model-parallel-size 4")
+	f.Add(uint8(0), "--tensor-model-parallel-size 16777216 --pipeline-model-parallel-size 16777216 --context-parallel-size 16777216")
+	f.Add(uint8(1), "[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_microbatch_size = 0")
+	f.Add(uint8(1), "[parallelism]\ntensor_parallel_degree = 4611686018427387904\npipeline_parallel_degree = 4")
+	f.Add(uint8(2), `{"train_batch_size": 4611686018427387904, "train_micro_batch_size_per_gpu": 4611686018427387904}`)
 	f.Fuzz(func(t *testing.T, which uint8, text string) {
 		fw := Frameworks()[int(which)%len(Frameworks())]
 		rest, _ := ParseFix("tp=4,pp=8")
@@ -27,8 +33,8 @@ func FuzzImport(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if e, err := j.Evaluate(im.Plan); err == nil && !finite(e) {
-			t.Errorf("%s: %s predicts %g s", fw, im.Plan, e.Time.Step)
+		if e, err := j.Evaluate(im.Plan); err == nil && (!finite(e) || e.Memory.Total < 0) {
+			t.Errorf("%s: %s predicts %g s, %d bytes", fw, im.Plan, e.Time.Step, e.Memory.Total)
 		}
 	})
 }

@@ -49,6 +49,7 @@ func ParseHFConfig(data []byte, name string) (Model, error) {
 	if c.Name != "" {
 		name = c.Name
 	}
+	name = printable(name) // a downloaded file's name reaches the terminal
 	var m Model
 	var err error
 	switch c.ModelType {

@@ -1,6 +1,9 @@
 package plan
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Job is what is being planned: a model, a cluster, how many of its devices,
 // the sequence length and the global batch (in sequences) of one step.
@@ -37,8 +40,15 @@ func (j Job) Validate() error {
 }
 
 // MicroBatches is the number of micro-batches each data-parallel replica
-// runs per step: m = GlobalBatch / (DP·MBS).
-func (j Job) MicroBatches(p Plan) int { return j.GlobalBatch / (p.DP * p.MBS) }
+// runs per step: m = GlobalBatch / (DP·MBS); 0 for a plan whose dp·mbs is
+// not a positive count (one that fails Validate).
+func (j Job) MicroBatches(p Plan) int {
+	n, ok := product(math.MaxInt, p.DP, p.MBS)
+	if !ok {
+		return 0
+	}
+	return j.GlobalBatch / n
+}
 
 // Check validates p for this job: Plan.Validate, then every rule that
 // involves the model, the cluster, the sequence or the batch. The error
@@ -93,7 +103,7 @@ func (j Job) rule(p Plan) violation {
 		return broken(rejDevices, "dp·tp·pp·cp = %d·%d·%d·%d = %d, but the job has %d devices", p.DP, p.TP, p.PP, p.CP, p.Devices(), j.Devices)
 	case !splittable(m.Layers, p.PP, p.VPP):
 		return broken(rejLayers, "pp·vpp = %d·%d chunks for layers=%d leaves a chunk other than the first and last without layers", p.PP, p.VPP, m.Layers)
-	case j.GlobalBatch%(p.DP*p.MBS) != 0:
+	case !divides(j.GlobalBatch, p.DP, p.MBS):
 		return broken(rejBatch, "dp·mbs = %d·%d does not divide the global batch %d", p.DP, p.MBS, j.GlobalBatch)
 	}
 	return j.stepRule(p)

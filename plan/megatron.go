@@ -254,7 +254,7 @@ func readMegatron(text string) (megatronRead, []string, error) {
 		case !known[name]:
 			for ; i+1 < len(toks) && !strings.HasPrefix(toks[i+1], "--"); i++ {
 			} // an argument of its own may take several values (--rampup-batch-size 16 16 5859375)
-			notes = append(notes, name+": not read (no effect on the plan's cost in the planner's model)")
+			notes = append(notes, printable(name)+": not read (no effect on the plan's cost in the planner's model)")
 			continue
 		case sw && hasVal:
 			return nil, nil, fmt.Errorf("plan: megatron arguments: %s takes no value (got %q)", name, val)

@@ -23,14 +23,15 @@ func (j Job) importMegatron(text string) (Imported, error) {
 		if *f.dst, err = g.int(f.flag, 1); err != nil {
 			return Imported{}, err
 		}
-		if *f.dst < 1 {
-			return Imported{}, fmt.Errorf("plan: megatron arguments: %s 0: must be at least 1", f.flag)
+		if *f.dst < 1 || *f.dst > MaxDevices {
+			return Imported{}, fmt.Errorf("plan: megatron arguments: %s %d: want 1..%d", f.flag, *f.dst, MaxDevices)
 		}
 	}
-	if n := p.TP * p.PP * p.CP; j.Devices%n != 0 {
-		return Imported{}, fmt.Errorf("plan: megatron arguments: tp·pp·cp = %d·%d·%d = %d does not divide the %d devices", p.TP, p.PP, p.CP, n, j.Devices)
+	n, ok := product(j.Devices, p.TP, p.PP, p.CP)
+	if !ok || j.Devices%n != 0 {
+		return Imported{}, fmt.Errorf("plan: megatron arguments: tp·pp·cp = %d·%d·%d does not divide the %d devices", p.TP, p.PP, p.CP, j.Devices)
 	}
-	p.DP = j.Devices / (p.TP * p.PP * p.CP)
+	p.DP = j.Devices / n
 	if err := j.megatronPipeline(g, &p, &notes); err != nil {
 		return Imported{}, err
 	}
@@ -53,6 +54,10 @@ func (j Job) importMegatron(text string) (Imported, error) {
 	}
 	if p.Recompute, err = megatronRecompute(g, &notes); err != nil {
 		return Imported{}, err
+	}
+	if g.has("--fp16") && g.has("--bf16") {
+		// Megatron's validate_args asserts the two are not both set.
+		return Imported{}, fmt.Errorf("plan: megatron arguments: --fp16 and --bf16 are both given: Megatron refuses that; give one")
 	}
 	switch {
 	case g.has("--fp8-format"):
@@ -104,6 +109,9 @@ func (j Job) megatronPipeline(g megatronRead, p *Plan, notes *[]string) error {
 	if err != nil {
 		return err
 	}
+	if g.has("--num-layers-per-virtual-pipeline-stage") && vpl < 1 {
+		return fmt.Errorf("plan: megatron arguments: --num-layers-per-virtual-pipeline-stage %d: want at least 1 layer per chunk", vpl)
+	}
 	if vpl > 0 {
 		if (L+k)%p.PP != 0 || (L+k)/p.PP%vpl != 0 {
 			return fmt.Errorf("plan: megatron arguments: --num-layers-per-virtual-pipeline-stage %d: %d layers (with %d counted for embedding and loss) do not split into pp=%d stages of chunks of %d", vpl, L+k, k, p.PP, vpl)
@@ -111,6 +119,9 @@ func (j Job) megatronPipeline(g megatronRead, p *Plan, notes *[]string) error {
 		p.VPP = (L + k) / p.PP / vpl
 	} else if p.VPP, err = g.int("--num-virtual-stages-per-pipeline-rank", 1); err != nil {
 		return err
+	}
+	if p.VPP < 1 || p.VPP > MaxVPP {
+		return fmt.Errorf("plan: megatron arguments: %d virtual stages per pipeline rank: want 1..%d", p.VPP, MaxVPP)
 	}
 	if p.VPP > 1 {
 		p.Schedule = Interleaved
@@ -234,7 +245,7 @@ func (j Job) megatronShape(g megatronRead) ([]string, error) {
 	}
 	var notes []string
 	if v, ok := g["--vocab-size"]; ok && v != strconv.Itoa(m.Vocab) {
-		notes = append(notes, fmt.Sprintf("--vocab-size %s: the model's vocabulary %d is costed", v, m.Vocab))
+		notes = append(notes, fmt.Sprintf("--vocab-size %s: the model's vocabulary %d is costed", printable(v), m.Vocab))
 	}
 	if noDrop := g["--attention-dropout"] == "0" && g["--hidden-dropout"] == "0"; noDrop == m.Dropout {
 		notes = append(notes, fmt.Sprintf("--attention-dropout/--hidden-dropout (Megatron's default 0.1 unless both are 0) disagree with the model %s (dropout=%v): the model's dropout masks are costed", m.Name, m.Dropout))

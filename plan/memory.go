@@ -179,7 +179,18 @@ func modelStates(mem *Memory, P float64, p Plan) {
 	mem.Optim = ceil(P * k / shard(1))
 }
 
-func ceil(x float64) int64 { return int64(math.Ceil(x)) }
+// ceil rounds a byte count up, saturating at MaxBytes: a formula's float
+// beyond int64 (a job no device holds) must not convert to a negative
+// count. Memory.Total sums at most seven terms, each at most MaxBytes.
+func ceil(x float64) int64 {
+	if !(x < MaxBytes) { // NaN too
+		return MaxBytes
+	}
+	return int64(math.Ceil(x))
+}
+
+// MaxBytes is where byte counts saturate (1 EiB), far above any device.
+const MaxBytes = 1 << 60
 
 // inFlight is how many micro-batches' activations pipeline stage `stage`
 // holds at its peak, in units of one micro-batch through the whole stage:

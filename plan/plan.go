@@ -217,6 +217,9 @@ func (p *Plan) Set(key, val string) error {
 		if err != nil {
 			return fmt.Errorf("plan: %s=%q is not an integer", key, val)
 		}
+		if err := checkBound(key, n); err != nil {
+			return err
+		}
 		*p.intField(key) = n
 	case "sp", "flash":
 		b, err := parseOnOff(key, val)
@@ -296,6 +299,29 @@ func checkOrder(s string) error {
 	return nil
 }
 
+// Bounds on a plan's numbers, checked as they are parsed (Set) and by
+// Validate, so that no product of them overflows: a degree or micro-batch
+// is at most MaxDevices (a job's devices and global batch are bounded so,
+// Job.Validate), and vpp at most MaxVPP model chunks per stage (each needs
+// a layer of its own; the largest presets have 128 layers). Validate
+// leaves mbs to the caller's own rule (the engine names train.micro_batch)
+// and to Job.Check, whose dp·mbs must divide the global batch.
+const (
+	MaxDevices = 1 << 24
+	MaxVPP     = 1 << 10
+)
+
+// checkBound refuses an integer key's value above its bound.
+func checkBound(key string, n int) error {
+	switch {
+	case key == "vpp" && n > MaxVPP:
+		return fmt.Errorf("plan: vpp=%d: at most %d model chunks per pipeline stage (each needs its own layers)", n, MaxVPP)
+	case key != "zero" && n > MaxDevices:
+		return fmt.Errorf("plan: %s=%d: at most %d (the most devices, and sequences per step, a job may have)", key, n, MaxDevices)
+	}
+	return nil
+}
+
 // ErrInvalid is matched (errors.Is) by every error Validate returns.
 var ErrInvalid = errors.New("invalid plan")
 
@@ -324,6 +350,12 @@ func (p Plan) Validate() error {
 		if v := *p.intField(k); v < 1 {
 			return invalid("%s=%d: must be at least 1", k, v)
 		}
+		if err := checkBound(k, *p.intField(k)); err != nil && k != "mbs" { // mbs: Job.Check's batch rule
+			return fmt.Errorf("%w: %w", err, ErrInvalid)
+		}
+	}
+	if _, ok := product(MaxDevices, p.DP, p.TP, p.PP, p.CP); !ok {
+		return invalid("dp·tp·pp·cp = %d·%d·%d·%d: more than %d devices", p.DP, p.TP, p.PP, p.CP, MaxDevices)
 	}
 	if p.ZeRO < 0 || p.ZeRO > 3 {
 		return invalid("zero=%d: must be 0, 1, 2 or 3", p.ZeRO)

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -38,6 +39,9 @@ func (j Job) Search(o Options) (Result, error) {
 	for _, tp := range divisors(N) {
 		for _, cp := range divisors(N / tp) {
 			for _, pp := range divisors(N / tp / cp) {
+				if stopped(o.Stop) {
+					return Result{}, ErrStopped
+				}
 				s.shape(tp, cp, pp, N/(tp*cp*pp))
 			}
 		}
@@ -56,8 +60,8 @@ func (j Job) Search(o Options) (Result, error) {
 // numbers, dp completed from the device count when not pinned.
 func (s *searcher) whyNone() {
 	p, j := s.fix.plan, s.job
-	if !s.fix.Pinned("dp") && j.Devices%(p.TP*p.PP*p.CP) == 0 {
-		p.DP = j.Devices / (p.TP * p.PP * p.CP)
+	if n, ok := product(j.Devices, p.TP, p.PP, p.CP); !s.fix.Pinned("dp") && ok && j.Devices%n == 0 {
+		p.DP = j.Devices / n
 	}
 	err := j.Check(p)
 	if err == nil {
@@ -347,6 +351,21 @@ func (r Result) RejectedReasons() []string {
 type Options struct {
 	Fix Fix
 	Top int // plans to keep; 0 means 10, negative is an error
+	// Stop, when closed, ends the search early with ErrStopped (a server
+	// bounds each search's time so); nil: never.
+	Stop <-chan struct{}
+}
+
+// ErrStopped is Search's error when Options.Stop was closed.
+var ErrStopped = errors.New("plan: search stopped before it finished")
+
+func stopped(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 func (o Options) top() int {

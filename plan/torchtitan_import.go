@@ -68,24 +68,24 @@ func (j Job) importTorchtitan(text string) (Imported, error) {
 			keys[i] = k.String()
 		}
 		sort.Strings(keys)
-		notes = append(notes, "not read (no effect on the plan's cost in the planner's model): "+strings.Join(keys, ", "))
+		notes = append(notes, "not read (no effect on the plan's cost in the planner's model): "+strings.Join(printables(keys), ", "))
 	}
 	par := f.Parallelism
 	p := Default()
 	p.TP, p.CP, p.PP = intOr(par.TP, 1), intOr(par.CP, 1), intOr(par.PP, 1)
 	rep, shard := intOr(par.Replicate, 1), intOr(par.Shard, -1)
-	if p.TP < 1 || p.CP < 1 || p.PP < 1 || rep < 1 || shard == 0 || shard < -1 {
-		return Imported{}, fmt.Errorf("plan: torchtitan: parallelism degrees tp=%d cp=%d pp=%d replicate=%d shard=%d: want at least 1 (shard may be -1)", p.TP, p.CP, p.PP, rep, shard)
+	if p.TP < 1 || p.CP < 1 || p.PP < 1 || rep < 1 || shard == 0 || shard < -1 || max(p.TP, p.CP, p.PP, rep, shard) > MaxDevices {
+		return Imported{}, fmt.Errorf("plan: torchtitan: parallelism degrees tp=%d cp=%d pp=%d replicate=%d shard=%d: want 1..%d (shard may be -1)", p.TP, p.CP, p.PP, rep, shard, MaxDevices)
 	}
 	if shard == -1 {
-		if n := rep * p.TP * p.CP * p.PP; j.Devices%n == 0 {
+		if n, ok := product(j.Devices, rep, p.TP, p.CP, p.PP); ok && j.Devices%n == 0 {
 			shard = j.Devices / n
 		}
 	}
-	p.DP = rep * shard
-	if p.Devices() != j.Devices {
-		return Imported{}, fmt.Errorf("plan: torchtitan: replicate·shard·tp·cp·pp = %d·%d·%d·%d·%d = %d, but the job has %d devices", rep, shard, p.TP, p.CP, p.PP, p.Devices(), j.Devices)
+	if _, ok := product(j.Devices, rep, max(shard, 1), p.TP, p.CP, p.PP); !ok || shard < 1 || rep*shard*p.TP*p.CP*p.PP != j.Devices {
+		return Imported{}, fmt.Errorf("plan: torchtitan: replicate·shard·tp·cp·pp = %d·%d·%d·%d·%d, but the job has %d devices", rep, shard, p.TP, p.CP, p.PP, j.Devices)
 	}
+	p.DP = rep * shard
 	if shard > 1 || p.CP > 1 {
 		p.ZeRO = 3
 		if rep > 1 {
@@ -111,17 +111,22 @@ func (j Job) importTorchtitan(text string) (Imported, error) {
 	}
 	im := Imported{Plan: p, Seq: intOr(f.Training.SeqLen, 0)}
 	local := intOr(f.Training.LocalBatch, 8)
+	if local < 1 || local > MaxDevices {
+		return Imported{}, fmt.Errorf("plan: torchtitan: training.local_batch_size %d: want 1..%d", local, MaxDevices)
+	}
 	if im.GlobalBatch = intOr(f.Training.GlobalBatch, -1); im.GlobalBatch <= 0 {
 		im.GlobalBatch = local * p.DP
 	}
 	if p.PP == 1 {
 		p.MBS = local
-	} else if p.MBS = intOr(par.MBS, 1); local%p.MBS != 0 {
+	} else if p.MBS = intOr(par.MBS, 1); p.MBS < 1 || p.MBS > MaxDevices {
+		return Imported{}, fmt.Errorf("plan: torchtitan: pipeline_parallel_microbatch_size %d: want 1..%d", p.MBS, MaxDevices)
+	} else if local%p.MBS != 0 {
 		return Imported{}, fmt.Errorf("plan: torchtitan: pipeline_parallel_microbatch_size %d does not divide local_batch_size %d", p.MBS, local)
 	}
 	im.Plan = p
 	if name, flavor := torchtitanFlavor(j.Model); f.Model.Name != "" && (f.Model.Name != name || f.Model.Flavor != flavor) {
-		notes = append(notes, fmt.Sprintf("[model] %s %s: the model costed is %s", f.Model.Name, f.Model.Flavor, j.Model.Name))
+		notes = append(notes, fmt.Sprintf("[model] %s %s: the model costed is %s", printable(f.Model.Name), printable(f.Model.Flavor), j.Model.Name))
 	}
 	im.Notes = sortedNotes(notes)
 	return im, nil

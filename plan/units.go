@@ -21,6 +21,9 @@ func byteUnit(b int64) (string, float64) {
 // Bytes formats a byte count in the unit of its magnitude, one decimal
 // ("512 B", "3.5 MiB", "71.2 GiB").
 func Bytes(b int64) string {
+	if b >= MaxBytes {
+		return "over 1 EiB"
+	}
 	u, div := byteUnit(b)
 	if u == "B" {
 		return fmt.Sprintf("%d B", b)

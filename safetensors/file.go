@@ -4,8 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"os"
 
+	"trellis/internal/bounded"
+	"trellis/internal/sysmem"
 	"trellis/tensor"
 )
 
@@ -17,9 +18,15 @@ type File struct {
 	data   []byte         // the data section
 }
 
-// ReadFile reads and validates the file at path.
+// ReadFile reads and validates the file at path, which must be a regular
+// file (a device such as /dev/zero would read without end) no larger than
+// this machine's memory (the whole file is held).
 func ReadFile(path string) (*File, error) {
-	b, err := os.ReadFile(path)
+	limit := int64(math.MaxInt64)
+	if mem, ok := sysmem.Physical(); ok {
+		limit = mem
+	}
+	b, err := bounded.ReadRegular(path, limit, "safetensors file (read whole, so at most this machine's memory)")
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}

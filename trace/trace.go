@@ -20,6 +20,9 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"trellis/internal/bounded"
+	"trellis/internal/outfile"
 )
 
 // Lane is a thread track inside a rank's process track.
@@ -131,7 +134,8 @@ func Write(path string, ts ...*Tracer) error {
 	return writeFile(path, evs)
 }
 
-func writeFile(path string, evs []Event) error {
+// writeFile writes evs to path, which must not be one of inputs.
+func writeFile(path string, evs []Event, inputs ...string) error {
 	sort.SliceStable(evs, func(i, j int) bool {
 		if (evs[i].Ph == "M") != (evs[j].Ph == "M") {
 			return evs[i].Ph == "M"
@@ -145,15 +149,15 @@ func writeFile(path string, evs []Event) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("trace: %w", err)
 	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return fmt.Errorf("trace: %w", err)
+	if err := outfile.WriteBytes("trace: output", path, b, inputs...); err != nil {
+		return err
 	}
 	return nil
 }
 
 // Read reads a trace file.
 func Read(path string) ([]Event, error) {
-	b, err := os.ReadFile(path)
+	b, err := bounded.ReadRegular(path, bounded.Trace, "trace file")
 	if err != nil {
 		return nil, fmt.Errorf("trace: %w", err)
 	}
@@ -188,5 +192,5 @@ func Merge(dir string) (string, int, error) {
 		evs = append(evs, e...)
 	}
 	out := filepath.Join(dir, "trace.json")
-	return out, len(files), writeFile(out, evs)
+	return out, len(files), writeFile(out, evs, files...)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -103,11 +104,11 @@ func (j Job) ChoosePlan() (AutoChoice, error) {
 		return AutoChoice{}, err
 	}
 	if len(all) == 0 {
-		why := ""
-		if refused != nil {
-			why = fmt.Sprintf(" (the planner's best: %v)", refused)
+		rejected, serr := j.autoRejections(corePeak)
+		if serr != nil {
+			return AutoChoice{}, fmt.Errorf("parallel.plan=auto: %w", serr)
 		}
-		return AutoChoice{}, fmt.Errorf("parallel.plan=auto: no plan the engine runs fits parallel.device_memory=%q on %v devices%s: shrink [model] or train.micro_batch, or raise the budget", j.Parallel.DeviceMemory, j.autoDevices(), why)
+		return AutoChoice{}, j.noAutoPlan(refused, rejected)
 	}
 	best := all[0]
 	ch := AutoChoice{Plan: j.engineShort(best.e.Plan), Devices: best.d}
@@ -183,6 +184,66 @@ func (j Job) autoCandidates(corePeak float64) (all []autoCand, src string, refus
 		return a.d - b.d
 	})
 	return all, src, refused, nil
+}
+
+// autoRejections are the planner's rules and the candidates each cut, over
+// autoCandidates' searches (for noAutoPlan), or the first search's error.
+func (j Job) autoRejections(corePeak float64) (map[string]int, error) {
+	rejected := map[string]int{}
+	fix, err := j.engineFix()
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range j.autoDevices() {
+		s, err := j.autoSettings(d, corePeak)
+		if err != nil {
+			continue
+		}
+		c, _, err := j.jobCluster(s)
+		if err != nil {
+			continue
+		}
+		res, err := j.planJob(s, c, 0, 0).Search(plan.Options{Fix: fix, Top: 1})
+		if err != nil {
+			return nil, err
+		}
+		for k, n := range res.Rejected {
+			rejected[k] += n
+		}
+	}
+	return rejected, nil
+}
+
+// noAutoPlan says why --parallel auto found no plan: the budget only when
+// one is set and it is what cut candidates, else the rules the planner cut
+// them by (the job's shape against the device counts) or the engine's
+// reason for refusing the planner's best.
+func (j Job) noAutoPlan(refused error, rejected map[string]int) error {
+	devs := j.autoDevices()
+	budget := j.Parallel.DeviceMemory != "" && j.Parallel.DeviceMemory != "0"
+	memory := 0
+	var rules []string
+	for _, k := range slices.Sorted(maps.Keys(rejected)) {
+		if strings.HasPrefix(k, "memory:") {
+			memory += rejected[k]
+			continue
+		}
+		rules = append(rules, fmt.Sprintf("%s (%d)", k, rejected[k]))
+	}
+	switch {
+	case budget && memory > 0:
+		why := ""
+		if refused != nil {
+			why = fmt.Sprintf(" (the planner's best: %v)", refused)
+		}
+		return fmt.Errorf("parallel.plan=auto: no plan the engine runs fits parallel.device_memory=%q on %v devices%s: shrink [model] or train.micro_batch, or raise the budget", j.Parallel.DeviceMemory, devs, why)
+	case refused != nil:
+		return fmt.Errorf("parallel.plan=auto: the engine refuses the planner's plans on %v devices: %v", devs, refused)
+	case len(rules) > 0:
+		return fmt.Errorf("parallel.plan=auto: no plan suits this job's shape on %v devices (every candidate breaks a rule: %s): change train.global_batch, train.micro_batch or [model] to suit the device counts, or set them with --parallel and --devices",
+			devs, strings.Join(rules, ", "))
+	}
+	return fmt.Errorf("parallel.plan=auto: no plan the engine runs on %v devices", devs)
 }
 
 // DryRun prints the prediction for the job's plan and returns: every

@@ -13,34 +13,50 @@ import (
 // into checkpoint.dir, and records it there as the owner (run.json, unless
 // it already names this run: where and when the run first started). It
 // returns the run's identity: a new one for a fresh run, the checkpoint's
-// for a resumed one. The rules, so that no run loses another's work:
+// for a resumed one, and the directory's lock, which the run holds until
+// it ends (Release; nil without checkpoint.dir). The rules, so that no run
+// loses another's work:
 //
 //   - the directory must be writable (or creatable);
+//   - it has one writer: its lock (checkpoint.Acquire, an OS lock on a file
+//     inside) is taken first, so a second run — fresh, or a resume of a
+//     copy — is refused naming the holder's pid and run, and the checks
+//     below see a directory nobody else writes; every save checks the lock
+//     is still this run's (Store.Commit);
 //   - a fresh run refuses a directory holding complete checkpoints: they
 //     belong to another run, which it would replace and re-point latest;
 //   - a resumed run refuses a directory owned by another run, and one
 //     holding steps past the step it resumes from (continuing there would
 //     re-point latest backwards and prune the later steps: a fork of a run
 //     goes in its own directory).
-func claimDir(j Job, res *resumeState) (string, error) {
-	id := checkpoint.NewRunID()
+func claimDir(j Job, res *resumeState) (id string, _ *checkpoint.Lock, err error) {
+	id = checkpoint.NewRunID()
 	if res != nil && res.meta.RunID != "" {
 		id = res.meta.RunID
 	}
 	dir := j.Checkpoint.Dir
 	if dir == "" {
-		return id, nil
+		return id, nil, nil
 	}
 	if err := checkpoint.CheckWritable(dir); err != nil {
-		return "", err
+		return "", nil, err
 	}
+	held, err := checkpoint.Acquire(dir, id)
+	if err != nil {
+		return "", nil, err
+	}
+	defer func() {
+		if err != nil {
+			held.Withdraw() // the lock file as it was: a refusal changes nothing
+		}
+	}()
 	steps, err := checkpoint.Steps(dir)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	owner, owned, err := checkpoint.ReadRun(dir)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	c := claim{dir: dir, steps: steps, owner: owner, owned: owned, id: id, from: -1}
 	if res != nil {
@@ -48,17 +64,20 @@ func claimDir(j Job, res *resumeState) (string, error) {
 		c.sameRoot = samePath(filepath.Dir(c.fromDir), dir)
 	}
 	if err := c.check(); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if owned && owner.ID == id {
 		// Already recorded. Writing nothing here also keeps a resume whose
 		// restore then fails (a corrupt shard, found when read) from
-		// touching the directory.
-		return id, nil
+		// touching the directory's checkpoints.
+		return id, held, nil
 	}
 	host, _ := os.Hostname()
 	run := checkpoint.Run{ID: id, Started: time.Now().UTC().Format(time.RFC3339), Host: host, PID: os.Getpid()}
-	return id, checkpoint.WriteRun(dir, run)
+	if err := checkpoint.WriteRun(dir, run); err != nil {
+		return "", nil, err
+	}
+	return id, held, nil
 }
 
 // claim is what claimDir found: the directory's complete steps and owner,

@@ -173,9 +173,18 @@ func (c Config) Validate() error {
 		return fmt.Errorf("train.sample_len=%d must be >= 0", c.SampleLen)
 	case c.LogEvery < 0:
 		return fmt.Errorf("train.log_every=%d must be >= 0", c.LogEvery)
+	case c.LossScale != 0 && !(c.LossScale >= 1 && c.LossScale <= maxLossScale):
+		return fmt.Errorf("train.loss_scale=%g must be in [1, 2^40] (0: 65536): beyond 2^40 every gradient fp16 can hold (from 2^-24) overflows its 65504, so steps are only skipped while the scale halves", c.LossScale)
+	case c.LossScaleWindow < 0:
+		return fmt.Errorf("train.loss_scale_window=%d must be >= 0 (0: 1000)", c.LossScaleWindow)
 	}
 	return nil
 }
+
+// maxLossScale bounds fp16's initial loss scale: a gradient survives when
+// g·S lies in fp16's [2^-24, 65504 ≈ 2^16], so a scale above 2^40 overflows
+// every gradient that fp16 could hold at all.
+const maxLossScale = 1 << 40
 
 // settings are the parsed forms of ParallelConfig's strings.
 type settings struct {

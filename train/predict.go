@@ -3,9 +3,9 @@ package train
 import (
 	"fmt"
 	"math"
-	"os"
 
 	"trellis/device"
+	"trellis/internal/bounded"
 	"trellis/mesh"
 	"trellis/model"
 	"trellis/parallel/flat"
@@ -62,7 +62,7 @@ func (j Job) jobCluster(s settings) (plan.Cluster, string, error) {
 	if j.Parallel.Cluster == "" {
 		return hostCluster(s), "built-in estimate (set parallel.cluster to a `trellis profile -o` file)", nil
 	}
-	b, err := os.ReadFile(j.Parallel.Cluster)
+	b, err := bounded.ReadFile(j.Parallel.Cluster, bounded.Config, "cluster file")
 	if err != nil {
 		return plan.Cluster{}, "", fmt.Errorf("parallel.cluster=%q: %w", j.Parallel.Cluster, err)
 	}

@@ -36,6 +36,8 @@ type reporter struct {
 	pred       *Prediction  // the planner's prediction (nil: none)
 	metricsErr error        // the first failed metrics write (reported once)
 	budget     int64        // bytes per device, 0: none
+	skipped    int          // fp16: steps skipped for overflowing gradients
+	scale      float64      // fp16: the loss scale of the last step
 }
 
 func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
@@ -113,6 +115,10 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 	}
 	tps := rep.tokens / dt.Seconds()
 	mfu := tps * rep.flops / rep.peak
+	if res.skipped {
+		rep.skipped++
+	}
+	rep.scale = res.scale
 	rep.tps, rep.mfu, rep.steps = append(rep.tps, tps), append(rep.mfu, mfu), append(rep.steps, dt)
 	if len(stats) > 0 {
 		w := 0.0
@@ -181,6 +187,9 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		if !math.IsNaN(val) {
 			args = append(args, "val_loss", round4(val))
 		}
+		if res.skipped {
+			args = append(args, "skipped", true, "loss_scale", res.scale)
+		}
 		rep.o.Log.Info("step", args...)
 	}
 }
@@ -218,6 +227,7 @@ func (rep *reporter) finish(s *Summary) {
 		rep.bar.Finish()
 	}
 	s.TokensPerSec, s.MFU = median(rep.tps), median(rep.mfu)
+	s.SkippedSteps, s.LossScale = rep.skipped, rep.scale
 	s.StepSeconds, s.ExposedSeconds, s.Prediction = medianDur(rep.steps), median(rep.exposed), rep.pred
 	for i, p := range []*float64{&s.ComputeSeconds, &s.BubbleSeconds, &s.MiscSeconds} {
 		xs := make([]float64, len(rep.parts))
@@ -236,7 +246,12 @@ func WriteSummary(w io.Writer, s *Summary) {
 	if !math.IsNaN(s.ValLoss) {
 		fmt.Fprintf(w, ", val %.4f", s.ValLoss)
 	}
-	fmt.Fprintf(w, ", %.0f tokens/s, MFU %.1f%% (medians)\n\n", s.TokensPerSec, 100*s.MFU)
+	fmt.Fprintf(w, ", %.0f tokens/s, MFU %.1f%% (medians)\n", s.TokensPerSec, 100*s.MFU)
+	if s.SkippedSteps > 0 {
+		fmt.Fprintf(w, "fp16: %d of %d steps skipped (their gradients overflowed; the weights did not change); the last step ran at loss scale %g\n",
+			s.SkippedSteps, s.LastStep-s.FirstStep, s.LossScale)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	hdr := []string{"rank"}
 	for _, t := range device.Tags() {

@@ -73,6 +73,11 @@ type Summary struct {
 	// (train/split.go).
 	ComputeSeconds, BubbleSeconds, MiscSeconds float64
 	Prediction                                 *Prediction // the planner's prediction (nil: none)
+	// SkippedSteps counts this run's steps whose fp16 gradients overflowed
+	// and were skipped (the loss scale halved), LossScale the scale the
+	// last step ran at (0: not fp16).
+	SkippedSteps int
+	LossScale    float64
 }
 
 // RankStats is one rank's memory and communication over the run.
@@ -131,15 +136,19 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		if o.World.Size() != s.ranks {
 			return nil, fmt.Errorf("train: the plan %s needs %d ranks, the launch started %d", s.enginePlan.Short(), s.ranks, o.World.Size())
 		}
-		if s.runID, err = claimAgreed(o, res); err != nil {
+		var lock *checkpoint.Lock
+		if s.runID, lock, err = claimAgreed(o, res); err != nil {
 			return nil, err
 		}
+		defer lock.Release()
 		sum, err := runRank(ctx, o, s, loader, res, o.World)
 		return sum, oomHint(err, o.Job, s)
 	}
-	if s.runID, err = claimDir(o.Job, res); err != nil {
+	var lock *checkpoint.Lock
+	if s.runID, lock, err = claimDir(o.Job, res); err != nil {
 		return nil, err
 	}
+	defer lock.Release()
 	var link *local.LinkModel
 	if s.linkBW > 0 || s.linkLat > 0 {
 		l := local.Link{Bandwidth: s.linkBW, Latency: s.linkLat}
@@ -243,6 +252,9 @@ type Meta struct {
 }
 
 func prepareResume(o Options, s settings) (*resumeState, error) {
+	if o.Until < 0 {
+		return nil, fmt.Errorf("--until=%d must be >= 0 (0: run to train.steps)", o.Until)
+	}
 	if o.Resume == "" {
 		if o.Until > 0 && o.Job.Checkpoint.Dir == "" {
 			return nil, errors.New("--until needs checkpoint.dir: the run checkpoints before it stops")

@@ -63,13 +63,18 @@ func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 // claimAgreed runs claimDir on rank 0 of a process world (and the
 // writability check on the others) and lets every rank learn the outcome,
 // so that a refusal stops the whole job before step 1 instead of leaving
-// the other ranks to time out.
-func claimAgreed(o Options, res *resumeState) (string, error) {
-	var id string
-	var err error
+// the other ranks to time out. Rank 0, which commits every checkpoint,
+// holds the directory's lock (nil on the other ranks).
+func claimAgreed(o Options, res *resumeState) (id string, _ *checkpoint.Lock, err error) {
+	var lock *checkpoint.Lock
+	defer func() {
+		if err != nil {
+			lock.Release()
+		}
+	}()
 	switch {
 	case o.World.Rank() == 0:
-		id, err = claimDir(o.Job, res)
+		id, lock, err = claimDir(o.Job, res)
 	case o.Job.Checkpoint.Dir != "":
 		// Every rank writes its own file there (on its own node).
 		if err = checkpoint.CheckWritable(o.Job.Checkpoint.Dir); err != nil {
@@ -82,16 +87,16 @@ func claimAgreed(o Options, res *resumeState) (string, error) {
 	}
 	if o.World.Size() > 1 {
 		if aerr := comm.AllReduce(o.World, comm.F32(flag), comm.Max); aerr != nil {
-			return "", errors.Join(err, aerr)
+			return "", nil, errors.Join(err, aerr)
 		}
 	}
 	switch {
 	case err != nil:
-		return "", err
+		return "", nil, err
 	case flag[0] != 0:
-		return "", errors.New("train: checkpoint.dir was refused on another rank (its output says why)")
+		return "", nil, errors.New("train: checkpoint.dir was refused on another rank (its output says why)")
 	}
-	return id, nil
+	return id, lock, nil
 }
 
 // stopRequested reports whether Options.Stop has been closed.

@@ -57,13 +57,21 @@ func (s scale) px(v float64) float64 {
 	if s.hi == s.lo {
 		return (s.p0 + s.p1) / 2
 	}
-	return s.p0 + (v-s.lo)/(s.hi-s.lo)*(s.p1-s.p0)
+	// In halves, so that a range as wide as ±1e308 does not overflow.
+	return s.p0 + (v/2-s.lo/2)/(s.hi/2-s.lo/2)*(s.p1-s.p0)
 }
 
+// maxTicks bounds the ticks of an axis, whatever its range: with a range
+// far wider than float64 can step through (1e300 to the next float), the
+// tick loop would otherwise never end.
+const maxTicks = 24
+
 // newScale fits [lo, hi] with nice ticks: 1-2-5 steps on a linear axis,
-// powers of ten on a log axis.
+// powers of ten on a log axis. Any finite range works, up to ±MaxFloat64;
+// non-finite ends are clamped to it.
 func newScale(lo, hi, p0, p1 float64, log bool) scale {
 	s := scale{p0: p0, p1: p1, log: log}
+	lo, hi = clampFinite(lo), clampFinite(hi)
 	if log {
 		a, b := math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
 		if a == b {
@@ -71,21 +79,45 @@ func newScale(lo, hi, p0, p1 float64, log bool) scale {
 		}
 		s.lo, s.hi = a, b
 		step := math.Max(1, math.Ceil((b-a)/6))
-		for e := a; e <= b+1e-9; e += step {
+		for e := a; e <= b+1e-9 && len(s.ticks) < maxTicks; e += step {
 			v := math.Pow(10, e)
 			s.ticks, s.tickText = append(s.ticks, v), append(s.tickText, FormatNum(v))
 		}
 		return s
 	}
 	if lo == hi {
-		lo, hi = lo-math.Max(1, math.Abs(lo)*0.1), hi+math.Max(1, math.Abs(hi)*0.1)
+		d := math.Max(1, math.Abs(lo)*0.1)
+		lo, hi = clampFinite(lo-d), clampFinite(hi+d)
 	}
-	step := niceStep((hi - lo) / 5)
+	step := niceStep((hi/2 - lo/2) / 2.5) // (hi-lo)/5 without overflow
 	s.lo, s.hi = math.Floor(lo/step)*step, math.Ceil(hi/step)*step
-	for v := s.lo; v <= s.hi+step*1e-9; v += step {
+	if math.IsInf(s.lo, 0) {
+		s.lo = lo
+	}
+	if math.IsInf(s.hi, 0) {
+		s.hi = hi
+	}
+	for i := 0; len(s.ticks) < maxTicks; i++ {
+		v := s.lo + float64(i)*step
+		if v > s.hi+step*1e-9 || math.IsInf(v, 0) || (len(s.ticks) > 0 && v == s.ticks[len(s.ticks)-1]) {
+			break
+		}
 		s.ticks, s.tickText = append(s.ticks, v), append(s.tickText, FormatNum(v))
 	}
 	return s
+}
+
+// clampFinite maps ±Inf to ±MaxFloat64 and NaN to 0.
+func clampFinite(v float64) float64 {
+	switch {
+	case math.IsNaN(v):
+		return 0
+	case math.IsInf(v, 1):
+		return math.MaxFloat64
+	case math.IsInf(v, -1):
+		return -math.MaxFloat64
+	}
+	return v
 }
 
 // niceStep rounds x up to 1, 2 or 5 times a power of ten.
@@ -108,6 +140,8 @@ func FormatNum(v float64) string {
 	switch {
 	case v == 0:
 		return "0"
+	case a >= 1e12 || math.IsNaN(a):
+		return strconv.FormatFloat(v, 'g', 2, 64)
 	case a >= 1e9:
 		return trimZeros(v/1e9, 1) + "G"
 	case a >= 1e6:

@@ -7,6 +7,7 @@ package viz
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -54,13 +55,25 @@ func ParseStep(line []byte) (Step, error) {
 	return s, nil
 }
 
+// MaxMetricsLines bounds the steps ReadMetrics keeps (a run of 4M steps
+// at one step a second runs for seven weeks), and MaxMetricsLine one line.
+const (
+	MaxMetricsLines = 1 << 22
+	MaxMetricsLine  = 16 << 20
+)
+
 // ReadMetrics reads a --metrics file: one JSON object per line; blank
-// lines are skipped; an error names the line.
+// lines are skipped; an error names the line. Memory is bounded: at most
+// MaxMetricsLines steps of at most MaxMetricsLine bytes each.
 func ReadMetrics(r io.Reader) ([]Step, error) {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	sc.Buffer(make([]byte, 64<<10), MaxMetricsLine)
 	var out []Step
-	for n := 1; sc.Scan(); n++ {
+	n := 1
+	for ; sc.Scan(); n++ {
+		if len(out) == MaxMetricsLines {
+			return nil, fmt.Errorf("line %d: more than %d steps: a report reads at most that many", n, MaxMetricsLines)
+		}
 		b := sc.Bytes()
 		if len(trimSpace(b)) == 0 {
 			continue
@@ -71,7 +84,9 @@ func ReadMetrics(r io.Reader) ([]Step, error) {
 		}
 		out = append(out, s)
 	}
-	if err := sc.Err(); err != nil {
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return nil, fmt.Errorf("line %d: longer than %d bytes (not a --metrics file?)", n, MaxMetricsLine)
+	} else if err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -46,10 +46,13 @@ func ParseTrace(data []byte) (*Trace, error) {
 		if e.Ph != "X" {
 			continue
 		}
-		if !(e.Dur >= 0) || math.IsInf(e.Dur, 0) || math.IsNaN(e.TS) || math.IsInf(e.TS, 0) {
-			return nil, fmt.Errorf("trace: event %d (%q): ts=%g dur=%g: want finite times and dur >= 0", i, e.Name, e.TS, e.Dur)
+		if !(e.Dur >= 0) || math.IsInf(e.Dur, 0) || math.IsNaN(e.TS) || math.IsInf(e.TS, 0) || math.IsInf(e.TS+e.Dur, 0) {
+			return nil, fmt.Errorf("trace: event %d (%q): ts=%g dur=%g: want finite times, dur >= 0 and a finite end ts+dur", i, e.Name, e.TS, e.Dur)
 		}
 		t.Events = append(t.Events, e)
+	}
+	if lo, hi := t.span(); len(t.Events) > 0 && math.IsInf(hi-lo, 0) {
+		return nil, fmt.Errorf("trace: the events span from ts=%g to %g µs, wider than a number holds", lo, hi)
 	}
 	slices.SortStableFunc(t.Events, func(a, b Event) int {
 		switch {

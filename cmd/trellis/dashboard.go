@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
+	"os"
 	"time"
 
 	"trellis/dashboard"
@@ -24,23 +22,30 @@ func (o hubObserver) Sample(step int, text string) { o.h.Sample(step, text) }
 // liveDashboard is a running dashboard server.
 type liveDashboard struct {
 	hub *dashboard.Hub
-	srv *http.Server
+	srv *dashboard.Server
 	url string
 }
 
-// startDashboard listens on addr (e.g. ":8080"), serves the dashboard and
-// sets o.Observer. Stop it with finish.
+// startDashboard listens on addr (":8080" is loopback; another interface
+// must be named, e.g. 0.0.0.0:8080, and is warned about without a token),
+// serves the dashboard and sets o.Observer. Stop it with finish.
 func startDashboard(addr string, o *train.Options, log *slog.Logger) (*liveDashboard, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--dashboard %s: %w", addr, err)
-	}
 	hub := dashboard.New(dashboard.Config{Log: log})
-	d := &liveDashboard{hub: hub, srv: &http.Server{Handler: hub.Handler(), ReadHeaderTimeout: 10 * time.Second}}
-	d.url = "http://" + ln.Addr().String() + "/"
-	go d.srv.Serve(ln)
+	srv, err := dashboard.Listen(dashboard.ServeConfig{Flag: "--dashboard", Addr: addr, Handler: hub.Handler(), Token: os.Getenv(dashboard.EnvToken)})
+	if err != nil {
+		return nil, err
+	}
+	d := &liveDashboard{hub: hub, srv: srv, url: srv.URL}
+	go srv.Serve()
 	if log != nil {
-		log.Info("dashboard", "url", d.url)
+		if srv.Warning != "" {
+			log.Warn("dashboard: unauthenticated", "note", srv.Warning)
+		}
+		args := []any{"url", d.url}
+		if os.Getenv(dashboard.EnvToken) != "" {
+			args = append(args, "token", "add ?token=$"+dashboard.EnvToken)
+		}
+		log.Info("dashboard", args...)
 	}
 	o.Observer = hubObserver{hub}
 	return d, nil

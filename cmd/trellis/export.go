@@ -1,18 +1,25 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"trellis/hf"
+	"trellis/internal/bounded"
+	"trellis/internal/outfile"
 	"trellis/safetensors"
 	"trellis/train"
 )
 
 func newExportCmd() *cobra.Command {
 	var ckpt, out, dtype string
+	var force bool
 	c := &cobra.Command{
 		Use:   "export",
 		Short: "Write a checkpoint's weights as a Hugging Face GPT-2 model (model.safetensors + config.json)",
@@ -28,6 +35,9 @@ model.safetensors in Hugging Face GPT-2 naming (Conv1D weights stored
 			dt := safetensors.DType(strings.ToUpper(dtype))
 			if dt != safetensors.F32 && dt != safetensors.BF16 && dt != safetensors.F16 {
 				return fmt.Errorf("--dtype=%q: want f32, bf16 or f16", dtype)
+			}
+			if err := checkExportDir(out, ckpt, force); err != nil {
+				return err
 			}
 			ws, err := train.LoadWeights(ckpt, nil)
 			if err != nil {
@@ -49,5 +59,35 @@ model.safetensors in Hugging Face GPT-2 naming (Conv1D weights stored
 	fl.StringVar(&ckpt, "checkpoint", "", "checkpoint directory (a step directory or a checkpoint root)")
 	fl.StringVar(&out, "out", "", "output directory")
 	fl.StringVar(&dtype, "dtype", "f32", "element type of the weights: f32, bf16 or f16")
+	fl.BoolVar(&force, "force", false, "replace a model already in --out")
 	return c
+}
+
+// checkExportDir refuses an --out that is not a directory, that is the
+// checkpoint being read, or that already holds a model (unless force): an
+// export does not silently replace another model.
+func checkExportDir(out, ckpt string, force bool) error {
+	st, err := os.Stat(out)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("--out %s: %w", out, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("--out %s is %s: it names the directory to write %s and %s into", out, bounded.Kind(st.Mode()), hf.WeightsFile, hf.ConfigFile)
+	}
+	if cs, err := os.Stat(ckpt); err == nil && os.SameFile(st, cs) {
+		return fmt.Errorf("--out %s is the --checkpoint directory: export into a directory of its own", out)
+	}
+	for _, name := range []string{hf.WeightsFile, hf.ConfigFile} {
+		p := filepath.Join(out, name)
+		if _, err := os.Lstat(p); err == nil && !force {
+			return fmt.Errorf("--out %s already holds a model (%s): choose another directory, or pass --force to replace it", out, p)
+		}
+		if err := outfile.Check("--out", p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }

@@ -64,6 +64,9 @@ func assembleJob(f trainFlags, sets []string, env *launch.Env) (jobSpec, error) 
 		return spec, err
 	}
 	j := &spec.job
+	if j.Parallel.Devices < 0 {
+		return spec, fmt.Errorf("parallel.devices=%d must be >= 1 (0: as many as the plan needs)", j.Parallel.Devices)
+	}
 	autoPlan := false // a plan other than the default, chosen here
 	if j.Parallel.Plan == unset {
 		autoPlan = env != nil && j.Parallel.Backend != "local" || j.Parallel.Devices > 0
@@ -108,7 +111,7 @@ func assembleJob(f trainFlags, sets []string, env *launch.Env) (jobSpec, error) 
 			return spec, err
 		}
 		if j.Checkpoint.Dir = dir; dir != def.Checkpoint.Dir {
-			spec.notes = append(spec.notes, fmt.Sprintf("checkpoint.dir=%s: %s holds another run's checkpoints (set checkpoint.dir to choose)", dir, def.Checkpoint.Dir))
+			spec.notes = append(spec.notes, fmt.Sprintf("checkpoint.dir=%s: %s holds another run's checkpoints, or another run is writing there (set checkpoint.dir to choose)", dir, def.Checkpoint.Dir))
 		}
 	}
 	if f.resume == "" && j.Train.Prompt == def.Train.Prompt && j.Data.Source != def.Data.Source {
@@ -118,7 +121,8 @@ func assembleJob(f trainFlags, sets []string, env *launch.Env) (jobSpec, error) 
 }
 
 // freeRunDir gives a fresh run that did not choose a checkpoint directory
-// its own: base if it holds no checkpoints, else the first free base-2,
+// its own: base if it holds no checkpoints and no run is writing there
+// (checkpoint.Busy), else the first free base-2,
 // base-3, ... (a directory chosen explicitly is never changed: a run
 // refuses one that holds another run's checkpoints).
 func freeRunDir(base string) (string, error) {
@@ -126,6 +130,9 @@ func freeRunDir(base string) (string, error) {
 		dir := base
 		if i > 1 {
 			dir = fmt.Sprintf("%s-%d", base, i)
+		}
+		if _, busy := checkpoint.Busy(dir); busy {
+			continue // another run is writing there
 		}
 		steps, err := checkpoint.Steps(dir)
 		if err != nil || len(steps) == 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"trellis/comm/tcp"
+	"trellis/internal/bounded"
 	"trellis/launch"
 )
 
@@ -95,6 +96,7 @@ func newLaunchCmd() *cobra.Command {
 	f := c.Flags()
 	f.StringVar(&nproc, "nproc-per-node", "1", "workers on this node; MIN:MAX (elastic, one node): start MAX, shrink to no fewer than MIN as workers die (with --max-restarts)")
 	f.StringVar(&nnodes, "nnodes", "1", "nodes in the job (a MIN:MAX range is torchrun's; here elasticity is per worker: --nproc-per-node MIN:MAX)")
+	f.IntVar(&cfg.MaxProcs, "max-nproc-per-node", launch.DefaultMaxProcs, "the most workers --nproc-per-node may start on this node")
 	f.IntVar(&restarts.SlotRestarts, "max-slot-restarts", 0, "elastic jobs: how often one slot's worker may die and be restarted at the same size before its slot is given up")
 	f.IntVar(&cfg.NodeRank, "node-rank", 0, "this node's rank, 0 ≤ node-rank < nnodes")
 	f.StringVar(&cfg.MasterAddr, "master-addr", "", "host of node 0, where rank 0 serves the rendezvous (default 127.0.0.1 on one node)")
@@ -161,7 +163,7 @@ func setValue(args []string, key string) string {
 // environment, else none (a single node generates one).
 func launchToken(file string) (string, error) {
 	if file != "" {
-		b, err := os.ReadFile(file)
+		b, err := bounded.ReadFile(file, 4096, "token file")
 		if err != nil {
 			return "", fmt.Errorf("launch: --token-file: %w", err)
 		}

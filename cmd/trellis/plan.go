@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"trellis/internal/bounded"
 	"trellis/plan"
 )
 
@@ -168,9 +169,9 @@ func loadModel(s string) (plan.Model, error) {
 	} else if _, statErr := os.Stat(s); statErr != nil {
 		return plan.Model{}, err
 	}
-	data, err := os.ReadFile(s)
+	data, err := bounded.ReadFile(s, bounded.Config, "model file (config.json)")
 	if err != nil {
-		return plan.Model{}, err
+		return plan.Model{}, fmt.Errorf("--model: %w", err)
 	}
 	m, err := plan.ParseHFConfig(data, s)
 	if err != nil {
@@ -185,9 +186,9 @@ func loadCluster(s string) (plan.Cluster, error) {
 	} else if _, statErr := os.Stat(s); statErr != nil {
 		return plan.Cluster{}, err
 	}
-	data, err := os.ReadFile(s)
+	data, err := bounded.ReadFile(s, bounded.Config, "cluster file")
 	if err != nil {
-		return plan.Cluster{}, err
+		return plan.Cluster{}, fmt.Errorf("--cluster: %w", err)
 	}
 	c, err := plan.ParseClusterFile(data)
 	if err != nil {
@@ -206,7 +207,11 @@ func explainPlan(w io.Writer, job plan.Job, res plan.Result, f planFlags) error 
 		best = &res.Plans[0]
 	}
 	if !f.json {
-		_, err = io.WriteString(w, job.Explain(p, best)+scheduleText(p, job.MicroBatches(p)))
+		text := job.Explain(p, best)
+		if job.Check(p) == nil { // the schedule of a plan that is one: sized by its pp, vpp and micro-batches
+			text += scheduleText(p, job.MicroBatches(p))
+		}
+		_, err = io.WriteString(w, text)
 		return err
 	}
 	out := struct {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"trellis/internal/bounded"
 	"trellis/plan"
 )
 
@@ -68,7 +69,7 @@ func runFrom(w io.Writer, f planFlags, args []string) error {
 	}
 	text := strings.Join(args, " ")
 	if fw != plan.Megatron || (len(args) == 1 && isFile(args[0])) {
-		data, err := os.ReadFile(args[0])
+		data, err := bounded.ReadFile(args[0], bounded.Config, string(fw)+" configuration")
 		if err != nil {
 			return fmt.Errorf("--from %s: %w", fw, err)
 		}

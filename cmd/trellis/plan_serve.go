@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -72,16 +71,24 @@ func newExplorer(f planFlags) http.Handler {
 	})
 }
 
-// servePlans serves the explorer until ctx ends.
+// servePlans serves the explorer until ctx ends: on loopback for a bare
+// port (":8081"), elsewhere only when named (warned about without a token).
 func servePlans(ctx context.Context, addr string, f planFlags, log io.Writer) error {
-	ln, err := net.Listen("tcp", addr)
+	token := os.Getenv(dashboard.EnvToken)
+	srv, err := dashboard.Listen(dashboard.ServeConfig{Flag: "--serve", Addr: addr, Handler: newExplorer(f), Token: token})
 	if err != nil {
-		return fmt.Errorf("--serve %s: %w", addr, err)
+		return err
 	}
-	srv := &http.Server{Handler: newExplorer(f), ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(log, "plan explorer: http://%s/ (Ctrl-C stops)\n", ln.Addr())
+	if srv.Warning != "" {
+		fmt.Fprintf(log, "plan explorer: warning: %s\n", srv.Warning)
+	}
+	how := ""
+	if token != "" {
+		how = " (add ?token=$" + dashboard.EnvToken + ")"
+	}
+	fmt.Fprintf(log, "plan explorer: %s%s (Ctrl-C stops)\n", srv.URL, how)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve() }()
 	select {
 	case err := <-errc:
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"trellis/internal/outfile"
 	"trellis/plan"
 	"trellis/profile"
 )
@@ -32,6 +33,13 @@ func newProfileCmd() *cobra.Command {
 			"  trellis plan --model gpt2-124m --cluster host.toml --devices 2 --seq 1024 --global-batch 8",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out != "" && out != "-" {
+				// Before minutes of measuring: a FIFO, a device or a
+				// directory is refused.
+				if err := outfile.Check("-o", out); err != nil {
+					return err
+				}
+			}
 			c.Backends = strings.Split(backends, ",")
 			exe, err := os.Executable()
 			if err != nil {
@@ -78,7 +86,7 @@ func newProfileCmd() *cobra.Command {
 					err = os.MkdirAll(filepath.Dir(p), 0o755)
 				}
 				if err == nil {
-					err = writeFileAtomic(p, buf.Bytes())
+					err = outfile.WriteBytes("--cache", p, buf.Bytes())
 				}
 				if err != nil {
 					return fmt.Errorf("profile: --cache: %w", err)
@@ -92,7 +100,7 @@ func newProfileCmd() *cobra.Command {
 				_, err = cmd.OutOrStdout().Write(buf.Bytes())
 				return err
 			}
-			if err := writeFileAtomic(out, buf.Bytes()); err != nil {
+			if err := outfile.WriteBytes("-o", out, buf.Bytes()); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%s): peak %.1f GFLOP/s per device, GEMM η=%.2f κ=%.0f, memory %.1f GB/s\n",
@@ -108,17 +116,4 @@ func newProfileCmd() *cobra.Command {
 	f.IntVar(&c.Ranks, "ranks", 0, "ranks of the collective timings (0: the CPU count, at least 2)")
 	f.StringVar(&backends, "backends", "local,tcp", "comm backends to time: local ([intra]) and/or tcp ([inter])")
 	return cmd
-}
-
-// writeFileAtomic writes b to path through a temporary file and a rename.
-func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
 }

@@ -3,12 +3,15 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"trellis/internal/bounded"
+	"trellis/internal/outfile"
 	"trellis/viz"
 )
 
@@ -40,6 +43,15 @@ Chrome trace DIR/trace.json adds a timeline per rank (skipped when absent).`,
 }
 
 func runReport(metrics string, f reportFlags) error {
+	traceFile := ""
+	if f.trace != "" {
+		traceFile = filepath.Join(f.trace, "trace.json")
+	}
+	// Before reading anything: the report must not replace what it is
+	// made from, nor a device or FIFO.
+	if err := outfile.Check("-o", f.out, metrics, traceFile); err != nil {
+		return err
+	}
 	in, err := os.Open(metrics)
 	if err != nil {
 		return err
@@ -63,26 +75,14 @@ func runReport(metrics string, f reportFlags) error {
 	if title == "" {
 		title = "trellis report: " + filepath.Base(metrics)
 	}
-	tmp := f.out + ".tmp"
-	out, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	err = viz.WriteHTML(out, viz.Page{Title: title, Status: run.Status, Panels: viz.Panels(run)})
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, f.out)
+	page := viz.Page{Title: title, Status: run.Status, Panels: viz.Panels(run)}
+	return outfile.Write("-o", f.out, func(w io.Writer) error { return viz.WriteHTML(w, page) }, metrics, traceFile)
 }
 
 // readTrace reads DIR/trace.json; a missing file is no trace (nil, nil).
 func readTrace(dir string) (*viz.Trace, error) {
 	p := filepath.Join(dir, "trace.json")
-	b, err := os.ReadFile(p)
+	b, err := bounded.ReadRegular(p, bounded.Trace, "trace file")
 	if errors.Is(err, fs.ErrNotExist) {
 		fmt.Fprintf(os.Stderr, "trellis report: no %s: the report has no timeline\n", p)
 		return nil, nil

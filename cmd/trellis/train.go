@@ -68,6 +68,12 @@ plan unless one is given.`,
 }
 
 func runTrain(cmd *cobra.Command, f trainFlags) error {
+	switch {
+	case f.devices < 0:
+		return configError{fmt.Errorf("--devices=%d must be >= 1 (0 or absent: as many as the plan needs)", f.devices)}
+	case f.until < 0:
+		return configError{fmt.Errorf("--until=%d must be >= 0 (0 or absent: run to train.steps)", f.until)}
+	}
 	sets := append([]string(nil), f.sets...)
 	if f.parallel != "" {
 		sets = append(sets, "parallel.plan="+f.parallel)

@@ -49,20 +49,34 @@ func (c Config) Validate() error {
 	case c.Backend != "local" && c.Backend != "tcp":
 		return fmt.Errorf("commbench: Backend=%q: want local or tcp", c.Backend)
 	case c.Ranks < 1:
-		return fmt.Errorf("commbench: Ranks=%d: must be at least 1", c.Ranks)
+		return fmt.Errorf("commbench: --ranks=%d: must be at least 1", c.Ranks)
 	case len(c.Ops) == 0 || len(c.Sizes) == 0:
-		return fmt.Errorf("commbench: Ops=%v, Sizes=%v: need at least one of each", c.Ops, c.Sizes)
+		return fmt.Errorf("commbench: --ops=%v, --sizes=%v: need at least one of each", c.Ops, c.Sizes)
 	case c.Iters < 0:
-		return fmt.Errorf("commbench: Iters=%d: must not be negative", c.Iters)
+		return fmt.Errorf("commbench: --iters=%d: must not be negative", c.Iters)
 	}
 	for _, op := range c.Ops {
 		if !slices.Contains(Ops(), op) {
-			return fmt.Errorf("commbench: Ops: unknown op %q (want some of %v)", op, Ops())
+			return fmt.Errorf("commbench: --ops: unknown op %q (want some of %v)", op, Ops())
 		}
 	}
 	for _, s := range c.Sizes {
 		if s < 4 || s > 1<<33 {
-			return fmt.Errorf("commbench: Sizes: %d bytes is outside [4 B, 8 GiB]", s)
+			return fmt.Errorf("commbench: --sizes: %d bytes is outside [4 B, 8 GiB]", s)
+		}
+	}
+	return c.checkParts()
+}
+
+// checkParts refuses a size that leaves each rank of a reduce-scatter or
+// all-gather no fp32 element (it would time nothing and report a
+// bandwidth).
+func (c Config) checkParts() error {
+	least := slices.Min(c.Sizes)
+	for _, op := range c.Ops {
+		if (op == "reducescatter" || op == "allgather") && least < 4*int64(c.Ranks) {
+			return fmt.Errorf("commbench: --sizes %d with --ops %s on --ranks=%d: each rank's part would hold %d fp32 elements; %s needs at least 4 × ranks = %d bytes",
+				least, op, c.Ranks, least/4/int64(c.Ranks), op, 4*int64(c.Ranks))
 		}
 	}
 	return nil

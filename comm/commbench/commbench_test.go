@@ -63,16 +63,21 @@ func TestValidate(t *testing.T) {
 		want string
 	}{
 		{func(c *Config) { c.Backend = "nccl" }, "Backend"},
-		{func(c *Config) { c.Ranks = 0 }, "Ranks"},
-		{func(c *Config) { c.Ops = []string{"gather"} }, "gather"},
-		{func(c *Config) { c.Sizes = nil }, "Sizes"},
-		{func(c *Config) { c.Sizes = []int64{2} }, "Sizes"},
-		{func(c *Config) { c.Iters = -1 }, "Iters"},
+		{func(c *Config) { c.Ranks = 0 }, "--ranks=0"},
+		{func(c *Config) { c.Ops = []string{"gather"} }, "--ops: unknown op \"gather\""},
+		{func(c *Config) { c.Sizes = nil }, "--sizes"},
+		{func(c *Config) { c.Sizes = []int64{2} }, "--sizes: 2 bytes"},
+		{func(c *Config) { c.Iters = -1 }, "--iters=-1"},
+		// Issue 29: 7 bytes over 3 ranks timed 0 elements.
+		{func(c *Config) { c.Sizes, c.Ops, c.Ranks = []int64{7}, []string{"reducescatter"}, 3 }, "--sizes 7 with --ops reducescatter on --ranks=3: each rank's part would hold 0 fp32 elements"},
+		{func(c *Config) { c.Sizes, c.Ops, c.Ranks = []int64{8}, []string{"allgather"}, 4 }, "allgather needs at least 4 × ranks = 16 bytes"},
 	} {
 		cfg := ok
 		c.edit(&cfg)
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("got %v, want an error naming %s", err, c.want)
+		} else if strings.Contains(err.Error(), "Ops") || strings.Contains(err.Error(), "Sizes") || strings.Contains(err.Error(), "Ranks") {
+			t.Errorf("%v names a Go field, not the flag", err)
 		}
 	}
 }

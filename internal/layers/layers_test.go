@@ -47,12 +47,14 @@ var layer = map[string]int{
 
 	"parallel/tp":       5,
 	"parallel/pp":       5,
-	"trace":             0, // Chrome trace-event spans (no Trellis imports)
+	"trace":             2, // Chrome trace-event spans (bounded reads, outfile writes)
 	"train":             7,
 	"cmd/trellis":       8,
 	"internal/checked":  0, // overflow-checked size arithmetic
 	"internal/sysmem":   0, // the machine's physical memory
 	"internal/proctime": 0, // the process's CPU time (benchmarks)
+	"internal/bounded":  0, // size-bounded reads of outside files
+	"internal/outfile":  1, // outputs that refuse to replace inputs, devices, FIFOs
 	"metrics":           0, // the --metrics line schema (train writes it, viz reads it)
 	"viz":               1, // pages and SVG from metrics, traces and plans: no runtime package
 	"dashboard":         3, // serves viz pages; never train (it gets metrics through train.Observer)
