@@ -199,8 +199,40 @@ func (w *world) fail(pe *comm.PeerError) {
 	go func() {
 		waitAll(aborts, time.Second)
 		close(w.flushed)
-		w.closeConns()
+		w.lingerClose(time.Second)
 	}()
+}
+
+// lingerClose ends every connection after a failure without losing the
+// abort frames just written: closing a socket whose receive queue holds
+// unread bytes sends a reset, which discards what this rank sent but the
+// peer has not yet read (the abort among it). So each connection is first
+// half-closed (a FIN after the queued bytes), the readers keep draining
+// until the peers close their ends or limit passes, and only then are the
+// connections closed.
+func (w *world) lingerClose(limit time.Duration) {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	for _, p := range w.peers {
+		if p == nil {
+			continue
+		}
+		if hc, ok := p.conn.(interface{ CloseWrite() error }); ok {
+			hc.CloseWrite()
+		}
+	}
+	for _, p := range w.peers {
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.readerDone:
+		case <-t.C:
+			w.closeConns()
+			return
+		}
+	}
+	w.closeConns()
 }
 
 // aborted handles an abort frame from rank `from` naming pe.Rank: `from`
