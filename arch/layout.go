@@ -29,8 +29,8 @@ type Unit struct {
 // are numbered
 //
 //	unit 0      embedding (and the tied LM head)
-//	unit 1..L   block l−1, prefix "h.{l−1}."
-//	unit L+1    the final norm
+//	unit 1..L   block l−1, prefix "h.{l−1}." (a Llama's "layers.{l−1}.")
+//	unit L+1    the final norm (and an untied LM head)
 //
 // A rank's layout holds a part of every tensor (Config.PartLayout) and,
 // in a pipeline, only some units (Select): Units[i].Index is the global

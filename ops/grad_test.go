@@ -166,13 +166,50 @@ var gradCases = []struct {
 		}
 	}},
 	{"attention", func(k *Kernels, r *rand.Rand) gradCase {
-		return attentionCase(k, r, 2, 5, 8, 2, 0)
+		return attentionCase(k, r, 2, 5, 8, 2, 2, 0)
 	}},
 	{"attention T=70 (two causal blocks)", func(k *Kernels, r *rand.Rand) gradCase {
-		return attentionCase(k, r, 1, 70, 8, 2, 300)
+		return attentionCase(k, r, 1, 70, 8, 2, 2, 300)
 	}},
 	{"attention HS=32 T=29 (tiled on AVX-512)", func(k *Kernels, r *rand.Rand) gradCase {
-		return attentionCase(k, r, 2, 29, 64, 2, 300)
+		return attentionCase(k, r, 2, 29, 64, 2, 2, 300)
+	}},
+	{"attention GQA 6:2", func(k *Kernels, r *rand.Rand) gradCase {
+		return attentionCase(k, r, 2, 7, 24, 6, 2, 0)
+	}},
+	{"attention MQA HS=32 T=29 (tiled on AVX-512)", func(k *Kernels, r *rand.Rand) gradCase {
+		return attentionCase(k, r, 2, 29, 128, 4, 1, 300)
+	}},
+	{"rope", func(k *Kernels, r *rand.Rand) gradCase {
+		B, T, NH, KV, HS := 2, 5, 4, 2, 6
+		W := B * T * (NH + 2*KV) * HS
+		x, dx := randn(r, W, 1), make([]float32, W)
+		cos, sin := make([]float32, T*HS/2), make([]float32, T*HS/2)
+		RoPETable(cos, sin, T, HS, 10000)
+		out, w := make([]float32, W), randn(r, W, 1)
+		return gradCase{
+			vars: []fdVar{{"qkv", x, dx}},
+			loss: func() float64 { copy(out, x); RoPEForward(k, out, cos, sin, B, T, NH, KV, HS); return probe(out, w) },
+			backward: func() {
+				g := append([]float32(nil), w...)
+				RoPEBackward(k, g, cos, sin, B, T, NH, KV, HS)
+				AddInto(k, dx, g, W)
+			},
+		}
+	}},
+	{"swiglu", func(k *Kernels, r *rand.Rand) gradCase {
+		N, F := 7, 37
+		gu, dgu := randn(r, 2*N*F, 2), make([]float32, 2*N*F)
+		act, w := make([]float32, N*F), randn(r, N*F, 1)
+		return gradCase{
+			vars: []fdVar{{"gate_up", gu, dgu}},
+			loss: func() float64 { SwiGLUForward(k, act, gu, N, F); return probe(act, w) },
+			backward: func() {
+				g := make([]float32, 2*N*F)
+				SwiGLUBackwardSet(k, g, gu, w, N, F)
+				AddInto(k, dgu, g, 2*N*F)
+			},
+		}
 	}},
 	{"dropout", func(k *Kernels, r *rand.Rand) gradCase {
 		n := 5000 // two chunks
@@ -188,16 +225,17 @@ var gradCases = []struct {
 	}},
 }
 
-func attentionCase(k *Kernels, r *rand.Rand, B, T, C, NH, samples int) gradCase {
-	qkv, dqkv := randn(r, B*T*3*C, 1), make([]float32, B*T*3*C)
+func attentionCase(k *Kernels, r *rand.Rand, B, T, C, NH, KV, samples int) gradCase {
+	W := B * T * (C + 2*KV*(C/NH))
+	qkv, dqkv := randn(r, W, 1), make([]float32, W)
 	att, out, w := make([]float32, B*NH*T*T), make([]float32, B*T*C), randn(r, B*T*C, 1)
-	scratch := make([]float32, AttentionScratchSize(k, B, T, NH))
+	scratch := make([]float32, AttentionScratchSize(k, B, T, KV))
 	return gradCase{
 		vars: []fdVar{{"qkv", qkv, dqkv}},
-		loss: func() float64 { AttentionForward(k, out, att, qkv, B, T, C, NH); return probe(out, w) },
+		loss: func() float64 { AttentionForward(k, out, att, qkv, B, T, C, NH, KV); return probe(out, w) },
 		backward: func() {
-			AttentionForward(k, out, att, qkv, B, T, C, NH)
-			AttentionBackward(k, dqkv, scratch, w, qkv, att, B, T, C, NH)
+			AttentionForward(k, out, att, qkv, B, T, C, NH, KV)
+			AttentionBackward(k, dqkv, scratch, w, qkv, att, B, T, C, NH, KV)
 		},
 		samples: samples,
 	}
