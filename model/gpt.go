@@ -125,8 +125,8 @@ type scratch struct {
 	vec     []float32 // (13C) 16-bit: a unit's vectors widened
 	// cos, sin are a Llama's RoPE table (T, HS/2): ops.RoPETable.
 	cos, sin []float32
-	x       tensor.Buf
-	dy      tensor.Buf
+	x        tensor.Buf
+	dy       tensor.Buf
 }
 
 // dropoutKeys are the streams of the dropout sites: the embedding, and

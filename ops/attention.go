@@ -117,9 +117,9 @@ func forEachGroup(k *Kernels, n int, fn func(ks *Kernels, w, bg int)) {
 }
 
 type attnGeom struct {
-	T, C, NH, HS int // C = NH·HS, the query (and output) width
-	KV, G        int // key/value heads and the query heads per group, NH/KV
-	ld           int // qkv's row stride, (NH+2·KV)·HS
+	T, C, NH, HS int     // C = NH·HS, the query (and output) width
+	KV, G        int     // key/value heads and the query heads per group, NH/KV
+	ld           int     // qkv's row stride, (NH+2·KV)·HS
 	scale        float32 // 1/√HS
 	simd         bool
 	tiled        bool // the path of attention_tiled.go
