@@ -145,6 +145,18 @@ func (c Config) Eps() float64 {
 	return DefaultNormEps
 }
 
+// Canonical is c with every default spelled out (a Llama's kv_heads,
+// ffn_hidden, rope_theta, norm_eps; GPT-2's arch as ""), so that two
+// configurations of the same model compare equal.
+func (c Config) Canonical() Config {
+	if !c.IsLlama() {
+		c.Arch = ""
+		return c
+	}
+	c.KVHeads, c.FFN, c.RopeTheta, c.NormEps = c.KV(), c.FFNWidth(), c.Theta(), c.Eps()
+	return c
+}
+
 // Validate names the first field that breaks a rule.
 func (c Config) Validate() error {
 	var errs []error
