@@ -139,3 +139,16 @@ func (t Tensor) Valid() int {
 	}
 	return t.Global.Elems()
 }
+
+// LargestUnit is the size of part p's largest unit — the embedding, a
+// block or the head (all blocks are alike) — in parameters, for any
+// number of layers without building the whole layout.
+func (c Config) LargestUnit(p Part) float64 {
+	one := c
+	one.Layers = 1
+	n := 0
+	for _, u := range one.PartLayout(p).Units {
+		n = max(n, u.Size)
+	}
+	return float64(n)
+}
