@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"trellis/hf"
 	"trellis/model"
 	"trellis/ops"
+	"trellis/plan"
 	"trellis/safetensors"
 )
 
@@ -365,4 +367,69 @@ func torchLogits(t *testing.T, m hf.Model, dir string) {
 		t.Fatalf("the export's logits in PyTorch differ from Trellis's by %.3g relative", d/mx)
 	}
 	t.Logf("the export in PyTorch: logits within %.3g relative of Trellis's", d/mx)
+}
+
+// The planner's Hugging Face reader (plan.ParseHFConfig) and the engine's
+// (hf.ParseModelConfig, what model.init and trellis sample read) agree on
+// the same config.json: PyTorch's Llama fixture, Trellis's own exports
+// (tied and untied Llama, GPT-2), and a Llama 3 8B config.json as
+// transformers writes it; the engine runs what the planner reads
+// (plan.EngineRefusals is empty).
+func TestLlamaConfigReadersAgree(t *testing.T) {
+	files := map[string][]byte{}
+	b, err := os.ReadFile(filepath.Join("..", "hf", "testdata", "llama_hf", hf.ConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files["pytorch fixture"] = b
+	for name, cfg := range map[string]model.Config{
+		"untied llama": llamaJob("", 3).Model,
+		"tied llama":   {Arch: "llama", Layers: 2, Hidden: 32, Heads: 4, SeqLen: 16, Vocab: 300, TieEmbeddings: true, NormEps: 1e-6},
+		"gpt2":         tinyJob("").Model,
+	} {
+		dir := t.TempDir()
+		lay := cfg.Layout()
+		if err := hf.Write(dir, hf.Model{Config: cfg, W: make([]float32, lay.Size)}, safetensors.F32); err != nil {
+			t.Fatal(err)
+		}
+		if files[name], err = os.ReadFile(filepath.Join(dir, hf.ConfigFile)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files["llama3-8b (transformers)"] = []byte(`{"architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+		"bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+		"intermediate_size": 14336, "max_position_embeddings": 8192, "mlp_bias": false, "model_type": "llama",
+		"num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+		"rope_scaling": null, "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+		"transformers_version": "4.40.0.dev0", "use_cache": true, "vocab_size": 128256}`)
+	for name, b := range files {
+		t.Run(name, func(t *testing.T) {
+			pm, err := plan.ParseHFConfig(b, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ec, err := hf.ParseModelConfig(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			em := planModel(ec)
+			type shape struct {
+				Family                                      plan.Family
+				Layers, Hidden, Heads, KV, HD, FFN, V, Seq int
+				Tied, AttnBias, MLPBias                     bool
+			}
+			of := func(m plan.Model) shape {
+				return shape{m.Family, m.Layers, m.Hidden, m.Heads, m.KVHeads, m.HD(), m.FFN, m.Vocab, m.MaxSeq, m.Tied, m.AttnBias, m.MLPBias}
+			}
+			if of(pm) != of(em) {
+				t.Errorf("planner reads %+v, engine %+v", of(pm), of(em))
+			}
+			if bad := plan.EngineRefusals(pm, plan.Plan{TP: 1, PP: 1, DP: 1, CP: 1, Precision: plan.BF16}); len(bad) > 0 {
+				t.Errorf("the engine refuses what the planner read: %v", bad)
+			}
+			if ec.NumParams() != int(pm.Params()) {
+				t.Errorf("parameters: engine %d, planner %d", ec.NumParams(), pm.Params())
+			}
+		})
+	}
 }
