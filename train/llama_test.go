@@ -414,9 +414,9 @@ func TestLlamaConfigReadersAgree(t *testing.T) {
 			}
 			em := planModel(ec)
 			type shape struct {
-				Family                                      plan.Family
+				Family                                     plan.Family
 				Layers, Hidden, Heads, KV, HD, FFN, V, Seq int
-				Tied, AttnBias, MLPBias                     bool
+				Tied, AttnBias, MLPBias                    bool
 			}
 			of := func(m plan.Model) shape {
 				return shape{m.Family, m.Layers, m.Hidden, m.Heads, m.KVHeads, m.HD(), m.FFN, m.Vocab, m.MaxSeq, m.Tied, m.AttnBias, m.MLPBias}
