@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -250,6 +251,78 @@ func TestGradients(t *testing.T) {
 				k := newKernelsConfig(t, kc)
 				checkGrads(t, c.build(k, rand.New(rand.NewPCG(42, uint64(i)))))
 			})
+		}
+	}
+}
+
+// TestSwiGLUKernels holds the AVX2 kernels to the Go loops (isa generic)
+// within 4e-7 of the row's largest magnitude, over every tail length and
+// the whole range of gates, the saturated ones (|g| > 88) included.
+func TestSwiGLUKernels(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2")
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for n := 1; n <= 41; n++ {
+		g, u, d := randn(r, n, 8), randn(r, n, 1), randn(r, n, 1)
+		if n > 3 {
+			g[0], g[1], g[2] = -100, 100, 0
+		}
+		var act, dg, du [2][]float32
+		for p, v := range []bool{false, true} {
+			act[p], dg[p], du[p] = make([]float32, n), make([]float32, n), make([]float32, n)
+			swigluRow(v, act[p], g, u)
+			swigluGradRow(v, dg[p], du[p], g, u, d)
+		}
+		for _, x := range []struct {
+			name string
+			a    [2][]float32
+		}{{"act", act}, {"dgate", dg}, {"dup", du}} {
+			scale := 0.0
+			for _, w := range x.a[0] {
+				scale = max(scale, math.Abs(float64(w)))
+			}
+			for i := range x.a[0] {
+				w, got := float64(x.a[0][i]), float64(x.a[1][i])
+				if math.Abs(got-w) > 4e-7*scale {
+					t.Fatalf("n=%d %s[%d] (g=%g): AVX2 %g, Go %g", n, x.name, i, g[i], got, w)
+				}
+			}
+		}
+	}
+}
+
+// TestRMSNormKernels holds RMSNorm on the AVX2 kernels to the Go loops
+// (isa generic): outputs, rstd and both gradients within 2e-6 relative to
+// their largest magnitude, for widths with and without a tail.
+func TestRMSNormKernels(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, C := range []int{8, 13, 37, 256} {
+		N := 5
+		x, w, dy := randn(r, N*C, 2), randn(r, C, 1), randn(r, N*C, 1)
+		var out, rstd, dx, dw [2][]float32
+		for p, isa := range []string{"generic", ""} {
+			k := newKernelsConfig(t, Config{Threads: 3, ISA: isa})
+			out[p], rstd[p], dx[p], dw[p] = make([]float32, N*C), make([]float32, N), make([]float32, N*C), make([]float32, C)
+			RMSNormForward(k, out[p], rstd[p], x, w, N, C, 1e-5)
+			RMSNormBackward(k, dx[p], dw[p], dy, x, w, rstd[p], N, C)
+		}
+		for _, c := range []struct {
+			name string
+			a    [2][]float32
+		}{{"out", out}, {"rstd", rstd}, {"dx", dx}, {"dw", dw}} {
+			scale := 0.0
+			for _, v := range c.a[0] {
+				scale = max(scale, math.Abs(float64(v)))
+			}
+			for i := range c.a[0] {
+				if d := math.Abs(float64(c.a[1][i] - c.a[0][i])); d > 2e-6*scale {
+					t.Fatalf("C=%d %s[%d]: AVX2 %g, Go %g", C, c.name, i, c.a[1][i], c.a[0][i])
+				}
+			}
 		}
 	}
 }
