@@ -2,7 +2,16 @@ package arch
 
 import "fmt"
 
-// params declares GPT-2's parameters, unit by unit, in flat order. Names
+// params declares the architecture's parameters, unit by unit, in flat
+// order (gpt2Params, llamaParams).
+func (c Config) params() []unitSpec {
+	if c.IsLlama() {
+		return c.llamaParams()
+	}
+	return c.gpt2Params()
+}
+
+// gpt2Params declares GPT-2's parameters, unit by unit, in flat order. Names
 // follow Hugging Face's GPT-2, but linear weights are stored (out, in) as
 // in torch.nn.Linear (HF's Conv1D stores the transpose). The c_attn output
 // is [q | k | v], each C wide with head h at columns [h·HS, (h+1)·HS).
@@ -11,7 +20,7 @@ import "fmt"
 // attn.c_proj and mlp.c_proj row-parallel (their inputs split the same
 // way, their biases replicated and added once after the reduction), wte
 // vocab-parallel (⌈V/t⌉ rows per rank), the rest replicated.
-func (c Config) params() []unitSpec {
+func (c Config) gpt2Params() []unitSpec {
 	C, L := c.Hidden, c.Layers
 	wte := shard("wte", 0, c.Vocab, C)
 	wte.tp.Ceil = true

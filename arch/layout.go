@@ -29,8 +29,8 @@ type Unit struct {
 // are numbered
 //
 //	unit 0      embedding (and the tied LM head)
-//	unit 1..L   block l−1, prefix "h.{l−1}."
-//	unit L+1    the final norm
+//	unit 1..L   block l−1, prefix "h.{l−1}." (a Llama's "layers.{l−1}.")
+//	unit L+1    the final norm (and an untied LM head)
 //
 // A rank's layout holds a part of every tensor (Config.PartLayout) and,
 // in a pipeline, only some units (Select): Units[i].Index is the global
@@ -138,4 +138,17 @@ func (t Tensor) Valid() int {
 		return t.Size
 	}
 	return t.Global.Elems()
+}
+
+// LargestUnit is the size of part p's largest unit — the embedding, a
+// block or the head (all blocks are alike) — in parameters, for any
+// number of layers without building the whole layout.
+func (c Config) LargestUnit(p Part) float64 {
+	one := c
+	one.Layers = 1
+	n := 0
+	for _, u := range one.PartLayout(p).Units {
+		n = max(n, u.Size)
+	}
+	return float64(n)
 }

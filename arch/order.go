@@ -14,14 +14,21 @@ package arch
 // Weights hold. It is data for whoever fetches weights ahead of use
 // (ZeRO-3's prefetch), and TestWeightOrder holds it to the calls the
 // model really makes.
+//
+// An untied head (a Llama's lm_head lives in unit L+1 with the final norm)
+// asks for no unit 0 at the head: forward 0, 1, …, L+1; backward L+1, L, …, 1.
 func (c Config) WeightOrder() (forward, backward []int) {
 	L := c.Layers
 	forward = make([]int, 0, L+3)
 	for u := 0; u <= L+1; u++ {
 		forward = append(forward, u)
 	}
-	forward = append(forward, 0)
-	backward = append(make([]int, 0, L+2), 0, L+1)
+	backward = make([]int, 0, L+2)
+	if c.Tied() {
+		forward = append(forward, 0)
+		backward = append(backward, 0)
+	}
+	backward = append(backward, L+1)
 	for u := L; u >= 1; u-- {
 		backward = append(backward, u)
 	}

@@ -19,6 +19,9 @@ import (
 //	replicated     wpe, every LayerNorm, the row-parallel biases (added once,
 //	               after the reduction)
 //
+// (a Llama's split is llamaParams': heads with their key/value heads,
+// SwiGLU columns, the vocabulary of the embedding and the untied head)
+//
 // With SP (sequence parallelism, Korthikanti et al. 2022) the LayerNorm,
 // dropout and residual regions hold B·T/t of the micro-batch's tokens
 // (rank r the flattened tokens [r·BT/t, (r+1)·BT/t)).
@@ -35,7 +38,7 @@ func (p Part) Degree() int { return max(1, p.TP) }
 func (p Part) Split() bool { return p.Degree() > 1 }
 
 // Validate checks the part against c: t divides the heads and the MLP
-// width 4C, the rank is in range, SP has t > 1 and t divides seq_len.
+// width (GPT-2's 4C; a Llama's F, and its key/value heads), the rank is in range, SP has t > 1 and t divides seq_len.
 func (p Part) Validate(c Config) error {
 	t := p.Degree()
 	var errs []error
@@ -48,7 +51,15 @@ func (p Part) Validate(c Config) error {
 	if c.Heads > 0 && c.Heads%t != 0 {
 		errs = append(errs, fmt.Errorf("tp=%d does not divide model.heads=%d", t, c.Heads))
 	}
-	if c.Hidden > 0 && (4*c.Hidden)%t != 0 {
+	switch {
+	case c.IsLlama():
+		if kv := c.KV(); kv > 0 && kv%t != 0 {
+			errs = append(errs, fmt.Errorf("tp=%d does not divide model.kv_heads=%d: tensor parallelism splits the key/value heads (each rank keeps whole groups of query heads with the key/value head they share)", t, kv))
+		}
+		if f := c.FFNWidth(); f > 0 && f%t != 0 {
+			errs = append(errs, fmt.Errorf("tp=%d does not divide the SwiGLU width model.ffn_hidden=%d", t, f))
+		}
+	case c.Hidden > 0 && (4*c.Hidden)%t != 0:
 		errs = append(errs, fmt.Errorf("tp=%d does not divide the MLP width 4·model.hidden=%d", t, 4*c.Hidden))
 	}
 	if p.SP && t == 1 {

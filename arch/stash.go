@@ -127,7 +127,12 @@ func (d Dims) tokensF() float64 {
 //
 // The block's input residual is the stash's (Residuals); dropout masks are
 // recomputed from their keys, never stored.
+//
+// A Llama block's are llamaBlockSaved's.
 func (c Config) BlockSaved(d Dims) []Saved {
+	if c.IsLlama() {
+		return c.llamaBlockSaved(d)
+	}
 	Cl, F, NH, _ := c.localF(d.Part)
 	n, BT, C, B, T := d.tokensF(), float64(d.B)*float64(d.T), float64(c.Hidden), float64(d.B), float64(d.T)
 	att := Saved{Name: "attn.probs", Class: Exact, Role: Probs, Elems: B * NH * T * T}
@@ -152,8 +157,12 @@ func (c Config) BlockSaved(d Dims) []Saved {
 
 // HeadSaved declares what the head keeps between its forward and its
 // backward: the final norm's output (operand) and statistics, the softmax
-// of the rank's V' logit columns and the per-token losses.
+// of the rank's V' logit columns and the per-token losses (a Llama's:
+// llamaHeadSaved).
 func (c Config) HeadSaved(d Dims) []Saved {
+	if c.IsLlama() {
+		return c.llamaHeadSaved(d)
+	}
 	_, _, _, V := c.localF(d.Part)
 	n, BT, C := d.tokensF(), float64(d.B)*float64(d.T), float64(c.Hidden)
 	return []Saved{
@@ -168,8 +177,12 @@ func (c Config) HeadSaved(d Dims) []Saved {
 // DeferredSaved declares what a zero-bubble split backward keeps from a
 // block's input-gradient pass B for its weight-gradient pass W (Qi et al.
 // 2023): the output gradients dY of the four linears, fp32, each (B,T,·)
-// of the layer's local output width (the row-parallel ones' full C).
+// of the layer's local output width (the row-parallel ones' full C); a
+// Llama's: llamaDeferredSaved.
 func (c Config) DeferredSaved(d Dims) []Saved {
+	if c.IsLlama() {
+		return c.llamaDeferredSaved(d)
+	}
 	Cl, F, _, _ := c.localF(d.Part)
 	BT, C := float64(d.B)*float64(d.T), float64(c.Hidden)
 	return []Saved{

@@ -61,7 +61,7 @@ func (h Config) ModelConfig() (model.Config, error) {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("config.json: "+format, a...)) }
 	if h.ModelType != "" && h.ModelType != "gpt2" {
-		bad("model_type=%q: only gpt2 is supported", h.ModelType)
+		bad("model_type=%q: Trellis loads gpt2 and llama", h.ModelType)
 	}
 	act := h.ActivationFunction
 	if act == "" {
@@ -94,6 +94,29 @@ func (h Config) ModelConfig() (model.Config, error) {
 		errs = append(errs, fmt.Errorf("config.json: %w", err))
 	}
 	return c, errors.Join(errs...)
+}
+
+// ParseModelConfig reads any config.json Trellis loads — model_type
+// "gpt2" (or none: GPT-2's) or "llama" — into a model configuration.
+func ParseModelConfig(b []byte) (model.Config, error) {
+	var head struct {
+		ModelType string `json:"model_type"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return model.Config{}, fmt.Errorf("config.json: %w", err)
+	}
+	if head.ModelType == "llama" {
+		h, err := parseLlama(b)
+		if err != nil {
+			return model.Config{}, err
+		}
+		return h.ModelConfig()
+	}
+	h, err := ParseConfig(b)
+	if err != nil {
+		return model.Config{}, err
+	}
+	return h.ModelConfig()
 }
 
 // ParseConfig decodes config.json. Unknown fields are allowed (transformers

@@ -1,8 +1,9 @@
-// Package hf moves GPT-2 weights between Trellis and the Hugging Face
-// layout: a directory with model.safetensors and config.json that
-// transformers' GPT2LMHeadModel.from_pretrained loads.
+// Package hf moves GPT-2 and Llama weights between Trellis and the
+// Hugging Face layout: a directory with model.safetensors and config.json
+// that transformers' GPT2LMHeadModel or LlamaForCausalLM .from_pretrained
+// loads (a Llama's names are in llama.go).
 //
-// The two layouts hold the same tensors under related names:
+// A GPT-2's two layouts hold the same tensors under related names:
 //
 //	Trellis (flat vector, model.Layout)     Hugging Face (GPT2LMHeadModel)
 //	wte (V,C)                               transformer.wte.weight (V,C)

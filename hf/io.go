@@ -20,7 +20,7 @@ const (
 	ConfigFile  = "config.json"
 )
 
-// Model is a GPT-2's configuration and weights, the flat vector in
+// Model is a GPT-2's or a Llama's configuration and weights, the flat vector in
 // Config.Layout() order, with the safetensors metadata (Trellis records
 // its tokenizer there as "trellis.tokenizer").
 type Model struct {
@@ -33,9 +33,9 @@ type Model struct {
 // trained with.
 const MetaTokenizer = "trellis.tokenizer"
 
-// Write saves m as a Hugging Face GPT-2 model directory:
-// dir/model.safetensors (tensors of dtype, F32, BF16 or F16) and
-// dir/config.json. Each file is written to a temporary name and renamed,
+// Write saves m as a Hugging Face model directory — GPT2LMHeadModel's or
+// LlamaForCausalLM's — dir/model.safetensors (tensors of dtype, F32, BF16
+// or F16) and dir/config.json. Each file is written to a temporary name and renamed,
 // so an interrupted export leaves no half-written file under the final
 // names.
 func Write(dir string, m Model, dtype safetensors.DType) error {
@@ -54,14 +54,18 @@ func Write(dir string, m Model, dtype safetensors.DType) error {
 	var ts []safetensors.Tensor
 	for _, u := range lay.Units {
 		for _, t := range u.Tensors {
-			st, err := safetensors.FromFloat32As(Name(t.Name), dtype, HFShape(t), toHF(t, w[t.Offset:t.Offset+t.Size]))
+			st, err := safetensors.FromFloat32As(hfName(cfg, t.Name), dtype, HFShape(t), toHF(t, w[t.Offset:t.Offset+t.Size]))
 			if err != nil {
 				return fmt.Errorf("hf: %s: %w", t.Name, err)
 			}
 			ts = append(ts, st)
 		}
 	}
-	js, err := json.MarshalIndent(ConfigOf(cfg, torchName), "", "  ")
+	var hcfg any = ConfigOf(cfg, torchName)
+	if cfg.IsLlama() {
+		hcfg = LlamaConfigOf(cfg, torchName)
+	}
+	js, err := json.MarshalIndent(hcfg, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -78,13 +82,14 @@ func Write(dir string, m Model, dtype safetensors.DType) error {
 	return writeFileAtomic(filepath.Join(dir, ConfigFile), append(js, '\n'))
 }
 
-// Read loads a Hugging Face GPT-2 model: path is the model directory or
-// its model.safetensors, with config.json beside it. It returns the model
-// configuration and the weights as a flat vector in cfg.Layout() order.
-// Every tensor the layout needs must be present with its shape; a separate
-// lm_head.weight must equal wte (Trellis ties them); any other tensor is
-// an error naming it (the attention mask buffers older exports carry,
-// "….attn.bias" and "….attn.masked_bias", are skipped).
+// Read loads a Hugging Face GPT-2 or Llama model: path is the model
+// directory or its model.safetensors, with config.json beside it. It
+// returns the model configuration and the weights as a flat vector in
+// cfg.Layout() order. Every tensor the layout needs must be present with
+// its shape; a separate lm_head.weight of a tied model must equal its
+// token embedding; any other tensor is an error naming it (the buffers
+// older exports carry — GPT-2's attention masks "….attn.bias" and
+// "….attn.masked_bias", a Llama's "….rotary_emb.inv_freq" — are skipped).
 func Read(path string) (Model, error) {
 	cfg, weights, err := ReadConfig(path)
 	if err != nil {
@@ -110,11 +115,7 @@ func ReadConfig(path string) (model.Config, string, error) {
 	if err != nil {
 		return model.Config{}, "", fmt.Errorf("hf: %w (a Hugging Face model needs its config.json beside %s)", err, filepath.Base(weights))
 	}
-	h, err := ParseConfig(cb)
-	if err != nil {
-		return model.Config{}, "", fmt.Errorf("hf: %s: %w", dir, err)
-	}
-	cfg, err := h.ModelConfig()
+	cfg, err := ParseModelConfig(cb)
 	if err != nil {
 		return cfg, "", fmt.Errorf("hf: %s: %w", dir, err)
 	}
@@ -143,7 +144,11 @@ func unpack(f *safetensors.File, cfg model.Config) ([]float32, error) {
 		names[n] = true
 	}
 	find := func(trellis string) (string, bool) {
-		for _, n := range []string{Name(trellis), bare(trellis)} {
+		cands := []string{Name(trellis), bare(trellis)}
+		if cfg.IsLlama() {
+			cands = []string{llamaName(trellis), trellis}
+		}
+		for _, n := range cands {
 			if names[n] {
 				return n, true
 			}
@@ -157,7 +162,7 @@ func unpack(f *safetensors.File, cfg model.Config) ([]float32, error) {
 		for _, t := range u.Tensors {
 			n, ok := find(t.Name)
 			if !ok {
-				errs = append(errs, fmt.Errorf("hf: %s: missing tensor %s", f.Name(), Name(t.Name)))
+				errs = append(errs, fmt.Errorf("hf: %s: missing tensor %s", f.Name(), hfName(cfg, t.Name)))
 				continue
 			}
 			delete(names, n)
@@ -169,15 +174,33 @@ func unpack(f *safetensors.File, cfg model.Config) ([]float32, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	if err := checkHead(f, names, lay, w); err != nil {
-		return nil, err
+	if cfg.Tied() {
+		if err := checkHead(f, names, lay, w); err != nil {
+			return nil, err
+		}
 	}
 	for n := range names {
-		if !isMaskBuffer(n) {
-			return nil, fmt.Errorf("hf: %s: tensor %s is not part of a GPT-2 that Trellis computes", f.Name(), n)
+		if !isMaskBuffer(n) && !isLlamaBuffer(n) {
+			return nil, fmt.Errorf("hf: %s: tensor %s is not part of a %s that Trellis computes", f.Name(), n, archTitle(cfg))
 		}
 	}
 	return w, nil
+}
+
+// archTitle names cfg's architecture in messages.
+func archTitle(cfg model.Config) string {
+	if cfg.IsLlama() {
+		return "Llama"
+	}
+	return "GPT-2"
+}
+
+// hfName is the Hugging Face name of a Trellis tensor of cfg's architecture.
+func hfName(cfg model.Config, trellis string) string {
+	if cfg.IsLlama() {
+		return llamaName(trellis)
+	}
+	return Name(trellis)
 }
 
 func readTensor(f *safetensors.File, name string, t model.Tensor, dst []float32) error {
@@ -197,24 +220,25 @@ func readTensor(f *safetensors.File, name string, t model.Tensor, dst []float32)
 	return nil
 }
 
-// checkHead accepts an explicit lm_head.weight only when it equals wte.
+// checkHead accepts an explicit lm_head.weight of a tied model only when
+// it equals the token embedding (unit 0's first tensor).
 func checkHead(f *safetensors.File, names map[string]bool, lay model.Layout, w []float32) error {
 	if !names["lm_head.weight"] {
 		return nil
 	}
 	delete(names, "lm_head.weight")
-	wte, _ := lay.Tensor("wte")
+	wte := lay.Units[0].Tensors[0]
 	head, err := f.Float32("lm_head.weight")
 	if err != nil {
 		return err
 	}
 	emb := w[wte.Offset : wte.Offset+wte.Size]
 	if len(head) != len(emb) {
-		return fmt.Errorf("hf: %s: lm_head.weight has %d elements, wte %d", f.Name(), len(head), len(emb))
+		return fmt.Errorf("hf: %s: lm_head.weight has %d elements, %s %d", f.Name(), len(head), wte.Name, len(emb))
 	}
 	for i := range head {
 		if head[i] != emb[i] {
-			return fmt.Errorf("hf: %s: lm_head.weight differs from wte at element %d: Trellis ties the LM head to the embedding", f.Name(), i)
+			return fmt.Errorf("hf: %s: lm_head.weight differs from %s at element %d: Trellis ties the LM head to the embedding", f.Name(), wte.Name, i)
 		}
 	}
 	return nil

@@ -9,8 +9,9 @@ import "trellis/tensor"
 //	h₀ = drop(Σ_ranks wte_r[x]·[x held by r] + wpe)     g: ReduceFromTP (ScatterSeq with SP)
 //
 // Each rank looks up the ids it holds (zero rows for the others), so the
-// sum over the group is exactly wte[x]; at t = 1 it is one kernel. It
-// saves nothing: its output is the first block's input residual and its
+// sum over the group is exactly wte[x]; at t = 1 it is one kernel. A
+// Llama's has no wpe (its positions are RoPE's, in attention). It saves
+// nothing: its output is the first block's input residual and its
 // dropout mask is recomputed.
 type embedding struct{}
 
@@ -20,16 +21,23 @@ func (embedding) forward(m *GPT, s *Stash, out []float32, wte, wpe tensor.Buf) e
 	C, bt := d.C, s.b*s.t
 	n := d.tokens(bt)
 	out = out[:n*C]
-	if d.t == 1 {
+	switch {
+	case d.llama && d.t == 1:
+		m.k.LookupRows(out, s.inputs[:bt], wte, 0, d.vn, C)
+	case d.t == 1:
 		m.k.EncoderForward(out, s.inputs[:bt], wte, wpe, s.b, s.t, C)
-	} else {
+	default:
 		part := m.w.big[:bt*C]
 		m.k.LookupRows(part, s.inputs[:bt], wte, d.vlo, d.vn, C)
 		h, err := m.leave(part, bt)
 		if err != nil {
 			return err
 		}
-		m.k.AddPositions(out, h, wpe, m.firstToken(bt), s.t, n, C)
+		if d.llama {
+			copy(out, h[:n*C])
+		} else {
+			m.k.AddPositions(out, h, wpe, m.firstToken(bt), s.t, n, C)
+		}
 	}
 	if m.useDropout(s) {
 		m.k.DropoutForward(m.dropoutAt(s, m.drop.embd), out, out, n*C)
@@ -40,12 +48,12 @@ func (embedding) forward(m *GPT, s *Stash, out []float32, wte, wpe tensor.Buf) e
 // backward ACCUMULATES the tables' gradients from dres, the gradient of
 // the embedding's output (the rank's tokens; gathered with SP):
 //
-//	dwte[x] += d;  dwpe[t] += d
+//	dwte[x] += d;  dwpe[t] += d        (dwpe nil: a Llama's)
 func (embedding) backward(m *GPT, s *Stash, dwte, dwpe []float32) error {
 	d := m.d
 	C, bt := d.C, s.b*s.t
 	dh := m.branchGrad(s, m.drop.embd)
-	if d.t == 1 {
+	if d.t == 1 && !d.llama {
 		m.k.EncoderBackward(dwte, dwpe, dh, s.inputs[:bt], s.b, s.t, C)
 		return nil
 	}

@@ -123,8 +123,10 @@ type scratch struct {
 	lnGrad  []float32 // (2C) SP: one micro-batch's norm parameter gradients, summed over the group
 	ce      []float32 // (3·B·T) the vocab-parallel loss's row max, sum of exps and target logit
 	vec     []float32 // (13C) 16-bit: a unit's vectors widened
-	x       tensor.Buf
-	dy      tensor.Buf
+	// cos, sin are a Llama's RoPE table (T, HS/2): ops.RoPETable.
+	cos, sin []float32
+	x        tensor.Buf
+	dy       tensor.Buf
 }
 
 // dropoutKeys are the streams of the dropout sites: the embedding, and
@@ -161,7 +163,7 @@ func New(o Options) (*GPT, error) {
 
 // allocScratch allocates and carves the scratch (tag workspace).
 func (m *GPT) allocScratch() error {
-	sz := workspace(m.cfg, m.d, m.B, attnWorkers(m.k, m.B, m.d.NH))
+	sz := workspace(m.cfg, m.d, m.B, attnWorkers(m.k, m.B, m.d.KV))
 	ws, err := m.dev.Alloc(device.Workspace, sz.f32())
 	if err != nil {
 		return fmt.Errorf("model: scratch: %w", err)
@@ -179,6 +181,10 @@ func (m *GPT) allocScratch() error {
 		w.branch = next(sz.branch)
 	}
 	w.gath, w.dlnl, w.lnGrad, w.ce, w.vec = next(sz.gath), next(sz.dlnl), next(sz.lnGrad), next(sz.ce), next(sz.vec)
+	if sz.rope > 0 {
+		w.cos, w.sin = next(sz.rope/2), next(sz.rope/2)
+		m.k.RoPETable(w.cos, w.sin, m.cfg.SeqLen, m.d.HS, m.cfg.Theta())
+	}
 	if m.d.half {
 		dt := m.pol.Compute
 		if m.ws16, err = m.dev.AllocOf(device.Workspace, dt, sz.x+sz.dy); err != nil {

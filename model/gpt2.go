@@ -2,6 +2,24 @@ package model
 
 import "trellis/tensor"
 
+// block is an architecture's transformer block (gpt2, llama), run by the
+// passes: its forward, its backward (whole, or with d the input half of a
+// split one) and a split backward's deferred weight-gradient half, on the
+// block's weights and gradients cut from its unit.
+type block interface {
+	forward(m *GPT, s *Stash, w blockWeights, l int) error
+	backward(m *GPT, s *Stash, w blockWeights, g blockGrads, d *deferred, l int) error
+	weightGrads(m *GPT, s *Stash, g blockGrads, d *deferred, l int) error
+}
+
+// newBlock is the runner's architecture's block.
+func newBlock(d dims) block {
+	if d.llama {
+		return newLlama(d)
+	}
+	return newGPT2(d)
+}
+
 // gpt2 is the GPT-2 block (arch's GPT-2), pre-LN, written once for every
 // precision, tensor-parallel split and form of the backward pass:
 //
@@ -23,7 +41,8 @@ type blockActs struct {
 	mlp      mlpActs
 }
 
-// blockWeights are one block's weights, cut from its unit in Layout order.
+// blockWeights are one block's weights, cut from its unit in Layout order
+// (a Llama's leave the biases nil).
 type blockWeights struct {
 	ln1w, ln1b, ln2w, ln2b []float32
 	attn                   attnWeights
@@ -40,6 +59,9 @@ type blockGrads struct {
 // blockWeights views a block unit's weights (vectors widened into the
 // vector scratch under a 16-bit policy).
 func (m *GPT) blockWeights(u Unit, w tensor.Buf) blockWeights {
+	if m.d.llama {
+		return m.llamaWeights(u, w)
+	}
 	t, v := tensorsOf(u, w), m.vecs()
 	return blockWeights{
 		ln1w: v.of(t[0]), ln1b: v.of(t[1]),
@@ -49,8 +71,11 @@ func (m *GPT) blockWeights(u Unit, w tensor.Buf) blockWeights {
 	}
 }
 
-// blockGrads views a block unit's gradient buffer.
-func blockGradsOf(u Unit, g []float32) blockGrads {
+// blockGradsOf views a block unit's gradient buffer.
+func (m *GPT) blockGradsOf(u Unit, g []float32) blockGrads {
+	if m.d.llama {
+		return llamaGrads(u, g)
+	}
 	t := gradsOf(u, g)
 	return blockGrads{
 		ln1w: t[0], ln1b: t[1],

@@ -9,63 +9,85 @@ import (
 	"trellis/tensor"
 )
 
+// tinyLlama is the Llama of the whole-model tests: grouped-query attention
+// (6 query heads of 2 channels on 2 key/value heads, 3:1), a SwiGLU of
+// width 20, the untied head; tinyLlamaTied is multi-head with the head
+// tied to the embedding.
+var (
+	tinyLlama     = Config{Arch: "llama", Layers: 2, Hidden: 12, Heads: 6, KVHeads: 2, FFN: 20, SeqLen: 5, Vocab: 11, RopeTheta: 100}
+	tinyLlamaTied = Config{Arch: "llama", Layers: 2, Hidden: 8, Heads: 2, FFN: 12, SeqLen: 5, Vocab: 11, TieEmbeddings: true, NormEps: 1e-6}
+)
+
 // TestWholeModelGradient checks every parameter gradient of a tiny model
 // against central differences of the loss (float32 forward, float64
-// difference), with and without dropout. The measure, per tensor, is
-// max |analytic − numeric| / max |numeric|.
+// difference), with and without dropout, for GPT-2 and for Llama (GQA
+// with the untied head, MHA with the tied one; flash on and off). The
+// measure, per tensor, is max |analytic − numeric| / max |numeric|.
 func TestWholeModelGradient(t *testing.T) {
-	for _, dropout := range []float64{0, 0.2} {
-		cfg := tiny
-		cfg.Dropout = dropout
-		const B = 2
-		m, p, s, _ := setup(t, cfg, B, 2)
-		perturb(p.W, 0.3, 5)
-		batch := randomBatch(cfg, B, 3)
-		batch.Step = 4
-		const dloss = 0.5
-		if _, err := m.Forward(p, s, batch); err != nil {
-			t.Fatal(err)
+	for _, c := range []struct {
+		name  string
+		cfg   Config
+		flash bool
+	}{{"gpt2", tiny, false}, {"llama", tinyLlama, false}, {"llama flash", tinyLlama, true}, {"llama tied", tinyLlamaTied, false}} {
+		for _, dropout := range []float64{0, 0.2} {
+			t.Run(fmt.Sprintf("%s/dropout=%v", c.name, dropout), func(t *testing.T) {
+				cfg := c.cfg
+				cfg.Dropout = dropout
+				wholeModelGradient(t, cfg, c.flash)
+			})
 		}
-		p.ZeroGrads()
-		if err := m.Backward(p, s, dloss); err != nil {
-			t.Fatal(err)
-		}
-		loss := func() float64 {
-			_, err := m.Forward(p, s, batch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var sum float64 // the per-token losses summed in float64
-			for _, v := range s.Losses() {
-				sum += float64(v)
-			}
-			return dloss * sum / float64(len(s.Losses()))
-		}
-		const eps = 3e-3
-		var worst float64
-		for _, u := range m.Layout().Units {
-			for _, tn := range u.Tensors {
-				var maxDiff, maxNum float64
-				for i := tn.Offset; i < tn.Offset+tn.Size; i++ {
-					x0 := p.W[i]
-					p.W[i] = x0 + eps
-					lp := loss()
-					p.W[i] = x0 - eps
-					lm := loss()
-					p.W[i] = x0
-					num := (lp - lm) / (float64(x0+eps) - float64(x0-eps))
-					maxNum = max(maxNum, math.Abs(num))
-					maxDiff = max(maxDiff, math.Abs(num-float64(p.G[i])))
-				}
-				e := maxDiff / maxNum
-				worst = max(worst, e)
-				if maxNum == 0 || e > 2e-3 {
-					t.Errorf("dropout=%v: %s: relative error %.3g (max |numeric| %.3g)", dropout, tn.Name, e, maxNum)
-				}
-			}
-		}
-		t.Logf("dropout=%v: worst relative error %.3g", dropout, worst)
 	}
+}
+
+func wholeModelGradient(t *testing.T, cfg Config, flash bool) {
+	const B = 2
+	m, p, s, _ := setupOn(t, cfg, B, 2, Options{Flash: flash})
+	perturb(p.W, 0.3, 5)
+	batch := randomBatch(cfg, B, 3)
+	batch.Step = 4
+	const dloss = 0.5
+	if _, err := m.Forward(p, s, batch); err != nil {
+		t.Fatal(err)
+	}
+	p.ZeroGrads()
+	if err := m.Backward(p, s, dloss); err != nil {
+		t.Fatal(err)
+	}
+	loss := func() float64 {
+		_, err := m.Forward(p, s, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum float64 // the per-token losses summed in float64
+		for _, v := range s.Losses() {
+			sum += float64(v)
+		}
+		return dloss * sum / float64(len(s.Losses()))
+	}
+	const eps = 3e-3
+	var worst float64
+	for _, u := range m.Layout().Units {
+		for _, tn := range u.Tensors {
+			var maxDiff, maxNum float64
+			for i := tn.Offset; i < tn.Offset+tn.Size; i++ {
+				x0 := p.W[i]
+				p.W[i] = x0 + eps
+				lp := loss()
+				p.W[i] = x0 - eps
+				lm := loss()
+				p.W[i] = x0
+				num := (lp - lm) / (float64(x0+eps) - float64(x0-eps))
+				maxNum = max(maxNum, math.Abs(num))
+				maxDiff = max(maxDiff, math.Abs(num-float64(p.G[i])))
+			}
+			e := maxDiff / maxNum
+			worst = max(worst, e)
+			if maxNum == 0 || e > 2e-3 {
+				t.Errorf("%s: relative error %.3g (max |numeric| %.3g)", tn.Name, e, maxNum)
+			}
+		}
+	}
+	t.Logf("worst relative error %.3g", worst)
 }
 
 // recorder is a Params that logs the calls the model makes.

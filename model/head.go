@@ -5,7 +5,8 @@ import (
 	"trellis/tensor"
 )
 
-// head is the final norm and the LM head tied to the token embedding,
+// head is the final norm and the LM head — GPT-2's tied to the token
+// embedding, a Llama's its own lm_head (or tied), with an RMSNorm —
 // vocab-parallel (Megatron): rank r computes the logits of its V'
 // vocabulary columns, z_r = f(LN_f(h))·wte_rᵀ, and the cross-entropy is
 // reduced over the group without gathering the (B,T,V) logits:
@@ -20,7 +21,7 @@ import (
 // the logits) and the per-token losses.
 type head struct {
 	norm norm
-	lm   linear // column-parallel over the tied wte, no bias
+	lm   linear // column-parallel over the (tied or own) head weights, no bias
 }
 
 // headActs are the head's saved activations.
@@ -29,7 +30,9 @@ type headActs struct {
 	probs, losses []float32
 }
 
-func newHead(d dims) head { return head{lm: linear{in: d.C, out: d.Vl}} }
+func newHead(d dims) head {
+	return head{norm: norm{rms: d.llama, eps: d.eps}, lm: linear{in: d.C, out: d.Vl}}
+}
 
 // norm is the final norm of the last residual stream h (the rank's
 // tokens) into the saved lnf; it returns the LM head's operand.

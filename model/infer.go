@@ -13,7 +13,7 @@ func (m *GPT) EvalForward(p Params, s *Stash, b Batch) (float32, error) {
 // Logits writes into dst (V) the next-token logits after prefix, a single
 // sequence of 1..T tokens, without dropout:
 //
-//	logits = LN_f(h[n−1])·wteᵀ
+//	logits = LN_f(h[n−1])·wteᵀ       (an untied head's own weights for wte)
 //
 // It recomputes the whole prefix (no key/value cache), using s as scratch;
 // s must not hold a forward pass whose backward is still to come.
@@ -47,6 +47,17 @@ func (m *GPT) Logits(p Params, s *Stash, prefix []int32, dst []float32) error {
 		}
 	}
 	h := newHead(m.d)
+	if !m.d.tied {
+		u := c.Layers + 1
+		w, err := m.weights(p, u)
+		if err != nil {
+			return err
+		}
+		defer p.ReleaseWeights(u)
+		t := tensorsOf(m.layout.Units[u], w)
+		gain, bias := m.normVecs(t)
+		return h.lastLogits(m, s, h.normForward(m, s, s.res[c.Layers], gain, bias), t[1], n, dst)
+	}
 	z, err := m.finalNorm(p, s, h)
 	if err != nil {
 		return err

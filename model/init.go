@@ -18,6 +18,10 @@ const InitStd = 0.02
 //	attn.c_proj.weight and mlp.c_proj.weight ~ N(0, (0.02/√(2L))²)  (residual projections)
 //	every other weight, wte and wpe included, ~ N(0, 0.02²)
 //
+// and a Llama's as Hugging Face's LlamaPreTrainedModel initialises them
+// (initializer_range 0.02): RMSNorm weights 1, every other weight
+// (embedding, projections, head) ~ N(0, 0.02²).
+//
 // Element i of tensor "name" is rng.Key(seed, name).Normal(i), i its index
 // in the whole tensor, so a rank that initialises only its shard gets
 // exactly the global weights of a single device.
@@ -97,7 +101,8 @@ func InitLocal(cfg Config, local Layout, in Init, dst []float32, lo int) error {
 // at+len(out)), mapping them to global indices through t.Global.
 func initTensor(t Tensor, seed uint64, resid float64, out []float32, at int) {
 	switch {
-	case strings.HasSuffix(t.Name, "ln_1.weight"), strings.HasSuffix(t.Name, "ln_2.weight"), t.Name == "ln_f.weight":
+	case strings.HasSuffix(t.Name, "ln_1.weight"), strings.HasSuffix(t.Name, "ln_2.weight"), t.Name == "ln_f.weight",
+		strings.HasSuffix(t.Name, "layernorm.weight"), t.Name == "norm.weight":
 		for i := range out {
 			out[i] = 1
 		}

@@ -55,7 +55,7 @@ func (l norm) backward(m *GPT, dx, dw, db, dy, x, w []float32, a normActs, n int
 	clear(g)
 	gw, gb := g[:C], g[C:2*C]
 	if l.rms {
-		gb = nil
+		g, gb = g[:C], nil
 	}
 	l.kernelBackward(m, dx, gw, gb, dy, x, w, a, n)
 	if err := m.tp.ReduceFromTP(g); err != nil {

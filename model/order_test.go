@@ -25,7 +25,13 @@ func (c *callLog) Weights(u int) (tensor.Buf, error) {
 // training micro-batch's forward then backward, and an evaluation pass's
 // forward, under every precision, attention kernel and recomputation mode.
 func TestWeightOrder(t *testing.T) {
-	cfg := Config{Layers: 3, Hidden: 8, Heads: 2, SeqLen: 4, Vocab: 11, Dropout: 0.1}
+	for _, cfg := range []Config{{Layers: 3, Hidden: 8, Heads: 2, SeqLen: 4, Vocab: 11, Dropout: 0.1}, tinyLlama, tinyLlamaTied} {
+		t.Run(cfg.ArchName()+fmt.Sprint("/tied=", cfg.Tied()), func(t *testing.T) { weightOrder(t, cfg) })
+	}
+}
+
+func weightOrder(t *testing.T, cfg Config) {
+	T := cfg.SeqLen
 	fwd, bwd := cfg.WeightOrder()
 	train := append(slices.Clone(fwd), bwd...)
 	for _, pol := range policies {
@@ -50,7 +56,7 @@ func TestWeightOrder(t *testing.T) {
 					t.Fatal(err)
 				}
 				p := &callLog{FlatParams: fp}
-				b := Batch{Inputs: make([]int32, 4), Targets: make([]int32, 4)}
+				b := Batch{Inputs: make([]int32, T), Targets: make([]int32, T)}
 				if _, err := gpt.Forward(p, st, b); err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}

@@ -59,7 +59,11 @@ func (m *GPT) EmbedForward(p Params, s *Stash) error {
 	}
 	defer p.ReleaseWeights(0)
 	t := tensorsOf(m.layout.Units[0], w)
-	return embedding{}.forward(m, s, s.res[0], t[0], t[1])
+	var wpe tensor.Buf
+	if len(t) > 1 {
+		wpe = t[1]
+	}
+	return embedding{}.forward(m, s, s.res[0], t[0], wpe)
 }
 
 // BlockForward runs block l (unit l+1) from Residual(l) to Residual(l+1).
@@ -73,15 +77,27 @@ func (m *GPT) BlockForward(p Params, s *Stash, l int) error {
 		return err
 	}
 	defer p.ReleaseWeights(l + 1)
-	return newGPT2(m.d).forward(m, s, m.blockWeights(m.layout.Units[l+1], w), l)
+	return newBlock(m.d).forward(m, s, m.blockWeights(m.layout.Units[l+1], w), l)
 }
 
-// HeadForward applies the final norm (unit L+1) and the tied LM head
-// (unit 0) to Residual(L) and returns the mean cross-entropy loss; the
-// probabilities are saved for the backward pass.
+// HeadForward applies the final norm (unit L+1) and the LM head — tied:
+// unit 0's token embedding; untied: unit L+1's own — to Residual(L) and
+// returns the mean cross-entropy loss; the probabilities are saved for
+// the backward pass.
 func (m *GPT) HeadForward(p Params, s *Stash) (float32, error) {
 	defer m.pin()()
 	h := newHead(m.d)
+	if !m.d.tied {
+		u := m.cfg.Layers + 1
+		w, err := m.weights(p, u)
+		if err != nil {
+			return 0, err
+		}
+		defer p.ReleaseWeights(u)
+		t := tensorsOf(m.layout.Units[u], w)
+		gain, bias := m.normVecs(t)
+		return h.forward(m, s, h.normForward(m, s, s.res[m.cfg.Layers], gain, bias), t[1])
+	}
 	z, err := m.finalNorm(p, s, h)
 	if err != nil {
 		return 0, err
@@ -94,6 +110,16 @@ func (m *GPT) HeadForward(p Params, s *Stash) (float32, error) {
 	return h.forward(m, s, z, tensorsOf(m.layout.Units[0], w)[0])
 }
 
+// normVecs are the final norm's gain and bias (nil for RMSNorm) among
+// unit L+1's tensors t, in fp32.
+func (m *GPT) normVecs(t []tensor.Buf) (gain, bias []float32) {
+	v := m.vecs()
+	if m.d.llama {
+		return v.of(t[0]), nil
+	}
+	return v.of(t[0]), v.of(t[1])
+}
+
 // finalNorm computes the head's lnf = LN_f(Residual(L)) under its own
 // hold of unit L+1's weights.
 func (m *GPT) finalNorm(p Params, s *Stash, h head) (tensor.Buf, error) {
@@ -103,45 +129,59 @@ func (m *GPT) finalNorm(p Params, s *Stash, h head) (tensor.Buf, error) {
 		return tensor.Buf{}, err
 	}
 	defer p.ReleaseWeights(u)
-	t, v := tensorsOf(m.layout.Units[u], w), m.vecs()
-	return h.normForward(m, s, s.res[m.cfg.Layers], v.of(t[0]), v.of(t[1])), nil
+	gain, bias := m.normVecs(tensorsOf(m.layout.Units[u], w))
+	return h.normForward(m, s, s.res[m.cfg.Layers], gain, bias), nil
 }
 
 // HeadBackward backpropagates the loss through the LM head (accumulating
-// dwte into unit 0) and the final norm (unit L+1, then GradsDone), leaving
+// its gradient: tied into unit 0's token embedding, untied into unit
+// L+1's lm_head) and the final norm (unit L+1, then GradsDone), leaving
 // the gradient with respect to Residual(L) in DResidual.
 func (m *GPT) HeadBackward(p Params, s *Stash, dloss float32) error {
 	defer m.pin()()
 	if s.eval || s.b != m.B {
 		return fmt.Errorf("model: the stash holds an evaluation or inference pass, not a training forward")
 	}
-	w, err := m.weights(p, 0)
-	if err != nil {
-		return err
-	}
-	g, err := grads(p, 0)
-	if err != nil {
-		p.ReleaseWeights(0)
-		return err
-	}
 	h := newHead(m.d)
-	dz, err := h.backward(m, s, gradsOf(m.layout.Units[0], g)[0], tensorsOf(m.layout.Units[0], w)[0], dloss)
-	p.ReleaseWeights(0)
-	if err != nil {
-		return err
-	}
 	u := m.cfg.Layers + 1
+	var dz []float32
+	if m.d.tied {
+		w, err := m.weights(p, 0)
+		if err != nil {
+			return err
+		}
+		g, err := grads(p, 0)
+		if err != nil {
+			p.ReleaseWeights(0)
+			return err
+		}
+		dz, err = h.backward(m, s, gradsOf(m.layout.Units[0], g)[0], tensorsOf(m.layout.Units[0], w)[0], dloss)
+		p.ReleaseWeights(0)
+		if err != nil {
+			return err
+		}
+	}
 	nw, err := m.weights(p, u)
 	if err != nil {
 		return err
 	}
 	defer p.ReleaseWeights(u)
-	if g, err = grads(p, u); err != nil {
+	g, err := grads(p, u)
+	if err != nil {
 		return err
 	}
-	gain := m.vecs().of(tensorsOf(m.layout.Units[u], nw)[0])
-	dg := gradsOf(m.layout.Units[u], g)
-	if err := h.normBackward(m, s, s.res[m.cfg.Layers], dz, dg[0], dg[1], gain); err != nil {
+	t, dg := tensorsOf(m.layout.Units[u], nw), gradsOf(m.layout.Units[u], g)
+	if !m.d.tied {
+		if dz, err = h.backward(m, s, dg[1], t[1], dloss); err != nil {
+			return err
+		}
+	}
+	gain, _ := m.normVecs(t)
+	var dbias []float32
+	if !m.d.llama {
+		dbias = dg[1]
+	}
+	if err := h.normBackward(m, s, s.res[m.cfg.Layers], dz, dg[0], dbias, gain); err != nil {
 		return err
 	}
 	return gradsDone(p, u)
@@ -183,13 +223,13 @@ func (m *GPT) blockBackward(p Params, s *Stash, d *deferred, l int) error {
 	if err != nil {
 		return err
 	}
-	b, w := newGPT2(m.d), m.blockWeights(m.layout.Units[u], wb)
+	b, w := newBlock(m.d), m.blockWeights(m.layout.Units[u], wb)
 	if m.d.rc == RecomputeFull { // the stash holds one block's activations: rerun this block's forward
 		if err := b.forward(m, s, w, l); err != nil {
 			return err
 		}
 	}
-	if err := b.backward(m, s, w, blockGradsOf(m.layout.Units[u], g), d, l); err != nil {
+	if err := b.backward(m, s, w, m.blockGradsOf(m.layout.Units[u], g), d, l); err != nil {
 		return err
 	}
 	if d != nil {
@@ -211,7 +251,7 @@ func (m *GPT) BlockBackwardWeight(p Params, s *Stash, w *WeightStash, l int) err
 		return err
 	}
 	u := l + 1
-	b := newGPT2(m.d)
+	b := newBlock(m.d)
 	if m.d.rc == RecomputeFull {
 		wb, err := m.weights(p, u)
 		if err != nil {
@@ -227,7 +267,7 @@ func (m *GPT) BlockBackwardWeight(p Params, s *Stash, w *WeightStash, l int) err
 	if err != nil {
 		return err
 	}
-	if err := b.weightGrads(m, s, blockGradsOf(m.layout.Units[u], g), d, l); err != nil {
+	if err := b.weightGrads(m, s, m.blockGradsOf(m.layout.Units[u], g), d, l); err != nil {
 		return err
 	}
 	return gradsDone(p, u)
@@ -242,7 +282,11 @@ func (m *GPT) EmbedBackward(p Params, s *Stash) error {
 		return err
 	}
 	t := gradsOf(m.layout.Units[0], g)
-	if err := (embedding{}).backward(m, s, t[0], t[1]); err != nil {
+	var dwpe []float32
+	if len(t) > 1 {
+		dwpe = t[1]
+	}
+	if err := (embedding{}).backward(m, s, t[0], dwpe); err != nil {
 		return err
 	}
 	return gradsDone(p, 0)

@@ -88,8 +88,20 @@ func rcRun(t *testing.T, cfg Config, o Options, split bool) ([]float32, []float3
 // StashBytes states, which is arch's declarations: selective saves (L−1)
 // blocks' probabilities (nothing with flash), full (L−1) blocks'
 // activations.
+//
+// The Llama (grouped-query attention, RoPE, SwiGLU, the untied head) is
+// held alike: selective recomputation reruns its core (q·kᵀ, softmax, ·v)
+// from the saved, rotated q and k, Korthikanti et al.'s choice for this
+// block too.
 func TestRecomputeBitIdentical(t *testing.T) {
-	cfg := Config{Layers: 3, Hidden: 16, Heads: 2, SeqLen: 7, Vocab: 13, Dropout: 0.2}
+	llama := tinyLlama
+	llama.Layers, llama.Dropout = 3, 0.2
+	for _, cfg := range []Config{{Layers: 3, Hidden: 16, Heads: 2, SeqLen: 7, Vocab: 13, Dropout: 0.2}, llama} {
+		recomputeBitIdentical(t, cfg)
+	}
+}
+
+func recomputeBitIdentical(t *testing.T, cfg Config) {
 	L := cfg.Layers
 	for _, pol := range policies {
 		for _, flash := range []bool{false, true} {
@@ -105,7 +117,7 @@ func TestRecomputeBitIdentical(t *testing.T) {
 					rc    Recompute
 					saved float64 // bytes
 				}{{RecomputeSelective, float64(L-1) * A}, {RecomputeFull, float64(L-1) * block}} {
-					t.Run(fmt.Sprintf("%v/%v/flash=%v/split=%v", pol, tc.rc, flash, split), func(t *testing.T) {
+					t.Run(fmt.Sprintf("%s/%v/%v/flash=%v/split=%v", cfg.ArchName(), pol, tc.rc, flash, split), func(t *testing.T) {
 						l, g, act, m := rcRun(t, cfg, Options{Flash: flash, Recompute: tc.rc, Precision: pol}, split)
 						if !slices.Equal(l, refL) {
 							t.Errorf("losses %v, without recomputation %v", l, refL)

@@ -14,16 +14,20 @@ import (
 // fp32 and under mixed precision (bf16, fp16: the 16-bit GEMMs of
 // linearInputGrad and linearWeightGrad are linearBackwardSet's).
 func TestSplitBackwardMatchesBlockBackward(t *testing.T) {
-	for _, pol := range policies {
-		for _, drop := range []float64{0, 0.1} {
-			splitMatchesWhole(t, pol, drop)
+	for _, base := range []Config{{Layers: 2, Hidden: 16, Heads: 2, SeqLen: 8, Vocab: 32}, tinyLlama} {
+		for _, pol := range policies {
+			for _, drop := range []float64{0, 0.1} {
+				cfg := base
+				cfg.Dropout = drop
+				splitMatchesWhole(t, pol, cfg)
+			}
 		}
 	}
 }
 
-func splitMatchesWhole(t *testing.T, pol precision.Policy, drop float64) {
+func splitMatchesWhole(t *testing.T, pol precision.Policy, cfg Config) {
 	dt := pol.Compute
-	cfg := Config{Layers: 2, Hidden: 16, Heads: 2, SeqLen: 8, Vocab: 32, Dropout: drop}
+	drop := cfg.Dropout
 	m, fp, s, _ := setupOn(t, cfg, 2, 1, Options{Precision: pol})
 	s2, err := m.NewStash()
 	if err != nil {

@@ -197,7 +197,8 @@ type WeightStash struct {
 }
 
 // deferred are one block's saved output gradients (fp32): the row
-// layers' (B·T, C) full, the column ones' (B·T, ·) of the rank's columns.
+// layers' (B·T, C) full, the column ones' (B·T, ·) of the rank's columns
+// (fc: GPT-2's c_fc, a Llama's gate_up; qkv: c_attn, q_proj–v_proj).
 type deferred struct {
 	fc2, fc, proj, qkv []float32
 }
@@ -220,10 +221,14 @@ func (m *GPT) NewWeightStash(lo, hi int) (*WeightStash, error) {
 	w := &WeightStash{buf: buf, lo: lo, hi: hi}
 	cv := &carver{f: buf.Data}
 	decl := m.cfg.DeferredSaved(m.d.arch(m.B, m.cfg.SeqLen))
+	names := [4]string{"mlp.c_proj.dy", "mlp.c_fc.dy", "attn.c_proj.dy", "attn.c_attn.dy"}
+	if m.d.llama {
+		names = [4]string{"mlp.down_proj.dy", "mlp.gate_up.dy", "self_attn.o_proj.dy", "self_attn.qkv.dy"}
+	}
 	for l := lo; l < hi; l++ {
 		t := cv.saved(decl)
-		w.d = append(w.d, deferred{fc2: get(t, "mlp.c_proj.dy").F32(), fc: get(t, "mlp.c_fc.dy").F32(),
-			proj: get(t, "attn.c_proj.dy").F32(), qkv: get(t, "attn.c_attn.dy").F32()})
+		w.d = append(w.d, deferred{fc2: get(t, names[0]).F32(), fc: get(t, names[1]).F32(),
+			proj: get(t, names[2]).F32(), qkv: get(t, names[3]).F32()})
 	}
 	return w, nil
 }

@@ -79,17 +79,26 @@ func get(t map[string]tensor.Buf, name string) tensor.Buf {
 	return b
 }
 
-// blockActs carves one block's activations; probs, when not nil, is the
-// attention-core buffer the stash's blocks share (selective recomputation).
-func (m *GPT) carveBlock(cv *carver, probs []float32) blockActs {
+// declared are the block's saved tensors arch declares, less the shared
+// probabilities buffer when shared (selective recomputation).
+func (m *GPT) declared(shared bool) []arch.Saved {
 	var decl []arch.Saved
 	for _, s := range m.cfg.BlockSaved(m.d.arch(m.B, m.cfg.SeqLen)) {
-		if s.Role == arch.Probs && probs != nil {
+		if s.Role == arch.Probs && shared {
 			continue
 		}
 		decl = append(decl, s)
 	}
-	t := cv.saved(decl)
+	return decl
+}
+
+// carveBlock carves one block's activations; probs, when not nil, is the
+// attention-core buffer the stash's blocks share (selective recomputation).
+func (m *GPT) carveBlock(cv *carver, probs []float32) blockActs {
+	if m.d.llama {
+		return m.carveLlama(cv, probs)
+	}
+	t := cv.saved(m.declared(probs != nil))
 	att := probs
 	if att == nil {
 		name := "attn.probs"
@@ -110,6 +119,10 @@ func (m *GPT) carveBlock(cv *carver, probs []float32) blockActs {
 // carveHead carves the head's activations.
 func (m *GPT) carveHead(cv *carver) headActs {
 	t := cv.saved(m.cfg.HeadSaved(m.d.arch(m.B, m.cfg.SeqLen)))
+	if m.d.llama {
+		return headActs{lnf: normActs{out: get(t, "norm.out"), rstd: get(t, "norm.rstd").F32()},
+			probs: get(t, "probs").F32(), losses: get(t, "losses").F32()}
+	}
 	return headActs{
 		lnf:   normActs{out: get(t, "ln_f.out"), mean: get(t, "ln_f.mean").F32(), rstd: get(t, "ln_f.rstd").F32()},
 		probs: get(t, "probs").F32(), losses: get(t, "losses").F32(),

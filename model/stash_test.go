@@ -156,6 +156,8 @@ func TestRunnerBytesMatchesAllocation(t *testing.T) {
 		{Config{Layers: 2, Hidden: 32, Heads: 2, SeqLen: 16, Vocab: 64}, 2, 1, 0},
 		{Config{Layers: 1, Hidden: 16, Heads: 4, SeqLen: 8, Vocab: 300}, 3, 2, 0.1},
 		{Config{Layers: 3, Hidden: 64, Heads: 8, SeqLen: 4, Vocab: 16}, 1, 4, 0},
+		{tinyLlama, 2, 2, 0},
+		{tinyLlamaTied, 3, 4, 0.1},
 	} {
 		cfg := c.cfg
 		cfg.Dropout = c.dropout
@@ -170,7 +172,7 @@ func TestRunnerBytesMatchesAllocation(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				workers := max(1, min(k.Threads(), c.B*cfg.Heads))
+				workers := max(1, min(k.Threads(), c.B*cfg.KV()))
 				if got, want := WorkspaceBytes(cfg, c.B, workers, flash, pol.Half()), float64(dev.Stats().LiveTotal); got != want {
 					t.Errorf("%v B=%d %v flash=%v: WorkspaceBytes = %v, device holds %v", cfg, c.B, pol, flash, got, want)
 				}

@@ -39,40 +39,44 @@ const (
 )
 
 // FlashAttentionForward is AttentionForward without the (B,NH,T,T)
-// probabilities: per batch b and head h, with Q, K, V the head's (T,HS)
-// slices of qkv,
+// probabilities: per batch b and query head h, with Q the head's (T,HS)
+// slice of qkv and K, V its key/value head's (grouped-query layout, see
+// AttentionForward),
 //
 //	out[b,:,h·HS:(h+1)·HS] = softmax(mask(Q·Kᵀ/√HS))·V
 //	lse[b,h,i] = log Σ_{j<=i} exp(Q_i·K_j/√HS)
 //
-//	out (B,T,C)   lse (B,NH,T) saved for the backward   qkv (B,T,3C)
+//	out (B,T,C)   lse (B,NH,T) saved for the backward   qkv (B,T,(NH+2·KV)·HS)
 //
-// The (b,h) pairs run in parallel, one goroutine each.
-func FlashAttentionForward(k *Kernels, out, lse, qkv []float32, B, T, C, NH int) {
-	flashCheck(qkv, out, lse, B, T, C, NH)
-	g := newAttnGeom(k, T, C, NH)
-	forEachHead(k, B*NH, func(ks *Kernels, _, bh int) {
+// The (b, key/value head) pairs run in parallel, one goroutine each, the
+// group's K and V read in place (packed once on the tiled path) by its G
+// query heads in turn.
+func FlashAttentionForward(k *Kernels, out, lse, qkv []float32, B, T, C, NH, KV int) {
+	flashCheck(qkv, out, lse, B, T, C, NH, KV)
+	g := newAttnGeom(k, T, C, NH, KV)
+	forEachGroup(k, B*KV, func(ks *Kernels, _, bg int) {
 		h := newFlashHead(ks, g)
 		defer h.release()
-		h.forward(out, lse, qkv, bh)
+		h.forwardGroup(out, lse, qkv, bg)
 	})
 }
 
 // FlashAttentionBackward ACCUMULATES the gradient of FlashAttentionForward
 // into dqkv, recomputing the probabilities from qkv and lse block by block
-// (see the formulas above); out is the forward's output.
+// (see the formulas above; dK and dV summed over the group's query heads);
+// out is the forward's output.
 //
-//	dqkv (B,T,3C)   dout (B,T,C)   qkv (B,T,3C)   out (B,T,C)   lse (B,NH,T)
-func FlashAttentionBackward(k *Kernels, dqkv, dout, qkv, out, lse []float32, B, T, C, NH int) {
-	flashCheck(qkv, out, lse, B, T, C, NH)
-	if len(dqkv) < B*T*3*C || len(dout) < B*T*C {
+//	dqkv (B,T,(NH+2·KV)·HS)   dout (B,T,C)   qkv (B,T,(NH+2·KV)·HS)   out (B,T,C)   lse (B,NH,T)
+func FlashAttentionBackward(k *Kernels, dqkv, dout, qkv, out, lse []float32, B, T, C, NH, KV int) {
+	flashCheck(qkv, out, lse, B, T, C, NH, KV)
+	g := newAttnGeom(k, T, C, NH, KV)
+	if len(dqkv) < B*T*g.ld || len(dout) < B*T*C {
 		panic(fmt.Sprintf("ops: FlashAttentionBackward: dqkv %d or dout %d too short for B=%d T=%d C=%d", len(dqkv), len(dout), B, T, C))
 	}
-	g := newAttnGeom(k, T, C, NH)
-	forEachHead(k, B*NH, func(ks *Kernels, _, bh int) {
+	forEachGroup(k, B*KV, func(ks *Kernels, _, bg int) {
 		h := newFlashHead(ks, g)
 		defer h.release()
-		h.backward(dqkv, dout, qkv, out, lse, bh)
+		h.backwardGroup(dqkv, dout, qkv, out, lse, bg)
 	})
 }
 
@@ -87,22 +91,46 @@ func FlashAttentionActBytes(B, T, C, NH int, flash bool) int64 {
 	return 4 * (int64(B)*int64(T)*int64(C) + int64(B)*int64(NH)*per)
 }
 
-// flashCheck panics when a buffer is too short for (B, T, C, NH).
-func flashCheck(qkv, out, lse []float32, B, T, C, NH int) {
-	if C%NH != 0 || len(qkv) < B*T*3*C || len(out) < B*T*C || len(lse) < B*NH*T {
-		panic(fmt.Sprintf("ops: flash attention: buffers qkv %d, out %d, lse %d too short for B=%d T=%d C=%d NH=%d",
-			len(qkv), len(out), len(lse), B, T, C, NH))
+// flashCheck panics when a buffer is too short for (B, T, C, NH, KV).
+func flashCheck(qkv, out, lse []float32, B, T, C, NH, KV int) {
+	if NH <= 0 || KV <= 0 || C%NH != 0 || NH%KV != 0 || len(qkv) < B*T*(C+2*KV*(C/NH)) || len(out) < B*T*C || len(lse) < B*NH*T {
+		panic(fmt.Sprintf("ops: flash attention: buffers qkv %d, out %d, lse %d too short for B=%d T=%d C=%d NH=%d KV=%d",
+			len(qkv), len(out), len(lse), B, T, C, NH, KV))
 	}
 }
 
-// forward runs one head. Each band of query rows [i0, i0+rows) — one
+// forwardGroup runs the G query heads of group bg over its K and V,
+// packed once (tiled path).
+func (h *flashHead) forwardGroup(out, lse, qkv []float32, bg int) {
+	kk, v := h.g.kv(qkv, bg)
+	h.pack(kk, v, nil)
+	mark := h.ap.mark()
+	for bh := range h.g.heads(bg) {
+		h.ap.reset(mark)
+		h.forward(out, lse, qkv, bh)
+	}
+}
+
+// backwardGroup runs the G query heads of group bg, each adding its
+// share to the group's dK and dV, over the group's K and V packed once
+// (tiled path).
+func (h *flashHead) backwardGroup(dqkv, dout, qkv, out, lse []float32, bg int) {
+	kk, v := h.g.kv(qkv, bg)
+	h.pack(kk, v, kk)
+	mark := h.ap.mark()
+	for bh := range h.g.heads(bg) {
+		h.ap.reset(mark)
+		h.backward(dqkv, dout, qkv, out, lse, bh)
+	}
+}
+
+// forward runs one head (the group's K and V packed by forwardGroup). Each band of query rows [i0, i0+rows) — one
 // micro-kernel tile (12 rows, the first firstTile) on the tiled path,
 // flashQBlock rows otherwise — walks the key blocks [0, i0+rows) of up to h.kb keys: its
 // scores, probabilities and output rows stay in L1 across the key blocks.
 func (h *flashHead) forward(out, lse, qkv []float32, bh int) {
 	g := h.g
 	q, kk, v, o := g.qkvo(qkv, out, bh)
-	h.pack(kk, v, nil, nil)
 	band := h.band(flashQBlock)
 	kb := h.fkb
 	s := h.ap.next(band * kb)
@@ -121,7 +149,7 @@ func (h *flashHead) forward(out, lse, qkv []float32, bh int) {
 		}
 		for j0 := 0; j0 < i1; j0 += kb {
 			w := min(kb, i1-j0)
-			h.abT(s, kb, q[i0*3*g.C:], 3*g.C, i0, rows, kk, h.kt, j0, w)
+			h.abT(s, kb, q[i0*g.ld:], g.ld, i0, rows, kk, h.kt, j0, w)
 			h.onlineTile(s, kb, i0-j0+1, w, rows, mla, band)
 			if j0 > 0 { // O holds the earlier key blocks: rescale it
 				scaleRows(h.simd, o[i0*g.C:], g.C, g.HS, al[:rows])
@@ -197,16 +225,17 @@ func scaleRows(v bool, x []float32, ld, n int, a []float32) {
 	}
 }
 
-// backward runs one head: every (query, key) block of up to h.qb × h.kb
+// backward runs one head (the group's K and V packed by backwardGroup,
+// its Q and dO here): every (query, key) block of up to h.qb × h.kb
 // on or below the diagonal, with D = rowsum(dO⊙O) per query. Within a block each
 // band of rows (a 12-row tile on the tiled path) gets its S, dP, dS and
 // dQ product while they are in L1; dK and dV take the whole block.
 func (h *flashHead) backward(dqkv, dout, qkv, out, lse []float32, bh int) {
 	g := h.g
-	C3 := 3 * g.C
+	C3 := g.ld
 	q, kk, v, dy := g.qkvo(qkv, dout, bh)
 	dq, dk, dv, o := g.qkvo(dqkv, out, bh)
-	h.pack(kk, v, q, dy)
+	h.packHead(q, dy)
 	s, dp := h.ap.next(h.qb*h.kb), h.ap.next(h.qb*h.kb)
 	d := h.ap.next(g.T)
 	lrow := lse[bh*g.T : (bh+1)*g.T]

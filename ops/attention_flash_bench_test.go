@@ -29,14 +29,14 @@ func BenchmarkAttentionFwdBwd(b *testing.B) {
 				if flash {
 					lse := make([]float32, B*NH*T)
 					step = func() {
-						FlashAttentionForward(k, out, lse, qkv, B, T, C, NH)
-						FlashAttentionBackward(k, dqkv, dout, qkv, out, lse, B, T, C, NH)
+						FlashAttentionForward(k, out, lse, qkv, B, T, C, NH, NH)
+						FlashAttentionBackward(k, dqkv, dout, qkv, out, lse, B, T, C, NH, NH)
 					}
 				} else {
 					att, scratch := make([]float32, B*NH*T*T), make([]float32, AttentionScratchSize(k, B, T, NH))
 					step = func() {
-						AttentionForward(k, out, att, qkv, B, T, C, NH)
-						AttentionBackward(k, dqkv, scratch, dout, qkv, att, B, T, C, NH)
+						AttentionForward(k, out, att, qkv, B, T, C, NH, NH)
+						AttentionBackward(k, dqkv, scratch, dout, qkv, att, B, T, C, NH, NH)
 					}
 				}
 				step()
@@ -84,10 +84,10 @@ func BenchmarkAttentionFlashVsNaive(b *testing.B) {
 				products float64
 				run      func()
 			}{
-				{"flash_fwd", 2, func() { FlashAttentionForward(k, out, lse, qkv, B, T, C, NH) }},
-				{"flash_bwd", 5, func() { FlashAttentionBackward(k, dqkv, dout, qkv, out, lse, B, T, C, NH) }},
-				{"naive_fwd", 2, func() { AttentionForward(k, out, att, qkv, B, T, C, NH) }},
-				{"naive_bwd", 4, func() { AttentionBackward(k, dqkv, scratch, dout, qkv, att, B, T, C, NH) }},
+				{"flash_fwd", 2, func() { FlashAttentionForward(k, out, lse, qkv, B, T, C, NH, NH) }},
+				{"flash_bwd", 5, func() { FlashAttentionBackward(k, dqkv, dout, qkv, out, lse, B, T, C, NH, NH) }},
+				{"naive_fwd", 2, func() { AttentionForward(k, out, att, qkv, B, T, C, NH, NH) }},
+				{"naive_bwd", 4, func() { AttentionBackward(k, dqkv, scratch, dout, qkv, att, B, T, C, NH, NH) }},
 			}
 			best := []float64{math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1)}
 			fmas := attnKernelFMAs(b, qkv, dout, out, lse, att, dqkv, scratch, B, T, C, NH)
@@ -193,17 +193,17 @@ func attnKernelFMAs(tb testing.TB, qkv, dout, out, lse, att, dqkv, scratch []flo
 	kc := *k
 	kc.impl = &im
 	edge := wrap(edgeKernels16(k.impl), 16)
-	g := newAttnGeom(&kc, T, C, NH)
+	g := newAttnGeom(&kc, T, C, NH, NH)
 	head := func(fwd bool) {
 		for bh := range B * NH {
 			h := newFlashHead(&kc, g)
 			if h.edge != nil {
 				h.edge = edge
 			}
-			if fwd {
-				h.forward(out, lse, qkv, bh)
+			if fwd { // one key/value head per head: group bh is head bh
+				h.forwardGroup(out, lse, qkv, bh)
 			} else {
-				h.backward(dqkv, dout, qkv, out, lse, bh)
+				h.backwardGroup(dqkv, dout, qkv, out, lse, bh)
 			}
 			h.release()
 		}
@@ -211,8 +211,8 @@ func attnKernelFMAs(tb testing.TB, qkv, dout, out, lse, att, dqkv, scratch []flo
 	steps := []func(){
 		func() { head(true) },
 		func() { head(false) },
-		func() { AttentionForward(&kc, out, att, qkv, B, T, C, NH) },
-		func() { AttentionBackward(&kc, dqkv, scratch, dout, qkv, att, B, T, C, NH) },
+		func() { AttentionForward(&kc, out, att, qkv, B, T, C, NH, NH) },
+		func() { AttentionBackward(&kc, dqkv, scratch, dout, qkv, att, B, T, C, NH, NH) },
 	}
 	for i, f := range steps {
 		*n = 0

@@ -53,29 +53,38 @@ func (h *flashHead) firstTile() int {
 // release returns the pooled buffer.
 func (h *flashHead) release() { h.k.bufs.b.Put(h.ap.buf) }
 
-// qkvo returns the head's Q, K, V (row stride 3C) and its column block of
-// out (row stride C).
+// qkvo returns the head's Q and its group's K, V (row stride ld) and its
+// column block of out (row stride C).
 func (g attnGeom) qkvo(qkv, out []float32, bh int) (q, kk, v, o []float32) {
 	b, hd := bh/g.NH, bh%g.NH
-	base := b*g.T*3*g.C + hd*g.HS
-	return qkv[base:], qkv[base+g.C:], qkv[base+2*g.C:], out[b*g.T*g.C+hd*g.HS:]
+	kk, v = g.kv(qkv, b*g.KV+hd/g.G)
+	return qkv[b*g.T*g.ld+hd*g.HS:], kk, v, out[b*g.T*g.C+hd*g.HS:]
 }
 
-// pack packs, on the tiled path, what the pass needs: the forward K
-// (transposed) and V (rows); the backward also V transposed, K, Q and dO
-// by rows.
-func (h *flashHead) pack(kk, v, q, dy []float32) {
+// pack packs, on the tiled path, a group's shared operands: K
+// (transposed) and V — by rows for the forward (kr nil), transposed for
+// the backward, which also takes K by rows (kr).
+func (h *flashHead) pack(kk, v, kr []float32) {
 	if !h.tiled {
 		return
 	}
-	g, C3 := h.g, 3*h.g.C
-	h.kt = g.transposed(h.k, &h.ap, kk, C3)
-	if q == nil {
-		h.vp = g.rows(h.k, &h.ap, v, C3)
+	g, ld := h.g, h.g.ld
+	h.kt = g.transposed(h.k, &h.ap, kk, ld)
+	if kr == nil {
+		h.vp = g.rows(h.k, &h.ap, v, ld)
 		return
 	}
-	h.vt = g.transposed(h.k, &h.ap, v, C3)
-	h.kp, h.qp, h.dyp = g.rows(h.k, &h.ap, kk, C3), g.rows(h.k, &h.ap, q, C3), g.rows(h.k, &h.ap, dy, g.C)
+	h.vt = g.transposed(h.k, &h.ap, v, ld)
+	h.kp = g.rows(h.k, &h.ap, kr, ld)
+}
+
+// packHead packs, on the tiled path, a head's own backward operands: Q
+// and dO by rows.
+func (h *flashHead) packHead(q, dy []float32) {
+	if !h.tiled {
+		return
+	}
+	h.qp, h.dyp = h.g.rows(h.k, &h.ap, q, h.g.ld), h.g.rows(h.k, &h.ap, dy, h.g.C)
 }
 
 // The products below are of query rows [i0, i0+rows) and keys [j0, j0+w)
@@ -90,12 +99,12 @@ func causalWidth(q, r, j0, w int) int { return min(w, q+r-j0) }
 // abT sets dst[r, j] = A[r]·X[j0+j] for r < rows, j < w (dst row stride
 // ldd) where query i0+r sees key j0+j (at least; entries past the
 // diagonal may be left unset): A's rows in place
-// (stride lda), X the head's (T,HS) K or V slice (row stride 3C), xt its
+// (stride lda), X the head's (T,HS) K or V slice (row stride ld), xt its
 // transposed panels.
 func (h *flashHead) abT(dst []float32, ldd int, a []float32, lda, i0, rows int, x, xt []float32, j0, w int) {
 	HS := h.g.HS
 	if !h.tiled {
-		h.k.MatMul(NT, rows, w, HS, a, lda, x[j0*3*h.g.C:], 3*h.g.C, dst, ldd, false)
+		h.k.MatMul(NT, rows, w, HS, a, lda, x[j0*h.g.ld:], h.g.ld, dst, ldd, false)
 		return
 	}
 	im := h.k.impl
@@ -118,14 +127,14 @@ func (h *flashHead) abT(dst []float32, ldd int, a []float32, lda, i0, rows int, 
 
 // ab sets (acc false) or adds to (acc true) C[r, :HS] the product
 // Σ_{j<w} P[r, j]·X[j0+j] for r < rows: P in place (row stride ldp), C
-// row stride ldc, X the head's (T,HS) K or V slice (row stride 3C), xp
+// row stride ldc, X the head's (T,HS) K or V slice (row stride ld), xp
 // its row panels.
 // P is zero where query i0+r does not see key j0+j; with acc false, every
 // row sees key j0 (j0 = 0).
 func (h *flashHead) ab(c []float32, ldc int, p []float32, ldp, i0, rows, w int, x, xp []float32, j0 int, acc bool) {
 	g := h.g
 	if !h.tiled {
-		h.k.MatMul(NN, rows, g.HS, w, p, ldp, x[j0*3*g.C:], 3*g.C, c, ldc, acc)
+		h.k.MatMul(NN, rows, g.HS, w, p, ldp, x[j0*g.ld:], g.ld, c, ldc, acc)
 		return
 	}
 	im := h.k.impl

@@ -8,7 +8,10 @@ import (
 )
 
 // flashCase is one attention shape under test.
-type flashCase struct{ B, T, C, NH int }
+type flashCase struct{ B, T, C, NH, KV int }
+
+// W is the length of the case's qkv, B·T·(C + 2·KV·HS).
+func (c flashCase) W() int { return c.B * c.T * (c.C + 2*c.KV*(c.C/c.NH)) }
 
 // TestFlashAttentionMatchesNaive holds FlashAttentionForward and
 // FlashAttentionBackward to the materialising kernels (AttentionForward,
@@ -21,34 +24,39 @@ func TestFlashAttentionMatchesNaive(t *testing.T) {
 		c   flashCase
 		cfg Config
 	}{
-		{flashCase{2, 64, 128, 2}, Config{Threads: 2}},
-		{flashCase{1, 256, 128, 2}, Config{Threads: 1}},
-		{flashCase{1, 300, 48, 2}, Config{Threads: 1}}, // HS = 24: portable path
-		{flashCase{1, 300, 64, 2}, Config{Threads: 1}},
-		{flashCase{1, 1024, 64, 1}, Config{Threads: 1}},
-		{flashCase{1, 4096, 32, 1}, Config{Threads: 1}},
-		{flashCase{2, 130, 64, 2}, Config{Threads: 2, ISA: "generic"}},
+		{flashCase{2, 64, 128, 2, 2}, Config{Threads: 2}},
+		{flashCase{1, 256, 128, 2, 2}, Config{Threads: 1}},
+		{flashCase{1, 300, 48, 2, 2}, Config{Threads: 1}}, // HS = 24: portable path
+		{flashCase{1, 300, 64, 2, 2}, Config{Threads: 1}},
+		{flashCase{1, 1024, 64, 1, 1}, Config{Threads: 1}},
+		{flashCase{1, 4096, 32, 1, 1}, Config{Threads: 1}},
+		{flashCase{2, 130, 64, 2, 2}, Config{Threads: 2, ISA: "generic"}},
+		// Grouped-query attention: 4 query heads per key/value head, and
+		// multi-query; tiled (HS = 32) and portable (HS = 24).
+		{flashCase{2, 300, 256, 8, 2}, Config{Threads: 2}},
+		{flashCase{1, 130, 96, 4, 1}, Config{Threads: 1}},
+		{flashCase{2, 70, 96, 4, 2}, Config{Threads: 2, ISA: "generic"}},
 	}
 	for _, tc := range cases {
 		c := tc.c
-		t.Run(fmt.Sprintf("%s/B%dT%dC%dNH%d", configName(tc.cfg), c.B, c.T, c.C, c.NH), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/B%dT%dC%dNH%dKV%d", configName(tc.cfg), c.B, c.T, c.C, c.NH, c.KV), func(t *testing.T) {
 			k := newKernelsConfig(t, tc.cfg)
 			r := rand.New(rand.NewPCG(uint64(c.T), 7))
-			qkv, dout := randn(r, c.B*c.T*3*c.C, 1), randn(r, c.B*c.T*c.C, 1)
+			qkv, dout := randn(r, c.W(), 1), randn(r, c.B*c.T*c.C, 1)
 			out, att := make([]float32, c.B*c.T*c.C), make([]float32, c.B*c.NH*c.T*c.T)
 			dqkv := randn(r, len(qkv), 1) // accumulated into: both start from it
-			AttentionForward(k, out, att, qkv, c.B, c.T, c.C, c.NH)
+			AttentionForward(k, out, att, qkv, c.B, c.T, c.C, c.NH, c.KV)
 			wantD := append([]float32(nil), dqkv...)
-			AttentionBackward(k, wantD, make([]float32, AttentionScratchSize(k, c.B, c.T, c.NH)), dout, qkv, att, c.B, c.T, c.C, c.NH)
+			AttentionBackward(k, wantD, make([]float32, AttentionScratchSize(k, c.B, c.T, c.KV)), dout, qkv, att, c.B, c.T, c.C, c.NH, c.KV)
 			att = nil
 
 			fout, lse := make([]float32, len(out)), make([]float32, c.B*c.NH*c.T)
 			for i := range fout {
 				fout[i] = float32(math.NaN()) // never read
 			}
-			FlashAttentionForward(k, fout, lse, qkv, c.B, c.T, c.C, c.NH)
+			FlashAttentionForward(k, fout, lse, qkv, c.B, c.T, c.C, c.NH, c.KV)
 			closeTo(t, "out", fout, out, 1e-5)
-			FlashAttentionBackward(k, dqkv, dout, qkv, fout, lse, c.B, c.T, c.C, c.NH)
+			FlashAttentionBackward(k, dqkv, dout, qkv, fout, lse, c.B, c.T, c.C, c.NH, c.KV)
 			closeTo(t, "dqkv", dqkv, wantD, 1e-5)
 			if c.T <= 300 {
 				closeTo(t, "lse", lse, lseRef(qkv, c), 1e-5)
@@ -75,6 +83,7 @@ func closeTo(t *testing.T, name string, got, want []float32, tol float64) {
 // lseRef is log Σ_{j<=i} exp(Q_i·K_j/√HS) per (b, h, i), in float64.
 func lseRef(qkv []float32, c flashCase) []float32 {
 	HS := c.C / c.NH
+	ld, G := c.C+2*c.KV*HS, c.NH/c.KV
 	out := make([]float32, c.B*c.NH*c.T)
 	for b := range c.B {
 		for h := range c.NH {
@@ -84,7 +93,7 @@ func lseRef(qkv []float32, c flashCase) []float32 {
 				for j := 0; j <= i; j++ {
 					var s float64
 					for d := range HS {
-						s += float64(qkv[(b*c.T+i)*3*c.C+h*HS+d]) * float64(qkv[(b*c.T+j)*3*c.C+c.C+h*HS+d])
+						s += float64(qkv[(b*c.T+i)*ld+h*HS+d]) * float64(qkv[(b*c.T+j)*ld+c.C+(h/G)*HS+d])
 					}
 					sc[j] = s / math.Sqrt(float64(HS))
 					m = max(m, sc[j])
@@ -110,9 +119,11 @@ func TestFlashAttentionGradients(t *testing.T) {
 		fc      flashCase
 		samples int
 	}{
-		{"tiny", flashCase{2, 5, 8, 2}, 0},
-		{"HS=32 T=29", flashCase{2, 29, 64, 2}, 300},
-		{"HS=32 T=300 (2 key blocks)", flashCase{1, 300, 32, 1}, 100},
+		{"tiny", flashCase{2, 5, 8, 2, 2}, 0},
+		{"HS=32 T=29", flashCase{2, 29, 64, 2, 2}, 300},
+		{"HS=32 T=300 (2 key blocks)", flashCase{1, 300, 32, 1, 1}, 100},
+		{"GQA 6:2 tiny", flashCase{2, 5, 24, 6, 2}, 0},
+		{"MQA HS=32 T=29", flashCase{2, 29, 128, 4, 1}, 300},
 	} {
 		for i, kc := range kernelConfigs {
 			t.Run(c.name+"/"+configName(kc), func(t *testing.T) {
@@ -124,15 +135,15 @@ func TestFlashAttentionGradients(t *testing.T) {
 }
 
 func flashGradCase(k *Kernels, r *rand.Rand, c flashCase, samples int) gradCase {
-	B, T, C, NH := c.B, c.T, c.C, c.NH
-	qkv, dqkv := randn(r, B*T*3*C, 1), make([]float32, B*T*3*C)
+	B, T, C, NH, KV := c.B, c.T, c.C, c.NH, c.KV
+	qkv, dqkv := randn(r, c.W(), 1), make([]float32, c.W())
 	out, lse, w := make([]float32, B*T*C), make([]float32, B*NH*T), randn(r, B*T*C, 1)
 	return gradCase{
 		vars: []fdVar{{"qkv", qkv, dqkv}},
-		loss: func() float64 { FlashAttentionForward(k, out, lse, qkv, B, T, C, NH); return probe(out, w) },
+		loss: func() float64 { FlashAttentionForward(k, out, lse, qkv, B, T, C, NH, KV); return probe(out, w) },
 		backward: func() {
-			FlashAttentionForward(k, out, lse, qkv, B, T, C, NH)
-			FlashAttentionBackward(k, dqkv, w, qkv, out, lse, B, T, C, NH)
+			FlashAttentionForward(k, out, lse, qkv, B, T, C, NH, KV)
+			FlashAttentionBackward(k, dqkv, w, qkv, out, lse, B, T, C, NH, KV)
 		},
 		samples: samples,
 	}

@@ -19,12 +19,12 @@ func tiledAttn(k *Kernels, hs int) bool {
 	return k.simd() && k.impl.masked && k.impl.nr == 32 && hs%32 == 0
 }
 
-// attnCheck panics when a buffer is too short for (B, T, C, NH): the
+// attnCheck panics when a buffer is too short for (B, T, C, NH, KV): the
 // tiled path writes through raw pointers.
-func attnCheck(qkv, out, att []float32, B, T, C, NH int) {
-	if C%NH != 0 || len(qkv) < B*T*3*C || len(out) < B*T*C || len(att) < B*NH*T*T {
-		panic(fmt.Sprintf("ops: attention: buffers qkv %d, out %d, att %d too short for B=%d T=%d C=%d NH=%d",
-			len(qkv), len(out), len(att), B, T, C, NH))
+func attnCheck(qkv, out, att []float32, B, T, C, NH, KV int) {
+	if NH <= 0 || KV <= 0 || C%NH != 0 || NH%KV != 0 || len(qkv) < B*T*(C+2*KV*(C/NH)) || len(out) < B*T*C || len(att) < B*NH*T*T {
+		panic(fmt.Sprintf("ops: attention: buffers qkv %d, out %d, att %d too short for B=%d T=%d C=%d NH=%d KV=%d",
+			len(qkv), len(out), len(att), B, T, C, NH, KV))
 	}
 }
 
@@ -34,6 +34,14 @@ type attnPanels struct {
 	buf  *[]float32
 	used int
 }
+
+// mark is where the panels carved so far end: reset(mark) hands the
+// space after them out again (a head's panels, once the group's are in).
+// It is safe whether or not the buffer grew since: earlier panels keep
+// the storage they were carved from.
+func (ap *attnPanels) mark() int { return ap.used }
+
+func (ap *attnPanels) reset(m int) { ap.used = m }
 
 // next returns the next n floats of the buffer, growing it if needed
 // (past the pool's size only for long sequences or wide heads).
@@ -65,21 +73,31 @@ func (g attnGeom) rows(k *Kernels, ap *attnPanels, x []float32, ld int) []float3
 	return dst
 }
 
-// headForwardTiled is headForward on the tiled path.
-func (g attnGeom) headForwardTiled(k *Kernels, out, att, qkv []float32, bh int) {
-	im := k.impl
-	T, C, C3, HS := g.T, g.C, 3*g.C, g.HS
-	q, kk, v, o, a := g.slices(qkv, out, att, bh)
+// groupForwardTiled is headForward on the tiled path for the G query
+// heads of group bg: its K (transposed) and V packed once.
+func (g attnGeom) groupForwardTiled(k *Kernels, out, att, qkv []float32, bg int) {
 	buf := k.bufs.getB()
 	defer k.bufs.b.Put(buf)
 	ap := attnPanels{buf: buf}
-	kt, vp := g.transposed(k, &ap, kk, C3), g.rows(k, &ap, v, C3)
+	kk, v := g.kv(qkv, bg)
+	kt, vp := g.transposed(k, &ap, kk, g.ld), g.rows(k, &ap, v, g.ld)
+	for bh := range g.heads(bg) {
+		g.headForwardTiled(k, out, att, qkv, kt, vp, bh)
+	}
+}
+
+// headForwardTiled is headForward on the tiled path, with the group's
+// packed K (kt) and V (vp).
+func (g attnGeom) headForwardTiled(k *Kernels, out, att, qkv, kt, vp []float32, bh int) {
+	im := k.impl
+	T, C, ld, HS := g.T, g.C, g.ld, g.HS
+	q, _, _, o, a := g.slices(qkv, out, att, bh)
 	for i0 := 0; i0 < T; i0 += im.mr {
 		r := min(im.mr, T-i0)
 		w := i0 + r // the panel's keys: [0, w)
 		kern := im.rowKernels[r]
 		for j := 0; j < w; j += 32 { // S = Q·Kᵀ
-			kern(HS, &q[i0*C3], C3, &kt[j*HS], 32, &a[i0*T+j], T, min(32, w-j), nil, nil)
+			kern(HS, &q[i0*ld], ld, &kt[j*HS], 32, &a[i0*T+j], T, min(32, w-j), nil, nil)
 		}
 		_ = a[(i0+r)*T-1]
 		softmaxCausalAVX512(&a[i0*T], T, i0+1, r, g.scale) // row i over keys [0, i]
@@ -92,20 +110,36 @@ func (g attnGeom) headForwardTiled(k *Kernels, out, att, qkv []float32, bh int) 
 	}
 }
 
-// headBackwardTiled is headBackward on the tiled path; ds is (T,T)
-// scratch for the score gradients. It accumulates into the head's dQ, dK,
-// dV if acc, and sets them otherwise (each is one product: one kernel
-// call per tile).
-func (g attnGeom) headBackwardTiled(k *Kernels, dqkv, ds, dout, qkv, att []float32, bh int, acc bool) {
-	im := k.impl
-	T, C, C3, HS := g.T, g.C, 3*g.C, g.HS
-	q, kk, v, dy, a := g.slices(qkv, dout, att, bh)
-	dq, dk, dv, _, _ := g.slices(dqkv, dout, att, bh)
+// groupBackwardTiled is headBackward on the tiled path for the G query
+// heads of group bg (V transposed and K by rows packed once); ds is (T,T)
+// scratch for the score gradients. It accumulates into each head's dQ
+// and the group's dK, dV if acc, and sets them otherwise (the group's
+// first head sets dK and dV, the others add to them).
+func (g attnGeom) groupBackwardTiled(k *Kernels, dqkv, ds, dout, qkv, att []float32, bg int, acc bool) {
 	buf := k.bufs.getB()
 	defer k.bufs.b.Put(buf)
 	ap := attnPanels{buf: buf}
-	vt := g.transposed(k, &ap, v, C3)
-	kp, dyp, qp := g.rows(k, &ap, kk, C3), g.rows(k, &ap, dy, C), g.rows(k, &ap, q, C3)
+	kk, v := g.kv(qkv, bg)
+	vt, kp := g.transposed(k, &ap, v, g.ld), g.rows(k, &ap, kk, g.ld)
+	mark := ap.mark()
+	first := true
+	for bh := range g.heads(bg) {
+		ap.reset(mark)
+		g.headBackwardTiled(k, &ap, dqkv, ds, dout, qkv, att, vt, kp, bh, acc, acc || !first)
+		first = false
+	}
+}
+
+// headBackwardTiled is headBackward on the tiled path, with the group's
+// packed V (transposed, vt) and K (rows, kp); its Q and dY are packed
+// from ap. dQ is accumulated into if accQ, else set; dK and dV likewise
+// with accKV.
+func (g attnGeom) headBackwardTiled(k *Kernels, ap *attnPanels, dqkv, ds, dout, qkv, att, vt, kp []float32, bh int, accQ, accKV bool) {
+	im := k.impl
+	T, C, ld, HS := g.T, g.C, g.ld, g.HS
+	q, _, _, dy, a := g.slices(qkv, dout, att, bh)
+	dq, dk, dv, _, _ := g.slices(dqkv, dout, att, bh)
+	dyp, qp := g.rows(k, ap, dy, C), g.rows(k, ap, q, ld)
 	for i0 := 0; i0 < T; i0 += im.mr {
 		r := min(im.mr, T-i0)
 		w := i0 + r
@@ -120,18 +154,18 @@ func (g attnGeom) headBackwardTiled(k *Kernels, dqkv, ds, dout, qkv, att []float
 			clear(ds[i*T+i+1 : i*T+w])
 		}
 		for j := 0; j < HS; j += 32 { // dQ (+)= dS·K
-			c := &dq[i0*C3+j]
-			kern(w, &ds[i0*T], T, &kp[j*T], 32, c, C3, 32, srcIf(acc, c), nil)
+			c := &dq[i0*ld+j]
+			kern(w, &ds[i0*T], T, &kp[j*T], 32, c, ld, 32, srcIf(accQ, c), nil)
 		}
 	}
 	for j0 := 0; j0 < T; j0 += im.mr { // key rows [j0, j0+r), reached by queries [j0, T)
 		r := min(im.mr, T-j0)
 		kern := im.kernels[r]
 		for j := 0; j < HS; j += 32 {
-			c := &dv[j0*C3+j] // dV (+)= Pᵀ·dY
-			kern(T-j0, &a[j0*T+j0], T, &dyp[j*T+j0*32], 32, c, C3, 32, srcIf(acc, c), nil)
-			c = &dk[j0*C3+j] // dK (+)= dSᵀ·Q
-			kern(T-j0, &ds[j0*T+j0], T, &qp[j*T+j0*32], 32, c, C3, 32, srcIf(acc, c), nil)
+			c := &dv[j0*ld+j] // dV (+)= Pᵀ·dY
+			kern(T-j0, &a[j0*T+j0], T, &dyp[j*T+j0*32], 32, c, ld, 32, srcIf(accKV, c), nil)
+			c = &dk[j0*ld+j] // dK (+)= dSᵀ·Q
+			kern(T-j0, &ds[j0*T+j0], T, &qp[j*T+j0*32], 32, c, ld, 32, srcIf(accKV, c), nil)
 		}
 	}
 }

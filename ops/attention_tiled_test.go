@@ -10,38 +10,43 @@ import (
 // TestAttentionTiledMatchesBlocked holds the tiled path (AVX-512, heads of
 // whole 32-column tiles) to the blocked one on the same inputs: outputs,
 // probabilities and accumulated gradients within fp32 rounding, for
-// sequence lengths that end mid micro-panel and mid tile.
+// sequence lengths that end mid micro-panel and mid tile, with key/value
+// heads shared by groups of query heads.
 func TestAttentionTiledMatchesBlocked(t *testing.T) {
 	for _, threads := range []int{1, 3} {
 		k := newKernels(t, threads)
 		if !tiledAttn(k, 32) {
 			t.Skip("no tiled path on this CPU")
 		}
-		for _, c := range []struct{ B, T, C, NH int }{{1, 1, 32, 1}, {2, 13, 64, 2}, {1, 45, 64, 1}, {2, 100, 128, 2}} {
+		for _, c := range []struct{ B, T, C, NH, KV int }{{1, 1, 32, 1, 1}, {2, 13, 64, 2, 2}, {1, 45, 64, 1, 1}, {2, 100, 128, 2, 2}, {2, 45, 128, 4, 1}, {1, 29, 192, 6, 2}} {
 			r := rand.New(rand.NewPCG(uint64(c.T), 3))
-			BTC := c.B * c.T * c.C
-			qkv, dout := randn(r, 3*BTC, 1), randn(r, BTC, 1)
-			init := randn(r, 3*BTC, 1) // dqkv accumulates onto this
+			BTC, W := c.B*c.T*c.C, c.B*c.T*(c.C+2*c.KV*(c.C/c.NH))
+			qkv, dout := randn(r, W, 1), randn(r, BTC, 1)
+			init := randn(r, W, 1) // dqkv accumulates onto this
 			var outs, atts, grads [2][]float32
 			for p, tiled := range []bool{false, true} {
-				g := newAttnGeom(k, c.T, c.C, c.NH)
+				g := newAttnGeom(k, c.T, c.C, c.NH, c.KV)
 				g.tiled = tiled
 				outs[p], atts[p] = make([]float32, BTC), make([]float32, c.B*c.NH*c.T*c.T)
 				grads[p] = append([]float32(nil), init...)
-				scratch := make([]float32, AttentionScratchSize(k, c.B, c.T, c.NH))
-				forEachHead(k, c.B*c.NH, func(ks *Kernels, w, bh int) {
+				scratch := make([]float32, AttentionScratchSize(k, c.B, c.T, c.KV))
+				forEachGroup(k, c.B*c.KV, func(ks *Kernels, w, bg int) {
 					if tiled {
-						g.headForwardTiled(ks, outs[p], atts[p], qkv, bh)
-					} else {
+						g.groupForwardTiled(ks, outs[p], atts[p], qkv, bg)
+						return
+					}
+					for bh := range g.heads(bg) {
 						g.headForward(ks, outs[p], atts[p], qkv, bh)
 					}
 				})
 				per := c.T * c.T
-				forEachHead(k, c.B*c.NH, func(ks *Kernels, w, bh int) {
+				forEachGroup(k, c.B*c.KV, func(ks *Kernels, w, bg int) {
 					ds := scratch[w*per : (w+1)*per]
 					if tiled {
-						g.headBackwardTiled(ks, grads[p], ds, dout, qkv, atts[p], bh, true)
-					} else {
+						g.groupBackwardTiled(ks, grads[p], ds, dout, qkv, atts[p], bg, true)
+						return
+					}
+					for bh := range g.heads(bg) {
 						g.headBackward(ks, grads[p], ds, dout, qkv, atts[p], bh)
 					}
 				})
@@ -109,10 +114,10 @@ func TestAttentionBackwardSet(t *testing.T) {
 			qkv, dout := randn(r, 3*BTC, 1), randn(r, BTC, 1)
 			out, att := make([]float32, BTC), make([]float32, c.B*c.NH*c.T*c.T)
 			scratch := make([]float32, AttentionScratchSize(k, c.B, c.T, c.NH))
-			AttentionForward(k, out, att, qkv, c.B, c.T, c.C, c.NH)
+			AttentionForward(k, out, att, qkv, c.B, c.T, c.C, c.NH, c.NH)
 			acc, set := make([]float32, 3*BTC), randn(r, 3*BTC, 5)
-			AttentionBackward(k, acc, scratch, dout, qkv, att, c.B, c.T, c.C, c.NH)
-			AttentionBackwardSet(k, set, scratch, dout, qkv, att, c.B, c.T, c.C, c.NH)
+			AttentionBackward(k, acc, scratch, dout, qkv, att, c.B, c.T, c.C, c.NH, c.NH)
+			AttentionBackwardSet(k, set, scratch, dout, qkv, att, c.B, c.T, c.C, c.NH, c.NH)
 			for i := range acc {
 				if math.Float32bits(acc[i]) != math.Float32bits(set[i]) {
 					t.Fatalf("%s %+v: dqkv[%d]: accumulated into zeros %g, set %g", configName(kc), c, i, acc[i], set[i])

@@ -38,11 +38,22 @@ type Backend interface {
 	GELUForward(out, inp []float32, n int)
 	GELUBackwardSet(dinp, inp, dout []float32, n int)
 
-	AttentionForward(out, att, qkv []float32, B, T, C, NH int)
-	AttentionBackwardSet(dqkv, scratch, dout, qkv, att []float32, B, T, C, NH int)
-	AttentionScratchSize(B, T, NH int) int
-	FlashAttentionForward(out, lse, qkv []float32, B, T, C, NH int)
-	FlashAttentionBackward(dqkv, dout, qkv, out, lse []float32, B, T, C, NH int)
+	// The attention kernels take qkv rows [q (C = NH·HS) | k | v (KV·HS
+	// each)]: NH query heads sharing KV key/value heads (KV = NH: multi-head).
+	AttentionForward(out, att, qkv []float32, B, T, C, NH, KV int)
+	AttentionBackwardSet(dqkv, scratch, dout, qkv, att []float32, B, T, C, NH, KV int)
+	AttentionScratchSize(B, T, KV int) int
+	FlashAttentionForward(out, lse, qkv []float32, B, T, C, NH, KV int)
+	FlashAttentionBackward(dqkv, dout, qkv, out, lse []float32, B, T, C, NH, KV int)
+	// RoPEForward rotates the q and k heads of qkv in place (RoPEBackward
+	// takes a gradient back through it); RoPETable fills its angles.
+	RoPETable(cos, sin []float32, T, HS int, theta float64)
+	RoPEForward(qkv, cos, sin []float32, B, T, NH, KV, HS int)
+	RoPEBackward(dqkv, cos, sin []float32, B, T, NH, KV, HS int)
+	// SwiGLUForward is act = SiLU(gate)⊙up from rows [gate | up];
+	// SwiGLUBackwardSet SETS their gradient (in place over gu allowed).
+	SwiGLUForward(act, gu []float32, N, F int)
+	SwiGLUBackwardSet(dgu, gu, dact []float32, N, F int)
 
 	CrossEntropyForward(probs, losses, logits []float32, targets []int32, N, V int) float32
 	CrossEntropyBackward(dlogits, probs []float32, targets []int32, dloss float32, N, V int)
@@ -146,18 +157,31 @@ func (k *Kernels) GELUForward(out, inp []float32, n int) { GELUForward(k, out, i
 func (k *Kernels) GELUBackwardSet(dinp, inp, dout []float32, n int) {
 	GELUBackwardSet(k, dinp, inp, dout, n)
 }
-func (k *Kernels) AttentionForward(out, att, qkv []float32, B, T, C, NH int) {
-	AttentionForward(k, out, att, qkv, B, T, C, NH)
+func (k *Kernels) AttentionForward(out, att, qkv []float32, B, T, C, NH, KV int) {
+	AttentionForward(k, out, att, qkv, B, T, C, NH, KV)
 }
-func (k *Kernels) AttentionBackwardSet(dqkv, scratch, dout, qkv, att []float32, B, T, C, NH int) {
-	AttentionBackwardSet(k, dqkv, scratch, dout, qkv, att, B, T, C, NH)
+func (k *Kernels) AttentionBackwardSet(dqkv, scratch, dout, qkv, att []float32, B, T, C, NH, KV int) {
+	AttentionBackwardSet(k, dqkv, scratch, dout, qkv, att, B, T, C, NH, KV)
 }
-func (k *Kernels) AttentionScratchSize(B, T, NH int) int { return AttentionScratchSize(k, B, T, NH) }
-func (k *Kernels) FlashAttentionForward(out, lse, qkv []float32, B, T, C, NH int) {
-	FlashAttentionForward(k, out, lse, qkv, B, T, C, NH)
+func (k *Kernels) AttentionScratchSize(B, T, KV int) int { return AttentionScratchSize(k, B, T, KV) }
+func (k *Kernels) FlashAttentionForward(out, lse, qkv []float32, B, T, C, NH, KV int) {
+	FlashAttentionForward(k, out, lse, qkv, B, T, C, NH, KV)
 }
-func (k *Kernels) FlashAttentionBackward(dqkv, dout, qkv, out, lse []float32, B, T, C, NH int) {
-	FlashAttentionBackward(k, dqkv, dout, qkv, out, lse, B, T, C, NH)
+func (k *Kernels) FlashAttentionBackward(dqkv, dout, qkv, out, lse []float32, B, T, C, NH, KV int) {
+	FlashAttentionBackward(k, dqkv, dout, qkv, out, lse, B, T, C, NH, KV)
+}
+func (k *Kernels) RoPETable(cos, sin []float32, T, HS int, theta float64) {
+	RoPETable(cos, sin, T, HS, theta)
+}
+func (k *Kernels) RoPEForward(qkv, cos, sin []float32, B, T, NH, KV, HS int) {
+	RoPEForward(k, qkv, cos, sin, B, T, NH, KV, HS)
+}
+func (k *Kernels) RoPEBackward(dqkv, cos, sin []float32, B, T, NH, KV, HS int) {
+	RoPEBackward(k, dqkv, cos, sin, B, T, NH, KV, HS)
+}
+func (k *Kernels) SwiGLUForward(act, gu []float32, N, F int) { SwiGLUForward(k, act, gu, N, F) }
+func (k *Kernels) SwiGLUBackwardSet(dgu, gu, dact []float32, N, F int) {
+	SwiGLUBackwardSet(k, dgu, gu, dact, N, F)
 }
 func (k *Kernels) CrossEntropyForward(probs, losses, logits []float32, targets []int32, N, V int) float32 {
 	return CrossEntropyForward(k, probs, losses, logits, targets, N, V)

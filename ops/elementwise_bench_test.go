@@ -27,7 +27,7 @@ func BenchmarkElementwise(b *testing.B) {
 	dqkv := make([]float32, BT*3*C)
 	LayerNormForward(k, y, mean, rstd, x, w, bias, BT, C)
 	CrossEntropyForward(k, probs, losses, logits, targets, BT, V)
-	AttentionForward(k, y, att, qkv, B, T, C, NH)
+	AttentionForward(k, y, att, qkv, B, T, C, NH, NH)
 	cases := []struct {
 		name string
 		n    int
@@ -41,8 +41,8 @@ func BenchmarkElementwise(b *testing.B) {
 		{"residual_fwd", BT * C, func() { ResidualForward(k, y, x, d, BT*C) }},
 		{"crossentropy_fwd", BT * V, func() { CrossEntropyForward(k, probs, losses, logits, targets, BT, V) }},
 		{"crossentropy_bwd", BT * V, func() { CrossEntropyBackward(k, logits, probs, targets, 1, BT, V) }},
-		{"attention_fwd", B * NH * T * T / 2, func() { AttentionForward(k, y, att, qkv, B, T, C, NH) }},
-		{"attention_bwd", B * NH * T * T / 2, func() { AttentionBackward(k, dqkv, scratch, y, qkv, att, B, T, C, NH) }},
+		{"attention_fwd", B * NH * T * T / 2, func() { AttentionForward(k, y, att, qkv, B, T, C, NH, NH) }},
+		{"attention_bwd", B * NH * T * T / 2, func() { AttentionBackward(k, dqkv, scratch, y, qkv, att, B, T, C, NH, NH) }},
 		{"dropout_fwd", BT * C, func() { Dropout{Stream: rng.Key(1, "d"), P: 0.1}.Forward(k, y, x, BT*C) }},
 		{"clear_4C", BT * 4 * C, func() { clear(y4) }},
 	}

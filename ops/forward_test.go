@@ -19,11 +19,14 @@ func maxAbsDiff(a []float32, b []float64) float64 {
 }
 
 // naiveAttention is causal self-attention written from its definition, in
-// float64: out[b,t,h·HS+d] = Σ_{s<=t} softmax_s(q_t·k_s/√HS)·v_s[d].
-func naiveAttention(qkv []float32, B, T, C, NH int) []float64 {
+// float64: out[b,t,h·HS+d] = Σ_{s<=t} softmax_s(q_t·k_s/√HS)·v_s[d], query
+// head h reading key/value head ⌊h·KV/NH⌋ of rows [q | k | v].
+func naiveAttention(qkv []float32, B, T, C, NH, KV int) []float64 {
 	HS := C / NH
+	ld, G := C+2*KV*HS, NH/KV
 	out := make([]float64, B*T*C)
-	at := func(b, t, part, h, d int) float64 { return float64(qkv[(b*T+t)*3*C+part*C+h*HS+d]) }
+	q := func(b, t, h, d int) float64 { return float64(qkv[(b*T+t)*ld+h*HS+d]) }
+	kv := func(b, t, part, h, d int) float64 { return float64(qkv[(b*T+t)*ld+C+part*KV*HS+(h/G)*HS+d]) }
 	for b := 0; b < B; b++ {
 		for h := 0; h < NH; h++ {
 			for t := 0; t < T; t++ {
@@ -31,7 +34,7 @@ func naiveAttention(qkv []float32, B, T, C, NH int) []float64 {
 				m := math.Inf(-1)
 				for s := 0; s <= t; s++ {
 					for d := 0; d < HS; d++ {
-						sc[s] += at(b, t, 0, h, d) * at(b, s, 1, h, d)
+						sc[s] += q(b, t, h, d) * kv(b, s, 0, h, d)
 					}
 					sc[s] /= math.Sqrt(float64(HS))
 					m = max(m, sc[s])
@@ -43,7 +46,7 @@ func naiveAttention(qkv []float32, B, T, C, NH int) []float64 {
 				}
 				for s := range sc {
 					for d := 0; d < HS; d++ {
-						out[(b*T+t)*C+h*HS+d] += sc[s] / z * at(b, s, 2, h, d)
+						out[(b*T+t)*C+h*HS+d] += sc[s] / z * kv(b, s, 1, h, d)
 					}
 				}
 			}
@@ -54,18 +57,20 @@ func naiveAttention(qkv []float32, B, T, C, NH int) []float64 {
 
 func TestAttentionForwardMatchesDefinition(t *testing.T) {
 	// Heads of 32 and 64 channels take the tiled path on AVX-512.
-	cases := []struct{ B, T, C, NH int }{{2, 5, 8, 2}, {1, 70, 12, 3}, {2, 130, 8, 1}, {2, 37, 64, 2}, {1, 61, 128, 2}}
+	// KV < NH: grouped-query attention (KV = 1: multi-query).
+	cases := []struct{ B, T, C, NH, KV int }{{2, 5, 8, 2, 2}, {1, 70, 12, 3, 3}, {2, 130, 8, 1, 1}, {2, 37, 64, 2, 2}, {1, 61, 128, 2, 2},
+		{2, 37, 24, 6, 2}, {1, 45, 128, 4, 1}, {3, 19, 192, 6, 3}}
 	for _, c := range cases {
 		for _, kc := range kernelConfigs {
 			k := newKernelsConfig(t, kc)
 			r := rand.New(rand.NewPCG(5, 6))
-			qkv := randn(r, c.B*c.T*3*c.C, 1)
+			qkv := randn(r, c.B*c.T*(c.C+2*c.KV*(c.C/c.NH)), 1)
 			out, att := make([]float32, c.B*c.T*c.C), make([]float32, c.B*c.NH*c.T*c.T)
 			for i := range att {
 				att[i] = 7 // stale values must not survive
 			}
-			AttentionForward(k, out, att, qkv, c.B, c.T, c.C, c.NH)
-			if d := maxAbsDiff(out, naiveAttention(qkv, c.B, c.T, c.C, c.NH)); d > 1e-5 {
+			AttentionForward(k, out, att, qkv, c.B, c.T, c.C, c.NH, c.KV)
+			if d := maxAbsDiff(out, naiveAttention(qkv, c.B, c.T, c.C, c.NH, c.KV)); d > 1e-5 {
 				t.Errorf("%+v %s: max |out − reference| = %.3g", c, configName(kc), d)
 			}
 			for row := 0; row < c.B*c.NH*c.T; row++ {

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -166,13 +167,50 @@ var gradCases = []struct {
 		}
 	}},
 	{"attention", func(k *Kernels, r *rand.Rand) gradCase {
-		return attentionCase(k, r, 2, 5, 8, 2, 0)
+		return attentionCase(k, r, 2, 5, 8, 2, 2, 0)
 	}},
 	{"attention T=70 (two causal blocks)", func(k *Kernels, r *rand.Rand) gradCase {
-		return attentionCase(k, r, 1, 70, 8, 2, 300)
+		return attentionCase(k, r, 1, 70, 8, 2, 2, 300)
 	}},
 	{"attention HS=32 T=29 (tiled on AVX-512)", func(k *Kernels, r *rand.Rand) gradCase {
-		return attentionCase(k, r, 2, 29, 64, 2, 300)
+		return attentionCase(k, r, 2, 29, 64, 2, 2, 300)
+	}},
+	{"attention GQA 6:2", func(k *Kernels, r *rand.Rand) gradCase {
+		return attentionCase(k, r, 2, 7, 24, 6, 2, 0)
+	}},
+	{"attention MQA HS=32 T=29 (tiled on AVX-512)", func(k *Kernels, r *rand.Rand) gradCase {
+		return attentionCase(k, r, 2, 29, 128, 4, 1, 300)
+	}},
+	{"rope", func(k *Kernels, r *rand.Rand) gradCase {
+		B, T, NH, KV, HS := 2, 5, 4, 2, 6
+		W := B * T * (NH + 2*KV) * HS
+		x, dx := randn(r, W, 1), make([]float32, W)
+		cos, sin := make([]float32, T*HS/2), make([]float32, T*HS/2)
+		RoPETable(cos, sin, T, HS, 10000)
+		out, w := make([]float32, W), randn(r, W, 1)
+		return gradCase{
+			vars: []fdVar{{"qkv", x, dx}},
+			loss: func() float64 { copy(out, x); RoPEForward(k, out, cos, sin, B, T, NH, KV, HS); return probe(out, w) },
+			backward: func() {
+				g := append([]float32(nil), w...)
+				RoPEBackward(k, g, cos, sin, B, T, NH, KV, HS)
+				AddInto(k, dx, g, W)
+			},
+		}
+	}},
+	{"swiglu", func(k *Kernels, r *rand.Rand) gradCase {
+		N, F := 7, 37
+		gu, dgu := randn(r, 2*N*F, 2), make([]float32, 2*N*F)
+		act, w := make([]float32, N*F), randn(r, N*F, 1)
+		return gradCase{
+			vars: []fdVar{{"gate_up", gu, dgu}},
+			loss: func() float64 { SwiGLUForward(k, act, gu, N, F); return probe(act, w) },
+			backward: func() {
+				g := make([]float32, 2*N*F)
+				SwiGLUBackwardSet(k, g, gu, w, N, F)
+				AddInto(k, dgu, g, 2*N*F)
+			},
+		}
 	}},
 	{"dropout", func(k *Kernels, r *rand.Rand) gradCase {
 		n := 5000 // two chunks
@@ -188,16 +226,17 @@ var gradCases = []struct {
 	}},
 }
 
-func attentionCase(k *Kernels, r *rand.Rand, B, T, C, NH, samples int) gradCase {
-	qkv, dqkv := randn(r, B*T*3*C, 1), make([]float32, B*T*3*C)
+func attentionCase(k *Kernels, r *rand.Rand, B, T, C, NH, KV, samples int) gradCase {
+	W := B * T * (C + 2*KV*(C/NH))
+	qkv, dqkv := randn(r, W, 1), make([]float32, W)
 	att, out, w := make([]float32, B*NH*T*T), make([]float32, B*T*C), randn(r, B*T*C, 1)
-	scratch := make([]float32, AttentionScratchSize(k, B, T, NH))
+	scratch := make([]float32, AttentionScratchSize(k, B, T, KV))
 	return gradCase{
 		vars: []fdVar{{"qkv", qkv, dqkv}},
-		loss: func() float64 { AttentionForward(k, out, att, qkv, B, T, C, NH); return probe(out, w) },
+		loss: func() float64 { AttentionForward(k, out, att, qkv, B, T, C, NH, KV); return probe(out, w) },
 		backward: func() {
-			AttentionForward(k, out, att, qkv, B, T, C, NH)
-			AttentionBackward(k, dqkv, scratch, w, qkv, att, B, T, C, NH)
+			AttentionForward(k, out, att, qkv, B, T, C, NH, KV)
+			AttentionBackward(k, dqkv, scratch, w, qkv, att, B, T, C, NH, KV)
 		},
 		samples: samples,
 	}
@@ -212,6 +251,78 @@ func TestGradients(t *testing.T) {
 				k := newKernelsConfig(t, kc)
 				checkGrads(t, c.build(k, rand.New(rand.NewPCG(42, uint64(i)))))
 			})
+		}
+	}
+}
+
+// TestSwiGLUKernels holds the AVX2 kernels to the Go loops (isa generic)
+// within 4e-7 of the row's largest magnitude, over every tail length and
+// the whole range of gates, the saturated ones (|g| > 88) included.
+func TestSwiGLUKernels(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2")
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for n := 1; n <= 41; n++ {
+		g, u, d := randn(r, n, 8), randn(r, n, 1), randn(r, n, 1)
+		if n > 3 {
+			g[0], g[1], g[2] = -100, 100, 0
+		}
+		var act, dg, du [2][]float32
+		for p, v := range []bool{false, true} {
+			act[p], dg[p], du[p] = make([]float32, n), make([]float32, n), make([]float32, n)
+			swigluRow(v, act[p], g, u)
+			swigluGradRow(v, dg[p], du[p], g, u, d)
+		}
+		for _, x := range []struct {
+			name string
+			a    [2][]float32
+		}{{"act", act}, {"dgate", dg}, {"dup", du}} {
+			scale := 0.0
+			for _, w := range x.a[0] {
+				scale = max(scale, math.Abs(float64(w)))
+			}
+			for i := range x.a[0] {
+				w, got := float64(x.a[0][i]), float64(x.a[1][i])
+				if math.Abs(got-w) > 4e-7*scale {
+					t.Fatalf("n=%d %s[%d] (g=%g): AVX2 %g, Go %g", n, x.name, i, g[i], got, w)
+				}
+			}
+		}
+	}
+}
+
+// TestRMSNormKernels holds RMSNorm on the AVX2 kernels to the Go loops
+// (isa generic): outputs, rstd and both gradients within 2e-6 relative to
+// their largest magnitude, for widths with and without a tail.
+func TestRMSNormKernels(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, C := range []int{8, 13, 37, 256} {
+		N := 5
+		x, w, dy := randn(r, N*C, 2), randn(r, C, 1), randn(r, N*C, 1)
+		var out, rstd, dx, dw [2][]float32
+		for p, isa := range []string{"generic", ""} {
+			k := newKernelsConfig(t, Config{Threads: 3, ISA: isa})
+			out[p], rstd[p], dx[p], dw[p] = make([]float32, N*C), make([]float32, N), make([]float32, N*C), make([]float32, C)
+			RMSNormForward(k, out[p], rstd[p], x, w, N, C, 1e-5)
+			RMSNormBackward(k, dx[p], dw[p], dy, x, w, rstd[p], N, C)
+		}
+		for _, c := range []struct {
+			name string
+			a    [2][]float32
+		}{{"out", out}, {"rstd", rstd}, {"dx", dx}, {"dw", dw}} {
+			scale := 0.0
+			for _, v := range c.a[0] {
+				scale = max(scale, math.Abs(float64(v)))
+			}
+			for i := range c.a[0] {
+				if d := math.Abs(float64(c.a[1][i] - c.a[0][i])); d > 2e-6*scale {
+					t.Fatalf("C=%d %s[%d]: AVX2 %g, Go %g", C, c.name, i, c.a[1][i], c.a[0][i])
+				}
+			}
 		}
 	}
 }

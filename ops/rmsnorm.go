@@ -7,7 +7,9 @@ import "math"
 //
 //	rstd = 1/√(mean(x²) + ε)        out = x·rstd·w
 //
-// and saves rstd for the backward pass.
+// and saves rstd for the backward pass. On AVX2 (vec2) the row's sum of
+// squares and the scaling run the kernels of llama_amd64.s over its first
+// C&^7 channels (fp32 lanes summed in a fixed order), the rest in Go.
 //
 //	out, inp (N,C)   w (C)   rstd (N)
 func RMSNormForward(k *Kernels, out, rstd, inp, w []float32, N, C int, eps float32) {
@@ -15,20 +17,40 @@ func RMSNormForward(k *Kernels, out, rstd, inp, w []float32, N, C int, eps float
 		return
 	}
 	_, _, _, _ = out[N*C-1], inp[N*C-1], w[C-1], rstd[N-1]
+	v := k.vec2() && C >= 8
 	k.Parallel(N, func(lo, hi int) {
 		for n := lo; n < hi; n++ {
 			x, o := inp[n*C:n*C+C], out[n*C:n*C+C]
-			var ss float64
-			for _, v := range x {
-				ss += float64(v) * float64(v)
-			}
-			s := float32(1 / math.Sqrt(ss/float64(C)+float64(eps)))
-			for i, v := range x {
-				o[i] = v * s * w[i]
-			}
+			s := float32(1 / math.Sqrt(sumSquares(v, x)/float64(C)+float64(eps)))
+			scaleMul(v, o, x, w, s)
 			rstd[n] = s
 		}
 	})
+}
+
+// sumSquares is Σ x[i]² (float64 beyond the vector kernel's fp32 part).
+func sumSquares(v bool, x []float32) float64 {
+	var ss float64
+	if n := len(x) &^ 7; v {
+		ss = float64(rmsSqAVX2(&x[0], n))
+		x = x[n:]
+	}
+	for _, e := range x {
+		ss += float64(e) * float64(e)
+	}
+	return ss
+}
+
+// scaleMul sets o[i] = x[i]·s·w[i].
+func scaleMul(v bool, o, x, w []float32, s float32) {
+	x, w = x[:len(o)], w[:len(o)]
+	if n := len(o) &^ 7; v {
+		rmsScaleAVX2(&o[0], &x[0], &w[0], n, s)
+		o, x, w = o[n:], x[n:], w[n:]
+	}
+	for i, e := range x {
+		o[i] = e * s * w[i]
+	}
 }
 
 // RMSNormBackward ACCUMULATES the gradients of RMSNormForward. With
@@ -39,24 +61,21 @@ func RMSNormForward(k *Kernels, out, rstd, inp, w []float32, N, C int, eps float
 //	dinp, dout, inp (N,C)   dw, w (C)   rstd (N)
 //
 // dw is summed over rows in row order by threads that split the channels,
-// so the result does not depend on the thread count.
+// so the result does not depend on the thread count (the channel chunks
+// are whole multiples of 16, so every channel takes the same vector or
+// Go path whatever the count).
 func RMSNormBackward(k *Kernels, dinp, dw, dout, inp, w, rstd []float32, N, C int) {
 	if N == 0 || C == 0 {
 		return
 	}
 	_, _, _, _, _, _ = dinp[N*C-1], dout[N*C-1], inp[N*C-1], w[C-1], dw[C-1], rstd[N-1]
+	v := k.vec2() && C >= 8
 	k.Parallel(N, func(lo, hi int) {
 		for n := lo; n < hi; n++ {
 			dy, x, dx := dout[n*C:n*C+C], inp[n*C:n*C+C], dinp[n*C:n*C+C]
 			s := rstd[n]
-			var gx float64
-			for i := range x {
-				gx += float64(w[i]*dy[i]) * float64(x[i]*s)
-			}
-			m := float32(gx / float64(C))
-			for i := range x {
-				dx[i] += s * (w[i]*dy[i] - x[i]*s*m)
-			}
+			m := float32(float64(s) * rmsDot(v, w, dy, x) / float64(C)) // mean(g⊙x̂)
+			rmsInputGrad(v, dx, w, dy, x, s, s*s*m)
 		}
 	})
 	chunks := colChunks(k.Threads(), C)
@@ -65,11 +84,45 @@ func RMSNormBackward(k *Kernels, dinp, dw, dout, inp, w, rstd []float32, N, C in
 			c0, c1 := colChunk(c, chunks, C)
 			for n := 0; n < N; n++ {
 				s, dy, x := rstd[n], dout[n*C+c0:n*C+c1], inp[n*C+c0:n*C+c1]
-				g := dw[c0:c1][:len(dy)]
-				for i, v := range dy {
-					g[i] += v * (x[i] * s)
-				}
+				rmsParamGrad(v, dw[c0:c1], dy, x, s)
 			}
 		}
 	})
+}
+
+// rmsDot is Σ w[i]·dy[i]·x[i] (float64 beyond the vector kernel's part).
+func rmsDot(v bool, w, dy, x []float32) float64 {
+	var d float64
+	if n := len(x) &^ 7; v {
+		d = float64(rmsDotAVX2(&w[0], &dy[0], &x[0], n))
+		w, dy, x = w[n:], dy[n:], x[n:]
+	}
+	for i := range x {
+		d += float64(w[i]*dy[i]) * float64(x[i])
+	}
+	return d
+}
+
+// rmsInputGrad sets dx[i] += s·w[i]·dy[i] − c·x[i].
+func rmsInputGrad(v bool, dx, w, dy, x []float32, s, c float32) {
+	w, dy, x = w[:len(dx)], dy[:len(dx)], x[:len(dx)]
+	if n := len(dx) &^ 7; v {
+		rmsBwdAVX2(&dx[0], &w[0], &dy[0], &x[0], n, s, c)
+		dx, w, dy, x = dx[n:], w[n:], dy[n:], x[n:]
+	}
+	for i := range dx {
+		dx[i] += s*w[i]*dy[i] - c*x[i]
+	}
+}
+
+// rmsParamGrad sets g[i] += dy[i]·(x[i]·s).
+func rmsParamGrad(v bool, g, dy, x []float32, s float32) {
+	g, x = g[:len(dy)], x[:len(dy)]
+	if n := len(dy) &^ 7; v && n > 0 {
+		rmsParamAVX2(&g[0], &dy[0], &x[0], n, s)
+		g, dy, x = g[n:], dy[n:], x[n:]
+	}
+	for i, e := range dy {
+		g[i] += e * (x[i] * s)
+	}
 }

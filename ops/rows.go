@@ -90,9 +90,10 @@ func (k *Kernels) AddPositions(out, h []float32, wpe tensor.Buf, first, T, n, C 
 //	dwpe[i mod T,:] += dh[i,:]      dwte[ids[i]−lo,:] += dh[i,:] for ids in [lo, lo+n)
 //
 // Threads split the channels and add tokens in order, so the result does
-// not depend on the thread count.
+// not depend on the thread count. A nil dwpe is an embedding without
+// positions (a Llama's): only dwte is accumulated.
 //
-//	dwte (≥n,C)   dwpe (T,C)   dh (len(ids),C)
+//	dwte (≥n,C)   dwpe (T,C) or nil   dh (len(ids),C)
 func (k *Kernels) RowsBackward(dwte, dwpe, dh []float32, ids []int32, lo, n, T, C int) {
 	chunks := colChunks(k.Threads(), C)
 	k.Parallel(chunks, func(a, b int) {
@@ -100,10 +101,12 @@ func (k *Kernels) RowsBackward(dwte, dwpe, dh []float32, ids []int32, lo, n, T, 
 			c0, c1 := colChunk(w, chunks, C)
 			for i, id := range ids {
 				d := dh[i*C+c0 : i*C+c1]
-				pos := i % T
-				gp := dwpe[pos*C+c0 : pos*C+c1][:len(d)]
-				for x, v := range d {
-					gp[x] += v
+				if dwpe != nil {
+					pos := i % T
+					gp := dwpe[pos*C+c0 : pos*C+c1][:len(d)]
+					for x, v := range d {
+						gp[x] += v
+					}
 				}
 				if j := int(id) - lo; j >= 0 && j < n {
 					gw := dwte[j*C+c0 : j*C+c1][:len(d)]

@@ -61,10 +61,18 @@ func (j Job) engineActivations(p Plan) actSizes {
 }
 
 // engineArch is the job's model and a micro-batch of p as the engine's
-// declarations describe them (arch.Config, arch.Dims).
+// declarations describe them (arch.Config, arch.Dims): GPT-2, or for the
+// Llama family the engine's Llama (its key/value heads, SwiGLU width and
+// head; dropout, which only sizes the scratch, at any positive rate).
 func (j Job) engineArch(p Plan) (arch.Config, arch.Dims) {
 	m := j.Model
 	c := arch.Config{Layers: m.Layers, Hidden: m.Hidden, Heads: m.Heads, SeqLen: j.Seq, Vocab: m.Vocab}
+	if m.Family == Llama {
+		c.Arch, c.KVHeads, c.FFN, c.TieEmbeddings = arch.Llama, m.KVHeads, m.FFN, m.Tied
+	}
+	if m.Dropout {
+		c.Dropout = 0.1
+	}
 	return c, arch.Dims{B: p.MBS, T: j.Seq, Part: arch.Part{TP: p.TP, SP: p.SP}, Flash: p.Flash}
 }
 
@@ -176,8 +184,13 @@ func (j Job) engineBF16States(mem *Memory, P float64, p Plan) {
 
 // engineUnit is the engine's largest unit on a rank of p, in parameters: a
 // block, 12h²/t + 7h/t + 6h, or the embedding, (V' + s)·h with V' = ⌈V/t⌉
-// (t = 1: 12h² + 13h and (V + s)·h).
+// (t = 1: 12h² + 13h and (V + s)·h); a Llama's from arch's declarations
+// (arch.Config.LargestUnit: a block, the embedding or the untied head).
 func (j Job) engineUnit(p Plan) float64 {
+	if j.Model.Family == Llama {
+		ac, d := j.engineArch(p)
+		return ac.LargestUnit(d.Part)
+	}
 	h, t := float64(j.Model.Hidden), float64(p.TP)
 	vl := math.Ceil(float64(j.Model.Vocab) / t)
 	return math.Max(12*h*h/t+7*h/t+6*h, (vl+float64(j.Model.MaxSeq))*h)

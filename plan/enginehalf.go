@@ -16,7 +16,15 @@ package plan
 //	backward  encode each linear's output gradient (h·r, 4h/t, h·r,
 //	          3h/t); decode fc, qkv, atty (8h/t):      12h·r + 90h/t bytes
 //
-// in 8 and 7 kernels. Weights: the state strategy hands the layers
+// in 8 and 7 kernels. A Llama's (q = a·d query and k = kv·d key/value
+// columns, f its SwiGLU width, W = q + 2k the qkv width):
+//
+//	forward   encode ln1, atty, ln2, act (h·r, q/t, h·r, f/t);
+//	          round qkv (W/t), gate|up (2f/t):      12h·r + (6q + 12W + 30f)/t bytes
+//	backward  encode each GEMM's output gradient (h·r, 2f/t, h·r, W/t);
+//	          decode gate|up, qkv, atty:            12h·r + (6q + 12W + 24f)/t bytes
+//
+// Weights: the state strategy hands the layers
 // 16-bit weights (parallel/zero): stages 0-2 round their masters once per
 // step, after the update; ZeRO-3 gathers fp32 chunks and rounds a unit on
 // every fetch, in the forward and again in the backward of every
@@ -28,6 +36,14 @@ func (j Job) engineHalfCompute(p Plan, fp32 kernels) passTime {
 		r = 1 / t
 	}
 	T := j.tokens(p)
+	if m := j.Model; m.Family == Llama {
+		q, f := float64(m.Heads*m.HD()), float64(m.FFN)
+		W := q + 2*float64(m.KVHeads*m.HD())
+		return passTime{
+			fwd: fp32.stream(T*(12*h*r+(6*q+12*W+30*f)/t), 8),
+			bwd: fp32.stream(T*(12*h*r+(6*q+12*W+24*f)/t), 7),
+		}
+	}
 	return passTime{
 		fwd: fp32.stream(T*(12*h*r+114*h/t), 8),
 		bwd: fp32.stream(T*(12*h*r+90*h/t), 7),

@@ -83,76 +83,35 @@ func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory
 	return mem
 }
 
-// engineWorkspace is the engine's backward scratch (model.dims.workspace),
-// in bytes, plus engineHalfWorkspace's 16-bit values at 2 bytes: with T =
-// B·s tokens of the micro-batch, n = T (T/t with sequence parallelism),
-// C = h, F = 4h/t, V' = ⌈V/t⌉, w attention workers, 4 bytes per float,
-// and in bf16 or fp16 13C more (a unit's vectors widened),
+// engineWorkspace is the engine's backward scratch, in bytes: arch's
+// Workspace (the declarations the engine carves its scratch by, model's
+// dims.go), for a micro-batch of b sequences of s tokens on part (tp, sp)
+// with w = min(threads, b·kv/t) attention workers (kv the key/value heads:
+// the heads, but for a Llama's grouped-query attention). For GPT-2, with
+// T = b·s tokens, n = T (T/t with sequence parallelism), C = h, F = 4h/t,
+// V' = ⌈V/t⌉, 4 bytes per float, and in bf16 or fp16 13C more (a unit's
+// vectors widened),
 //
 //	dres n·C + dln T·C + big max(T·V', 2·T·F) + scratch w·s² (0 with flash)
 //	+ branch n·C (with dropout or t > 1)
 //	+ with t > 1: big ≥ max(T·C, (t+1)·V'), ce 3·T
 //	+ with sequence parallelism: gath T·C, dlnl n·C, lnGrad 2C
 //
-// and, in bf16 or fp16, the 16-bit GEMM operands' scratch
-// (model.dims.halfScratch), 2 bytes per element: 2·T·max(C, F, V') for
-// the output gradient, and with sequence parallelism 2·T·C more for the
-// gathered LayerNorm output (otherwise the GEMMs read their activation
-// operands from the 16-bit stash, engineHalfStash).
+// and, in bf16 or fp16, the 16-bit GEMM operands' scratch, 2 bytes per
+// element: 2·T·max(C, F, V') for the output gradient, and with sequence
+// parallelism 2·T·C more for the gathered norm output (otherwise the
+// GEMMs read their activation operands from the 16-bit stash,
+// engineHalfStash). A Llama's differs in big (its SwiGLU's 3·T·F' and
+// attention's 2·T·(q'+2kv') + 2·T·q'), the output gradient's width, its
+// vectors (2C) and its RoPE table (s·HS).
 func (j Job) engineWorkspace(p Plan) float64 {
-	return j.engineWorkspace32(p) + j.engineHalfScratch(p)
-}
-
-// engineHalfScratch is the 16-bit GEMM operands' scratch of a bf16 or
-// fp16 plan, in bytes (0 in fp32); see engineWorkspace.
-func (j Job) engineHalfScratch(p Plan) float64 {
-	if p.Precision != BF16 && p.Precision != FP16 {
-		return 0
+	ac, d := j.engineArch(p)
+	threads := 1
+	if j.Engine != nil {
+		threads = max(1, j.Engine.Threads)
 	}
-	m, t := j.Model, p.TP
-	T, C, F := p.MBS*j.Seq, m.Hidden, 4*m.Hidden/t
-	vl := (m.Vocab + t - 1) / t
-	nx := 0 // the GEMMs read their inputs from the 16-bit stash
-	if p.SP {
-		nx = T * C // but for the gathered LayerNorm output
-	}
-	return 2 * float64(nx+T*max(C, F, vl))
-}
-
-// engineWorkspace32 is engineWorkspace's fp32 scratch.
-func (j Job) engineWorkspace32(p Plan) float64 {
-	m := j.Model
-	t := p.TP
-	s, C := j.Seq, m.Hidden
-	T := p.MBS * s
-	n := T
-	if p.SP {
-		n = T / t
-	}
-	vl := (m.Vocab + t - 1) / t
-	big := max(T*vl, 2*T*4*C/t)
-	f := n*C + T*C
-	if !p.Flash {
-		threads := 1
-		if j.Engine != nil {
-			threads = max(1, j.Engine.Threads)
-		}
-		f += max(1, min(threads, p.MBS*m.Heads/t)) * s * s
-	}
-	if m.Dropout || t > 1 {
-		f += n * C
-	}
-	if t > 1 {
-		big = max(big, T*C, (t+1)*vl)
-		f += 3 * T
-	}
-	if p.SP {
-		f += T*C + n*C + 2*C
-	}
-	if p.Precision == BF16 || p.Precision == FP16 {
-		f += 13 * C // a unit's vectors widened from its 16-bit weights (model/act.go)
-	}
-	return 4 * float64(f+big)
+	workers := max(1, min(threads, p.MBS*j.Model.KVHeads/max(1, p.TP)))
+	return ac.Workspace(d, j.engineHalfStash(p), float64(workers)).Bytes()
 }
 
 // StageMemory is the prediction for a rank of pipeline stage `stage`

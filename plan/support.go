@@ -17,15 +17,29 @@ import "fmt"
 // every pipeline stage, micro-batch counts for a schedule) are the
 // model's and the schedule's, checked where the shapes are known.
 //
+// A Llama-family model runs when its block is the engine's Llama
+// (arch.Llama: RMSNorm, RoPE, grouped-query attention, SwiGLU, tied or
+// untied head): no biases, heads of hidden/heads channels, an even head
+// size (RoPE rotates channel pairs).
+//
 // Not run yet:
 //
-//	model        other than a GPT-2 block (LayerNorm, GELU MLP of 4·hidden,
-//	             one key/value head per head, a tied head)
+//	model        a GPT block other than GPT-2's (LayerNorm, a GELU MLP of
+//	             4·hidden, one key/value head per head, a tied head); a
+//	             Llama with biases or a head_dim other than hidden/heads
 //	precision    fp8
 //	cp           context parallelism
 func EngineRefusals(m Model, p Plan) []string {
 	var out []string
-	if m.Family != GPT || m.gated() || m.KVHeads != m.Heads || m.FFN != 4*m.Hidden || !m.Tied {
+	switch {
+	case m.Family == Llama:
+		if m.AttnBias || m.MLPBias {
+			out = append(out, fmt.Sprintf("model %s: attention_bias=%v, mlp_bias=%v: the engine's Llama has no biases", m.Name, m.AttnBias, m.MLPBias))
+		}
+		if m.Heads > 0 && (m.HD()*m.Heads != m.Hidden || m.HD()%2 != 0) {
+			out = append(out, fmt.Sprintf("model %s: head_dim=%d: the engine's Llama heads are hidden/heads wide (%d·%d ≠ %d) and even", m.Name, m.HD(), m.Heads, m.HD(), m.Hidden))
+		}
+	case m.gated() || m.KVHeads != m.Heads || m.FFN != 4*m.Hidden || !m.Tied:
 		out = append(out, fmt.Sprintf("model %s: the engine runs GPT-2 blocks (LayerNorm, a GELU MLP of 4·hidden, one key/value head per head, the head tied to the embedding)", m.Name))
 	}
 	if p.Precision != FP32 && p.Precision != BF16 && p.Precision != FP16 {

@@ -172,10 +172,10 @@ func measureAttention(ctx context.Context, c Config, k *ops.Kernels, peak float6
 	qkv, out, dout := randSlice(r, B*T*3*C), make([]float32, B*T*C), randSlice(r, B*T*C)
 	lse, dqkv := make([]float32, B*NH*T), make([]float32, B*T*3*C)
 	var err error
-	if s.Fwd, err = timeIt(ctx, budget, func() { ops.FlashAttentionForward(k, out, lse, qkv, B, T, C, NH) }); err != nil {
+	if s.Fwd, err = timeIt(ctx, budget, func() { ops.FlashAttentionForward(k, out, lse, qkv, B, T, C, NH, NH) }); err != nil {
 		return s, err
 	}
-	if s.Bwd, err = timeIt(ctx, budget, func() { ops.FlashAttentionBackward(k, dqkv, dout, qkv, out, lse, B, T, C, NH) }); err != nil {
+	if s.Bwd, err = timeIt(ctx, budget, func() { ops.FlashAttentionBackward(k, dqkv, dout, qkv, out, lse, B, T, C, NH, NH) }); err != nil {
 		return s, err
 	}
 	s.FlopsForward = 4 * float64(B*NH) * float64(T) * float64(T) * float64(C/NH) * 0.5

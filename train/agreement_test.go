@@ -31,8 +31,37 @@ func agreementJob(p string) Job {
 	return j
 }
 
+// agreementLlamaJob is agreementJob with a Llama of the same width, depth
+// and heads: 4 query heads on 2 key/value heads, a SwiGLU of 352 (about
+// 8h/3), the untied head.
+func agreementLlamaJob(p string) Job {
+	j := agreementJob(p)
+	j.Model = model.Config{Arch: "llama", Layers: 4, Hidden: 128, Heads: 4, KVHeads: 2, FFN: 352, SeqLen: 128, Vocab: 256}
+	return j
+}
+
+// agreementRow is one row of the grid: its label and job.
+type agreementRow struct {
+	label string
+	job   Job
+}
+
+// agreementRows are the grid's rows: every plan of memoryGrid on the GPT,
+// then every plan of llamaMemoryGrid on the Llama ("llama …").
+func agreementRows() []agreementRow {
+	var rows []agreementRow
+	for _, p := range memoryGrid {
+		rows = append(rows, agreementRow{p, agreementJob(p)})
+	}
+	for _, p := range llamaMemoryGrid {
+		rows = append(rows, agreementRow{"llama " + p, agreementLlamaJob(p)})
+	}
+	return rows
+}
+
 // TestAgreementTable is the benchmark behind docs/BENCHMARKS.md
-// ("Predicted against measured"): every plan of memoryGrid on a small GPT,
+// ("Predicted against measured"): every plan of memoryGrid on a small GPT
+// and of llamaMemoryGrid on a Llama of its size,
 // each rank's predicted peak against the measured, and the predicted step
 // time (on TRELLIS_CLUSTER, a `trellis profile` file, or the built-in
 // estimate) against the median measured step after the first. It runs
@@ -106,9 +135,10 @@ func agreementGrid(t *testing.T, b *strings.Builder) {
 	// fastest run's. Before each run the cores' speedup is measured again
 	// (in about 0.1 s) and noted beside it: the prediction keeps the
 	// profile's, the note says what the run had.
-	res := make([]result, len(memoryGrid))
+	rows := agreementRows()
+	res := make([]result, len(rows))
 	for pass := 0; pass < 3; pass++ {
-		for i, p := range memoryGrid {
+		for i, p := range rows {
 			cores, err := profile.SpeedupNow(context.Background(), runtime.NumCPU(), 25*time.Millisecond)
 			if err != nil {
 				t.Fatal(err)
@@ -126,7 +156,7 @@ func agreementGrid(t *testing.T, b *strings.Builder) {
 	// its run had.
 	want := profileSpeedup(t, os.Getenv("TRELLIS_CLUSTER"))
 	retried := 0
-	for i, p := range memoryGrid {
+	for i, p := range rows {
 		for try := 0; try < 3 && res[i].cores < 0.85*want; try++ {
 			cores := waitForCores(t, want)
 			sum, steps := runAgreement(t, p)
@@ -137,8 +167,10 @@ func agreementGrid(t *testing.T, b *strings.Builder) {
 		}
 	}
 	var memErr, timeErr, medErr []float64
+	var llamaTime []float64
 	src := ""
-	for i, p := range memoryGrid {
+	for i, row := range rows {
+		p := row.label
 		sum, steps := res[i].sum, res[i].steps
 		pr := sum.Prediction
 		src = pr.Source
@@ -152,14 +184,20 @@ func agreementGrid(t *testing.T, b *strings.Builder) {
 		step, med := slices.Min(steps), median(slices.Clone(steps))
 		te, tm := (pr.Time.Step-step)/step, (pr.Time.Step-med)/med
 		memErr, timeErr, medErr = append(memErr, worst), append(timeErr, math.Abs(te)), append(medErr, math.Abs(tm))
+		if row.job.Model.IsLlama() {
+			llamaTime = append(llamaTime, math.Abs(te))
+		}
 		pt := pr.Time
 		fmt.Fprintf(b, "| %s | %d | %.2f MiB | %.2f MiB | %.1f%% | %.1f ms | %.1f ms | %+.0f%% | %.1f ms (%+.0f%%) | %.2f | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f |\n",
 			p, len(sum.Ranks), pPeak/(1<<20), mPeak/(1<<20), 100*worst, 1e3*pt.Step, 1e3*step, 100*te, 1e3*med, 100*tm, res[i].cores,
 			1e3*pt.Compute, 1e3*sum.ComputeSeconds, 1e3*pt.CommExposed, 1e3*sum.ExposedSeconds, 1e3*pt.Bubble, 1e3*sum.BubbleSeconds, 1e3*pt.Misc, 1e3*sum.MiscSeconds)
 	}
 	fmt.Fprintf(b, "\n%d plans on the %s (core_speedup %.2f; %d runs again for the cores), load average %s before and %s after: peak memory error max %.2f%%; step time error (fastest step of the fastest of three runs) median %.0f%%, max %.0f%%; against that run's median step median %.0f%%, max %.0f%%. Split columns in ms: the ranks' mean, median over steps.\n",
-		len(memoryGrid), src, want, retried, load0, loadAverage(), 100*slices.Max(memErr), 100*median(slices.Clone(timeErr)), 100*slices.Max(timeErr),
+		len(rows), src, want, retried, load0, loadAverage(), 100*slices.Max(memErr), 100*median(slices.Clone(timeErr)), 100*slices.Max(timeErr),
 		100*median(slices.Clone(medErr)), 100*slices.Max(medErr))
+	if len(llamaTime) > 0 {
+		fmt.Fprintf(b, "The %d Llama rows alone: step time error median %.0f%%, max %.0f%%.\n", len(llamaTime), 100*median(slices.Clone(llamaTime)), 100*slices.Max(llamaTime))
+	}
 }
 
 // profileSpeedup is the core_speedup of the cluster file at path (0 when
@@ -197,12 +235,11 @@ func waitForCores(t *testing.T, want float64) float64 {
 	return cores
 }
 
-// runAgreement trains the agreement job under plan p on the cluster file
-// TRELLIS_CLUSTER names and returns its summary (with a prediction) and
-// step times.
-func runAgreement(t *testing.T, p string) (*Summary, []float64) {
+// runAgreement trains the row's job on the cluster file TRELLIS_CLUSTER
+// names and returns its summary (with a prediction) and step times.
+func runAgreement(t *testing.T, row agreementRow) (*Summary, []float64) {
 	t.Helper()
-	j := agreementJob(p)
+	j, p := row.job, row.label
 	j.Parallel.Cluster = os.Getenv("TRELLIS_CLUSTER")
 	var metrics bytes.Buffer
 	sum, err := Run(context.Background(), Options{Job: j, Metrics: &metrics})

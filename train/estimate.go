@@ -74,7 +74,7 @@ func stateBytes(psi float64, zero, n int, mixed bool) float64 {
 // scratch, as a rank without tensor or pipeline parallelism holds them.
 func estimate(m model.Config, microBatch int, p plan.Plan, threads int) memEstimate {
 	psi := m.ParamCount()
-	workers := max(1, min(threads, microBatch*max(1, m.Heads)))
+	workers := max(1, min(threads, microBatch*max(1, m.KV())))
 	half := p.Precision == plan.BF16 || p.Precision == plan.FP16
 	d := arch.Dims{B: microBatch, T: m.SeqLen, Flash: p.Flash, Recompute: engineRecompute(p.Recompute)}
 	stash := m.StageStash(d, m.Layers, true, half).Bytes() + d.TokenBytes()

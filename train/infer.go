@@ -60,7 +60,7 @@ func SampleCheckpoint(o SampleOptions) (string, error) {
 	// The weights, their gradients (NewFlatParams holds both) and a runner
 	// for one sequence, against the machine's memory, before allocating.
 	fits := func(cfg model.Config) error {
-		need := 8*cfg.ParamCount() + model.RunnerBytes(cfg, 1, min(k.Threads(), cfg.Heads)) + layerBookkeeping*float64(cfg.Layers)
+		need := 8*cfg.ParamCount() + model.RunnerBytes(cfg, 1, min(k.Threads(), cfg.KV())) + layerBookkeeping*float64(cfg.Layers)
 		if phys := physicalMemory(); need >= 1<<62 || (phys > 0 && need > float64(phys)) {
 			return fmt.Errorf("the model (%v) needs at least %s to sample, more than this machine's memory, %s",
 				cfg, fmtEstimate(need), device.FormatBytes(phys))

@@ -10,8 +10,9 @@ import (
 )
 
 // checkInit validates [model] init before anything runs: the path is a
-// Hugging Face GPT-2 model whose config.json gives this job's shape (its
-// weights are read by loadInit, once per process, when the run starts).
+// Hugging Face GPT-2 or Llama model whose config.json gives this job's
+// shape (its weights are read by loadInit, once per process, when the run
+// starts).
 func (j Job) checkInit() error {
 	if j.Model.Init == "" {
 		return nil
@@ -23,16 +24,35 @@ func (j Job) checkInit() error {
 	return sameShape(j.Model, got, "model.init="+j.Model.Init)
 }
 
-// sameShape names the first field where the two models' shapes differ.
+// sameShape names the first field where the two models differ: the
+// architecture and every size (a Llama's keys, defaults spelled out),
+// seq_len too for GPT-2 (its positions are weights); a Llama's
+// max_position_embeddings only bounds the job's seq_len.
 func sameShape(want, got model.Config, what string) error {
+	w, g := want.Canonical(), got.Canonical()
+	if w.ArchName() != g.ArchName() {
+		return fmt.Errorf("%s is arch=%s, the job's model.arch=%s", what, g.ArchName(), w.ArchName())
+	}
 	for _, f := range []struct {
 		name string
 		w, g int
-	}{{"layers", want.Layers, got.Layers}, {"hidden", want.Hidden, got.Hidden}, {"heads", want.Heads, got.Heads},
-		{"seq_len", want.SeqLen, got.SeqLen}, {"vocab", want.Vocab, got.Vocab}} {
+	}{{"layers", w.Layers, g.Layers}, {"hidden", w.Hidden, g.Hidden}, {"heads", w.Heads, g.Heads},
+		{"kv_heads", w.KVHeads, g.KVHeads}, {"ffn_hidden", w.FFN, g.FFN}, {"vocab", w.Vocab, g.Vocab}} {
 		if f.w != f.g {
 			return fmt.Errorf("%s has %s=%d, the job's model.%s=%d", what, f.name, f.g, f.name, f.w)
 		}
+	}
+	switch {
+	case !w.IsLlama() && w.SeqLen != g.SeqLen:
+		return fmt.Errorf("%s has seq_len=%d, the job's model.seq_len=%d", what, g.SeqLen, w.SeqLen)
+	case w.IsLlama() && w.SeqLen > g.SeqLen:
+		return fmt.Errorf("%s has max_position_embeddings=%d, below the job's model.seq_len=%d", what, g.SeqLen, w.SeqLen)
+	case w.RopeTheta != g.RopeTheta:
+		return fmt.Errorf("%s has rope_theta=%g, the job's model.rope_theta=%g", what, g.RopeTheta, w.RopeTheta)
+	case w.NormEps != g.NormEps:
+		return fmt.Errorf("%s has norm_eps=%g, the job's model.norm_eps=%g", what, g.NormEps, w.NormEps)
+	case w.Tied() != g.Tied():
+		return fmt.Errorf("%s has tie_embeddings=%v, the job's model.tie_embeddings=%v", what, g.Tied(), w.Tied())
 	}
 	return nil
 }
@@ -55,8 +75,8 @@ func (j Job) loadInit(log *slog.Logger) ([]float32, error) {
 	return m.W, nil
 }
 
-// initWeights writes a fresh run's initial weights: GPT-2's initialisation
-// from seed, or the global weights w of [model] init.
+// initWeights writes a fresh run's initial weights: the architecture's
+// initialisation from seed, or the global weights w of [model] init.
 func initWeights(st parallel.Strategy, seed uint64, w []float32) error {
 	return st.Init(model.Init{Seed: seed, Weights: w})
 }

@@ -22,10 +22,15 @@ import (
 // end-of-run report, --metrics and the tests that hold it to the
 // measured peaks.
 
-// planModel is the engine's GPT as the planner describes models: GELU MLP
-// of 4h, one key/value head per head, learned positions, a tied head,
-// biases everywhere.
+// planModel is the engine's model as the planner describes models: GPT-2's
+// GELU MLP of 4h, one key/value head per head, learned positions, a tied
+// head, biases everywhere; or a Llama's RMSNorm, SwiGLU of FFN, its
+// key/value heads, rotary positions, no biases, its head tied or not.
 func planModel(m model.Config) plan.Model {
+	if m.IsLlama() {
+		return plan.Model{Name: "trellis-llama", Family: plan.Llama, Layers: m.Layers, Hidden: m.Hidden, Heads: m.Heads,
+			KVHeads: m.KV(), FFN: m.FFNWidth(), Vocab: m.Vocab, MaxSeq: m.SeqLen, Tied: m.Tied(), Dropout: m.Dropout > 0}
+	}
 	return plan.Model{Name: "trellis-gpt", Family: plan.GPT, Layers: m.Layers, Hidden: m.Hidden, Heads: m.Heads,
 		KVHeads: m.Heads, FFN: 4 * m.Hidden, Vocab: m.Vocab, MaxSeq: m.SeqLen, Tied: true, AttnBias: true,
 		MLPBias: true, Dropout: m.Dropout > 0}

@@ -159,16 +159,18 @@ func (r *rank) compose(hyper optim.Hyper) error {
 // part of pipeline layout l configures its state (parallel/zero), for the
 // strategy it builds and for the memory the run predicts: the stage's
 // units of part's layout; the job's buckets and overlap, a bucket starting
-// at each chunk; under a pipeline the tied embedding summed between the
-// first and last stage and, for ZeRO 0 and 1, one bucket reduced after the
+// at each chunk; under a pipeline the tied embedding (GPT-2's, a tied
+// Llama's) summed between the first and last stage and, for ZeRO 0 and 1,
+// one bucket reduced after the
 // flush (the stage's backward passes interleave micro-batches, so a
 // bucket's last one is not known before it).
 func stateShape(j Job, s settings, p plan.Plan, part model.Part, l pp.Layout) zero.Shape {
 	sh := zero.Shape{Layout: j.Model.PartLayout(part).Select(l.Units), Stage: p.ZeRO, Ranks: p.DP,
-		BucketElems: int(s.bucket / 4), Breaks: l.Breaks(), Overlap: j.Parallel.Overlap, Mixed: s.policy.Mixed(), Accum: s.accum}
+		BucketElems: int(s.bucket / 4), Breaks: l.Breaks(), Overlap: j.Parallel.Overlap, Mixed: s.policy.Mixed(), Accum: s.accum,
+		Untied: !j.Model.Tied()}
 	if p.PP > 1 {
 		sh.Split = pp.Kind(p.Schedule) == pp.ZBH1
-		if l.First() || l.Last() {
+		if (l.First() || l.Last()) && j.Model.Tied() {
 			sh.TiedUnits = []int{0}
 		}
 		if p.ZeRO < 2 {

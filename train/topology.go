@@ -20,7 +20,7 @@ import (
 //	params its twin for ZeRO's parameter gathers (its own queue)
 //	pipe   the pipeline's ranks (the pp axis): the gradient norm's sum
 //	link   the pipeline's point-to-point group (activations and gradients)
-//	tied   the first and last stage (pp > 1): the tied embedding's gradient
+//	tied   the first and last stage (pp > 1, a tied head): the tied embedding's gradient
 //
 // A group of one rank is a real group of size one (no traffic), so the
 // strategies and the model need no special case for an axis of degree 1.
@@ -35,7 +35,7 @@ type topology struct {
 	tpGroup       comm.Group
 	grads, params comm.Group
 	pipe          comm.Group
-	tied          comm.Group // nil unless this rank is the pipeline's first or last stage with pp > 1
+	tied          comm.Group // nil unless this rank is the pipeline's first or last stage with pp > 1 and the head is tied
 	link          *pp.P2PLink
 	closers       []comm.Group
 }
@@ -94,7 +94,7 @@ func newTopology(world comm.Group, m model.Config, p plan.Plan) (*topology, erro
 			return fail(err)
 		}
 		ranks, _ := ms.Group(id, mesh.PP)
-		if me == 0 || me == p.PP-1 {
+		if (me == 0 || me == p.PP-1) && m.Tied() {
 			g, err := world.NewGroup(fmt.Sprintf("pp.tied.%d-%d", ranks[0], ranks[p.PP-1]), []int{ranks[0], ranks[p.PP-1]})
 			if err != nil {
 				return fail(fmt.Errorf("train: %w", err))

@@ -22,11 +22,13 @@ func newExportCmd() *cobra.Command {
 	var force bool
 	c := &cobra.Command{
 		Use:   "export",
-		Short: "Write a checkpoint's weights as a Hugging Face GPT-2 model (model.safetensors + config.json)",
+		Short: "Write a checkpoint's weights as a Hugging Face model (model.safetensors + config.json): GPT-2 or Llama",
 		Long: `Export reads the weights of a checkpoint written under any plan and writes
-a directory that transformers' GPT2LMHeadModel.from_pretrained loads:
-model.safetensors in Hugging Face GPT-2 naming (Conv1D weights stored
-(in, out), the LM head tied to wte) and config.json.`,
+a directory that transformers loads: for a GPT-2, GPT2LMHeadModel's
+(model.safetensors in Hugging Face GPT-2 naming, Conv1D weights stored
+(in, out), the LM head tied to wte); for a Llama, LlamaForCausalLM's
+(Hugging Face's names under "model.", q_proj and k_proj rows in its
+rotate_half RoPE order, lm_head unless tied); and config.json.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ckpt == "" || out == "" {

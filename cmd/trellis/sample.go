@@ -34,7 +34,7 @@ so a long --tokens shows output at once and Ctrl-C stops it.`,
 		},
 	}
 	fl := c.Flags()
-	fl.StringVar(&o.Checkpoint, "checkpoint", "", "checkpoint directory (a step directory or a checkpoint root) or a Hugging Face GPT-2 directory")
+	fl.StringVar(&o.Checkpoint, "checkpoint", "", "checkpoint directory (a step directory or a checkpoint root) or a Hugging Face GPT-2 or Llama directory")
 	fl.StringVar(&o.Tokenizer, "tokenizer", "", "byte or gpt2 (default: the one the checkpoint records, or its vocabulary implies)")
 	fl.StringVar(&o.Prompt, "prompt", "", "text to continue")
 	fl.IntVar(&o.Tokens, "tokens", 200, "tokens to generate (printed as they come)")

@@ -11,12 +11,13 @@ import (
 // of its chunks, split over the pp·vpp model stages by the planner's rule
 // (plan.ChunkLayers: the lighter stages at the ends), and the parameter
 // units it holds. Stage 0 also holds the embedding (unit 0); stage
-// pp·vpp−1 the final LayerNorm (unit L+1) and, for the tied LM head, unit 0
-// again: the two copies stay equal because their gradients are summed
-// before each update.
+// pp·vpp−1 the final norm (unit L+1, with an untied LM head) and, for the
+// tied LM head, unit 0 again: the two copies stay equal because their
+// gradients are summed before each update.
 type Layout struct {
 	PP, VPP, Rank int
 	Layers        int      // L
+	Tied          bool     // the LM head is unit 0's embedding (the last stage holds unit 0 too)
 	Bounds        [][2]int // (pp·vpp) per model stage: blocks [lo, hi)
 	Units         []int    // the global units this rank holds, ascending
 }
@@ -31,7 +32,7 @@ func NewLayout(cfg model.Config, pp, vpp, rank int) (Layout, error) {
 	if err != nil {
 		return Layout{}, fmt.Errorf("pp: model.%w", err)
 	}
-	l := Layout{PP: pp, VPP: vpp, Rank: rank, Layers: cfg.Layers}
+	l := Layout{PP: pp, VPP: vpp, Rank: rank, Layers: cfg.Layers, Tied: cfg.Tied()}
 	lo := 0
 	for _, n := range counts {
 		l.Bounds = append(l.Bounds, [2]int{lo, lo + n})
@@ -43,7 +44,7 @@ func NewLayout(cfg model.Config, pp, vpp, rank int) (Layout, error) {
 		for blk := b[0]; blk < b[1]; blk++ {
 			held[blk+1] = true
 		}
-		if first || last {
+		if first || (last && cfg.Tied()) {
 			held[0] = true
 		}
 		if last {

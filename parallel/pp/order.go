@@ -13,8 +13,8 @@ import (
 // (units as in arch.Layout: 0 the embedding and tied head, 1..L the
 // blocks, L+1 the final norm):
 //
-//	F(c)  0 (first stage), the chunk's blocks ascending, L+1 and 0 (last stage: the norm, the head)
-//	B(c)  0 and L+1 (last stage), the chunk's blocks descending (the embedding's backward needs no weights)
+//	F(c)  0 (first stage), the chunk's blocks ascending, L+1 and 0 (last stage: the norm, the tied head)
+//	B(c)  0 and L+1 (last stage; 0 only for a tied head), the chunk's blocks descending (the embedding's backward needs no weights)
 //	W(c)  the chunk's blocks descending with full recomputation (each reruns its forward), else nothing
 //
 // The order is the executor's whatever the timing: W's that run ahead
@@ -22,7 +22,7 @@ import (
 // them), and a pipeline of one stage running 1F1B is the whole model's
 // forward then backward per micro-batch (arch.Config.WeightOrder).
 func WeightOrder(s *Schedule, l Layout, fullRecompute bool) (train, eval []int) {
-	L := l.Layers
+	L, tied := l.Layers, l.Tied
 	fwd := func(c int) []int {
 		b, first, last := l.Chunk(c)
 		var u []int
@@ -33,7 +33,10 @@ func WeightOrder(s *Schedule, l Layout, fullRecompute bool) (train, eval []int) 
 			u = append(u, blk+1)
 		}
 		if last {
-			u = append(u, L+1, 0)
+			u = append(u, L+1)
+			if tied {
+				u = append(u, 0)
+			}
 		}
 		return u
 	}
@@ -51,7 +54,10 @@ func WeightOrder(s *Schedule, l Layout, fullRecompute bool) (train, eval []int) 
 			train = append(train, fwd(a.Chunk)...)
 		case Backward:
 			if _, _, last := l.Chunk(a.Chunk); last {
-				train = append(train, 0, L+1)
+				if tied {
+					train = append(train, 0)
+				}
+				train = append(train, L+1)
 			}
 			train = append(train, blocksDown(a.Chunk)...)
 		case Weight:

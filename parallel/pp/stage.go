@@ -257,7 +257,7 @@ func (s *Stage) backward(a Action, key [2]int, dloss float32) error {
 		if err := g.HeadBackward(p, st, dloss); err != nil {
 			return err
 		}
-		if !first { // the tied head's gradient of unit 0 is complete (the embedding's, on the first stage, completes it there)
+		if !first && s.cfg.Layout.Tied { // the tied head's gradient of unit 0 is complete (the embedding's, on the first stage, completes it there)
 			if err := p.GradsDone(0); err != nil {
 				return err
 			}

@@ -162,12 +162,17 @@ func eachPartCase(t *testing.T, prefix string, f func(t *testing.T, cfg model.Co
 	}{
 		{model.Config{Layers: 2, Hidden: 24, Heads: 6, SeqLen: 6, Vocab: 37}, 2},
 		{model.Config{Layers: 2, Hidden: 24, Heads: 4, SeqLen: 12, Vocab: 37}, 4},
+		// Llama: grouped-query attention (tp = 2 keeps one of the two
+		// key/value heads with its 3 query heads; tp = 4 one head of
+		// each), SwiGLU widths 20 and 28, the untied and the tied head.
+		{model.Config{Arch: "llama", Layers: 2, Hidden: 24, Heads: 6, KVHeads: 2, FFN: 20, SeqLen: 6, Vocab: 37, RopeTheta: 100}, 2},
+		{model.Config{Arch: "llama", Layers: 2, Hidden: 32, Heads: 4, FFN: 28, SeqLen: 12, Vocab: 37, TieEmbeddings: true}, 4},
 	} {
 		for _, sp := range []bool{false, true} {
 			for _, drop := range []float64{0, 0.1} {
 				cfg := tc.cfg
 				cfg.Dropout = drop
-				t.Run(fmt.Sprintf("%stp=%d,sp=%v,dropout=%v", prefix, tc.tp, sp, drop), func(t *testing.T) { f(t, cfg, tc.tp, sp) })
+				t.Run(fmt.Sprintf("%s%s/tp=%d,sp=%v,dropout=%v", prefix, cfg.ArchName(), tc.tp, sp, drop), func(t *testing.T) { f(t, cfg, tc.tp, sp) })
 			}
 		}
 	}

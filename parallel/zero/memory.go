@@ -55,7 +55,11 @@ type Shape struct {
 	BucketElems int
 	Breaks      []int
 	TiedUnits   []int
-	Overlap     bool
+	// Untied: the LM head has weights of its own (a Llama's lm_head, in
+	// the final norm's unit), so nothing opens unit 0's bucket before the
+	// embedding's backward, which ends the pass.
+	Untied  bool
+	Overlap bool
 	// Mixed: a bf16 or fp16 policy (Param-dtype weights of fp32 masters).
 	Mixed bool
 	// Split: a zero-bubble schedule's split backward, whose input pass
@@ -97,7 +101,8 @@ func (m Memory) State() int64 { return m.Param + m.Grad + m.Optim }
 // when Accum != 1, else 0); besides them the bucket being filled and the
 // embedding's, which the tied head starts at the top of the backward pass
 // and the embedding finishes at its bottom (E = 0 on a pipeline stage,
-// Shape.TiedUnits set: it holds the embedding or the head, not both). Reductions are reaped at fixed
+// Shape.TiedUnits set: it holds the embedding or the head, not both; and
+// E = 0 for an untied head, Shape.Untied). Reductions are reaped at fixed
 // points of the rank's schedule (see reduce), so the measured peak does
 // not depend on the network's timing; this bound is reached when two of
 // the largest buckets are neighbours below the embedding's.
@@ -115,7 +120,7 @@ func (s Shape) Memory() (Memory, error) {
 		owner = 0
 	}
 	var big, chunk, share, emb int64
-	if i, ok := local[0]; ok && len(s.TiedUnits) == 0 {
+	if i, ok := local[0]; ok && len(s.TiedUnits) == 0 && !s.Untied {
 		// The embedding's bucket, which the tied head starts at the top
 		// of the backward pass and the embedding finishes at its bottom;
 		// a pipeline stage holds one of the two, and its unit-0 bucket
@@ -170,6 +175,6 @@ func (s Shape) Memory() (Memory, error) {
 // Memory is this strategy's accounting (see Shape.Memory).
 func (s *Strategy) Memory() Memory {
 	m, _ := Shape{Layout: s.cfg.Layout, Stage: s.cfg.Stage, Ranks: s.n, Rank: s.r, BucketElems: s.cfg.BucketElems,
-		Breaks: s.cfg.Breaks, TiedUnits: s.cfg.TiedUnits, Overlap: s.cfg.Overlap, Mixed: s.mixed(), Accum: s.accum}.Memory()
+		Breaks: s.cfg.Breaks, TiedUnits: s.cfg.TiedUnits, Untied: !s.cfg.Model.Tied(), Overlap: s.cfg.Overlap, Mixed: s.mixed(), Accum: s.accum}.Memory()
 	return m
 }

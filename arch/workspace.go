@@ -1,0 +1,93 @@
+package arch
+
+// Workspace is the element count of each slice of the passes' scratch
+// (package model carves it, tag workspace; the planner charges the same
+// sizes): fp32 but for X and Dy, 16-bit values.
+type Workspace struct {
+	Dres, Dln, Big, Scratch, Branch float64
+	Gath, Dlnl, LnGrad, CE          float64
+	Vec, Rope                       float64
+	X, Dy                           float64 // 16-bit
+}
+
+// F32 is the count of fp32 elements.
+func (w Workspace) F32() float64 {
+	return w.Dres + w.Dln + w.Big + w.Scratch + w.Branch + w.Gath + w.Dlnl + w.LnGrad + w.CE + w.Vec + w.Rope
+}
+
+// Bytes is what the workspace tag holds: 4 per fp32 element, 2 per 16-bit one.
+func (w Workspace) Bytes() float64 { return 4*w.F32() + 2*(w.X+w.Dy) }
+
+// Workspace sizes the scratch of passes of micro-batches of d.B sequences
+// of d.T tokens on part d.Part (n = B·T, B·T/t with SP; t the
+// tensor-parallel degree; C' F NH' V' a rank's widths), under a 16-bit
+// policy when half, with attnWorkers goroutines for the materialising
+// attention's backward:
+//
+//	dres n·C          the residual stream's gradient
+//	dln  B·T·C        a norm output's gradient (a column layer's full input gradient)
+//	big  max(B·T·V', M) and with t > 1 at least B·T·C and (t+1)·V'
+//	                  dlogits; the MLP's, then attention's gradients; a
+//	                  16-bit forward's GEMM outputs. M is GPT-2's 2·B·T·F
+//	                  (dfcg, dfc; attention's 8·B·T·C' fits), a Llama's
+//	                  max(3·B·T·F', 2·B·T·(Q'+2·KV') + 2·B·T·Q') (dact and
+//	                  dgate_up; dqkv, qkv widened, the core's output and its
+//	                  gradient)
+//	scratch           the materialising attention backward's (T,T) per worker (flash: 0)
+//	branch n·C        a residual branch before dropout, or its gradient (with dropout or t > 1)
+//	ce   3·B·T        t > 1: the vocab-parallel loss's row max, sum and target logit
+//	gath B·T·C, dlnl n·C, lnGrad 2C     SP: a gathered norm output or branch
+//	                  gradient, the rank's tokens of a reduced one, a norm's
+//	                  parameter gradients summed over the group
+//	rope T·HS         a Llama's RoPE table: cos and sin of (T, HS/2) angles
+//
+// and under a 16-bit policy x B·T·C with SP (a gathered 16-bit operand)
+// and dy B·T·max(C, F, V') (a GEMM's rounded output gradient; a Llama's
+// widest is max(C, 2F', Q'+2·KV', V')), 2 bytes each, plus vec fp32 (a
+// unit's vectors widened: GPT-2's 13C — a block's 7C + 3C' + F, or ln_f's
+// 2C —, a Llama's 2C). For GPT-2 with t = 1 in fp32: 2·BTC + max(BTV,
+// 8·BTC) + scratch (+ BTC with dropout). In float64, so that the estimate
+// a job is refused by before anything is allocated cannot overflow.
+func (c Config) Workspace(d Dims, half bool, attnWorkers float64) Workspace {
+	t := float64(d.Part.Degree())
+	BT := float64(d.B) * float64(d.T)
+	C, T := float64(c.Hidden), float64(d.T)
+	V := float64(d.Part.VocabRows(c))
+	n := d.tokensF()
+	BTC := BT * C
+	var mid, dyw, vec float64
+	if c.IsLlama() {
+		Q, KV, F, _, _ := c.llamaLocal(d.Part)
+		mid = max(3*BT*F, 2*BT*(Q+2*KV)+2*BT*Q)
+		dyw, vec = max(C, 2*F, Q+2*KV, V), 2*C
+	} else {
+		_, F, _, _ := c.localF(d.Part)
+		mid = 2 * BT * F
+		dyw, vec = max(C, F, V), 13*C
+	}
+	w := Workspace{Dres: n * C, Dln: BTC, Big: max(BT*V, mid)}
+	if !d.Flash {
+		w.Scratch = attnWorkers * T * T
+	}
+	if c.Dropout > 0 || t > 1 {
+		w.Branch = n * C
+	}
+	if t > 1 {
+		w.Big = max(w.Big, BTC, (t+1)*V) // the last: Logits' gathered row
+		w.CE = 3 * BT
+	}
+	if d.Part.SP {
+		w.Gath, w.Dlnl, w.LnGrad = BTC, n*C, 2*C
+	}
+	if c.IsLlama() {
+		w.Rope = T * float64(c.HeadSize())
+	}
+	if half {
+		if d.Part.SP {
+			w.X = BTC
+		}
+		w.Dy = BT * dyw
+		w.Vec = vec
+	}
+	return w
+}
