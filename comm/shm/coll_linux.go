@@ -1,0 +1,149 @@
+package shm
+
+import (
+	"fmt"
+
+	"trellis/comm"
+	"trellis/tensor"
+)
+
+// Collectives move data in slices through each member's staging slots.
+// Every member publishes its progress as a count of steps (its counter);
+// all members run the same operations with the same arguments, so they
+// take the same steps, and "member q has done what I just did" is
+// "q's counter ≥ mine". A slice is a few phases, each ending with a
+// publish: a member writes into its own slot, publishes, and reads a
+// peer's slot only once that peer has published the phase that wrote it.
+// Before a member writes into slot k for slice s it waits until every
+// member has finished slice s − Depth, the last use of that slot, so a
+// member runs at most Depth slices ahead of the slowest.
+
+// coll is one collective in progress on this member.
+type coll struct {
+	g       *group
+	op      string
+	seq     uint64
+	desc    [4]uint64 // op code, redop, root, dtype
+	n       uint64    // element count every member must agree on
+	checked []bool    // peers whose descriptor matched
+	k       int       // slot of the current slice
+}
+
+// opCode is the code of op in descriptors.
+func opCode(op string) uint64 {
+	switch op {
+	case "allreduce":
+		return 1
+	case "reducescatter":
+		return 2
+	case "allgather":
+		return 3
+	case "broadcast":
+		return 4
+	case "alltoall":
+		return 5
+	}
+	return 6
+}
+
+// begin starts a collective: it writes this member's descriptor of it
+// (checked by each peer the first time it waits on this member).
+func (g *group) begin(op string, redop comm.ReduceOp, root int, dt tensor.DType, n int) *coll {
+	c := &coll{g: g, op: op, seq: g.seq, n: uint64(n), checked: make([]bool, g.Size()),
+		desc: [4]uint64{opCode(op), uint64(redop), uint64(root), uint64(dt)}}
+	g.seq++
+	m, off := g.seg.m, g.l().member(g.me)+mDesc+int(c.seq%descSlots)*descBytes
+	m.u32(off + 8).Store(uint32(c.desc[0]))
+	m.u32(off + 12).Store(uint32(c.desc[1]))
+	m.u32(off + 16).Store(uint32(c.desc[2]))
+	m.u32(off + 20).Store(uint32(c.desc[3]))
+	m.u64(off + 24).Store(c.n)
+	m.u64(off).Store(c.seq + 1)
+	return c
+}
+
+// checkDesc compares member q's descriptor of this collective with ours.
+func (c *coll) checkDesc(q int) error {
+	if c.checked[q] {
+		return nil
+	}
+	g := c.g
+	m, off := g.seg.m, g.l().member(q)+mDesc+int(c.seq%descSlots)*descBytes
+	theirs := [4]uint64{uint64(m.u32(off + 8).Load()), uint64(m.u32(off + 12).Load()), uint64(m.u32(off + 16).Load()), uint64(m.u32(off + 20).Load())}
+	n, seq := m.u64(off+24).Load(), m.u64(off).Load()
+	if seq != c.seq+1 || theirs != c.desc || n != c.n {
+		why := fmt.Sprintf("member %d issued %s (op %d, reduce %d, root %d, dtype %d) of %d elements as collective %d; member %d issued op %d (reduce %d, root %d, dtype %d) of %d elements as collective %d",
+			g.me, c.op, c.desc[0], c.desc[1], c.desc[2], c.desc[3], c.n, c.seq, q, theirs[0], theirs[1], theirs[2], theirs[3], n, seq-1)
+		return g.fail(kindArgs, q, c.op, why)
+	}
+	c.checked[q] = true
+	return nil
+}
+
+// slice starts the next slice: it waits until slot k is free (every member
+// finished the slice that last used it) and makes it current.
+func (c *coll) slice() error {
+	g := c.g
+	d := uint64(len(g.ends))
+	c.k = int(g.slices % d)
+	if g.slices >= d {
+		end := g.ends[c.k]
+		for q := range g.ranks {
+			if q != g.me {
+				if err := g.awaitStep(q, end, c.op); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	g.slices++
+	return nil
+}
+
+// publish announces this member's next step.
+func (c *coll) publish() {
+	g := c.g
+	g.steps++
+	g.counter(g.me).store(uint32(g.steps))
+}
+
+// endSlice records the step count at the end of the current slice.
+func (c *coll) endSlice() { c.g.ends[c.k] = c.g.steps }
+
+// await waits until member q has caught up with this member's last step,
+// checking its descriptor the first time.
+func (c *coll) await(q int) error {
+	if err := c.g.awaitStep(q, c.g.steps, c.op); err != nil {
+		return err
+	}
+	return c.checkDesc(q)
+}
+
+// slot is member q's current staging slot.
+func (c *coll) slot(q int) []byte {
+	l := c.g.l()
+	return c.g.seg.m.at(l.staging(q, c.k), l.slice)
+}
+
+// chunk returns the bounds of chunk r of n elements split p ways, aligned
+// down to 16 elements (64 bytes of fp32) so members write separate cache
+// lines (as comm/local).
+func chunk(n, p, r int) (lo, hi int) {
+	lo = (r * n / p) &^ 15
+	if r == p-1 {
+		return lo, n
+	}
+	return lo, ((r + 1) * n / p) &^ 15
+}
+
+// copyIn copies elements [lo, hi) of b into dst.
+func copyIn(dst []byte, b comm.Buf, lo, hi int) {
+	es := b.DType().Size()
+	copy(dst, bytesOf(b)[lo*es:hi*es])
+}
+
+// copyOut copies src into elements [lo, hi) of b.
+func copyOut(b comm.Buf, lo, hi int, src []byte) {
+	es := b.DType().Size()
+	copy(bytesOf(b)[lo*es:hi*es], src)
+}
