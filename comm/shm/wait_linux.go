@@ -24,10 +24,16 @@ const (
 // the error the record describes. It returns that error (the first
 // record's, if another member broke the group first).
 func (g *group) fail(kind uint32, blame int, op, why string) error {
+	return g.record(kind, g.worldRank(blame), op, why)
+}
+
+// record writes the break record blaming world rank rank, unless the
+// group is already broken, and returns the record's error.
+func (g *group) record(kind uint32, rank int, op, why string) error {
 	m := g.seg.m
 	if m.u32(hBroken).CompareAndSwap(0, 1) {
 		m.u32(hKind).Store(kind)
-		m.u32(hBlame).Store(uint32(g.worldRank(blame)))
+		m.u32(hBlame).Store(uint32(rank))
 		opb, whyb := []byte(op), []byte(why)
 		opb, whyb = opb[:min(len(opb), maxOp)], whyb[:min(len(whyb), maxWhy)]
 		copy(m[hOp:], opb)
@@ -162,4 +168,31 @@ func (g *group) reached(q int, s uint64) bool {
 // awaitStep waits until member q has published step s.
 func (g *group) awaitStep(q int, s uint64, op string) error {
 	return g.await(g.counter(q), q, op, func() bool { return g.reached(q, s) })
+}
+
+// Abort breaks the group for every member with err, as if this member had
+// found it: a group built on this one (comm/hier) calls it when another
+// transport failed, so that members waiting here on this member stop
+// waiting, with the same error (a *comm.PeerError keeps the rank it names).
+func (g *group) Abort(err error) {
+	if err == nil {
+		return
+	}
+	kind, rank, op := uint32(kindDied), g.worldRank(g.me), "abort"
+	var pe *comm.PeerError
+	if errors.As(err, &pe) {
+		rank, op = pe.Rank, pe.Op
+		err = pe.Err
+	}
+	switch {
+	case errors.Is(err, comm.ErrTimeout):
+		kind = kindTimeout
+	case errors.Is(err, comm.ErrClosed):
+		kind = kindClosed
+	case errors.Is(err, comm.ErrBufferFull):
+		kind = kindBufferFull
+	case errors.Is(err, comm.ErrArgs):
+		kind = kindArgs
+	}
+	g.record(kind, rank, op, err.Error())
 }

@@ -30,6 +30,7 @@ var layer = map[string]int{
 	"comm/tcp":          2,
 	"comm/mpi":          2, // build tag mpi: cgo against Open MPI
 	"comm/shm":          2, // ranks of one host over shared memory (Linux)
+	"comm/hier":         2, // groups across hosts: intra-host and inter-host phases over two Groups
 	"data":              2,
 	"checkpoint":        2,
 	"hf":                4, // Hugging Face GPT-2 layout: model + safetensors
