@@ -39,6 +39,7 @@ var layer = map[string]int{
 	"optim":             3,
 	"comm/commtest":     3,
 	"launch":            3,
+	"comm/world":        3, // backends opened by name (cmd never names a transport)
 	"comm/commbench":    4, // starts tcp workers through launch
 	"parallel":          4, // the Strategy interface
 	"parallel/flat":     4,
