@@ -90,8 +90,11 @@ func autoShm(cfg Config, inter comm.Group) (*World, error) {
 		return nil, errors.Join(err, intra.Close())
 	}
 	backend := "hier"
-	if g == intra {
-		backend = "shm"
+	switch g {
+	case intra:
+		backend = "shm" // one host
+	case inter:
+		backend = "tcp" // one rank per host
 	}
 	return opened(g, backend), nil
 }
