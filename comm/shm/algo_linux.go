@@ -8,28 +8,30 @@ import (
 // element size. Each slice covers the same elements on every member.
 //
 //	AllReduce      slice of S/e elements, cut into p chunks (comm/local's
-//	               chunking). 1: each member copies chunks q ≠ me into its
-//	               slot; 2: member me folds chunk me of every member — its
+//	               chunking). A: each member copies chunks q ≠ me into its
+//	               slot; B: member me folds chunk me of every member — its
 //	               own from its buffer, the others' from their slots — in
 //	               rank order 0, 1, …, p−1 (comm.ReduceTo: one fold, so the
 //	               bits are comm/local's), into its buffer and its slot;
-//	               3: it copies chunk q of member q's slot, the folded
+//	               C: it copies chunk q of member q's slot, the folded
 //	               chunk, into its buffer. Each member copies (p−1)/p of the
-//	               buffer in and out and folds 1/p of it p ways.
-//	ReduceScatter  per slice, t = S/(p·e) elements of every chunk. 1: copy
-//	               chunks q ≠ me into the slot; 2: fold chunk me in rank
+//	               buffer in and out and folds 1/p of it p ways. Order:
+//	               A₀ B₀ A₁ C₀ B₁ A₂ C₁ …
+//	ReduceScatter  per slice, t = S/(p·e) elements of every chunk. A: copy
+//	               chunks q ≠ me into the slot; B: fold chunk me in rank
 //	               order from the slots (and the own src) into dst.
-//	AllGather      per slice, S/e elements of src. 1: copy into the slot;
-//	               2: copy every member's slot into its chunk of dst.
-//	Broadcast      per slice, S/e elements. 1: the root copies into its
-//	               slot; 2: the others copy it out.
-//	AllToAll       per slice, t = S/(p·e) elements of every chunk. 1: copy
-//	               chunk q ≠ me into the slot's part q; 2: copy part me of
+//	AllGather      per slice, S/e elements of src. A: copy into the slot;
+//	               B: copy every member's slot into its chunk of dst.
+//	Broadcast      per slice, S/e elements. A: the root copies into its
+//	               slot; B: the others copy it out.
+//	AllToAll       per slice, t = S/(p·e) elements of every chunk. A: copy
+//	               chunk q ≠ me into the slot's part q; B: copy part me of
 //	               member q's slot into chunk q of dst.
 //	Barrier        one step; every member waits for every other's.
 //
-// A phase waits only for the members whose slots it reads; the next use of
-// a slot waits for every member to finish the slice that used it last.
+// Two-phase operations run A₀ A₁ B₀ A₂ B₁ … A phase waits only for the
+// members whose slots it reads; the next use of a slot waits for every
+// member to finish the slice that used it last.
 
 func (g *group) allReduce(buf comm.Buf, op comm.ReduceOp) error {
 	p, me, n, dt := g.Size(), g.me, buf.Len(), buf.DType()
@@ -39,48 +41,94 @@ func (g *group) allReduce(buf comm.Buf, op comm.ReduceOp) error {
 	es := dt.Size()
 	per := g.l().slice / es
 	c := g.begin("allreduce", op, 0, dt, n)
-	srcs := make([]comm.Buf, p)
-	for lo := 0; lo == 0 || lo < n; lo += per {
-		hi := min(lo+per, n)
-		h := hi - lo
-		if err := c.slice(); err != nil {
-			return err
+	bounds := func(s int) (lo, h int) { lo = s * per; return lo, min(lo+per, n) - lo }
+	// copyIn is phase A of slice s: its chunks q ≠ me into a fresh slot.
+	copyIn := func(s int) (int, uint64, error) {
+		k, err := c.acquire()
+		if err != nil {
+			return 0, 0, err
 		}
-		mine := c.slot(me)
+		lo, h := bounds(s)
+		mine := c.slot(me, k)
 		for q := range p {
 			if q != me {
 				a, b := chunk(h, p, q)
-				copyIn(mine[a*es:b*es], buf, lo+a, lo+b)
+				copyFrom(mine[a*es:b*es], buf, lo+a, lo+b)
 			}
 		}
-		c.publish()
+		return k, c.publish(), nil
+	}
+	srcs := make([]comm.Buf, p)
+	S := slices(n, per)
+	k, stepA, err := copyIn(0)
+	if err != nil {
+		return err
+	}
+	for s := 0; s < S; s++ {
+		lo, h := bounds(s)
 		a, b := chunk(h, p, me)
 		for q := range p {
 			if q == me {
 				srcs[q] = buf.Slice(lo+a, lo+b)
 				continue
 			}
-			if err := c.await(q); err != nil {
+			if err := c.await(q, stepA); err != nil {
 				return err
 			}
-			srcs[q] = asBuf(c.slot(q)[a*es:], dt, b-a)
+			srcs[q] = asBuf(c.slot(q, k)[a*es:], dt, b-a)
 		}
 		if b > a {
-			comm.ReduceTo([]comm.Buf{buf.Slice(lo+a, lo+b), asBuf(mine[a*es:], dt, b-a)}, srcs, op, p)
+			comm.ReduceTo([]comm.Buf{buf.Slice(lo+a, lo+b), asBuf(c.slot(me, k)[a*es:], dt, b-a)}, srcs, op, p)
 		}
-		c.publish()
+		stepB := c.publish()
+		nextK, nextA := 0, uint64(0)
+		if s+1 < S {
+			if nextK, nextA, err = copyIn(s + 1); err != nil {
+				return err
+			}
+		}
 		for q := range p {
 			if q == me {
 				continue
 			}
-			if err := c.await(q); err != nil {
+			if err := c.await(q, stepB); err != nil {
 				return err
 			}
 			qa, qb := chunk(h, p, q)
-			copyOut(buf, lo+qa, lo+qb, c.slot(q)[qa*es:qb*es])
+			copyTo(buf, lo+qa, lo+qb, c.slot(q, k)[qa*es:qb*es])
 		}
 		c.publish()
-		c.endSlice()
+		c.release(k)
+		k, stepA = nextK, nextA
+	}
+	return nil
+}
+
+// twoPhase runs S slices of a two-phase operation: in(k, s) is phase A of
+// slice s into this member's slot k, out(k, s, step) is phase B, which
+// reads peers' slots k once they have published step (their phase A).
+func (c *coll) twoPhase(S int, in func(k, s int), out func(k, s int, step uint64) error) error {
+	k, err := c.acquire()
+	if err != nil {
+		return err
+	}
+	in(k, 0)
+	stepA := c.publish()
+	for s := 0; s < S; s++ {
+		nextK, nextA := 0, uint64(0)
+		if s+1 < S {
+			if nextK, err = c.acquire(); err != nil {
+				return err
+			}
+			in(nextK, s+1)
+			nextA = c.publish()
+		}
+		if err := out(k, s, stepA); err != nil {
+			return err
+		}
+		c.publish()
+		c.release(k)
+		k, stepA = nextK, nextA
 	}
 	return nil
 }
@@ -97,68 +145,58 @@ func (g *group) reduceScatter(dst, src comm.Buf, op comm.ReduceOp) error {
 	per := g.l().slice / (es * p)
 	c := g.begin("reducescatter", op, 0, dt, m)
 	srcs := make([]comm.Buf, p)
-	for lo := 0; lo == 0 || lo < m; lo += per {
-		hi := min(lo+per, m)
-		h := hi - lo
-		if err := c.slice(); err != nil {
-			return err
-		}
-		mine := c.slot(me)
+	return c.twoPhase(slices(m, per), func(k, s int) {
+		lo, hi := s*per, min((s+1)*per, m)
+		mine := c.slot(me, k)
 		for q := range p {
 			if q != me {
-				copyIn(mine[q*per*es:(q*per+h)*es], src, q*m+lo, q*m+hi)
+				copyFrom(mine[q*per*es:(q*per+hi-lo)*es], src, q*m+lo, q*m+hi)
 			}
 		}
-		c.publish()
+	}, func(k, s int, step uint64) error {
+		lo, hi := s*per, min((s+1)*per, m)
 		for q := range p {
 			if q == me {
 				srcs[q] = src.Slice(me*m+lo, me*m+hi)
 				continue
 			}
-			if err := c.await(q); err != nil {
+			if err := c.await(q, step); err != nil {
 				return err
 			}
-			srcs[q] = asBuf(c.slot(q)[me*per*es:], dt, h)
+			srcs[q] = asBuf(c.slot(q, k)[me*per*es:], dt, hi-lo)
 		}
-		if h > 0 {
+		if hi > lo {
 			comm.Reduce(dst.Slice(lo, hi), srcs, op, p)
 		}
-		c.publish()
-		c.endSlice()
-	}
-	return nil
+		return nil
+	})
 }
 
 func (g *group) allGather(dst, src comm.Buf) error {
 	p, me, m, dt := g.Size(), g.me, src.Len(), src.DType()
 	own := dst.Slice(me*m, (me+1)*m)
-	if p == 1 {
-		if !sameBuf(own, src) {
-			copy(bytesOf(own), bytesOf(src))
-		}
-		return nil
-	}
-	es := dt.Size()
-	per := g.l().slice / es
-	c := g.begin("allgather", 0, 0, dt, m)
-	for lo := 0; lo == 0 || lo < m; lo += per {
-		hi := min(lo+per, m)
-		if err := c.slice(); err != nil {
+	if p > 1 {
+		es := dt.Size()
+		per := g.l().slice / es
+		c := g.begin("allgather", 0, 0, dt, m)
+		err := c.twoPhase(slices(m, per), func(k, s int) {
+			copyFrom(c.slot(me, k), src, s*per, min((s+1)*per, m))
+		}, func(k, s int, step uint64) error {
+			lo, hi := s*per, min((s+1)*per, m)
+			for q := range p {
+				if q == me {
+					continue
+				}
+				if err := c.await(q, step); err != nil {
+					return err
+				}
+				copyTo(dst, q*m+lo, q*m+hi, c.slot(q, k)[:(hi-lo)*es])
+			}
+			return nil
+		})
+		if err != nil {
 			return err
 		}
-		copyIn(c.slot(me), src, lo, hi)
-		c.publish()
-		for q := range p {
-			if q == me {
-				continue
-			}
-			if err := c.await(q); err != nil {
-				return err
-			}
-			copyOut(dst, q*m+lo, q*m+hi, c.slot(q)[:(hi-lo)*es])
-		}
-		c.publish()
-		c.endSlice()
 	}
 	if !sameBuf(own, src) {
 		copy(bytesOf(own), bytesOf(src))
@@ -174,25 +212,21 @@ func (g *group) broadcast(buf comm.Buf, root int) error {
 	es := dt.Size()
 	per := g.l().slice / es
 	c := g.begin("broadcast", 0, root, dt, n)
-	for lo := 0; lo == 0 || lo < n; lo += per {
-		hi := min(lo+per, n)
-		if err := c.slice(); err != nil {
+	return c.twoPhase(slices(n, per), func(k, s int) {
+		if me == root {
+			copyFrom(c.slot(me, k), buf, s*per, min((s+1)*per, n))
+		}
+	}, func(k, s int, step uint64) error {
+		if me == root {
+			return nil
+		}
+		if err := c.await(root, step); err != nil {
 			return err
 		}
-		if me == root {
-			copyIn(c.slot(me), buf, lo, hi)
-		}
-		c.publish()
-		if me != root {
-			if err := c.await(root); err != nil {
-				return err
-			}
-			copyOut(buf, lo, hi, c.slot(root)[:(hi-lo)*es])
-		}
-		c.publish()
-		c.endSlice()
-	}
-	return nil
+		lo, hi := s*per, min((s+1)*per, n)
+		copyTo(buf, lo, hi, c.slot(root, k)[:(hi-lo)*es])
+		return nil
+	})
 }
 
 func (g *group) allToAll(dst, src comm.Buf) error {
@@ -205,32 +239,27 @@ func (g *group) allToAll(dst, src comm.Buf) error {
 	es := dt.Size()
 	per := g.l().slice / (es * p)
 	c := g.begin("alltoall", 0, 0, dt, m)
-	for lo := 0; lo == 0 || lo < m; lo += per {
-		hi := min(lo+per, m)
-		h := hi - lo
-		if err := c.slice(); err != nil {
-			return err
-		}
-		mine := c.slot(me)
+	return c.twoPhase(slices(m, per), func(k, s int) {
+		lo, hi := s*per, min((s+1)*per, m)
+		mine := c.slot(me, k)
 		for q := range p {
 			if q != me {
-				copyIn(mine[q*per*es:(q*per+h)*es], src, q*m+lo, q*m+hi)
+				copyFrom(mine[q*per*es:(q*per+hi-lo)*es], src, q*m+lo, q*m+hi)
 			}
 		}
-		c.publish()
+	}, func(k, s int, step uint64) error {
+		lo, hi := s*per, min((s+1)*per, m)
 		for q := range p {
 			if q == me {
 				continue
 			}
-			if err := c.await(q); err != nil {
+			if err := c.await(q, step); err != nil {
 				return err
 			}
-			copyOut(dst, q*m+lo, q*m+hi, c.slot(q)[me*per*es:(me*per+h)*es])
+			copyTo(dst, q*m+lo, q*m+hi, c.slot(q, k)[me*per*es:(me*per+hi-lo)*es])
 		}
-		c.publish()
-		c.endSlice()
-	}
-	return nil
+		return nil
+	})
 }
 
 func (g *group) barrier() error {
@@ -238,18 +267,19 @@ func (g *group) barrier() error {
 		return nil
 	}
 	c := g.begin("barrier", 0, 0, 0, 0)
-	if err := c.slice(); err != nil {
+	k, err := c.acquire()
+	if err != nil {
 		return err
 	}
-	c.publish()
+	step := c.publish()
 	for q := range g.ranks {
 		if q != g.me {
-			if err := c.await(q); err != nil {
+			if err := c.await(q, step); err != nil {
 				return err
 			}
 		}
 	}
-	c.endSlice()
+	c.release(k)
 	return nil
 }
 

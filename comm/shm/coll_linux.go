@@ -16,7 +16,10 @@ import (
 // peer's slot only once that peer has published the phase that wrote it.
 // Before a member writes into slot k for slice s it waits until every
 // member has finished slice s − Depth, the last use of that slot, so a
-// member runs at most Depth slices ahead of the slowest.
+// member runs at most Depth slices ahead of the slowest. The phases of
+// consecutive slices interleave (a member copies slice s+1 in before it
+// waits for its peers' work on slice s), so that a wait finds the peer
+// done more often than not; the order is the same on every member.
 
 // coll is one collective in progress on this member.
 type coll struct {
@@ -26,7 +29,6 @@ type coll struct {
 	desc    [4]uint64 // op code, redop, root, dtype
 	n       uint64    // element count every member must agree on
 	checked []bool    // peers whose descriptor matched
-	k       int       // slot of the current slice
 }
 
 // opCode is the code of op in descriptors.
@@ -80,50 +82,55 @@ func (c *coll) checkDesc(q int) error {
 	return nil
 }
 
-// slice starts the next slice: it waits until slot k is free (every member
-// finished the slice that last used it) and makes it current.
-func (c *coll) slice() error {
+// acquire claims the slot of the next slice: it waits until every member
+// has finished the slice that last used it, and returns its index.
+func (c *coll) acquire() (int, error) {
 	g := c.g
 	d := uint64(len(g.ends))
-	c.k = int(g.slices % d)
+	k := int(g.slices % d)
 	if g.slices >= d {
-		end := g.ends[c.k]
 		for q := range g.ranks {
 			if q != g.me {
-				if err := g.awaitStep(q, end, c.op); err != nil {
-					return err
+				if err := g.awaitStep(q, g.ends[k], c.op); err != nil {
+					return 0, err
 				}
 			}
 		}
 	}
 	g.slices++
-	return nil
+	return k, nil
 }
 
-// publish announces this member's next step.
-func (c *coll) publish() {
+// release records that this member's last step finished the slice in
+// slot k: peers that finished that step are done with slot k.
+func (c *coll) release(k int) { c.g.ends[k] = c.g.steps }
+
+// publish announces this member's next step and returns it.
+func (c *coll) publish() uint64 {
 	g := c.g
 	g.steps++
 	g.counter(g.me).store(uint32(g.steps))
+	return g.steps
 }
 
-// endSlice records the step count at the end of the current slice.
-func (c *coll) endSlice() { c.g.ends[c.k] = c.g.steps }
-
-// await waits until member q has caught up with this member's last step,
-// checking its descriptor the first time.
-func (c *coll) await(q int) error {
-	if err := c.g.awaitStep(q, c.g.steps, c.op); err != nil {
+// await waits until member q has published step s, checking its
+// descriptor the first time.
+func (c *coll) await(q int, s uint64) error {
+	if err := c.g.awaitStep(q, s, c.op); err != nil {
 		return err
 	}
 	return c.checkDesc(q)
 }
 
-// slot is member q's current staging slot.
-func (c *coll) slot(q int) []byte {
+// slot is member q's staging slot k.
+func (c *coll) slot(q, k int) []byte {
 	l := c.g.l()
-	return c.g.seg.m.at(l.staging(q, c.k), l.slice)
+	return c.g.seg.m.at(l.staging(q, k), l.slice)
 }
+
+// slices is how many slices of per elements cover n (at least one, so
+// that an empty collective still meets its peers).
+func slices(n, per int) int { return max(1, (n+per-1)/per) }
 
 // chunk returns the bounds of chunk r of n elements split p ways, aligned
 // down to 16 elements (64 bytes of fp32) so members write separate cache
@@ -136,14 +143,14 @@ func chunk(n, p, r int) (lo, hi int) {
 	return lo, ((r + 1) * n / p) &^ 15
 }
 
-// copyIn copies elements [lo, hi) of b into dst.
-func copyIn(dst []byte, b comm.Buf, lo, hi int) {
+// copyFrom copies elements [lo, hi) of b into dst.
+func copyFrom(dst []byte, b comm.Buf, lo, hi int) {
 	es := b.DType().Size()
 	copy(dst, bytesOf(b)[lo*es:hi*es])
 }
 
-// copyOut copies src into elements [lo, hi) of b.
-func copyOut(b comm.Buf, lo, hi int, src []byte) {
+// copyTo copies src into elements [lo, hi) of b.
+func copyTo(b comm.Buf, lo, hi int, src []byte) {
 	es := b.DType().Size()
 	copy(bytesOf(b)[lo*es:hi*es], src)
 }

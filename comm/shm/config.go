@@ -26,6 +26,14 @@ const (
 	EnvDir  = "TRELLIS_SHM_DIR"
 )
 
+// Tuning variables (comm/world reads them into Config; every rank of a
+// host must agree): SliceBytes, Depth and Spin.
+const (
+	EnvSliceBytes = "TRELLIS_SHM_SLICE_BYTES"
+	EnvDepth      = "TRELLIS_SHM_DEPTH"
+	EnvSpin       = "TRELLIS_SHM_SPIN"
+)
+
 // Config describes one rank of a shared-memory world: the processes (or,
 // in tests, goroutines) of one host that share Dir.
 type Config struct {

@@ -79,6 +79,21 @@ func shmConfig(cfg Config, members []int, idx int) (shm.Config, error) {
 			}
 		}
 	}
+	for _, d := range []struct {
+		key string
+		dst *int
+	}{{shm.EnvSliceBytes, &c.SliceBytes}, {shm.EnvDepth, &c.Depth}} {
+		if v := cfg.lookup(d.key); v != "" {
+			if *d.dst, err = strconv.Atoi(v); err != nil {
+				return c, fmt.Errorf("world: %s=%q: not an integer", d.key, v)
+			}
+		}
+	}
+	if v := cfg.lookup(shm.EnvSpin); v != "" {
+		if c.Spin, err = time.ParseDuration(v); err != nil || c.Spin < 0 {
+			return c, fmt.Errorf("world: %s=%q: want a duration such as 50us", shm.EnvSpin, v)
+		}
+	}
 	if v := cfg.lookup(tcp.EnvMaxBuffered); v != "" {
 		if c.MaxBuffered, err = strconv.ParseInt(v, 10, 64); err != nil || c.MaxBuffered < 1 {
 			return c, fmt.Errorf("world: %s=%q: must be a positive number of bytes", tcp.EnvMaxBuffered, v)
