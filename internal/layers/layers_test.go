@@ -55,6 +55,7 @@ var layer = map[string]int{
 	"internal/checked":  0, // overflow-checked size arithmetic
 	"internal/sysmem":   0, // the machine's physical memory
 	"internal/proctime": 0, // the process's CPU time (benchmarks)
+	"internal/netns":    0, // network namespaces standing for hosts (tests, benchmarks)
 	"metrics":           0, // the --metrics line schema (train writes it, viz reads it)
 	"viz":               1, // pages and SVG from metrics, traces and plans: no runtime package
 	"dashboard":         2, // serves viz pages; never train (it gets metrics through train.Observer)
