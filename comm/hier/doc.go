@@ -53,6 +53,12 @@
 // host and over Inter otherwise, so messages of one (peer, tag) stay in
 // order.
 //
+// Every collective of a hierarchical group ends with a barrier of its
+// members on Inter (a fence), so that no member returns from it, and
+// perhaps closes its groups, while another still sends what the
+// collective owes it: one barrier's latency on the network per
+// collective, only for groups that mix hosts.
+//
 // # Failure
 //
 // Errors come from the transports: a dead rank is named with its world

@@ -192,10 +192,21 @@ func (g *group) abort(err error) {
 }
 
 // submit queues a collective; its failure aborts the intra-host groups.
+// A collective ends with a barrier of every member on Inter (the fence):
+// its phases end at different times on different members (the last run's
+// first member is still sending the result when the others have theirs),
+// and a member that returned and closed its groups would otherwise break
+// the sends still in flight on a transport whose Close breaks the group
+// for every member (comm/local's does). The fence costs one barrier's
+// latency on Inter per collective of a hierarchical group.
 func (g *group) submit(bytes int, fn func() error) comm.Work {
 	return g.q.Submit(bytes, func() error {
 		g.awaiting = -1
-		err := g.reblame(fn())
+		err := fn()
+		if err == nil {
+			err = comm.Barrier(g.crossG)
+		}
+		err = g.reblame(err)
 		if err != nil {
 			g.abort(err)
 		}

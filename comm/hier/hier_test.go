@@ -81,6 +81,9 @@ func TestConformance(t *testing.T) {
 		"threes":    func(r, n int) int { return r / 3 },
 	}
 	for name, host := range layouts {
+		if raceEnabled && name == "threes" {
+			continue // the race detector's runs take the two layouts that bound it: one run per host, one per member
+		}
 		t.Run(name, func(t *testing.T) {
 			commtest.Run(t, func(t *testing.T, n int, opts commtest.Options) commtest.World {
 				hosts := make([]int, n)

@@ -66,9 +66,10 @@ type Config struct {
 	// RingBytes the capacity of each point-to-point ring. Defaults 1 MiB, 2,
 	// 256 KiB; every rank of a world must use the same values.
 	SliceBytes, Depth, RingBytes int
-	// Spin is how long a waiter polls before it sleeps on a futex. Default:
-	// 50 µs when the world has no more ranks than this host has CPUs, else
-	// 5 µs (a spinning rank would take the core the awaited one needs).
+	// Spin bounds how long a waiter polls before it sleeps on a futex (the
+	// budget adapts below it: see the package doc). Default: 50 µs when
+	// the world has no more ranks than this host has CPUs, else 5 µs (a
+	// spinning rank would take the core the awaited one needs).
 	Spin time.Duration
 
 	alive func(rank int) bool // tests: a crashed rank, as liveness would find it

@@ -112,12 +112,16 @@ func (g *group) await(e event, q int, op string, ready func() bool) error {
 		return nil
 	}
 	start := time.Now()
-	spin := g.w.cfg.Spin
-	if g.w.pids[g.ranks[q]] == g.w.pid {
+	local := g.w.pids[g.ranks[q]] == g.w.pid
+	spin := time.Duration(g.w.spin.Load())
+	if local {
 		spin = time.Millisecond // a goroutine of this process: it needs our core
 	}
 	for i := 1; ; i++ {
 		if ready() {
+			if !local {
+				g.w.spun(true)
+			}
 			return nil
 		}
 		if i%64 == 0 {
@@ -126,6 +130,9 @@ func (g *group) await(e event, q int, op string, ready func() bool) error {
 				break
 			}
 		}
+	}
+	if !local {
+		g.w.spun(false)
 	}
 	timeout := g.w.cfg.Timeout
 	deadline := start.Add(timeout)
@@ -153,6 +160,22 @@ func (g *group) await(e event, q int, op string, ready func() bool) error {
 			sleepOn(e.v, seen, min(10*time.Millisecond, time.Until(deadline)))
 		}
 		e.zz.Add(^uint32(0))
+	}
+}
+
+// spun adapts how long waits spin before sleeping: twice as long after a
+// spin that ended in time, half as long after one that did not, within
+// [1 µs, Config.Spin]. Where peers are often descheduled (more ranks than
+// cores, other work on the host) spinning only takes the core a peer
+// could run on, and the budget shrinks to almost nothing; where they run
+// alongside, it grows back to catch their next step without a futex
+// round trip.
+func (w *world) spun(inTime bool) {
+	b := w.spin.Load()
+	if inTime {
+		w.spin.Store(min(2*b, int64(w.cfg.Spin)))
+	} else {
+		w.spin.Store(max(b/2, int64(time.Microsecond)))
 	}
 }
 

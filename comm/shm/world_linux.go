@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -35,6 +36,7 @@ type world struct {
 	made  map[string]int // groups made per key, to number their instances
 	segs  []*segment     // every segment mapped, unmapped at close
 	close sync.Once
+	spin  atomic.Int64 // the spin budget of waits, in ns (see spun)
 }
 
 // New joins the world cfg describes and returns its world group. Rank 0
@@ -52,6 +54,7 @@ func New(cfg Config) (comm.Group, error) {
 	cfg = cfg.withDefaults()
 	w := &world{cfg: cfg, me: cfg.Rank, pid: os.Getpid(), made: map[string]int{},
 		stop: make(chan struct{}), done: make(chan struct{})}
+	w.spin.Store(int64(cfg.Spin))
 	l := newLayout(cfg.Size, cfg.SliceBytes, cfg.Depth, cfg.RingBytes)
 	seg, err := w.rendezvous(l)
 	if err != nil {
