@@ -81,8 +81,8 @@ func TestConformance(t *testing.T) {
 		"threes":    func(r, n int) int { return r / 3 },
 	}
 	for name, host := range layouts {
-		if raceEnabled && name == "threes" {
-			continue // the race detector's runs take the two layouts that bound it: one run per host, one per member
+		if raceEnabled && name != "alternate" {
+			continue // under the race detector, the layout with the most phases (every member a run)
 		}
 		t.Run(name, func(t *testing.T) {
 			commtest.Run(t, func(t *testing.T, n int, opts commtest.Options) commtest.World {
