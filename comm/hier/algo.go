@@ -31,6 +31,9 @@ func (g *group) f32(n int) []float32 {
 // the last run finishes (Avg's scale, bf16's rounding) and sends the
 // result back to every other run's first member, which broadcasts it at
 // home. The partials are fp32 (bf16 is widened exactly and rounded once).
+// The buffer goes in pieces (chainPieces), each along the whole chain, the
+// sends asynchronous: while piece i+1's partial travels forward, piece i's
+// result travels back, so both directions of a link carry data at once.
 func (g *group) allReduce(buf comm.Buf, op comm.ReduceOp) error {
 	n := buf.Len()
 	if n == 0 {
@@ -48,40 +51,70 @@ func (g *group) allReduce(buf comm.Buf, op comm.ReduceOp) error {
 		red = comm.Sum
 	}
 	k, j, r := len(g.runs), g.myRun, g.runs[g.myRun]
+	bounds := comm.Partition(n, chainPieces(n))
+	pieces := len(bounds) - 1
+	var in []comm.Work // the previous run's partials, all posted at once
+	var p []float32
 	if j > 0 && g.me == r.first {
-		p := g.f32(n)
-		g.await(g.runs[j-1].last)
-		if err := comm.Recv(g.crossG, comm.F32(p), g.runs[j-1].last, tagChain); err != nil {
+		p = g.f32(n)
+		for i := range pieces {
+			in = append(in, g.crossG.Recv(comm.F32(p[bounds[i]:bounds[i+1]]), g.runs[j-1].last, tagChain))
+		}
+	}
+	var out []comm.Work // sends still in flight
+	defer func() { waitAll(out) }()
+	for i := range pieces {
+		lo, hi := bounds[i], bounds[i+1]
+		xi := comm.F32(x[lo:hi])
+		if in != nil {
+			g.await(g.runs[j-1].last)
+			if err := in[i].Wait(); err != nil {
+				return err
+			}
+			comm.Reduce(xi, []comm.Buf{comm.F32(p[lo:hi]), xi}, red, 0) // P ⊕ x: the fold's next step
+		}
+		if err := comm.AllReduce(g.runG, xi, red); err != nil {
 			return err
 		}
-		comm.Reduce(comm.F32(x), []comm.Buf{comm.F32(p), comm.F32(x)}, red, 0) // P ⊕ x: the fold's next step
+		switch {
+		case j < k-1 && g.me == r.last:
+			out = append(out, g.crossG.Send(xi, g.runs[j+1].first, tagChain))
+		case j == k-1:
+			bi := buf.Slice(lo, hi)
+			finish(bi, x[lo:hi], op, g.Size())
+			if g.me == r.first {
+				for _, o := range g.runs[:k-1] {
+					out = append(out, g.crossG.Send(bi, o.first, tagFinal))
+				}
+			}
+		}
 	}
-	if err := comm.AllReduce(g.runG, comm.F32(x), red); err != nil {
+	if j == k-1 {
+		return waitAll(out)
+	}
+	if err := waitAll(out); err != nil { // before the result overwrites what was sent
 		return err
 	}
-	if j < k-1 {
-		if g.me == r.last {
-			if err := comm.Send(g.crossG, comm.F32(x), g.runs[j+1].first, tagChain); err != nil {
-				return err
-			}
-		}
+	out = nil
+	for i := range pieces {
+		bi := buf.Slice(bounds[i], bounds[i+1])
 		if g.me == r.first {
 			g.await(g.runs[k-1].first)
-			if err := comm.Recv(g.crossG, buf, g.runs[k-1].first, tagFinal); err != nil {
+			if err := comm.Recv(g.crossG, bi, g.runs[k-1].first, tagFinal); err != nil {
 				return err
 			}
 		}
-		return comm.Broadcast(g.runG, buf, 0)
-	}
-	finish(buf, x, op, g.Size())
-	if g.me == r.first {
-		ws := make([]comm.Work, 0, k-1)
-		for _, o := range g.runs[:k-1] {
-			ws = append(ws, g.crossG.Send(buf, o.first, tagFinal))
+		if err := comm.Broadcast(g.runG, bi, 0); err != nil {
+			return err
 		}
-		return waitAll(ws)
 	}
 	return nil
+}
+
+// chainPieces is how many pieces an all-reduce of n elements is cut
+// into: about 1 MiB of fp32 each, at most 64, one below 64 Ki elements.
+func chainPieces(n int) int {
+	return min(max(n/(256<<10), 1), 64)
 }
 
 // finish writes the fold's result: s·x (s = fl(1/p) for Avg, else 1),

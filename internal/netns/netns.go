@@ -138,7 +138,7 @@ func (n *Net) build(base string) error {
 
 // shape puts a token bucket of rate Mbit/s on dev's egress in namespace ns.
 func shape(ns, dev string, rate int) error {
-	burst := max(rate*1000/8/100, 16*1024) // 10 ms at the rate, at least 16 KiB
+	burst := max(rate*1250, 16*1024) // 10 ms at the rate (rate·10⁶/8 B/s × 0.01 s), at least 16 KiB
 	return run("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
 		"rate", strconv.Itoa(rate)+"mbit", "burst", strconv.Itoa(burst), "latency", "100ms")
 }
