@@ -36,7 +36,7 @@ func Usable(dir string, bytes int64) error {
 		return fmt.Errorf("shm: %s: not writable (%v): shared memory is unusable here", dir, err)
 	}
 	if free := int64(st.Bavail) * st.Bsize; free < bytes {
-		return fmt.Errorf("shm: %s has %s free, a segment needs %s: shared memory is too small here (enlarge it, e.g. docker --shm-size)",
+		return fmt.Errorf("shm: %s has %s free, %s are needed: shared memory is too small here (enlarge it, e.g. docker --shm-size)",
 			dir, device.FormatBytes(free), device.FormatBytes(bytes))
 	}
 	return nil
