@@ -146,8 +146,18 @@ func chunk(n, p, r int) (lo, hi int) {
 // copyFrom copies elements [lo, hi) of b into dst.
 func copyFrom(dst []byte, b comm.Buf, lo, hi int) {
 	es := b.DType().Size()
-	copy(dst, bytesOf(b)[lo*es:hi*es])
+	src := bytesOf(b)[lo*es : hi*es]
+	// In pieces under 1 MiB: Go's memmove switches to non-temporal stores
+	// at 1 MiB, which would send the slot, read next by a peer, out of
+	// the cache to memory.
+	for len(src) > 0 {
+		n := copy(dst, src[:min(len(src), stagePiece)])
+		dst, src = dst[n:], src[n:]
+	}
 }
+
+// stagePiece is the largest copy into a staging slot.
+const stagePiece = 512 << 10
 
 // copyTo copies src into elements [lo, hi) of b.
 func copyTo(b comm.Buf, lo, hi int, src []byte) {
