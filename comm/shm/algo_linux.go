@@ -60,11 +60,12 @@ func (g *group) allReduce(buf comm.Buf, op comm.ReduceOp) error {
 	}
 	srcs := make([]comm.Buf, p)
 	S := slices(n, per)
-	k, stepA, err := copyIn(0)
-	if err != nil {
-		return err
-	}
+	ahead := c.runAhead(S, copyIn)
 	for s := 0; s < S; s++ {
+		k, stepA, err := ahead.next()
+		if err != nil {
+			return err
+		}
 		lo, h := bounds(s)
 		a, b := chunk(h, p, me)
 		for q := range p {
@@ -81,11 +82,8 @@ func (g *group) allReduce(buf comm.Buf, op comm.ReduceOp) error {
 			comm.ReduceTo([]comm.Buf{buf.Slice(lo+a, lo+b), asBuf(c.slot(me, k)[a*es:], dt, b-a)}, srcs, op, p)
 		}
 		stepB := c.publish()
-		nextK, nextA := 0, uint64(0)
-		if s+1 < S {
-			if nextK, nextA, err = copyIn(s + 1); err != nil {
-				return err
-			}
+		if err := ahead.fill(); err != nil {
+			return err
 		}
 		for q := range p {
 			if q == me {
@@ -99,36 +97,74 @@ func (g *group) allReduce(buf comm.Buf, op comm.ReduceOp) error {
 		}
 		c.publish()
 		c.release(k)
-		k, stepA = nextK, nextA
 	}
 	return nil
+}
+
+// ahead runs phase A (the copy into a slot) up to Depth−1 slices ahead of
+// the slice being finished, so that a member that is ahead of a peer keeps
+// working instead of waiting (every member keeps the same distance, so
+// their steps still line up).
+type ahead struct {
+	c       *coll
+	S, done int // slices, slices whose phase A ran
+	in      func(s int) (k int, step uint64, err error)
+	ks      []int
+	steps   []uint64
+}
+
+func (c *coll) runAhead(S int, in func(s int) (int, uint64, error)) *ahead {
+	return &ahead{c: c, S: S, in: in}
+}
+
+// fill runs phase A until Depth−1 slices are ahead (or all have run).
+func (a *ahead) fill() error {
+	for len(a.ks) < max(len(a.c.g.ends)-1, 1) && a.done < a.S {
+		k, step, err := a.in(a.done)
+		if err != nil {
+			return err
+		}
+		a.ks, a.steps, a.done = append(a.ks, k), append(a.steps, step), a.done+1
+	}
+	return nil
+}
+
+// next is the oldest slice's slot and the step its phase A published.
+func (a *ahead) next() (int, uint64, error) {
+	if err := a.fill(); err != nil {
+		return 0, 0, err
+	}
+	k, step := a.ks[0], a.steps[0]
+	a.ks, a.steps = a.ks[1:], a.steps[1:]
+	return k, step, nil
 }
 
 // twoPhase runs S slices of a two-phase operation: in(k, s) is phase A of
 // slice s into this member's slot k, out(k, s, step) is phase B, which
 // reads peers' slots k once they have published step (their phase A).
+// Phase A runs ahead as in the all-reduce.
 func (c *coll) twoPhase(S int, in func(k, s int), out func(k, s int, step uint64) error) error {
-	k, err := c.acquire()
-	if err != nil {
-		return err
-	}
-	in(k, 0)
-	stepA := c.publish()
+	ah := c.runAhead(S, func(s int) (int, uint64, error) {
+		k, err := c.acquire()
+		if err != nil {
+			return 0, 0, err
+		}
+		in(k, s)
+		return k, c.publish(), nil
+	})
 	for s := 0; s < S; s++ {
-		nextK, nextA := 0, uint64(0)
-		if s+1 < S {
-			if nextK, err = c.acquire(); err != nil {
-				return err
-			}
-			in(nextK, s+1)
-			nextA = c.publish()
+		k, stepA, err := ah.next()
+		if err != nil {
+			return err
+		}
+		if err := ah.fill(); err != nil {
+			return err
 		}
 		if err := out(k, s, stepA); err != nil {
 			return err
 		}
 		c.publish()
 		c.release(k)
-		k, stepA = nextK, nextA
 	}
 	return nil
 }
