@@ -15,8 +15,7 @@ import (
 //	               bits are comm/local's), into its buffer and its slot;
 //	               C: it copies chunk q of member q's slot, the folded
 //	               chunk, into its buffer. Each member copies (p−1)/p of the
-//	               buffer in and out and folds 1/p of it p ways. Order:
-//	               A₀ B₀ A₁ C₀ B₁ A₂ C₁ …
+//	               buffer in and out and folds 1/p of it p ways.
 //	ReduceScatter  per slice, t = S/(p·e) elements of every chunk. A: copy
 //	               chunks q ≠ me into the slot; B: fold chunk me in rank
 //	               order from the slots (and the own src) into dst.
@@ -27,11 +26,13 @@ import (
 //	AllToAll       per slice, t = S/(p·e) elements of every chunk. A: copy
 //	               chunk q ≠ me into the slot's part q; B: copy part me of
 //	               member q's slot into chunk q of dst.
-//	Barrier        one step; every member waits for every other's.
+//	Barrier        one round, then a wait for every member's.
 //
-// Two-phase operations run A₀ A₁ B₀ A₂ B₁ … A phase waits only for the
-// members whose slots it reads; the next use of a slot waits for every
-// member to finish the slice that used it last.
+// The phases run in rounds (coll.rounds): round r does phase i of slice
+// r − i for every phase, then publishes; it starts once every member has
+// published round r − 1. So an all-reduce of S slices takes S + 2 rounds,
+// one wait each, where a wait per phase would take 3S: on a host with
+// more ranks than cores every wait is a hand-over of a core.
 
 func (g *group) allReduce(buf comm.Buf, op comm.ReduceOp) error {
 	p, me, n, dt := g.Size(), g.me, buf.Len(), buf.DType()
@@ -42,12 +43,8 @@ func (g *group) allReduce(buf comm.Buf, op comm.ReduceOp) error {
 	per := g.l().slice / es
 	c := g.begin("allreduce", op, 0, dt, n)
 	bounds := func(s int) (lo, h int) { lo = s * per; return lo, min(lo+per, n) - lo }
-	// copyIn is phase A of slice s: its chunks q ≠ me into a fresh slot.
-	copyIn := func(s int) (int, uint64, error) {
-		k, err := c.acquire()
-		if err != nil {
-			return 0, 0, err
-		}
+	srcs := make([]comm.Buf, p)
+	return c.rounds(slices(n, per), func(k, s int) error { // A: chunks q ≠ me into the slot
 		lo, h := bounds(s)
 		mine := c.slot(me, k)
 		for q := range p {
@@ -56,117 +53,32 @@ func (g *group) allReduce(buf comm.Buf, op comm.ReduceOp) error {
 				copyFrom(mine[a*es:b*es], buf, lo+a, lo+b)
 			}
 		}
-		return k, c.publish(), nil
-	}
-	srcs := make([]comm.Buf, p)
-	S := slices(n, per)
-	ahead := c.runAhead(S, copyIn)
-	for s := 0; s < S; s++ {
-		k, stepA, err := ahead.next()
-		if err != nil {
-			return err
-		}
+		return nil
+	}, func(k, s int) error { // B: fold chunk me
 		lo, h := bounds(s)
 		a, b := chunk(h, p, me)
+		if b == a {
+			return nil
+		}
 		for q := range p {
 			if q == me {
 				srcs[q] = buf.Slice(lo+a, lo+b)
-				continue
+			} else {
+				srcs[q] = asBuf(c.slot(q, k)[a*es:], dt, b-a)
 			}
-			if err := c.await(q, stepA); err != nil {
-				return err
-			}
-			srcs[q] = asBuf(c.slot(q, k)[a*es:], dt, b-a)
 		}
-		if b > a {
-			comm.ReduceTo([]comm.Buf{buf.Slice(lo+a, lo+b), asBuf(c.slot(me, k)[a*es:], dt, b-a)}, srcs, op, p)
-		}
-		stepB := c.publish()
-		if err := ahead.fill(); err != nil {
-			return err
-		}
+		comm.ReduceTo([]comm.Buf{buf.Slice(lo+a, lo+b), asBuf(c.slot(me, k)[a*es:], dt, b-a)}, srcs, op, p)
+		return nil
+	}, func(k, s int) error { // C: the other chunks' results
+		lo, h := bounds(s)
 		for q := range p {
-			if q == me {
-				continue
+			if q != me {
+				qa, qb := chunk(h, p, q)
+				copyTo(buf, lo+qa, lo+qb, c.slot(q, k)[qa*es:qb*es])
 			}
-			if err := c.await(q, stepB); err != nil {
-				return err
-			}
-			qa, qb := chunk(h, p, q)
-			copyTo(buf, lo+qa, lo+qb, c.slot(q, k)[qa*es:qb*es])
 		}
-		c.publish()
-		c.release(k)
-	}
-	return nil
-}
-
-// ahead runs phase A (the copy into a slot) up to Depth−1 slices ahead of
-// the slice being finished, so that a member that is ahead of a peer keeps
-// working instead of waiting (every member keeps the same distance, so
-// their steps still line up).
-type ahead struct {
-	c       *coll
-	S, done int // slices, slices whose phase A ran
-	in      func(s int) (k int, step uint64, err error)
-	ks      []int
-	steps   []uint64
-}
-
-func (c *coll) runAhead(S int, in func(s int) (int, uint64, error)) *ahead {
-	return &ahead{c: c, S: S, in: in}
-}
-
-// fill runs phase A until Depth−1 slices are ahead (or all have run).
-func (a *ahead) fill() error {
-	for len(a.ks) < max(len(a.c.g.ends)-1, 1) && a.done < a.S {
-		k, step, err := a.in(a.done)
-		if err != nil {
-			return err
-		}
-		a.ks, a.steps, a.done = append(a.ks, k), append(a.steps, step), a.done+1
-	}
-	return nil
-}
-
-// next is the oldest slice's slot and the step its phase A published.
-func (a *ahead) next() (int, uint64, error) {
-	if err := a.fill(); err != nil {
-		return 0, 0, err
-	}
-	k, step := a.ks[0], a.steps[0]
-	a.ks, a.steps = a.ks[1:], a.steps[1:]
-	return k, step, nil
-}
-
-// twoPhase runs S slices of a two-phase operation: in(k, s) is phase A of
-// slice s into this member's slot k, out(k, s, step) is phase B, which
-// reads peers' slots k once they have published step (their phase A).
-// Phase A runs ahead as in the all-reduce.
-func (c *coll) twoPhase(S int, in func(k, s int), out func(k, s int, step uint64) error) error {
-	ah := c.runAhead(S, func(s int) (int, uint64, error) {
-		k, err := c.acquire()
-		if err != nil {
-			return 0, 0, err
-		}
-		in(k, s)
-		return k, c.publish(), nil
+		return nil
 	})
-	for s := 0; s < S; s++ {
-		k, stepA, err := ah.next()
-		if err != nil {
-			return err
-		}
-		if err := ah.fill(); err != nil {
-			return err
-		}
-		if err := out(k, s, stepA); err != nil {
-			return err
-		}
-		c.publish()
-		c.release(k)
-	}
-	return nil
 }
 
 func (g *group) reduceScatter(dst, src comm.Buf, op comm.ReduceOp) error {
@@ -181,7 +93,7 @@ func (g *group) reduceScatter(dst, src comm.Buf, op comm.ReduceOp) error {
 	per := g.l().slice / (es * p)
 	c := g.begin("reducescatter", op, 0, dt, m)
 	srcs := make([]comm.Buf, p)
-	return c.twoPhase(slices(m, per), func(k, s int) {
+	return c.rounds(slices(m, per), func(k, s int) error {
 		lo, hi := s*per, min((s+1)*per, m)
 		mine := c.slot(me, k)
 		for q := range p {
@@ -189,21 +101,20 @@ func (g *group) reduceScatter(dst, src comm.Buf, op comm.ReduceOp) error {
 				copyFrom(mine[q*per*es:(q*per+hi-lo)*es], src, q*m+lo, q*m+hi)
 			}
 		}
-	}, func(k, s int, step uint64) error {
+		return nil
+	}, func(k, s int) error {
 		lo, hi := s*per, min((s+1)*per, m)
+		if hi == lo {
+			return nil
+		}
 		for q := range p {
 			if q == me {
 				srcs[q] = src.Slice(me*m+lo, me*m+hi)
-				continue
+			} else {
+				srcs[q] = asBuf(c.slot(q, k)[me*per*es:], dt, hi-lo)
 			}
-			if err := c.await(q, step); err != nil {
-				return err
-			}
-			srcs[q] = asBuf(c.slot(q, k)[me*per*es:], dt, hi-lo)
 		}
-		if hi > lo {
-			comm.Reduce(dst.Slice(lo, hi), srcs, op, p)
-		}
+		comm.Reduce(dst.Slice(lo, hi), srcs, op, p)
 		return nil
 	})
 }
@@ -215,18 +126,15 @@ func (g *group) allGather(dst, src comm.Buf) error {
 		es := dt.Size()
 		per := g.l().slice / es
 		c := g.begin("allgather", 0, 0, dt, m)
-		err := c.twoPhase(slices(m, per), func(k, s int) {
+		err := c.rounds(slices(m, per), func(k, s int) error {
 			copyFrom(c.slot(me, k), src, s*per, min((s+1)*per, m))
-		}, func(k, s int, step uint64) error {
+			return nil
+		}, func(k, s int) error {
 			lo, hi := s*per, min((s+1)*per, m)
 			for q := range p {
-				if q == me {
-					continue
+				if q != me {
+					copyTo(dst, q*m+lo, q*m+hi, c.slot(q, k)[:(hi-lo)*es])
 				}
-				if err := c.await(q, step); err != nil {
-					return err
-				}
-				copyTo(dst, q*m+lo, q*m+hi, c.slot(q, k)[:(hi-lo)*es])
 			}
 			return nil
 		})
@@ -248,19 +156,16 @@ func (g *group) broadcast(buf comm.Buf, root int) error {
 	es := dt.Size()
 	per := g.l().slice / es
 	c := g.begin("broadcast", 0, root, dt, n)
-	return c.twoPhase(slices(n, per), func(k, s int) {
+	return c.rounds(slices(n, per), func(k, s int) error {
 		if me == root {
 			copyFrom(c.slot(me, k), buf, s*per, min((s+1)*per, n))
 		}
-	}, func(k, s int, step uint64) error {
-		if me == root {
-			return nil
+		return nil
+	}, func(k, s int) error {
+		if me != root {
+			lo, hi := s*per, min((s+1)*per, n)
+			copyTo(buf, lo, hi, c.slot(root, k)[:(hi-lo)*es])
 		}
-		if err := c.await(root, step); err != nil {
-			return err
-		}
-		lo, hi := s*per, min((s+1)*per, n)
-		copyTo(buf, lo, hi, c.slot(root, k)[:(hi-lo)*es])
 		return nil
 	})
 }
@@ -275,7 +180,7 @@ func (g *group) allToAll(dst, src comm.Buf) error {
 	es := dt.Size()
 	per := g.l().slice / (es * p)
 	c := g.begin("alltoall", 0, 0, dt, m)
-	return c.twoPhase(slices(m, per), func(k, s int) {
+	return c.rounds(slices(m, per), func(k, s int) error {
 		lo, hi := s*per, min((s+1)*per, m)
 		mine := c.slot(me, k)
 		for q := range p {
@@ -283,16 +188,13 @@ func (g *group) allToAll(dst, src comm.Buf) error {
 				copyFrom(mine[q*per*es:(q*per+hi-lo)*es], src, q*m+lo, q*m+hi)
 			}
 		}
-	}, func(k, s int, step uint64) error {
+		return nil
+	}, func(k, s int) error {
 		lo, hi := s*per, min((s+1)*per, m)
 		for q := range p {
-			if q == me {
-				continue
+			if q != me {
+				copyTo(dst, q*m+lo, q*m+hi, c.slot(q, k)[me*per*es:(me*per+hi-lo)*es])
 			}
-			if err := c.await(q, step); err != nil {
-				return err
-			}
-			copyTo(dst, q*m+lo, q*m+hi, c.slot(q, k)[me*per*es:(me*per+hi-lo)*es])
 		}
 		return nil
 	})
@@ -303,19 +205,16 @@ func (g *group) barrier() error {
 		return nil
 	}
 	c := g.begin("barrier", 0, 0, 0, 0)
-	k, err := c.acquire()
-	if err != nil {
+	if err := c.rounds(1, func(int, int) error { return nil }); err != nil {
 		return err
 	}
-	step := c.publish()
-	for q := range g.ranks {
+	for q := range g.ranks { // every member has published the barrier's round
 		if q != g.me {
-			if err := c.await(q, step); err != nil {
+			if err := c.await(q, g.steps); err != nil {
 				return err
 			}
 		}
 	}
-	c.release(k)
 	return nil
 }
 

@@ -7,19 +7,11 @@ import (
 	"trellis/tensor"
 )
 
-// Collectives move data in slices through each member's staging slots.
-// Every member publishes its progress as a count of steps (its counter);
-// all members run the same operations with the same arguments, so they
-// take the same steps, and "member q has done what I just did" is
-// "q's counter ≥ mine". A slice is a few phases, each ending with a
-// publish: a member writes into its own slot, publishes, and reads a
-// peer's slot only once that peer has published the phase that wrote it.
-// Before a member writes into slot k for slice s it waits until every
-// member has finished slice s − Depth, the last use of that slot, so a
-// member runs at most Depth slices ahead of the slowest. The phases of
-// consecutive slices interleave (a member copies slice s+1 in before it
-// waits for its peers' work on slice s), so that a wait finds the peer
-// done more often than not; the order is the same on every member.
+// Collectives move data in slices through each member's staging slots, in
+// rounds (see rounds). Every member publishes its progress as a count of
+// steps (its counter); all members run the same operations with the same
+// arguments, so they take the same steps, and "member q has done what I
+// just did" is "q's counter ≥ mine".
 
 // coll is one collective in progress on this member.
 type coll struct {
@@ -82,28 +74,43 @@ func (c *coll) checkDesc(q int) error {
 	return nil
 }
 
-// acquire claims the slot of the next slice: it waits until every member
-// has finished the slice that last used it, and returns its index.
-func (c *coll) acquire() (int, error) {
+// rounds runs S slices of a collective of len(phases) phases in rounds:
+// round r waits until every member has published round r − 1, then runs
+// phase i of slice r − i for each phase, last phase first, in slot
+// (slice + slices before) mod Depth, and publishes. A peer's slot is read
+// only by a phase after the one that wrote it, so in a later round than
+// the write: the wait covers every read. And a slot is written again
+// Depth ≥ 3 slices later, in a round that starts after every member
+// finished the rounds that read it (the last, phase 3's, two rounds after
+// the write; a member is at most one round ahead of any other), so slots
+// are never overwritten under a reader, across collectives too.
+func (c *coll) rounds(S int, phases ...func(k, s int) error) error {
 	g := c.g
-	d := uint64(len(g.ends))
-	k := int(g.slices % d)
-	if g.slices >= d {
-		for q := range g.ranks {
-			if q != g.me {
-				if err := g.awaitStep(q, g.ends[k], c.op); err != nil {
-					return 0, err
+	d := uint64(g.l().depth)
+	base := g.slices
+	g.slices += uint64(S)
+	var prev uint64
+	for r := 0; r < S+len(phases)-1; r++ {
+		if r > 0 {
+			for q := range g.ranks {
+				if q != g.me {
+					if err := c.await(q, prev); err != nil {
+						return err
+					}
 				}
 			}
 		}
+		for i := len(phases) - 1; i >= 0; i-- {
+			if s := r - i; s >= 0 && s < S {
+				if err := phases[i](int((base+uint64(s))%d), s); err != nil {
+					return err
+				}
+			}
+		}
+		prev = c.publish()
 	}
-	g.slices++
-	return k, nil
+	return nil
 }
-
-// release records that this member's last step finished the slice in
-// slot k: peers that finished that step are done with slot k.
-func (c *coll) release(k int) { c.g.ends[k] = c.g.steps }
 
 // publish announces this member's next step and returns it.
 func (c *coll) publish() uint64 {

@@ -14,7 +14,7 @@ const (
 	DefaultTimeout           = 10 * time.Minute
 	DefaultRendezvousTimeout = 5 * time.Minute
 	DefaultSliceBytes        = 1 << 20
-	DefaultDepth             = 2
+	DefaultDepth             = 3
 	DefaultRingBytes         = 256 << 10
 )
 
@@ -62,9 +62,12 @@ type Config struct {
 	MaxBuffered int64
 	// SliceBytes is the staging slot each rank has per group and pipeline
 	// step (collectives move data in slices of this size), Depth the number
-	// of slots (how many slices a rank may run ahead of its slowest peer),
-	// RingBytes the capacity of each point-to-point ring. Defaults 1 MiB, 2,
-	// 256 KiB; every rank of a world must use the same values.
+	// of slots (at least 3: a slice's slot is read two rounds after it is
+	// written), RingBytes the capacity of each point-to-point ring.
+	// Defaults: slices of 1 MiB, or 4 MiB when the world has more ranks
+	// than this host has CPUs (fewer rounds, so fewer hand-overs of a core
+	// between the ranks that share it); 3; 256 KiB. Rank 0's values are the
+	// world's (the others adopt them from its segment).
 	SliceBytes, Depth, RingBytes int
 	// Spin bounds how long a waiter polls before it sleeps on a futex (the
 	// budget adapts below it: see the package doc). Default: 50 µs when
@@ -90,8 +93,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("shm: MaxBuffered=%d: must not be negative", c.MaxBuffered)
 	case c.SliceBytes != 0 && (c.SliceBytes < pageSize || c.SliceBytes%pageSize != 0 || c.SliceBytes > 1<<30):
 		return fmt.Errorf("shm: SliceBytes=%d: must be a multiple of %d in [%d, 1 GiB]", c.SliceBytes, pageSize, pageSize)
-	case c.Depth < 0 || c.Depth > 8:
-		return fmt.Errorf("shm: Depth=%d: must be in [1, 8] (0: %d)", c.Depth, DefaultDepth)
+	case c.Depth != 0 && (c.Depth < 3 || c.Depth > 8):
+		return fmt.Errorf("shm: Depth=%d: must be in [3, 8] (0: %d)", c.Depth, DefaultDepth)
 	case c.RingBytes != 0 && (c.RingBytes < pageSize || c.RingBytes%pageSize != 0 || c.RingBytes > 1<<30):
 		return fmt.Errorf("shm: RingBytes=%d: must be a multiple of %d in [%d, 1 GiB]", c.RingBytes, pageSize, pageSize)
 	}
@@ -133,6 +136,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SliceBytes == 0 {
 		c.SliceBytes = DefaultSliceBytes
+		if c.Size > runtime.NumCPU() {
+			c.SliceBytes = 4 * DefaultSliceBytes
+		}
 	}
 	if c.Depth == 0 {
 		c.Depth = DefaultDepth

@@ -26,25 +26,29 @@
 //
 // # Collectives
 //
-// A group's collectives run on its comm.Queue in issue order. Each member
-// publishes its progress as a step count; all run the same collectives
-// with the same arguments, so "member q has done what I have" is "q's
-// counter ≥ mine", and a member reads a peer's slot only once the peer has
-// published the step that wrote it, and writes its own slot again only
-// once every member has finished the slice that last read it (so it runs
-// at most Depth slices ahead). Each collective first checks that every
-// member issued the same one (operation, reduction, root, dtype, length):
-// a mismatch breaks the group with comm.ErrArgs. The algorithms are in
-// algo_linux.go; the all-reduce, with p members and n elements per slice:
-// member r copies chunks q ≠ r of its slice into its slot, folds chunk r
-// of all p slices — its own from its buffer, the others from their slots —
-// in rank order 0, 1, …, p−1 with comm.ReduceTo into its buffer and its
-// slot, and copies every other chunk's result from its owner's slot. The
-// fold is comm/local's, chunk for chunk, so the bits are too
-// (commtest.CheckRankOrder). Each member moves 2(p−1)/p·n bytes through
-// shared memory per slice and folds n/p elements p ways; consecutive
-// slices overlap (A₀ B₀ A₁ C₀ B₁ …: a member copies slice s+1 in before it
-// waits for its peers' folds of slice s).
+// A group's collectives run on its comm.Queue in issue order, in slices
+// of SliceBytes through each member's Depth staging slots, and in rounds:
+// round r of a collective runs phase i of slice r − i for every phase
+// (the copy in of slice r, the fold of slice r − 1, the copy out of slice
+// r − 2), then publishes the member's step count; round r starts once
+// every member has published round r − 1. All members run the same
+// collectives with the same arguments, so they take the same steps, a
+// slot is read only a round after it was written, and written again three
+// slices later, after every read (Depth ≥ 3). Each collective checks that
+// every member issued the same one (operation, reduction, root, dtype,
+// length) the first time it waits on it: a mismatch breaks the group with
+// comm.ErrArgs. The algorithms are in algo_linux.go; the all-reduce, with
+// p members and n elements per slice: member r copies chunks q ≠ r of its
+// slice into its slot, folds chunk r of all p slices — its own from its
+// buffer, the others from their slots — in rank order 0, 1, …, p−1 with
+// comm.ReduceTo into its buffer and its slot, and copies every other
+// chunk's result from its owner's slot. The fold is comm/local's, chunk for
+// chunk, so the bits are too (commtest.CheckRankOrder). Each member copies
+// (p−1)/p·n elements in and as many out and folds n/p elements p ways per
+// slice: comm/local's fold plus two copies, which is what a transport
+// between private address spaces costs (docs/BENCHMARKS.md measures it).
+// S slices take S + 2 rounds, one wait each; with more ranks than cores a
+// wait hands a core to another rank, so slices are then 4 MiB, not 1.
 //
 // # Waiting
 //

@@ -23,10 +23,9 @@ type group struct {
 
 	// Collective progress, touched only by the operation running on the
 	// queue (one at a time).
-	seq    uint64   // collectives begun
-	steps  uint64   // steps published (this member's counter)
-	slices uint64   // slices begun
-	ends   []uint64 // by slot: the step count at the end of its last slice
+	seq    uint64 // collectives begun
+	steps  uint64 // steps published (this member's counter)
+	slices uint64 // slices begun
 
 	out []outbox // by peer: sends waiting for ring space
 	in  inbox
@@ -41,7 +40,7 @@ var _ comm.Group = (*group)(nil)
 
 func (w *world) newGroup(key string, seg *segment, ranks []int, me int) *group {
 	g := &group{w: w, seg: seg, key: key, ranks: ranks, me: me, q: comm.NewQueue(), world: key == "world",
-		ends: make([]uint64, seg.l.depth), out: make([]outbox, len(ranks))}
+		out: make([]outbox, len(ranks))}
 	g.in.init(len(ranks))
 	w.register(g)
 	return g

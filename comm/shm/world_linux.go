@@ -62,6 +62,9 @@ func New(cfg Config) (comm.Group, error) {
 	}
 	w.seg = seg
 	w.segs = append(w.segs, seg)
+	// Rank 0's slices, depth and rings are the world's: every group uses them.
+	w.cfg.SliceBytes, w.cfg.Depth, w.cfg.RingBytes = seg.l.slice, seg.l.depth, seg.l.ring
+	l = seg.l
 	w.bell = seg.m.event(l.member(w.me) + mBell)
 	w.pids = make([]int, cfg.Size)
 	w.fds = make([]int, cfg.Size)
@@ -107,10 +110,9 @@ func (w *world) rendezvous(l layout) (*segment, error) {
 			if err != nil && !errors.Is(err, os.ErrNotExist) {
 				return nil, err
 			}
-			if seg != nil && seg.l != l {
+			if seg != nil && seg.l.p != l.p {
 				seg.unmap()
-				return nil, fmt.Errorf("shm: %s has %d ranks, slices of %d × %d and rings of %d bytes; this rank expects %d, %d × %d, %d",
-					path, seg.l.p, seg.l.depth, seg.l.slice, seg.l.ring, l.p, l.depth, l.slice, l.ring)
+				return nil, fmt.Errorf("shm: %s is a world of %d ranks; this rank expects %d", path, seg.l.p, l.p)
 			}
 		}
 		if seg == nil {
