@@ -1,6 +1,9 @@
 // Package comm defines how ranks talk: the Group interface that every backend
-// implements (comm/local for goroutines in one process, comm/tcp for processes
-// and hosts), the payload type Buf, and the async Work handle.
+// implements (comm/local for goroutines in one process, comm/shm for the
+// processes of one host, comm/tcp for processes and hosts, comm/mpi under
+// mpirun, comm/hier composing an intra-host and an inter-host backend;
+// comm/world opens them by name), the payload type Buf, and the async Work
+// handle.
 //
 // Ordering. A group's collectives (everything but Send and Recv) run in the
 // order they were issued, one at a time, on that group's own queue (think of

@@ -35,6 +35,9 @@ type Job struct {
 	results     []Exit
 	first       *Exit
 	interrupted error
+
+	shmName, shmDir string // this attempt's shared-memory world (shm.go)
+	segmentsRemoved int
 }
 
 type worker struct {
@@ -56,6 +59,9 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		return nil, err
 	}
 	j := &Job{cfg: cfg, exits: make(chan Exit, cfg.NProcPerNode), done: make(chan struct{})}
+	var extra []string
+	j.shmName, j.shmDir, extra = cfg.shmEnv()
+	j.cfg.Env = append(append([]string(nil), cfg.Env...), extra...)
 	out, errw := &lineWriter{w: cfg.Stdout}, &lineWriter{w: cfg.Stderr}
 	for lr := 0; lr < cfg.NProcPerNode; lr++ {
 		w, err := j.startWorker(lr, out, errw)
@@ -63,6 +69,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 			for _, w := range j.workers {
 				w.cmd.Process.Kill()
 			}
+			j.removeSegments()
 			return nil, err
 		}
 		j.workers = append(j.workers, w)
@@ -149,6 +156,7 @@ func exitOf(rank int, err error) Exit {
 // InterruptGrace.
 func (j *Job) supervise(ctx context.Context) {
 	defer close(j.done)
+	defer j.removeSegments() // every worker has exited
 	var term, kill <-chan time.Time
 	ctxDone := ctx.Done()
 	for left := len(j.workers); left > 0; {
@@ -244,7 +252,8 @@ func (j *Job) Wait() error {
 				t = w.tail.get()
 			}
 		}
-		return &WorkerError{Rank: j.first.Rank, Status: j.first.Status, Code: j.first.Code, Tail: t, Stopped: stopped, AlsoFailed: also}
+		return &WorkerError{Rank: j.first.Rank, Status: j.first.Status, Code: j.first.Code, Tail: t, Stopped: stopped, AlsoFailed: also,
+			Blames: blamedRank(t), PerNode: j.cfg.NProcPerNode}
 	case j.interrupted != nil:
 		return fmt.Errorf("%w (%v): stopped ranks %v", ErrInterrupted, j.interrupted, stopped)
 	}

@@ -233,10 +233,31 @@ type WorkerError struct {
 	Tail       []string // its last lines of output
 	Stopped    []int    // ranks the launcher then had to stop
 	AlsoFailed []string // other ranks that failed on their own, with their status
+	// Blames is the rank the failed worker's last lines name as the peer
+	// that failed (a *comm.PeerError), -1 if none: on a job of several
+	// nodes, a worker that died on another node, which this node's
+	// launcher only learns of this way. PerNode is the workers per node.
+	Blames, PerNode int
+}
+
+// BlameNote says which peer the failed worker named, and on which node,
+// when that is another rank ("" otherwise).
+func (e *WorkerError) BlameNote() string {
+	if e.Blames < 0 || e.Blames == e.Rank {
+		return ""
+	}
+	s := fmt.Sprintf("it named rank %d as the peer that failed", e.Blames)
+	if e.PerNode > 0 {
+		s = fmt.Sprintf("it named rank %d (node %d) as the peer that failed", e.Blames, e.Blames/e.PerNode)
+	}
+	return s
 }
 
 func (e *WorkerError) Error() string {
 	s := fmt.Sprintf("launch: rank %d failed (%s)", e.Rank, e.Status)
+	if n := e.BlameNote(); n != "" {
+		s += ": " + n
+	}
 	if len(e.AlsoFailed) > 0 {
 		s += "; then " + strings.Join(e.AlsoFailed, ", ")
 	}

@@ -52,6 +52,15 @@ func testWorker(mode string) int {
 		return failOnceWorker(e)
 	case "shrink":
 		return shrinkWorker(e)
+	case "shm-leave":
+		return shmLeaveWorker(e)
+	case "blame":
+		if e.Rank == 1 {
+			fmt.Println("trellis: train: comm: allreduce: rank 5 failed: connection closed without goodbye (process died?)")
+			return 1
+		}
+		time.Sleep(time.Minute)
+		return 0
 	case "config":
 		if e.Rank == 0 {
 			fmt.Println("cannot run on this world")

@@ -144,8 +144,12 @@ func RunRestarting(ctx context.Context, cfg Config, r Restarts) error {
 			cfg.Args = append(append([]string(nil), base...), r.ResumeFlag, r.Root)
 			what = fmt.Sprintf("resuming from checkpoint %s (step %d)", dir, step)
 		}
+		status := we.Status
+		if n := we.BlameNote(); n != "" {
+			status += "; " + n
+		}
 		fmt.Fprintf(logw, "trellis launch: rank %d died (%s); restart %d of %d: %s%s; %s\n",
-			we.Rank, we.Status, attempt+1, r.Max, world, what, redone(step, reached.get()))
+			we.Rank, status, attempt+1, r.Max, world, what, redone(step, reached.get()))
 		reached.reset()
 	}
 }

@@ -16,13 +16,16 @@ type Config struct {
 	Threads int    // kernel threads of one rank, the planner's "device" (0: 1)
 	ISA     string // kernel ISA ("" or "auto": the best this CPU has)
 	// Ranks is the world size of the collective timings (0: the CPU count,
-	// at least 2); Backends lists "local" (goroutine ranks: the [intra]
-	// link) and/or "tcp" (processes over loopback: the [inter] link).
+	// at least 2); Backends lists "local" (goroutine ranks in one process),
+	// "shm" (processes over shared memory: what a launched job uses inside
+	// a host) and "tcp" (processes over loopback: the [inter] link). The
+	// first of local and shm listed is the [intra] link (WriteTOML).
 	Ranks    int
 	Backends []string
-	// TCP fills in the worker program of a tcp collective benchmark (the
-	// CLI re-executes itself); required when Backends has "tcp".
-	TCP func(CommConfig) CommConfig
+	// Procs fills in the worker program of a process backend's collective
+	// benchmark (the CLI re-executes itself); required when Backends has
+	// "shm" or "tcp".
+	Procs func(CommConfig) CommConfig
 	// Progress, if set, is told what is being measured.
 	Progress func(stage string, done, total int)
 }
@@ -45,11 +48,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("profile: --ranks=%d: want 0 (the CPU count) or 2 to 256", c.Ranks)
 	}
 	for _, b := range c.Backends {
-		if b != "local" && b != "tcp" {
-			return fmt.Errorf("profile: --backends: unknown backend %q (want local and/or tcp)", b)
+		if b != "local" && b != "shm" && b != "tcp" {
+			return fmt.Errorf("profile: --backends: unknown backend %q (want some of local, shm, tcp)", b)
 		}
-		if b == "tcp" && c.TCP == nil {
-			return fmt.Errorf("profile: the tcp backend needs a worker program (Config.TCP)")
+		if b != "local" && c.Procs == nil {
+			return fmt.Errorf("profile: the %s backend needs a worker program (Config.Procs)", b)
 		}
 	}
 	return nil

@@ -157,8 +157,8 @@ func measureLink(ctx context.Context, c Config, backend string) (Link, error) {
 	l := Link{Backend: backend, Ranks: c.ranks()}
 	for _, n := range groups {
 		cc := CommConfig{Backend: backend, Ranks: n, Ops: []string{"allreduce", "reducescatter", "allgather"}, Sizes: sizes}
-		if backend == "tcp" {
-			cc = c.TCP(cc)
+		if backend != "local" {
+			cc = c.Procs(cc)
 		}
 		rep, err := commbench.Run(ctx, cc)
 		if err != nil {

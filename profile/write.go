@@ -9,11 +9,14 @@ import (
 
 // WriteTOML writes the result as a cluster file in the planner's format
 // (plan.ParseClusterFile): one device per rank of Threads cores, as many
-// per node as the cores allow, memory shared equally. [intra] is the local
-// backend's link (goroutine ranks in one process) when it was measured,
-// [inter] the tcp backend's (processes over loopback: the best a network
-// between hosts could do; a real network is slower — edit it). The raw
-// measurements are written as comments.
+// per node as the cores allow, memory shared equally. [intra] is the link
+// of the first intra-host backend measured, in Backends order: local
+// (goroutine ranks in one process: trellis train without a launcher) or
+// shm (processes over shared memory: a launched job's ranks on one host);
+// the other, when measured too, is written as a comment to swap in.
+// [inter] is the tcp backend's (processes over loopback: the best a
+// network between hosts could do; a real network is slower — edit it).
+// The raw measurements are written as comments.
 func (r *Result) WriteTOML(w io.Writer) error {
 	per := max(1, r.Cores/max(r.Threads, 1))
 	memGiB := float64(r.MemTotalBytes) / float64(per) / (1 << 30)
@@ -53,10 +56,21 @@ func (r *Result) WriteTOML(w io.Writer) error {
 	for _, s := range r.GEMM {
 		p("#   %5d %5d %5d: %7.1f  %.3f", s.M, s.N, s.K, s.FLOPs()/s.Seconds/1e9, s.Efficiency(r.PeakFLOPs))
 	}
-	for _, sec := range []struct{ name, backend, what string }{
-		{"intra", "local", "goroutine ranks in one process (comm/local)"},
-		{"inter", "tcp", "processes over loopback TCP (comm/tcp); a network between hosts is slower"},
-	} {
+	intra, other := "local", "shm"
+	for _, l := range r.Links { // in Backends order: the first intra-host one
+		if l.Backend == "shm" || l.Backend == "local" {
+			if l.Backend == "shm" {
+				intra, other = "shm", "local"
+			}
+			break
+		}
+	}
+	what := map[string]string{
+		"local": "goroutine ranks in one process (comm/local)",
+		"shm":   "processes on this host over shared memory (comm/shm)",
+		"tcp":   "processes over loopback TCP (comm/tcp); a network between hosts is slower",
+	}
+	for _, sec := range []struct{ name, backend string }{{"intra", intra}, {"inter", "tcp"}} {
 		l, ok := r.link(sec.backend)
 		if !ok {
 			l, ok = r.anyLink()
@@ -65,7 +79,7 @@ func (r *Result) WriteTOML(w io.Writer) error {
 			}
 			p("\n# [%s] not measured: copied from the %s backend", sec.name, l.Backend)
 		}
-		p("\n[%s]   # %s, %d ranks; α–β fit to %d collectives, RMS error %.1f%%", sec.name, sec.what, l.Ranks, len(l.Samples), 100*l.RMS)
+		p("\n[%s]   # %s, %d ranks; α–β fit to %d collectives, RMS error %.1f%%", sec.name, what[l.Backend], l.Ranks, len(l.Samples), 100*l.RMS)
 		p("bw_gbps = %.3f", l.BWBytes/1e9)
 		if h := r.Handoff; h != nil && l.Backend == "local" {
 			// The engine's collectives come between computations: the
@@ -76,6 +90,11 @@ func (r *Result) WriteTOML(w io.Writer) error {
 		}
 		if l.StreamGBs > 0 && l.Backend == "tcp" {
 			p("# one loopback TCP stream: %.2f GB/s", l.StreamGBs)
+		}
+		if o, ok := r.link(other); ok && sec.name == "intra" {
+			p("# %s, %d ranks, measured too (%d collectives, RMS error %.1f%%); to plan for it instead:", what[o.Backend], o.Ranks, len(o.Samples), 100*o.RMS)
+			p("#   bw_gbps = %.3f", o.BWBytes/1e9)
+			p("#   latency_us = %.3f", o.LatencyS*1e6)
 		}
 	}
 	_, err := io.WriteString(w, b.String())

@@ -274,10 +274,10 @@ func (j Job) resolve() (settings, error) {
 		return s, err
 	}
 	s.linkBW = float64(bw)
-	switch j.Parallel.Backend {
-	case "", "local", "tcp", "auto", "mpi":
+	switch j.Parallel.Backend { // comm/world's backends (cmd/trellis TestBackendsInStep)
+	case "", "local", "tcp", "auto", "mpi", "shm":
 	default:
-		return s, fmt.Errorf("parallel.backend=%q must be local, tcp, mpi or auto", j.Parallel.Backend)
+		return s, fmt.Errorf("parallel.backend=%q must be local, tcp, shm, mpi or auto", j.Parallel.Backend)
 	}
 	s.threads = j.Train.Threads
 	if s.threads == 0 {

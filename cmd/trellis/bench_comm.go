@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"trellis/comm/commbench"
+	"trellis/comm/world"
 	"trellis/device"
 	"trellis/internal/checked"
 	"trellis/internal/sysmem"
@@ -48,10 +50,10 @@ func checkBenchComm(ranks, iters, warmup int, sizes []int64) error {
 	return nil
 }
 
-// newBenchCommCmd: trellis bench comm --backend local|tcp --ranks N
-// [--ops allreduce,...] [--sizes 1KiB:256MiB] [--json]. The logic lives in
-// comm/commbench; for tcp this binary re-executes itself as the workers
-// (the hidden --worker flag).
+// newBenchCommCmd: trellis bench comm --backend local|tcp|shm|auto|mpi
+// --ranks N [--ops allreduce,...] [--sizes 1KiB:256MiB] [--json]. The logic
+// lives in comm/commbench; for the process backends this binary
+// re-executes itself as the workers (the hidden --worker flag).
 func newBenchCommCmd() *cobra.Command {
 	var (
 		backend, ops, sizes  string
@@ -62,6 +64,7 @@ func newBenchCommCmd() *cobra.Command {
 		Use:   "comm",
 		Short: "Measure collective bandwidth (nccl-tests style) against loopback TCP and memcpy",
 		Example: "  trellis bench comm --backend tcp --ranks 2 --ops allreduce --sizes 64MiB\n" +
+			"  trellis bench comm --backend shm --ranks 4 --ops allreduce,alltoall --sizes 64MiB\n" +
 			"  trellis bench comm --backend local --ranks 4 --sizes 1KiB:256MiB --json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -80,11 +83,11 @@ func newBenchCommCmd() *cobra.Command {
 			if backend == "mpi" {
 				return benchMPI(cmd.OutOrStdout(), cfg, asJSON)
 			}
-			if backend == "tcp" {
+			if backend != "local" {
 				if cfg.Program, err = os.Executable(); err != nil {
 					return err
 				}
-				cfg.Args = []string{"bench", "comm", "--worker", "--backend", "tcp", "--ranks", strconv.Itoa(ranks),
+				cfg.Args = []string{"bench", "comm", "--worker", "--backend", backend, "--ranks", strconv.Itoa(ranks),
 					"--ops", ops, "--sizes", sizes, "--iters", strconv.Itoa(iters), "--warmup", strconv.Itoa(warmup)}
 			}
 			rep, err := commbench.Run(cmd.Context(), cfg)
@@ -99,14 +102,37 @@ func newBenchCommCmd() *cobra.Command {
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&backend, "backend", "local", "local (goroutine ranks), tcp (one process per rank on loopback) or mpi (run under mpirun -np N; a binary built with -tags mpi)")
+	f.StringVar(&backend, "backend", "local", "local (goroutine ranks), tcp (one process per rank on loopback), shm (one process per rank, shared memory), auto (what trellis train picks under a launcher: shm on one host) or mpi (run under mpirun -np N; a binary built with -tags mpi)")
 	f.IntVar(&ranks, "ranks", 2, "world size")
 	f.StringVar(&ops, "ops", strings.Join(commbench.Ops(), ","), "comma-separated operations")
 	f.StringVar(&sizes, "sizes", "1KiB:256MiB", "LO:HI (powers of two) or a comma-separated list of sizes in bytes")
 	f.IntVar(&iters, "iters", 0, "timed repetitions per size (0: enough to move about 256 MiB, 5 to 200)")
 	f.IntVar(&warmup, "warmup", 0, "untimed repetitions per size (0: 2, negative: none)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
-	f.BoolVar(&worker, "worker", false, "run as a tcp worker (used by the benchmark itself)")
+	f.BoolVar(&worker, "worker", false, "run as a worker process (used by the benchmark itself)")
 	f.MarkHidden("worker")
 	return c
+}
+
+// benchMPI is trellis bench comm --backend mpi: every process of an mpirun
+// (or srun) job measures on the MPI world and rank 0 prints the report,
+// with the memcpy reference (--ranks is the job's size, not a flag's).
+func benchMPI(out io.Writer, cfg commbench.Config, asJSON bool) error {
+	w, err := world.Open("mpi", world.Config{})
+	if err != nil {
+		return fmt.Errorf("bench comm: --backend mpi: %w", err)
+	}
+	defer w.Close()
+	cfg.Backend, cfg.Ranks = "mpi", w.Group.Size()
+	rows, err := commbench.Measure(w.Group, cfg)
+	if err != nil || w.Group.Rank() != 0 {
+		return err
+	}
+	rep := commbench.Report{Rows: rows}
+	rep.Reference.MemcpyGBps = commbench.MemcpyGBps(5)
+	if asJSON {
+		return rep.WriteJSON(out)
+	}
+	rep.WriteTable(out)
+	return nil
 }

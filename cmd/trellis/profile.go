@@ -17,8 +17,8 @@ import (
 )
 
 // newProfileCmd: trellis profile [-o host.toml] [--quick]. It measures this
-// machine in the planner's terms and writes a cluster file; the tcp
-// collectives re-execute this binary as `bench comm --worker`.
+// machine in the planner's terms and writes a cluster file; the shm and
+// tcp collectives re-execute this binary as `bench comm --worker`.
 func newProfileCmd() *cobra.Command {
 	var (
 		out, backends string
@@ -45,13 +45,13 @@ func newProfileCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c.TCP = func(cc profile.CommConfig) profile.CommConfig {
+			c.Procs = func(cc profile.CommConfig) profile.CommConfig {
 				sizes := make([]string, len(cc.Sizes))
 				for i, s := range cc.Sizes {
 					sizes[i] = strconv.FormatInt(s, 10)
 				}
 				cc.Program = exe
-				cc.Args = []string{"bench", "comm", "--worker", "--backend", "tcp", "--ranks", strconv.Itoa(cc.Ranks),
+				cc.Args = []string{"bench", "comm", "--worker", "--backend", cc.Backend, "--ranks", strconv.Itoa(cc.Ranks),
 					"--ops", strings.Join(cc.Ops, ","), "--sizes", strings.Join(sizes, ","),
 					"--iters", strconv.Itoa(cc.Iters), "--warmup", strconv.Itoa(cc.Warmup)}
 				return cc
@@ -114,6 +114,6 @@ func newProfileCmd() *cobra.Command {
 	f.BoolVar(&c.Quick, "quick", false, "fewer shapes and shorter timings (under 30 s)")
 	f.IntVar(&c.Threads, "threads", 1, "kernel threads of one device (rank)")
 	f.IntVar(&c.Ranks, "ranks", 0, "ranks of the collective timings (0: the CPU count, at least 2)")
-	f.StringVar(&backends, "backends", "local,tcp", "comm backends to time: local ([intra]) and/or tcp ([inter])")
+	f.StringVar(&backends, "backends", "local,shm,tcp", "comm backends to time: local (goroutine ranks) and shm (processes over shared memory): the first listed is [intra], the other a comment; tcp: [inter]")
 	return cmd
 }

@@ -12,8 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"trellis/comm"
-	"trellis/comm/tcp"
+	"trellis/comm/world"
 	"trellis/launch"
 	"trellis/train"
 )
@@ -57,7 +56,7 @@ plan unless one is given.`,
 	fl.StringVar(&f.parallel, "parallel", "", `plan text, e.g. "dp=4,zero=3", or "auto": the planner's fastest plan that fits (= --set parallel.plan=...)`)
 	fl.IntVar(&f.devices, "devices", 0, "number of ranks (= --set parallel.devices=N)")
 	fl.StringVar(&f.deviceMemory, "device-memory", "", "every rank's memory budget, e.g. 512MiB (= --set parallel.device_memory=...)")
-	fl.StringVar(&f.backend, "backend", "", "auto (default: processes under a launcher, else goroutines), local (goroutines), tcp (processes) or mpi (processes under mpirun/srun; a binary built with -tags mpi)")
+	fl.StringVar(&f.backend, "backend", "", "the ranks' transport: "+world.Help()+"; default auto")
 	fl.StringVar(&f.resume, "resume", "", "continue from this checkpoint (a step directory or a checkpoint root)")
 	fl.IntVar(&f.until, "until", 0, "stop after this step, checkpointing first")
 	fl.StringVar(&f.metrics, "metrics", "", "write one JSON object per step to this file (a resumed run appends)")
@@ -116,16 +115,18 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 			return err
 		}
 	}
-	world, err := tcpWorld(job.Parallel.Backend, env)
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	w, err := openWorld(job.Parallel.Backend, env, log)
 	if err != nil {
 		return err
 	}
-	if world != nil {
-		defer closeWorld(job.Parallel.Backend, world)
-	}
+	defer w.Close()
+	world := w.Group
 	rank0 := world == nil || world.Rank() == 0
 	voice := rank0 || (env != nil && env.LocalRank == 0)
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if world != nil && rank0 {
+		log.Info("world", "backend", w.Backend, "ranks", world.Size())
+	}
 	ctx, graceful, stop := interruptContext(voice)
 	defer stop()
 	opts := train.Options{Job: job, Resume: f.resume, Until: f.until, Log: log, Out: os.Stdout, World: world, Report: voice, Trace: f.trace, Stop: graceful}
@@ -210,21 +211,28 @@ func interruptContext(say bool) (context.Context, <-chan struct{}, func()) {
 	}
 }
 
-// tcpWorld joins the process world when the backend asks for it (tcp, or
-// auto inside a launch environment); nil means ranks are goroutines here.
-func tcpWorld(backend string, env *launch.Env) (comm.Group, error) {
-	switch {
-	case backend == "mpi":
-		return mpiWorld()
-	case backend == "tcp" && env == nil:
-		_, err := launch.WorkerEnv()
-		return nil, fmt.Errorf("parallel.backend=tcp: %w (start it with trellis launch, torchrun-style variables, Slurm or Open MPI)", err)
-	case env == nil || (backend != "tcp" && backend != "auto"):
-		return nil, nil
+// openWorld joins the process world of parallel.backend through the
+// backend registry (comm/world); a nil Group means the ranks are
+// goroutines of this process. log gets auto's fallback warning.
+func openWorld(backend string, env *launch.Env, log *slog.Logger) (*world.World, error) {
+	if backend == "" {
+		backend = "auto"
 	}
-	cfg, err := env.TCPConfig(func(k string) (string, bool) { return os.LookupEnv(k) })
+	cfg := world.Config{Log: log}
+	if env != nil {
+		cfg.Placement = placement(*env)
+	} else {
+		_, cfg.Unplaced = launch.WorkerEnv()
+	}
+	w, err := world.Open(backend, cfg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("parallel.backend=%s: %w", backend, err)
 	}
-	return tcp.New(cfg)
+	return w, nil
+}
+
+// placement is a launched worker's place in comm/world's terms.
+func placement(e launch.Env) *world.Placement {
+	return &world.Placement{Rank: e.Rank, Size: e.WorldSize, LocalRank: e.LocalRank, LocalSize: e.LocalWorldSize,
+		NodeRank: e.NodeRank, MasterAddr: e.MasterAddr, MasterPort: e.MasterPort, Source: e.Source}
 }

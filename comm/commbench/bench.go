@@ -6,9 +6,10 @@
 // run measures two references for it: a single loopback TCP stream and a
 // memcpy. GB/s means 1e9 bytes per second.
 //
-// The local backend runs its ranks as goroutines of this process; the tcp
-// backend starts one worker process per rank on loopback through package
-// launch (the program re-executes itself; see Config.Program).
+// The local backend runs its ranks as goroutines of this process; the
+// process backends (tcp, shm, auto: see comm/world) start one worker
+// process per rank on this host through package launch (the program
+// re-executes itself; see Config.Program).
 package commbench
 
 import (
@@ -22,22 +23,26 @@ import (
 	"sync"
 
 	"trellis/comm/local"
-	"trellis/comm/tcp"
+	"trellis/comm/world"
 	"trellis/launch"
 )
 
+// Backends are the backends Run measures: local in this process, the
+// others as launched processes on this host.
+func Backends() []string { return []string{"local", "tcp", "shm", "auto"} }
+
 // Config selects what to measure.
 type Config struct {
-	Backend string   // "local" or "tcp"
+	Backend string   // one of Backends()
 	Ranks   int      // world size
 	Ops     []string // from Ops()
 	Sizes   []int64  // bytes
 	Iters   int      // timed repetitions per size; 0 chooses (see iterations)
 	Warmup  int      // untimed repetitions first; 0 means 2, negative none
 
-	// For tcp: the worker program and its arguments, which must lead to
-	// RunWorker with the same Config (the CLI re-executes itself), and
-	// where the workers' output goes (default os.Stderr).
+	// For a process backend: the worker program and its arguments, which
+	// must lead to RunWorker with the same Config (the CLI re-executes
+	// itself), and where the workers' output goes (default os.Stderr).
 	Program string
 	Args    []string
 	Stderr  io.Writer
@@ -46,8 +51,8 @@ type Config struct {
 // Validate names the first bad field.
 func (c Config) Validate() error {
 	switch {
-	case c.Backend != "local" && c.Backend != "tcp":
-		return fmt.Errorf("commbench: Backend=%q: want local or tcp", c.Backend)
+	case !slices.Contains(Backends(), c.Backend):
+		return fmt.Errorf("commbench: Backend=%q: want one of %v", c.Backend, Backends())
 	case c.Ranks < 1:
 		return fmt.Errorf("commbench: --ranks=%d: must be at least 1", c.Ranks)
 	case len(c.Ops) == 0 || len(c.Sizes) == 0:
@@ -129,7 +134,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Backend == "local" {
 		rep.Rows, err = runLocal(cfg)
 	} else {
-		rep.Rows, err = runTCP(ctx, cfg)
+		rep.Rows, err = runProcs(ctx, cfg)
 	}
 	if err != nil {
 		return nil, err
@@ -166,12 +171,16 @@ func runLocal(cfg Config) ([]Row, error) {
 	return rows[0], nil
 }
 
-// EnvOut names the file a tcp worker of rank 0 writes its rows to.
-const EnvOut = "TRELLIS_BENCH_OUT"
+// EnvOut names the file rank 0 of a process backend writes its rows to;
+// EnvBackend the backend, for a worker whose Config names none.
+const (
+	EnvOut     = "TRELLIS_BENCH_OUT"
+	EnvBackend = "TRELLIS_BENCH_BACKEND"
+)
 
-func runTCP(ctx context.Context, cfg Config) ([]Row, error) {
+func runProcs(ctx context.Context, cfg Config) ([]Row, error) {
 	if cfg.Program == "" {
-		return nil, fmt.Errorf("commbench: Program is empty: the tcp backend needs a worker program")
+		return nil, fmt.Errorf("commbench: Program is empty: the %s backend needs a worker program", cfg.Backend)
 	}
 	dir, err := os.MkdirTemp("", "trellis-bench-")
 	if err != nil {
@@ -184,38 +193,42 @@ func runTCP(ctx context.Context, cfg Config) ([]Row, error) {
 		stderr = os.Stderr
 	}
 	err = launch.Run(ctx, launch.Config{NProcPerNode: cfg.Ranks, Program: cfg.Program, Args: cfg.Args,
-		Env: []string{EnvOut + "=" + out}, Stdout: stderr, Stderr: stderr})
+		Env: []string{EnvOut + "=" + out, EnvBackend + "=" + cfg.Backend}, Stdout: stderr, Stderr: stderr})
 	if err != nil {
-		return nil, fmt.Errorf("commbench: tcp workers: %w", err)
+		return nil, fmt.Errorf("commbench: %s workers: %w", cfg.Backend, err)
 	}
 	b, err := os.ReadFile(out)
 	if err != nil {
-		return nil, fmt.Errorf("commbench: tcp workers wrote no results: %w", err)
+		return nil, fmt.Errorf("commbench: %s workers wrote no results: %w", cfg.Backend, err)
 	}
 	var rows []Row
 	if err := json.Unmarshal(b, &rows); err != nil {
-		return nil, fmt.Errorf("commbench: tcp results: %w", err)
+		return nil, fmt.Errorf("commbench: %s results: %w", cfg.Backend, err)
 	}
 	return rows, nil
 }
 
-// RunWorker is the body of a tcp worker process: it joins the world its
-// launcher describes, measures, and rank 0 writes the rows to $EnvOut.
+// RunWorker is the body of a worker process: it joins the world of
+// cfg.Backend that its launcher describes (comm/world), measures, and rank
+// 0 writes the rows to $EnvOut. A row's backend is what was opened (auto:
+// shm on one host, tcp where shared memory is unusable).
 func RunWorker(cfg Config) error {
 	env, err := launch.WorkerEnv()
 	if err != nil {
 		return err
 	}
-	tc, err := env.TCPConfig(os.LookupEnv)
+	if cfg.Backend == "" {
+		cfg.Backend = os.Getenv(EnvBackend)
+	}
+	w, err := world.Open(cfg.Backend, world.Config{Placement: Placement(env)})
 	if err != nil {
 		return err
 	}
-	g, err := tcp.New(tc)
-	if err != nil {
-		return err
+	defer w.Close()
+	g := w.Group
+	if cfg.Backend == "auto" {
+		cfg.Backend = w.Backend
 	}
-	defer g.Close()
-	cfg.Backend = "tcp"
 	rows, err := Measure(g, cfg)
 	if err != nil || g.Rank() != 0 {
 		return err
@@ -243,4 +256,11 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	fmt.Fprintf(w, "reference: single-stream loopback TCP %.3f GB/s, memcpy %.3f GB/s\n",
 		r.Reference.TCPStreamGBps, r.Reference.MemcpyGBps)
+}
+
+// Placement is a worker's place in its job (launch's reading of its
+// environment) in comm/world's terms.
+func Placement(e launch.Env) *world.Placement {
+	return &world.Placement{Rank: e.Rank, Size: e.WorldSize, LocalRank: e.LocalRank, LocalSize: e.LocalWorldSize,
+		NodeRank: e.NodeRank, MasterAddr: e.MasterAddr, MasterPort: e.MasterPort, Source: e.Source}
 }

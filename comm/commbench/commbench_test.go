@@ -109,7 +109,7 @@ func TestBusFactor(t *testing.T) {
 		p    int
 		want float64
 	}{{"allreduce", 4, 1.5}, {"allreduce", 2, 1}, {"reducescatter", 4, 0.75}, {"allgather", 8, 0.875},
-		{"broadcast", 4, 1}, {"sendrecv", 3, 1}, {"allreduce", 1, 0}} {
+		{"broadcast", 4, 1}, {"sendrecv", 3, 1}, {"allreduce", 1, 0}, {"alltoall", 4, 0.75}} {
 		if got := busFactor(c.op, c.p); got != c.want {
 			t.Errorf("%s p=%d: %g, want %g", c.op, c.p, got, c.want)
 		}
@@ -130,18 +130,26 @@ func TestLocal(t *testing.T) {
 	}
 }
 
-func TestTCP(t *testing.T) {
+// TestProcesses measures with worker processes on every process backend;
+// auto on one host is shm.
+func TestProcesses(t *testing.T) {
+	for backend, opened := range map[string]string{"tcp": "tcp", "shm": "shm", "auto": "shm"} {
+		t.Run(backend, func(t *testing.T) { testProcesses(t, backend, opened) })
+	}
+}
+
+func testProcesses(t *testing.T, backend, opened string) {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := workerConfig
-	cfg.Backend, cfg.Ranks, cfg.Program = "tcp", 2, exe
+	cfg.Backend, cfg.Ranks, cfg.Program = backend, 2, exe
 	rep, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkRows(t, rep.Rows, "tcp", 2, cfg.Ops, cfg.Sizes)
+	checkRows(t, rep.Rows, opened, 2, cfg.Ops, cfg.Sizes)
 	if rep.Reference.TCPStreamGBps <= 0 || rep.Reference.MemcpyGBps <= 0 {
 		t.Fatalf("references %+v", rep.Reference)
 	}

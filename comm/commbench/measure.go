@@ -9,18 +9,19 @@ import (
 
 // Ops are the operations the benchmark knows, in table order.
 func Ops() []string {
-	return []string{"allreduce", "reducescatter", "allgather", "broadcast", "sendrecv"}
+	return []string{"allreduce", "reducescatter", "allgather", "broadcast", "alltoall", "sendrecv"}
 }
 
 // busFactor converts algorithm bandwidth to bus bandwidth as nccl-tests
 // does: the fraction of the data each rank must move over its busiest link
 // for an optimal algorithm — all-reduce 2(p-1)/p, reduce-scatter and
-// all-gather (p-1)/p, broadcast and send/recv 1.
+// all-gather and all-to-all (p-1)/p (of the whole p-chunk buffer: the
+// part that leaves the rank), broadcast and send/recv 1.
 func busFactor(op string, p int) float64 {
 	switch op {
 	case "allreduce":
 		return 2 * float64(p-1) / float64(p)
-	case "reducescatter", "allgather":
+	case "reducescatter", "allgather", "alltoall":
 		return float64(p-1) / float64(p)
 	}
 	return 1
@@ -103,6 +104,10 @@ func prepare(g comm.Group, op string, size int64) (func() error, int64, error) {
 		c := n / p
 		src, dst := comm.F32(make([]float32, c)), comm.F32(make([]float32, c*p))
 		return func() error { return comm.AllGather(g, dst, src) }, int64(c*p) * 4, nil
+	case "alltoall":
+		c := n / p
+		src, dst := comm.F32(make([]float32, c*p)), comm.F32(make([]float32, c*p))
+		return func() error { return comm.AllToAll(g, dst, src) }, int64(c*p) * 4, nil
 	case "broadcast":
 		buf := comm.F32(make([]float32, n))
 		return func() error { return comm.Broadcast(g, buf, 0) }, int64(n) * 4, nil

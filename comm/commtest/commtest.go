@@ -22,6 +22,9 @@
 //     (CheckRankOrder);
 //   - AllGather with src = this rank's chunk of dst and ReduceScatter with dst
 //     = this rank's chunk of src work in place;
+//   - comm.AllToAllV (segments of any length, some empty, over Send and
+//     Recv) delivers every segment where the counts say, with a collective
+//     in flight, and refuses inconsistent counts;
 //   - Send completes without waiting for the matching Recv (both sides of an
 //     exchange may send first, even 1 MiB), tags select messages, and
 //     messages with one (peer, tag) arrive in order;
@@ -150,6 +153,9 @@ func cases() []testCase {
 	}
 	for _, n := range []int{2, 3, 5} {
 		cs = append(cs, testCase{name: fmt.Sprintf("PointToPoint/n=%d", n), run: pointToPoint(n)})
+	}
+	for _, n := range []int{1, 3, 4} {
+		cs = append(cs, testCase{name: fmt.Sprintf("AllToAllV/n=%d", n), run: allToAllV(n)})
 	}
 	for _, n := range []int{2, 4} {
 		cs = append(cs, testCase{name: fmt.Sprintf("PointToPoint/RecvFirst/n=%d", n), run: recvFirst(n)},

@@ -31,6 +31,8 @@ var layer = map[string]int{
 	"comm/local":      2,
 	"comm/tcp":        2,
 	"comm/mpi":        2, // build tag mpi: cgo against Open MPI
+	"comm/shm":        2, // ranks of one host over shared memory (Linux)
+	"comm/hier":       2, // groups across hosts: intra-host and inter-host phases over two Groups
 	"data":            2,
 	"checkpoint":      2,
 	"hf":              4, // Hugging Face GPT-2 layout: model + safetensors
@@ -39,6 +41,7 @@ var layer = map[string]int{
 	"optim":           3,
 	"comm/commtest":   3,
 	"launch":          3,
+	"comm/world":      3, // backends opened by name (cmd never names a transport)
 	"comm/commbench":  4, // starts tcp workers through launch
 	"parallel":        4, // the Strategy interface
 	"parallel/flat":   4,
@@ -55,6 +58,7 @@ var layer = map[string]int{
 	"internal/proctime": 0, // the process's CPU time (benchmarks)
 	"internal/bounded":  0, // size-bounded reads of outside files
 	"internal/outfile":  1, // outputs that refuse to replace inputs, devices, FIFOs
+	"internal/netns":    0, // network namespaces standing for hosts (tests, benchmarks)
 	"metrics":           0, // the --metrics line schema (train writes it, viz reads it)
 	"viz":               1, // pages and SVG from metrics, traces and plans: no runtime package
 	"dashboard":         3, // serves viz pages; never train (it gets metrics through train.Observer)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package world
+
+const raceEnabled = false
