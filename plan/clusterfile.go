@@ -37,6 +37,10 @@ import (
 //	zero3_backward_post = true # the backward's ZeRO-3 gather issued after the previous layer's backward (FSDP BACKWARD_POST) (default false)
 //	pp_blocking_p2p = true     # each pipeline send and receive blocks on its own (DeepSpeed's engine) (default false)
 //	grad_accum_pass = true     # bf16 gradients added into fp32 by a pass per micro-batch (DeepSpeed bf16) (default false)
+//	moe_dispatcher = "deepep"  # expert tokens: alltoall (NCCL, default), allgather, deepep (node-aware: DeepEP, HybridEP)
+//	moe_ep_overlap = true      # expert all-to-alls beside another micro-batch's compute (Megatron's EP overlap) (default false)
+//	moe_expert_loop = true     # local experts as a loop of GEMMs, not one grouped GEMM (default false)
+//	moe_fp8_dispatch = true    # fp8 plans dispatch tokens in fp8 (DeepSeek-V3) (default false)
 //	cores = 2                  # CPU cores a node's devices share (a CPU host; default 0: devices have their own)
 //	core_speedup = 1.9         # what `cores` threads computing at once reach over one (required with cores)
 //	[intra]                    # required without base
@@ -58,6 +62,10 @@ type clusterFile struct {
 	PPBlockingP2P  *bool       `toml:"pp_blocking_p2p" json:"pp_blocking_p2p"`
 	ZeRO3BwdPost   *bool       `toml:"zero3_backward_post" json:"zero3_backward_post"`
 	GradAccumPass  *bool       `toml:"grad_accum_pass" json:"grad_accum_pass"`
+	MoEDispatcher  *string     `toml:"moe_dispatcher" json:"moe_dispatcher"`
+	MoEEPOverlap   *bool       `toml:"moe_ep_overlap" json:"moe_ep_overlap"`
+	MoEExpertLoop  *bool       `toml:"moe_expert_loop" json:"moe_expert_loop"`
+	MoEFP8Dispatch *bool       `toml:"moe_fp8_dispatch" json:"moe_fp8_dispatch"`
 	Cores          *int        `toml:"cores" json:"cores"`
 	CoreSpeedup    *float64    `toml:"core_speedup" json:"core_speedup"`
 	Device         *deviceFile `toml:"device" json:"device"`
@@ -257,12 +265,16 @@ func (f clusterFile) applySoftware(s *Software) {
 		v   *bool
 		dst *bool
 	}{{f.TPGradOverlap, &s.TPGradOverlap}, {f.FlatRings, &s.FlatRings}, {f.ZeRO3Regather, &s.ZeRO3Regather},
-		{f.PPBlockingP2P, &s.PPBlockingP2P}, {f.GradAccumPass, &s.GradAccumPass}, {f.ZeRO3BwdPost, &s.ZeRO3BackwardPost}} {
+		{f.PPBlockingP2P, &s.PPBlockingP2P}, {f.GradAccumPass, &s.GradAccumPass}, {f.ZeRO3BwdPost, &s.ZeRO3BackwardPost},
+		{f.MoEEPOverlap, &s.MoE.EPOverlap}, {f.MoEExpertLoop, &s.MoE.ExpertLoop}, {f.MoEFP8Dispatch, &s.MoE.FP8Dispatch}} {
 		if b.v != nil {
 			*b.dst = *b.v
 		}
 	}
 	if f.ZeRO3Modules != nil {
 		s.ZeRO3Modules = *f.ZeRO3Modules
+	}
+	if f.MoEDispatcher != nil {
+		s.MoE.Dispatcher = *f.MoEDispatcher
 	}
 }

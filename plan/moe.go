@@ -182,13 +182,17 @@ func (m Model) attnParams() int64 {
 	return n
 }
 
-// mlpParams is a gated MLP of width f (gate, up, down), with biases when
-// the model has MLP biases.
+// mlpParams is an MLP of width f (gated: gate, up, down; GELU: up,
+// down), with biases when the model has MLP biases.
 func (m Model) mlpParams(f int) int64 {
 	h, ff := int64(m.Hidden), int64(f)
-	n := 3 * h * ff
+	in := int64(1)
+	if m.gated() {
+		in = 2
+	}
+	n := (in + 1) * h * ff
 	if m.MLPBias {
-		n += 2*ff + h
+		n += in*ff + h
 	}
 	return n
 }

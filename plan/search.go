@@ -34,6 +34,9 @@ func (j Job) Search(o Options) (Result, error) {
 		return Result{}, fmt.Errorf("plan: top=%d: want at least 1 (0 means the default, 10)", o.Top)
 	}
 	s := searcher{job: j, fix: o.Fix, top: o.top(), res: Result{Rejected: map[string]int{}}}
+	if j.Model.general() {
+		s.seed(o)
+	}
 	N := j.Devices
 	for _, tp := range divisors(N) {
 		for _, cp := range divisors(N / tp) {
@@ -91,6 +94,7 @@ type searcher struct {
 	top int
 	res Result
 	err error // a prediction that is not finite (a cluster's numbers out of range)
+	gen genSearch // the general path's state (moesearch.go)
 }
 
 func (s *searcher) reject(key string, n int) {
@@ -128,23 +132,37 @@ func (s *searcher) shape(tp, cp, pp, dp int) {
 		s.reject(rejSPTP, 1)
 		return
 	}
+	if !s.moeShapeRule(tp) {
+		return
+	}
 	base := Default()
 	base.DP, base.TP, base.PP, base.CP = dp, tp, pp, cp
 	orders := s.orders(base)
+	if len(orders) == 0 {
+		return
+	}
 	scheds := s.schedules(tp, pp)
-	for _, prec := range s.precisions() {
-		for _, mbs := range divisors(j.GlobalBatch / dp) {
-			if !f.allowsInt("mbs", mbs) {
-				continue
-			}
-			for _, sp := range s.bools("sp", tp > 1) {
-				p := base
-				p.Precision, p.MBS, p.SP = prec, mbs, sp
-				if sp && (j.Seq/cp)%tp != 0 {
-					s.reject(rejSP, 1)
+	for _, ex := range s.experts(tp, cp, dp) {
+		base.SetExperts(ex.ep, ex.etp)
+		for _, prec := range s.precisions() {
+			s.gen.resetFailed(2 * 2 * 3 * len(scheds) * 4)
+			for _, mbs := range divisors(j.GlobalBatch / dp) {
+				if !f.allowsInt("mbs", mbs) {
 					continue
 				}
-				s.kernelChoices(p, orders, scheds)
+				for _, sp := range s.bools("sp", tp > 1) {
+					p := base
+					p.Precision, p.MBS, p.SP = prec, mbs, sp
+					if sp && (j.Seq/cp)%tp != 0 {
+						s.reject(rejSP, 1)
+						continue
+					}
+					if tp > 1 && !sp && j.Model.moe() {
+						s.reject(rejMoESP, 1)
+						continue
+					}
+					s.kernelChoices(p, orders, scheds)
+				}
 			}
 		}
 	}
@@ -157,7 +175,7 @@ func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt) {
 	m := s.job.GlobalBatch / (p.DP * p.MBS)
 	for _, flash := range s.bools("flash", true) {
 		lz := lazyLayer{lcs: make([]layerCost, len(orders))}
-		for _, rc := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
+		for ri, rc := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
 			if !f.allows("recompute", string(rc)) {
 				continue
 			}
@@ -166,15 +184,21 @@ func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt) {
 			}
 			p.Recompute, p.Flash = rc, flash
 			lz.have = false
-			for _, so := range scheds {
+			lz.gen.reset()
+			for si, so := range scheds {
 				p.Schedule, p.VPP = so.s, so.v
 				zs := s.zeros(p.DP * p.CP)
 				if so.s == Interleaved && m%p.PP != 0 {
 					s.reject(rejInterleaved, len(zs)*len(orders))
 					continue
 				}
+				if so.s.dual() && (m < 2*p.PP || (so.s == DualPipe && m%2 != 0)) {
+					s.reject(rejDual, len(zs)*len(orders))
+					continue
+				}
 				for _, z := range zs {
 					p.ZeRO = z
+					s.gen.combo = (((b2i(p.SP)*2+b2i(flash))*3+ri)*len(scheds)+si)*4 + z
 					s.evaluate(p, orders, so.params, &lz)
 				}
 			}
@@ -189,6 +213,7 @@ type lazyLayer struct {
 	parts           computeParts
 	haveParts, have bool
 	lcs             []layerCost
+	gen             lazyGeneral // the general path's (moesearch.go)
 }
 
 func (lz *lazyLayer) costs(j Job, p Plan, orders []orderOpt) []layerCost {
@@ -208,6 +233,10 @@ func (lz *lazyLayer) costs(j Job, p Plan, orders []orderOpt) []layerCost {
 // fits, the step time under each order.
 func (s *searcher) evaluate(p Plan, orders []orderOpt, sp shapeParams, lz *lazyLayer) {
 	j := s.job
+	if sp.lay != nil {
+		s.evaluateGeneral(p, orders, sp, lz)
+		return
+	}
 	mem := j.memory(p, sp)
 	s.res.Evaluated += len(orders)
 	if sm := s.res.Smallest.Memory.Total; sm == 0 || mem.Total < sm {
@@ -275,6 +304,9 @@ func (s *searcher) push(e Estimate) {
 		return
 	}
 	ps := s.res.Plans
+	if s.gen.seeded && s.known(e.Plan) {
+		return
+	}
 	if s.merge(e) {
 		return
 	}

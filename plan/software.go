@@ -61,6 +61,40 @@ type Software struct {
 	// Megatron accumulates in fp32 inside the dW GEMM: DeepSpeed's bf16
 	// optimizer. File key grad_accum_pass.
 	GradAccumPass bool
+
+	// MoE is what the stack does with an expert-parallel plan's tokens
+	// (moecost.go).
+	MoE MoESoftware
+}
+
+// MoESoftware is the expert-parallel half of a training stack's software
+// profile. The zero value is Megatron-Core's all-to-all dispatcher with
+// grouped GEMMs and no EP overlap.
+type MoESoftware struct {
+	// Dispatcher moves the routed tokens between the expert-parallel
+	// ranks (file key moe_dispatcher): "alltoall" (or ""), NCCL's
+	// all-to-all of every (token, expert) copy, Megatron's
+	// --moe-token-dispatcher-type alltoall; "allgather", every rank
+	// gathers all the group's tokens and keeps its experts' (Megatron's
+	// allgather dispatcher); "deepep", node-aware dispatch that sends a
+	// token once to each destination node over InfiniBand and forwards it
+	// over NVLink inside the node (DeepSeek's DeepEP; NVIDIA's HybridEP;
+	// Megatron's flex dispatcher).
+	Dispatcher string
+	// EPOverlap: the all-to-alls of one micro-batch run beside the compute
+	// of another (Megatron-Core's --overlap-moe-expert-parallel-comm with
+	// its combined 1F1B schedule, Kimi K2's interleaved 1F1B with extra
+	// warm-up); DualPipe schedules do this by construction. File key
+	// moe_ep_overlap.
+	EPOverlap bool
+	// ExpertLoop: a rank's local experts run as a loop of GEMMs, one kernel
+	// each (Megatron's SequentialMLP, without --moe-grouped-gemm); the
+	// default is one grouped GEMM. File key moe_expert_loop.
+	ExpertLoop bool
+	// FP8Dispatch: under fp8 the dispatched activations travel in fp8 with
+	// one fp32 scale per 128 values (DeepSeek-V3 §3.3.2); the combine stays
+	// in 16 bits. File key moe_fp8_dispatch.
+	FP8Dispatch bool
 }
 
 // gradAccumBytes is what GradAccumPass moves per parameter and micro-batch
@@ -77,6 +111,11 @@ func (s Software) gradAccumBytes(p Precision) float64 {
 func (s Software) validate(cluster string) error {
 	if s.ZeRO3Modules < 0 || s.ZeRO3Modules > 64 {
 		return fmt.Errorf("plan: cluster %s: zero3_modules=%d: must be between 1 and 64 (0 means 1)", cluster, s.ZeRO3Modules)
+	}
+	switch s.MoE.Dispatcher {
+	case "", "alltoall", "allgather", "deepep":
+	default:
+		return fmt.Errorf("plan: cluster %s: moe_dispatcher=%q: want alltoall, allgather or deepep", cluster, s.MoE.Dispatcher)
 	}
 	return nil
 }
