@@ -115,7 +115,7 @@ func (j Job) generalStepComm(p Plan, pl placement, g generalCosts, ranks []rankC
 		}
 		var e float64
 		if p.ZeRO <= 1 {
-			all := nd*reduce(rc.dense/nd*gb, dp)
+			all := nd * reduce(rc.dense/nd*gb, dp)
 			if rc.expert > 0 {
 				all += ne * reduce(rc.expert/ne*gb, edp)
 			}

@@ -129,8 +129,8 @@ func (r recipe) attention(window int) block {
 		out := r.linear(r.T, h, a*float64(x.V)/t, true)
 		b.compute = down.pass()
 		b.pairs = []tpPair{{col: up, row: out, ag: r.T * agBytes * e, rs: r.T * h * e}}
-		repl = 2 * (qr + kvr) * e          // the latents' norms
-		split = 2 * (a*dr/t + dr/t) * e    // rotary on q_pe and the shared k_pe
+		repl = 2 * (qr + kvr) * e       // the latents' norms
+		split = 2 * (a*dr/t + dr/t) * e // rotary on q_pe and the shared k_pe
 		kern = 4
 	} else {
 		d, kv := float64(m.HD()), float64(m.KVHeads)

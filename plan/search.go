@@ -93,7 +93,7 @@ type searcher struct {
 	fix Fix
 	top int
 	res Result
-	err error // a prediction that is not finite (a cluster's numbers out of range)
+	err error     // a prediction that is not finite (a cluster's numbers out of range)
 	gen genSearch // the general path's state (moesearch.go)
 }
 

@@ -14,7 +14,7 @@ type Time struct {
 	// Exposed communication per step, by axis (they add up to CommExposed);
 	// EP is expert parallelism's all-to-all (and its ETP gathers).
 	TP, CP, PP, DP, EP float64
-	Optimizer      float64 // part of Misc: the memory-bound optimizer step
+	Optimizer          float64 // part of Misc: the memory-bound optimizer step
 }
 
 // layerCost is one transformer layer for one micro-batch on one device:
