@@ -21,6 +21,7 @@ type planFlags struct {
 	top            int
 	json           bool
 	emit, from     string
+	imbalance      float64
 }
 
 // newPlanCmd is `trellis plan`: search parallel plans for a model on a
@@ -75,6 +76,7 @@ cluster file (see docs/PLANNER.md).`,
 	fl.StringVar(&f.explain, "explain", "", "explain one plan (missing keys take their defaults): why it is rejected or slower")
 	fl.BoolVar(&f.json, "json", false, "print JSON")
 	fl.StringVar(&f.emit, "emit", "", "print the chosen plan (or --explain's) as a framework runs it: megatron, torchtitan or deepspeed")
+	fl.Float64Var(&f.imbalance, "imbalance", 1, "models with experts: the busiest expert-parallel rank's routed tokens over its balanced share (1: balanced)")
 	fl.StringVar(&f.from, "from", "", "read a framework configuration and explain it: --from megatron -- ARGS... (or a file of them), --from torchtitan job.toml, --from deepspeed ds_config.json (with --fix for the keys DeepSpeed's JSON lacks)")
 	addServeFlag(c, &f) // plan_serve.go
 	return c
@@ -157,6 +159,9 @@ func planJob(f planFlags) (plan.Job, error) {
 		n = c.DevicesPerNode
 	}
 	j := plan.Job{Model: m, Cluster: c, Devices: n, Seq: f.seq, GlobalBatch: f.batch}
+	if f.imbalance != 1 {
+		j.Imbalance = f.imbalance
+	}
 	return j, j.Validate()
 }
 
