@@ -95,6 +95,9 @@ func (j Job) Emit(fw Framework, p Plan) (Emission, error) {
 	case DeepSpeed:
 		e.Version, e.Text = deepspeedVersion, j.deepspeedJSON(q)
 		e.Outside = deepspeedOutside(q)
+		if j.Model.moe() { // DeepSpeed-MoE's layer takes them in the model code (deepspeed.moe.layer.MoE)
+			e.Outside = append(e.Outside, "ep="+q.Get("ep"), "etp="+q.Get("etp"))
+		}
 	}
 	return e, nil
 }

@@ -19,7 +19,7 @@ const megatronVersion = "Megatron-LM core_v0.12.0"
 // to what it carries. Every other argument is read as "no effect on the
 // plan's cost" and listed in the notes.
 func megatronTable() []fwArg {
-	return []fwArg{
+	rows := []fwArg{
 		{"--tensor-model-parallel-size", "tp"},
 		{"--pipeline-model-parallel-size", "pp"},
 		{"--context-parallel-size", "cp"},
@@ -66,6 +66,7 @@ func megatronTable() []fwArg {
 		{"--hidden-dropout", "model.dropout (0: none)"},
 		{"--vocab-size", "model.vocab (before Megatron pads it)"},
 	}
+	return append(rows, megatronMoETable()...)
 }
 
 // megatronSwitches are the table's flags that take no value.
@@ -78,7 +79,7 @@ func megatronSwitch(flag string) bool {
 		"--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear":
 		return true
 	}
-	return false
+	return megatronMoESwitch(flag)
 }
 
 // megatronRules are what Megatron-LM cannot run: GPipe and zb-h1 (its
@@ -205,6 +206,7 @@ func (j Job) megatronArgs(p Plan) string {
 		a.add("--hidden-dropout", 0)
 	}
 	a.add("--vocab-size", m.Vocab)
+	j.megatronMoEArgs(&a, p)
 	return a.text()
 }
 
@@ -252,6 +254,9 @@ func readMegatron(text string) (megatronRead, []string, error) {
 		}
 		switch {
 		case !known[name]:
+			if err := megatronArgExists(name); err != nil {
+				return nil, nil, err
+			}
 			for ; i+1 < len(toks) && !strings.HasPrefix(toks[i+1], "--"); i++ {
 			} // an argument of its own may take several values (--rampup-batch-size 16 16 5859375)
 			notes = append(notes, name+": not read (no effect on the plan's cost in the planner's model)")

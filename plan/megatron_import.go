@@ -42,6 +42,9 @@ func (j Job) importMegatron(text string) (Imported, error) {
 	if p.ZeRO, err = megatronZeRO(g); err != nil {
 		return Imported{}, err
 	}
+	if err := j.megatronExperts(g, &p, &notes); err != nil {
+		return Imported{}, err
+	}
 	if p.DP*p.CP > 1 && p.ZeRO <= 1 && !g.has("--overlap-grad-reduce") {
 		notes = append(notes, "no --overlap-grad-reduce: the gradient reduction is not overlapped with the backward, as the planner costs it (this prediction is optimistic)")
 	}
@@ -84,6 +87,11 @@ func (j Job) importMegatron(text string) (Imported, error) {
 	shapeNotes, err := j.megatronShape(g)
 	if err != nil {
 		return Imported{}, err
+	}
+	if g.has("--num-layers") {
+		if err := j.megatronMoEShape(g); err != nil {
+			return Imported{}, err
+		}
 	}
 	im.Notes = sortedNotes(append(notes, shapeNotes...))
 	return im, nil

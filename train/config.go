@@ -144,6 +144,12 @@ func checkSupported(p plan.Plan) error {
 	if p.Precision != plan.FP32 && p.Precision != plan.BF16 && p.Precision != plan.FP16 {
 		bad = append(bad, fmt.Sprintf("precision=%s (fp32, bf16 and fp16 only)", p.Precision))
 	}
+	if ep, etp := p.Experts(); ep > 1 || etp > 1 {
+		bad = append(bad, fmt.Sprintf("ep=%d (expert parallelism)", ep))
+	}
+	if p.Schedule == plan.DualPipe || p.Schedule == plan.DualPipeV {
+		bad = append(bad, fmt.Sprintf("schedule=%s (DualPipe)", p.Schedule))
+	}
 	if len(bad) > 0 {
 		return fmt.Errorf("parallel.plan: the engine does not implement %s yet", strings.Join(bad, ", "))
 	}
