@@ -94,7 +94,7 @@ func (s *searcher) schedules(tp, pp int) []schedOpt {
 		if !ok || (sc == DualPipeV && !splittable(L, pp, 2)) {
 			return
 		}
-		so := schedOpt{sc, v, s.job.tpParams(tp, pt)}
+		so := schedOpt{s: sc, v: v, params: s.job.tpParams(tp, pt), idx: len(out)}
 		if q := (Plan{PP: pp, VPP: v, Schedule: sc}); s.job.useGeneral(q) {
 			so.params.lay = s.job.newLayout(q)
 		}

@@ -18,8 +18,8 @@ func deepspeedExpertRule(j Job, p Plan) ([]Plan, string) {
 	var alts []Plan
 	for _, e := range []int{1, p.TP} {
 		best := 1
-		for _, d := range divisors(j.Model.MoE.Experts) {
-			if d <= ep && p.DP%d == 0 && j.Model.MoE.FFN%e == 0 {
+		for _, d := range divisors(j.Model.experts().Experts) {
+			if d <= ep && p.DP%d == 0 && j.Model.experts().FFN%e == 0 {
 				best = d
 			}
 		}

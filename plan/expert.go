@@ -84,7 +84,7 @@ func (j Job) expertRule(p Plan) violation {
 		}
 		return violation{}
 	}
-	e := m.MoE
+	e := m.experts()
 	switch {
 	case e.Experts%ep != 0:
 		return broken(rejEP, "ep=%d does not divide experts=%d", ep, e.Experts)

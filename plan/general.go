@@ -21,7 +21,7 @@ type chunkCost struct {
 	expert  float64 // parameters: routed experts
 }
 
-func (j Job) chunkCost(p Plan, ks kinds, kp [2][2]float64, c chunkShape, C int) chunkCost {
+func (j Job) chunkCost(p Plan, ks *kinds, kp [2][2]float64, c chunkShape, C int) chunkCost {
 	var cc chunkCost
 	add := func(kc kindCost, n float64) {
 		if n == 0 {
@@ -75,19 +75,37 @@ func (rc rankCost) total() float64 {
 // generalCosts holds what one plan's costing computes once: its kinds,
 // their parameters and the layout.
 type generalCosts struct {
-	ks  kinds
-	kp  [2][2]float64
-	lay *layout
-	ex  expertPlacement
+	ks    *kinds
+	kp    [2][2]float64
+	lay   *layout
+	ex    expertPlacement
+	flops [2]float64 // model and hardware FLOPs of the step (0: not yet counted)
+	// ranks are the time ranks' costs without the per-micro-batch ZeRO
+	// traffic (generalRanks; nil: not yet costed), which the search reuses
+	// across ZeRO stages.
+	ranks []rankCost
 }
 
 func (j Job) newGeneralCosts(p Plan, pl placement, lay *layout) generalCosts {
 	ex := placeExperts(p, j.Cluster.DevicesPerNode)
-	return generalCosts{ks: j.generalKinds(p, pl, ex), kp: j.kindParams(p), lay: lay, ex: ex}
+	ks := j.generalKinds(p, pl, ex)
+	return generalCosts{ks: &ks, kp: j.kindParams(p), lay: lay, ex: ex}
 }
 
-func (j Job) rankCost(p Plan, pl placement, g generalCosts, rs rankShape) rankCost {
-	rc := rankCost{rank: rs.rank}
+// generalRanks costs the layout's time ranks (rankCost) without their
+// ZeRO traffic.
+func (j Job) generalRanks(p Plan, pl placement, g *generalCosts) []rankCost {
+	ranks := make([]rankCost, len(g.lay.genTime))
+	for i, gr := range g.lay.genTime {
+		ranks[i] = j.rankCost(p, pl, g, g.lay.ranks[gr.rank])
+	}
+	return ranks
+}
+
+// rankCost is a rank's costs but its per-micro-batch ZeRO traffic
+// (generalZeRO, added by generalStepTime).
+func (j Job) rankCost(p Plan, pl placement, g *generalCosts, rs rankShape) rankCost {
+	rc := rankCost{rank: rs.rank, chunks: make([]chunkCost, 0, len(rs.chunks))}
 	for _, c := range rs.chunks {
 		cc := j.chunkCost(p, g.ks, g.kp, c, g.lay.C)
 		rc.chunks = append(rc.chunks, cc)
@@ -102,7 +120,6 @@ func (j Job) rankCost(p Plan, pl placement, g generalCosts, rs rankShape) rankCo
 	if p.PP > 1 {
 		rc.pp = j.generalPipeComm(p, pl, rs, rc)
 	}
-	rc.zero = j.generalZeRO(p, pl, g, rs, rc)
 	return rc
 }
 
@@ -134,7 +151,7 @@ func (j Job) generalPipeComm(p Plan, pl placement, rs rankShape, rc rankCost) fl
 // its gradients, prefetched behind the previous layer's compute, with the
 // software profile's module count, regather and backward-post as the
 // dense path has them.
-func (j Job) generalZeRO(p Plan, pl placement, g generalCosts, rs rankShape, rc rankCost) float64 {
+func (j Job) generalZeRO(p Plan, pl placement, g *generalCosts, rs rankShape, rc rankCost) float64 {
 	c := j.Cluster
 	w, gb := weightBytes(p.Precision), gradBytes(p.Precision)
 	dp, edp := j.dpGroups(p, pl, g.ex)

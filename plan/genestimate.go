@@ -26,7 +26,7 @@ func (j Job) generalFLOPs(p Plan) (model, hw float64) {
 			keys = math.Min(s, float64(m.Window))
 		}
 		if m.mla() {
-			x := m.MLA
+			x := m.latent()
 			qk, qr, kvr := float64(x.QKNope+x.QKRope), float64(x.QRank), float64(x.KVRank)
 			mat = h*(kvr+float64(x.QKRope)) + kvr*a*float64(x.QKNope+x.V) + a*float64(x.V)*h
 			if x.QRank > 0 {
@@ -45,7 +45,7 @@ func (j Job) generalFLOPs(p Plan) (model, hw float64) {
 			gate = 3
 		}
 		if m.moeLayer(i) {
-			e := m.MoE
+			e := m.experts()
 			mat += 3*h*float64(e.SharedFFN) + float64(e.TopK)*3*h*float64(e.FFN) + float64(e.Experts)*h
 		} else {
 			mat += gate * h * float64(m.FFN)
@@ -79,15 +79,19 @@ func (j Job) generalFLOPs(p Plan) (model, hw float64) {
 // generalEstimate is estimate for the general path.
 func (j Job) generalEstimate(p Plan, pl placement) Estimate {
 	lay := j.newLayout(p)
-	return j.generalFinish(p, pl, j.newGeneralCosts(p, pl, lay), j.generalMemory(p, lay))
+	g := j.newGeneralCosts(p, pl, lay)
+	return j.generalFinish(p, pl, &g, j.generalMemory(p, lay))
 }
 
 // generalFinish completes an estimate of the general path whose memory
 // and costs are known.
-func (j Job) generalFinish(p Plan, pl placement, g generalCosts, mem Memory) Estimate {
+func (j Job) generalFinish(p Plan, pl placement, g *generalCosts, mem Memory) Estimate {
+	if g.flops[0] == 0 {
+		g.flops[0], g.flops[1] = j.generalFLOPs(p)
+	}
 	t, _ := j.generalStepTime(p, pl, g)
 	e := Estimate{Plan: p, Memory: mem, Time: t}
-	e.ModelFLOPs, e.HWFLOPs = j.generalFLOPs(p)
+	e.ModelFLOPs, e.HWFLOPs = g.flops[0], g.flops[1]
 	n := float64(j.Devices)
 	e.TFLOPsPerDevice = e.ModelFLOPs / e.Time.Step / n / tera
 	e.HWTFLOPsPerDevice = e.HWFLOPs / e.Time.Step / n / tera

@@ -13,8 +13,8 @@ func (j Job) explainGeneral(b *strings.Builder, p Plan, best *Estimate) {
 	lay := j.newLayout(p)
 	g := j.newGeneralCosts(p, pl, lay)
 	mem := j.generalMemory(p, lay)
-	e := j.generalFinish(p, pl, g, mem)
-	_, ranks := j.generalStepTime(p, pl, g)
+	e := j.generalFinish(p, pl, &g, mem)
+	_, ranks := j.generalStepTime(p, pl, &g)
 	j.explainGeneralMemory(b, e, lay, g)
 	j.explainGeneralTime(b, e, lay, g, ranks)
 	if best != nil {
@@ -42,7 +42,7 @@ func (j Job) explainGeneralMemory(b *strings.Builder, e Estimate, lay *layout, g
 	parts := fmt.Sprintf("%.4g dense params (attention, norms, dense MLPs, routers, shared experts, embedding, output layer)", dense)
 	if j.Model.moe() {
 		parts += fmt.Sprintf(" + %.4g expert params (%d of %d experts per rank in each of %s MoE layers, 1/%d of each)",
-			expert, j.Model.MoE.Experts/ep, j.Model.MoE.Experts, trimFloat(gr.held[2]+gr.held[3]), etp)
+			expert, j.Model.experts().Experts/ep, j.Model.experts().Experts, trimFloat(gr.held[2]+gr.held[3]), etp)
 	}
 	shard := func(on bool) string {
 		if !on || (nd == 1 && ne == 1) {

@@ -14,7 +14,7 @@ package plan
 func (m Model) attnParamsTP(t float64) float64 {
 	h, a := float64(m.Hidden), float64(m.Heads)
 	if m.mla() {
-		x := m.MLA
+		x := m.latent()
 		qk, qr, kvr := float64(x.QKNope+x.QKRope), float64(x.QRank), float64(x.KVRank)
 		repl := h*(kvr+float64(x.QKRope)) + kvr
 		split := kvr*a*float64(x.QKNope+x.V) + a*float64(x.V)*h
@@ -64,7 +64,7 @@ func (m Model) layerParamsSplit(i int, t float64, ep, etp int) (dense, expert fl
 	if !m.moeLayer(i) {
 		return dense + m.mlpParamsTP(m.FFN, t), 0
 	}
-	e := m.MoE
+	e := m.experts()
 	h := float64(m.Hidden)
 	dense += float64(e.Experts) * h // the router, replicated
 	if e.RouterBias {

@@ -52,7 +52,7 @@ func (j Job) genRanks(lay *layout) {
 	}
 	idx := map[string]int{}
 	for _, rs := range lay.ranks {
-		k := rs.key()
+		k := rs.shapeKey()
 		if i, ok := idx[k]; ok {
 			lay.genTime[i].mult++
 			continue
@@ -95,4 +95,14 @@ func (g genRank) perMB(mk memKinds) (perMB, flight float64) {
 	perMB += g.mbE*mk.embed + g.mbH*mk.mtp
 	flight += g.flE*mk.embed + g.flH*mk.mtp
 	return perMB, flight
+}
+
+// shapeKey names a rank's chunks, so ranks holding the same are costed once.
+func (rs rankShape) shapeKey() string {
+	b := make([]byte, 0, 16*len(rs.chunks))
+	for _, c := range rs.chunks {
+		b = append(b, byte(c.layers), byte(c.layers>>8), byte(c.moe), byte(c.moe>>8), byte(c.window), byte(c.window>>8),
+			byte(b2i(c.embed)), byte(b2i(c.head)), byte(c.share*4), '|')
+	}
+	return string(b)
 }

@@ -16,31 +16,28 @@ import "math"
 // F&B, B and W a mean chunk's forward-and-backward (its communication
 // overlapped: what stays exposed is in it), backward and weight-gradient
 // GEMMs for one micro-batch.
-func (j Job) generalStepTime(p Plan, pl placement, g generalCosts) (Time, []rankCost) {
+func (j Job) generalStepTime(p Plan, pl placement, g *generalCosts) (Time, []rankCost) {
 	lay := g.lay
-	cache := map[string]rankCost{}
-	ranks := make([]rankCost, len(lay.ranks))
-	for i, rs := range lay.ranks {
-		key := rs.key()
-		rc, ok := cache[key]
-		if !ok {
-			rc = j.rankCost(p, pl, g, rs)
-			cache[key] = rc
-		}
-		rc.rank = rs.rank
-		ranks[i] = rc
+	if g.ranks == nil {
+		g.ranks = j.generalRanks(p, pl, g)
+	}
+	ranks := make([]rankCost, len(g.ranks))
+	copy(ranks, g.ranks)
+	for i := range ranks {
+		ranks[i].zero = j.generalZeRO(p, pl, g, lay.ranks[lay.genTime[i].rank], ranks[i])
 	}
 	slow := ranks[0]
-	var mean, meanB, meanW float64
-	for _, rc := range ranks {
+	var mean, meanB, meanW, n float64
+	for i, rc := range ranks {
 		if rc.total() > slow.total() {
 			slow = rc
 		}
-		mean += rc.total()
-		meanB += rc.compute.bwd + rc.compute.rc
-		meanW += rc.compute.wgt
+		w := lay.genTime[i].mult
+		mean += w * rc.total()
+		meanB += w * (rc.compute.bwd + rc.compute.rc)
+		meanW += w * rc.compute.wgt
+		n += w
 	}
-	n := float64(len(ranks))
 	mean, meanB, meanW = mean/n, meanB/n, meanW/n
 	m := float64(j.MicroBatches(p))
 	var t Time
@@ -70,16 +67,6 @@ func (j Job) generalStepTime(p Plan, pl placement, g generalCosts) (Time, []rank
 	return j.hostTime(t), ranks
 }
 
-// key names a rank's chunks, so ranks holding the same are costed once.
-func (rs rankShape) key() string {
-	b := make([]byte, 0, 16*len(rs.chunks))
-	for _, c := range rs.chunks {
-		b = append(b, byte(c.layers), byte(c.layers>>8), byte(c.moe), byte(c.moe>>8), byte(c.window), byte(c.window>>8),
-			byte(b2i(c.embed)), byte(b2i(c.head)), byte(c.share*4), '|')
-	}
-	return string(b)
-}
-
 // generalStepComm is the data-parallel traffic done once per step and
 // exposed, for the rank where it is largest: the dense gradients reduced
 // over dp·cp and the experts' over EDP (all-reduce under ZeRO-0,
@@ -88,7 +75,7 @@ func (rs rankShape) key() string {
 // updated parameters behind the next step's first forward but the first
 // bucket (as stepComm); a tied embedding's gradient between the two end
 // ranks.
-func (j Job) generalStepComm(p Plan, pl placement, g generalCosts, ranks []rankCost) float64 {
+func (j Job) generalStepComm(p Plan, pl placement, g *generalCosts, ranks []rankCost) float64 {
 	c := j.Cluster
 	if j.hostBusy() { // nothing to hide behind: see hostBusy
 		ranks = append([]rankCost(nil), ranks...)

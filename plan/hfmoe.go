@@ -112,7 +112,7 @@ func (c hfConfig) moeModel(name string) (Model, error) {
 		if e.TopK > e.Experts {
 			return m, fmt.Errorf("plan: config.json: num_experts_per_tok=%d exceeds the %d experts", e.TopK, e.Experts)
 		}
-		m.MoE = e
+		m.MoE = &e
 	}
 	return m, nil
 }
@@ -204,7 +204,8 @@ func (c hfConfig) deepseekExperts(m *Model) (MoE, error) {
 	if m.MTP, err = optionalZero("num_nextn_predict_layers", c.NextN); err != nil {
 		return e, err
 	}
-	a := &m.MLA
+	a := &MLA{}
+	m.MLA = a
 	if a.KVRank, err = need("kv_lora_rank", c.KVLoRA); err != nil {
 		return e, err
 	}

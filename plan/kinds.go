@@ -35,11 +35,10 @@ func kindIndex(moe, window bool) (int, int) { return b2i(moe), b2i(window) }
 // expert placement ex. A dense model (a DualPipe plan of a model the dense
 // path describes) has one kind, the dense path's own layer.
 func (j Job) generalKinds(p Plan, pl placement, ex expertPlacement) kinds {
-	m := j.Model
-	var ks kinds
-	if !m.general() {
+	if !j.Model.general() {
 		lc := j.layerCost(p, pl)
 		a := j.activations(p)
+		var ks kinds
 		ks.k = lc.k
 		ks.kind[0][0] = kindCost{compute: lc.compute, tp: lc.tp, cp: lc.cp, act: a.layer, working: a.working}
 		ks.have[0][0] = true
@@ -47,37 +46,112 @@ func (j Job) generalKinds(p Plan, pl placement, ex expertPlacement) kinds {
 		ks.actEmbed, ks.actHead = a.embed, a.head
 		return ks
 	}
+	ks := j.kindSetOf(p, pl, ex)
+	return ks.apply(j, p)
+}
+
+// kindSet is a general model's kinds before the recomputation policy and
+// the all-to-all's overlap, which the search varies over the same GEMMs
+// and collectives (apply).
+type kindSet struct {
+	k               kernels
+	part            [2][2]kindPart
+	have            [2][2]bool
+	embed, head     passTime
+	embedTP, headTP float64
+	actEmbed        float64
+	actHead         float64
+	mtpExtra        passTime // an MTP module's projection, norms and second head
+	mtpAct          float64  // … and what they keep
+}
+
+// kindPart is one layer kind without recomputation: its compute, its
+// tensor- and context-parallel exposure and its all-to-all forward and
+// backward, the attention core's forward, and its activations: all it
+// keeps (full), the materialised core and the layer input.
+type kindPart struct {
+	compute              passTime
+	tpF, tpB, cp         float64
+	cpRc                 float64 // the context-parallel ring again under full recomputation
+	a2aF, a2aB           float64
+	pairs                []tpPair // its GEMMs and what tensor parallelism moves (read only)
+	core                 passTime // the attention core
+	routed               routedCost
+	full, coreAct, input float64
+}
+
+func (j Job) kindSetOf(p Plan, pl placement, ex expertPlacement) kindSet {
+	return j.kindSetFrom(p, pl, ex, nil)
+}
+
+// kindSetFrom is kindSetOf reusing from, the kinds of the same plan under
+// another placement with the same tensor-parallel chunking (tpOverlap):
+// the GEMMs, the routed experts and the activations are the same, only
+// the tensor- and context-parallel exposure is costed again. A nil or
+// empty from is costed whole.
+func (j Job) kindSetFrom(p Plan, pl placement, ex expertPlacement, from *kindSet) kindSet {
+	m := j.Model
 	r := j.newRecipe(p, pl)
+	if from != nil && from.k.peak > 0 {
+		ks := *from
+		for a := 0; a < 2; a++ {
+			for b := 0; b < 2; b++ {
+				if kp := &ks.part[a][b]; ks.have[a][b] {
+					kp.tpF, kp.tpB = r.tpExposed(pl, kp.pairs)
+					kp.cp, kp.cpRc = r.cpExposed(pl, kp.core)
+				}
+			}
+		}
+		ks.embedTP, ks.headTP = j.endsTP(p, r, pl)
+		return ks
+	}
+	var ks kindSet
 	ks.k = r.k
 	for i := 0; i < m.Layers; i++ {
 		mo, w := kindIndex(m.moeLayer(i), m.windowLayer(i))
 		if !ks.have[mo][w] {
-			ks.kind[mo][w], ks.have[mo][w] = r.kind(pl, ex, mo == 1, w == 1), true
+			ks.part[mo][w], ks.have[mo][w] = r.kindPart(pl, ex, mo == 1, w == 1), true
 		}
 	}
 	ks.embed, ks.head = j.embedCompute(p, r.k), j.headCompute(p, r.k)
-	S := r.T * float64(m.Hidden) * r.k.e
-	c := j.Cluster
-	ks.embedTP = c.allReduce(S, pl.tp)
-	ks.headTP = 3 * c.allReduce(4*r.T, pl.tp)
-	if p.SP {
-		ks.headTP += 2 * c.allGather(S, pl.tp)
-	}
+	h := float64(m.Hidden)
+	ks.embedTP, ks.headTP = j.endsTP(p, r, pl)
 	seqSplit := 1.0
 	if p.SP {
 		seqSplit = r.t
 	}
-	h := float64(m.Hidden)
 	ks.actHead = r.T * (2*h*r.k.e/seqSplit + 4*float64(m.Vocab)/r.t)
 	if m.MTP > 0 {
-		ks.mtp = r.mtp(pl, ex, ks)
+		// DeepSeek-V3's MTP modules on the last stage, beyond their
+		// transformer layer (of the model's last kind): each projects the
+		// concatenation of two normalised h-wide inputs back to h (a 2h → h
+		// GEMM on the gathered tokens, split by tp) and runs the output
+		// layer and loss again.
+		proj := r.linear(r.T, h/r.t, 2*h, false).pass()
+		ks.mtpExtra = proj.add(ks.head).add(r.elementwise(4*h*r.k.e, 3))
+		ks.mtpAct = ks.actHead + r.T*2*h*r.k.e
 	}
 	return ks
 }
 
-// kind costs one layer with (moe) or without routed experts and with or
-// without a sliding window.
-func (r recipe) kind(pl placement, ex expertPlacement, moe, windowed bool) kindCost {
+// endsTP is the embedding's and the output layer's tensor-parallel
+// communication: the embedding's all-reduce of its h-wide output, the
+// loss's three of 4 bytes per token, and under sp the output layer's
+// gather of its input and its gradient's reduce-scatter.
+func (j Job) endsTP(p Plan, r recipe, pl placement) (embed, head float64) {
+	c := j.Cluster
+	S := r.T * float64(j.Model.Hidden) * r.k.e
+	embed = c.allReduce(S, pl.tp)
+	head = 3 * c.allReduce(4*r.T, pl.tp)
+	if p.SP {
+		head += 2 * c.allGather(S, pl.tp)
+	}
+	return embed, head
+}
+
+// kindPart costs one layer with (moe) or without routed experts and with
+// or without a sliding window, before recomputation.
+func (r *recipe) kindPart(pl placement, ex expertPlacement, moe, windowed bool) kindPart {
 	m := r.j.Model
 	w := 0
 	if windowed {
@@ -89,57 +163,75 @@ func (r recipe) kind(pl placement, ex expertPlacement, moe, windowed bool) kindC
 		f = m.MoE.SharedFFN
 	}
 	ml := r.mlp(f)
-	var kc kindCost
-	kc.compute = att.compute.add(ml.compute)
-	pairs := append(append([]tpPair(nil), att.pairs...), ml.pairs...)
-	tpF, tpB := r.tpExposed(pl, pairs)
-	core := r.core(w)
-	kc.cp = r.cpExposed(pl, core)
-	var a2aF, a2aB float64
+	var kp kindPart
+	kp.compute = att.compute.add(ml.compute)
+	kp.pairs = append(append(make([]tpPair, 0, len(att.pairs)+len(ml.pairs)), att.pairs...), ml.pairs...)
+	kp.tpF, kp.tpB = r.tpExposed(pl, kp.pairs)
+	kp.core = r.core(w)
+	kp.cp, kp.cpRc = r.cpExposed(pl, kp.core)
 	if moe {
-		kc.routed = r.routed(ex)
-		kc.compute = kc.compute.add(kc.routed.compute)
-		a2aF, a2aB = kc.routed.a2aFwd, kc.routed.a2aBwd
+		kp.routed = r.routed(ex)
+		kp.compute = kp.compute.add(kp.routed.compute)
+		kp.a2aF, kp.a2aB = kp.routed.a2aFwd, kp.routed.a2aBwd
 	}
-	kc.act, kc.working = r.kindAct(moe, kc.routed)
-	switch r.p.Recompute {
+	kp.full, kp.coreAct, kp.input = r.kindActParts(moe, kp.routed)
+	return kp
+}
+
+// apply is the kinds under p's recomputation and schedule.
+func (s *kindSet) apply(j Job, p Plan) kinds {
+	ks := kinds{k: s.k, have: s.have, embed: s.embed, head: s.head, embedTP: s.embedTP, headTP: s.headTP,
+		actEmbed: s.actEmbed, actHead: s.actHead}
+	overlap := j.Cluster.Software.MoE.EPOverlap || p.Schedule.dual()
+	for a := 0; a < 2; a++ {
+		for b := 0; b < 2; b++ {
+			if s.have[a][b] {
+				ks.kind[a][b] = s.part[a][b].apply(p, overlap)
+			}
+		}
+	}
+	if m := j.Model; m.MTP > 0 {
+		last := m.Layers - 1
+		mo, w := kindIndex(m.moeLayer(last), m.windowLayer(last))
+		kc := ks.kind[mo][w]
+		n := float64(m.MTP)
+		kc.compute = kc.compute.add(s.mtpExtra).scale(n)
+		kc.tp = n * (kc.tp + s.headTP)
+		kc.cp, kc.ep, kc.a2a = n*kc.cp, n*kc.ep, n*kc.a2a
+		kc.act = n * (kc.act + s.mtpAct)
+		ks.mtp = kc
+	}
+	return ks
+}
+
+// apply is the layer under p's recomputation: full recomputes the forward
+// (its collectives and all-to-all again) and keeps only the layer input,
+// selective recomputes a materialised core and drops it; with the EP
+// overlap another micro-batch's backward computes while this forward's
+// tokens travel, and its forward while this backward's do.
+func (kp *kindPart) apply(p Plan, overlap bool) kindCost {
+	kc := kindCost{compute: kp.compute, cp: kp.cp, routed: kp.routed}
+	tpF, tpB, a2aF, a2aB := kp.tpF, kp.tpB, kp.a2aF, kp.a2aB
+	kc.act, kc.working = kp.full, 0
+	switch p.Recompute {
 	case RecomputeFull:
 		kc.compute.rc = kc.compute.fwd
 		tpB += tpF
 		a2aB += a2aF
+		kc.cp += kp.cpRc
+		kc.act, kc.working = kp.input, kp.full
 	case RecomputeSelective:
-		if !r.p.Flash {
-			kc.compute.rc = core.fwd
+		if !p.Flash {
+			kc.compute.rc = kp.core.fwd
 		}
+		kc.act, kc.working = kp.full-kp.coreAct, kp.coreAct
 	}
 	kc.tp = tpF + tpB
 	kc.a2a = a2aF + a2aB
 	kc.ep = kc.a2a
-	if r.j.Cluster.Software.MoE.EPOverlap || r.p.Schedule.dual() {
-		// Another micro-batch's backward computes while this forward's
-		// tokens travel, and its forward while this backward's do.
+	if overlap {
 		kc.ep = hideBehind(a2aF, kc.compute.bwd+kc.compute.rc) + hideBehind(a2aB, kc.compute.fwd)
 	}
-	return kc
-}
-
-// mtp is DeepSeek-V3's MTP modules on the last stage, beyond their
-// transformer layer (of the model's last kind): each projects the
-// concatenation of two normalised h-wide inputs back to h (a 2h → h GEMM
-// on the gathered tokens, split by tp) and runs the output layer and loss
-// again.
-func (r recipe) mtp(pl placement, ex expertPlacement, ks kinds) kindCost {
-	m := r.j.Model
-	last := m.Layers - 1
-	mo, w := kindIndex(m.moeLayer(last), m.windowLayer(last))
-	kc := ks.kind[mo][w]
-	h := float64(m.Hidden)
-	proj := r.linear(r.T, h/r.t, 2*h, false).pass()
-	n := float64(m.MTP)
-	kc.compute = kc.compute.add(proj).add(ks.head).add(r.elementwise(4*h*r.k.e, 3)).scale(n)
-	kc.tp = n * (kc.tp + ks.headTP)
-	kc.cp, kc.ep, kc.a2a = n*kc.cp, n*kc.ep, n*kc.a2a
-	kc.act = n * (kc.act + ks.actHead + r.T*2*h*r.k.e)
 	return kc
 }
 
@@ -165,7 +257,20 @@ func (r recipe) mtp(pl placement, ex expertPlacement, ks kinds) kindCost {
 // recomputation keeps only the layer input h·e (split under sp) and
 // returns the rest as the working set; selective drops a materialised
 // core.
-func (r recipe) kindAct(moe bool, rc routedCost) (kept, working float64) {
+func (r *recipe) kindAct(moe bool, rc routedCost) (kept, working float64) {
+	full, core, input := r.kindActParts(moe, rc)
+	switch r.p.Recompute {
+	case RecomputeFull:
+		return input, full
+	case RecomputeSelective:
+		return full - core, core
+	}
+	return full, 0
+}
+
+// kindActParts is kindAct's all kept without recomputation, the
+// materialised core and the layer input.
+func (r *recipe) kindActParts(moe bool, rc routedCost) (full, core, input float64) {
 	m := r.j.Model
 	h, a, t, e := float64(m.Hidden), float64(m.Heads), r.t, r.k.e
 	eg := e
@@ -177,9 +282,9 @@ func (r recipe) kindAct(moe bool, rc routedCost) (kept, working float64) {
 		seqSplit = t
 	}
 	repl := (2*h*e + 2*h*eg) / seqSplit // both blocks' norm and GEMM inputs
-	var split, gathered, core float64
+	var split, gathered, coreT float64
 	if m.mla() {
-		x := m.MLA
+		x := m.latent()
 		qk, v := float64(x.QKNope+x.QKRope), float64(x.V)
 		gathered = float64(x.QRank+x.KVRank+x.QKRope)*e + float64(x.QRank+x.KVRank)*eg
 		split = (2*a*qk*e + a*v*e + a*v*eg) / t
@@ -193,7 +298,7 @@ func (r recipe) kindAct(moe bool, rc routedCost) (kept, working float64) {
 	if r.p.Flash {
 		split += 4 * a / t
 	} else {
-		core = a / t * float64(r.j.Seq) * e
+		coreT = a / t * float64(r.j.Seq) * e
 	}
 	f := float64(m.FFN)
 	if moe {
@@ -201,27 +306,21 @@ func (r recipe) kindAct(moe bool, rc routedCost) (kept, working float64) {
 	}
 	split += (2*f*e + f*eg) / t
 	T := r.T
-	full := T * (repl + split + gathered + core)
+	full = T * (repl + split + gathered + coreT)
 	if moe {
-		x := m.MoE
+		x := m.experts()
 		_, etp := r.p.Experts()
 		fe := float64(x.FFN) / float64(etp)
 		n := r.routedTokens()
 		full += n*(4*float64(x.Experts)+12*float64(x.TopK)) + rc.local*(h*eg+2*fe*e+fe*eg) + float64(x.TopK)*n*h*e
 	}
-	switch r.p.Recompute {
-	case RecomputeFull:
-		return T * h * e / seqSplit, full
-	case RecomputeSelective:
-		return full - T*core, T * core
-	}
-	return full, 0
+	return full, T * coreT, T * h * e / seqSplit
 }
 
 // moeWorkspace is the dispatcher's largest transient on a device: the
 // permuted copies k·n·h·e, the all-to-all's receive buffer ρ times that,
 // and with ETP > 1 the ETP-gathered tokens R·h·e.
-func (r recipe) moeWorkspace() float64 {
+func (r *recipe) moeWorkspace() float64 {
 	m := r.j.Model
 	if !m.moe() {
 		return 0

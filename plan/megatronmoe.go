@@ -66,7 +66,7 @@ func megatronDispatcher(s MoESoftware) string {
 func (j Job) megatronMoEArgs(a *args, p Plan) {
 	m := j.Model
 	if m.moe() {
-		e := m.MoE
+		e := m.experts()
 		ep, etp := p.Experts()
 		a.add("--expert-model-parallel-size", ep)
 		a.add("--expert-tensor-parallel-size", etp)
@@ -97,7 +97,7 @@ func (j Job) megatronMoEArgs(a *args, p Plan) {
 		a.flag("--moe-enable-deepep", sw.Dispatcher == "deepep")
 	}
 	if m.mla() {
-		x := m.MLA
+		x := m.latent()
 		a.flag("--multi-latent-attention", true)
 		if x.QRank > 0 {
 			a.add("--q-lora-rank", x.QRank)
@@ -118,7 +118,7 @@ func (j Job) megatronMoEArgs(a *args, p Plan) {
 // i when i % N = 0), else the runs of Megatron's list form,
 // ([0]*3+[1]*58).
 func moeLayerFreq(m Model) string {
-	e := m.MoE
+	e := m.experts()
 	if e.DenseFirst == 0 && e.Phase == 0 {
 		return strconv.Itoa(max(1, e.Every))
 	}

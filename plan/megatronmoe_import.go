@@ -50,7 +50,7 @@ func (j Job) megatronExperts(g megatronRead, p *Plan, notes *[]string) error {
 // the FFN, every layer an MoE layer, softmax scores, no MTP).
 func (j Job) megatronMoEShape(g megatronRead) error {
 	m := j.Model
-	e := m.MoE
+	e := m.experts()
 	ints := []struct {
 		flag      string
 		want, def int
@@ -62,7 +62,7 @@ func (j Job) megatronMoEShape(g megatronRead) error {
 	if !m.moe() {
 		ints = ints[:1]
 	}
-	if a := m.MLA; m.mla() {
+	if a := m.latent(); m.mla() {
 		ints = append(ints, []struct {
 			flag      string
 			want, def int

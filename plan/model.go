@@ -54,8 +54,8 @@ type Model struct {
 	// The families' extensions the models of 2024–26 use (moe.go). MoE:
 	// routed experts (Experts = 0: dense); MLA: multi-head latent attention
 	// (KVRank = 0: grouped-query attention).
-	MoE MoE
-	MLA MLA
+	MoE *MoE
+	MLA *MLA
 	// QKNorm: an RMSNorm on every query and key head (Qwen3).
 	QKNorm bool
 	// Window: the sliding-window width of the layers that use one (GPT-OSS
@@ -116,10 +116,10 @@ func sortedKeys(m map[string]int) []string {
 func (m Model) approxParams() float64 {
 	h, f, d := float64(m.Hidden), float64(m.FFN), float64(m.HD())
 	layer := h*d*(2*float64(m.Heads)+2*float64(m.KVHeads)) + 3*h*f + 4*h + 2*f
-	if e := m.MoE; e.Experts > 0 { // the experts, bounded before the exact count multiplies them
+	if e := m.experts(); e.Experts > 0 { // the experts, bounded before the exact count multiplies them
 		layer += float64(e.Experts)*(3*h*float64(e.FFN)+2*float64(e.FFN)+h) + 3*h*float64(e.SharedFFN)
 	}
-	if a := m.MLA; a.KVRank > 0 {
+	if a := m.latent(); a.KVRank > 0 {
 		qk, r := float64(a.QKNope+a.QKRope), float64(a.QRank)
 		layer += h*(r+float64(a.KVRank+a.QKRope)) + float64(m.Heads)*(qk*(r+h)+float64(a.KVRank)*(qk+float64(a.V))+float64(a.V)*h)
 	}
@@ -216,7 +216,7 @@ func (m Model) Params() int64 {
 // String is a one-line summary.
 func (m Model) String() string {
 	if m.moe() {
-		e := m.MoE
+		e := m.experts()
 		return fmt.Sprintf("%s (%s MoE, %s params, %s active: L=%d h=%d heads=%d kv=%d ffn=%d V=%d; experts=%d top-%d ffn=%d shared=%d dense_first=%d%s)",
 			m.Name, m.Family, Count(float64(m.Params())), Count(float64(m.ActiveParams())), m.Layers, m.Hidden, m.Heads, m.KVHeads,
 			m.FFN, m.Vocab, e.Experts, e.TopK, e.FFN, e.SharedFFN, e.DenseFirst, m.generalNote())
@@ -228,7 +228,7 @@ func (m Model) String() string {
 // generalNote names the attention variant and the MTP modules.
 func (m Model) generalNote() string {
 	s := ""
-	if a := m.MLA; a.KVRank > 0 {
+	if a := m.latent(); a.KVRank > 0 {
 		s += fmt.Sprintf("; MLA q_rank=%d kv_rank=%d d=%d+%d/%d", a.QRank, a.KVRank, a.QKNope, a.QKRope, a.V)
 	}
 	if m.Window > 0 {

@@ -61,10 +61,26 @@ type MLA struct {
 }
 
 // moe reports a model with routed experts.
-func (m Model) moe() bool { return m.MoE.Experts > 0 }
+func (m Model) moe() bool { return m.MoE != nil && m.MoE.Experts > 0 }
+
+// experts is the model's MoE fields (zero for a dense model).
+func (m Model) experts() MoE {
+	if m.MoE == nil {
+		return MoE{}
+	}
+	return *m.MoE
+}
+
+// latent is the model's MLA fields (zero without MLA).
+func (m Model) latent() MLA {
+	if m.MLA == nil {
+		return MLA{}
+	}
+	return *m.MLA
+}
 
 // mla reports multi-head latent attention.
-func (m Model) mla() bool { return m.MLA.KVRank > 0 }
+func (m Model) mla() bool { return m.MLA != nil && m.MLA.KVRank > 0 }
 
 // general reports a model the dense per-layer formulas do not describe
 // (experts, MLA, per-head query/key norms, sliding windows, MTP): its costs
@@ -103,7 +119,7 @@ func (m Model) windowLayer(i int) bool { return m.Window > 0 && i%2 == 0 }
 
 // validateGeneral checks the fields of the general models.
 func (m Model) validateGeneral() error {
-	e := m.MoE
+	e := m.experts()
 	if m.moe() {
 		pos := map[string]int{"moe.top_k": e.TopK, "moe.ffn": e.FFN}
 		for _, k := range sortedKeys(pos) {
@@ -131,7 +147,7 @@ func (m Model) validateGeneral() error {
 		return fmt.Errorf("plan: model %s: moe fields set with moe.experts=0", m.Name)
 	}
 	if m.mla() {
-		a := m.MLA
+		a := m.latent()
 		switch {
 		case a.QRank < 0 || a.QKNope < 0 || a.QKRope < 1 || a.V < 1 || a.QKNope+a.QKRope < 1:
 			return fmt.Errorf("plan: model %s: mla q_rank=%d, qk_nope=%d, qk_rope=%d, v=%d: want qk_rope, v ≥ 1 and q_rank, qk_nope ≥ 0", m.Name, a.QRank, a.QKNope, a.QKRope, a.V)
@@ -158,7 +174,7 @@ func (m Model) validateGeneral() error {
 func (m Model) attnParams() int64 {
 	h, a := int64(m.Hidden), int64(m.Heads)
 	if m.mla() {
-		x := m.MLA
+		x := m.latent()
 		q := h * a * int64(x.QKNope+x.QKRope)
 		if x.QRank > 0 {
 			r := int64(x.QRank)
@@ -200,9 +216,10 @@ func (m Model) mlpParams(f int) int64 {
 // expertParams is one routed expert: a gated MLP of width f_e, with
 // biases 2·f_e + h under ExpertBias.
 func (m Model) expertParams() int64 {
-	h, f := int64(m.Hidden), int64(m.MoE.FFN)
+	e := m.experts()
+	h, f := int64(m.Hidden), int64(e.FFN)
 	n := 3 * h * f
-	if m.MoE.ExpertBias {
+	if e.ExpertBias {
 		n += 2*f + h
 	}
 	return n
@@ -212,7 +229,7 @@ func (m Model) expertParams() int64 {
 // experts' MLPs: the router E·h (+ E bias), the shared experts and their
 // gate.
 func (m Model) moeSharedParams() int64 {
-	e := m.MoE
+	e := m.experts()
 	h := int64(m.Hidden)
 	n := int64(e.Experts) * h
 	if e.RouterBias {

@@ -46,16 +46,16 @@ func (j Job) routedLoad() float64 {
 
 // routedTokens is n, the tokens a rank routes per micro-batch (its share
 // of the sequence under sp).
-func (r recipe) routedTokens() float64 {
+func (r *recipe) routedTokens() float64 {
 	if r.p.SP {
 		return r.T / r.t
 	}
 	return r.T
 }
 
-func (r recipe) routed(ex expertPlacement) routedCost {
+func (r *recipe) routed(ex expertPlacement) routedCost {
 	j, m := r.j, r.j.Model
-	e := m.MoE
+	e := m.experts()
 	ep, etp := r.p.Experts()
 	h, E, K := float64(m.Hidden), float64(e.Experts), float64(e.TopK)
 	fe := float64(e.FFN) / float64(etp)
@@ -97,7 +97,7 @@ func (r recipe) routed(ex expertPlacement) routedCost {
 // kernel gap), or under Software.MoE.ExpertLoop a loop of count GEMMs,
 // one gap each. In fp8 each casts its inputs and output gradient as
 // gemmParts does.
-func (r recipe) grouped(count, m, n, kk float64) linearTime {
+func (r *recipe) grouped(count, m, n, kk float64) linearTime {
 	k := r.k
 	if count < 1 || m <= 0 {
 		return linearTime{}
@@ -118,7 +118,7 @@ func (r recipe) grouped(count, m, n, kk float64) linearTime {
 
 // dispatchBytes is the bytes of one dispatched element: 16-bit, or under
 // fp8 with Software.MoE.FP8Dispatch one byte and a 4-byte scale per 128.
-func (r recipe) dispatchBytes() float64 {
+func (r *recipe) dispatchBytes() float64 {
 	if r.p.Precision == FP8 && r.j.Cluster.Software.MoE.FP8Dispatch {
 		return 1 + 4.0/128
 	}
@@ -145,7 +145,7 @@ func (r recipe) dispatchBytes() float64 {
 //	           not change the bytes)
 //
 // plus one latency of the link the group crosses.
-func (r recipe) moeA2A(ex expertPlacement, n, rho float64) (dispatch, combine float64) {
+func (r *recipe) moeA2A(ex expertPlacement, n, rho float64) (dispatch, combine float64) {
 	g := ex.ep
 	if g.n <= 1 {
 		return 0, 0
@@ -177,8 +177,8 @@ func (r recipe) moeA2A(ex expertPlacement, n, rho float64) (dispatch, combine fl
 // experts lie on, the experts spread evenly over N nodes and the token
 // limited to GroupTopK of the model's Groups expert groups (each group
 // N/Groups nodes, or several groups a node).
-func (r recipe) distinctNodes(N int) float64 {
-	e := r.j.Model.MoE
+func (r *recipe) distinctNodes(N int) float64 {
+	e := r.j.Model.experts()
 	allowed := float64(N)
 	if e.Groups > 0 {
 		allowed = math.Min(allowed, float64(e.GroupTopK)*math.Max(1, float64(N)/float64(e.Groups)))

@@ -30,7 +30,7 @@ package plan
 func moePresets() []Model {
 	moeModel := func(name string, layers, hidden, heads, kv, ffn, vocab, maxSeq int, e MoE) Model {
 		return Model{Name: name, Family: Llama, Layers: layers, Hidden: hidden, Heads: heads, KVHeads: kv,
-			FFN: ffn, Vocab: vocab, MaxSeq: maxSeq, MoE: e}
+			FFN: ffn, Vocab: vocab, MaxSeq: maxSeq, MoE: &e}
 	}
 	mixtral := func(name string, layers, hidden, heads, ffn, maxSeq int) Model {
 		return moeModel(name, layers, hidden, heads, 8, ffn, 32000, maxSeq,
@@ -45,14 +45,15 @@ func moePresets() []Model {
 	dsv3 := moeModel("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 163840,
 		MoE{Experts: 256, TopK: 8, FFN: 2048, SharedFFN: 2048, DenseFirst: 3, Score: "sigmoid", RouterBias: true,
 			Groups: 8, GroupTopK: 4})
-	dsv3.MLA = MLA{QRank: 1536, KVRank: 512, QKNope: 128, QKRope: 64, V: 128}
+	dsv3.MLA = &MLA{QRank: 1536, KVRank: 512, QKNope: 128, QKRope: 64, V: 128}
 	dsv3.MTP = 1
 	kimi := moeModel("kimi-k2", 61, 7168, 64, 64, 18432, 163840, 131072,
 		MoE{Experts: 384, TopK: 8, FFN: 2048, SharedFFN: 2048, DenseFirst: 1, Score: "sigmoid", RouterBias: true})
-	kimi.MLA = dsv3.MLA
+	mla := *dsv3.MLA
+	kimi.MLA = &mla
 	lite := moeModel("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, 163840,
 		MoE{Experts: 64, TopK: 6, FFN: 1408, SharedFFN: 2816, DenseFirst: 1, Score: "softmax"})
-	lite.MLA = MLA{KVRank: 512, QKNope: 128, QKRope: 64, V: 128}
+	lite.MLA = &MLA{KVRank: 512, QKNope: 128, QKRope: 64, V: 128}
 	oss := moeModel("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 131072,
 		MoE{Experts: 128, TopK: 4, FFN: 2880, Score: "softmax", RouterBias: true, ExpertBias: true})
 	oss.HeadDim, oss.AttnBias, oss.Sinks, oss.Window = 64, true, true, 128

@@ -24,7 +24,7 @@ func (s *searcher) experts(tp, cp, dp int) []expertOpt {
 		}
 		return []expertOpt{{1, 1}}
 	}
-	e := j.Model.MoE
+	e := j.Model.experts()
 	n := tp * cp * dp
 	var out []expertOpt
 	for _, ep := range divisors(e.Experts) {
@@ -75,20 +75,153 @@ func (s *searcher) moeShapeRule(tp int) bool {
 	return true
 }
 
-// genSearch is the searcher's state for the general path: which (sp,
-// flash, recompute, schedule, zero) combinations of the current shape,
-// expert degrees and precision already failed to fit at a smaller
-// micro-batch. A plan's memory never falls as its micro-batch grows (its
-// activations, transients and buffers grow with the tokens; its in-flight
-// count falls only where m < pp, where in-flight × micro-batch is the
-// constant global batch over dp), so those plans are counted as over
-// the budget without computing their memory: the result and the
-// rejection counts are a full enumeration's; only Result.Evaluated
-// (memories computed) is smaller.
+// genSearch is the searcher's state for the general path.
+//
+// failed marks the (ep, etp, sp, flash, recompute, schedule, zero)
+// combinations of the current shape and precision that already failed to
+// fit at a smaller micro-batch. A plan's memory never falls as its
+// micro-batch grows (its activations, transients and buffers grow with the
+// tokens; its in-flight count falls only where m < pp, where in-flight ×
+// micro-batch is the constant global batch over dp), so those plans are
+// counted as over the budget without computing their memory.
 type genSearch struct {
 	combo  int
+	expert int // the index of the current (ep, etp) among the shape's
 	failed []bool
-	seeded bool // Result.Plans started from seed's plans
+	scheds int // the shape's schedule options (the combination index's)
+	// routed is the lower bound's routed block for the current
+	// kernelChoicesGeneral call (flash and recomputation do not change it).
+	routed   routedCost
+	routedOK bool
+	first    bool
+	seeded   bool                // Result.Plans started from seed's plans
+	lb       map[lbKey]*lbBlocks // genbound.go
+	flops    [6][2]float64       // stepFLOPs
+	flopsOK  [6]bool
+	lbTP     [2]int      // the (tp, cp) lb holds
+	lz       lazyGeneral // reused call after call (kernelChoicesGeneral)
+}
+
+func (g *genSearch) resetFailed(n int) {
+	if cap(g.failed) < n {
+		g.failed = make([]bool, n)
+	}
+	g.failed = g.failed[:n]
+	clear(g.failed)
+}
+
+// rejBound counts the general path's plans cut by a lower bound before
+// their memory was computed: they cannot rank among the best plans found.
+const rejBound = "bound: cannot rank among the best (memory not computed)"
+
+// hotKeys are the rejections the general path counts most often, kept in
+// an array (searcher.hot) and added to Result.Rejected at the end.
+var hotKeys = [4]string{rejMemory, rejBound, rejInterleaved, rejDual}
+
+func (s *searcher) rejectHot(i, n int) { s.hot[i] += n }
+
+func (s *searcher) flushHot() {
+	for i, n := range s.hot {
+		s.reject(hotKeys[i], n)
+	}
+	s.hot = [4]int{}
+}
+
+// splitDual separates the DualPipe schedules (costed by the general path
+// for any model) from the others.
+func splitDual(scheds []schedOpt) (std, dual []schedOpt) {
+	for _, so := range scheds {
+		if so.s.dual() {
+			dual = append(dual, so)
+		} else {
+			std = append(std, so)
+		}
+	}
+	return std, dual
+}
+
+// kernelChoicesGeneral is kernelChoices for the general path, with the
+// lower bound applied before memory at three levels once the kept plans
+// are full: the whole call (m micro-batches of the mean rank's compute
+// without recomputation, the cheaper attention kernel's), each (flash,
+// recompute) (the same with that policy), and each schedule (its slowest
+// rank and bubble); a cut counts its plans as rejected by the bound.
+func (s *searcher) kernelChoicesGeneral(p Plan, orders []orderOpt, scheds []schedOpt) {
+	f := s.fix
+	m := s.job.GlobalBatch / (p.DP * p.MBS)
+	flashes := s.bools("flash", true)
+	rcs := []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull}
+	zs := s.zeros(p.DP * p.CP)
+	s.gen.routedOK = false
+	allowed := func(flash bool, rc Recompute) bool {
+		return f.allows("recompute", string(rc)) && !(rc == RecomputeSelective && flash && !f.Pinned("recompute"))
+	}
+	var none [2]float64 // the bound without recomputation, per flash
+	if s.full() {
+		lg := &s.gen.lz
+		best := math.Inf(1)
+		for _, flash := range flashes {
+			q := p
+			q.Flash, q.Recompute, q.Schedule, q.VPP = flash, RecomputeNone, scheds[0].s, scheds[0].v
+			lg.resetFlash()
+			none[b2i(flash)] = s.meanBound(q, scheds[0].params.lay, lg)
+			best = math.Min(best, none[b2i(flash)])
+		}
+		if best > s.worst() {
+			n := 0
+			for _, flash := range flashes {
+				for _, rc := range rcs {
+					if allowed(flash, rc) {
+						n++
+					}
+				}
+			}
+			s.cut(m, p.PP, scheds, n*len(zs)*len(orders))
+			return
+		}
+	}
+	lg := &s.gen.lz
+	for _, flash := range flashes {
+		lg.resetFlash()
+		for ri, rc := range rcs {
+			if !allowed(flash, rc) {
+				continue
+			}
+			p.Recompute, p.Flash = rc, flash
+			lg.reset()
+			if s.full() {
+				q := p
+				q.Schedule, q.VPP = scheds[0].s, scheds[0].v
+				bound := none[b2i(flash)]
+				if rc != RecomputeNone || bound == 0 {
+					bound = s.meanBound(q, scheds[0].params.lay, lg)
+				}
+				if bound > s.worst() {
+					s.cut(m, p.PP, scheds, len(zs)*len(orders))
+					continue
+				}
+			}
+			for _, so := range scheds {
+				p.Schedule, p.VPP = so.s, so.v
+				switch {
+				case so.s == Interleaved && m%p.PP != 0:
+					s.rejectHot(2, len(zs)*len(orders))
+					continue
+				case so.s.dual() && (m < 2*p.PP || (so.s == DualPipe && m%2 != 0)):
+					s.rejectHot(3, len(zs)*len(orders))
+					continue
+				case s.full() && s.schedBound(p, so.params.lay, lg) > s.worst():
+					s.rejectHot(1, len(zs)*len(orders))
+					continue
+				}
+				for _, z := range zs {
+					p.ZeRO = z
+					s.gen.combo = ((((s.gen.expert*2+b2i(p.SP))*2+b2i(flash))*3+ri)*s.gen.scheds+so.idx)*4 + z
+					s.evaluateGeneral(p, orders, so, lg)
+				}
+			}
+		}
+	}
 }
 
 // seed fills the kept plans with the best of a small search first (the
@@ -137,24 +270,52 @@ func (s *searcher) known(p Plan) bool {
 	return false
 }
 
-func (g *genSearch) resetFailed(n int) {
-	if cap(g.failed) < n {
-		g.failed = make([]bool, n)
+// cutExperts counts the plans of every expert degree, flash,
+// recomputation, schedule and ZeRO stage of p as cut by the bound.
+func (s *searcher) cutExperts(p Plan, orders []orderOpt, scheds []schedOpt, experts int) {
+	n := 0
+	for _, flash := range s.bools("flash", true) {
+		for _, rc := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
+			if s.fix.allows("recompute", string(rc)) && !(rc == RecomputeSelective && flash && !s.fix.Pinned("recompute")) {
+				n++
+			}
+		}
 	}
-	g.failed = g.failed[:n]
-	clear(g.failed)
+	s.cut(s.job.GlobalBatch/(p.DP*p.MBS), p.PP, scheds, experts*n*len(s.zeros(p.DP*p.CP))*len(orders))
 }
 
+// cut counts n plans of each schedule as cut by the bound, or as rejected
+// by the schedule's rule on the micro-batches m where it has one (so the
+// counts do not depend on where the bound cuts).
+func (s *searcher) cut(m, pp int, scheds []schedOpt, n int) {
+	for _, so := range scheds {
+		switch {
+		case so.s == Interleaved && m%pp != 0:
+			s.rejectHot(2, n)
+		case so.s.dual() && (m < 2*pp || (so.s == DualPipe && m%2 != 0)):
+			s.rejectHot(3, n)
+		default:
+			s.rejectHot(1, n)
+		}
+	}
+}
+
+// full reports a full list of kept plans (the bound can cut).
+func (s *searcher) full() bool { return !s.unbounded && len(s.res.Plans) == s.top }
+
+// worst is the step time of the last kept plan.
+func (s *searcher) worst() float64 { return s.res.Plans[len(s.res.Plans)-1].Time.Step }
+
 // evaluateGeneral is evaluate for the general path: memory, then (if the
-// plan fits and a lower bound could still rank it) its time under every
-// order.
-func (s *searcher) evaluateGeneral(p Plan, orders []orderOpt, sp shapeParams, lz *lazyLayer) {
+// plan fits) its time under every order its kinds' lower bound lets rank.
+func (s *searcher) evaluateGeneral(p Plan, orders []orderOpt, so schedOpt, lg *lazyGeneral) {
 	j := s.job
 	if s.gen.failed[s.gen.combo] {
-		s.reject(rejMemory, len(orders))
+		s.rejectHot(0, len(orders))
 		return
 	}
-	mem := j.generalMemoryWith(p, sp.lay, lz.gen.memKinds(j, p, sp.lay))
+	sp := so.params
+	mem := j.generalMemoryWith(p, sp.lay, lg.memKinds(j, p, sp.lay))
 	s.res.Evaluated += len(orders)
 	if sm := s.res.Smallest.Memory.Total; sm == 0 || mem.Total < sm {
 		p.Order = orders[0].order
@@ -162,147 +323,25 @@ func (s *searcher) evaluateGeneral(p Plan, orders []orderOpt, sp shapeParams, lz
 	}
 	if !mem.Fits() {
 		s.gen.failed[s.gen.combo] = true
-		s.reject(rejMemory, len(orders))
+		s.rejectHot(0, len(orders))
 		return
 	}
 	s.res.Fitting += len(orders)
-	if ps := s.res.Plans; len(ps) == s.top && lz.gen.lowerBound(j, p, sp.lay) > ps[len(ps)-1].Time.Step {
-		return
-	}
-	ks := lz.gen.kinds(j, p, orders)
+	ks := lg.kinds(j, p, orders)
+	flops := s.gen.stepFLOPs(j, p)
 	for i, o := range orders {
+		if s.full() && j.generalLowerBound(p, sp.lay, &ks[i]) > s.worst() {
+			continue // fits, but cannot rank under this order: its time need not be computed
+		}
 		p.Order = o.order
-		s.push(j.generalFinish(p, o.pl, j.generalCostsFor(p, ks[i], sp), mem))
+		g := j.generalCostsFor(p, &ks[i], sp)
+		g.flops = flops
+		g.ranks = lg.rankCosts(j, p, o.pl, &g, i, so.idx, len(orders))
+		s.push(j.generalFinish(p, o.pl, &g, mem))
 	}
-}
-
-// lazyGeneral holds the general path's per-order kinds of one (flash,
-// recompute) setting, for DualPipe and the other schedules (which overlap
-// the all-to-all differently), and their compute-only lower bound.
-type lazyGeneral struct {
-	ks   [2][]kinds
-	have [2]bool
-	lb   [2]kinds
-	lbOK [2]bool
-	mk   memKinds
-	mkOK bool
-	// bound caches the lower bound of the current schedule (it does not
-	// depend on the ZeRO stage).
-	boundLay *layout
-	boundS   Schedule
-	bound    float64
-}
-
-func (lg *lazyGeneral) reset() {
-	lg.have, lg.lbOK, lg.mkOK, lg.boundLay = [2]bool{}, [2]bool{}, false, nil
-}
-
-// memKinds are the plan's activation sizes, once per (flash, recompute).
-func (lg *lazyGeneral) memKinds(j Job, p Plan, lay *layout) memKinds {
-	if !lg.mkOK {
-		lg.mk, lg.mkOK = j.memKinds(p, lay.have), true
-	}
-	return lg.mk
-}
-
-// lowerBound is generalLowerBound, once per schedule.
-func (lg *lazyGeneral) lowerBound(j Job, p Plan, lay *layout) float64 {
-	if lg.boundLay != lay || lg.boundS != p.Schedule {
-		lg.bound, lg.boundLay, lg.boundS = j.generalLowerBound(p, lay, lg.lowerKinds(j, p)), lay, p.Schedule
-	}
-	return lg.bound
-}
-
-func (lg *lazyGeneral) kinds(j Job, p Plan, orders []orderOpt) []kinds {
-	d := b2i(p.Schedule.dual())
-	if !lg.have[d] {
-		lg.ks[d] = make([]kinds, len(orders))
-		ex := placeExperts(p, j.Cluster.DevicesPerNode)
-		for i, o := range orders {
-			lg.ks[d][i] = j.generalKinds(p, o.pl, ex)
-		}
-		lg.have[d] = true
-	}
-	return lg.ks[d]
-}
-
-// lowerKinds are the kinds with whole GEMMs and no communication (every
-// group on one device, the tensor group spread so nothing is chunked):
-// their compute bounds every placement's from below.
-func (lg *lazyGeneral) lowerKinds(j Job, p Plan) kinds {
-	d := b2i(p.Schedule.dual())
-	if !lg.lbOK[d] {
-		one := group{n: 1, k: 1}
-		pl := placement{tp: group{n: p.TP, k: 1}, cp: one, dp: one, pp: one}
-		lg.lb[d] = j.generalKinds(p, pl, placeExperts(p, j.Cluster.DevicesPerNode))
-		lg.lbOK[d] = true
-	}
-	return lg.lb[d]
-}
-
-// generalLowerBound is a step time no placement of p beats: m micro-batches
-// of the slowest rank's compute and exposed all-to-all (the expert mesh's
-// placement does not depend on the order), and the schedule's bubble over
-// the mean rank's (every other communication term is positive).
-func (j Job) generalLowerBound(p Plan, lay *layout, ks kinds) float64 {
-	var slow, mean, meanB, meanW, n float64
-	for _, g := range lay.genTime {
-		var c passTime
-		ep := 0.0
-		for s, kd := range kindSlots {
-			if g.mb[s] > 0 {
-				kc := ks.kind[b2i(kd[0])][b2i(kd[1])]
-				c = c.add(kc.compute.scale(g.mb[s]))
-				ep += g.mb[s] * kc.ep
-			}
-		}
-		c = c.add(ks.embed.scale(g.mbE)).add(ks.head.add(ks.mtp.compute).scale(g.mbH))
-		ep += g.mbH * ks.mtp.ep
-		tot := c.total() + ep
-		slow = math.Max(slow, tot)
-		mean += g.mult * tot
-		meanB += g.mult * (c.bwd + c.rc)
-		meanW += g.mult * c.wgt
-		n += g.mult
-	}
-	mean, meanB, meanW = mean/n, meanB/n, meanW/n
-	m := float64(j.MicroBatches(p))
-	pp := float64(p.PP)
-	var bubble float64
-	switch {
-	case p.Schedule.dual():
-		per := 1.0
-		if p.Schedule == DualPipeV {
-			per = 2
-		}
-		bubble = (float64(lay.C)/2 - 1) * math.Max(0, (mean+meanB-3*meanW)/per)
-	case p.Schedule == ZBH1:
-		bubble = (pp - 1) * math.Max(0, mean-2*meanW)
-	default:
-		bubble = (pp - 1) / float64(p.VPP) * mean
-	}
-	return m*slow + bubble
-}
-
-// chunkCompute is a chunk's compute alone.
-func (ks kinds) chunkCompute(m Model, c chunkShape) passTime {
-	var t passTime
-	for _, kd := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
-		a, b := kindIndex(kd[0], kd[1])
-		if n := kindCount(m, c, kd[0], kd[1]); n > 0 {
-			t = t.add(ks.kind[a][b].compute.scale(float64(n)))
-		}
-	}
-	if c.embed {
-		t = t.add(ks.embed)
-	}
-	if c.head {
-		t = t.add(ks.head).add(ks.mtp.compute)
-	}
-	return t
 }
 
 // generalCostsFor assembles the general costs of p under order i.
-func (j Job) generalCostsFor(p Plan, ks kinds, sp shapeParams) generalCosts {
+func (j Job) generalCostsFor(p Plan, ks *kinds, sp shapeParams) generalCosts {
 	return generalCosts{ks: ks, kp: j.kindParams(p), lay: sp.lay, ex: placeExperts(p, j.Cluster.DevicesPerNode)}
 }

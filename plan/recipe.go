@@ -57,7 +57,7 @@ func (j Job) newRecipe(p Plan, pl placement) recipe {
 
 // linear is one linear layer of m rows, n outputs, kk inputs, its forward
 // and dX GEMMs in r.chunks pieces when chunked.
-func (r recipe) linear(m, n, kk float64, chunked bool) linearTime {
+func (r *recipe) linear(m, n, kk float64, chunked bool) linearTime {
 	c := 1.0
 	if chunked {
 		c = r.chunks
@@ -78,7 +78,7 @@ func sumLinear(ls ...linearTime) linearTime {
 
 // elementwise streams `bytes` per token of the micro-batch in `kern`
 // kernels forward, twice the bytes and kernels backward.
-func (r recipe) elementwise(bytes, kern float64) passTime {
+func (r *recipe) elementwise(bytes, kern float64) passTime {
 	b := r.T * bytes
 	return passTime{fwd: r.k.stream(b, kern), bwd: r.k.stream(2*b, 2*kern)}
 }
@@ -86,7 +86,7 @@ func (r recipe) elementwise(bytes, kern float64) passTime {
 // residualBytes is a norm (read and write h) and a residual add (read 2h,
 // write h; GPT's fused bias-dropout-add also writes an h-byte mask), per
 // token on a tensor rank: split by t under sp.
-func (r recipe) residualBytes() float64 {
+func (r *recipe) residualBytes() float64 {
 	h := float64(r.j.Model.Hidden)
 	b := 2*h*r.k.e + 3*h*r.k.e
 	if r.j.Model.Dropout {
@@ -100,7 +100,7 @@ func (r recipe) residualBytes() float64 {
 
 // attention is the attention block of a layer (window: its keys per
 // query, 0 for full causal attention).
-func (r recipe) attention(window int) block {
+func (r *recipe) attention(window int) block {
 	m := r.j.Model
 	h, a, t, e := float64(m.Hidden), float64(m.Heads), r.t, r.k.e
 	var b block
@@ -108,7 +108,7 @@ func (r recipe) attention(window int) block {
 	split := 0.0 // memory-bound bytes per token split by tp
 	repl := 0.0  // … on every tensor rank's T tokens (MLA's gathered latents)
 	if m.mla() {
-		x := m.MLA
+		x := m.latent()
 		qk, dr := float64(x.QKNope+x.QKRope), float64(x.QKRope)
 		qr, kvr := float64(x.QRank), float64(x.KVRank)
 		shard := r.T // the down-projections run on the rank's own tokens
@@ -155,7 +155,7 @@ func (r recipe) attention(window int) block {
 }
 
 // pairCompute is the GEMMs of the pairs.
-func (r recipe) pairCompute(ps []tpPair) passTime {
+func (r *recipe) pairCompute(ps []tpPair) passTime {
 	var c passTime
 	for _, q := range ps {
 		c = c.add(q.col.pass()).add(q.row.pass())
@@ -167,7 +167,7 @@ func (r recipe) pairCompute(ps []tpPair) passTime {
 // head sizes (d_n + d_r for scores, d_v for values: their mean as d) and,
 // for a sliding-window layer, the s·w − w²/2 query-key pairs of a causal
 // window instead of s²/2.
-func (r recipe) core(window int) passTime {
+func (r *recipe) core(window int) passTime {
 	j := r.j
 	m := j.Model
 	if !m.mla() && window == 0 {
@@ -198,7 +198,7 @@ func (r recipe) core(window int) passTime {
 
 // mlp is a layer's MLP block of width f (0: only the norm and residual of
 // an MoE layer without shared experts).
-func (r recipe) mlp(f int) block {
+func (r *recipe) mlp(f int) block {
 	m := r.j.Model
 	h, ff, e := float64(m.Hidden), float64(f), r.k.e
 	var b block
@@ -224,12 +224,20 @@ func (r recipe) mlp(f int) block {
 // exposed whole and the backward's, with tp_grad_overlap, hide the
 // reduction of a column-parallel layer's input gradient behind its dW
 // and, under sp, the re-gather of its input behind its dX.
-func (r recipe) tpExposed(pl placement, ps []tpPair) (fwd, bwd float64) {
+func (r *recipe) tpExposed(pl placement, ps []tpPair) (fwd, bwd float64) {
+	if r.overlap {
+		return r.tpPipelined(pl, ps)
+	}
+	return r.tpExposedOn(pl, ps)
+}
+
+// tpPipelined is tpExposed with the collectives pipelined with the GEMMs.
+func (r *recipe) tpPipelined(pl placement, ps []tpPair) (fwd, bwd float64) {
 	c := r.j.Cluster
 	if r.p.TP == 1 {
 		return 0, 0
 	}
-	if r.overlap {
+	{
 		hide := func(comm, gemm float64) float64 { return math.Max(comm/r.t, comm-gemm) }
 		for _, q := range ps {
 			ag, rs := c.allGather(q.ag, pl.tp), c.reduceScatter(q.rs, pl.tp)
@@ -237,6 +245,14 @@ func (r recipe) tpExposed(pl placement, ps []tpPair) (fwd, bwd float64) {
 			bwd += hide(ag, q.row.dx) + hide(rs, q.col.dx)
 		}
 		return fwd, bwd
+	}
+}
+
+// tpExposedOn is tpExposed without pipelining.
+func (r *recipe) tpExposedOn(pl placement, ps []tpPair) (fwd, bwd float64) {
+	c := r.j.Cluster
+	if r.p.TP == 1 {
+		return 0, 0
 	}
 	for _, q := range ps {
 		per := c.allReduce(q.rs, pl.tp)
@@ -259,10 +275,11 @@ func (r recipe) tpExposed(pl placement, ps []tpPair) (fwd, bwd float64) {
 
 // cpExposed is context parallelism's ring for the attention block (the
 // dense path's): cp−1 steps of a K and V block (MLA: a·(d_n+d_r+d_v) per
-// token over t), each hidden behind a step of the core.
-func (r recipe) cpExposed(pl placement, core passTime) float64 {
+// token over t), each hidden behind a step of the core; rc is the ring
+// again when full recomputation reruns the forward.
+func (r *recipe) cpExposed(pl placement, core passTime) (cp, rc float64) {
 	if r.p.CP == 1 {
-		return 0
+		return 0, 0
 	}
 	m := r.j.Model
 	perTok := 2 * float64(m.KVHeads) * float64(m.HD())
@@ -272,9 +289,7 @@ func (r recipe) cpExposed(pl placement, core passTime) float64 {
 	kv := r.T * perTok / r.t * r.k.e
 	l := r.j.Cluster.link(pl.cp)
 	n := float64(r.p.CP)
-	cp := (n - 1) * (math.Max(0, p2p(kv, l)-core.fwd/n) + math.Max(0, p2p(2*kv, l)-core.bwd/n))
-	if r.p.Recompute == RecomputeFull {
-		cp += (n - 1) * math.Max(0, p2p(kv, l)-core.fwd/n)
-	}
-	return cp
+	cp = (n - 1) * (math.Max(0, p2p(kv, l)-core.fwd/n) + math.Max(0, p2p(2*kv, l)-core.bwd/n))
+	rc = (n - 1) * math.Max(0, p2p(kv, l)-core.fwd/n)
+	return cp, rc
 }

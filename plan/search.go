@@ -23,7 +23,11 @@ import (
 // costs are identical), and fp16 is searched only when pinned (every cost
 // equals bf16's). ZeRO stages above 0 are searched only when dp·cp > 1
 // (with one replica there is nothing to shard).
-func (j Job) Search(o Options) (Result, error) {
+func (j Job) Search(o Options) (Result, error) { return j.search(o, false) }
+
+// search is Search; unbounded turns the general path's lower bounds off
+// (its tests hold the bounded search to the same plans).
+func (j Job) search(o Options, unbounded bool) (Result, error) {
 	if err := j.Validate(); err != nil {
 		return Result{}, err
 	}
@@ -33,8 +37,8 @@ func (j Job) Search(o Options) (Result, error) {
 	if o.Top < 0 {
 		return Result{}, fmt.Errorf("plan: top=%d: want at least 1 (0 means the default, 10)", o.Top)
 	}
-	s := searcher{job: j, fix: o.Fix, top: o.top(), res: Result{Rejected: map[string]int{}}}
-	if j.Model.general() {
+	s := searcher{job: j, fix: o.Fix, top: o.top(), res: Result{Rejected: map[string]int{}}, unbounded: unbounded}
+	if j.Model.general() && !unbounded {
 		s.seed(o)
 	}
 	N := j.Devices
@@ -48,6 +52,7 @@ func (j Job) Search(o Options) (Result, error) {
 	if s.err != nil {
 		return Result{}, s.err
 	}
+	s.flushHot()
 	if s.res.Candidates() == 0 {
 		s.whyNone()
 	}
@@ -95,6 +100,9 @@ type searcher struct {
 	res Result
 	err error     // a prediction that is not finite (a cluster's numbers out of range)
 	gen genSearch // the general path's state (moesearch.go)
+	hot [4]int    // the general path's most frequent rejections (hotKeys), added to Rejected at the end
+	// unbounded: the general path costs every plan that fits (search)
+	unbounded bool
 }
 
 func (s *searcher) reject(key string, n int) {
@@ -107,6 +115,7 @@ type schedOpt struct {
 	s      Schedule
 	v      int
 	params shapeParams // parameter counts under this (pp, vpp) partition
+	idx    int         // its position among the shape's schedules
 }
 
 type orderOpt struct {
@@ -142,26 +151,41 @@ func (s *searcher) shape(tp, cp, pp, dp int) {
 		return
 	}
 	scheds := s.schedules(tp, pp)
-	for _, ex := range s.experts(tp, cp, dp) {
-		base.SetExperts(ex.ep, ex.etp)
-		for _, prec := range s.precisions() {
-			s.gen.resetFailed(2 * 2 * 3 * len(scheds) * 4)
-			for _, mbs := range divisors(j.GlobalBatch / dp) {
-				if !f.allowsInt("mbs", mbs) {
+	std, dual := splitDual(scheds)
+	experts := s.experts(tp, cp, dp)
+	for _, prec := range s.precisions() {
+		s.gen.resetFailed(len(experts) * 2 * 2 * 3 * len(scheds) * 4)
+		s.gen.scheds = len(scheds)
+		for _, mbs := range divisors(j.GlobalBatch / dp) {
+			if !f.allowsInt("mbs", mbs) {
+				continue
+			}
+			for _, sp := range s.bools("sp", tp > 1) {
+				p := base
+				p.Precision, p.MBS, p.SP = prec, mbs, sp
+				if sp && (j.Seq/cp)%tp != 0 {
+					s.reject(rejSP, 1)
 					continue
 				}
-				for _, sp := range s.bools("sp", tp > 1) {
-					p := base
-					p.Precision, p.MBS, p.SP = prec, mbs, sp
-					if sp && (j.Seq/cp)%tp != 0 {
-						s.reject(rejSP, 1)
+				if tp > 1 && !sp && j.Model.moe() {
+					s.reject(rejMoESP, 1)
+					continue
+				}
+				if j.Model.moe() && s.full() && s.expertGroupBound(p, scheds[0].params.lay) > s.worst() {
+					s.cutExperts(p, orders, scheds, len(experts))
+					continue
+				}
+				for xi, ex := range experts { // one (1, 1) for a dense model
+					p.SetExperts(ex.ep, ex.etp)
+					s.gen.expert = xi
+					if j.Model.general() {
+						s.kernelChoicesGeneral(p, orders, scheds)
 						continue
 					}
-					if tp > 1 && !sp && j.Model.moe() {
-						s.reject(rejMoESP, 1)
-						continue
+					s.kernelChoices(p, orders, std)
+					if len(dual) > 0 { // pinned DualPipe schedules of a dense model
+						s.kernelChoicesGeneral(p, orders, dual)
 					}
-					s.kernelChoices(p, orders, scheds)
 				}
 			}
 		}
@@ -175,7 +199,7 @@ func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt) {
 	m := s.job.GlobalBatch / (p.DP * p.MBS)
 	for _, flash := range s.bools("flash", true) {
 		lz := lazyLayer{lcs: make([]layerCost, len(orders))}
-		for ri, rc := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
+		for _, rc := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
 			if !f.allows("recompute", string(rc)) {
 				continue
 			}
@@ -184,21 +208,15 @@ func (s *searcher) kernelChoices(p Plan, orders []orderOpt, scheds []schedOpt) {
 			}
 			p.Recompute, p.Flash = rc, flash
 			lz.have = false
-			lz.gen.reset()
-			for si, so := range scheds {
+			for _, so := range scheds {
 				p.Schedule, p.VPP = so.s, so.v
 				zs := s.zeros(p.DP * p.CP)
 				if so.s == Interleaved && m%p.PP != 0 {
 					s.reject(rejInterleaved, len(zs)*len(orders))
 					continue
 				}
-				if so.s.dual() && (m < 2*p.PP || (so.s == DualPipe && m%2 != 0)) {
-					s.reject(rejDual, len(zs)*len(orders))
-					continue
-				}
 				for _, z := range zs {
 					p.ZeRO = z
-					s.gen.combo = (((b2i(p.SP)*2+b2i(flash))*3+ri)*len(scheds)+si)*4 + z
 					s.evaluate(p, orders, so.params, &lz)
 				}
 			}
@@ -213,7 +231,6 @@ type lazyLayer struct {
 	parts           computeParts
 	haveParts, have bool
 	lcs             []layerCost
-	gen             lazyGeneral // the general path's (moesearch.go)
 }
 
 func (lz *lazyLayer) costs(j Job, p Plan, orders []orderOpt) []layerCost {
@@ -233,10 +250,6 @@ func (lz *lazyLayer) costs(j Job, p Plan, orders []orderOpt) []layerCost {
 // fits, the step time under each order.
 func (s *searcher) evaluate(p Plan, orders []orderOpt, sp shapeParams, lz *lazyLayer) {
 	j := s.job
-	if sp.lay != nil {
-		s.evaluateGeneral(p, orders, sp, lz)
-		return
-	}
 	mem := j.memory(p, sp)
 	s.res.Evaluated += len(orders)
 	if sm := s.res.Smallest.Memory.Total; sm == 0 || mem.Total < sm {

@@ -213,8 +213,8 @@ func torchtitanExpertRule(j Job, p Plan) ([]Plan, string) {
 	}
 	var alts []Plan
 	for _, e := range []int{1, p.TP} {
-		for _, d := range divisors(j.Model.MoE.Experts) {
-			if d <= ep && ok(d, e) && (j.Model.MoE.FFN%e == 0) {
+		for _, d := range divisors(j.Model.experts().Experts) {
+			if d <= ep && ok(d, e) && (j.Model.experts().FFN%e == 0) {
 				q := p
 				q.SetExperts(d, e)
 				alts = append(alts, q)
