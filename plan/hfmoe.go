@@ -136,7 +136,9 @@ func (c hfConfig) qwenExperts(m Model) (MoE, error) {
 	if err != nil {
 		return e, err
 	}
-	e.Every, e.Phase = step, step-1
+	if step > 1 { // every layer (1) is the zero value
+		e.Every, e.Phase = step, step-1
+	}
 	for i, l := range c.MLPOnly {
 		if l != i {
 			return e, fmt.Errorf("plan: config.json: mlp_only_layers=%v: the planner models dense layers only as the first ones (0, 1, …)", c.MLPOnly)
@@ -183,6 +185,9 @@ func (c hfConfig) deepseekExperts(m *Model) (MoE, error) {
 	if e.Every, err = optional("moe_layer_freq", c.LayerFreq, 1); err != nil {
 		return e, err
 	}
+	if e.Every == 1 {
+		e.Every = 0 // every layer: the zero value
+	}
 	switch c.Scoring {
 	case "", "softmax":
 	case "sigmoid":
@@ -221,7 +226,12 @@ func (c hfConfig) deepseekExperts(m *Model) (MoE, error) {
 			return e, err
 		}
 	}
-	m.KVHeads, m.HeadDim = m.Heads, a.QKNope+a.QKRope
+	// MLA's heads are d_n + d_r wide for q·k and d_v for v, both given; the
+	// head size only keeps validation whole when heads do not divide h.
+	m.KVHeads, m.HeadDim = m.Heads, 0
+	if m.Hidden%m.Heads != 0 {
+		m.HeadDim = a.QKNope + a.QKRope
+	}
 	return e, nil
 }
 

@@ -18,9 +18,11 @@ import "math"
 //	routed     an MoE layer's router, dispatch, experts and combine
 //	           (moecost.go)
 //
-// For a dense grouped-query model the attention and mlp blocks are exactly
-// the dense path's layer (layerLinear, elementwise, layerComm): the test
-// TestRecipeMatchesDenseLayer holds them equal.
+// For a dense grouped-query model the attention and mlp blocks are the
+// dense path's layer (layerLinear, elementwise, layerComm): the test
+// TestRecipeMatchesDenseLayer holds them equal (but where the dense path
+// hides the backward's collectives behind chunked GEMMs its placement does
+// not run, which the test names).
 
 // tpPair is a column-parallel GEMM and the row-parallel GEMM after it,
 // with the bytes gathered before the first and reduced after the second.
