@@ -147,7 +147,7 @@ func TestRecipeMatchesDenseLayer(t *testing.T) {
 							a := j.activations(p)
 							r := j.newRecipe(p, pl)
 							kp := r.kindPart(pl, expertPlacement{}, false, false)
-							kc := kp.apply(p, false)
+							kc := kp.apply(p, false, 0)
 							got := []float64{kc.compute.fwd, kc.compute.bwd, kc.compute.rc, kc.compute.wgt, kc.tp, kc.cp, kc.act, kc.working}
 							want := []float64{lc.compute.fwd, lc.compute.bwd, lc.compute.rc, lc.compute.wgt, lc.tp, lc.cp, a.layer, a.working}
 							quirk := p.SP && j.Cluster.TPCommOverlap && !j.tpOverlap(p, pl)

@@ -103,6 +103,7 @@ func (s *searcher) lowerKinds(p Plan, lay *layout, lg *lazyGeneral, overlap bool
 		s.gen.routed, s.gen.routedOK = r.routed(placeExperts(p, j.Cluster.DevicesPerNode)), true
 	}
 	routed := s.gen.routed
+	share := j.Cluster.commShare()
 	ks := &lg.lb[d]
 	*ks = kinds{}
 	for mo := 0; mo < 2; mo++ {
@@ -128,7 +129,7 @@ func (s *searcher) lowerKinds(p Plan, lay *layout, lg *lazyGeneral, overlap bool
 			}
 			kc.ep = aF + aB
 			if overlap {
-				kc.ep = hideBehind(aF, kc.compute.bwd+kc.compute.rc) + hideBehind(aB, kc.compute.fwd)
+				kc.ep = overlapExposed(aF, kc.compute.bwd+kc.compute.rc, share) + overlapExposed(aB, kc.compute.fwd, share)
 			}
 			kc.tp = b.tpF[mo][w] + b.tpB[mo][w]
 			if p.Recompute == RecomputeFull {

@@ -12,14 +12,16 @@ import "math"
 // attention 4·s·a·d over the full s×s as the dense path counts it (MLA:
 // 2·s·a·(d_n + d_r + d_v); a sliding-window layer: its window w in place of
 // s); each MTP module adds its 2h → h projection, its layer and the output
-// layer. model = 3 · tokens · F_fwd; hardware adds the recomputed forwards.
+// layer. model = 3 · tokens · F_fwd; hardware adds the recomputed forwards
+// (torchtitan's per-op policy: the routed experts' GEMMs and every other
+// matrix product, half the rest).
 func (j Job) generalFLOPs(p Plan) (model, hw float64) {
 	m := j.Model
 	if !m.general() {
 		return j.FLOPs(p)
 	}
 	h, s := float64(m.Hidden), float64(j.Seq)
-	layerF := func(i int) (mat, attn float64) {
+	layerF := func(i int) (mat, attn, routed float64) {
 		a := float64(m.Heads)
 		keys := s
 		if m.windowLayer(i) {
@@ -46,22 +48,24 @@ func (j Job) generalFLOPs(p Plan) (model, hw float64) {
 		}
 		if m.moeLayer(i) {
 			e := m.experts()
-			mat += 3*h*float64(e.SharedFFN) + float64(e.TopK)*3*h*float64(e.FFN) + float64(e.Experts)*h
+			routed = float64(e.TopK) * 3 * h * float64(e.FFN)
+			mat += 3*h*float64(e.SharedFFN) + routed + float64(e.Experts)*h
 		} else {
 			mat += gate * h * float64(m.FFN)
 		}
-		return mat, attn
+		return mat, attn, routed
 	}
-	var fwd, rc, rcAttn float64
+	var fwd, rc, rcAttn, rcOp float64
 	for i := 0; i < m.Layers; i++ {
-		mat, attn := layerF(i)
+		mat, attn, routed := layerF(i)
 		fwd += 2*mat + attn
 		rc += 2*mat + attn
 		rcAttn += attn
+		rcOp += 2*routed + (mat - routed) // torchtitan's per-op policy: the experts, every other GEMM
 	}
 	fwd += 2 * h * float64(m.Vocab)
 	if m.MTP > 0 {
-		mat, attn := layerF(m.Layers - 1)
+		mat, attn, _ := layerF(m.Layers - 1)
 		fwd += float64(m.MTP) * (2*2*h*h + 2*mat + attn + 2*h*float64(m.Vocab))
 	}
 	tokens := float64(j.GlobalBatch) * s
@@ -70,6 +74,8 @@ func (j Job) generalFLOPs(p Plan) (model, hw float64) {
 	switch {
 	case p.Recompute == RecomputeFull:
 		hw += tokens * rc
+	case p.Recompute == RecomputeSelective && j.Cluster.Software.OpSAC:
+		hw += tokens * rcOp
 	case p.Recompute == RecomputeSelective && !p.Flash:
 		hw += tokens * rcAttn
 	}

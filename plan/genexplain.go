@@ -37,7 +37,7 @@ func (j Job) explainGeneralMemory(b *strings.Builder, e Estimate, lay *layout, g
 	}
 	dense, expert := gr.params(j, p, g.kp, lay.C)
 	nd, ne := p.shards()
-	w, gb, k := weightBytes(p.Precision), gradBytes(p.Precision), optimBytes(p.Precision)
+	w, gb, k := stateBytes(p, j.Cluster.Software)
 	ep, etp := p.Experts()
 	parts := fmt.Sprintf("%.4g dense params (attention, norms, dense MLPs, routers, shared experts, embedding, output layer)", dense)
 	if j.Model.moe() {
@@ -52,12 +52,16 @@ func (j Job) explainGeneralMemory(b *strings.Builder, e Estimate, lay *layout, g
 	}
 	fmt.Fprintf(b, "  parameters  %10s  %s on rank %d (%d layers) × %g B%s\n", Bytes(m.Param), parts, m.Stage, m.Layers, w, shard(p.ZeRO >= 3))
 	fmt.Fprintf(b, "  gradients   %10s  × %g B%s\n", Bytes(m.Grad), gb, shard(p.ZeRO >= 2))
-	fmt.Fprintf(b, "  optimizer   %10s  × %g B (Adam m, v%s)%s\n", Bytes(m.Optim), k, masterNote(p.Precision), shard(p.ZeRO >= 1))
+	master := masterNote(p.Precision)
+	if j.Cluster.Software.FP32Params && p.Precision != FP32 {
+		master = "; the fp32 parameters are the master"
+	}
+	fmt.Fprintf(b, "  optimizer   %10s  × %g B (Adam m, v%s)%s\n", Bytes(m.Optim), k, master, shard(p.ZeRO >= 1))
 	if p.Schedule == DualPipe {
 		b.WriteString("              (dualpipe: the rank holds chunks r and pp−1−r, every parameter on two ranks)\n")
 	}
 	fmt.Fprintf(b, "  activations %10s  %s per micro-batch × %s in flight (%s, rank %d of %d), recompute=%s, sp=%s, flash=%s\n",
-		Bytes(m.Act), Bytes(m.ActPerMicroBatch), trimFloat(m.InFlight), p.Schedule, m.Stage, p.PP, p.Recompute, onOff(p.SP), onOff(p.Flash))
+		Bytes(m.Act), Bytes(m.ActPerMicroBatch), trimFloat(m.InFlight), p.Schedule, m.Stage, p.PP, recomputeNote(p, j.Cluster.Software), onOff(p.SP), onOff(p.Flash))
 	if j.Model.moe() {
 		rc := g.ks.kind[1][0].routed
 		if !g.ks.have[1][0] {
@@ -145,4 +149,13 @@ func (lay *layout) describe() string {
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, ", ") + " (dense+moe layers, chunks in brackets)"
+}
+
+// recomputeNote names the recomputation policy, torchtitan's per-op one
+// where the software profile makes selective mean it.
+func recomputeNote(p Plan, sw Software) string {
+	if p.Recompute == RecomputeSelective && sw.OpSAC {
+		return "selective (torchtitan's per-op policy)"
+	}
+	return string(p.Recompute)
 }

@@ -88,7 +88,7 @@ func (j Job) rankMemory(p Plan, lay *layout, mk memKinds, g genRank) Memory {
 	m := j.Model
 	mem := Memory{Stage: g.rank, Layers: g.layers, Budget: j.Cluster.Accel.Memory}
 	dense, expert := g.params(j, p, mk.kp, lay.C)
-	generalStates(&mem, dense, expert, p)
+	generalStates(&mem, dense, expert, p, j.Cluster.Software)
 	perMB, flight := g.perMB(mk)
 	var act float64
 	if p.Schedule.dual() {

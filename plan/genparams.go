@@ -154,14 +154,25 @@ func (p Plan) shards() (dense, expert float64) {
 	return d, e
 }
 
+// stateBytes is the bytes per parameter of the weights, gradients and
+// optimizer states (w, g, k): 2, 4 and 12 for 16-bit training (Adam's m, v
+// and an fp32 master), or with Software.FP32Params 4, 4 and 8 (the fp32
+// parameter is the master).
+func stateBytes(p Plan, sw Software) (w, g, k float64) {
+	if sw.FP32Params && p.Precision != FP32 {
+		return 4, 4, 8
+	}
+	return weightBytes(p.Precision), gradBytes(p.Precision), optimBytes(p.Precision)
+}
+
 // generalStates fills Param, Grad and Optim for a rank's dense and expert
-// parameters:
+// parameters (w, g, k from stateBytes):
 //
 //	Param = w·(P_d/(N if zero=3) + P_e/(EDP if zero=3))
 //	Grad  = g·(P_d/(N if zero≥2) + P_e/(EDP if zero≥2))
 //	Optim = k·(P_d/(N if zero≥1) + P_e/(EDP if zero≥1))
-func generalStates(mem *Memory, dense, expert float64, p Plan) {
-	w, g, k := weightBytes(p.Precision), gradBytes(p.Precision), optimBytes(p.Precision)
+func generalStates(mem *Memory, dense, expert float64, p Plan, sw Software) {
+	w, g, k := stateBytes(p, sw)
 	nd, ne := p.shards()
 	part := func(stage int, bytes float64) float64 {
 		if p.ZeRO >= stage {

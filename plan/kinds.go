@@ -78,6 +78,7 @@ type kindPart struct {
 	core                 passTime // the attention core
 	routed               routedCost
 	full, coreAct, input float64
+	sac, sacSaved        float64 // under Software.OpSAC: what the block keeps, the forward time not recomputed
 }
 
 func (j Job) kindSetOf(p Plan, pl placement, ex expertPlacement) kindSet {
@@ -175,6 +176,9 @@ func (r *recipe) kindPart(pl placement, ex expertPlacement, moe, windowed bool) 
 		kp.a2aF, kp.a2aB = kp.routed.a2aFwd, kp.routed.a2aBwd
 	}
 	kp.full, kp.coreAct, kp.input = r.kindActParts(moe, kp.routed)
+	if r.j.Cluster.Software.OpSAC {
+		kp.sac, kp.sacSaved = r.opSACKept(moe, kp.routed.local), opSACSaved(kp.pairs, kp.core)
+	}
 	return kp
 }
 
@@ -183,10 +187,11 @@ func (s *kindSet) apply(j Job, p Plan) kinds {
 	ks := kinds{k: s.k, have: s.have, embed: s.embed, head: s.head, embedTP: s.embedTP, headTP: s.headTP,
 		actEmbed: s.actEmbed, actHead: s.actHead}
 	overlap := j.Cluster.Software.MoE.EPOverlap || p.Schedule.dual()
+	share := j.Cluster.commShare()
 	for a := 0; a < 2; a++ {
 		for b := 0; b < 2; b++ {
 			if s.have[a][b] {
-				ks.kind[a][b] = s.part[a][b].apply(p, overlap)
+				ks.kind[a][b] = s.part[a][b].apply(p, overlap, share)
 			}
 		}
 	}
@@ -208,8 +213,9 @@ func (s *kindSet) apply(j Job, p Plan) kinds {
 // (its collectives and all-to-all again) and keeps only the layer input,
 // selective recomputes a materialised core and drops it; with the EP
 // overlap another micro-batch's backward computes while this forward's
-// tokens travel, and its forward while this backward's do.
-func (kp *kindPart) apply(p Plan, overlap bool) kindCost {
+// tokens travel, and its forward while this backward's do, slowed by the
+// share of the SMs the transfer holds (overlapExposed).
+func (kp *kindPart) apply(p Plan, overlap bool, share float64) kindCost {
 	kc := kindCost{compute: kp.compute, cp: kp.cp, routed: kp.routed}
 	tpF, tpB, a2aF, a2aB := kp.tpF, kp.tpB, kp.a2aF, kp.a2aB
 	kc.act, kc.working = kp.full, 0
@@ -221,6 +227,11 @@ func (kp *kindPart) apply(p Plan, overlap bool) kindCost {
 		kc.cp += kp.cpRc
 		kc.act, kc.working = kp.input, kp.full
 	case RecomputeSelective:
+		if kp.sacSaved > 0 || kp.sac > 0 { // torchtitan's per-op policy (sac.go)
+			kc.compute.rc = math.Max(0, kc.compute.fwd-kp.sacSaved)
+			kc.act, kc.working = kp.sac, math.Max(0, kp.full-kp.sac)
+			break
+		}
 		if !p.Flash {
 			kc.compute.rc = kp.core.fwd
 		}
@@ -230,7 +241,7 @@ func (kp *kindPart) apply(p Plan, overlap bool) kindCost {
 	kc.a2a = a2aF + a2aB
 	kc.ep = kc.a2a
 	if overlap {
-		kc.ep = hideBehind(a2aF, kc.compute.bwd+kc.compute.rc) + hideBehind(a2aB, kc.compute.fwd)
+		kc.ep = overlapExposed(a2aF, kc.compute.bwd+kc.compute.rc, share) + overlapExposed(a2aB, kc.compute.fwd, share)
 	}
 	return kc
 }
@@ -263,6 +274,10 @@ func (r *recipe) kindAct(moe bool, rc routedCost) (kept, working float64) {
 	case RecomputeFull:
 		return input, full
 	case RecomputeSelective:
+		if r.j.Cluster.Software.OpSAC {
+			sac := r.opSACKept(moe, rc.local)
+			return sac, math.Max(0, full-sac)
+		}
 		return full - core, core
 	}
 	return full, 0
