@@ -89,7 +89,7 @@ func (j Job) Emit(fw Framework, p Plan) (Emission, error) {
 	e := Emission{Framework: fw, Plan: q, Changes: changes}
 	switch fw {
 	case Megatron:
-		e.Version, e.Text = megatronVersion, j.megatronArgs(q)
+		e.Version, e.Text = j.megatronVersionFor(), j.megatronArgs(q)
 	case Torchtitan:
 		e.Version, e.Text = torchtitanVersion, j.torchtitanTOML(q)
 	case DeepSpeed:

@@ -13,16 +13,21 @@ import (
 //go:embed testdata/megatron-core_v0.12.0-args.txt
 var megatronArgsText string
 
-// megatronArgExists checks a flag against Megatron-LM core_v0.12.0's
-// argument list.
+//go:embed testdata/megatron-core_v0.14.0-args.txt
+var megatronArgs14Text string
+
+// megatronArgExists checks a flag against the argument lists of
+// Megatron-LM core_v0.12.0 (the dense mapping's release) and the flags
+// core_v0.14.0 adds (the release of the mapping for models with experts
+// or MLA): a flag of neither is an error naming the nearest.
 func megatronArgExists(flag string) error {
-	names := listNames(megatronArgsText)
+	names := append(listNames(megatronArgsText), listNames(megatronArgs14Text)...)
 	for _, n := range names {
 		if n == flag {
 			return nil
 		}
 	}
-	return fmt.Errorf("plan: megatron arguments: %s is not an argument of %s (nearest: %s)", flag, megatronVersion, nearestName(flag, names))
+	return fmt.Errorf("plan: megatron arguments: %s is not an argument of %s nor %s (nearest: %s)", flag, megatronVersion, megatronMoEVersion, nearestName(flag, names))
 }
 
 // listNames reads a list of names, one a line, # comments skipped.

@@ -173,7 +173,7 @@ func (s *searcher) expertGroupBound(p Plan, lay *layout) float64 {
 		routed := expertFLOPs / (k.peak * k.a.GEMMEff)
 		total := 0.0
 		for _, g := range lay.genTime {
-			for sl, kd := range kindSlots {
+			for sl, kd := range kindSlots() {
 				if g.mb[sl] > 0 {
 					t := b.block[b2i(kd[0])][b2i(kd[1])].total() + b.tpF[b2i(kd[0])][b2i(kd[1])] + b.tpB[b2i(kd[0])][b2i(kd[1])]
 					if kd[0] {
@@ -202,7 +202,7 @@ func (s *searcher) meanBound(p Plan, lay *layout, lg *lazyGeneral) float64 {
 	ks := s.lowerKinds(p, lay, lg, true)
 	total := 0.0
 	for _, g := range lay.genTime {
-		for k, kd := range kindSlots {
+		for k, kd := range kindSlots() {
 			if g.mb[k] > 0 {
 				kc := ks.kind[b2i(kd[0])][b2i(kd[1])]
 				total += g.mult * g.mb[k] * (kc.compute.total() + kc.tp + kc.ep)
@@ -222,7 +222,7 @@ func (j Job) generalLowerBound(p Plan, lay *layout, ks *kinds) float64 {
 	for _, g := range lay.genTime {
 		var c passTime
 		ep := 0.0
-		for s, kd := range kindSlots {
+		for s, kd := range kindSlots() {
 			if g.mb[s] > 0 {
 				kc := ks.kind[b2i(kd[0])][b2i(kd[1])]
 				c = c.add(kc.compute.scale(g.mb[s]))

@@ -19,14 +19,16 @@ type genRank struct {
 // kindSlot numbers the kinds: 2·moe + window.
 func kindSlot(moe, window bool) int { return 2*b2i(moe) + b2i(window) }
 
-var kindSlots = [4][2]bool{{false, false}, {false, true}, {true, false}, {true, true}}
+func kindSlots() [4][2]bool {
+	return [4][2]bool{{false, false}, {false, true}, {true, false}, {true, true}}
+}
 
 func (j Job) genRankOf(rs rankShape) genRank {
 	m := j.Model
 	g := genRank{rank: rs.rank}
 	for _, c := range rs.chunks {
 		g.layers += c.layers
-		for s, kd := range kindSlots {
+		for s, kd := range kindSlots() {
 			n := float64(kindCount(m, c, kd[0], kd[1]))
 			g.held[s] += n
 			g.mb[s] += c.share * n
@@ -67,7 +69,7 @@ func (j Job) genRanks(lay *layout) {
 // params is the rank's dense and expert parameters for one layer's of
 // each kind kp (kindParams) and the end chunks' extras.
 func (g genRank) params(j Job, p Plan, kp [2][2]float64, C int) (dense, expert float64) {
-	for s, kd := range kindSlots {
+	for s, kd := range kindSlots() {
 		if n := g.held[s]; n > 0 {
 			dense += n * kp[b2i(kd[0])][0]
 			expert += n * kp[b2i(kd[0])][1]
@@ -87,7 +89,7 @@ func (g genRank) params(j Job, p Plan, kp [2][2]float64, C int) (dense, expert f
 // perMB is one micro-batch's activations on the rank (the output layer's
 // aside); flight is what a DualPipe rank holds at its peak.
 func (g genRank) perMB(mk memKinds) (perMB, flight float64) {
-	for s, kd := range kindSlots {
+	for s, kd := range kindSlots() {
 		a := mk.act[b2i(kd[0])][b2i(kd[1])]
 		perMB += g.mb[s] * a
 		flight += g.fl[s] * a

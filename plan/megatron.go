@@ -91,7 +91,7 @@ func megatronRules() []fwRule {
 		scheduleRule("Megatron-LM", OneFOneB, Interleaved),
 		orderRule("Megatron-LM", "tp-cp-dp-pp", "tp-cp-pp-dp"),
 		func(j Job, p Plan) ([]Plan, string) {
-			if megatronSplit(j.Model.Layers, p.PP, p.VPP) {
+			if megatronSplit(j.Model.Layers, p.PP, p.VPP) || j.Model.general() { // core_v0.14.0's layout states any split
 				return nil, ""
 			}
 			return splitAlternatives(j, p, megatronSplit), fmt.Sprintf("Megatron-LM cannot split %d layers over pp=%d × vpp=%d chunks as Trellis does (uneven chunks within a rank)", j.Model.Layers, p.PP, p.VPP)
@@ -146,9 +146,12 @@ func (j Job) megatronArgs(p Plan) string {
 	if p.PP > 1 {
 		k = megatronAccount(L, p.PP*p.VPP)
 	}
-	a.flag("--account-for-embedding-in-pipeline-split", k == 2)
-	a.flag("--account-for-loss-in-pipeline-split", k >= 1)
-	if p.Schedule == Interleaved {
+	layout := j.megatronLayout(p) // megatronlayout.go
+	a.flag("--account-for-embedding-in-pipeline-split", k == 2 && layout == "")
+	a.flag("--account-for-loss-in-pipeline-split", k >= 1 && layout == "")
+	if layout != "" {
+		a.add("--pipeline-model-parallel-layout", "'"+layout+"'") // '|' and '*': quoted for the shell
+	} else if p.Schedule == Interleaved {
 		a.add("--num-layers-per-virtual-pipeline-stage", (L+k)/(p.PP*p.VPP))
 	} else if p.PP > 1 && k < 0 {
 		pt, _ := newPartition(L, p.PP, 1)
@@ -161,7 +164,7 @@ func (j Job) megatronArgs(p Plan) string {
 	case 1:
 		a.flag("--use-distributed-optimizer", true)
 	case 2, 3:
-		a.flag("--use-custom-fsdp", true)
+		a.flag(j.megatronFSDPFlag(), true)
 		a.add("--data-parallel-sharding-strategy", map[int]string{2: "optim_grads", 3: "optim_grads_params"}[p.ZeRO])
 	}
 	a.flag("--use-tp-pp-dp-mapping", p.Order == "tp-cp-pp-dp")

@@ -36,6 +36,10 @@ func megatronMoETable() []fwArg {
 		{"--v-head-dim", "model.mla.v"},
 		{"--qk-layernorm", "model.qk_norm"},
 		{"--mtp-num-layers", "model.mtp"},
+		{"--pipeline-model-parallel-layout", "the layer split chunk by chunk, and vpp (core_v0.14.0; megatronlayout.go)"},
+		{"--overlap-moe-expert-parallel-comm", "the cluster's moe_ep_overlap (core_v0.14.0)"},
+		{"--moe-deepep-num-sms", "the cluster's moe_comm_sms with DeepEP (core_v0.14.0; default 20)"},
+		{"--use-megatron-fsdp", "zero 2, 3 (core_v0.14.0's name of --use-custom-fsdp)"},
 	}
 }
 
@@ -43,7 +47,7 @@ func megatronMoETable() []fwArg {
 func megatronMoESwitch(flag string) bool {
 	switch flag {
 	case "--moe-router-enable-expert-bias", "--moe-pad-expert-input-to-capacity", "--moe-grouped-gemm",
-		"--moe-enable-deepep", "--multi-latent-attention", "--qk-layernorm":
+		"--moe-enable-deepep", "--multi-latent-attention", "--qk-layernorm", "--overlap-moe-expert-parallel-comm", "--use-megatron-fsdp":
 		return true
 	}
 	return false
@@ -95,6 +99,10 @@ func (j Job) megatronMoEArgs(a *args, p Plan) {
 		a.flag("--moe-grouped-gemm", !sw.ExpertLoop)
 		a.add("--moe-token-dispatcher-type", megatronDispatcher(sw))
 		a.flag("--moe-enable-deepep", sw.Dispatcher == "deepep")
+		if sw.Dispatcher == "deepep" && sw.CommSMs > 0 {
+			a.add("--moe-deepep-num-sms", sw.CommSMs)
+		}
+		a.flag("--overlap-moe-expert-parallel-comm", sw.EPOverlap)
 	}
 	if m.mla() {
 		x := m.latent()

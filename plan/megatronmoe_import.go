@@ -37,6 +37,15 @@ func (j Job) megatronExperts(g megatronRead, p *Plan, notes *[]string) error {
 		*notes = append(*notes, fmt.Sprintf("--moe-token-dispatcher-type %s (deepep %v), but the cluster %s says moe_dispatcher=%q: the cluster's is used",
 			disp, g.has("--moe-enable-deepep"), j.Cluster.Name, sw.Dispatcher))
 	}
+	if g.has("--overlap-moe-expert-parallel-comm") != sw.EPOverlap {
+		*notes = append(*notes, fmt.Sprintf("--overlap-moe-expert-parallel-comm given=%v, but the cluster %s says moe_ep_overlap=%v: the cluster's is used",
+			g.has("--overlap-moe-expert-parallel-comm"), j.Cluster.Name, sw.EPOverlap))
+	}
+	if sms, err := g.int("--moe-deepep-num-sms", 20); err != nil {
+		return err
+	} else if sw.Dispatcher == "deepep" && sw.CommSMs > 0 && sms != sw.CommSMs {
+		*notes = append(*notes, fmt.Sprintf("--moe-deepep-num-sms %d, but the cluster %s says moe_comm_sms=%d: the cluster's is used", sms, j.Cluster.Name, sw.CommSMs))
+	}
 	if g.has("--moe-grouped-gemm") == sw.ExpertLoop {
 		*notes = append(*notes, fmt.Sprintf("--moe-grouped-gemm given=%v, but the cluster %s says moe_expert_loop=%v: the cluster's is used",
 			g.has("--moe-grouped-gemm"), j.Cluster.Name, sw.ExpertLoop))

@@ -116,13 +116,13 @@ const rejBound = "bound: cannot rank among the best (memory not computed)"
 
 // hotKeys are the rejections the general path counts most often, kept in
 // an array (searcher.hot) and added to Result.Rejected at the end.
-var hotKeys = [4]string{rejMemory, rejBound, rejInterleaved, rejDual}
+func hotKeys() [4]string { return [4]string{rejMemory, rejBound, rejInterleaved, rejDual} }
 
 func (s *searcher) rejectHot(i, n int) { s.hot[i] += n }
 
 func (s *searcher) flushHot() {
 	for i, n := range s.hot {
-		s.reject(hotKeys[i], n)
+		s.reject(hotKeys()[i], n)
 	}
 	s.hot = [4]int{}
 }
