@@ -31,11 +31,21 @@ type lbKey struct {
 	sp, flash   bool
 }
 
+// lbHit is the last blocks looked up, for one flash setting.
+type lbHit struct {
+	k lbKey
+	b *lbBlocks
+}
+
 // blocks returns the blocks for p, computing them on first use; the cache
 // holds one (tp, cp) at a time (the search's outer loops).
 func (g *genSearch) blocks(j Job, p Plan, have [2][2]bool) *lbBlocks {
 	k := lbKey{p.TP, p.CP, p.MBS, p.Precision, p.SP, p.Flash}
+	if last := &g.lbLast[b2i(p.Flash)]; last.b != nil && last.k == k {
+		return last.b
+	}
 	if b := g.lb[k]; b != nil {
+		g.lbLast[b2i(p.Flash)] = lbHit{k, b}
 		return b
 	}
 	if g.lb == nil || g.lbTP != [2]int{p.TP, p.CP} {
@@ -43,6 +53,7 @@ func (g *genSearch) blocks(j Job, p Plan, have [2][2]bool) *lbBlocks {
 	}
 	b := &lbBlocks{}
 	g.lb[k] = b
+	g.lbLast[b2i(p.Flash)] = lbHit{k, b}
 	r := j.newRecipe(p, placement{tp: group{n: p.TP, k: 1}, cp: group{1, 1}, dp: group{1, 1}, pp: group{1, 1}})
 	inNode := placement{tp: group{n: p.TP, k: min(p.TP, max(1, j.Cluster.DevicesPerNode))}, cp: group{1, 1}, dp: group{1, 1}, pp: group{1, 1}}
 	ro := j.newRecipe(p, inNode) // pipelined when the stack and sp allow
@@ -104,8 +115,8 @@ func (s *searcher) lowerKinds(p Plan, lay *layout, lg *lazyGeneral, overlap bool
 	}
 	routed := s.gen.routed
 	share := j.Cluster.commShare()
-	ks := &lg.lb[d]
-	*ks = kinds{}
+	ks := &lg.lb[d] // only the fields the bounds read are set
+	ks.have, ks.mtp = [2][2]bool{}, kindCost{}
 	for mo := 0; mo < 2; mo++ {
 		for w := 0; w < 2; w++ {
 			if !lay.have[mo][w] {

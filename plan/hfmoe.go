@@ -41,6 +41,9 @@ type hfMoE struct {
 	LayerTypes    []string `json:"layer_types"`
 }
 
+// HFModelTypes lists the config.json model types ParseHFConfig reads.
+func HFModelTypes() []string { return append([]string{"gpt2", "llama"}, hfMoETypes()...) }
+
 // The model types ParseHFConfig reads with moeModel.
 func hfMoETypes() []string {
 	return []string{"mixtral", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss"}

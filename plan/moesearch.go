@@ -99,6 +99,7 @@ type genSearch struct {
 	flops    [6][2]float64       // stepFLOPs
 	flopsOK  [6]bool
 	lbTP     [2]int      // the (tp, cp) lb holds
+	lbLast   [2]lbHit    // the last lookup, per flash
 	lz       lazyGeneral // reused call after call (kernelChoicesGeneral)
 }
 
