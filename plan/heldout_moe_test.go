@@ -92,7 +92,7 @@ func (h heldOut) predictPlan(t testing.TB) (float64, Estimate) {
 // TestPublishedMoEMemory holds the planner's memory to the published
 // per-GPU figures of MoE runs, within 10%:
 //
-//   - Kimi K2 (technical report §2.4.2): PP with virtual stages, EP16 and
+//   - Kimi K2 (technical report, "Parallelism for Model Scaling", p. 8): PP with virtual stages, EP16 and
 //     ZeRO-1 over a large data-parallel group let "each GPU hold
 //     approximately 30 GB of GPU memory for all states" (bf16 parameters,
 //     fp32 gradient buffers, the optimizer sharded to "a negligible
