@@ -40,13 +40,23 @@ func allOrders() []string {
 
 // orders lists one rank order per distinct placement of the groups of the
 // shape in p (or the pinned order).
+// A pipelined model with experts takes only orders with pp last
+// (expertStepRule).
 func (s *searcher) orders(p Plan) []orderOpt {
+	ppLast := s.job.Model.moe() && p.PP > 1
 	if s.fix.Pinned("order") {
 		p.Order = s.fix.plan.Order
+		if ppLast && !pipelineLast(p.Order) {
+			s.reject(rejMoEOrder, 1)
+			return nil
+		}
 		return []orderOpt{{p.Order, place(p, s.job.Cluster.DevicesPerNode)}}
 	}
 	var out []orderOpt
 	for _, o := range allOrders() {
+		if ppLast && !pipelineLast(o) {
+			continue
+		}
 		p.Order = o
 		pl := place(p, s.job.Cluster.DevicesPerNode)
 		dup := false
@@ -81,10 +91,14 @@ func (s *searcher) schedules(tp, pp int) []schedOpt {
 			return
 		}
 		pt, ok := newPartition(L, pp, v)
-		if !ok {
+		if !ok || (sc == DualPipeV && !splittable(L, pp, 2)) {
 			return
 		}
-		out = append(out, schedOpt{sc, v, s.job.tpParams(tp, pt)})
+		so := schedOpt{s: sc, v: v, params: s.job.tpParams(tp, pt), idx: len(out)}
+		if q := (Plan{PP: pp, VPP: v, Schedule: sc}); s.job.useGeneral(q) {
+			so.params.lay = s.job.newLayout(q)
+		}
+		out = append(out, so)
 	}
 	if pp == 1 {
 		add(OneFOneB, 1)
@@ -98,6 +112,10 @@ func (s *searcher) schedules(tp, pp int) []schedOpt {
 	add(OneFOneB, 1)
 	if s.fix.Pinned("schedule") {
 		add(ZBH1, 1)
+		if pp%2 == 0 {
+			add(DualPipe, 1)
+		}
+		add(DualPipeV, 1)
 	}
 	if s.fix.Pinned("vpp") {
 		if v := s.fix.plan.VPP; v >= 2 {

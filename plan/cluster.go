@@ -36,6 +36,10 @@ type Accel struct {
 	// KernelGap is the idle time between two dependent kernels (launch
 	// latency not hidden by asynchronous launch).
 	KernelGap float64
+	// SMs is the device's streaming multiprocessors (0: not given). A
+	// communication kernel that holds some of them while it overlaps
+	// compute slows that compute (Software.MoE.CommSMs).
+	SMs int
 }
 
 // Link is one class of interconnect, per device and per direction.
@@ -126,6 +130,9 @@ func (c Cluster) Validate() error {
 	if err := c.Software.validate(c.Name); err != nil {
 		return err
 	}
+	if n := c.Software.MoE.CommSMs; n > 0 && (a.SMs == 0 || n >= a.SMs) {
+		return fmt.Errorf("plan: cluster %s: moe_comm_sms=%d: must be fewer than device.sms=%d (give the device's sms)", c.Name, n, a.SMs)
+	}
 	if a.Memory > 1<<50 {
 		return fmt.Errorf("plan: cluster %s: device.memory=%d: more than a PiB per device", c.Name, a.Memory)
 	}
@@ -149,6 +156,7 @@ func (c Cluster) validRanges() error {
 		{"inter.latency_us", c.Inter.Latency / us, 0, 1e6, "at most 1e6 (one second)"},
 		{"device.kernel_gap_us", a.KernelGap / us, 0, 1e6, "at most 1e6 (one second)"},
 		{"device.gemm_knee", a.GEMMKnee, 0, 1e6, "at most 1e6"},
+		{"device.sms", float64(a.SMs), 0, 1e5, "between 0 (not given) and 100000"},
 		{"device.gemm_efficiency", a.GEMMEff, 1e-4, 1, "between 0.0001 and 1"},
 		{"device.attn_efficiency", a.AttnEff, 1e-4, 1, "between 0.0001 and 1"},
 		{"device.mem_efficiency", a.MemEff, 1e-4, 1, "between 0.0001 and 1"},
@@ -208,9 +216,9 @@ func peaks(fp32, bf16, fp8 float64) map[Precision]float64 {
 // the NIC's), latencies per ring step. docs/PLANNER.md gives the sources.
 func clusterPresets() []Cluster {
 	a100 := Accel{Name: "A100-SXM4-80GB", Peak: peaks(156, 312, 0), Memory: 81920 * mib, Reserved: 3 * gib / 2,
-		MemBW: 2039 * giga, GEMMEff: 0.72, GEMMKnee: 96, AttnEff: 0.60, MemEff: 0.80, KernelGap: 2 * us}
+		MemBW: 2039 * giga, GEMMEff: 0.72, GEMMKnee: 96, AttnEff: 0.60, MemEff: 0.80, KernelGap: 2 * us, SMs: 108}
 	h100 := Accel{Name: "H100-SXM5-80GB", Peak: peaks(494.7, 989.4, 1978.9), Memory: 81559 * mib, Reserved: 3 * gib / 2,
-		MemBW: 3350 * giga, GEMMEff: 0.60, GEMMKnee: 128, AttnEff: 0.50, MemEff: 0.80, KernelGap: 2 * us}
+		MemBW: 3350 * giga, GEMMEff: 0.60, GEMMKnee: 128, AttnEff: 0.50, MemEff: 0.80, KernelGap: 2 * us, SMs: 132}
 	h200 := h100
 	h200.Name, h200.Memory, h200.MemBW = "H200-SXM5-141GB", 143771*mib, 4800*giga
 	a100s := a100

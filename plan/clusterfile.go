@@ -28,6 +28,7 @@ import (
 //	attn_efficiency = 0.5      # default 0.7 × gemm_efficiency
 //	mem_efficiency = 0.8       # default 0.8
 //	kernel_gap_us = 2          # default 0
+//	sms = 132                  # streaming multiprocessors (default 0: not given; presets: A100 108, H100/H200 132)
 //	tp_comm_overlap = true     # TP collectives pipelined with GEMMs under sp (default false; Hopper presets true)
 //	engine_stash = true        # ranks run the Trellis engine: its activation formula (default false)
 //	tp_grad_overlap = true     # TP input-gradient collectives behind the dW GEMMs (Megatron ≥ 2022; default false; Hopper presets true)
@@ -37,6 +38,13 @@ import (
 //	zero3_backward_post = true # the backward's ZeRO-3 gather issued after the previous layer's backward (FSDP BACKWARD_POST) (default false)
 //	pp_blocking_p2p = true     # each pipeline send and receive blocks on its own (DeepSpeed's engine) (default false)
 //	grad_accum_pass = true     # bf16 gradients added into fp32 by a pass per micro-batch (DeepSpeed bf16) (default false)
+//	op_sac = true              # recompute=selective is torchtitan's per-op checkpointing (general path) (default false)
+//	fp32_params = true         # sharded fp32 parameters, 4+4+8 bytes of states (FSDP2, torchtitan; general path) (default false)
+//	moe_dispatcher = "deepep"  # expert tokens: alltoall (NCCL, default), allgather, deepep (node-aware: DeepEP, HybridEP)
+//	moe_ep_overlap = true      # expert all-to-alls beside another micro-batch's compute (Megatron's EP overlap) (default false)
+//	moe_expert_loop = true     # local experts as a loop of GEMMs, not one grouped GEMM (default false)
+//	moe_fp8_dispatch = true    # fp8 plans dispatch tokens in fp8 (DeepSeek-V3) (default false)
+//	moe_comm_sms = 24          # SMs the dispatcher's kernels hold while they overlap compute (DeepEP 24, DeepSeek-V3 20; default 0)
 //	cores = 2                  # CPU cores a node's devices share (a CPU host; default 0: devices have their own)
 //	core_speedup = 1.9         # what `cores` threads computing at once reach over one (required with cores)
 //	[intra]                    # required without base
@@ -58,6 +66,13 @@ type clusterFile struct {
 	PPBlockingP2P  *bool       `toml:"pp_blocking_p2p" json:"pp_blocking_p2p"`
 	ZeRO3BwdPost   *bool       `toml:"zero3_backward_post" json:"zero3_backward_post"`
 	GradAccumPass  *bool       `toml:"grad_accum_pass" json:"grad_accum_pass"`
+	OpSAC          *bool       `toml:"op_sac" json:"op_sac"`
+	FP32Params     *bool       `toml:"fp32_params" json:"fp32_params"`
+	MoEDispatcher  *string     `toml:"moe_dispatcher" json:"moe_dispatcher"`
+	MoEEPOverlap   *bool       `toml:"moe_ep_overlap" json:"moe_ep_overlap"`
+	MoEExpertLoop  *bool       `toml:"moe_expert_loop" json:"moe_expert_loop"`
+	MoEFP8Dispatch *bool       `toml:"moe_fp8_dispatch" json:"moe_fp8_dispatch"`
+	MoECommSMs     *int        `toml:"moe_comm_sms" json:"moe_comm_sms"`
 	Cores          *int        `toml:"cores" json:"cores"`
 	CoreSpeedup    *float64    `toml:"core_speedup" json:"core_speedup"`
 	Device         *deviceFile `toml:"device" json:"device"`
@@ -76,6 +91,7 @@ type deviceFile struct {
 	AttnEff    *float64           `toml:"attn_efficiency" json:"attn_efficiency"`
 	MemEff     *float64           `toml:"mem_efficiency" json:"mem_efficiency"`
 	KernelGap  *float64           `toml:"kernel_gap_us" json:"kernel_gap_us"`
+	SMs        *int               `toml:"sms" json:"sms"`
 }
 
 type linkFile struct {
@@ -228,6 +244,9 @@ func (d *deviceFile) apply(a *Accel, haveBase bool) error {
 	setF(&a.GEMMKnee, d.GEMMKnee, 1)
 	setF(&a.MemEff, d.MemEff, 1)
 	setF(&a.KernelGap, d.KernelGap, us)
+	if d.SMs != nil {
+		a.SMs = *d.SMs
+	}
 	if d.AttnEff != nil {
 		a.AttnEff = *d.AttnEff
 	} else if !haveBase || d.GEMMEff != nil {
@@ -257,12 +276,20 @@ func (f clusterFile) applySoftware(s *Software) {
 		v   *bool
 		dst *bool
 	}{{f.TPGradOverlap, &s.TPGradOverlap}, {f.FlatRings, &s.FlatRings}, {f.ZeRO3Regather, &s.ZeRO3Regather},
-		{f.PPBlockingP2P, &s.PPBlockingP2P}, {f.GradAccumPass, &s.GradAccumPass}, {f.ZeRO3BwdPost, &s.ZeRO3BackwardPost}} {
+		{f.PPBlockingP2P, &s.PPBlockingP2P}, {f.GradAccumPass, &s.GradAccumPass}, {f.ZeRO3BwdPost, &s.ZeRO3BackwardPost},
+		{f.OpSAC, &s.OpSAC}, {f.FP32Params, &s.FP32Params},
+		{f.MoEEPOverlap, &s.MoE.EPOverlap}, {f.MoEExpertLoop, &s.MoE.ExpertLoop}, {f.MoEFP8Dispatch, &s.MoE.FP8Dispatch}} {
 		if b.v != nil {
 			*b.dst = *b.v
 		}
 	}
 	if f.ZeRO3Modules != nil {
 		s.ZeRO3Modules = *f.ZeRO3Modules
+	}
+	if f.MoEDispatcher != nil {
+		s.MoE.Dispatcher = *f.MoEDispatcher
+	}
+	if f.MoECommSMs != nil {
+		s.MoE.CommSMs = *f.MoECommSMs
 	}
 }

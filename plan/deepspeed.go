@@ -68,6 +68,7 @@ func deepspeedRules() []fwRule {
 		keyRule(ds, "precision", "is not set by its JSON (bf16 is)", func(p Plan) bool { return p.Precision != FP8 }, "bf16"),
 		keyRule(ds, "recompute", "is not offered: activation checkpointing recomputes whole layers", func(p Plan) bool { return p.Recompute != RecomputeSelective }, "none", "full"),
 		keyRule(ds, "zero", "with pp>1: the pipeline engine allows ZeRO stage 0 or 1", func(p Plan) bool { return p.PP == 1 || p.ZeRO <= 1 }, "1", "0"),
+		deepspeedExpertRule,
 	}
 }
 
@@ -142,6 +143,9 @@ func (j Job) importDeepSpeed(text string, rest Fix) (Imported, error) {
 	}
 	if len(other) > 0 {
 		sort.Strings(other)
+		if err := deepspeedKeysExist(other); err != nil {
+			return Imported{}, err
+		}
 		notes = append(notes, "not read (no effect on the plan's cost in the planner's model): "+strings.Join(printables(other), ", "))
 	}
 	p := Default()

@@ -70,6 +70,9 @@ func (j Job) Evaluate(p Plan) (Estimate, error) {
 
 // estimate assumes p passed Check.
 func (j Job) estimate(p Plan, pl placement) Estimate {
+	if j.useGeneral(p) {
+		return j.generalEstimate(p, pl)
+	}
 	sp := j.shapeParams(p)
 	return j.finish(p, pl, j.layerCost(p, pl), j.memory(p, sp), sp)
 }

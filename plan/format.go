@@ -71,6 +71,10 @@ func (j Job) Explain(p Plan, best *Estimate) string {
 		fmt.Fprintf(&b, "rejected: %v\n", err)
 		return b.String()
 	}
+	if j.useGeneral(p) {
+		j.explainGeneral(&b, p, best)
+		return b.String()
+	}
 	e := j.estimate(p, place(p, j.Cluster.DevicesPerNode))
 	j.explainMemory(&b, e)
 	j.explainTime(&b, e)

@@ -89,12 +89,15 @@ func (j Job) Emit(fw Framework, p Plan) (Emission, error) {
 	e := Emission{Framework: fw, Plan: q, Changes: changes}
 	switch fw {
 	case Megatron:
-		e.Version, e.Text = megatronVersion, j.megatronArgs(q)
+		e.Version, e.Text = j.megatronVersionFor(), j.megatronArgs(q)
 	case Torchtitan:
 		e.Version, e.Text = torchtitanVersion, j.torchtitanTOML(q)
 	case DeepSpeed:
 		e.Version, e.Text = deepspeedVersion, j.deepspeedJSON(q)
 		e.Outside = deepspeedOutside(q)
+		if j.Model.moe() { // DeepSpeed-MoE's layer takes them in the model code (deepspeed.moe.layer.MoE)
+			e.Outside = append(e.Outside, "ep="+q.Get("ep"), "etp="+q.Get("etp"))
+		}
 	}
 	return e, nil
 }

@@ -45,20 +45,24 @@ func (h heldOut) predict(t testing.TB) (float64, Estimate) {
 		t.Fatalf("%s %s: no plan (%v, %v)", h.source, h.model, err, res.Rejected)
 	}
 	e := res.Plans[0]
+	return h.metricOf(j, e), e
+}
+
+// metricOf is the row's metric of an estimate.
+func (h heldOut) metricOf(j Job, e Estimate) float64 {
 	switch h.metric {
 	case "hw_tflops":
-		return e.HWTFLOPsPerDevice, e
+		return e.HWTFLOPsPerDevice
 	case "tflops":
-		return e.TFLOPsPerDevice, e
+		return e.TFLOPsPerDevice
 	case "tflops_causal":
-		return causalTFLOPs(j, e), e
+		return causalTFLOPs(j, e)
 	case "step_s":
-		return e.Time.Step, e
+		return e.Time.Step
 	case "tokens_per_gpu":
-		return e.TokensPerS / float64(h.devices), e
+		return e.TokensPerS / float64(h.devices)
 	}
-	t.Fatalf("unknown metric %q", h.metric)
-	return 0, e
+	panic("heldOut: unknown metric " + h.metric)
 }
 
 func (h heldOut) job(t testing.TB) Job {

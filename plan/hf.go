@@ -3,6 +3,7 @@ package plan
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 )
 
 // hfConfig holds the fields of a Hugging Face config.json that the planner
@@ -31,6 +32,8 @@ type hfConfig struct {
 	MaxPos       *int  `json:"max_position_embeddings"`
 	AttnBias     *bool `json:"attention_bias"`
 	MLPBias      *bool `json:"mlp_bias"`
+
+	hfMoE // the expert and latent-attention families (hfmoe.go)
 }
 
 // maxDim bounds every size read from a file, so that products of sizes stay
@@ -38,7 +41,10 @@ type hfConfig struct {
 const maxDim = 1 << 24
 
 // ParseHFConfig reads a Hugging Face config.json of model_type "gpt2" or
-// "llama". name labels the model when the file has no _name_or_path.
+// "llama", or of the expert and latent-attention families ("mixtral",
+// "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
+// "kimi_k2", "gpt_oss"; hfmoe.go). name labels the model when the file
+// has no _name_or_path.
 // Missing optional fields take Hugging Face's defaults (gpt2: n_inner = 4h,
 // tied embeddings; llama: kv heads = heads, untied embeddings, no biases).
 func ParseHFConfig(data []byte, name string) (Model, error) {
@@ -58,7 +64,10 @@ func ParseHFConfig(data []byte, name string) (Model, error) {
 	case "llama":
 		m, err = c.llama(name)
 	default:
-		return Model{}, fmt.Errorf("plan: config.json: model_type %q: want gpt2 or llama", c.ModelType)
+		if !contains(hfMoETypes(), c.ModelType) {
+			return Model{}, fmt.Errorf("plan: config.json: model_type %q: want gpt2 or llama, or one of the expert and latent-attention families %s", c.ModelType, strings.Join(hfMoETypes(), ", "))
+		}
+		m, err = c.moeModel(name)
 	}
 	if err != nil {
 		return Model{}, err

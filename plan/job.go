@@ -16,7 +16,16 @@ type Job struct {
 	// Engine, when set on a cluster with engine_stash, is what the Trellis
 	// engine stores besides its stash (EngineStore); nil: its defaults.
 	Engine *EngineStore
+	// Imbalance is the routed-token load of the busiest expert-parallel
+	// rank over its balanced share (0 or 1: balanced, as the published
+	// benchmarks force it; 1.5: "what if the busiest expert gets 1.5× its
+	// share"). It sets that rank's expert GEMMs, all-to-all and dispatch
+	// buffers, and so the pace (moecost.go).
+	Imbalance float64
 }
+
+// imbalance is Job.Imbalance with 0 read as 1.
+func (j Job) imbalance() float64 { return math.Max(1, j.Imbalance) }
 
 // Validate checks the job on its own (not a plan).
 func (j Job) Validate() error {
@@ -35,6 +44,10 @@ func (j Job) Validate() error {
 		return fmt.Errorf("plan: global batch=%d: want 1..%d", j.GlobalBatch, 1<<24)
 	case j.Model.learnedPositions() && j.Seq > j.Model.MaxSeq:
 		return fmt.Errorf("plan: seq=%d exceeds the %d learned positions of %s", j.Seq, j.Model.MaxSeq, j.Model.Name)
+	case j.Imbalance != 0 && !(j.Imbalance >= 1 && j.Imbalance <= 64):
+		return fmt.Errorf("plan: imbalance=%g: want 1 (balanced) up to 64 (the busiest expert-parallel rank's load over its share)", j.Imbalance)
+	case j.Imbalance > 1 && !j.Model.moe():
+		return fmt.Errorf("plan: imbalance=%g: the model %s has no experts", j.Imbalance, j.Model.Name)
 	}
 	return nil
 }
@@ -106,6 +119,9 @@ func (j Job) rule(p Plan) violation {
 	case !divides(j.GlobalBatch, p.DP, p.MBS):
 		return broken(rejBatch, "dp·mbs = %d·%d does not divide the global batch %d", p.DP, p.MBS, j.GlobalBatch)
 	}
+	if r := j.expertRule(p); r.key != "" {
+		return r
+	}
 	return j.stepRule(p)
 }
 
@@ -120,7 +136,7 @@ func (j Job) stepRule(p Plan) violation {
 	case !(j.Cluster.Accel.Peak[p.Precision] > 0):
 		return broken(rejPrecision, "precision=%s: %s has no %s peak", p.Precision, j.Cluster.Accel.Name, p.Precision)
 	}
-	return violation{}
+	return j.dualRule(p)
 }
 
 // shapeRule checks the rules that involve only tp, cp and pp.

@@ -19,7 +19,7 @@ const megatronVersion = "Megatron-LM core_v0.12.0"
 // to what it carries. Every other argument is read as "no effect on the
 // plan's cost" and listed in the notes.
 func megatronTable() []fwArg {
-	return []fwArg{
+	rows := []fwArg{
 		{"--tensor-model-parallel-size", "tp"},
 		{"--pipeline-model-parallel-size", "pp"},
 		{"--context-parallel-size", "cp"},
@@ -66,6 +66,7 @@ func megatronTable() []fwArg {
 		{"--hidden-dropout", "model.dropout (0: none)"},
 		{"--vocab-size", "model.vocab (before Megatron pads it)"},
 	}
+	return append(rows, megatronMoETable()...)
 }
 
 // megatronSwitches are the table's flags that take no value.
@@ -78,7 +79,7 @@ func megatronSwitch(flag string) bool {
 		"--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear":
 		return true
 	}
-	return false
+	return megatronMoESwitch(flag)
 }
 
 // megatronRules are what Megatron-LM cannot run: GPipe and zb-h1 (its
@@ -90,7 +91,7 @@ func megatronRules() []fwRule {
 		scheduleRule("Megatron-LM", OneFOneB, Interleaved),
 		orderRule("Megatron-LM", "tp-cp-dp-pp", "tp-cp-pp-dp"),
 		func(j Job, p Plan) ([]Plan, string) {
-			if megatronSplit(j.Model.Layers, p.PP, p.VPP) {
+			if megatronSplit(j.Model.Layers, p.PP, p.VPP) || j.Model.general() { // core_v0.14.0's layout states any split
 				return nil, ""
 			}
 			return splitAlternatives(j, p, megatronSplit), fmt.Sprintf("Megatron-LM cannot split %d layers over pp=%d × vpp=%d chunks as Trellis does (uneven chunks within a rank)", j.Model.Layers, p.PP, p.VPP)
@@ -145,9 +146,12 @@ func (j Job) megatronArgs(p Plan) string {
 	if p.PP > 1 {
 		k = megatronAccount(L, p.PP*p.VPP)
 	}
-	a.flag("--account-for-embedding-in-pipeline-split", k == 2)
-	a.flag("--account-for-loss-in-pipeline-split", k >= 1)
-	if p.Schedule == Interleaved {
+	layout := j.megatronLayout(p) // megatronlayout.go
+	a.flag("--account-for-embedding-in-pipeline-split", k == 2 && layout == "")
+	a.flag("--account-for-loss-in-pipeline-split", k >= 1 && layout == "")
+	if layout != "" {
+		a.add("--pipeline-model-parallel-layout", "'"+layout+"'") // '|' and '*': quoted for the shell
+	} else if p.Schedule == Interleaved {
 		a.add("--num-layers-per-virtual-pipeline-stage", (L+k)/(p.PP*p.VPP))
 	} else if p.PP > 1 && k < 0 {
 		pt, _ := newPartition(L, p.PP, 1)
@@ -160,7 +164,7 @@ func (j Job) megatronArgs(p Plan) string {
 	case 1:
 		a.flag("--use-distributed-optimizer", true)
 	case 2, 3:
-		a.flag("--use-custom-fsdp", true)
+		a.flag(j.megatronFSDPFlag(), true)
 		a.add("--data-parallel-sharding-strategy", map[int]string{2: "optim_grads", 3: "optim_grads_params"}[p.ZeRO])
 	}
 	a.flag("--use-tp-pp-dp-mapping", p.Order == "tp-cp-pp-dp")
@@ -205,6 +209,7 @@ func (j Job) megatronArgs(p Plan) string {
 		a.add("--hidden-dropout", 0)
 	}
 	a.add("--vocab-size", m.Vocab)
+	j.megatronMoEArgs(&a, p)
 	return a.text()
 }
 
@@ -252,6 +257,9 @@ func readMegatron(text string) (megatronRead, []string, error) {
 		}
 		switch {
 		case !known[name]:
+			if err := megatronArgExists(name); err != nil {
+				return nil, nil, err
+			}
 			for ; i+1 < len(toks) && !strings.HasPrefix(toks[i+1], "--"); i++ {
 			} // an argument of its own may take several values (--rampup-batch-size 16 16 5859375)
 			notes = append(notes, printable(name)+": not read (no effect on the plan's cost in the planner's model)")

@@ -43,6 +43,9 @@ func (j Job) importMegatron(text string) (Imported, error) {
 	if p.ZeRO, err = megatronZeRO(g); err != nil {
 		return Imported{}, err
 	}
+	if err := j.megatronExperts(g, &p, &notes); err != nil {
+		return Imported{}, err
+	}
 	if p.DP*p.CP > 1 && p.ZeRO <= 1 && !g.has("--overlap-grad-reduce") {
 		notes = append(notes, "no --overlap-grad-reduce: the gradient reduction is not overlapped with the backward, as the planner costs it (this prediction is optimistic)")
 	}
@@ -90,6 +93,11 @@ func (j Job) importMegatron(text string) (Imported, error) {
 	if err != nil {
 		return Imported{}, err
 	}
+	if g.has("--num-layers") {
+		if err := j.megatronMoEShape(g); err != nil {
+			return Imported{}, err
+		}
+	}
 	im.Notes = sortedNotes(append(notes, shapeNotes...))
 	return im, nil
 }
@@ -97,6 +105,9 @@ func (j Job) importMegatron(text string) (Imported, error) {
 // megatronPipeline reads vpp and the layer split, which must be the one
 // the planner costs (Megatron fails on a split it cannot make).
 func (j Job) megatronPipeline(g megatronRead, p *Plan, notes *[]string) error {
+	if g.has("--pipeline-model-parallel-layout") {
+		return j.megatronLayoutRead(g, p, notes)
+	}
 	L := j.Model.Layers
 	embed, loss := g.has("--account-for-embedding-in-pipeline-split"), g.has("--account-for-loss-in-pipeline-split")
 	k := 0
@@ -165,7 +176,7 @@ func (j Job) megatronPipeline(g megatronRead, p *Plan, notes *[]string) error {
 
 // megatronZeRO reads the ZeRO stage.
 func megatronZeRO(g megatronRead) (int, error) {
-	if g.has("--use-custom-fsdp") {
+	if g.has("--use-custom-fsdp") || g.has("--use-megatron-fsdp") {
 		s := g["--data-parallel-sharding-strategy"]
 		for z, name := range []string{"no_shard", "optim", "optim_grads", "optim_grads_params"} {
 			if s == name || (s == "" && z == 0) {

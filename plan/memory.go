@@ -95,6 +95,8 @@ type shapeParams struct {
 	embed float64 // stage 0's extra: vocab + learned positions + embedding norm
 	head  float64 // stage pp-1's extra: final norm (+ output layer unless tied with pp = 1)
 	pt    partition
+	// lay is the general path's layout (useGeneral), nil on the dense path.
+	lay *layout
 }
 
 // params is the parameter count of stage k holding n layers.
@@ -221,9 +223,17 @@ func (j Job) inFlight(p Plan, stage int) float64 {
 // holds the most micro-batches in flight; stage pp−1, which holds the output
 // layer and the logits; and, under an uneven split, the first stage that
 // holds more layers than those before it). p must pass Check.
-func (j Job) Memory(p Plan) Memory { return j.memory(p, j.shapeParams(p)) }
+func (j Job) Memory(p Plan) Memory {
+	if j.useGeneral(p) {
+		return j.generalMemory(p, j.newLayout(p))
+	}
+	return j.memory(p, j.shapeParams(p))
+}
 
 func (j Job) memory(p Plan, sp shapeParams) Memory {
+	if sp.lay != nil {
+		return j.generalMemory(p, sp.lay)
+	}
 	a := j.activations(p)
 	pt := sp.pt
 	worst := j.stageMemory(p, sp, a, pt.pp-1, pt.last)

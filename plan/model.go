@@ -50,6 +50,22 @@ type Model struct {
 	MLPBias  bool
 	// Dropout: dropout layers are present (their masks cost memory).
 	Dropout bool
+
+	// The families' extensions the models of 2024–26 use (moe.go). MoE:
+	// routed experts (Experts = 0: dense); MLA: multi-head latent attention
+	// (KVRank = 0: grouped-query attention).
+	MoE *MoE
+	MLA *MLA
+	// QKNorm: an RMSNorm on every query and key head (Qwen3).
+	QKNorm bool
+	// Window: the sliding-window width of the layers that use one (GPT-OSS
+	// alternates sliding and full layers, windowLayer); 0: none. Sinks: a
+	// learned per-head softmax sink (GPT-OSS), a parameters a layer.
+	Window int
+	Sinks  bool
+	// MTP: DeepSeek-V3's multi-token-prediction modules, costed on the
+	// pipeline stage that holds the output layer (MTPParams).
+	MTP int
 }
 
 // HD is the head size.
@@ -84,7 +100,7 @@ func (m Model) Validate() error {
 	if m.learnedPositions() && m.MaxSeq < 1 {
 		return fmt.Errorf("plan: model %s: max_seq=%d: a GPT model needs learned positions", m.Name, m.MaxSeq)
 	}
-	return nil
+	return m.validateGeneral()
 }
 
 func sortedKeys(m map[string]int) []string {
@@ -100,7 +116,14 @@ func sortedKeys(m map[string]int) []string {
 func (m Model) approxParams() float64 {
 	h, f, d := float64(m.Hidden), float64(m.FFN), float64(m.HD())
 	layer := h*d*(2*float64(m.Heads)+2*float64(m.KVHeads)) + 3*h*f + 4*h + 2*f
-	return float64(m.Layers)*layer + float64(m.Vocab)*h*2 + float64(m.MaxSeq)*h
+	if e := m.experts(); e.Experts > 0 { // the experts, bounded before the exact count multiplies them
+		layer += float64(e.Experts)*(3*h*float64(e.FFN)+2*float64(e.FFN)+h) + 3*h*float64(e.SharedFFN)
+	}
+	if a := m.latent(); a.KVRank > 0 {
+		qk, r := float64(a.QKNope+a.QKRope), float64(a.QRank)
+		layer += h*(r+float64(a.KVRank+a.QKRope)) + float64(m.Heads)*(qk*(r+h)+float64(a.KVRank)*(qk+float64(a.V))+float64(a.V)*h)
+	}
+	return float64(m.Layers+m.MTP)*layer + float64(m.Vocab)*h*2 + float64(m.MaxSeq)*h
 }
 
 // learnedPositions reports a learned position table (GPT without RelPos).
@@ -176,14 +199,45 @@ func (m Model) HeadParams() int64 {
 //	P = E + L·P_layer + P_head
 //
 // e.g. Llama 3 8B: 2·128256·4096 + 32·218,112,000 + 4096 = 8,030,261,248.
+//
+// A model with experts or MLA (Model.general) sums its layers one by one
+// (generalLayerParams): e.g. DeepSeek-V3 671,026,419,200.
 func (m Model) Params() int64 {
+	if m.general() {
+		n := m.EmbeddingParams() + m.HeadParams()
+		for i := 0; i < m.Layers; i++ {
+			n += m.generalLayerParams(i)
+		}
+		return n
+	}
 	return m.EmbeddingParams() + int64(m.Layers)*m.LayerParams() + m.HeadParams()
 }
 
 // String is a one-line summary.
 func (m Model) String() string {
+	if m.moe() {
+		e := m.experts()
+		return fmt.Sprintf("%s (%s MoE, %s params, %s active: L=%d h=%d heads=%d kv=%d ffn=%d V=%d; experts=%d top-%d ffn=%d shared=%d dense_first=%d%s)",
+			m.Name, m.Family, Count(float64(m.Params())), Count(float64(m.ActiveParams())), m.Layers, m.Hidden, m.Heads, m.KVHeads,
+			m.FFN, m.Vocab, e.Experts, e.TopK, e.FFN, e.SharedFFN, e.DenseFirst, m.generalNote())
+	}
 	return fmt.Sprintf("%s (%s, %s params: L=%d h=%d heads=%d kv=%d ffn=%d V=%d)",
 		m.Name, m.Family, Count(float64(m.Params())), m.Layers, m.Hidden, m.Heads, m.KVHeads, m.FFN, m.Vocab)
+}
+
+// generalNote names the attention variant and the MTP modules.
+func (m Model) generalNote() string {
+	s := ""
+	if a := m.latent(); a.KVRank > 0 {
+		s += fmt.Sprintf("; MLA q_rank=%d kv_rank=%d d=%d+%d/%d", a.QRank, a.KVRank, a.QKNope, a.QKRope, a.V)
+	}
+	if m.Window > 0 {
+		s += fmt.Sprintf("; window %d on alternate layers", m.Window)
+	}
+	if m.MTP > 0 {
+		s += fmt.Sprintf("; %d MTP (%s params)", m.MTP, Count(float64(m.MTPParams())))
+	}
+	return s
 }
 
 // gptModel builds a GPT-family model with FFN = 4h.
@@ -226,7 +280,8 @@ func modelPresets() []Model {
 		gptModel("megatron-530b", 105, 20480, 128, mv, ms, true),
 		gptModel("megatron-1t", 128, 25600, 160, mv, ms, true),
 	}
-	return append(ps, heldOutPresets()...)
+	ps = append(ps, heldOutPresets()...)
+	return append(ps, moePresets()...)
 }
 
 // ModelPreset returns a built-in model by name.

@@ -16,7 +16,6 @@ package plan
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -34,11 +33,25 @@ const (
 	// deferred into the cool-down bubble; 1F1B's activation memory, a
 	// bubble of (p−1)(F+B−2W) for 1F1B's (p−1)(F+B), B the whole backward.
 	ZBH1 Schedule = "zb-h1"
+	// DualPipe is DeepSeek-V3's bidirectional schedule (DeepSeek-AI 2024,
+	// §3.2.1): micro-batches enter from both ends, rank r holds stages r and
+	// pp−1−r (two copies of the parameters), forward and backward chunks of
+	// different micro-batches overlap each other's communication; bubble
+	// (pp/2−1)(F&B+B−3W), pp+1 chunks of activations. DualPipeV is its
+	// "cut-in-half" V-shaped form (Sea AI Lab; deepseek-ai/DualPipe): 2·pp
+	// chunks, rank r holding chunks r and 2pp−1−r, one copy. dualpipe.go.
+	DualPipe  Schedule = "dualpipe"
+	DualPipeV Schedule = "dualpipev"
 )
 
 // Schedules lists the pipeline schedules, in the order the text form
 // names them.
-func Schedules() []Schedule { return []Schedule{GPipe, OneFOneB, Interleaved, ZBH1} }
+func Schedules() []Schedule {
+	return []Schedule{GPipe, OneFOneB, Interleaved, ZBH1, DualPipe, DualPipeV}
+}
+
+// dual reports DualPipe and DualPipeV.
+func (s Schedule) dual() bool { return s == DualPipe || s == DualPipeV }
 
 // Recompute is an activation recomputation policy.
 type Recompute string
@@ -87,6 +100,29 @@ type Plan struct {
 	Precision Precision // training precision
 	Flash     bool      // IO-aware (FlashAttention-style) attention: no s×s score matrix in memory
 	Order     string    // axes fastest-varying first, e.g. "tp-cp-dp-pp"
+
+	// EP and ETP are the expert-parallel and expert-tensor-parallel degrees
+	// of a model with routed experts: Megatron-Core's parallel folding lays
+	// the MoE layers' ETP × EP × EDP × PP mesh over the ranks of the
+	// attention layers' TP × CP × DP × PP (expert.go). A degree of 1 is
+	// stored as 0, so every plan written before experts is unchanged, in
+	// memory and in text (which names ep and etp only when either is > 1);
+	// read them with Plan.Experts.
+	EP, ETP int
+}
+
+// Experts returns the expert-parallel and expert-tensor-parallel degrees
+// (1 for the stored 0).
+func (p Plan) Experts() (ep, etp int) { return max(1, p.EP), max(1, p.ETP) }
+
+// SetExperts sets ep and etp, stored in Plan's form (1 as 0).
+func (p *Plan) SetExperts(ep, etp int) { p.EP, p.ETP = storedDegree(ep), storedDegree(etp) }
+
+func storedDegree(n int) int {
+	if n == 1 {
+		return 0
+	}
+	return n
 }
 
 // Default is the plan that every key of the text form falls back to:
@@ -102,16 +138,27 @@ func Default() Plan {
 // Devices is the number of devices the plan occupies: DP·TP·PP·CP.
 func (p Plan) Devices() int { return p.DP * p.TP * p.PP * p.CP }
 
-// Keys lists the keys of the text form in canonical order.
+// Keys lists the keys of the text form in canonical order: the thirteen
+// of every plan, then the expert keys ep and etp.
 func Keys() []string {
-	return []string{"dp", "tp", "pp", "cp", "vpp", "zero", "sp", "mbs", "schedule", "recompute", "precision", "flash", "order"}
+	return []string{"dp", "tp", "pp", "cp", "vpp", "zero", "sp", "mbs", "schedule", "recompute", "precision", "flash", "order", "ep", "etp"}
 }
 
-// String is the canonical text form: every key, in Keys order. Parse
-// inverts it exactly.
+// textKeys are the keys String writes: all of Keys, less ep and etp when
+// both are 1 (so a dense plan's text is what it was before experts).
+func (p Plan) textKeys() []string {
+	ks := Keys()
+	if ep, etp := p.Experts(); ep == 1 && etp == 1 {
+		ks = ks[:len(ks)-2]
+	}
+	return ks
+}
+
+// String is the canonical text form: every key, in Keys order (ep and etp
+// only when not both 1). Parse inverts it exactly.
 func (p Plan) String() string {
 	var b strings.Builder
-	for i, k := range Keys() {
+	for i, k := range p.textKeys() {
 		if i > 0 {
 			b.WriteByte(',')
 		}
@@ -163,6 +210,10 @@ func (p Plan) Get(key string) string {
 		return onOff(p.Flash)
 	case "order":
 		return p.Order
+	case "ep":
+		return strconv.Itoa(max(1, p.EP))
+	case "etp":
+		return strconv.Itoa(max(1, p.ETP))
 	}
 	return ""
 }
@@ -212,13 +263,19 @@ func parseInto(p *Plan, s string) (map[string]bool, error) {
 // Set assigns one key from its text value.
 func (p *Plan) Set(key, val string) error {
 	switch key {
-	case "dp", "tp", "pp", "cp", "vpp", "zero", "mbs":
+	case "dp", "tp", "pp", "cp", "vpp", "zero", "mbs", "ep", "etp":
 		n, err := strconv.Atoi(val)
 		if err != nil {
 			return fmt.Errorf("plan: %s=%q is not an integer", key, val)
 		}
 		if err := checkBound(key, n); err != nil {
 			return err
+		}
+		if key == "ep" || key == "etp" {
+			if n < 1 {
+				return fmt.Errorf("plan: %s=%d: must be at least 1", key, n)
+			}
+			n = storedDegree(n)
 		}
 		*p.intField(key) = n
 	case "sp", "flash":
@@ -262,6 +319,10 @@ func (p *Plan) intField(key string) *int {
 		return &p.VPP
 	case "zero":
 		return &p.ZeRO
+	case "ep":
+		return &p.EP
+	case "etp":
+		return &p.ETP
 	}
 	return &p.MBS
 }
@@ -286,17 +347,6 @@ func setEnum[T ~string](dst *T, key, val string, allowed ...T) error {
 		names[i] = string(a)
 	}
 	return fmt.Errorf("plan: %s=%q: want one of %s", key, val, strings.Join(names, ", "))
-}
-
-// checkOrder accepts a permutation of tp, cp, dp, pp joined by "-".
-func checkOrder(s string) error {
-	parts := strings.Split(s, "-")
-	got := append([]string(nil), parts...)
-	sort.Strings(got)
-	if strings.Join(got, ",") != "cp,dp,pp,tp" {
-		return fmt.Errorf("plan: order=%q: want the four axes tp, cp, dp, pp joined by '-', each once (e.g. %s)", s, DefaultOrder)
-	}
-	return nil
 }
 
 // Bounds on a plan's numbers, checked as they are parsed (Set) and by
@@ -357,6 +407,9 @@ func (p Plan) Validate() error {
 	if _, ok := product(MaxDevices, p.DP, p.TP, p.PP, p.CP); !ok {
 		return invalid("dp·tp·pp·cp = %d·%d·%d·%d: more than %d devices", p.DP, p.TP, p.PP, p.CP, MaxDevices)
 	}
+	if p.EP < 0 || p.ETP < 0 {
+		return invalid("ep=%d, etp=%d: must be at least 1", p.EP, p.ETP)
+	}
 	if p.ZeRO < 0 || p.ZeRO > 3 {
 		return invalid("zero=%d: must be 0, 1, 2 or 3", p.ZeRO)
 	}
@@ -372,6 +425,10 @@ func (p Plan) Validate() error {
 		return invalid("schedule=interleaved needs vpp>=2 (with vpp=1 it is 1f1b)")
 	case p.VPP > 1 && p.Schedule != Interleaved:
 		return invalid("vpp=%d needs schedule=interleaved", p.VPP)
+	case p.Schedule.dual() && p.PP == 1:
+		return invalid("schedule=%s needs pp>1", p.Schedule)
+	case p.Schedule == DualPipe && p.PP%2 != 0:
+		return invalid("schedule=dualpipe needs an even pp (got pp=%d): rank r pairs with rank pp−1−r", p.PP)
 	}
 	return nil
 }
@@ -382,7 +439,7 @@ func (p Plan) Validate() error {
 func (p Plan) validEnums() error {
 	var q Plan
 	switch {
-	case p.Schedule != GPipe && p.Schedule != OneFOneB && p.Schedule != Interleaved && p.Schedule != ZBH1:
+	case p.Schedule != GPipe && p.Schedule != OneFOneB && p.Schedule != Interleaved && p.Schedule != ZBH1 && !p.Schedule.dual():
 		return q.Set("schedule", string(p.Schedule))
 	case p.Recompute != RecomputeNone && p.Recompute != RecomputeSelective && p.Recompute != RecomputeFull:
 		return q.Set("recompute", string(p.Recompute))
@@ -392,36 +449,6 @@ func (p Plan) validEnums() error {
 		return q.Set("order", p.Order)
 	}
 	return nil
-}
-
-// orderOK reports a permutation of tp, cp, dp, pp joined by "-", without
-// allocating.
-func orderOK(s string) bool {
-	if len(s) != 11 {
-		return false
-	}
-	seen := 0
-	for i := 0; i < 4; i++ {
-		if i > 0 && s[3*i-1] != '-' {
-			return false
-		}
-		bit := 0
-		switch s[3*i : 3*i+2] {
-		case "tp":
-			bit = 1
-		case "cp":
-			bit = 2
-		case "dp":
-			bit = 4
-		case "pp":
-			bit = 8
-		}
-		if bit == 0 || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
-	return true
 }
 
 // MarshalText writes the canonical text form, so a Plan is a string in

@@ -40,6 +40,10 @@ type PlanJSON struct {
 	Precision string `json:"precision"`
 	Flash     bool   `json:"flash"`
 	Order     string `json:"order"`
+	// EP and ETP are the expert degrees, present only above 1 (a dense
+	// plan's JSON is as before experts).
+	EP  int `json:"ep,omitempty"`
+	ETP int `json:"etp,omitempty"`
 }
 
 // MemoryJSON is the per-device memory, bytes.
@@ -60,6 +64,9 @@ type TimeJSON struct {
 	Bubble      float64 `json:"bubble"`
 	Misc        float64 `json:"misc"`
 	Step        float64 `json:"step"`
+	// CommEP is the exposed all-to-all, part of CommExposed (present for
+	// plans with expert parallelism).
+	CommEP float64 `json:"comm_ep,omitempty"`
 }
 
 // EstimateJSON is one ranked plan. PlanString is its canonical text form,
@@ -83,7 +90,7 @@ type EstimateJSON struct {
 func (p Plan) JSON() PlanJSON {
 	return PlanJSON{DP: p.DP, TP: p.TP, PP: p.PP, CP: p.CP, VPP: p.VPP, ZeRO: p.ZeRO, SP: p.SP, MBS: p.MBS,
 		Schedule: string(p.Schedule), Recompute: string(p.Recompute), Precision: string(p.Precision),
-		Flash: p.Flash, Order: p.Order}
+		Flash: p.Flash, Order: p.Order, EP: p.EP, ETP: p.ETP}
 }
 
 // JSON converts an estimate.
@@ -98,7 +105,7 @@ func (e Estimate) JSON() EstimateJSON {
 		Memory: MemoryJSON{Param: m.Param, Grad: m.Grad, Optim: m.Optim, Act: m.Act, Other: m.Other,
 			Total: m.Total, Budget: m.Budget},
 		Time: TimeJSON{Compute: t.Compute, CommExposed: t.CommExposed, Bubble: t.Bubble, Misc: t.Misc,
-			Step: t.Step},
+			Step: t.Step, CommEP: t.EP},
 		TFLOPsPerDevice: e.TFLOPsPerDevice, HWTFLOPsPerDevice: e.HWTFLOPsPerDevice,
 		MFU: e.MFU, HFU: e.HFU, TokensPerS: e.TokensPerS,
 	}

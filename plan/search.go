@@ -24,7 +24,11 @@ import (
 // costs are identical), and fp16 is searched only when pinned (every cost
 // equals bf16's). ZeRO stages above 0 are searched only when dp·cp > 1
 // (with one replica there is nothing to shard).
-func (j Job) Search(o Options) (Result, error) {
+func (j Job) Search(o Options) (Result, error) { return j.search(o, false) }
+
+// search is Search; unbounded turns the general path's lower bounds off
+// (its tests hold the bounded search to the same plans).
+func (j Job) search(o Options, unbounded bool) (Result, error) {
 	if err := j.Validate(); err != nil {
 		return Result{}, err
 	}
@@ -34,7 +38,10 @@ func (j Job) Search(o Options) (Result, error) {
 	if o.Top < 0 {
 		return Result{}, fmt.Errorf("plan: top=%d: want at least 1 (0 means the default, 10)", o.Top)
 	}
-	s := searcher{job: j, fix: o.Fix, top: o.top(), res: Result{Rejected: map[string]int{}}}
+	s := searcher{job: j, fix: o.Fix, top: o.top(), res: Result{Rejected: map[string]int{}}, unbounded: unbounded}
+	if j.Model.general() && !unbounded {
+		s.seed(o)
+	}
 	N := j.Devices
 	for _, tp := range divisors(N) {
 		for _, cp := range divisors(N / tp) {
@@ -49,6 +56,7 @@ func (j Job) Search(o Options) (Result, error) {
 	if s.err != nil {
 		return Result{}, s.err
 	}
+	s.flushHot()
 	if s.res.Candidates() == 0 {
 		s.whyNone()
 	}
@@ -94,7 +102,11 @@ type searcher struct {
 	fix Fix
 	top int
 	res Result
-	err error // a prediction that is not finite (a cluster's numbers out of range)
+	err error     // a prediction that is not finite (a cluster's numbers out of range)
+	gen genSearch // the general path's state (moesearch.go)
+	hot [4]int    // the general path's most frequent rejections (hotKeys), added to Rejected at the end
+	// unbounded: the general path costs every plan that fits (search)
+	unbounded bool
 }
 
 func (s *searcher) reject(key string, n int) {
@@ -107,6 +119,7 @@ type schedOpt struct {
 	s      Schedule
 	v      int
 	params shapeParams // parameter counts under this (pp, vpp) partition
+	idx    int         // its position among the shape's schedules
 }
 
 type orderOpt struct {
@@ -132,11 +145,21 @@ func (s *searcher) shape(tp, cp, pp, dp int) {
 		s.reject(rejSPTP, 1)
 		return
 	}
+	if !s.moeShapeRule(tp) {
+		return
+	}
 	base := Default()
 	base.DP, base.TP, base.PP, base.CP = dp, tp, pp, cp
 	orders := s.orders(base)
+	if len(orders) == 0 {
+		return
+	}
 	scheds := s.schedules(tp, pp)
+	std, dual := splitDual(scheds)
+	experts := s.experts(tp, cp, dp)
 	for _, prec := range s.precisions() {
+		s.gen.resetFailed(len(experts) * 2 * 2 * 3 * len(scheds) * 4)
+		s.gen.scheds = len(scheds)
 		for _, mbs := range divisors(j.GlobalBatch / dp) {
 			if !f.allowsInt("mbs", mbs) {
 				continue
@@ -148,7 +171,26 @@ func (s *searcher) shape(tp, cp, pp, dp int) {
 					s.reject(rejSP, 1)
 					continue
 				}
-				s.kernelChoices(p, orders, scheds)
+				if tp > 1 && !sp && j.Model.moe() {
+					s.reject(rejMoESP, 1)
+					continue
+				}
+				if j.Model.moe() && s.full() && s.expertGroupBound(p, scheds[0].params.lay) > s.worst() {
+					s.cutExperts(p, orders, scheds, len(experts))
+					continue
+				}
+				for xi, ex := range experts { // one (1, 1) for a dense model
+					p.SetExperts(ex.ep, ex.etp)
+					s.gen.expert = xi
+					if j.Model.general() {
+						s.kernelChoicesGeneral(p, orders, scheds)
+						continue
+					}
+					s.kernelChoices(p, orders, std)
+					if len(dual) > 0 { // pinned DualPipe schedules of a dense model
+						s.kernelChoicesGeneral(p, orders, dual)
+					}
+				}
 			}
 		}
 	}
@@ -279,6 +321,9 @@ func (s *searcher) push(e Estimate) {
 		return
 	}
 	ps := s.res.Plans
+	if s.gen.seeded && s.known(e.Plan) {
+		return
+	}
 	if s.merge(e) {
 		return
 	}

@@ -22,6 +22,28 @@ func BenchmarkSearchLlama405B(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(res.Evaluated), "ns/plan")
 }
 
+// moeJob is issue 25's target: a full search for DeepSeek-V3 on 2,048
+// H100s at sequence 4096, the report's final batch of 15,360 sequences
+// (63M tokens).
+func moeJob(t testing.TB) Job { return job(t, "deepseek-v3", "dgx-h100", 2048, 4096, 15360) }
+
+// BenchmarkSearchDeepSeekV3 measures that search; docs/BENCHMARKS.md
+// quotes it.
+//
+//	go test ./plan -run '^$' -bench SearchDeepSeekV3 -benchtime 5x
+func BenchmarkSearchDeepSeekV3(b *testing.B) {
+	j := moeJob(b)
+	var res Result
+	for i := 0; i < b.N; i++ {
+		var err error
+		if res, err = j.Search(Options{Top: 10}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(res.Candidates()), "candidates")
+	b.ReportMetric(float64(res.Evaluated), "costed")
+}
+
 // BenchmarkEvaluate is one plan through the whole cost model.
 func BenchmarkEvaluate(b *testing.B) {
 	j := bigJob(b)

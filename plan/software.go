@@ -61,6 +61,84 @@ type Software struct {
 	// Megatron accumulates in fp32 inside the dW GEMM: DeepSpeed's bf16
 	// optimizer. File key grad_accum_pass.
 	GradAccumPass bool
+	// OpSAC: recompute=selective is torchtitan's per-op selective
+	// activation checkpointing (selective_ac_option = "op", sac.go), not
+	// Megatron's recomputation of the attention core. File key op_sac;
+	// the general path (models with experts or MLA, DualPipe plans).
+	OpSAC bool
+	// FP32Params: each rank's (ZeRO-sharded) parameters are the fp32
+	// master copy, with 16-bit copies gathered only to compute, and Adam
+	// keeps m and v (8 bytes): 4 + 4 + 8 bytes of states per parameter
+	// where Megatron's distributed optimizer keeps 2 + 4 + 12 (FSDP2 with
+	// MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), as
+	// torchtitan trains). File key fp32_params; the general path.
+	FP32Params bool
+
+	// MoE is what the stack does with an expert-parallel plan's tokens
+	// (moecost.go).
+	MoE MoESoftware
+}
+
+// MoESoftware is the expert-parallel half of a training stack's software
+// profile. The zero value is Megatron-Core's all-to-all dispatcher with
+// grouped GEMMs and no EP overlap.
+type MoESoftware struct {
+	// Dispatcher moves the routed tokens between the expert-parallel
+	// ranks (file key moe_dispatcher): "alltoall" (or ""), NCCL's
+	// all-to-all of every (token, expert) copy, Megatron's
+	// --moe-token-dispatcher-type alltoall; "allgather", every rank
+	// gathers all the group's tokens and keeps its experts' (Megatron's
+	// allgather dispatcher); "deepep", node-aware dispatch that sends a
+	// token once to each destination node over InfiniBand and forwards it
+	// over NVLink inside the node (DeepSeek's DeepEP; NVIDIA's HybridEP;
+	// Megatron's flex dispatcher).
+	Dispatcher string
+	// EPOverlap: the all-to-alls of one micro-batch run beside the compute
+	// of another (Megatron-Core's --overlap-moe-expert-parallel-comm with
+	// its combined 1F1B schedule, Kimi K2's interleaved 1F1B with extra
+	// warm-up); DualPipe schedules do this by construction. File key
+	// moe_ep_overlap.
+	EPOverlap bool
+	// ExpertLoop: a rank's local experts run as a loop of GEMMs, one kernel
+	// each (Megatron's SequentialMLP, without --moe-grouped-gemm); the
+	// default is one grouped GEMM. File key moe_expert_loop.
+	ExpertLoop bool
+	// FP8Dispatch: under fp8 the dispatched activations travel in fp8 with
+	// one fp32 scale per 128 values (DeepSeek-V3 §3.3.2); the combine stays
+	// in 16 bits. File key moe_fp8_dispatch.
+	FP8Dispatch bool
+	// CommSMs is the streaming multiprocessors the dispatch and combine
+	// kernels hold while they overlap another micro-batch's compute (EP
+	// overlap, DualPipe), which then runs on the rest: DeepEP's normal
+	// kernels take 24 (its README's Buffer.set_num_sms(24)), DeepSeek-V3's
+	// DualPipe setup 20 of the H800's 132 (report §3.2.2). 0: not modelled
+	// (the overlap is free, as for NCCL's all-to-all, whose SMs no source
+	// gives). File key moe_comm_sms; needs the device's sms.
+	CommSMs int
+}
+
+// commShare is the fraction of the device's SMs the overlapped expert
+// communication holds (0 when either count is not given).
+func (c Cluster) commShare() float64 {
+	if c.Accel.SMs <= 0 || c.Software.MoE.CommSMs <= 0 {
+		return 0
+	}
+	return float64(c.Software.MoE.CommSMs) / float64(c.Accel.SMs)
+}
+
+// overlapExposed is what an overlapped transfer of a seconds adds to the
+// c seconds of compute beside it when the transfer's kernels hold a share
+// s of the SMs: while it runs the compute advances at 1 − s, so the pair
+// takes max(a, c + a·s), and the exposure is
+//
+//	max(a − c, a·s)
+//
+// (s = 0: the free overlap max(0, a − c)).
+func overlapExposed(a, c, s float64) float64 {
+	if a <= 0 {
+		return 0
+	}
+	return math.Max(a-c, a*s)
 }
 
 // gradAccumBytes is what GradAccumPass moves per parameter and micro-batch
@@ -77,6 +155,14 @@ func (s Software) gradAccumBytes(p Precision) float64 {
 func (s Software) validate(cluster string) error {
 	if s.ZeRO3Modules < 0 || s.ZeRO3Modules > 64 {
 		return fmt.Errorf("plan: cluster %s: zero3_modules=%d: must be between 1 and 64 (0 means 1)", cluster, s.ZeRO3Modules)
+	}
+	if s.MoE.CommSMs < 0 || s.MoE.CommSMs > 1e5 {
+		return fmt.Errorf("plan: cluster %s: moe_comm_sms=%d: must be between 0 (not modelled) and 100000", cluster, s.MoE.CommSMs)
+	}
+	switch s.MoE.Dispatcher {
+	case "", "alltoall", "allgather", "deepep":
+	default:
+		return fmt.Errorf("plan: cluster %s: moe_dispatcher=%q: want alltoall, allgather or deepep", cluster, s.MoE.Dispatcher)
 	}
 	return nil
 }

@@ -29,6 +29,9 @@ import "fmt"
 //	             Llama with biases or a head_dim other than hidden/heads
 //	precision    fp8
 //	cp           context parallelism
+//	model        experts (MoE) or multi-head latent attention
+//	ep, etp      expert parallelism
+//	schedule     dualpipe, dualpipev
 func EngineRefusals(m Model, p Plan) []string {
 	var out []string
 	switch {
@@ -47,6 +50,15 @@ func EngineRefusals(m Model, p Plan) []string {
 	}
 	if p.CP != 1 {
 		out = append(out, fmt.Sprintf("cp=%d: the engine does not implement context parallelism", p.CP))
+	}
+	if m.MoE != nil || m.MLA != nil {
+		out = append(out, fmt.Sprintf("model %s: the engine does not run experts or multi-head latent attention", m.Name))
+	}
+	if ep, etp := p.Experts(); ep > 1 || etp > 1 {
+		out = append(out, fmt.Sprintf("ep=%d, etp=%d: the engine does not implement expert parallelism", ep, etp))
+	}
+	if p.Schedule == DualPipe || p.Schedule == DualPipeV {
+		out = append(out, fmt.Sprintf("schedule=%s: the engine does not run DualPipe schedules", p.Schedule))
 	}
 	return out
 }

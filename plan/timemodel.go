@@ -11,9 +11,10 @@ type Time struct {
 	MicroBatches int     // m, per data-parallel replica
 	StageTime    float64 // one micro-batch's forward and backward on the slowest stage
 	SlowStage    int     // which stage that is
-	// Exposed communication per step, by axis (they add up to CommExposed).
-	TP, CP, PP, DP float64
-	Optimizer      float64 // part of Misc: the memory-bound optimizer step
+	// Exposed communication per step, by axis (they add up to CommExposed);
+	// EP is expert parallelism's all-to-all (and its ETP gathers).
+	TP, CP, PP, DP, EP float64
+	Optimizer          float64 // part of Misc: the memory-bound optimizer step
 }
 
 // layerCost is one transformer layer for one micro-batch on one device:

@@ -35,7 +35,9 @@ func torchtitanTable() []fwArg {
 		{"parallelism.pipeline_parallel_degree", "pp"},
 		{"parallelism.pipeline_parallel_schedule", "schedule: 1F1B, GPipe, Interleaved1F1B"},
 		{"parallelism.pipeline_parallel_microbatch_size", "mbs (pp>1)"},
-		{"parallelism.module_fqns_per_model_part", "the layer split over pp·vpp chunks (chunk c on rank c mod pp)"},
+		{"parallelism.module_fqns_per_model_part", "the layer split over pp·vpp chunks (chunk c on rank c mod pp; DualPipeV: 2·pp chunks in a V)"},
+		{"parallelism.expert_parallel_degree", "ep (models with experts)"},
+		{"parallelism.expert_tensor_parallel_degree", "etp: 1 or tp"},
 		{"activation_checkpoint.mode", "recompute: none, full, selective"},
 		{"activation_checkpoint.selective_ac_option", `"op": recompute=selective (per-op)`},
 	}
@@ -43,19 +45,28 @@ func torchtitanTable() []fwArg {
 
 // torchtitanSchedules names PyTorch's schedules for the planner's.
 func torchtitanSchedules() map[Schedule]string {
-	return map[Schedule]string{OneFOneB: "1F1B", GPipe: "GPipe", Interleaved: "Interleaved1F1B"}
+	return map[Schedule]string{OneFOneB: "1F1B", GPipe: "GPipe", Interleaved: "Interleaved1F1B", DualPipeV: "DualPipeV"}
 }
 
 // torchtitanRules: zb-h1 (PyTorch's zero-bubble schedules are interleaved
-// or V-shaped), rank orders other than its mesh's (pp, dp_replicate,
-// dp_shard, cp, tp from slowest: tp-cp-dp-pp), tensor parallelism without
-// sequence parallelism, ZeRO-1/2 (FSDP2 is ZeRO-3; DDP is ZeRO-0; context
-// parallel ranks always join the FSDP mesh), attention without flash
-// (SDPA's flash kernel) and fp16.
+// or V-shaped) and DualPipe (it has DualPipeV), rank orders other than its
+// mesh's (pp, dp_replicate, dp_shard, cp, tp from slowest: tp-cp-dp-pp),
+// tensor parallelism without sequence parallelism, ZeRO-1/2 (FSDP2 is
+// ZeRO-3; DDP is ZeRO-0; context parallel ranks always join the FSDP
+// mesh), attention without flash (SDPA's flash kernel), fp16, and expert
+// degrees outside its constraints (torchtitanExpertRule).
 func torchtitanRules() []fwRule {
 	const tt = "torchtitan"
 	return []fwRule{
-		scheduleRule(tt, OneFOneB, GPipe, Interleaved),
+		func(j Job, p Plan) ([]Plan, string) {
+			if p.Schedule != DualPipe {
+				return nil, ""
+			}
+			q := p
+			q.Schedule = DualPipeV
+			return []Plan{q}, "torchtitan has DualPipeV (PyTorch's ScheduleDualPipeV), not the bidirectional DualPipe"
+		},
+		scheduleRule(tt, OneFOneB, GPipe, Interleaved, DualPipeV),
 		orderRule(tt, "tp-cp-dp-pp"),
 		keyRule(tt, "sp", "with tp>1: its tensor parallelism always shards the norms' sequence",
 			func(p Plan) bool { return p.TP == 1 || p.SP }, "on"),
@@ -64,6 +75,7 @@ func torchtitanRules() []fwRule {
 		zeroRule(tt+" (FSDP2 or DDP)", 0, 3),
 		keyRule(tt, "flash", "is not available: its attention is SDPA's flash kernel", func(p Plan) bool { return p.Flash }, "on"),
 		keyRule(tt, "precision", "is not offered (mixed precision is bf16 or fp32)", func(p Plan) bool { return p.Precision != FP16 }, "bf16"),
+		torchtitanExpertRule,
 	}
 }
 
@@ -118,11 +130,15 @@ func (j Job) torchtitanTOML(p Plan) string {
 		b.WriteString("fsdp_reshard_after_forward = \"always\"\n")
 	}
 	fmt.Fprintf(&b, "tensor_parallel_degree = %d\ncontext_parallel_degree = %d\npipeline_parallel_degree = %d\n", p.TP, p.CP, p.PP)
+	if m.moe() {
+		ep, etp := p.Experts()
+		fmt.Fprintf(&b, "expert_parallel_degree = %d\nexpert_tensor_parallel_degree = %d\n", ep, etp)
+	}
 	if p.PP > 1 {
 		fmt.Fprintf(&b, "pipeline_parallel_schedule = %q\npipeline_parallel_microbatch_size = %d\n", torchtitanSchedules()[p.Schedule], p.MBS)
 		b.WriteString("module_fqns_per_model_part = [\n")
 		next := 0
-		chunks := chunkLayers(m.Layers, p.PP*p.VPP)
+		chunks := chunkLayers(m.Layers, p.PP*p.chunks())
 		for c, n := range chunks {
 			var names []string
 			if c == 0 {
@@ -154,7 +170,58 @@ func torchtitanFlavor(m Model) (name, flavor string) {
 	if f, ok := strings.CutPrefix(m.Name, "llama3-"); ok {
 		return "llama3", strings.ToUpper(f)
 	}
+	switch m.Name { // torchtitan v0.2.0's deepseek_v3 and qwen3 flavors
+	case "deepseek-v3":
+		return "deepseek_v3", "671B"
+	case "deepseek-v2-lite":
+		return "deepseek_v3", "16B"
+	case "qwen3-30b-a3b":
+		return "qwen3", "30B-A3B"
+	case "qwen3-235b-a22b":
+		return "qwen3", "235B-A22B"
+	}
 	return m.Name, m.Name
+}
+
+// torchtitanExpertRule holds ep and etp to torchtitan v0.2.0's constraints
+// (job_config.py, Parallelism.expert_parallel_degree): etp = tp with cp ≤
+// ep ≤ dp_shard·cp, cp | ep and ep | dp_shard·cp; or etp = 1 with cp·tp |
+// ep and ep | dp_shard·cp·tp (dp_shard = dp under FSDP2, 1 under DDP). The
+// nearest are the largest ep it allows with etp 1 and with etp = tp.
+func torchtitanExpertRule(j Job, p Plan) ([]Plan, string) {
+	if !j.Model.moe() {
+		return nil, ""
+	}
+	ep, etp := p.Experts()
+	ok := func(ep, etp int) bool {
+		shard := 1
+		if p.ZeRO == 3 {
+			shard = p.DP
+		}
+		switch {
+		case ep == 1: // torchtitan splits the experts as the MLP: etp = tp
+			return etp == p.TP
+		case etp == p.TP:
+			return ep%p.CP == 0 && (shard*p.CP)%ep == 0
+		case etp == 1:
+			return ep%(p.CP*p.TP) == 0 && (shard*p.CP*p.TP)%ep == 0
+		}
+		return false
+	}
+	if ok(ep, etp) {
+		return nil, ""
+	}
+	var alts []Plan
+	for _, e := range []int{1, p.TP} {
+		for _, d := range divisors(j.Model.experts().Experts) {
+			if d <= ep && ok(d, e) && (j.Model.experts().FFN%e == 0) {
+				q := p
+				q.SetExperts(d, e)
+				alts = append(alts, q)
+			}
+		}
+	}
+	return alts, fmt.Sprintf("torchtitan runs ep=%d with etp=%d only under its constraints (ep = 1: etp = tp; etp = tp: cp | ep | dp_shard·cp; etp = 1: cp·tp | ep | dp_shard·cp·tp)", ep, etp)
 }
 
 // torchtitanChunks reads module_fqns_per_model_part as layers per chunk,

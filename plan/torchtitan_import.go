@@ -38,6 +38,8 @@ type torchtitanFile struct {
 		Schedule  string     `toml:"pipeline_parallel_schedule"`
 		MBS       *int       `toml:"pipeline_parallel_microbatch_size"`
 		Parts     [][]string `toml:"module_fqns_per_model_part"`
+		EP        *int       `toml:"expert_parallel_degree"`
+		ETP       *int       `toml:"expert_tensor_parallel_degree"`
 	} `toml:"parallelism"`
 	AC struct {
 		Mode   string `toml:"mode"`
@@ -68,6 +70,9 @@ func (j Job) importTorchtitan(text string) (Imported, error) {
 			keys[i] = k.String()
 		}
 		sort.Strings(keys)
+		if err := torchtitanKeysExist(keys); err != nil {
+			return Imported{}, err
+		}
 		notes = append(notes, "not read (no effect on the plan's cost in the planner's model): "+strings.Join(printables(keys), ", "))
 	}
 	par := f.Parallelism
@@ -96,6 +101,9 @@ func (j Job) importTorchtitan(text string) (Imported, error) {
 		}
 	}
 	p.SP = p.TP > 1
+	if err := j.torchtitanExperts(intOr(par.EP, 1), intOr(par.ETP, 1), &p); err != nil {
+		return Imported{}, err
+	}
 	if err := j.torchtitanPipeline(f, &p, &notes); err != nil {
 		return Imported{}, err
 	}
@@ -163,7 +171,12 @@ func (j Job) torchtitanPipeline(f torchtitanFile, p *Plan, notes *[]string) erro
 		return fmt.Errorf("plan: torchtitan: %d model parts for pipeline_parallel_degree %d: want a multiple", len(par.Parts), p.PP)
 	}
 	p.VPP = len(par.Parts) / p.PP
-	if (p.VPP > 1) != (p.Schedule == Interleaved) {
+	if p.Schedule == DualPipeV {
+		if p.VPP != 2 {
+			return fmt.Errorf("plan: torchtitan: %d model parts per rank with schedule DualPipeV: want 2 (a V)", p.VPP)
+		}
+		p.VPP = 1
+	} else if (p.VPP > 1) != (p.Schedule == Interleaved) {
 		return fmt.Errorf("plan: torchtitan: %d model parts per rank with schedule %s", p.VPP, name)
 	}
 	got, err := torchtitanChunks(par.Parts, j.Model.Layers)

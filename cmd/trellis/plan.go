@@ -22,6 +22,7 @@ type planFlags struct {
 	top            int
 	json           bool
 	emit, from     string
+	imbalance      float64
 }
 
 // newPlanCmd is `trellis plan`: search parallel plans for a model on a
@@ -37,7 +38,7 @@ order) for a model on a cluster, drop those that do not fit in device memory, an
 the rest by predicted step time. docs/PLANNER.md derives the cost model.
 
 --model is a preset (` + strings.Join(plan.ModelPresetNames(), ", ") + `)
-or a Hugging Face config.json (model_type gpt2 or llama).
+or a Hugging Face config.json (model_type ` + strings.Join(plan.HFModelTypes(), ", ") + `).
 --cluster is a preset (` + strings.Join(plan.ClusterPresetNames(), ", ") + `) or a TOML/JSON
 cluster file (see docs/PLANNER.md).`,
 		Example: `  trellis plan --model llama3-70b --cluster dgx-h100 --devices 64 --seq 8192 --global-batch 512
@@ -46,7 +47,9 @@ cluster file (see docs/PLANNER.md).`,
   trellis plan --model llama3-70b --cluster dgx-h100 --devices 64 --seq 8192 --global-batch 128 --emit megatron
   trellis plan --model llama3-70b --cluster dgx-h100 --devices 64 --from megatron -- --tensor-model-parallel-size 8 ...
   trellis plan --model llama3-8b --cluster dgx-h100 --devices 8 --from torchtitan llama3_8b.toml
-  trellis plan --model llama3-8b --cluster dgx-h100 --devices 8 --seq 8192 --from deepspeed ds_config.json --fix tp=1,pp=1`,
+  trellis plan --model llama3-8b --cluster dgx-h100 --devices 8 --seq 8192 --from deepspeed ds_config.json --fix tp=1,pp=1
+  trellis plan --model deepseek-v3 --cluster dgx-h100 --devices 1024 --seq 4096 --global-batch 8192 --explain dp=32,tp=2,pp=8,cp=2,zero=1,sp=on,precision=fp8,ep=16
+  trellis plan --model qwen3-30b-a3b --cluster dgx-h100 --devices 16 --seq 4096 --global-batch 1024 --imbalance 1.5`,
 		Args: func(_ *cobra.Command, args []string) error {
 			switch {
 			case f.from == "" && len(args) > 0:
@@ -76,6 +79,7 @@ cluster file (see docs/PLANNER.md).`,
 	fl.StringVar(&f.explain, "explain", "", "explain one plan (missing keys take their defaults): why it is rejected or slower")
 	fl.BoolVar(&f.json, "json", false, "print JSON")
 	fl.StringVar(&f.emit, "emit", "", "print the chosen plan (or --explain's) as a framework runs it: megatron, torchtitan or deepspeed")
+	fl.Float64Var(&f.imbalance, "imbalance", 1, "models with experts: the busiest expert-parallel rank's routed tokens over its balanced share (1: balanced)")
 	fl.StringVar(&f.from, "from", "", "read a framework configuration and explain it: --from megatron -- ARGS... (or a file of them), --from torchtitan job.toml, --from deepspeed ds_config.json (with --fix for the keys DeepSpeed's JSON lacks)")
 	addServeFlag(c, &f) // plan_serve.go
 	return c
@@ -158,6 +162,9 @@ func planJob(f planFlags) (plan.Job, error) {
 		n = c.DevicesPerNode
 	}
 	j := plan.Job{Model: m, Cluster: c, Devices: n, Seq: f.seq, GlobalBatch: f.batch}
+	if f.imbalance != 1 {
+		j.Imbalance = f.imbalance
+	}
 	return j, j.Validate()
 }
 
