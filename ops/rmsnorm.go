@@ -7,9 +7,9 @@ import "math"
 //
 //	rstd = 1/√(mean(x²) + ε)        out = x·rstd·w
 //
-// and saves rstd for the backward pass. On AVX2 (vec2) the row's sum of
-// squares and the scaling run the kernels of llama_amd64.s over its first
-// C&^7 channels (fp32 lanes summed in a fixed order), the rest in Go.
+// and saves rstd for the backward pass. On AVX2 (vec2) the scaling runs
+// the kernel of llama_amd64.s over the row's first C&^7 channels, the rest
+// in Go; the sum of squares is float64 (sumSquares).
 //
 //	out, inp (N,C)   w (C)   rstd (N)
 func RMSNormForward(k *Kernels, out, rstd, inp, w []float32, N, C int, eps float32) {
@@ -28,13 +28,15 @@ func RMSNormForward(k *Kernels, out, rstd, inp, w []float32, N, C int, eps float
 	})
 }
 
-// sumSquares is Σ x[i]² (float64 beyond the vector kernel's fp32 part).
-func sumSquares(v bool, x []float32) float64 {
+// sumSquares is Σ x[i]², summed in float64 whatever the ISA. The AVX2
+// kernel rmsSqAVX2 (fp32 lanes) is not used: with it, tensor parallelism's
+// 16-bit Llama passes drifted from the single device's to half their
+// distance from fp32 (parallel/tp's TestHalfPartsMatchOneDevice, fp16,
+// tp=4 with dropout: gradients 4.3e-5 against 8.0e-5), where the float64
+// sum keeps them within the bounds every other case meets. A row costs C
+// multiply-adds beside its GEMMs' 3C² and more.
+func sumSquares(_ bool, x []float32) float64 {
 	var ss float64
-	if n := len(x) &^ 7; v {
-		ss = float64(rmsSqAVX2(&x[0], n))
-		x = x[n:]
-	}
 	for _, e := range x {
 		ss += float64(e) * float64(e)
 	}

@@ -11,8 +11,11 @@ package ops
 //
 // On a CPU with AVX2 and FMA (AVX-512 ones too) the rows run the 256-bit
 // kernels of llama_amd64.s (ops/avx2gen): exp32's polynomial, the
-// exponent built in its bits, 8 lanes at once; the tails and isa generic
-// run the Go loops below.
+// exponent built in its bits, 8 lanes at once. A row's tail (under 8
+// elements) goes through the kernel too, padded, so that an element's
+// value does not depend on where its column falls — tensor parallelism
+// splits these rows by columns, and each rank must compute the single
+// device's bits. Isa generic runs the Go loops below.
 
 // vec2 says whether k runs the AVX2 element-wise kernels: the CPU has
 // AVX2 and FMA and k's ISA is not generic.
@@ -56,9 +59,19 @@ func SwiGLUBackwardSet(k *Kernels, dgu, gu, dact []float32, N, F int) {
 // the AVX2 kernel when v).
 func swigluRow(v bool, act, g, u []float32) {
 	g, u = g[:len(act)], u[:len(act)]
-	if n := len(act) &^ 7; v && n > 0 {
-		swigluFwdAVX2(&act[0], &g[0], &u[0], n)
-		act, g, u = act[n:], g[n:], u[n:]
+	if v {
+		if n := len(act) &^ 7; n > 0 {
+			swigluFwdAVX2(&act[0], &g[0], &u[0], n)
+			act, g, u = act[n:], g[n:], u[n:]
+		}
+		if len(act) > 0 { // the tail through the kernel too: an element's bits never depend on its column
+			var ta, tg, tu [8]float32
+			copy(tg[:], g)
+			copy(tu[:], u)
+			swigluFwdAVX2(&ta[0], &tg[0], &tu[0], 8)
+			copy(act, ta[:])
+		}
+		return
 	}
 	for i, x := range g {
 		act[i] = x / (1 + exp32(-x)) * u[i]
@@ -69,9 +82,21 @@ func swigluRow(v bool, act, g, u []float32) {
 // and du u; the first n&^7 elements by the AVX2 kernel when v).
 func swigluGradRow(v bool, dg, du, g, u, dact []float32) {
 	dg, du, g, u = dg[:len(dact)], du[:len(dact)], g[:len(dact)], u[:len(dact)]
-	if n := len(dact) &^ 7; v && n > 0 {
-		swigluBwdAVX2(&dg[0], &du[0], &g[0], &u[0], &dact[0], n)
-		dg, du, g, u, dact = dg[n:], du[n:], g[n:], u[n:], dact[n:]
+	if v {
+		if n := len(dact) &^ 7; n > 0 {
+			swigluBwdAVX2(&dg[0], &du[0], &g[0], &u[0], &dact[0], n)
+			dg, du, g, u, dact = dg[n:], du[n:], g[n:], u[n:], dact[n:]
+		}
+		if len(dact) > 0 { // the tail through the kernel too (see swigluRow)
+			var tdg, tdu, tg, tu, td [8]float32
+			copy(tg[:], g)
+			copy(tu[:], u)
+			copy(td[:], dact)
+			swigluBwdAVX2(&tdg[0], &tdu[0], &tg[0], &tu[0], &td[0], 8)
+			copy(dg, tdg[:])
+			copy(du, tdu[:])
+		}
+		return
 	}
 	for i, d := range dact {
 		x, y := g[i], u[i]
