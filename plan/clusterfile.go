@@ -45,6 +45,7 @@ import (
 //	moe_expert_loop = true     # local experts as a loop of GEMMs, not one grouped GEMM (default false)
 //	moe_fp8_dispatch = true    # fp8 plans dispatch tokens in fp8 (DeepSeek-V3) (default false)
 //	moe_comm_sms = 24          # SMs the dispatcher's kernels hold while they overlap compute (DeepEP 24, DeepSeek-V3 20; default 0)
+//	moe_ep_overlap_eff = 0.57  # the most of an overlapped all-to-all the stack hides (Megatron-Core's EP overlap 0.57; default 0: 1)
 //	cores = 2                  # CPU cores a node's devices share (a CPU host; default 0: devices have their own)
 //	core_speedup = 1.9         # what `cores` threads computing at once reach over one (required with cores)
 //	[intra]                    # required without base
@@ -73,6 +74,7 @@ type clusterFile struct {
 	MoEExpertLoop  *bool       `toml:"moe_expert_loop" json:"moe_expert_loop"`
 	MoEFP8Dispatch *bool       `toml:"moe_fp8_dispatch" json:"moe_fp8_dispatch"`
 	MoECommSMs     *int        `toml:"moe_comm_sms" json:"moe_comm_sms"`
+	MoEOverlapEff  *float64    `toml:"moe_ep_overlap_eff" json:"moe_ep_overlap_eff"`
 	Cores          *int        `toml:"cores" json:"cores"`
 	CoreSpeedup    *float64    `toml:"core_speedup" json:"core_speedup"`
 	Device         *deviceFile `toml:"device" json:"device"`
@@ -291,5 +293,8 @@ func (f clusterFile) applySoftware(s *Software) {
 	}
 	if f.MoECommSMs != nil {
 		s.MoE.CommSMs = *f.MoECommSMs
+	}
+	if f.MoEOverlapEff != nil {
+		s.MoE.EPOverlapEff = *f.MoEOverlapEff
 	}
 }
