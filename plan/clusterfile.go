@@ -40,6 +40,7 @@ import (
 //	grad_accum_pass = true     # bf16 gradients added into fp32 by a pass per micro-batch (DeepSpeed bf16) (default false)
 //	op_sac = true              # recompute=selective is torchtitan's per-op checkpointing (general path) (default false)
 //	fp32_params = true         # sharded fp32 parameters, 4+4+8 bytes of states (FSDP2, torchtitan; general path) (default false)
+//	fp8_current_scaling = true # fp8 quantises with each tensor's own amax: amax pass + cast kernel (TE Float8CurrentScaling) (default false: delayed)
 //	moe_dispatcher = "deepep"  # expert tokens: alltoall (NCCL, default), allgather, deepep (node-aware: DeepEP, HybridEP)
 //	moe_ep_overlap = true      # expert all-to-alls beside another micro-batch's compute (Megatron's EP overlap) (default false)
 //	moe_expert_loop = true     # local experts as a loop of GEMMs, not one grouped GEMM (default false)
@@ -69,6 +70,7 @@ type clusterFile struct {
 	GradAccumPass  *bool       `toml:"grad_accum_pass" json:"grad_accum_pass"`
 	OpSAC          *bool       `toml:"op_sac" json:"op_sac"`
 	FP32Params     *bool       `toml:"fp32_params" json:"fp32_params"`
+	FP8CS          *bool       `toml:"fp8_current_scaling" json:"fp8_current_scaling"`
 	MoEDispatcher  *string     `toml:"moe_dispatcher" json:"moe_dispatcher"`
 	MoEEPOverlap   *bool       `toml:"moe_ep_overlap" json:"moe_ep_overlap"`
 	MoEExpertLoop  *bool       `toml:"moe_expert_loop" json:"moe_expert_loop"`
@@ -279,7 +281,7 @@ func (f clusterFile) applySoftware(s *Software) {
 		dst *bool
 	}{{f.TPGradOverlap, &s.TPGradOverlap}, {f.FlatRings, &s.FlatRings}, {f.ZeRO3Regather, &s.ZeRO3Regather},
 		{f.PPBlockingP2P, &s.PPBlockingP2P}, {f.GradAccumPass, &s.GradAccumPass}, {f.ZeRO3BwdPost, &s.ZeRO3BackwardPost},
-		{f.OpSAC, &s.OpSAC}, {f.FP32Params, &s.FP32Params},
+		{f.OpSAC, &s.OpSAC}, {f.FP32Params, &s.FP32Params}, {f.FP8CS, &s.FP8CurrentScaling},
 		{f.MoEEPOverlap, &s.MoE.EPOverlap}, {f.MoEExpertLoop, &s.MoE.ExpertLoop}, {f.MoEFP8Dispatch, &s.MoE.FP8Dispatch}} {
 		if b.v != nil {
 			*b.dst = *b.v

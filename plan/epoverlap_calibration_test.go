@@ -58,3 +58,35 @@ func TestEPOverlapEffIsFittedOnItsRun(t *testing.T) {
 		t.Logf("%s: moe_ep_overlap_eff %.2f: saving %.2f s, measured %.2f s", file, eff, at+want, want)
 	}
 }
+
+// TestFP8CurrentScaling: current scaling adds an amax pass and a cast
+// kernel to every fp8 GEMM's input and output gradient (4 and 2 more bytes
+// per element than delayed scaling; three kernels where delayed scaling
+// has none, three where it has one), and changes nothing in 16 bits.
+func TestFP8CurrentScaling(t *testing.T) {
+	ds, err := ParseClusterFile([]byte("base = \"dgx-h100\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := ParseClusterFile([]byte("base = \"dgx-h100\"\nfp8_current_scaling = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cs.Software.FP8CurrentScaling {
+		t.Fatal("fp8_current_scaling not read")
+	}
+	m, n, kk := 8192.0, 4096.0, 2048.0
+	for _, prec := range []Precision{FP8, BF16} {
+		kd := Job{Cluster: ds}.kernelsFor(prec)
+		kc := Job{Cluster: cs}.kernelsFor(prec)
+		fd, xd, wd := kd.gemmParts(m, n, kk, 1)
+		fc, xc, wc := kc.gemmParts(m, n, kk, 1)
+		wantF, wantX := 0.0, 0.0
+		if prec == FP8 {
+			wantF, wantX = 4*m*kk/kd.mem+3*kd.a.KernelGap, 2*m*n/kd.mem+2*kd.a.KernelGap
+		}
+		if math.Abs(fc-fd-wantF) > 1e-12 || math.Abs(xc-xd-wantX) > 1e-12 || wc != wd {
+			t.Errorf("%s: current scaling adds fwd %.3g s, dX %.3g s, dW %.3g s; want %.3g, %.3g, 0", prec, fc-fd, xc-xd, wc-wd, wantF, wantX)
+		}
+	}
+}

@@ -73,6 +73,14 @@ type Software struct {
 	// MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), as
 	// torchtitan trains). File key fp32_params; the general path.
 	FP32Params bool
+	// FP8CurrentScaling: fp8 plans quantise each GEMM input and output
+	// gradient with its own amax (Transformer Engine's
+	// Float8CurrentScaling recipe, Megatron's --fp8-recipe tensorwise,
+	// Megatron-Bridge's "FP8_CS" recipes): an amax pass, a scale and a cast
+	// kernel per tensor, 6 bytes per element where delayed scaling writes
+	// the fp8 copies in the producing kernel (kernels.fp8Casts). File key
+	// fp8_current_scaling.
+	FP8CurrentScaling bool
 
 	// MoE is what the stack does with an expert-parallel plan's tokens
 	// (moecost.go).
