@@ -94,6 +94,7 @@ func TestClusterFileErrors(t *testing.T) {
 		{"base = \"dgx-h100\"\n[device]\npeak_tflops = { bf16 = 0 }\n", "no precision has a positive peak"},
 		{"devices_per_node = 2\n[device]\nmemory_gib = 1\nmem_bw_gbps = 1\npeak_tflops = {fp32 = 1}\n", "[intra] is required"},
 		{"= broken", "cluster file"},
+		{"base = \"dgx-h100\"\nmoe_ep_overlap_eff = 1.2\n", "moe_ep_overlap_eff=1.2: must be in (0, 1]"},
 	} {
 		_, err := ParseClusterFile([]byte(c.in))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -40,11 +40,13 @@ import (
 //	grad_accum_pass = true     # bf16 gradients added into fp32 by a pass per micro-batch (DeepSpeed bf16) (default false)
 //	op_sac = true              # recompute=selective is torchtitan's per-op checkpointing (general path) (default false)
 //	fp32_params = true         # sharded fp32 parameters, 4+4+8 bytes of states (FSDP2, torchtitan; general path) (default false)
+//	fp8_current_scaling = true # fp8 quantises with each tensor's own amax: amax pass + cast kernel (TE Float8CurrentScaling) (default false: delayed)
 //	moe_dispatcher = "deepep"  # expert tokens: alltoall (NCCL, default), allgather, deepep (node-aware: DeepEP, HybridEP)
 //	moe_ep_overlap = true      # expert all-to-alls beside another micro-batch's compute (Megatron's EP overlap) (default false)
 //	moe_expert_loop = true     # local experts as a loop of GEMMs, not one grouped GEMM (default false)
 //	moe_fp8_dispatch = true    # fp8 plans dispatch tokens in fp8 (DeepSeek-V3) (default false)
 //	moe_comm_sms = 24          # SMs the dispatcher's kernels hold while they overlap compute (DeepEP 24, DeepSeek-V3 20; default 0)
+//	moe_ep_overlap_eff = 0.57  # the most of an overlapped all-to-all the stack hides (Megatron-Core's EP overlap 0.57; default 0: 1)
 //	cores = 2                  # CPU cores a node's devices share (a CPU host; default 0: devices have their own)
 //	core_speedup = 1.9         # what `cores` threads computing at once reach over one (required with cores)
 //	[intra]                    # required without base
@@ -68,11 +70,13 @@ type clusterFile struct {
 	GradAccumPass  *bool       `toml:"grad_accum_pass" json:"grad_accum_pass"`
 	OpSAC          *bool       `toml:"op_sac" json:"op_sac"`
 	FP32Params     *bool       `toml:"fp32_params" json:"fp32_params"`
+	FP8CS          *bool       `toml:"fp8_current_scaling" json:"fp8_current_scaling"`
 	MoEDispatcher  *string     `toml:"moe_dispatcher" json:"moe_dispatcher"`
 	MoEEPOverlap   *bool       `toml:"moe_ep_overlap" json:"moe_ep_overlap"`
 	MoEExpertLoop  *bool       `toml:"moe_expert_loop" json:"moe_expert_loop"`
 	MoEFP8Dispatch *bool       `toml:"moe_fp8_dispatch" json:"moe_fp8_dispatch"`
 	MoECommSMs     *int        `toml:"moe_comm_sms" json:"moe_comm_sms"`
+	MoEOverlapEff  *float64    `toml:"moe_ep_overlap_eff" json:"moe_ep_overlap_eff"`
 	Cores          *int        `toml:"cores" json:"cores"`
 	CoreSpeedup    *float64    `toml:"core_speedup" json:"core_speedup"`
 	Device         *deviceFile `toml:"device" json:"device"`
@@ -277,7 +281,7 @@ func (f clusterFile) applySoftware(s *Software) {
 		dst *bool
 	}{{f.TPGradOverlap, &s.TPGradOverlap}, {f.FlatRings, &s.FlatRings}, {f.ZeRO3Regather, &s.ZeRO3Regather},
 		{f.PPBlockingP2P, &s.PPBlockingP2P}, {f.GradAccumPass, &s.GradAccumPass}, {f.ZeRO3BwdPost, &s.ZeRO3BackwardPost},
-		{f.OpSAC, &s.OpSAC}, {f.FP32Params, &s.FP32Params},
+		{f.OpSAC, &s.OpSAC}, {f.FP32Params, &s.FP32Params}, {f.FP8CS, &s.FP8CurrentScaling},
 		{f.MoEEPOverlap, &s.MoE.EPOverlap}, {f.MoEExpertLoop, &s.MoE.ExpertLoop}, {f.MoEFP8Dispatch, &s.MoE.FP8Dispatch}} {
 		if b.v != nil {
 			*b.dst = *b.v
@@ -291,5 +295,8 @@ func (f clusterFile) applySoftware(s *Software) {
 	}
 	if f.MoECommSMs != nil {
 		s.MoE.CommSMs = *f.MoECommSMs
+	}
+	if f.MoEOverlapEff != nil {
+		s.MoE.EPOverlapEff = *f.MoEOverlapEff
 	}
 }

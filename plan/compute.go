@@ -13,6 +13,37 @@ type kernels struct {
 	// attention core and the output layer (Transformer Engine's default
 	// recipe); peak itself otherwise.
 	hiPeak float64
+	// fp8CS: the fp8 GEMMs' inputs and output gradients are quantised with
+	// current scaling (Software.FP8CurrentScaling), not delayed scaling.
+	fp8CS bool
+}
+
+// kernelsFor is newKernels for p's precision with the cluster software's
+// fp8 scaling recipe.
+func (j Job) kernelsFor(p Precision) kernels {
+	k := newKernels(j.Cluster.Accel, p)
+	k.fp8CS = k.fp8 && j.Cluster.Software.FP8CurrentScaling
+	return k
+}
+
+// fp8Casts is what quantising a GEMM's input and its output gradient
+// moves per element, and their kernels (gemmParts):
+//
+//	delayed scaling  the input's two fp8 copies (row- and column-major)
+//	                 written by the kernel that produces it, 2 bytes, no
+//	                 kernel of its own; the output gradient cast and
+//	                 transposed by one kernel, read 2 + write 1 + 1
+//	current scaling  the scale is the tensor's own amax, which no single
+//	                 pass knows before it writes: Transformer Engine's
+//	                 Float8CurrentScalingQuantizer::quantize runs
+//	                 nvte_compute_amax (read 2), nvte_compute_scale_from_amax
+//	                 and nvte_quantize_v2 (read 2, write 1 + 1), three
+//	                 kernels and 6 bytes for the input and for the gradient
+func (k kernels) fp8Casts() (in, inKernels, grad, gradKernels float64) {
+	if k.fp8CS {
+		return 6, 3, 6, 3
+	}
+	return 2, 0, 4, 1
 }
 
 func newKernels(a Accel, p Precision) kernels {
@@ -78,8 +109,9 @@ func (k kernels) gemmFB(m, n, kk float64) (fwd, bwd float64) {
 func (k kernels) gemmParts(m, n, kk, chunks float64) (fwd, dx, dw float64) {
 	fwd, dx, dw = chunks*k.gemm(1, m/chunks, n, kk), chunks*k.gemm(1, m/chunks, kk, n), k.gemm(1, kk, n, m)
 	if k.fp8 {
-		fwd += k.stream(2*m*kk, 0)
-		dx += k.stream(4*m*n, 1)
+		in, ik, g, gk := k.fp8Casts()
+		fwd += k.stream(in*m*kk, ik)
+		dx += k.stream(g*m*n, gk)
 	}
 	return fwd, dx, dw
 }
@@ -135,7 +167,7 @@ type computeParts struct {
 type linearTime struct{ fwd, dx, dw float64 }
 
 func (j Job) computeParts(p Plan) computeParts {
-	k := newKernels(j.Cluster.Accel, p.Precision)
+	k := j.kernelsFor(p.Precision)
 	ke := k // the rest of the layer: the engine's is fp32 (engineHalfCompute)
 	if j.engineBF16(p) {
 		ke = newKernels(j.Cluster.Accel, FP32)

@@ -114,7 +114,7 @@ func (s *searcher) lowerKinds(p Plan, lay *layout, lg *lazyGeneral, overlap bool
 		s.gen.routed, s.gen.routedOK = r.routed(placeExperts(p, j.Cluster.DevicesPerNode)), true
 	}
 	routed := s.gen.routed
-	share := j.Cluster.commShare()
+	share := j.Cluster.overlapFloor()
 	ks := &lg.lb[d] // only the fields the bounds read are set
 	ks.have, ks.mtp = [2][2]bool{}, kindCost{}
 	for mo := 0; mo < 2; mo++ {

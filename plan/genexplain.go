@@ -94,6 +94,9 @@ func (j Job) explainGeneralTime(b *strings.Builder, e Estimate, lay *layout, g g
 		ov := "not overlapped"
 		if j.Cluster.Software.MoE.EPOverlap || p.Schedule.dual() {
 			ov = "overlapped with another micro-batch's compute"
+			if e := j.Cluster.Software.MoE.EPOverlapEff; e > 0 && e < 1 {
+				ov += fmt.Sprintf(", of which the stack hides at most %.0f%% (moe_ep_overlap_eff)", 100*e)
+			}
 		}
 		disp := j.Cluster.Software.MoE.Dispatcher
 		if disp == "" {

@@ -187,7 +187,7 @@ func (s *kindSet) apply(j Job, p Plan) kinds {
 	ks := kinds{k: s.k, have: s.have, embed: s.embed, head: s.head, embedTP: s.embedTP, headTP: s.headTP,
 		actEmbed: s.actEmbed, actHead: s.actHead}
 	overlap := j.Cluster.Software.MoE.EPOverlap || p.Schedule.dual()
-	share := j.Cluster.commShare()
+	share := j.Cluster.overlapFloor()
 	for a := 0; a < 2; a++ {
 		for b := 0; b < 2; b++ {
 			if s.have[a][b] {

@@ -110,8 +110,9 @@ func (r *recipe) grouped(count, m, n, kk float64) linearTime {
 	}
 	lt := linearTime{fwd: one(m, n, kk), dx: one(m, kk, n), dw: one(kk, n, m)}
 	if k.fp8 {
-		lt.fwd += k.stream(2*m*kk*count, 0)
-		lt.dx += k.stream(4*m*n*count, 1)
+		in, ik, g, gk := k.fp8Casts()
+		lt.fwd += k.stream(in*m*kk*count, ik)
+		lt.dx += k.stream(g*m*n*count, gk)
 	}
 	return lt
 }

@@ -50,7 +50,7 @@ type recipe struct {
 }
 
 func (j Job) newRecipe(p Plan, pl placement) recipe {
-	r := recipe{j: j, p: p, k: newKernels(j.Cluster.Accel, p.Precision), T: j.tokens(p), t: float64(p.TP), chunks: 1}
+	r := recipe{j: j, p: p, k: j.kernelsFor(p.Precision), T: j.tokens(p), t: float64(p.TP), chunks: 1}
 	if r.overlap = j.tpOverlap(p, pl); r.overlap {
 		r.chunks = r.t
 	}

@@ -73,6 +73,14 @@ type Software struct {
 	// MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), as
 	// torchtitan trains). File key fp32_params; the general path.
 	FP32Params bool
+	// FP8CurrentScaling: fp8 plans quantise each GEMM input and output
+	// gradient with its own amax (Transformer Engine's
+	// Float8CurrentScaling recipe, Megatron's --fp8-recipe tensorwise,
+	// Megatron-Bridge's "FP8_CS" recipes): an amax pass, a scale and a cast
+	// kernel per tensor, 6 bytes per element where delayed scaling writes
+	// the fp8 copies in the producing kernel (kernels.fp8Casts). File key
+	// fp8_current_scaling.
+	FP8CurrentScaling bool
 
 	// MoE is what the stack does with an expert-parallel plan's tokens
 	// (moecost.go).
@@ -115,6 +123,16 @@ type MoESoftware struct {
 	// (the overlap is free, as for NCCL's all-to-all, whose SMs no source
 	// gives). File key moe_comm_sms; needs the device's sms.
 	CommSMs int
+	// EPOverlapEff is the most of an overlapped all-to-all the stack hides
+	// (EP overlap, DualPipe), however much compute runs beside it: an
+	// overlapped transfer of a seconds stays exposed for at least
+	// (1 − EPOverlapEff)·a (the scheduling of the combined 1F1B, the
+	// transfers' waits on the compute streams' events, the chunks whose
+	// partner has no compute to run). 0: not given, the ideal 1. File key
+	// moe_ep_overlap_eff, in (0, 1]. Megatron-Core's EP overlap: 0.57,
+	// fitted on NVIDIA's one published measurement of it (docs/PLANNER.md,
+	// "Calibration"; TestEPOverlapEffIsFittedOnItsRun).
+	EPOverlapEff float64
 }
 
 // commShare is the fraction of the device's SMs the overlapped expert
@@ -124,6 +142,18 @@ func (c Cluster) commShare() float64 {
 		return 0
 	}
 	return float64(c.Software.MoE.CommSMs) / float64(c.Accel.SMs)
+}
+
+// overlapFloor is the least fraction of an overlapped expert transfer
+// that stays exposed: the share of the SMs its kernels hold (commShare),
+// or what the stack's overlap cannot hide (1 − Software.MoE.EPOverlapEff),
+// the larger.
+func (c Cluster) overlapFloor() float64 {
+	f := c.commShare()
+	if e := c.Software.MoE.EPOverlapEff; e > 0 {
+		f = math.Max(f, 1-e)
+	}
+	return f
 }
 
 // overlapExposed is what an overlapped transfer of a seconds adds to the
@@ -158,6 +188,9 @@ func (s Software) validate(cluster string) error {
 	}
 	if s.MoE.CommSMs < 0 || s.MoE.CommSMs > 1e5 {
 		return fmt.Errorf("plan: cluster %s: moe_comm_sms=%d: must be between 0 (not modelled) and 100000", cluster, s.MoE.CommSMs)
+	}
+	if e := s.MoE.EPOverlapEff; e < 0 || e > 1 || math.IsNaN(e) {
+		return fmt.Errorf("plan: cluster %s: moe_ep_overlap_eff=%g: must be in (0, 1] (0: not given, the ideal 1)", cluster, e)
 	}
 	switch s.MoE.Dispatcher {
 	case "", "alltoall", "allgather", "deepep":
