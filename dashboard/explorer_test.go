@@ -101,3 +101,35 @@ func TestAddPin(t *testing.T) {
 		}
 	}
 }
+
+// The explorer marks each plan, and the best overall beside the pinned
+// best, with whether the CPU engine runs it (plan.EngineRefusals).
+func TestExplorerMarksEnginePlans(t *testing.T) {
+	in := PlanInputs{Model: "llama3-8b", Cluster: "dgx-h100", Devices: 8, Seq: 8192, Batch: 64, Fix: "precision=bf16,cp=1"}
+	j, err := presetJob(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ps, err := explore(ExplorerConfig{Job: presetJob}, in, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var html strings.Builder
+	for _, p := range ps {
+		html.WriteString(string(p.HTML))
+	}
+	page := html.String()
+	res, err := j.Search(plan.Options{Top: 1})
+	if err != nil || len(res.Plans) == 0 {
+		t.Fatal(err)
+	}
+	free := strings.Join(j.EngineRefusals(res.Plans[0].Plan), "; ")
+	if free == "" {
+		t.Fatalf("the best plan overall, %s, runs on the engine: pick a job whose best does not", res.Plans[0].Plan)
+	}
+	for _, want := range []string{`<th>CPU engine</th>`, `<td class="engine-runs">runs</td>`, "no: " + free} {
+		if !strings.Contains(page, want) {
+			t.Errorf("explorer page lacks %q", want)
+		}
+	}
+}

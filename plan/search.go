@@ -254,6 +254,9 @@ func (lz *lazyLayer) costs(j Job, p Plan, orders []orderOpt) []layerCost {
 // fits, the step time under each order.
 func (s *searcher) evaluate(p Plan, orders []orderOpt, sp shapeParams, lz *lazyLayer) {
 	j := s.job
+	if s.engineRefused(p, len(orders)) {
+		return
+	}
 	mem := j.memory(p, sp)
 	s.res.Evaluated += len(orders)
 	if sm := s.res.Smallest.Memory.Total; sm == 0 || mem.Total < sm {

@@ -26,10 +26,13 @@ type AutoChoice struct {
 	Why     []string // the choice, the runner-up and, for a budget, whether one device fits
 }
 
-// engineFix pins what the engine does not vary (or does not run yet):
-// fp32, no recomputation, no context parallelism, its micro-batch.
+// engineFix pins what auto does not vary: fp32, no recomputation, the
+// job's micro-batch. What the engine does not run (cp, fp8, experts, …)
+// is not pinned here: the search on the engine's cluster (engine_stash)
+// drops every plan plan.EngineRefusals refuses, so a mechanism the
+// engine learns is searched at once.
 func (j Job) engineFix() (plan.Fix, error) {
-	return plan.ParseFix(fmt.Sprintf("precision=fp32,recompute=none,cp=1,mbs=%d", j.Train.MicroBatch))
+	return plan.ParseFix(fmt.Sprintf("precision=fp32,recompute=none,mbs=%d", j.Train.MicroBatch))
 }
 
 // autoDevices are the device counts the planner may use: parallel.devices
