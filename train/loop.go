@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"time"
 
 	"trellis/checkpoint"
@@ -14,7 +13,6 @@ import (
 	"trellis/data"
 	"trellis/device"
 	"trellis/metrics"
-	"trellis/ops"
 	"trellis/trace"
 )
 
@@ -226,14 +224,6 @@ func (r *rank) gatherStats(ctx context.Context) ([]RankStats, bool, error) {
 		out[q].Steps = time.Duration(get(16))
 	}
 	return out, stop, nil
-}
-
-// peakFLOPS is the machine's fp32 peak for ranks×threads goroutines, capped
-// at the CPUs there are: one thread's measured FMA throughput times the
-// cores in use. MFU's denominator.
-func peakFLOPS(ranks, threads int) float64 {
-	cores := min(ranks*threads, runtime.NumCPU())
-	return ops.PeakGFLOPS("auto", 1, 100*time.Millisecond) * 1e9 * float64(cores)
 }
 
 // CommBytes are the payload bytes a rank passed to collectives over the

@@ -25,7 +25,8 @@ type reporter struct {
 	on         bool
 	tokens     float64 // tokens per optimizer step, all ranks
 	flops      float64 // model FLOPs per token
-	peak       float64 // FLOP/s of the cores in use
+	peak       float64 // FLOP/s of the cores in use (stated: runPeak)
+	peakSrc    string
 	bar        *progressbar.ProgressBar
 	tps, mfu   []float64
 	steps      []time.Duration
@@ -52,7 +53,7 @@ func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
 	}
 	rep.tokens = float64(o.Job.Train.GlobalBatch * o.Job.Model.SeqLen)
 	rep.flops = o.Job.Model.FLOPsPerToken()
-	rep.peak = s.peak
+	rep.peak, rep.peakSrc = s.peak, s.peakSrc
 	if pr, err := o.Job.predict(s); err != nil {
 		o.Log.Warn("no prediction", "err", err)
 	} else {
@@ -69,7 +70,7 @@ func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
 	}
 	o.Log.Info("run", "plan", runPlanText(s.enginePlan), "ranks", s.ranks, "threads_per_rank", s.threads,
 		"params", o.Job.Model.NumParams(), "accum", s.accum, "tokens_per_step", int(rep.tokens),
-		"kernels", r.k.ISA(), "device_memory", budgetText(s.budget), "from_step", start, "to_step", end,
+		"kernels", r.k.ISA(), "mfu_peak", s.peakSrc, "device_memory", budgetText(s.budget), "from_step", start, "to_step", end,
 		"checkpoint_dir", o.Job.Checkpoint.Dir)
 	if note := recomputeNote(s.enginePlan); note != "" {
 		o.Log.Info("recompute", "note", note)
@@ -226,7 +227,7 @@ func (rep *reporter) finish(s *Summary) {
 	if rep.bar != nil {
 		rep.bar.Finish()
 	}
-	s.TokensPerSec, s.MFU = median(rep.tps), median(rep.mfu)
+	s.TokensPerSec, s.MFU, s.Peak = median(rep.tps), median(rep.mfu), rep.peakSrc
 	s.SkippedSteps, s.LossScale = rep.skipped, rep.scale
 	s.StepSeconds, s.ExposedSeconds, s.Prediction = medianDur(rep.steps), median(rep.exposed), rep.pred
 	for i, p := range []*float64{&s.ComputeSeconds, &s.BubbleSeconds, &s.MiscSeconds} {
@@ -247,6 +248,9 @@ func WriteSummary(w io.Writer, s *Summary) {
 		fmt.Fprintf(w, ", val %.4f", s.ValLoss)
 	}
 	fmt.Fprintf(w, ", %.0f tokens/s, MFU %.1f%% (medians)\n", s.TokensPerSec, 100*s.MFU)
+	if s.Peak != "" {
+		fmt.Fprintf(w, "MFU is against %s\n", s.Peak)
+	}
 	if s.SkippedSteps > 0 {
 		fmt.Fprintf(w, "fp16: %d of %d steps skipped (their gradients overflowed; the weights did not change); the last step ran at loss scale %g\n",
 			s.SkippedSteps, s.LastStep-s.FirstStep, s.LossScale)
