@@ -87,7 +87,12 @@ func (j Job) resolveShape() (settings, error) {
 	if s.threads == 0 {
 		s.threads = max(1, runtime.GOMAXPROCS(0)/s.ranks)
 	}
-	return s, nil
+	if s.linkLat, err = parseDuration("parallel.link_latency", j.Parallel.LinkLatency, 0); err != nil {
+		return s, err
+	}
+	bw, err := parseSize("parallel.link_bandwidth", j.Parallel.LinkBandwidth)
+	s.linkBW = float64(bw)
+	return s, err
 }
 
 // ChoosePlan runs the planner's search over the plans the engine runs
