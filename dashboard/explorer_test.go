@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"html/template"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -103,22 +104,25 @@ func TestAddPin(t *testing.T) {
 }
 
 // The explorer marks each plan, and the best overall beside the pinned
-// best, with whether the CPU engine runs it (plan.EngineRefusals).
+// best, with whether the CPU engine runs it (plan.Job.EngineRefusals).
 func TestExplorerMarksEnginePlans(t *testing.T) {
-	in := PlanInputs{Model: "llama3-8b", Cluster: "dgx-h100", Devices: 8, Seq: 8192, Batch: 64, Fix: "precision=bf16,cp=1"}
-	j, err := presetJob(in)
-	if err != nil {
-		t.Fatal(err)
+	page := func(in PlanInputs) (plan.Job, string) {
+		j, err := presetJob(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ps, err := explore(ExplorerConfig{Job: presetJob}, in, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var html strings.Builder
+		for _, p := range ps {
+			html.WriteString(string(p.HTML))
+		}
+		return j, html.String()
 	}
-	_, ps, err := explore(ExplorerConfig{Job: presetJob}, in, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var html strings.Builder
-	for _, p := range ps {
-		html.WriteString(string(p.HTML))
-	}
-	page := html.String()
+	_, runs := page(PlanInputs{Model: "gpt2", Cluster: "dgx-h100", Devices: 8, Seq: 1024, Batch: 64, Fix: "zero=1"})
+	j, refused := page(PlanInputs{Model: "qwen3-30b-a3b", Cluster: "dgx-h100", Devices: 16, Seq: 4096, Batch: 64, Fix: "tp=2"})
 	res, err := j.Search(plan.Options{Top: 1})
 	if err != nil || len(res.Plans) == 0 {
 		t.Fatal(err)
@@ -127,9 +131,12 @@ func TestExplorerMarksEnginePlans(t *testing.T) {
 	if free == "" {
 		t.Fatalf("the best plan overall, %s, runs on the engine: pick a job whose best does not", res.Plans[0].Plan)
 	}
-	for _, want := range []string{`<th>CPU engine</th>`, `<td class="engine-runs">runs</td>`, "no: " + free} {
-		if !strings.Contains(page, want) {
-			t.Errorf("explorer page lacks %q", want)
+	for _, c := range []struct{ page, want string }{
+		{runs, `<th>CPU engine</th>`}, {runs, `<td class="engine-runs">runs</td>`},
+		{refused, `<tr><th>CPU engine</th><td class="engine-refused"`}, {refused, "no: " + template.HTMLEscapeString(free)},
+	} {
+		if !strings.Contains(c.page, c.want) {
+			t.Errorf("explorer page lacks %q", c.want)
 		}
 	}
 }

@@ -59,6 +59,9 @@ func (j Job) planRows(b *strings.Builder, plans []Estimate) {
 		if n := e.VariantNote(); n != "" {
 			fmt.Fprintf(b, "   the same within 0.05%%: %s\n", n)
 		}
+		if r := j.FP8Recipe(e.Plan); r != "" {
+			fmt.Fprintf(b, "   fp8 recipe assumed: %s\n", r)
+		}
 		if n := j.EngineNote(e.Plan); n != "" {
 			fmt.Fprintf(b, "   %s\n", n)
 		}
@@ -79,6 +82,9 @@ func (j Job) Explain(p Plan, best *Estimate) string {
 		return b.String()
 	} else if n := j.EngineNote(p); n != "" {
 		fmt.Fprintf(&b, "engine: %s\n", n)
+	}
+	if r := j.FP8Recipe(p); r != "" {
+		fmt.Fprintf(&b, "fp8 recipe assumed: %s\n", r)
 	}
 	if j.useGeneral(p) {
 		j.explainGeneral(&b, p, best)

@@ -88,6 +88,8 @@ type EstimateJSON struct {
 	// EngineRefusals says why not (plan.EngineRefusals); set by Job.Report.
 	EngineRuns     bool     `json:"engine_runs"`
 	EngineRefusals []string `json:"engine_refusals,omitempty"`
+	// FP8Recipe: for an fp8 plan, the recipe the cost model assumes.
+	FP8Recipe string `json:"fp8_recipe,omitempty"`
 }
 
 // JSON converts a plan.
@@ -130,6 +132,7 @@ func (j Job) Report(r Result) ReportJSON {
 		ej := e.JSON()
 		ej.EngineRefusals = j.EngineRefusals(e.Plan)
 		ej.EngineRuns = len(ej.EngineRefusals) == 0
+		ej.FP8Recipe = j.FP8Recipe(e.Plan)
 		out.Plans = append(out.Plans, ej)
 	}
 	for k, v := range r.Rejected {
