@@ -106,6 +106,10 @@ func (j Job) ChoosePlan() (AutoChoice, error) {
 			return AutoChoice{}, err
 		}
 	}
+	if t := j.Train; t.GlobalBatch%t.MicroBatch != 0 {
+		return AutoChoice{}, fmt.Errorf("parallel.plan=auto: train.global_batch=%d is not a multiple of train.micro_batch=%d: every plan needs global_batch = dp × micro_batch × micro-batches per step (try train.global_batch=%d or train.micro_batch=1)",
+			t.GlobalBatch, t.MicroBatch, (t.GlobalBatch/t.MicroBatch+1)*t.MicroBatch)
+	}
 	all, src, refused, err := j.autoCandidates()
 	if err != nil {
 		return AutoChoice{}, err

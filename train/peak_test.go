@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -158,6 +159,36 @@ func TestSlowLinksPredicted(t *testing.T) {
 	for _, want := range []string{"with the emulated links (parallel.link_*: 200 MB/s, 100µs)", "* exposed comm: not modelled as measured: 4 rank threads share 2 cores"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("dry run lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// Under auto a global batch the micro-batch does not divide is named as
+// the divisibility rule it breaks, not as a memory or shape problem.
+func TestAutoGlobalBatchDivisibility(t *testing.T) {
+	j := DefaultJob()
+	j.Parallel.Plan, j.Train.GlobalBatch = Auto, 7
+	_, err := j.ChoosePlan()
+	if err == nil || !strings.Contains(err.Error(), "train.global_batch=7 is not a multiple of train.micro_batch=2") || strings.Contains(err.Error(), "memory") {
+		t.Errorf("global_batch=7 under auto: %v", err)
+	}
+}
+
+// The step log prints the learning rate to 4 significant digits, not 17.
+func TestStepLogLR(t *testing.T) {
+	j := tinyJob("dp=1")
+	j.Train.Steps, j.Train.Warmup, j.Train.LR = 3, 3, 2.6850842073984193e-3
+	var b strings.Builder
+	if _, err := Run(context.Background(), Options{Job: j, Log: slog.New(slog.NewTextHandler(&b, nil))}); err != nil {
+		t.Fatal(err)
+	}
+	lrs := regexp.MustCompile(` lr=([0-9.e+-]+)`).FindAllStringSubmatch(b.String(), -1)
+	if len(lrs) == 0 {
+		t.Fatalf("no lr in the log:\n%s", b.String())
+	}
+	for _, m := range lrs {
+		if digits := strings.TrimLeft(strings.NewReplacer(".", "", "-", "").Replace(strings.Split(m[1], "e")[0]), "0"); len(digits) > 4 {
+			t.Errorf("lr=%s: more than 4 significant digits", m[1])
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -183,7 +184,7 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		return
 	}
 	if le := rep.o.Job.Train.LogEvery; !math.IsNaN(val) || le == 0 || done%le == 0 || done == 1 {
-		args := []any{"step", done, "loss", round4(res.loss), "lr", res.lr, "grad_norm", round4(res.norm),
+		args := []any{"step", done, "loss", round4(res.loss), "lr", sig4(res.lr), "grad_norm", round4(res.norm),
 			"tokens_per_s", math.Round(tps), "mfu", round4(mfu)}
 		if !math.IsNaN(val) {
 			args = append(args, "val_loss", round4(val))
@@ -200,6 +201,16 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 func r0(rep *reporter) bool { return rep.o.World == nil || rep.o.World.Rank() == 0 }
 
 func round4(x float64) float64 { return math.Round(x*1e4) / 1e4 }
+
+// sig4 is x to 4 significant digits (a learning rate such as
+// 0.00026850842073984193 logs as 0.0002685).
+func sig4(x float64) float64 {
+	v, err := strconv.ParseFloat(strconv.FormatFloat(x, 'g', 4, 64), 64)
+	if err != nil {
+		return x
+	}
+	return v
+}
 
 func (rep *reporter) sample(done int, txt string) {
 	if !rep.on {
