@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,5 +45,22 @@ func TestAutoRefusedUnderLauncher(t *testing.T) {
 	err := choosePlan(&j, &launch.Env{WorldSize: 2, LocalWorldSize: 2, Source: "torchrun"})
 	if err == nil || !strings.Contains(err.Error(), "parallel.plan=auto under a launcher of 2 processes") {
 		t.Errorf("error %v", err)
+	}
+}
+
+// trellis launch … -- trellis train starts this executable when no
+// trellis is on PATH (a ./trellis or go run user's case).
+func TestLaunchWorkerProgram(t *testing.T) {
+	missing := func(string) (string, error) { return "", errors.New("not found") }
+	found := func(p string) (string, error) { return "/usr/bin/" + p, nil }
+	self := func() (string, error) { return "/home/u/trellis", nil }
+	for _, c := range []struct {
+		prog string
+		look func(string) (string, error)
+		want string
+	}{{"trellis", missing, "/home/u/trellis"}, {"trellis", found, "trellis"}, {"./worker", missing, "./worker"}, {"python", missing, "python"}} {
+		if got := workerProgram(c.prog, c.look, self); got != c.want {
+			t.Errorf("%s: %s, want %s", c.prog, got, c.want)
+		}
 	}
 }
