@@ -2,10 +2,12 @@ package main
 
 import (
 	"errors"
+	"github.com/spf13/cobra"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"trellis/plan"
 
 	"trellis/launch"
 	"trellis/train"
@@ -61,6 +63,34 @@ func TestLaunchWorkerProgram(t *testing.T) {
 	}{{"trellis", missing, "/home/u/trellis"}, {"trellis", found, "trellis"}, {"./worker", missing, "./worker"}, {"python", missing, "python"}} {
 		if got := workerProgram(c.prog, c.look, self); got != c.want {
 			t.Errorf("%s: %s, want %s", c.prog, got, c.want)
+		}
+	}
+}
+
+// Every --model and --cluster in a command's help examples is a preset
+// (or a file the example writes): `trellis profile --help` named
+// gpt2-124m, which is none.
+func TestHelpExamplesNamePresets(t *testing.T) {
+	cmds := []*cobra.Command{newTrainCmd(), newSampleCmd(), newPlanCmd(), newLaunchCmd(), newBenchCmd(), newTraceCmd(), newExportCmd(), newProfileCmd(), newReportCmd()}
+	for len(cmds) > 0 {
+		c := cmds[0]
+		cmds = append(cmds[1:], c.Commands()...)
+		w := strings.Fields(c.Example)
+		for i := 0; i+1 < len(w); i++ {
+			v := strings.Trim(w[i+1], "`'\",")
+			if strings.ContainsAny(v, "/.") || strings.HasPrefix(v, "-") || strings.ToUpper(v) == v {
+				continue // a file, a flag, or a placeholder such as M
+			}
+			switch w[i] {
+			case "--model":
+				if _, err := plan.ModelPreset(v); err != nil {
+					t.Errorf("%s --help: --model %s: %v", c.Name(), v, err)
+				}
+			case "--cluster":
+				if _, err := plan.ClusterPreset(v); err != nil {
+					t.Errorf("%s --help: --cluster %s: %v", c.Name(), v, err)
+				}
+			}
 		}
 	}
 }
