@@ -94,3 +94,25 @@ func TestHelpExamplesNamePresets(t *testing.T) {
 		}
 	}
 }
+
+// The end of a run says what to do next: sample and export the
+// checkpoint it wrote, report its metrics.
+func TestRunEndsWithNextSteps(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"train", "--parallel", "dp=1", "--device-memory", "0", "--metrics", "m.jsonl", "--set", "checkpoint.dir=ck"}
+	for _, s := range tinySets {
+		args = append(args, "--set", s)
+	}
+	r := run(t, dir, args...)
+	if r.err != nil {
+		t.Fatalf("%v\n%s", r.err, r.stderr)
+	}
+	for _, want := range []string{"\nnext:\n", "trellis sample --checkpoint ck/", "trellis export --checkpoint ck/", "trellis report m.jsonl -o report.html"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("the run's end lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if n := nextSteps("", "", ""); !strings.Contains(n, "--metrics run.jsonl") || strings.Contains(n, "sample") {
+		t.Errorf("no checkpoint, no metrics: %q", n)
+	}
+}
