@@ -15,6 +15,7 @@ import (
 
 	"trellis/config"
 	"trellis/plan"
+	"trellis/trace"
 )
 
 // burn keeps every CPU busy until the returned stop is called: the load
@@ -190,5 +191,45 @@ func TestStepLogLR(t *testing.T) {
 		if digits := strings.TrimLeft(strings.NewReplacer(".", "", "-", "").Replace(strings.Split(m[1], "e")[0]), "0"); len(digits) > 4 {
 			t.Errorf("lr=%s: more than 4 significant digits", m[1])
 		}
+	}
+}
+
+// --trace on a resumed run keeps the earlier run's steps: the resumed
+// steps are appended to the same timeline, not written over it.
+func TestTraceResumeAppends(t *testing.T) {
+	dir, ck := t.TempDir(), t.TempDir()
+	j := tinyJob("dp=2")
+	j.Train.Steps = 4
+	j.Checkpoint.Dir = ck
+	if _, err := Run(context.Background(), Options{Job: j, Until: 2, Trace: dir}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := trace.Read(filepath.Join(dir, "trace.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(context.Background(), Options{Job: j, Resume: ck, Trace: dir}); err != nil {
+		t.Fatal(err)
+	}
+	both, err := trace.Read(filepath.Join(dir, "trace.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var end int64
+	for _, e := range first {
+		end = max(end, e.TS)
+	}
+	kept, later := 0, 0
+	for _, e := range both {
+		switch {
+		case e.Ph == "M":
+		case e.TS <= end:
+			kept++
+		default:
+			later++
+		}
+	}
+	if n := len(first); kept < n-20 || later == 0 {
+		t.Errorf("after the resume the trace holds %d of the first run's %d events and %d later ones", kept, n, later)
 	}
 }
