@@ -62,7 +62,7 @@ plan unless one is given.`,
 	fl.IntVar(&f.until, "until", 0, "stop after this step, checkpointing first")
 	fl.StringVar(&f.metrics, "metrics", "", "write one JSON object per step to this file (a resumed run appends)")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "print the planner's prediction for the job (memory per rank and tag, step time) and exit")
-	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace-event timeline (Perfetto) of every rank to DIR/trace.json")
+	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace-event timeline (Perfetto) of every rank to DIR/trace.json (a resumed run appends to it)")
 	fl.StringVar(&f.dashboard, "dashboard", "", "serve a live dashboard at this address while training, e.g. :8080")
 	return c
 }
