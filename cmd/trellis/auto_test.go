@@ -5,6 +5,7 @@ import (
 	"github.com/spf13/cobra"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"trellis/plan"
@@ -114,5 +115,32 @@ func TestRunEndsWithNextSteps(t *testing.T) {
 	}
 	if n := nextSteps("", "", ""); !strings.Contains(n, "--metrics run.jsonl") || strings.Contains(n, "sample") {
 		t.Errorf("no checkpoint, no metrics: %q", n)
+	}
+}
+
+// The docs quote one time for the default run (README's, which
+// docs/BENCHMARKS.md's table repeats), and no "about a minute" for the
+// whole test suite.
+func TestDocsAgreeOnTimings(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bench, err := os.ReadFile("../../docs/BENCHMARKS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`The run below is ZeRO-3's \((\d+ min \d+ s)`)
+	m := re.FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("README: no time for the default run")
+	}
+	for _, line := range strings.Split(string(bench), "\n") {
+		if strings.HasPrefix(line, "| 2 | `trellis train`, no flags") && !strings.Contains(line, "| "+string(m[1])+" for the whole run") {
+			t.Errorf("docs/BENCHMARKS.md says %q, the README %s", line, m[1])
+		}
+	}
+	if strings.Contains(string(readme), "about a minute on 2 cores") {
+		t.Error("README: the whole test suite does not take about a minute on 2 cores")
 	}
 }
