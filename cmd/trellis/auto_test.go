@@ -144,3 +144,22 @@ func TestDocsAgreeOnTimings(t *testing.T) {
 		t.Error("README: the whole test suite does not take about a minute on 2 cores")
 	}
 }
+
+// --from megatron takes Megatron's arguments as one quoted word (it
+// starts with "--": it was taken for an unknown flag) and, when they
+// state the shape, needs no --model.
+func TestFromMegatronQuotedNoModel(t *testing.T) {
+	args := "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 2 --num-layers 24 --hidden-size 2048 --num-attention-heads 16 " +
+		"--seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 512 --bf16 --vocab-size 50257 --attention-dropout 0 --hidden-dropout 0"
+	r := run(t, t.TempDir(), "plan", "--cluster", "dgx-a100", "--devices", "64", "--from", "megatron", args)
+	if r.err != nil || !strings.Contains(r.stdout, "read from megatron: dp=4,tp=8,pp=2") || strings.Contains(r.stdout, "dropout") {
+		t.Errorf("quoted arguments, no --model: %v\n%s%s", r.err, r.stdout, r.stderr)
+	}
+	r = run(t, t.TempDir(), "plan", "--cluster", "dgx-a100", "--devices", "64", "--from", "megatron", "--", "--tensor-model-parallel-size", "8")
+	if r.err == nil || !strings.Contains(r.stderr, "no --num-layers: give it, or the model with --model") {
+		t.Errorf("no shape, no --model: %v\n%s", r.err, r.stderr)
+	}
+	if got := quotedArgs([]string{"plan", "--model", "gpt2", "--from", "megatron", "--a 1 --b 2", "--", "--c", "3"}); strings.Join(got, "|") != "plan|--model|gpt2|--from|megatron|--|--a 1 --b 2|--c|3" {
+		t.Errorf("quotedArgs: %q", got)
+	}
+}
