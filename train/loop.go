@@ -116,15 +116,23 @@ func (r *rank) runStep(ctx context.Context, st, end int, pos *data.Position, rep
 		r.clock.excluded += time.Since(tx)
 		sum.ValLoss = val
 	}
-	rep.step(done, last, val, dt, stats)
-	defer func(tx time.Time) { r.clock.excluded += time.Since(tx) }(time.Now())
+	var sample *string // generated before the step's line, which carries it (--metrics)
 	if se := j.Train.SampleEvery; se >= 0 && r.set.enginePlan.PP == 1 && ((se > 0 && done%se == 0) || done == j.Train.Steps) {
+		tx := time.Now()
 		txt, err := r.generate(j.Train.Prompt, j.Train.SampleLen, 1.0, 40, j.Train.Seed+uint64(done))
 		if err != nil {
 			return false, err
 		}
+		r.clock.excluded += time.Since(tx)
 		sum.Sample = txt
-		rep.sample(done, txt)
+		full := j.Train.Prompt + txt
+		sample = &full
+	}
+	rep.lineSample = sample
+	rep.step(done, last, val, dt, stats)
+	defer func(tx time.Time) { r.clock.excluded += time.Since(tx) }(time.Now())
+	if sample != nil {
+		rep.sample(done, sum.Sample)
 	}
 	sum.LastStep, sum.Loss, sum.Ranks = done, last.loss, stats
 	if j.Checkpoint.Dir != "" && (j.Checkpoint.Due(done) || done == end || stop) {

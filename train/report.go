@@ -31,15 +31,17 @@ type reporter struct {
 	bar        *progressbar.ProgressBar
 	tps, mfu   []float64
 	steps      []time.Duration
-	exposed    []float64    // per step: the ranks' mean wait for collectives, seconds
-	waitSoFar  float64      // the ranks' mean cumulative wait after the last step
-	parts      [][3]float64 // per step: the ranks' mean compute, bubble and misc, seconds
-	partsSoFar [3]float64   // their cumulative means after the last step
-	pred       *Prediction  // the planner's prediction (nil: none)
-	metricsErr error        // the first failed metrics write (reported once)
-	budget     int64        // bytes per device, 0: none
-	skipped    int          // fp16: steps skipped for overflowing gradients
-	scale      float64      // fp16: the loss scale of the last step
+	exposed    []float64          // per step: the ranks' mean wait for collectives, seconds
+	waitSoFar  float64            // the ranks' mean cumulative wait after the last step
+	parts      [][3]float64       // per step: the ranks' mean compute, bubble and misc, seconds
+	partsSoFar [3]float64         // their cumulative means after the last step
+	pred       *Prediction        // the planner's prediction (nil: none)
+	metricsErr error              // the first failed metrics write (reported once)
+	budget     int64              // bytes per device, 0: none
+	header     *metrics.RunHeader // for the first --metrics line (nil once written)
+	lineSample *string            // the sample generated at the step being written, if any
+	skipped    int                // fp16: steps skipped for overflowing gradients
+	scale      float64            // fp16: the loss scale of the last step
 }
 
 func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
@@ -66,8 +68,11 @@ func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
 		o.Log.Info("prediction", args...)
 	}
 	rep.budget = s.budget
+	info := runInfo(o, s, start, end)
+	rep.header = &metrics.RunHeader{Plan: info.Plan, Model: info.Model, Params: info.Params, Ranks: info.Ranks,
+		TokensPerStep: info.TokensPerStep, FromStep: start, ToStep: end, MFUPeak: s.peakSrc}
 	if o.Observer != nil {
-		o.Observer.Start(runInfo(o, s, start, end))
+		o.Observer.Start(info)
 	}
 	o.Log.Info("run", "plan", runPlanText(s.enginePlan), "ranks", s.ranks, "threads_per_rank", s.threads,
 		"params", o.Job.Model.NumParams(), "accum", s.accum, "tokens_per_step", int(rep.tokens),
@@ -149,6 +154,7 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		if finite(val) {
 			m.ValLoss = &val
 		}
+		m.Run, m.Sample = rep.header, rep.lineSample
 		for _, s := range stats {
 			compute, misc := s.Compute.Seconds(), s.Misc.Seconds()
 			m.Ranks = append(m.Ranks, metrics.Rank{Rank: s.Rank, Tags: tagsOf(s.Peak, s.PeakAll), CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds(),
@@ -168,6 +174,7 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 			if rep.o.Observer != nil {
 				rep.o.Observer.Step(b)
 			}
+			rep.header = nil // the run's first line carries it
 		}
 	}
 	if rep.bar != nil {

@@ -163,3 +163,45 @@ func TestFromMegatronQuotedNoModel(t *testing.T) {
 		t.Errorf("quotedArgs: %q", got)
 	}
 }
+
+// The metrics file's first line carries the run's header (plan, model,
+// size) and a sampled step its text, and the report shows them: it
+// showed neither plan nor model nor samples.
+func TestReportShowsHeaderAndSamples(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"train", "--parallel", "dp=2", "--device-memory", "0", "--metrics", "m.jsonl", "--set", "checkpoint.dir=", "--set", "train.sample_every=2"}
+	for _, s := range tinySets {
+		args = append(args, "--set", s)
+	}
+	if r := run(t, dir, args...); r.err != nil {
+		t.Fatalf("%v\n%s", r.err, r.stderr)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "m.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if !strings.Contains(lines[0], `"run":{"plan":"dp=2,`) || !strings.Contains(lines[0], `"model":"layers=2 hidden=32`) {
+		t.Errorf("first metrics line has no header: %.300s", lines[0])
+	}
+	for _, l := range lines[1:] {
+		if strings.Contains(l, `"run":`) {
+			t.Errorf("a later line repeats the header: %.200s", l)
+		}
+	}
+	if !strings.Contains(lines[1], `"sample":"`) {
+		t.Errorf("step 2's line has no sample: %.300s", lines[1])
+	}
+	if r := run(t, dir, "report", "m.jsonl", "-o", "r.html"); r.err != nil {
+		t.Fatalf("%v\n%s", r.err, r.stderr)
+	}
+	html, err := os.ReadFile(filepath.Join(dir, "r.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<th>plan</th><td>dp=2,", "<th>model</th><td>layers=2 hidden=32", `id="samples"`} {
+		if !strings.Contains(string(html), want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+}
