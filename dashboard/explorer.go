@@ -172,14 +172,14 @@ func explore(cfg ExplorerConfig, in PlanInputs, stop <-chan struct{}) (string, [
 	if len(res.Plans) == 0 {
 		return status, nil, fmt.Errorf("no plan fits: %s", rejected(res))
 	}
-	ps := []viz.Panel{plansPanel(in, res), planMemoryPanel(res), planTimePanel(res)}
+	ps := []viz.Panel{plansPanel(in, job, res), planMemoryPanel(res), planTimePanel(res)}
 	if in.Fix != "" {
 		free, err := job.Search(plan.Options{Top: 1, Stop: stop})
 		if errors.Is(err, plan.ErrStopped) {
 			return "", nil, err
 		}
 		if err == nil && len(free.Plans) > 0 {
-			ps = append(ps, pinnedPanel(in.Fix, res.Plans[0], free.Plans[0]))
+			ps = append(ps, pinnedPanel(in.Fix, job, res.Plans[0], free.Plans[0]))
 		}
 	}
 	return status, ps, nil

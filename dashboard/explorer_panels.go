@@ -11,9 +11,9 @@ import (
 
 // plansPanel is the ranked table; each key=value links to the same search
 // with that key pinned as well.
-func plansPanel(in PlanInputs, res plan.Result) viz.Panel {
+func plansPanel(in PlanInputs, job plan.Job, res plan.Result) viz.Panel {
 	var b strings.Builder
-	b.WriteString(`<table id="plans-table"><tr><th>#</th><th>plan (click a key to pin it)</th><th class="num">step</th><th class="num">tokens/s</th><th class="num">MFU</th><th class="num">memory / budget</th></tr>`)
+	b.WriteString(`<table id="plans-table"><tr><th>#</th><th>plan (click a key to pin it)</th><th class="num">step</th><th class="num">tokens/s</th><th class="num">MFU</th><th class="num">memory / budget</th><th>CPU engine</th></tr>`)
 	for i, e := range res.Plans {
 		cls := ""
 		if i == 0 {
@@ -23,9 +23,10 @@ func plansPanel(in PlanInputs, res plan.Result) viz.Panel {
 		for _, kv := range strings.Split(e.Plan.String(), ",") {
 			fmt.Fprintf(&b, `<a class="pin" href="%s">%s</a> `, template.HTMLEscapeString(in.query(addPin(in.Fix, kv))), template.HTMLEscapeString(kv))
 		}
-		fmt.Fprintf(&b, `</td><td class="num">%s</td><td class="num">%s</td><td class="num">%.1f%%</td><td class="num">%s / %s</td></tr>`,
+		fmt.Fprintf(&b, `</td><td class="num">%s</td><td class="num">%s</td><td class="num">%.1f%%</td><td class="num">%s / %s</td>`,
 			viz.FormatValue(e.Time.Step, "s"), viz.FormatNum(e.TokensPerS), 100*e.MFU,
 			viz.FormatBytes(float64(e.Memory.Total)), viz.FormatBytes(float64(e.Memory.Budget)))
+		b.WriteString(engineCell(job, e.Plan) + `</tr>`)
 	}
 	b.WriteString(`</table>`)
 	return viz.Panel{ID: "plans", Title: "Top plans", Wide: true,
@@ -79,7 +80,7 @@ func planTimePanel(res plan.Result) viz.Panel {
 
 // pinnedPanel compares the best plan under the pinned keys with the best
 // plan overall: the keys that differ, step time and memory.
-func pinnedPanel(fix string, pinned, free plan.Estimate) viz.Panel {
+func pinnedPanel(fix string, job plan.Job, pinned, free plan.Estimate) viz.Panel {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<table id="pinned-table"><tr><th>key</th><th>pinned (%s)</th><th>best overall</th></tr>`, template.HTMLEscapeString(fix))
 	for _, k := range plan.Keys() {
@@ -96,10 +97,22 @@ func pinnedPanel(fix string, pinned, free plan.Estimate) viz.Panel {
 	row("step time", viz.FormatValue(pinned.Time.Step, "s"), viz.FormatValue(free.Time.Step, "s"))
 	row("tokens/s", viz.FormatNum(pinned.TokensPerS), viz.FormatNum(free.TokensPerS))
 	row("memory", viz.FormatBytes(float64(pinned.Memory.Total)), viz.FormatBytes(float64(free.Memory.Total)))
+	fmt.Fprintf(&b, `<tr><th>CPU engine</th>%s%s</tr>`, engineCell(job, pinned.Plan), engineCell(job, free.Plan))
 	b.WriteString(`</table>`)
 	note := "pinning costs nothing: the best plan already has these keys"
 	if free.Time.Step > 0 && pinned.Time.Step > free.Time.Step {
 		note = fmt.Sprintf("pinning makes the best step %.1f%% slower", 100*(pinned.Time.Step/free.Time.Step-1))
 	}
 	return viz.Panel{ID: "pinned", Title: "What pinning changes", Wide: true, Note: note, HTML: template.HTML(b.String())}
+}
+
+// engineCell says whether the Trellis engine (on CPU) runs p: "runs", or
+// "no" with plan.EngineRefusals' reasons (also as the cell's title).
+func engineCell(job plan.Job, p plan.Plan) string {
+	r := job.EngineRefusals(p)
+	if len(r) == 0 {
+		return `<td class="engine-runs">runs</td>`
+	}
+	why := template.HTMLEscapeString(strings.Join(r, "; "))
+	return fmt.Sprintf(`<td class="engine-refused" title="%s">no: %s</td>`, why, why)
 }

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"html/template"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -98,6 +99,44 @@ func TestAddPin(t *testing.T) {
 	} {
 		if got := addPin(c.fix, c.kv); got != c.want {
 			t.Errorf("addPin(%q, %q) = %q, want %q", c.fix, c.kv, got, c.want)
+		}
+	}
+}
+
+// The explorer marks each plan, and the best overall beside the pinned
+// best, with whether the CPU engine runs it (plan.Job.EngineRefusals).
+func TestExplorerMarksEnginePlans(t *testing.T) {
+	page := func(in PlanInputs) (plan.Job, string) {
+		j, err := presetJob(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ps, err := explore(ExplorerConfig{Job: presetJob}, in, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var html strings.Builder
+		for _, p := range ps {
+			html.WriteString(string(p.HTML))
+		}
+		return j, html.String()
+	}
+	_, runs := page(PlanInputs{Model: "gpt2", Cluster: "dgx-h100", Devices: 8, Seq: 1024, Batch: 64, Fix: "zero=1"})
+	j, refused := page(PlanInputs{Model: "qwen3-30b-a3b", Cluster: "dgx-h100", Devices: 16, Seq: 4096, Batch: 64, Fix: "tp=2"})
+	res, err := j.Search(plan.Options{Top: 1})
+	if err != nil || len(res.Plans) == 0 {
+		t.Fatal(err)
+	}
+	free := strings.Join(j.EngineRefusals(res.Plans[0].Plan), "; ")
+	if free == "" {
+		t.Fatalf("the best plan overall, %s, runs on the engine: pick a job whose best does not", res.Plans[0].Plan)
+	}
+	for _, c := range []struct{ page, want string }{
+		{runs, `<th>CPU engine</th>`}, {runs, `<td class="engine-runs">runs</td>`},
+		{refused, `<tr><th>CPU engine</th><td class="engine-refused"`}, {refused, "no: " + template.HTMLEscapeString(free)},
+	} {
+		if !strings.Contains(c.page, c.want) {
+			t.Errorf("explorer page lacks %q", c.want)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -106,9 +107,15 @@ func (s *Server) Close() error { return s.srv.Close() }
 // resolveAddr makes a bare port loopback and says whether the address
 // reaches beyond this machine; host is the name or address given.
 func resolveAddr(addr string) (listen, host string, exposed bool, err error) {
+	if n, perr := strconv.Atoi(addr); perr == nil && n >= 0 && n <= 65535 {
+		addr = ":" + addr // a bare port, as people type it: loopback
+	}
 	h, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return "", "", false, fmt.Errorf("want HOST:PORT or :PORT: %w", err)
+		return "", "", false, fmt.Errorf("want a port (8080), :PORT (loopback) or HOST:PORT (e.g. 0.0.0.0:8080 for every interface)")
+	}
+	if n, perr := strconv.Atoi(port); perr != nil || n < 0 || n > 65535 {
+		return "", "", false, fmt.Errorf("port %q: want a number from 0 to 65535", port)
 	}
 	if h == "" {
 		h = "127.0.0.1"

@@ -56,8 +56,17 @@ func TestLoopbackUnlessNamed(t *testing.T) {
 	if _, err := Listen(ServeConfig{Flag: "--serve", Addr: ":0", Handler: h, Token: "short"}); err == nil || !strings.Contains(err.Error(), "at least 16") {
 		t.Errorf("a short token: %v", err)
 	}
-	if _, err := Listen(ServeConfig{Flag: "--serve", Addr: "8081", Handler: h}); err == nil || !strings.Contains(err.Error(), "--serve 8081: want HOST:PORT or :PORT") {
-		t.Errorf("no colon: %v", err)
+	// A bare port (--dashboard 8080, as people type it) is loopback's;
+	// what is not an address says what is, without Go's parser's words.
+	s = serve(t, ServeConfig{Addr: "0", Handler: h})
+	if s.Warning != "" || !strings.HasPrefix(s.URL, "http://127.0.0.1:") {
+		t.Errorf("bare port: %s (warning %q)", s.URL, s.Warning)
+	}
+	for _, bad := range []string{"localhost", "host:port", "99999"} {
+		_, err := Listen(ServeConfig{Flag: "--serve", Addr: bad, Handler: h})
+		if err == nil || !strings.Contains(err.Error(), "--serve "+bad+": ") || strings.Contains(err.Error(), "missing port") || strings.Contains(err.Error(), "address ") {
+			t.Errorf("%s: %v", bad, err)
+		}
 	}
 }
 

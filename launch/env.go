@@ -23,7 +23,7 @@ type Env struct {
 	NodeRank       int
 	MasterAddr     string // host of rank 0's rendezvous store
 	MasterPort     int
-	Source         string // "torchrun", "slurm" or "openmpi"
+	Source         string // "trellis launch", "torchrun", "slurm" or "openmpi"
 	// Elastic (TRELLIS_ELASTIC=1, set by an elastic trellis launch) says
 	// the world may be smaller than the job's plan was made for: the
 	// worker re-derives the plan's data-parallel degree for WorldSize.
@@ -149,12 +149,21 @@ func ints(get func(string) string, keys ...string) ([]int, error) {
 	return out, nil
 }
 
+// EnvLauncher names the launcher that set the torchrun-style variables
+// (trellis launch sets it to "trellis launch"; absent: torchrun), so that
+// messages name the launcher the user ran.
+const EnvLauncher = "TRELLIS_LAUNCHER"
+
 func torchrunEnv(get func(string) string) (Env, error) {
 	v, err := ints(get, "RANK", "WORLD_SIZE")
 	if err != nil {
 		return Env{}, err
 	}
-	e := Env{Rank: v[0], WorldSize: v[1], LocalRank: v[0], LocalWorldSize: v[1], Source: "torchrun"}
+	src := "torchrun"
+	if get(EnvLauncher) == "trellis launch" {
+		src = "trellis launch"
+	}
+	e := Env{Rank: v[0], WorldSize: v[1], LocalRank: v[0], LocalWorldSize: v[1], Source: src}
 	if get("LOCAL_RANK") != "" || get("LOCAL_WORLD_SIZE") != "" {
 		l, err := ints(get, "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 		if err != nil {

@@ -21,6 +21,9 @@ func TestParseEnv(t *testing.T) {
 			Env{Rank: 5, WorldSize: 8, LocalRank: 1, LocalWorldSize: 4, NodeRank: 1, MasterAddr: "10.0.0.1", MasterPort: 1234, Source: "torchrun"}},
 		{"torchrun single process", map[string]string{"RANK": "0", "WORLD_SIZE": "1"},
 			Env{WorldSize: 1, LocalWorldSize: 1, Source: "torchrun"}},
+		// trellis launch's workers name it, so messages say what was run.
+		{"trellis launch", map[string]string{"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "a", "MASTER_PORT": "1", "TRELLIS_LAUNCHER": "trellis launch"},
+			Env{Rank: 1, WorldSize: 4, LocalRank: 1, LocalWorldSize: 4, MasterAddr: "a", MasterPort: 1, Source: "trellis launch"}},
 		{"elastic", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "TRELLIS_ELASTIC": "1"},
 			Env{WorldSize: 1, LocalWorldSize: 1, Source: "torchrun", Elastic: true}},
 		{"slurm nodelist", map[string]string{"SLURM_PROCID": "6", "SLURM_NTASKS": "8", "SLURM_LOCALID": "2", "SLURM_NODEID": "1",
@@ -108,5 +111,19 @@ func TestTCPConfig(t *testing.T) {
 	}
 	if cfg.Rank != 1 || cfg.Size != 4 || cfg.MasterAddr != "[::1]:4242" || cfg.Token != "tok-0123456789abcdef" || cfg.Timeout.Seconds() != 3 {
 		t.Fatalf("got %+v", cfg)
+	}
+}
+
+// A worker trellis launch starts says so: an error under it names
+// "trellis launch", not torchrun.
+func TestWorkerEnvNamesLauncher(t *testing.T) {
+	env := map[string]string{}
+	for _, kv := range (Config{NNodes: 1, NProcPerNode: 2, MasterAddr: "127.0.0.1", MasterPort: 1}).workerEnv(1) {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	e, err := torchrunEnv(func(k string) string { return env[k] })
+	if err != nil || e.Source != "trellis launch" {
+		t.Errorf("a trellis launch worker's environment reads as %q (%v)", e.Source, err)
 	}
 }

@@ -213,6 +213,7 @@ func (c Config) workerEnv(lr int) []string {
 		"MASTER_ADDR="+c.MasterAddr,
 		"MASTER_PORT="+strconv.Itoa(c.MasterPort),
 		tcp.EnvToken+"="+c.Token,
+		EnvLauncher+"=trellis launch",
 	)
 }
 

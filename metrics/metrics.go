@@ -27,6 +27,24 @@ type Line struct {
 	// it on the step; a rank's own Predicted takes precedence.
 	Predicted *Tags  `json:"predicted,omitempty"`
 	Ranks     []Rank `json:"ranks"`
+	// Run describes the run on the first line it writes (a resumed run's
+	// first line has its own): the header a report shows.
+	Run *RunHeader `json:"run,omitempty"`
+	// Sample is the text generated at this step (the prompt and what
+	// followed), when one was.
+	Sample *string `json:"sample,omitempty"`
+}
+
+// RunHeader is what a run is: its plan, model and size.
+type RunHeader struct {
+	Plan          string `json:"plan"`               // canonical plan text
+	Model         string `json:"model"`              // shape for people, e.g. "layers=4 hidden=256 ..."
+	Params        int64  `json:"params"`             // model parameters
+	Ranks         int    `json:"ranks"`              // world size
+	TokensPerStep int    `json:"tokens_per_step"`    // all ranks
+	FromStep      int    `json:"from_step"`          // steps completed before this run
+	ToStep        int    `json:"to_step"`            // the last step it will take
+	MFUPeak       string `json:"mfu_peak,omitempty"` // MFU's denominator and its source
 }
 
 // Rank is one rank's entry of a Line: peak bytes per tag since the start,

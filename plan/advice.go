@@ -21,6 +21,9 @@ func (j Job) Advice(r Result, o Options) []string {
 	}
 	sm := r.Smallest
 	if sm.Memory.Total == 0 {
+		if why := engineRefusedAdvice(r); why != "" {
+			return []string{why, "pin a plan the engine runs (docs/ARCHITECTURE.md lists them), or plan on a GPU preset"}
+		}
 		return []string{"no candidate plan was costed"}
 	}
 	m := sm.Memory

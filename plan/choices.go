@@ -145,7 +145,9 @@ func interleaveDegrees(L, pp int) []int {
 }
 
 // precisions lists the precisions to search: those the device supports,
-// fp16 only when pinned.
+// fp16 and fp8 only when pinned (fp16's costs equal bf16's; fp8 changes
+// the numerics, so the search defaults to bf16 and a user asks for fp8
+// with --fix precision=fp8).
 func (s *searcher) precisions() []Precision {
 	if s.fix.Pinned("precision") {
 		p := s.fix.plan.Precision
@@ -157,7 +159,7 @@ func (s *searcher) precisions() []Precision {
 	}
 	var out []Precision
 	for _, p := range s.job.Cluster.supported() {
-		if p != FP16 {
+		if p != FP16 && p != FP8 {
 			out = append(out, p)
 		}
 	}

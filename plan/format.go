@@ -59,6 +59,12 @@ func (j Job) planRows(b *strings.Builder, plans []Estimate) {
 		if n := e.VariantNote(); n != "" {
 			fmt.Fprintf(b, "   the same within 0.05%%: %s\n", n)
 		}
+		if r := j.FP8Recipe(e.Plan); r != "" {
+			fmt.Fprintf(b, "   fp8 recipe assumed: %s\n", r)
+		}
+		if n := j.EngineNote(e.Plan); n != "" {
+			fmt.Fprintf(b, "   %s\n", n)
+		}
 	}
 }
 
@@ -70,6 +76,15 @@ func (j Job) Explain(p Plan, best *Estimate) string {
 	if err := j.Check(p); err != nil {
 		fmt.Fprintf(&b, "rejected: %v\n", err)
 		return b.String()
+	}
+	if r := j.EngineRefusals(p); j.Cluster.EngineStash && len(r) > 0 {
+		fmt.Fprintf(&b, "rejected: the cluster's ranks run the Trellis engine (engine_stash), which does not run it: %s\n", strings.Join(r, "; "))
+		return b.String()
+	} else if n := j.EngineNote(p); n != "" {
+		fmt.Fprintf(&b, "engine: %s\n", n)
+	}
+	if r := j.FP8Recipe(p); r != "" {
+		fmt.Fprintf(&b, "fp8 recipe assumed: %s\n", r)
 	}
 	if j.useGeneral(p) {
 		j.explainGeneral(&b, p, best)

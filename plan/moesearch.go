@@ -315,6 +315,9 @@ func (s *searcher) evaluateGeneral(p Plan, orders []orderOpt, so schedOpt, lg *l
 		s.rejectHot(0, len(orders))
 		return
 	}
+	if s.engineRefused(p, len(orders)) {
+		return
+	}
 	sp := so.params
 	mem := j.generalMemoryWith(p, sp.lay, lg.memKinds(j, p, sp.lay))
 	s.res.Evaluated += len(orders)

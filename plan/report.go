@@ -84,6 +84,12 @@ type EstimateJSON struct {
 	MFU               float64    `json:"mfu"`
 	HFU               float64    `json:"hfu"`
 	TokensPerS        float64    `json:"tokens_per_s"`
+	// EngineRuns: the Trellis engine (on CPU) runs the plan, else
+	// EngineRefusals says why not (plan.EngineRefusals); set by Job.Report.
+	EngineRuns     bool     `json:"engine_runs"`
+	EngineRefusals []string `json:"engine_refusals,omitempty"`
+	// FP8Recipe: for an fp8 plan, the recipe the cost model assumes.
+	FP8Recipe string `json:"fp8_recipe,omitempty"`
 }
 
 // JSON converts a plan.
@@ -123,7 +129,11 @@ func (j Job) Report(r Result) ReportJSON {
 		Reason:    r.Reason,
 	}
 	for _, e := range r.Plans {
-		out.Plans = append(out.Plans, e.JSON())
+		ej := e.JSON()
+		ej.EngineRefusals = j.EngineRefusals(e.Plan)
+		ej.EngineRuns = len(ej.EngineRefusals) == 0
+		ej.FP8Recipe = j.FP8Recipe(e.Plan)
+		out.Plans = append(out.Plans, ej)
 	}
 	for k, v := range r.Rejected {
 		out.Rejected[k] = v

@@ -254,6 +254,9 @@ func (lz *lazyLayer) costs(j Job, p Plan, orders []orderOpt) []layerCost {
 // fits, the step time under each order.
 func (s *searcher) evaluate(p Plan, orders []orderOpt, sp shapeParams, lz *lazyLayer) {
 	j := s.job
+	if s.engineRefused(p, len(orders)) {
+		return
+	}
 	mem := j.memory(p, sp)
 	s.res.Evaluated += len(orders)
 	if sm := s.res.Smallest.Memory.Total; sm == 0 || mem.Total < sm {
@@ -339,9 +342,14 @@ func (s *searcher) push(e Estimate) {
 	s.res.Plans = ps
 }
 
+// better ranks a before b: the faster step; on a tie (within sameStep)
+// the simpler plan (simpler), then less memory, then the canonical text.
 func better(a, b Estimate) bool {
-	if a.Time.Step != b.Time.Step {
+	if !sameStep(a.Time.Step, b.Time.Step) {
 		return a.Time.Step < b.Time.Step
+	}
+	if c := simpler(a.Plan, b.Plan); c != 0 {
+		return c < 0
 	}
 	if a.Memory.Total != b.Memory.Total {
 		return a.Memory.Total < b.Memory.Total

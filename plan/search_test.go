@@ -91,7 +91,7 @@ func canonical(p Plan, layers int) bool {
 	switch {
 	case p.Schedule == Interleaved && layers%c != 0 && (layers+1)%c != 0 && (layers+2)%c != 0:
 		return false
-	case p.Precision == FP16:
+	case p.Precision == FP16 || p.Precision == FP8: // searched only when pinned
 		return false
 	case p.DP*p.CP == 1 && p.ZeRO > 0:
 		return false

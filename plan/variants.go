@@ -15,8 +15,44 @@ const (
 	sameMemory = 1e-2
 )
 
-// equivalent reports two such estimates.
+// sameCost is the relative difference under which two step times are one
+// (a tie: the same cost reached through another shape, as dp=8 and
+// dp=2,cp=4 of a job whose every term is the same), well below any
+// difference the model means.
+const sameCost = 1e-9
+
+// sameStep reports step times that tie.
+func sameStep(a, b float64) bool { return math.Abs(a-b) <= sameCost*math.Max(math.Abs(a), math.Abs(b)) }
+
+// simpler orders plans on a tie toward the simpler: fewer axes above 1
+// (dp, tp, pp, cp, ep, etp), then smaller tp, pp, cp, then fewer
+// interleaved chunks; negative when a is simpler, 0 when neither is.
+func simpler(a, b Plan) int {
+	axes := func(p Plan) int {
+		ep, etp := p.Experts()
+		n := 0
+		for _, v := range []int{p.DP, p.TP, p.PP, p.CP, ep, etp} {
+			if v > 1 {
+				n++
+			}
+		}
+		return n
+	}
+	for _, d := range [][2]int{{axes(a), axes(b)}, {a.TP, b.TP}, {a.PP, b.PP}, {a.CP, b.CP}, {a.VPP, b.VPP}} {
+		if d[0] != d[1] {
+			return d[0] - d[1]
+		}
+	}
+	return 0
+}
+
+// equivalent reports two such estimates, or two of identical cost: the
+// same step time (sameStep) and the same memory, whatever their shapes
+// (one row, the simpler in front).
 func equivalent(a, b Estimate) bool {
+	if sameStep(a.Time.Step, b.Time.Step) && a.Memory.Total == b.Memory.Total {
+		return true
+	}
 	if math.Abs(a.Time.Step-b.Time.Step) > sameTime*a.Time.Step ||
 		math.Abs(float64(a.Memory.Total-b.Memory.Total)) > sameMemory*float64(a.Memory.Total) {
 		return false

@@ -129,7 +129,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--tokens", required=True, help="comma-separated token ids")
-    ap.add_argument("--out", help="write the logits here (safetensors) instead of printing them")
+    ap.add_argument("--out", help="write the logits here (safetensors) instead of printing a summary")
+    ap.add_argument("--json", action="store_true", help="print every logit as JSON (positions × vocabulary floats) instead of a summary")
     a = ap.parse_args()
     with open(os.path.join(a.model, "config.json")) as f:
         cfg = json.load(f)
@@ -146,8 +147,23 @@ def main():
             digest = hashlib.sha256(f.read()).hexdigest()
         write_safetensors(a.out, {"logits": logits, "tokens": idx.to(torch.float32)},
                           {"model_sha256": digest, "torch": torch.__version__})
-    else:
+    elif a.json:
         print(json.dumps(logits.tolist()))
+    else:
+        print(summarize(logits.tolist()))
+
+
+def summarize(rows, k=3):
+    """A few lines for people: per position the k largest logits with
+    their token ids, and the mean and spread of the row (a GPT-2 row is
+    50,257 floats: the whole list, --json, is 30 KB and more)."""
+    out = ["%d positions x %d logits (--json prints them all, --out saves them)" % (len(rows), len(rows[0]) if rows else 0)]
+    for i, r in enumerate(rows):
+        top = sorted(range(len(r)), key=lambda j: -r[j])[:k]
+        mean = sum(r) / len(r)
+        sd = (sum((x - mean) ** 2 for x in r) / len(r)) ** 0.5
+        out.append("  %3d: top %s; mean %.4g, sd %.4g" % (i, ", ".join("%d (%.4f)" % (j, r[j]) for j in top), mean, sd))
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ package trace
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -132,6 +134,39 @@ func Write(path string, ts ...*Tracer) error {
 		evs = append(evs, t.Events()...)
 	}
 	return writeFile(path, evs)
+}
+
+// Append writes the tracers' events to path after the events already
+// there (a resumed run's steps follow the earlier run's: timestamps are
+// absolute), keeping one copy of each metadata event; a missing file is
+// written as by Write.
+func Append(path string, ts ...*Tracer) error {
+	old, err := Read(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Write(path, ts...)
+	}
+	if err != nil {
+		return err
+	}
+	type meta struct {
+		name     string
+		pid, tid int
+	}
+	seen := map[meta]bool{}
+	for _, e := range old {
+		if e.Ph == "M" {
+			seen[meta{e.Name, e.PID, e.TID}] = true
+		}
+	}
+	for _, t := range ts {
+		for _, e := range t.Events() {
+			if e.Ph == "M" && seen[meta{e.Name, e.PID, e.TID}] {
+				continue
+			}
+			old = append(old, e)
+		}
+	}
+	return writeFile(path, old)
 }
 
 // writeFile writes evs to path, which must not be one of inputs.

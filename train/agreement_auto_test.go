@@ -8,10 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"trellis/model"
-	"trellis/ops"
 )
 
 // autoJobs are the jobs the planner's choice is checked on: the agreement
@@ -43,14 +41,13 @@ func autoJobs(cluster string) []struct {
 func autoTable(t *testing.T, b *strings.Builder, cluster string) {
 	fmt.Fprintln(b, "\n| job | plans that fit, run | auto's choice | its step predicted / measured | fastest measured | its step predicted / measured | auto / fastest |")
 	fmt.Fprintln(b, "|---|---|---|---|---|---|---|")
-	peak := ops.PeakGFLOPS("auto", 1, 100*time.Millisecond) * 1e9
 	// Every run waits (up to about 5 s) for the cores the profile
 	// measured, as the grid's second chances do: another process holding
 	// a vCPU makes another machine.
 	want := profileSpeedup(t, cluster)
 	var worst float64
 	for _, job := range autoJobs(cluster) {
-		cands, _, _, err := job.j.autoCandidates(peak)
+		cands, _, _, err := job.j.autoCandidates()
 		if err != nil || len(cands) == 0 {
 			t.Fatalf("%s: no candidate (%v)", job.name, err)
 		}

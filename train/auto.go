@@ -8,10 +8,8 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"time"
 
 	"trellis/device"
-	"trellis/ops"
 	"trellis/plan"
 )
 
@@ -26,10 +24,13 @@ type AutoChoice struct {
 	Why     []string // the choice, the runner-up and, for a budget, whether one device fits
 }
 
-// engineFix pins what the engine does not vary (or does not run yet):
-// fp32, no recomputation, no context parallelism, its micro-batch.
+// engineFix pins what auto does not vary: fp32, no recomputation, the
+// job's micro-batch. What the engine does not run (cp, fp8, experts, …)
+// is not pinned here: the search on the engine's cluster (engine_stash)
+// drops every plan plan.EngineRefusals refuses, so a mechanism the
+// engine learns is searched at once.
 func (j Job) engineFix() (plan.Fix, error) {
-	return plan.ParseFix(fmt.Sprintf("precision=fp32,recompute=none,cp=1,mbs=%d", j.Train.MicroBatch))
+	return plan.ParseFix(fmt.Sprintf("precision=fp32,recompute=none,mbs=%d", j.Train.MicroBatch))
 }
 
 // autoDevices are the device counts the planner may use: parallel.devices
@@ -58,14 +59,16 @@ func (j Job) withPlan(pt string, d int) Job {
 }
 
 // autoSettings are the settings a run of j on d devices would have, for
-// the planner (resolve's, with a placeholder plan).
-func (j Job) autoSettings(d int, corePeak float64) (settings, error) {
+// the planner (resolve's, with a placeholder fp32 plan, at the stated
+// peak: runPeak).
+func (j Job) autoSettings(d int) (settings, error) {
 	s, err := j.withPlan(fmt.Sprintf("dp=%d", d), d).resolveShape()
 	if err != nil {
 		return s, err
 	}
-	s.peak = corePeak * float64(min(s.ranks*s.threads, runtime.NumCPU()))
-	return s, nil
+	s.enginePlan.Precision = plan.FP32
+	s.peak, s.peakSrc, err = j.runPeak(s)
+	return s, err
 }
 
 // resolveShape is resolve without the checks of the batch and the
@@ -84,7 +87,12 @@ func (j Job) resolveShape() (settings, error) {
 	if s.threads == 0 {
 		s.threads = max(1, runtime.GOMAXPROCS(0)/s.ranks)
 	}
-	return s, nil
+	if s.linkLat, err = parseDuration("parallel.link_latency", j.Parallel.LinkLatency, 0); err != nil {
+		return s, err
+	}
+	bw, err := parseSize("parallel.link_bandwidth", j.Parallel.LinkBandwidth)
+	s.linkBW = float64(bw)
+	return s, err
 }
 
 // ChoosePlan runs the planner's search over the plans the engine runs
@@ -98,13 +106,16 @@ func (j Job) ChoosePlan() (AutoChoice, error) {
 			return AutoChoice{}, err
 		}
 	}
-	corePeak := ops.PeakGFLOPS("auto", 1, 100*time.Millisecond) * 1e9
-	all, src, refused, err := j.autoCandidates(corePeak)
+	if t := j.Train; t.GlobalBatch%t.MicroBatch != 0 {
+		return AutoChoice{}, fmt.Errorf("parallel.plan=auto: train.global_batch=%d is not a multiple of train.micro_batch=%d: every plan needs global_batch = dp × micro_batch × micro-batches per step (try train.global_batch=%d or train.micro_batch=1)",
+			t.GlobalBatch, t.MicroBatch, (t.GlobalBatch/t.MicroBatch+1)*t.MicroBatch)
+	}
+	all, src, refused, err := j.autoCandidates()
 	if err != nil {
 		return AutoChoice{}, err
 	}
 	if len(all) == 0 {
-		rejected, serr := j.autoRejections(corePeak)
+		rejected, serr := j.autoRejections()
 		if serr != nil {
 			return AutoChoice{}, fmt.Errorf("parallel.plan=auto: %w", serr)
 		}
@@ -119,7 +130,7 @@ func (j Job) ChoosePlan() (AutoChoice, error) {
 		ch.Why = append(ch.Why, fmt.Sprintf("runner-up %s on %d device(s): predicted step %.4gs (%+.1f%%), peak %s",
 			j.engineShort(r.e.Plan), r.d, r.e.Time.Step, 100*(r.e.Time.Step/best.e.Time.Step-1), device.FormatBytes(r.e.Memory.Total)))
 	}
-	if s, err := j.autoSettings(1, corePeak); err == nil && s.budget > 0 && best.d > 1 {
+	if s, err := j.autoSettings(1); err == nil && s.budget > 0 && best.d > 1 {
 		c, _, _ := j.jobCluster(s)
 		p1, err := j.withPlan("dp=1", 1).EnginePlan()
 		if err == nil {
@@ -145,14 +156,13 @@ type autoCand struct {
 // device count) that fits and that the engine accepts, fastest predicted
 // first (fewer devices first among equals); src names the cluster and
 // refused is the engine's reason for refusing the first plan it refused.
-// corePeak is one core's FMA peak (MFU's denominator in the settings).
-func (j Job) autoCandidates(corePeak float64) (all []autoCand, src string, refused error, err error) {
+func (j Job) autoCandidates() (all []autoCand, src string, refused error, err error) {
 	fix, err := j.engineFix()
 	if err != nil {
 		return nil, "", nil, err
 	}
 	for _, d := range j.autoDevices() {
-		s, err := j.autoSettings(d, corePeak)
+		s, err := j.autoSettings(d)
 		if err != nil {
 			return nil, "", nil, err
 		}
@@ -188,14 +198,14 @@ func (j Job) autoCandidates(corePeak float64) (all []autoCand, src string, refus
 
 // autoRejections are the planner's rules and the candidates each cut, over
 // autoCandidates' searches (for noAutoPlan), or the first search's error.
-func (j Job) autoRejections(corePeak float64) (map[string]int, error) {
+func (j Job) autoRejections() (map[string]int, error) {
 	rejected := map[string]int{}
 	fix, err := j.engineFix()
 	if err != nil {
 		return nil, err
 	}
 	for _, d := range j.autoDevices() {
-		s, err := j.autoSettings(d, corePeak)
+		s, err := j.autoSettings(d)
 		if err != nil {
 			continue
 		}
@@ -254,12 +264,14 @@ func (j Job) DryRun(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	s.peak = peakFLOPS(s.ranks, s.threads)
+	if s.peak, s.peakSrc, err = j.runPeak(s); err != nil {
+		return err
+	}
 	pr, err := j.predict(s)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "plan %s on %d rank(s), predicted on the %s\n\n", j.engineShort(s.enginePlan), s.ranks, pr.Source)
+	fmt.Fprintf(w, "plan %s on %d rank(s), predicted on the %s\nMFU against %s\n\n", j.engineShort(s.enginePlan), s.ranks, pr.Source, s.peakSrc)
 	writePredictionOnly(w, pr)
 	for _, r := range pr.Ranks {
 		if s.budget > 0 && r.PeakAll > s.budget {

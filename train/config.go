@@ -196,7 +196,8 @@ type settings struct {
 	ranks      int
 	threads    int
 	accum      int     // micro-steps per optimizer step
-	peak       float64 // FLOP/s of the cores the ranks use (MFU's denominator)
+	peak       float64 // FLOP/s of the cores the ranks use (MFU's denominator): runPeak, stated, never measured
+	peakSrc    string  // where peak comes from, for the log
 	enginePlan plan.Plan
 	policy     precision.Policy // the plan's precision
 	runID      string           // the run's identity (claimDir), recorded in its checkpoints

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"time"
 
 	"trellis/checkpoint"
@@ -14,7 +13,6 @@ import (
 	"trellis/data"
 	"trellis/device"
 	"trellis/metrics"
-	"trellis/ops"
 	"trellis/trace"
 )
 
@@ -118,15 +116,23 @@ func (r *rank) runStep(ctx context.Context, st, end int, pos *data.Position, rep
 		r.clock.excluded += time.Since(tx)
 		sum.ValLoss = val
 	}
-	rep.step(done, last, val, dt, stats)
-	defer func(tx time.Time) { r.clock.excluded += time.Since(tx) }(time.Now())
+	var sample *string // generated before the step's line, which carries it (--metrics)
 	if se := j.Train.SampleEvery; se >= 0 && r.set.enginePlan.PP == 1 && ((se > 0 && done%se == 0) || done == j.Train.Steps) {
+		tx := time.Now()
 		txt, err := r.generate(j.Train.Prompt, j.Train.SampleLen, 1.0, 40, j.Train.Seed+uint64(done))
 		if err != nil {
 			return false, err
 		}
+		r.clock.excluded += time.Since(tx)
 		sum.Sample = txt
-		rep.sample(done, txt)
+		full := j.Train.Prompt + txt
+		sample = &full
+	}
+	rep.lineSample = sample
+	rep.step(done, last, val, dt, stats)
+	defer func(tx time.Time) { r.clock.excluded += time.Since(tx) }(time.Now())
+	if sample != nil {
+		rep.sample(done, sum.Sample)
 	}
 	sum.LastStep, sum.Loss, sum.Ranks = done, last.loss, stats
 	if j.Checkpoint.Dir != "" && (j.Checkpoint.Due(done) || done == end || stop) {
@@ -226,14 +232,6 @@ func (r *rank) gatherStats(ctx context.Context) ([]RankStats, bool, error) {
 		out[q].Steps = time.Duration(get(16))
 	}
 	return out, stop, nil
-}
-
-// peakFLOPS is the machine's fp32 peak for ranks×threads goroutines, capped
-// at the CPUs there are: one thread's measured FMA throughput times the
-// cores in use. MFU's denominator.
-func peakFLOPS(ranks, threads int) float64 {
-	cores := min(ranks*threads, runtime.NumCPU())
-	return ops.PeakGFLOPS("auto", 1, 100*time.Millisecond) * 1e9 * float64(cores)
 }
 
 // CommBytes are the payload bytes a rank passed to collectives over the

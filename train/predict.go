@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 	"math"
+	"runtime"
 
 	"trellis/device"
 	"trellis/internal/bounded"
@@ -37,16 +38,22 @@ func planModel(m model.Config) plan.Model {
 }
 
 // hostCluster is the built-in estimate of this machine as the planner's
-// cluster, when the job names no cluster file: one device per rank with
-// the cores' measured peak (settings.peak) shared out, the device budget
-// (or the machine's memory shared by the ranks) as memory, and the
-// figures of plan/testdata/cpu-host.toml for what was not measured.
+// cluster, when the job names no cluster file: the profile's host model
+// (docs/PLANNER.md, "The time model on a CPU host") with documented
+// figures in place of measurements — one device per rank at its threads'
+// cores of the stated peak (settings.peak: runPeak, nothing measured),
+// the ranks sharing runtime.NumCPU() cores that scale linearly
+// (core_speedup = cores), a 40 µs hand-off per collective between
+// goroutine ranks (the profile measures 36–51 µs), the device budget (or
+// the machine's memory shared by the ranks) as memory, and the figures of
+// plan/testdata/cpu-host.toml for the rest.
 func hostCluster(s settings) plan.Cluster {
 	mem := s.budget
 	if mem == 0 {
 		mem = max(1, physicalMemory()/int64(max(1, s.ranks)))
 	}
-	peak := s.peak / float64(max(1, s.ranks))
+	cores := max(1, min(s.ranks*s.threads, runtime.NumCPU()))
+	peak := s.peak / float64(cores) * float64(s.threads) // one rank's: its threads' cores
 	if !(peak > 0) {
 		peak = 1e9
 	}
@@ -54,9 +61,11 @@ func hostCluster(s settings) plan.Cluster {
 		Name:           "built-in estimate of this machine",
 		Accel:          plan.Accel{Name: "cpu-rank", Peak: map[plan.Precision]float64{plan.FP32: peak, plan.BF16: peak, plan.FP16: peak}, Memory: mem, MemBW: 20e9, GEMMEff: 0.6, GEMMKnee: 32, AttnEff: 0.3, MemEff: 0.7, KernelGap: 1e-6},
 		DevicesPerNode: max(1, s.ranks),
-		Intra:          plan.Link{BW: 10e9, Latency: 5e-6},
+		Intra:          plan.Link{BW: 10e9, Latency: 40e-6},
 		Inter:          plan.Link{BW: 1.1e9, Latency: 50e-6},
 		EngineStash:    true,
+		Cores:          runtime.NumCPU(),
+		CoreSpeedup:    float64(runtime.NumCPU()),
 	}
 }
 
@@ -64,6 +73,43 @@ func hostCluster(s settings) plan.Cluster {
 // when set (engine_stash forced on: its ranks run this engine), else the
 // built-in estimate; the second result says which.
 func (j Job) jobCluster(s settings) (plan.Cluster, string, error) {
+	c, src, err := j.fileCluster(s)
+	if err != nil {
+		return c, src, err
+	}
+	return withLinks(c, s), src + linkNote(s), nil
+}
+
+// withLinks is c with the job's emulated links (parallel.link_bandwidth,
+// parallel.link_latency: comm/local slows every collective phase to
+// latency + bytes/bandwidth) as both of its link classes, where they are
+// slower than c's: the prediction of the network the run emulates. A
+// launched world's ranks (processes) do not emulate links.
+func withLinks(c plan.Cluster, s settings) plan.Cluster {
+	if s.processes {
+		return c
+	}
+	for _, l := range []*plan.Link{&c.Intra, &c.Inter} {
+		if s.linkBW > 0 && s.linkBW < l.BW {
+			l.BW = s.linkBW
+		}
+		if lat := s.linkLat.Seconds(); lat > l.Latency {
+			l.Latency = lat
+		}
+	}
+	return c
+}
+
+// linkNote names the emulated links in the prediction's source.
+func linkNote(s settings) string {
+	if s.processes || (s.linkBW == 0 && s.linkLat == 0) {
+		return ""
+	}
+	return fmt.Sprintf(", with the emulated links (parallel.link_*: %.4g MB/s, %v)", s.linkBW/1e6, s.linkLat)
+}
+
+// fileCluster is jobCluster without the emulated links.
+func (j Job) fileCluster(s settings) (plan.Cluster, string, error) {
 	if j.Parallel.Cluster == "" {
 		return hostCluster(s), "built-in estimate (set parallel.cluster to a `trellis profile -o` file)", nil
 	}

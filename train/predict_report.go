@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,6 +22,25 @@ type Prediction struct {
 	Ranks  []Predicted // by rank
 	Time   plan.Time   // one optimizer step (zero: not predicted, see Err)
 	Err    error       // why the step time was not predicted (nil: it was)
+	// Uncovered names the parts of the step the model does not describe
+	// as the run measures them, with why: the table marks the row's error
+	// with a * and prints the reason under it.
+	Uncovered map[string]string
+}
+
+// uncovered is what the model does not cover for a run of s: ranks that
+// outnumber the cores wait for one, which the split's clocks book as
+// exposed communication (a rank parked while its peer waits for a core)
+// and the model as compute; links a launched world does not emulate.
+func (j Job) uncovered(s settings) map[string]string {
+	out := map[string]string{}
+	if d, c := s.ranks*s.threads, runtime.NumCPU(); d > c && !s.processes {
+		out["exposed comm"] = fmt.Sprintf("not modelled as measured: %d rank threads share %d cores, and the time a rank waits for a core is measured as exposed comm (a peer waits for it) but predicted as compute", d, c)
+	}
+	if s.processes && (s.linkBW > 0 || s.linkLat > 0) {
+		out["exposed comm"] = "not modelled: parallel.link_* are emulated only between goroutine ranks (comm/local), not between processes"
+	}
+	return out
 }
 
 // predict is the run's prediction (nil, err when the plan cannot be
@@ -34,7 +54,7 @@ func (j Job) predict(s settings) (*Prediction, error) {
 	if err != nil {
 		return nil, err
 	}
-	pr := &Prediction{Source: src, Ranks: ranks}
+	pr := &Prediction{Source: src, Ranks: ranks, Uncovered: j.uncovered(s)}
 	e, err := j.planJob(s, c, 0, 0).Evaluate(s.enginePlan)
 	if err != nil {
 		pr.Err = err
@@ -122,10 +142,14 @@ func writePrediction(w io.Writer, s *Summary) {
 		{"misc", t.Misc, s.MiscSeconds},
 		{"step", t.Step, s.StepSeconds},
 	} {
-		m := nan0(row.meas)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", row.name, secs(row.pred), secs(m), pct(row.pred, m))
+		m, e := nan0(row.meas), pct(row.pred, nan0(row.meas))
+		if pr.Uncovered[row.name] != "" {
+			e += " *"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", row.name, secs(row.pred), secs(m), e)
 	}
 	tw.Flush()
+	writeUncovered(w, pr)
 	fmt.Fprintln(w, "(measured: the ranks' mean, median over the steps; the parts' medians need not add up to the step's)")
 }
 
@@ -172,4 +196,14 @@ func writePredictionOnly(w io.Writer, pr *Prediction) {
 	t := pr.Time
 	fmt.Fprintf(w, "\nstep %s = compute %s + exposed comm %s + bubble %s + misc %s\n",
 		secs(t.Step), secs(t.Compute), secs(t.CommExposed), secs(t.Bubble), secs(t.Misc))
+	writeUncovered(w, pr)
+}
+
+// writeUncovered prints the parts of the step the model does not cover.
+func writeUncovered(w io.Writer, pr *Prediction) {
+	for _, k := range []string{"compute", "exposed comm", "bubble", "misc"} {
+		if why := pr.Uncovered[k]; why != "" {
+			fmt.Fprintf(w, "* %s: %s\n", k, why)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -25,19 +26,22 @@ type reporter struct {
 	on         bool
 	tokens     float64 // tokens per optimizer step, all ranks
 	flops      float64 // model FLOPs per token
-	peak       float64 // FLOP/s of the cores in use
+	peak       float64 // FLOP/s of the cores in use (stated: runPeak)
+	peakSrc    string
 	bar        *progressbar.ProgressBar
 	tps, mfu   []float64
 	steps      []time.Duration
-	exposed    []float64    // per step: the ranks' mean wait for collectives, seconds
-	waitSoFar  float64      // the ranks' mean cumulative wait after the last step
-	parts      [][3]float64 // per step: the ranks' mean compute, bubble and misc, seconds
-	partsSoFar [3]float64   // their cumulative means after the last step
-	pred       *Prediction  // the planner's prediction (nil: none)
-	metricsErr error        // the first failed metrics write (reported once)
-	budget     int64        // bytes per device, 0: none
-	skipped    int          // fp16: steps skipped for overflowing gradients
-	scale      float64      // fp16: the loss scale of the last step
+	exposed    []float64          // per step: the ranks' mean wait for collectives, seconds
+	waitSoFar  float64            // the ranks' mean cumulative wait after the last step
+	parts      [][3]float64       // per step: the ranks' mean compute, bubble and misc, seconds
+	partsSoFar [3]float64         // their cumulative means after the last step
+	pred       *Prediction        // the planner's prediction (nil: none)
+	metricsErr error              // the first failed metrics write (reported once)
+	budget     int64              // bytes per device, 0: none
+	header     *metrics.RunHeader // for the first --metrics line (nil once written)
+	lineSample *string            // the sample generated at the step being written, if any
+	skipped    int                // fp16: steps skipped for overflowing gradients
+	scale      float64            // fp16: the loss scale of the last step
 }
 
 func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
@@ -52,7 +56,7 @@ func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
 	}
 	rep.tokens = float64(o.Job.Train.GlobalBatch * o.Job.Model.SeqLen)
 	rep.flops = o.Job.Model.FLOPsPerToken()
-	rep.peak = s.peak
+	rep.peak, rep.peakSrc = s.peak, s.peakSrc
 	if pr, err := o.Job.predict(s); err != nil {
 		o.Log.Warn("no prediction", "err", err)
 	} else {
@@ -64,12 +68,15 @@ func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
 		o.Log.Info("prediction", args...)
 	}
 	rep.budget = s.budget
+	info := runInfo(o, s, start, end)
+	rep.header = &metrics.RunHeader{Plan: info.Plan, Model: info.Model, Params: info.Params, Ranks: info.Ranks,
+		TokensPerStep: info.TokensPerStep, FromStep: start, ToStep: end, MFUPeak: s.peakSrc}
 	if o.Observer != nil {
-		o.Observer.Start(runInfo(o, s, start, end))
+		o.Observer.Start(info)
 	}
 	o.Log.Info("run", "plan", runPlanText(s.enginePlan), "ranks", s.ranks, "threads_per_rank", s.threads,
 		"params", o.Job.Model.NumParams(), "accum", s.accum, "tokens_per_step", int(rep.tokens),
-		"kernels", r.k.ISA(), "device_memory", budgetText(s.budget), "from_step", start, "to_step", end,
+		"kernels", r.k.ISA(), "mfu_peak", s.peakSrc, "device_memory", budgetText(s.budget), "from_step", start, "to_step", end,
 		"checkpoint_dir", o.Job.Checkpoint.Dir)
 	if note := recomputeNote(s.enginePlan); note != "" {
 		o.Log.Info("recompute", "note", note)
@@ -147,6 +154,7 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		if finite(val) {
 			m.ValLoss = &val
 		}
+		m.Run, m.Sample = rep.header, rep.lineSample
 		for _, s := range stats {
 			compute, misc := s.Compute.Seconds(), s.Misc.Seconds()
 			m.Ranks = append(m.Ranks, metrics.Rank{Rank: s.Rank, Tags: tagsOf(s.Peak, s.PeakAll), CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds(),
@@ -166,6 +174,7 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 			if rep.o.Observer != nil {
 				rep.o.Observer.Step(b)
 			}
+			rep.header = nil // the run's first line carries it
 		}
 	}
 	if rep.bar != nil {
@@ -182,7 +191,7 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		return
 	}
 	if le := rep.o.Job.Train.LogEvery; !math.IsNaN(val) || le == 0 || done%le == 0 || done == 1 {
-		args := []any{"step", done, "loss", round4(res.loss), "lr", res.lr, "grad_norm", round4(res.norm),
+		args := []any{"step", done, "loss", round4(res.loss), "lr", sig4(res.lr), "grad_norm", round4(res.norm),
 			"tokens_per_s", math.Round(tps), "mfu", round4(mfu)}
 		if !math.IsNaN(val) {
 			args = append(args, "val_loss", round4(val))
@@ -199,6 +208,16 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 func r0(rep *reporter) bool { return rep.o.World == nil || rep.o.World.Rank() == 0 }
 
 func round4(x float64) float64 { return math.Round(x*1e4) / 1e4 }
+
+// sig4 is x to 4 significant digits (a learning rate such as
+// 0.00026850842073984193 logs as 0.0002685).
+func sig4(x float64) float64 {
+	v, err := strconv.ParseFloat(strconv.FormatFloat(x, 'g', 4, 64), 64)
+	if err != nil {
+		return x
+	}
+	return v
+}
 
 func (rep *reporter) sample(done int, txt string) {
 	if !rep.on {
@@ -226,7 +245,7 @@ func (rep *reporter) finish(s *Summary) {
 	if rep.bar != nil {
 		rep.bar.Finish()
 	}
-	s.TokensPerSec, s.MFU = median(rep.tps), median(rep.mfu)
+	s.TokensPerSec, s.MFU, s.Peak = median(rep.tps), median(rep.mfu), rep.peakSrc
 	s.SkippedSteps, s.LossScale = rep.skipped, rep.scale
 	s.StepSeconds, s.ExposedSeconds, s.Prediction = medianDur(rep.steps), median(rep.exposed), rep.pred
 	for i, p := range []*float64{&s.ComputeSeconds, &s.BubbleSeconds, &s.MiscSeconds} {
@@ -247,6 +266,9 @@ func WriteSummary(w io.Writer, s *Summary) {
 		fmt.Fprintf(w, ", val %.4f", s.ValLoss)
 	}
 	fmt.Fprintf(w, ", %.0f tokens/s, MFU %.1f%% (medians)\n", s.TokensPerSec, 100*s.MFU)
+	if s.Peak != "" {
+		fmt.Fprintf(w, "MFU is against %s\n", s.Peak)
+	}
 	if s.SkippedSteps > 0 {
 		fmt.Fprintf(w, "fp16: %d of %d steps skipped (their gradients overflowed; the weights did not change); the last step ran at loss scale %g\n",
 			s.SkippedSteps, s.LastStep-s.FirstStep, s.LossScale)

@@ -62,7 +62,8 @@ type Summary struct {
 	Loss                float64 // training loss of the last step
 	ValLoss             float64 // last validation loss (NaN: none)
 	TokensPerSec        float64 // median over the run's steps
-	MFU                 float64 // median
+	MFU                 float64 // median, against Peak
+	Peak                string  // MFU's denominator: FLOP/s and where it comes from (runPeak)
 	Ranks               []RankStats
 	Checkpoint          string // the last checkpoint written ("" if none)
 	Sample              string // the last generated sample
@@ -115,9 +116,9 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
-	// Measured before any rank starts, so that no rank waits on rank 0's
-	// measurement in its first collective.
-	s.peak = peakFLOPS(s.ranks, s.threads)
+	if s.peak, s.peakSrc, err = o.Job.runPeak(s); err != nil {
+		return nil, err
+	}
 	s.processes = o.World != nil
 	loader, err := data.NewLoader(data.LoaderConfig{Data: o.Job.Data, SeqLen: o.Job.Model.SeqLen, Vocab: o.Job.Model.Vocab, Seed: o.Job.Train.Seed, Log: o.Log})
 	if err != nil {

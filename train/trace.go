@@ -14,10 +14,15 @@ func newTracer(o Options, world comm.Group) *trace.Tracer {
 	return trace.New(world.Rank())
 }
 
-// writeTrace writes the rank's spans to its own file in the trace directory.
+// writeTrace writes the rank's spans to its own file in the trace
+// directory; a resumed run appends them to the earlier run's (its steps
+// continue that timeline instead of overwriting it).
 func writeTrace(o Options, world comm.Group, tr *trace.Tracer) error {
 	if tr == nil {
 		return nil
+	}
+	if o.Resume != "" {
+		return trace.Append(trace.RankFile(o.Trace, world.Rank()), tr)
 	}
 	return trace.Write(trace.RankFile(o.Trace, world.Rank()), tr)
 }

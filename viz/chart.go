@@ -104,7 +104,38 @@ func newScale(lo, hi, p0, p1 float64, log bool) scale {
 		}
 		s.ticks, s.tickText = append(s.ticks, v), append(s.tickText, FormatNum(v))
 	}
+	s.tickText = distinctTicks(s.ticks, s.tickText, step)
 	return s
+}
+
+// distinctTicks relabels ticks whose compact labels collide (a learning
+// rate's 0.00196, 0.00198, 0.002 all read "0.002") with as many decimals
+// as the step needs, then more until every label differs.
+func distinctTicks(ticks []float64, text []string, step float64) []string {
+	if !hasDuplicates(text) || !(step > 0) || math.Abs(step) < 1e-300 {
+		return text
+	}
+	for d := max(0, int(-math.Floor(math.Log10(step)))); d <= 17; d++ {
+		out := make([]string, len(ticks))
+		for i, v := range ticks {
+			out[i] = trimZeros(v, d)
+		}
+		if !hasDuplicates(out) {
+			return out
+		}
+	}
+	return text
+}
+
+func hasDuplicates(xs []string) bool {
+	seen := map[string]bool{}
+	for _, x := range xs {
+		if seen[x] {
+			return true
+		}
+		seen[x] = true
+	}
+	return false
 }
 
 // clampFinite maps ±Inf to ±MaxFloat64 and NaN to 0.

@@ -139,3 +139,19 @@ func TestLineChartEscapes(t *testing.T) {
 		t.Errorf("name not escaped: %s", svg)
 	}
 }
+
+// A learning rate's axis has distinct tick labels: 0.00196 … 0.00204 all
+// read "0.002" before.
+func TestTickLabelsDistinct(t *testing.T) {
+	for _, c := range [][2]float64{{0.00196, 0.00204}, {1.9995e-3, 2.0005e-3}, {2e-4, 2e-3}, {0.5, 0.5001}, {1e6, 1.00001e6}} {
+		s := newScale(c[0], c[1], 10, 110, false)
+		seen := map[string]bool{}
+		for _, l := range s.tickText {
+			if seen[l] {
+				t.Errorf("[%g, %g]: ticks %v", c[0], c[1], s.tickText)
+				break
+			}
+			seen[l] = true
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package viz
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -68,5 +69,44 @@ func TestPanelsWithTrace(t *testing.T) {
 	}
 	if !ids["timeline"] || ids["samples"] {
 		t.Errorf("panels %v: want a timeline and, in a report without samples, no samples panel", ids)
+	}
+}
+
+// A run's trace is drawn zoomed to its median step, each event coloured
+// by what it is, each lane named by rank and stream: a whole run's events
+// were an unreadable barcode, coloured by name, lanes "rank 0/1".
+func TestTimelineZoomsToOneStep(t *testing.T) {
+	var evs []string
+	durs := []float64{1000, 800, 950, 870} // step 1 is warm-up; the median of the rest is step 4's
+	for s, d := range durs {
+		t0 := float64(s) * 1000
+		for r := 0; r < 2; r++ {
+			evs = append(evs,
+				fmt.Sprintf(`{"name":"step %d","ph":"X","ts":%g,"dur":%g,"pid":%d,"tid":0}`, s+1, t0, d, r),
+				fmt.Sprintf(`{"name":"F mb0 c0","ph":"X","ts":%g,"dur":300,"pid":%d,"tid":1}`, t0+10, r),
+				fmt.Sprintf(`{"name":"B mb0 c0","ph":"X","ts":%g,"dur":300,"pid":%d,"tid":1}`, t0+320, r),
+				fmt.Sprintf(`{"name":"allreduce dp","ph":"X","ts":%g,"dur":100,"pid":%d,"tid":2}`, t0+630, r),
+				fmt.Sprintf(`{"name":"wait recvA","ph":"X","ts":%g,"dur":50,"pid":%d,"tid":3}`, t0+740, r))
+		}
+	}
+	tr, err := ParseTrace([]byte("[" + strings.Join(evs, ",") + "]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg := tr.TimelineSVG(1000)
+	if n := strings.Count(svg, `class="ev"`); n != 10 {
+		t.Errorf("%d events drawn, want one step's 10 (2 ranks × 5)", n)
+	}
+	for _, want := range []string{"within step 4, the median step", "rank 0 · compute", "rank 1 · comm", `data-kind="forward"`, `data-kind="backward"`,
+		`data-kind="comm"`, `data-kind="wait"`, `>weight grad<`} {
+		if want == `>weight grad<` {
+			continue // no W pass in this trace: not in the legend
+		}
+		if !strings.Contains(svg, want) {
+			t.Errorf("timeline lacks %q", want)
+		}
+	}
+	if strings.Contains(svg, ">weight grad<") {
+		t.Error("the legend lists a kind the trace does not have")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -57,7 +58,7 @@ func newLaunchCmd() *cobra.Command {
 			if cfg.NNodes, err = nodeCount(nnodes); err != nil {
 				return err
 			}
-			cfg.Program, cfg.Args = args[0], args[1:]
+			cfg.Program, cfg.Args = workerProgram(args[0], exec.LookPath, os.Executable), args[1:]
 			tok, err := launchToken(tokenFile)
 			if err != nil {
 				return err
@@ -170,4 +171,21 @@ func launchToken(file string) (string, error) {
 		return strings.TrimSpace(string(b)), nil
 	}
 	return os.Getenv(tcp.EnvToken), nil
+}
+
+// workerProgram is the program trellis launch starts: prog as given, but
+// "trellis" when no trellis is on PATH is this executable (the README's
+// `trellis launch … -- trellis train` run as ./trellis, or go run, would
+// otherwise fail to start its workers).
+func workerProgram(prog string, look func(string) (string, error), self func() (string, error)) string {
+	if prog != "trellis" {
+		return prog
+	}
+	if _, err := look(prog); err == nil {
+		return prog
+	}
+	if exe, err := self(); err == nil {
+		return exe
+	}
+	return prog
 }

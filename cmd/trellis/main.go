@@ -20,6 +20,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newTrainCmd(), newSampleCmd(), newPlanCmd(), newLaunchCmd(), newBenchCmd(), newTraceCmd(), newExportCmd(), newProfileCmd(), newReportCmd())
+	root.SetArgs(quotedArgs(os.Args[1:]))
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "trellis:", err)
 		if errors.As(err, new(configError)) {

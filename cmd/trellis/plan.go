@@ -69,7 +69,7 @@ cluster file (see docs/PLANNER.md).`,
 		},
 	}
 	fl := c.Flags()
-	fl.StringVar(&f.model, "model", "", "model preset or Hugging Face config.json path (required)")
+	fl.StringVar(&f.model, "model", "", "model preset or Hugging Face config.json path (required, except with --from megatron arguments that give --num-layers, --hidden-size, --num-attention-heads and --vocab-size)")
 	fl.StringVar(&f.cluster, "cluster", "", "cluster preset or TOML/JSON cluster file (required)")
 	fl.IntVar(&f.devices, "devices", 0, "number of devices (default: one node of the cluster)")
 	fl.IntVar(&f.seq, "seq", 0, "sequence length in tokens (required)")
@@ -130,9 +130,13 @@ func runPlan(w, info io.Writer, f planFlags) error {
 	return err
 }
 
-func planJob(f planFlags) (plan.Job, error) {
+func planJob(f planFlags) (plan.Job, error) { return planJobModel(f, nil) }
+
+// planJobModel is planJob with the model given (m, for --from megatron
+// arguments that state it) instead of --model when m is not nil.
+func planJobModel(f planFlags, given *plan.Model) (plan.Job, error) {
 	switch {
-	case f.model == "":
+	case f.model == "" && given == nil:
 		return plan.Job{}, errors.New("plan: --model is required")
 	case f.cluster == "":
 		return plan.Job{}, errors.New("plan: --cluster is required")
@@ -149,8 +153,11 @@ func planJob(f planFlags) (plan.Job, error) {
 	case f.top < 1:
 		return plan.Job{}, fmt.Errorf("plan: --top=%d: must be at least 1", f.top)
 	}
-	m, err := loadModel(f.model)
-	if err != nil {
+	var m plan.Model
+	var err error
+	if given != nil {
+		m = *given
+	} else if m, err = loadModel(f.model); err != nil {
 		return plan.Job{}, err
 	}
 	c, err := loadCluster(f.cluster)

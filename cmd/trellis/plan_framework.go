@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"trellis/internal/bounded"
@@ -82,7 +83,15 @@ func runFrom(w io.Writer, f planFlags, args []string) error {
 	// The job's sequence and batch may come from the configuration.
 	pre := f
 	pre.seq, pre.batch = max(f.seq, 1), max(f.batch, 1)
-	job, err := planJob(pre)
+	var given *plan.Model
+	if fw == plan.Megatron && f.model == "" {
+		m, err := plan.MegatronModel(text)
+		if err != nil {
+			return fmt.Errorf("--from megatron without --model: %w", err)
+		}
+		given = &m
+	}
+	job, err := planJobModel(pre, given)
 	if err != nil {
 		return err
 	}
@@ -227,4 +236,37 @@ func writeLineDiff(w io.Writer, a, b, user string) {
 			fmt.Fprintf(w, "  %s %s\n", side.sign, l)
 		}
 	}
+}
+
+// quotedArgs lets `trellis plan --from megatron "--tensor-model-parallel-size 8 ..."`
+// pass Megatron's arguments as one quoted word: a word of a plan command
+// that starts with "--" and holds a space is not a trellis flag, so it
+// moves after the "--" that ends the flags (where the cobra parser would
+// otherwise take it for an unknown flag).
+func quotedArgs(args []string) []string {
+	if len(args) == 0 || args[0] != "plan" || !slices.Contains(args, "--from") {
+		return args
+	}
+	var flags, rest []string
+	end := len(args)
+	for i, a := range args {
+		if a == "--" {
+			end = i
+			break
+		}
+	}
+	for _, a := range args[:end] {
+		if strings.HasPrefix(a, "--") && strings.ContainsAny(a, " \t\n") {
+			rest = append(rest, a)
+		} else {
+			flags = append(flags, a)
+		}
+	}
+	if len(rest) == 0 {
+		return args
+	}
+	if end < len(args) {
+		rest = append(rest, args[end+1:]...)
+	}
+	return append(append(flags, "--"), rest...)
 }

@@ -55,7 +55,7 @@ func TestPlanJSON(t *testing.T) {
 	}
 	p0 := plans[0].(map[string]any)
 	for field, want := range map[string]string{
-		"":       "hfu,hw_tflops_per_device,memory,mfu,plan,plan_string,tflops_per_device,time,tokens_per_s,variants",
+		"":       "engine_runs,hfu,hw_tflops_per_device,memory,mfu,plan,plan_string,tflops_per_device,time,tokens_per_s,variants",
 		"plan":   "cp,dp,flash,mbs,order,pp,precision,recompute,schedule,sp,tp,vpp,zero",
 		"memory": "act,budget,grad,optim,other,param,total",
 		"time":   "bubble,comm_exposed,compute,misc,step",

@@ -30,7 +30,7 @@ func newProfileCmd() *cobra.Command {
 		Short: "Measure this machine (GEMM, attention, memory, collectives) and write a cluster file for the planner",
 		Example: "  trellis profile -o host.toml\n" +
 			"  trellis profile --quick --backends local\n" +
-			"  trellis plan --model gpt2-124m --cluster host.toml --devices 2 --seq 1024 --global-batch 8",
+			"  trellis plan --model gpt2 --cluster host.toml --devices 2 --seq 1024 --global-batch 8",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out != "" && out != "-" {

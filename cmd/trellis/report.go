@@ -66,6 +66,7 @@ func runReport(metrics string, f reportFlags) error {
 	}
 	run := &viz.Run{Steps: steps, Status: fmt.Sprintf("%d steps, %d..%d", len(steps), steps[0].Step, steps[len(steps)-1].Step)}
 	run.Info.Ranks = len(steps[len(steps)-1].Ranks)
+	headerInfo(run)
 	if f.trace != "" {
 		if run.Trace, err = readTrace(f.trace); err != nil {
 			return err
@@ -95,4 +96,23 @@ func readTrace(dir string) (*viz.Trace, error) {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	return t, nil
+}
+
+// headerInfo fills the report's description from the metrics file's
+// header records (the latest run's: a resumed file has one per run) and
+// its samples from the lines that carry one.
+func headerInfo(run *viz.Run) {
+	for _, s := range run.Steps {
+		if h := s.Run; h != nil {
+			run.Info.Plan, run.Info.Model, run.Info.Params, run.Info.Ranks = h.Plan, h.Model, h.Params, h.Ranks
+			run.Info.TokensPerStep, run.Info.ToStep = h.TokensPerStep, h.ToStep
+			run.Info.Budget = s.Budget
+			if run.Info.FromStep == 0 {
+				run.Info.FromStep = h.FromStep
+			}
+		}
+		if s.Sample != nil {
+			run.Samples = append(run.Samples, viz.Sample{Step: s.Step, Text: *s.Sample})
+		}
+	}
 }

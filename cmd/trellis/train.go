@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -61,7 +62,7 @@ plan unless one is given.`,
 	fl.IntVar(&f.until, "until", 0, "stop after this step, checkpointing first")
 	fl.StringVar(&f.metrics, "metrics", "", "write one JSON object per step to this file (a resumed run appends)")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "print the planner's prediction for the job (memory per rank and tag, step time) and exit")
-	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace-event timeline (Perfetto) of every rank to DIR/trace.json")
+	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace-event timeline (Perfetto) of every rank to DIR/trace.json (a resumed run appends to it)")
 	fl.StringVar(&f.dashboard, "dashboard", "", "serve a live dashboard at this address while training, e.g. :8080")
 	return c
 }
@@ -153,7 +154,10 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 		}
 		defer func() { d.finish(err) }()
 	}
-	_, err = train.Run(ctx, opts)
+	sum, err := train.Run(ctx, opts)
+	if err == nil && sum != nil && voice {
+		fmt.Fprint(opts.Out, nextSteps(sum.Checkpoint, f.metrics, job.Train.Prompt))
+	}
 	var intr *train.Interrupted
 	if errors.As(err, &intr) && intr.Checkpoint != "" {
 		resume := "trellis train --resume " + intr.Checkpoint
@@ -235,4 +239,23 @@ func openWorld(backend string, env *launch.Env, log *slog.Logger) (*world.World,
 func placement(e launch.Env) *world.Placement {
 	return &world.Placement{Rank: e.Rank, Size: e.WorldSize, LocalRank: e.LocalRank, LocalSize: e.LocalWorldSize,
 		NodeRank: e.NodeRank, MasterAddr: e.MasterAddr, MasterPort: e.MasterPort, Source: e.Source}
+}
+
+// nextSteps is what the end of a run suggests: sample and export the
+// checkpoint it wrote, and report the metrics it kept.
+func nextSteps(ckpt, metricsPath, prompt string) string {
+	var b strings.Builder
+	if ckpt != "" {
+		if prompt == "" {
+			prompt = "It is"
+		}
+		fmt.Fprintf(&b, "  trellis sample --checkpoint %s --prompt %q   # generate text\n", ckpt, prompt)
+		fmt.Fprintf(&b, "  trellis export --checkpoint %s --out %s-hf   # Hugging Face safetensors + config.json\n", ckpt, strings.TrimRight(ckpt, "/"))
+	}
+	if metricsPath != "" {
+		fmt.Fprintf(&b, "  trellis report %s -o report.html   # charts of the run (add --trace DIR for a timeline)\n", metricsPath)
+	} else {
+		b.WriteString("  (run with --metrics run.jsonl, then trellis report run.jsonl -o report.html, for charts of the run)\n")
+	}
+	return "\nnext:\n" + b.String()
 }
