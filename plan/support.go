@@ -28,7 +28,7 @@ import "fmt"
 //	             4·hidden, one key/value head per head, a tied head); a
 //	             Llama with biases or a head_dim other than hidden/heads
 //	precision    fp8
-//	cp           context parallelism
+//	cp           with flash=false (the ring attention keeps log-sum-exps)
 //	model        experts (MoE) or multi-head latent attention
 //	ep, etp      expert parallelism
 //	schedule     dualpipe, dualpipev
@@ -48,8 +48,8 @@ func EngineRefusals(m Model, p Plan) []string {
 	if p.Precision != FP32 && p.Precision != BF16 && p.Precision != FP16 {
 		out = append(out, fmt.Sprintf("precision=%s: the engine computes in fp32, bf16 or fp16", p.Precision))
 	}
-	if p.CP != 1 {
-		out = append(out, fmt.Sprintf("cp=%d: the engine does not implement context parallelism", p.CP))
+	if p.CP > 1 && !p.Flash {
+		out = append(out, fmt.Sprintf("cp=%d with flash=false: the engine's ring attention keeps log-sum-exps (set flash=true)", p.CP))
 	}
 	if m.MoE != nil || m.MLA != nil {
 		out = append(out, fmt.Sprintf("model %s: the engine does not run experts or multi-head latent attention", m.Name))
