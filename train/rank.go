@@ -44,8 +44,8 @@ type rank struct {
 	loader *data.Loader
 	world  comm.Group // every rank: loss and statistics reductions
 	lr     optim.Schedule
-	in     []int32 // (B,T), or under cp the rank's (B,T/cp)
-	tgt    []int32 // (B,T), or under cp the rank's (B,T/cp)
+	in     []int32  // (B,T), or under cp the rank's (B,T/cp)
+	tgt    []int32  // (B,T), or under cp the rank's (B,T/cp)
 	ranges [][2]int // cp > 1: the rank's token ranges of every sequence (model.CPRanges); nil: all
 	log    *slog.Logger
 	tr     *trace.Tracer   // nil: no tracing
