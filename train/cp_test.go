@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"trellis/device"
 	"trellis/model"
 )
 
@@ -74,4 +75,40 @@ func logWorst(t *testing.T, got, ref result) {
 	}
 	t.Logf("losses and norms: worst relative %.2g; weights %.2g, moments %.2g, %.2g relative L2", worst,
 		relL2(got.w, ref.w), relL2(got.m, ref.m), relL2(got.v, ref.v))
+}
+
+// Each rank's memory under cp is the planner's prediction, every tag
+// within 5% (holdPredicted): the stash of the rank's seq/cp tokens, the
+// ring's scratch in the workspace, the state sharded over dp × cp; and
+// the act peak with cp = c is close to 1/c of cp = 1's.
+func TestCPMemoryPredicted(t *testing.T) {
+	for _, p := range []string{"cp=2", "cp=4", "dp=2,cp=2,zero=1", "cp=2,tp=2,sp=on", "cp=2,precision=bf16", "pp=2,cp=2"} {
+		t.Run(p, func(t *testing.T) {
+			j := cpJob(p, false)
+			if strings.Contains(p, "dp=2") {
+				j.Train.GlobalBatch = 8
+			}
+			holdPredicted(t, j)
+		})
+	}
+}
+
+// The act peak per rank falls as 1/cp: everything but the token-free
+// terms is per token (flash keeps (B,NH,T) log-sum-exps, no (T,T) term).
+func TestCPActivationsScale(t *testing.T) {
+	act := map[int]int64{}
+	for _, cp := range []int{1, 2, 4} {
+		j := cpJob(fmt.Sprintf("cp=%d", cp), false)
+		j.Model.SeqLen = 64
+		j.Train.Steps = 1
+		got := runJob(t, j, "", "", 0)
+		act[cp] = got.sum.Ranks[0].Peak[device.Act]
+	}
+	for _, cp := range []int{2, 4} {
+		r := float64(act[cp]) * float64(cp) / float64(act[1])
+		t.Logf("cp=%d: act peak %d bytes, cp × act / act(cp=1) = %.3f", cp, act[cp], r)
+		if r < 0.95 || r > 1.05 {
+			t.Errorf("cp=%d: act peak %d bytes is not about 1/%d of cp=1's %d", cp, act[cp], cp, act[1])
+		}
+	}
 }
