@@ -3,9 +3,11 @@ package train
 import (
 	"fmt"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"trellis/checkpoint"
 	"trellis/device"
 	"trellis/model"
 )
@@ -109,6 +111,91 @@ func TestCPActivationsScale(t *testing.T) {
 		t.Logf("cp=%d: act peak %d bytes, cp × act / act(cp=1) = %.3f", cp, act[cp], r)
 		if r < 0.95 || r > 1.05 {
 			t.Errorf("cp=%d: act peak %d bytes is not about 1/%d of cp=1's %d", cp, act[cp], cp, act[1])
+		}
+	}
+}
+
+// More compositions: cp=4 with dp and ZeRO-2, recomputation (full reruns
+// the ring in the backward), zero-bubble's split backward and the
+// interleaved schedule under cp, fp16's loss scaling.
+func TestCPComposedPlansMatchSingleDevice(t *testing.T) {
+	ref := runJob(t, cpJob("dp=1", false), t.TempDir(), "", 0)
+	for _, p := range []string{"dp=2,cp=4,zero=2", "cp=2,recompute=full", "cp=2,recompute=selective",
+		"pp=2,cp=2,schedule=zb-h1", "pp=2,vpp=2,cp=2,schedule=interleaved"} {
+		t.Run(p, func(t *testing.T) {
+			j := cpJob(p, false)
+			if strings.Contains(p, "dp=2") {
+				j.Train.GlobalBatch = 8
+			}
+			if strings.Contains(p, "vpp=2") {
+				j.Model.Layers = 4
+				r := cpJob("dp=1", false)
+				r.Model.Layers = 4
+				got := runJob(t, j, t.TempDir(), "", 0)
+				want := runJob(t, r, t.TempDir(), "", 0)
+				compareRuns(t, got, want)
+				logWorst(t, got, want)
+				return
+			}
+			got := runJob(t, j, t.TempDir(), "", 0)
+			compareRuns(t, got, ref)
+			logWorst(t, got, ref)
+		})
+	}
+}
+
+// A sequence length that 2·cp does not divide is refused before anything
+// starts, naming the field and the rule; so is sp whose tp does not
+// divide the rank's seq_len/cp tokens.
+func TestCPSeqLenRefused(t *testing.T) {
+	for _, tc := range []struct {
+		plan string
+		T    int
+		want string
+	}{
+		{"cp=4,flash=on", 12, "parallel.plan: cp=4: 2·cp=8 does not divide model.seq_len=12"},
+		{"cp=2,flash=on", 6, "2·cp=4 does not divide model.seq_len=6"},
+		{"cp=2,tp=4,sp=on,flash=on", 12, "cp=2, sp=on: tp=4 does not divide model.seq_len/cp=6"},
+	} {
+		j := tinyJob(tc.plan)
+		j.Model.SeqLen, j.Model.Heads = tc.T, 4
+		_, err := j.resolve()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s at seq_len=%d: got %v, want an error containing %q", tc.plan, tc.T, err, tc.want)
+		}
+	}
+}
+
+// Checkpoints reshard to and from cp plans: a run checkpointed at step 2
+// under one plan resumes under another, and the next losses match the
+// straight run under the new plan within 1e-5 relative (bit for bit under
+// the same plan).
+func TestCPReshard(t *testing.T) {
+	plans := []string{"dp=1,flash=on", "cp=2,flash=on", "dp=2,cp=2,zero=3,flash=on"}
+	straight := map[string]result{}
+	ckpt := map[string]string{}
+	for _, p := range plans {
+		j := reshardJob(p)
+		dir := t.TempDir()
+		j.Checkpoint = checkpoint.Config{Dir: dir, Every: 2}
+		straight[p] = runJob(t, j, "", "", 0)
+		ckpt[p] = filepath.Join(dir, checkpoint.StepName(2))
+	}
+	for _, from := range plans {
+		for _, to := range plans {
+			t.Run(from+"→"+to, func(t *testing.T) {
+				got := runJob(t, reshardJob(to), "", ckpt[from], 0)
+				want := straight[to].losses[2:]
+				if len(got.losses) != len(want) {
+					t.Fatalf("%d steps after resuming, want %d", len(got.losses), len(want))
+				}
+				for s, w := range want {
+					g := got.losses[s]
+					if (from == to && g != w) || math.Abs(g-w) > 1e-5*w {
+						t.Errorf("step %d: loss %v, want %v", s+3, g, w)
+					}
+				}
+			})
 		}
 	}
 }
