@@ -18,7 +18,14 @@ import (
 // each with flat whole-model parameters initialised as setupOn's.
 func cpRanks(t testing.TB, cfg Config, B, n int, pol precision.Policy, contiguous bool) ([]*GPT, []*FlatParams, []*Stash) {
 	t.Helper()
-	groups, err := local.New(local.Config{Size: n})
+	return cpRanksOn(t, cfg, B, pol, contiguous, local.Config{Size: n})
+}
+
+// cpRanksOn is cpRanks over a local group made with lc (a link model).
+func cpRanksOn(t testing.TB, cfg Config, B int, pol precision.Policy, contiguous bool, lc local.Config) ([]*GPT, []*FlatParams, []*Stash) {
+	t.Helper()
+	n := lc.Size
+	groups, err := local.New(lc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -190,17 +190,8 @@ func (m *GPT) ringBlockForward(out, mx, l, qkv, kv []float32, src, B int) {
 					row := S[i*c : (i+1)*c]
 					ri := (b*d.NH+h)*T + cq*c + i
 					mo := mx[ri]
-					mn := mo
-					for j := 0; j < nk; j++ {
-						row[j] *= scale
-						mn = max(mn, row[j])
-					}
-					var sum float32
-					for j := 0; j < nk; j++ {
-						e := float32(math.Exp(float64(row[j] - mn)))
-						row[j] = e
-						sum += e
-					}
+					mn := max(mo, scale*ops.MaxRow(row[:nk]))
+					sum := ops.ExpRow(row[:nk], row[:nk], scale, mn)
 					clear(row[nk:])
 					alpha := float32(math.Exp(float64(mo - mn)))
 					l[ri] = l[ri]*alpha + sum
@@ -336,10 +327,7 @@ func (m *GPT) ringBlockBackward(dqkv, dkv, dout, qkv, kv, lse, D []float32, src,
 						nk = i + 1
 					}
 					row := P[i*c : (i+1)*c]
-					ls := lse[(b*d.NH+h)*T+cq*c+i]
-					for j := 0; j < nk; j++ {
-						row[j] = float32(math.Exp(float64(row[j]*scale - ls)))
-					}
+					ops.ExpRow(row[:nk], row[:nk], scale, lse[(b*d.NH+h)*T+cq*c+i])
 					clear(row[nk:])
 				}
 				qo, ko, do := (b*T+cq*c)*W+h*d.HS, (b*T+ck*c)*KV2+g*d.HS, (b*T+cq*c)*d.Cl+h*d.HS
