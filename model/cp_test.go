@@ -277,8 +277,7 @@ func TestCPBalance(t *testing.T) {
 	}
 }
 
-// Sequence lengths that 2·cp does not divide are refused naming the rule,
-// and so is the materialising attention.
+// Sequence lengths that 2·cp does not divide are refused naming the rule.
 func TestCPRefusals(t *testing.T) {
 	groups, err := local.New(local.Config{Size: 2})
 	if err != nil {
@@ -297,7 +296,6 @@ func TestCPRefusals(t *testing.T) {
 		want  string
 	}{
 		{true, 6, "cp=2: 2·cp=4 does not divide model.seq_len=6"},
-		{false, 8, "cp=2 with flash=false"},
 	} {
 		c := cfg
 		c.SeqLen = tc.T

@@ -61,7 +61,9 @@ type Options struct {
 	Unpinned bool
 	// CP is the context-parallel group (nil or of size 1: none): the rank
 	// holds two of 2·cp chunks of every sequence (cpSplit) and attention
-	// runs as a ring over the group (ring.go), which needs Flash.
+	// runs as a ring over the group (ring.go). The ring never holds a
+	// (T,T) matrix and keeps log-sum-exps as flash does, whatever Flash
+	// says: under cp the stash is flash's.
 	CP comm.Group
 	// CPContiguous gives rank r the contiguous chunks 2r, 2r+1 instead of
 	// the load-balanced r, 2·cp−1−r (for measuring the imbalance).
@@ -86,9 +88,6 @@ func (o Options) Validate() error {
 		return fmt.Errorf("model: tp=%d without a TPComm", o.Part.Degree())
 	}
 	if o.CP != nil && o.CP.Size() > 1 {
-		if !o.Flash {
-			return fmt.Errorf("model: cp=%d with flash=false: the ring attention keeps log-sum-exps (flash=true)", o.CP.Size())
-		}
 		if err := checkCP(o.Model.SeqLen, o.CP.Size()); err != nil {
 			return fmt.Errorf("model: %w", err)
 		}
@@ -176,6 +175,7 @@ func New(o Options) (*GPT, error) {
 	if o.CP != nil && o.CP.Size() > 1 {
 		n := o.CP.Size()
 		m.cp, m.d.cp, m.T = o.CP, n, c.SeqLen/n
+		m.d.flash = true // the ring's stash: log-sum-exps
 		m.split = cpSplit{n: n, r: o.CP.Rank(), T: c.SeqLen, c: c.SeqLen / (2 * n), contiguous: o.CPContiguous}
 	}
 	if m.tp == nil {

@@ -75,7 +75,8 @@ func (j Job) engineArch(p Plan) (arch.Config, arch.Dims) {
 	if m.Dropout {
 		c.Dropout = 0.1
 	}
-	return c, arch.Dims{B: p.MBS, T: j.Seq / max(1, p.CP), Part: arch.Part{TP: p.TP, SP: p.SP}, Flash: p.Flash, CP: p.CP}
+	// The ring attention keeps log-sum-exps whatever flash says.
+	return c, arch.Dims{B: p.MBS, T: j.Seq / max(1, p.CP), Part: arch.Part{TP: p.TP, SP: p.SP}, Flash: p.Flash || p.CP > 1, CP: p.CP}
 }
 
 // engineStageAct is the act peak the engine measures on pipeline stage k

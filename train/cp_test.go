@@ -16,7 +16,10 @@ import (
 // that 2·cp divides it for cp ∈ {2, 4}, with flash (the ring's) and
 // dropout on.
 func cpJob(plan string, llama bool) Job {
-	j := tpJob(plan+",flash=on", 0.1)
+	if !strings.Contains(plan, "flash") {
+		plan += ",flash=on"
+	}
+	j := tpJob(plan, 0.1)
 	j.Model.SeqLen = 16
 	if llama {
 		j.Model = model.Config{Arch: "llama", Layers: 2, Hidden: 32, Heads: 4, KVHeads: 2, FFN: 48, SeqLen: 16, Vocab: 257, Dropout: 0.1}
@@ -84,7 +87,7 @@ func logWorst(t *testing.T, got, ref result) {
 // ring's scratch in the workspace, the state sharded over dp × cp; and
 // the act peak with cp = c is close to 1/c of cp = 1's.
 func TestCPMemoryPredicted(t *testing.T) {
-	for _, p := range []string{"cp=2", "cp=4", "dp=2,cp=2,zero=1", "cp=2,tp=2,sp=on", "cp=2,precision=bf16", "pp=2,cp=2"} {
+	for _, p := range []string{"cp=2", "cp=4", "dp=2,cp=2,zero=1", "cp=2,tp=2,sp=on", "cp=2,precision=bf16", "pp=2,cp=2", "cp=2,flash=off,recompute=selective"} {
 		t.Run(p, func(t *testing.T) {
 			j := cpJob(p, false)
 			if strings.Contains(p, "dp=2") {
@@ -117,10 +120,10 @@ func TestCPActivationsScale(t *testing.T) {
 
 // More compositions: cp=4 with dp and ZeRO-2, recomputation (full reruns
 // the ring in the backward), zero-bubble's split backward and the
-// interleaved schedule under cp, fp16's loss scaling.
+// interleaved schedule under cp; flash=off (the ring is the same).
 func TestCPComposedPlansMatchSingleDevice(t *testing.T) {
 	ref := runJob(t, cpJob("dp=1", false), t.TempDir(), "", 0)
-	for _, p := range []string{"dp=2,cp=4,zero=2", "cp=2,recompute=full", "cp=2,recompute=selective",
+	for _, p := range []string{"dp=2,cp=4,zero=2", "cp=2,recompute=full", "cp=2,recompute=selective", "cp=2,flash=off,recompute=selective",
 		"pp=2,cp=2,schedule=zb-h1", "pp=2,vpp=2,cp=2,schedule=interleaved"} {
 		t.Run(p, func(t *testing.T) {
 			j := cpJob(p, false)
