@@ -92,4 +92,5 @@ type CommBytes struct {
 	TP int64 `json:"tp"` // the tensor-parallel group: activations (parallel/tp)
 	DP int64 `json:"dp"` // the data-parallel groups: gradients and ZeRO's parameters
 	PP int64 `json:"pp"` // the pipeline: activations and their gradients between stages, the tied embedding's gradient
+	CP int64 `json:"cp,omitempty"` // the context-parallel ring: key/value blocks and their gradients' sums
 }

@@ -202,3 +202,24 @@ func TestCPReshard(t *testing.T) {
 		}
 	}
 }
+
+// Each rank's metrics count the ring's bytes under "cp": per micro-batch
+// and layer the forward sends and receives cp−1 key/value blocks, the
+// backward cp−1 blocks and cp sums of their gradients, a block being
+// B·(T/cp)·2·KV' fp32 values (Stats.Bytes counts a send's and a
+// receive's payload alike); evaluation passes add forwards.
+func TestCPCommBytes(t *testing.T) {
+	j := cpJob("cp=2", false)
+	j.Train.Steps, j.Train.EvalEvery = 2, 0
+	got := runJob(t, j, "", "", 0)
+	const n = 2
+	blk := int64(j.Train.MicroBatch * j.Model.SeqLen / n * 2 * j.Model.Hidden * 4)
+	micro := int64(j.Train.GlobalBatch / j.Train.MicroBatch)
+	perPass := 2 * blk * int64((n-1)+(n-1)+n) // sent and received
+	want := perPass * int64(j.Model.Layers) * micro * int64(j.Train.Steps)
+	for _, r := range got.sum.Ranks {
+		if r.CommBytes.CP != want {
+			t.Errorf("rank %d: cp bytes %d, want %d", r.Rank, r.CommBytes.CP, want)
+		}
+	}
+}

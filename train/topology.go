@@ -150,6 +150,14 @@ func (t *topology) cpComm() comm.Group {
 	return t.cp
 }
 
+// cpStats is the context-parallel group's accounting (zero without one).
+func (t *topology) cpStats() comm.Stats {
+	if t.cp == nil {
+		return comm.Stats{}
+	}
+	return t.cp.Stats()
+}
+
 // normGroups are the groups the gradient norm's partial is summed over
 // after the reduction group: the pipeline's, then the tensor-parallel one.
 func (t *topology) normGroups() []comm.Group {
