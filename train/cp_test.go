@@ -37,15 +37,19 @@ var cpPlans = []string{
 // Context parallelism trains the single device's model (GPT-2 and a
 // grouped-query Llama, dropout on): per-step losses and gradient norms
 // within 1e-5 relative over 5 steps in fp32, final weights and Adam
-// moments within 1e-5 relative L2; in bf16 within the 16-bit bound of the
-// other parallel plans (halfParLoss, halfParState).
+// moments within 1e-5 relative L2; in bf16 (and fp16, with its loss
+// scaling) within the 16-bit bound of the other parallel plans
+// (halfParLoss, halfParState).
 func TestCPPlansMatchSingleDevice(t *testing.T) {
 	for _, llama := range []bool{false, true} {
-		for _, prec := range []string{"", ",precision=bf16"} {
+		for _, prec := range []string{"", ",precision=bf16", ",precision=fp16"} {
 			ref := result{}
 			for _, p := range cpPlans {
 				if prec != "" && p != "cp=2" && p != "dp=2,cp=2,zero=1" && p != "cp=2,tp=2,sp=on" {
-					continue // bf16: a sample of the grid
+					continue // 16-bit: a sample of the grid
+				}
+				if prec == ",precision=fp16" && (llama || p != "cp=2") {
+					continue
 				}
 				if llama && prec != "" && p != "cp=2" {
 					continue
@@ -87,9 +91,11 @@ func logWorst(t *testing.T, got, ref result) {
 // ring's scratch in the workspace, the state sharded over dp × cp; and
 // the act peak with cp = c is close to 1/c of cp = 1's.
 func TestCPMemoryPredicted(t *testing.T) {
-	for _, p := range []string{"cp=2", "cp=4", "dp=2,cp=2,zero=1", "cp=2,tp=2,sp=on", "cp=2,precision=bf16", "pp=2,cp=2", "cp=2,flash=off,recompute=selective"} {
+	for _, p := range []string{"cp=2", "cp=4", "dp=2,cp=2,zero=1", "cp=2,tp=2,sp=on", "cp=2,precision=bf16", "pp=2,cp=2", "cp=2,flash=off,recompute=selective",
+		"llama cp=2", "llama dp=2,cp=2,zero=3", "llama cp=2,tp=2,sp=on,precision=bf16"} {
 		t.Run(p, func(t *testing.T) {
-			j := cpJob(p, false)
+			llama := strings.HasPrefix(p, "llama ")
+			j := cpJob(strings.TrimPrefix(p, "llama "), llama)
 			if strings.Contains(p, "dp=2") {
 				j.Train.GlobalBatch = 8
 			}
