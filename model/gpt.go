@@ -128,6 +128,10 @@ type GPT struct {
 	split cpSplit
 	ring  ringBufs
 	work  RingWork
+	// ringSerial posts each ring transfer after its step's compute
+	// instead of before (the overlap benchmark's baseline; never set
+	// outside this package's tests).
+	ringSerial bool
 }
 
 // scratch are the passes' buffers (sizes in dims.go's workspace).

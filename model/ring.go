@@ -114,10 +114,18 @@ func (m *GPT) ringForward(out, lse, qkv []float32, B int) error {
 	n, me, next, prev := m.ringPeers()
 	for s := 0; s < n; s++ {
 		var w comm.Work
-		if s < n-1 {
-			w = comm.BatchP2P(m.cp, []comm.P2POp{comm.RecvOp(comm.F32(nxt), prev, tagRingKV), comm.SendOp(comm.F32(cur), next, tagRingKV)})
+		post := func() {
+			if s < n-1 {
+				w = comm.BatchP2P(m.cp, []comm.P2POp{comm.RecvOp(comm.F32(nxt), prev, tagRingKV), comm.SendOp(comm.F32(cur), next, tagRingKV)})
+			}
+		}
+		if !m.ringSerial {
+			post()
 		}
 		m.ringBlockForward(out, mx, l, qkv, cur, (me-s+n)%n, B)
+		if m.ringSerial {
+			post()
+		}
 		if w != nil {
 			if err := w.Wait(); err != nil {
 				return err
@@ -258,14 +266,22 @@ func (m *GPT) ringBackward(dqkv, dout, qkv, out, lse []float32, B int) error {
 	}
 	for s := 0; s < n; s++ {
 		var wkv, win comm.Work
-		if s < n-1 {
-			wkv = comm.BatchP2P(m.cp, []comm.P2POp{comm.RecvOp(comm.F32(nxt), prev, tagRingKV), comm.SendOp(comm.F32(cur), next, tagRingKV)})
+		post := func() {
+			if s < n-1 {
+				wkv = comm.BatchP2P(m.cp, []comm.P2POp{comm.RecvOp(comm.F32(nxt), prev, tagRingKV), comm.SendOp(comm.F32(cur), next, tagRingKV)})
+			}
+			if s > 0 {
+				win = m.cp.Recv(comm.F32(dIn), prev, tagRingDKV)
+			}
 		}
-		if s > 0 {
-			win = m.cp.Recv(comm.F32(dIn), prev, tagRingDKV)
+		if !m.ringSerial {
+			post()
 		}
 		clear(dLoc)
 		m.ringBlockBackward(dqkv, dLoc, dout, qkv, cur, lse, D, (me-s+n)%n, B)
+		if m.ringSerial {
+			post()
+		}
 		o := r.dOut[s%2][:blk]
 		if w := sent[s%2]; w != nil {
 			if err := w.Wait(); err != nil {
