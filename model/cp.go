@@ -41,7 +41,7 @@ func (p cpSplit) chunk(k int) int {
 // pos is the global position of local row j in [0, 2c).
 func (p cpSplit) pos(j int) int { return p.chunk(j/p.c)*p.c + j%p.c }
 
-// Ranges are the rank's token ranges [lo, hi) of a sequence, in the order
+// ranges are the rank's token ranges [lo, hi) of a sequence, in the order
 // of its local rows: what the data loader reads for it.
 func (p cpSplit) ranges() [][2]int {
 	a, b := p.chunk(0)*p.c, p.chunk(1)*p.c
@@ -72,19 +72,9 @@ func checkCP(T, n int) error {
 type run struct{ at, b, pos, n int }
 
 // runs splits local tokens [first, first+n) of the flattened (B, T/cp)
-// pass into runs (without cp: sequence by sequence of T).
+// pass of a cp runner into runs, chunk by chunk.
 func (m *GPT) runs(first, n int) []run {
 	tl := m.T
-	if m.cp == nil {
-		var out []run
-		for i := first; i < first+n; {
-			b, j := i/tl, i%tl
-			k := min(first+n-i, tl-j)
-			out = append(out, run{at: i - first, b: b, pos: j, n: k})
-			i += k
-		}
-		return out
-	}
 	var out []run
 	c := m.split.c
 	for i := first; i < first+n; {
