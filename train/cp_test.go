@@ -125,12 +125,13 @@ func TestCPActivationsScale(t *testing.T) {
 }
 
 // More compositions: cp=4 with dp and ZeRO-2, recomputation (full reruns
-// the ring in the backward), zero-bubble's split backward and the
-// interleaved schedule under cp; flash=off (the ring is the same).
+// the ring in the backward), zero-bubble's split backward, GPipe and the
+// interleaved schedule under cp, tp without sp; flash=off (the ring is
+// the same).
 func TestCPComposedPlansMatchSingleDevice(t *testing.T) {
 	ref := runJob(t, cpJob("dp=1", false), t.TempDir(), "", 0)
 	for _, p := range []string{"dp=2,cp=4,zero=2", "cp=2,recompute=full", "cp=2,recompute=selective", "cp=2,flash=off,recompute=selective",
-		"pp=2,cp=2,schedule=zb-h1", "pp=2,vpp=2,cp=2,schedule=interleaved"} {
+		"pp=2,cp=2,schedule=zb-h1", "pp=2,vpp=2,cp=2,schedule=interleaved", "pp=2,cp=2,schedule=gpipe", "cp=2,tp=2"} {
 		t.Run(p, func(t *testing.T) {
 			j := cpJob(p, false)
 			if strings.Contains(p, "dp=2") {
