@@ -230,3 +230,24 @@ func TestCPCommBytes(t *testing.T) {
 		}
 	}
 }
+
+// Validation under cp reads each rank's token ranges of the validation
+// windows and averages over the ranks: the validation loss of the plan
+// without cp (one device; dp=2 for dp=2 × cp=2, whose replicas read other
+// windows than one device does) within 1e-5 relative.
+func TestCPValidationLoss(t *testing.T) {
+	val := func(p string) float64 {
+		j := cpJob(p, false)
+		j.Train.EvalEvery, j.Train.EvalBatches = 5, 2
+		if strings.Contains(p, "dp=2") {
+			j.Train.GlobalBatch = 8
+		}
+		return runJob(t, j, "", "", 0).sum.ValLoss
+	}
+	for _, tc := range []struct{ plan, ref string }{{"cp=2", "dp=1"}, {"pp=2,cp=2", "dp=1"}, {"dp=2,cp=2,zero=1", "dp=2,zero=1"}} {
+		want, got := val(tc.ref), val(tc.plan)
+		if math.IsNaN(want) || math.Abs(got-want) > 1e-5*want {
+			t.Errorf("%s: validation loss %v, %s %v", tc.plan, got, tc.ref, want)
+		}
+	}
+}
