@@ -77,12 +77,15 @@ type Saved struct {
 
 // Dims are what a rank's saved activations depend on: the pass's
 // micro-batch of B sequences of T tokens, the rank's part of every layer,
-// the attention kernel and the recomputation mode.
+// the attention kernel and the recomputation mode. Under context
+// parallelism (CP > 1) T is the rank's share of every sequence, seq_len/cp
+// tokens, and attention is the ring's (flash: log-sum-exps kept).
 type Dims struct {
 	B, T      int
 	Part      Part
 	Flash     bool
 	Recompute Recompute
+	CP        int // the context-parallel degree (0 or 1: none)
 }
 
 // Tokens is n, the tokens of a pass the rank's norm, dropout and residual

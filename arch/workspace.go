@@ -7,12 +7,13 @@ type Workspace struct {
 	Dres, Dln, Big, Scratch, Branch float64
 	Gath, Dlnl, LnGrad, CE          float64
 	Vec, Rope                       float64
+	Ring                            float64 // cp > 1: the ring attention's blocks (RingElems)
 	X, Dy                           float64 // 16-bit
 }
 
 // F32 is the count of fp32 elements.
 func (w Workspace) F32() float64 {
-	return w.Dres + w.Dln + w.Big + w.Scratch + w.Branch + w.Gath + w.Dlnl + w.LnGrad + w.CE + w.Vec + w.Rope
+	return w.Dres + w.Dln + w.Big + w.Scratch + w.Branch + w.Gath + w.Dlnl + w.LnGrad + w.CE + w.Vec + w.Rope + w.Ring
 }
 
 // Bytes is what the workspace tag holds: 4 per fp32 element, 2 per 16-bit one.
@@ -82,6 +83,9 @@ func (c Config) Workspace(d Dims, half bool, attnWorkers float64) Workspace {
 	if c.IsLlama() {
 		w.Rope = T * float64(c.HeadSize())
 	}
+	if d.CP > 1 {
+		w.Scratch, w.Ring = 0, c.RingElems(d)
+	}
 	if half {
 		if d.Part.SP {
 			w.X = BTC
@@ -90,4 +94,27 @@ func (c Config) Workspace(d Dims, half bool, attnWorkers float64) Workspace {
 		w.Vec = vec
 	}
 	return w
+}
+
+// RingElems is the ring attention's scratch under context parallelism
+// (d.CP > 1, d.T the rank's T/cp tokens in two chunks of c = T/2): six
+// key/value blocks of B·T·2·KV' (the block held and the one arriving; in
+// the backward the arriving accumulated dK,dV, this rank's contribution
+// and two outgoing sums), two (c, c) score tiles (S or P, and dP), the
+// running row maxima and sums (forward) or the rows' D = rowsum(dO⊙O)
+// and a spare (backward), B·NH'·T each:
+//
+//	ring = 6·B·T·2KV' + 2c² + 2·B·NH'·T
+func (c Config) RingElems(d Dims) float64 {
+	if d.CP <= 1 {
+		return 0
+	}
+	var KV, NH float64
+	if c.IsLlama() {
+		_, KV, _, NH, _ = c.llamaLocal(d.Part)
+	} else {
+		KV, _, NH, _ = c.localF(d.Part)
+	}
+	BT, ch := float64(d.B)*float64(d.T), float64(d.T/2)
+	return 6*BT*2*KV + 2*ch*ch + 2*BT*NH
 }

@@ -166,23 +166,65 @@ func (l *Loader) ValSamples() int64   { return l.valWindows }
 // Epoch is the epoch that training sample g belongs to.
 func (l *Loader) Epoch(g int64) int64 { return g / l.trainWindows }
 
-// checkBatch validates a batch request.
-func (l *Loader) checkBatch(first int64, n int, inputs, targets []int32) error {
-	need := int64(n) * l.seqLen
+// checkBatch validates a batch request of the token ranges rs of each
+// sample (nil: all T).
+func (l *Loader) checkBatch(first int64, n int, rs [][2]int, inputs, targets []int32) error {
+	per := l.seqLen
+	if rs != nil {
+		per = 0
+		for _, r := range rs {
+			if r[0] < 0 || r[1] < r[0] || int64(r[1]) > l.seqLen {
+				return fmt.Errorf("data: token range [%d, %d) outside a sample of %d tokens", r[0], r[1], l.seqLen)
+			}
+			per += int64(r[1] - r[0])
+		}
+	}
+	need := int64(n) * per
 	switch {
 	case first < 0 || n < 0:
 		return fmt.Errorf("data: batch of %d samples from %d: both must be >= 0", n, first)
 	case int64(len(inputs)) < need || int64(len(targets)) < need:
-		return fmt.Errorf("data: batch of %d×%d tokens: inputs have %d, targets %d", n, l.seqLen, len(inputs), len(targets))
+		return fmt.Errorf("data: batch of %d×%d tokens: inputs have %d, targets %d", n, per, len(inputs), len(targets))
 	}
 	return nil
+}
+
+// readRanges reads sample i of a batch, which starts at token start of
+// sp, into row i of inputs and targets: its tokens rs [lo, hi)
+// back to back (nil: all T).
+func (l *Loader) readRanges(sp span, i int, start int64, rs [][2]int, inputs, targets []int32) {
+	T := int(l.seqLen)
+	if rs == nil {
+		sp.read(inputs[i*T:(i+1)*T], start)
+		sp.read(targets[i*T:(i+1)*T], start+1)
+		return
+	}
+	per := 0
+	for _, r := range rs {
+		per += r[1] - r[0]
+	}
+	at := i * per
+	for _, r := range rs {
+		n := r[1] - r[0]
+		sp.read(inputs[at:at+n], start+int64(r[0]))
+		sp.read(targets[at:at+n], start+int64(r[0])+1)
+		at += n
+	}
 }
 
 // Batch writes training samples first … first+n−1 as an (n, T) batch:
 // inputs[i·T+t] is token t of sample first+i and targets[i·T+t] the token
 // after it.
 func (l *Loader) Batch(first int64, n int, inputs, targets []int32) error {
-	if err := l.checkBatch(first, n, inputs, targets); err != nil {
+	return l.BatchRanges(first, n, nil, inputs, targets)
+}
+
+// BatchRanges is Batch reading only the token ranges rs [lo, hi) of each
+// sample (nil: all of it), back to back in rs's order: an (n, Σ(hi−lo))
+// batch — a context-parallel rank's share of the samples — whose tokens
+// are those of Batch's rows at the same positions.
+func (l *Loader) BatchRanges(first int64, n int, rs [][2]int, inputs, targets []int32) error {
+	if err := l.checkBatch(first, n, rs, inputs, targets); err != nil {
 		return err
 	}
 	T := l.seqLen
@@ -197,8 +239,7 @@ func (l *Loader) Batch(first int64, n int, inputs, targets []int32) error {
 			shift = int64(hash(l.seed, tagShift, uint64(e)) % uint64(l.maxShift+1))
 		}
 		start := shift + T*int64(perm.at(uint64(g%l.trainWindows)))
-		l.train.read(inputs[i*T:(i+1)*T], start)
-		l.train.read(targets[i*T:(i+1)*T], start+1)
+		l.readRanges(l.train, int(i), start, rs, inputs, targets)
 	}
 	return nil
 }
@@ -206,17 +247,22 @@ func (l *Loader) Batch(first int64, n int, inputs, targets []int32) error {
 // ValBatch writes validation samples first … first+n−1 (modulo
 // ValSamples) as an (n, T) batch, like Batch.
 func (l *Loader) ValBatch(first int64, n int, inputs, targets []int32) error {
+	return l.ValBatchRanges(first, n, nil, inputs, targets)
+}
+
+// ValBatchRanges is ValBatch reading only the token ranges rs of each
+// sample (BatchRanges).
+func (l *Loader) ValBatchRanges(first int64, n int, rs [][2]int, inputs, targets []int32) error {
 	if l.valWindows == 0 {
 		return fmt.Errorf("data: no validation split (val_fraction=0)")
 	}
-	if err := l.checkBatch(first, n, inputs, targets); err != nil {
+	if err := l.checkBatch(first, n, rs, inputs, targets); err != nil {
 		return err
 	}
 	T := l.seqLen
 	for i := int64(0); i < int64(n); i++ {
 		start := T * ((first + i) % l.valWindows)
-		l.val.read(inputs[i*T:(i+1)*T], start)
-		l.val.read(targets[i*T:(i+1)*T], start+1)
+		l.readRanges(l.val, int(i), start, rs, inputs, targets)
 	}
 	return nil
 }

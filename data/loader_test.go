@@ -194,3 +194,39 @@ func TestBatchArgumentErrors(t *testing.T) {
 		t.Error("Batch accepted a negative sample index")
 	}
 }
+
+// A batch of token ranges (a context-parallel rank's share) holds Batch's
+// and ValBatch's tokens at those positions, back to back; a range outside
+// the sample is refused.
+func TestBatchRanges(t *testing.T) {
+	const T, n = 16, 3
+	l := countingLoader(t, 2000, T, 0.2, 4)
+	rs := [][2]int{{4, 8}, {8, 12}, {0, 2}}
+	in, tgt := make([]int32, n*T), make([]int32, n*T)
+	rin, rtgt := make([]int32, n*10), make([]int32, n*10)
+	for _, val := range []bool{false, true} {
+		var err1, err2 error
+		if val {
+			err1, err2 = l.ValBatch(5, n, in, tgt), l.ValBatchRanges(5, n, rs, rin, rtgt)
+		} else {
+			err1, err2 = l.Batch(5, n, in, tgt), l.BatchRanges(5, n, rs, rin, rtgt)
+		}
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		at := 0
+		for i := 0; i < n; i++ {
+			for _, r := range rs {
+				for p := r[0]; p < r[1]; p++ {
+					if rin[at] != in[i*T+p] || rtgt[at] != tgt[i*T+p] {
+						t.Fatalf("val=%v sample %d position %d: ranges give %d→%d, batch %d→%d", val, i, p, rin[at], rtgt[at], in[i*T+p], tgt[i*T+p])
+					}
+					at++
+				}
+			}
+		}
+	}
+	if err := l.BatchRanges(0, 1, [][2]int{{10, 17}}, rin, rtgt); err == nil {
+		t.Fatal("a range past the sample's end was accepted")
+	}
+}

@@ -65,8 +65,14 @@ func (s Slice) First(p Position) int64 {
 // Micro writes the (B, T) inputs and targets of slice s of the step that
 // starts at position p.
 func (l *Loader) Micro(p Position, s Slice, inputs, targets []int32) error {
+	return l.MicroRanges(p, s, nil, inputs, targets)
+}
+
+// MicroRanges is Micro reading only the token ranges rs of each sample
+// (BatchRanges: a context-parallel rank's share).
+func (l *Loader) MicroRanges(p Position, s Slice, rs [][2]int, inputs, targets []int32) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	return l.Batch(s.First(p), s.MicroBatch, inputs, targets)
+	return l.BatchRanges(s.First(p), s.MicroBatch, rs, inputs, targets)
 }

@@ -107,7 +107,8 @@ func (t Tags) Tag(name string) int64 {
 // CommBytes are the payload bytes a rank passed to collectives over the
 // run, per mesh axis.
 type CommBytes struct {
-	TP int64 `json:"tp"` // the tensor-parallel group: activations (parallel/tp)
-	DP int64 `json:"dp"` // the data-parallel groups: gradients and ZeRO's parameters
-	PP int64 `json:"pp"` // the pipeline: activations and their gradients between stages, the tied embedding's gradient
+	TP int64 `json:"tp"`           // the tensor-parallel group: activations (parallel/tp)
+	DP int64 `json:"dp"`           // the data-parallel groups: gradients and ZeRO's parameters
+	PP int64 `json:"pp"`           // the pipeline: activations and their gradients between stages, the tied embedding's gradient
+	CP int64 `json:"cp,omitempty"` // the context-parallel ring: key/value blocks and their gradients' sums
 }

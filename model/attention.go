@@ -68,20 +68,27 @@ func (l attention) forward(m *GPT, s *Stash, a attnActs, res2, x []float32, z te
 	}
 	m.keep(a.qkv, qkv, true)
 	o := m.out(a.out, m.w.big[W:], X)
-	m.core(o, a.att, qkv, s.b, s.t)
+	if err := m.core(o, a.att, qkv, s.b, s.t); err != nil {
+		return err
+	}
 	m.keep(a.out, o, false)
 	return l.proj.residual(m, s, res2, x, a.out, w.projw, w.projb, site)
 }
 
 // core runs the attention core of one layer: out = softmax(QKᵀ/√d)·V from
-// qkv (B,T,C'+2·KV'), keeping in att the probabilities or log-sum-exps.
-func (m *GPT) core(out, att, qkv []float32, B, T int) {
+// qkv (B,T,C'+2·KV'), keeping in att the probabilities or log-sum-exps;
+// under cp the ring's (ring.go), over the group.
+func (m *GPT) core(out, att, qkv []float32, B, T int) error {
 	d := m.d
-	if d.flash {
+	switch {
+	case m.cp != nil:
+		return m.ringForward(out, att, qkv, B)
+	case d.flash:
 		m.k.FlashAttentionForward(out, att, qkv, B, T, d.Cl, d.NH, d.KV)
-		return
+	default:
+		m.k.AttentionForward(out, att, qkv, B, T, d.Cl, d.NH, d.KV)
 	}
-	m.k.AttentionForward(out, att, qkv, B, T, d.Cl, d.NH, d.KV)
+	return nil
 }
 
 // backward backpropagates dy, the gradient of the branch output before
@@ -110,11 +117,15 @@ func (l attention) backward(m *GPT, s *Stash, a attnActs, dy []float32, z tensor
 	switch {
 	case m.d.sharesProbs():
 		ov = o
-		m.core(ov, a.att, qv, s.b, s.t)
+		if err := m.core(ov, a.att, qv, s.b, s.t); err != nil {
+			return nil, err
+		}
 	case m.d.flash:
 		ov = m.vals(a.out, o, X)
 	}
-	m.coreBackward(dqkv, datty, qv, ov, a.att, s.b, s.t)
+	if err := m.coreBackward(dqkv, datty, qv, ov, a.att, s.b, s.t); err != nil {
+		return nil, err
+	}
 	if m.d.llama {
 		m.k.RoPEBackward(dqkv, m.w.cos, m.w.sin, s.b, s.t, m.d.NH, m.d.KV, m.d.HS)
 	}
@@ -124,14 +135,18 @@ func (l attention) backward(m *GPT, s *Stash, a attnActs, dy []float32, z tensor
 // coreBackward SETS dqkv (B,T,C'+2·KV') to the gradient of the attention
 // core given datty; flash recomputes the probabilities from the output
 // and log-sum-exps (out is read by flash only).
-func (m *GPT) coreBackward(dqkv, datty, qkv, out, att []float32, B, T int) {
+func (m *GPT) coreBackward(dqkv, datty, qkv, out, att []float32, B, T int) error {
 	d := m.d
-	if d.flash {
+	switch {
+	case m.cp != nil:
+		return m.ringBackward(dqkv, datty, qkv, out, att, B)
+	case d.flash:
 		clear(dqkv)
 		m.k.FlashAttentionBackward(dqkv, datty, qkv, out, att, B, T, d.Cl, d.NH, d.KV)
-		return
+	default:
+		m.k.AttentionBackwardSet(dqkv, m.w.scratch, datty, qkv, att, B, T, d.Cl, d.NH, d.KV)
 	}
-	m.k.AttentionBackwardSet(dqkv, m.w.scratch, datty, qkv, att, B, T, d.Cl, d.NH, d.KV)
+	return nil
 }
 
 // weightGrads is a split backward's deferred half: the two linears'

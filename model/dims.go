@@ -22,6 +22,7 @@ type dims struct {
 	llama   bool      // the Llama block (RMSNorm, RoPE, grouped-query attention, SwiGLU)
 	tied    bool      // the LM head is unit 0's token embedding
 	eps     float32   // a Llama's RMSNorm ε
+	cp      int       // the context-parallel degree (0: none)
 }
 
 func newDims(c Config, p Part) dims {
@@ -40,7 +41,7 @@ func (d dims) qkvW() int { return d.Cl + 2*d.KVl }
 
 // arch is the declarations' view of a pass of b sequences of T tokens.
 func (d dims) arch(b, T int) arch.Dims {
-	return arch.Dims{B: b, T: T, Part: Part{TP: d.t, Rank: d.r, SP: d.sp}, Flash: d.flash, Recompute: d.rc}
+	return arch.Dims{B: b, T: T, Part: Part{TP: d.t, Rank: d.r, SP: d.sp}, Flash: d.flash, Recompute: d.rc, CP: d.cp}
 }
 
 // sharesProbs says whether the layers of a stash share one
@@ -61,22 +62,22 @@ func (d dims) tokens(bn int) int {
 type wsSizes struct {
 	dres, dln, big, scratch, branch int
 	gath, dlnl, lnGrad, ce          int
-	vec, rope                       int
+	vec, rope, ring                 int
 	x, dy                           int // 16-bit
 }
 
 func (s wsSizes) f32() int {
-	return s.dres + s.dln + s.big + s.scratch + s.branch + s.gath + s.dlnl + s.lnGrad + s.ce + s.vec + s.rope
+	return s.dres + s.dln + s.big + s.scratch + s.branch + s.gath + s.dlnl + s.lnGrad + s.ce + s.vec + s.rope + s.ring
 }
 
 // workspace sizes the scratch of passes of micro-batches of B sequences
-// (arch.Config.Workspace: the declarations of what each slice holds, the
-// planner's formula too).
-func workspace(c Config, d dims, B, attnWorkers int) wsSizes {
-	w := c.Workspace(d.arch(B, c.SeqLen), d.half, float64(attnWorkers))
+// of the rank's T tokens (arch.Config.Workspace: the declarations of what
+// each slice holds, the planner's formula too).
+func workspace(c Config, d dims, B, T, attnWorkers int) wsSizes {
+	w := c.Workspace(d.arch(B, T), d.half, float64(attnWorkers))
 	return wsSizes{dres: int(w.Dres), dln: int(w.Dln), big: int(w.Big), scratch: int(w.Scratch), branch: int(w.Branch),
 		gath: int(w.Gath), dlnl: int(w.Dlnl), lnGrad: int(w.LnGrad), ce: int(w.CE), vec: int(w.Vec), rope: int(w.Rope),
-		x: int(w.X), dy: int(w.Dy)}
+		ring: int(w.Ring), x: int(w.X), dy: int(w.Dy)}
 }
 
 // attnWorkers is the materialising attention's worker count on k for B

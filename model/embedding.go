@@ -24,6 +24,9 @@ func (embedding) forward(m *GPT, s *Stash, out []float32, wte, wpe tensor.Buf) e
 	switch {
 	case d.llama && d.t == 1:
 		m.k.LookupRows(out, s.inputs[:bt], wte, 0, d.vn, C)
+	case d.t == 1 && m.cp != nil:
+		m.k.LookupRows(out, s.inputs[:bt], wte, 0, d.vn, C)
+		m.addPositions(out, out, wpe, 0, n)
 	case d.t == 1:
 		m.k.EncoderForward(out, s.inputs[:bt], wte, wpe, s.b, s.t, C)
 	default:
@@ -33,14 +36,17 @@ func (embedding) forward(m *GPT, s *Stash, out []float32, wte, wpe tensor.Buf) e
 		if err != nil {
 			return err
 		}
-		if d.llama {
+		switch {
+		case d.llama:
 			copy(out, h[:n*C])
-		} else {
+		case m.cp != nil:
+			m.addPositions(out, h, wpe, m.firstToken(bt), n)
+		default:
 			m.k.AddPositions(out, h, wpe, m.firstToken(bt), s.t, n, C)
 		}
 	}
 	if m.useDropout(s) {
-		m.k.DropoutForward(m.dropoutAt(s, m.drop.embd), out, out, n*C)
+		m.dropout(s, m.drop.embd, out, out, n, false)
 	}
 	return nil
 }
@@ -53,6 +59,20 @@ func (embedding) backward(m *GPT, s *Stash, dwte, dwpe []float32) error {
 	d := m.d
 	C, bt := d.C, s.b*s.t
 	dh := m.branchGrad(s, m.drop.embd)
+	if m.cp != nil && !d.llama {
+		full, err := m.leaveBack(dh, bt)
+		if err != nil {
+			return err
+		}
+		m.k.RowsBackward(dwte, nil, full, s.inputs[:bt], d.vlo, d.vn, s.t, C)
+		for _, r := range m.runs(0, bt) {
+			g, x := dwpe[r.pos*C:(r.pos+r.n)*C], full[r.at*C:(r.at+r.n)*C]
+			for i, v := range x {
+				g[i] += v
+			}
+		}
+		return nil
+	}
 	if d.t == 1 && !d.llama {
 		m.k.EncoderBackward(dwte, dwpe, dh, s.inputs[:bt], s.b, s.t, C)
 		return nil
@@ -72,4 +92,14 @@ func (m *GPT) firstToken(bt int) int {
 		return 0
 	}
 	return m.d.r * bt / m.d.t
+}
+
+// addPositions sets out = h + wpe[position] for the rank's n tokens of a
+// pass from its first at local token first, each at its global position
+// (under cp the rank's chunks; wpe's rows widened exactly).
+func (m *GPT) addPositions(out, h []float32, wpe tensor.Buf, first, n int) {
+	C := m.d.C
+	for _, r := range m.runs(first, n) {
+		m.k.AddPositions(out[r.at*C:(r.at+r.n)*C], h[r.at*C:(r.at+r.n)*C], wpe, r.pos, m.cfg.SeqLen, r.n, C)
+	}
 }

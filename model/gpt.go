@@ -6,6 +6,7 @@ import (
 	"runtime"
 
 	"trellis/arch"
+	"trellis/comm"
 	"trellis/device"
 	"trellis/ops"
 	"trellis/precision"
@@ -58,6 +59,15 @@ type Options struct {
 	// inside its passes (tensor parallelism, ZeRO-3's gathers), where every
 	// wait of a pinned goroutine wakes its own thread through the OS.
 	Unpinned bool
+	// CP is the context-parallel group (nil or of size 1: none): the rank
+	// holds two of 2·cp chunks of every sequence (cpSplit) and attention
+	// runs as a ring over the group (ring.go). The ring never holds a
+	// (T,T) matrix and keeps log-sum-exps as flash does, whatever Flash
+	// says: under cp the stash is flash's.
+	CP comm.Group
+	// CPContiguous gives rank r the contiguous chunks 2r, 2r+1 instead of
+	// the load-balanced r, 2·cp−1−r (for measuring the imbalance).
+	CPContiguous bool
 }
 
 // Validate checks the options.
@@ -77,6 +87,14 @@ func (o Options) Validate() error {
 	case o.Part.Split() && o.TP == nil:
 		return fmt.Errorf("model: tp=%d without a TPComm", o.Part.Degree())
 	}
+	if o.CP != nil && o.CP.Size() > 1 {
+		if err := checkCP(o.Model.SeqLen, o.CP.Size()); err != nil {
+			return fmt.Errorf("model: %w", err)
+		}
+		if o.Part.SP && (o.Model.SeqLen/o.CP.Size())%o.Part.Degree() != 0 {
+			return fmt.Errorf("model: sp=on, cp=%d: tp=%d does not divide the rank's seq_len/cp=%d tokens", o.CP.Size(), o.Part.Degree(), o.Model.SeqLen/o.CP.Size())
+		}
+	}
 	if err := o.Precision.Validate(); err != nil {
 		return fmt.Errorf("model: %w", err)
 	}
@@ -92,6 +110,7 @@ type GPT struct {
 	k      ops.Backend
 	dev    *device.Device
 	B      int
+	T      int    // the rank's tokens of a training sequence: seq_len, or seq_len/cp
 	layout Layout // PartLayout(part): the units' tensors, which Params hands out
 	part   Part
 	d      dims
@@ -104,6 +123,15 @@ type GPT struct {
 	w    scratch
 
 	drop dropoutKeys
+
+	cp    comm.Group // nil: cp = 1
+	split cpSplit
+	ring  ringBufs
+	work  RingWork
+	// ringSerial posts each ring transfer after its step's compute
+	// instead of before (the overlap benchmark's baseline; never set
+	// outside this package's tests).
+	ringSerial bool
 }
 
 // scratch are the passes' buffers (sizes in dims.go's workspace).
@@ -147,6 +175,13 @@ func New(o Options) (*GPT, error) {
 		tp: o.TP, pol: o.Precision, pinned: !o.Unpinned}
 	m.d = newDims(c, o.Part)
 	m.d.flash, m.d.rc, m.d.half = o.Flash, o.Recompute, o.Precision.Half()
+	m.T = c.SeqLen
+	if o.CP != nil && o.CP.Size() > 1 {
+		n := o.CP.Size()
+		m.cp, m.d.cp, m.T = o.CP, n, c.SeqLen/n
+		m.d.flash = true // the ring's stash: log-sum-exps
+		m.split = cpSplit{n: n, r: o.CP.Rank(), T: c.SeqLen, c: c.SeqLen / (2 * n), contiguous: o.CPContiguous}
+	}
 	if m.tp == nil {
 		m.tp = soloTP{}
 	}
@@ -163,7 +198,7 @@ func New(o Options) (*GPT, error) {
 
 // allocScratch allocates and carves the scratch (tag workspace).
 func (m *GPT) allocScratch() error {
-	sz := workspace(m.cfg, m.d, m.B, attnWorkers(m.k, m.B, m.d.KV))
+	sz := workspace(m.cfg, m.d, m.B, m.T, attnWorkers(m.k, m.B, m.d.KV))
 	ws, err := m.dev.Alloc(device.Workspace, sz.f32())
 	if err != nil {
 		return fmt.Errorf("model: scratch: %w", err)
@@ -183,7 +218,10 @@ func (m *GPT) allocScratch() error {
 	w.gath, w.dlnl, w.lnGrad, w.ce, w.vec = next(sz.gath), next(sz.dlnl), next(sz.lnGrad), next(sz.ce), next(sz.vec)
 	if sz.rope > 0 {
 		w.cos, w.sin = next(sz.rope/2), next(sz.rope/2)
-		m.k.RoPETable(w.cos, w.sin, m.cfg.SeqLen, m.d.HS, m.cfg.Theta())
+		m.ropeTable()
+	}
+	if sz.ring > 0 {
+		m.carveRing(next(sz.ring))
 	}
 	if m.d.half {
 		dt := m.pol.Compute
@@ -246,7 +284,7 @@ func (m *GPT) dropoutAt(s *Stash, site rng.Stream) ops.Dropout {
 	}
 	return ops.Dropout{
 		Stream: site.Sub(uint64(s.step)),
-		Offset: uint64(s.sample)*uint64(m.cfg.SeqLen*m.cfg.Hidden) + uint64(first*m.cfg.Hidden),
+		Offset: uint64(s.sample)*uint64(m.cfg.SeqLen*m.cfg.Hidden) + uint64(first*m.cfg.Hidden), // without cp (with it: dropout, cp.go)
 		P:      float32(m.cfg.Dropout),
 	}
 }

@@ -20,6 +20,9 @@ func (m *GPT) EvalForward(p Params, s *Stash, b Batch) (float32, error) {
 func (m *GPT) Logits(p Params, s *Stash, prefix []int32, dst []float32) error {
 	c := m.cfg
 	n := len(prefix)
+	if m.cp != nil {
+		return fmt.Errorf("model: logits of a prefix under cp=%d: the ring splits every sequence over the group; sample on one rank (trellis sample on a checkpoint)", m.split.n)
+	}
 	if n < 1 || n > c.SeqLen {
 		return fmt.Errorf("model: prefix of %d tokens, want 1 to seq_len=%d", n, c.SeqLen)
 	}

@@ -91,7 +91,7 @@ func (l linear) residual(m *GPT, s *Stash, out, res []float32, x, w tensor.Buf, 
 		}
 		br := m.w.branch[:bt*C]
 		m.linearGEMM(br, nil, x, w, b, bt, l.in, C)
-		m.k.DropoutForward(m.dropoutAt(s, site), br, br, bt*C)
+		m.dropout(s, site, br, br, bt, false)
 		m.k.ResidualForward(out, res, br, bt*C)
 		return nil
 	}
@@ -104,7 +104,7 @@ func (l linear) residual(m *GPT, s *Stash, out, res []float32, x, w tensor.Buf, 
 	n := m.d.tokens(bt)
 	m.k.BiasForward(y, y, b, n, C)
 	if m.useDropout(s) {
-		m.k.DropoutForward(m.dropoutAt(s, site), y, y, n*C)
+		m.dropout(s, site, y, y, n, false)
 	}
 	m.k.ResidualForward(out, res, y, n*C)
 	return nil

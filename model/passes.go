@@ -302,6 +302,6 @@ func (m *GPT) branchGrad(s *Stash, site rng.Stream) []float32 {
 	}
 	br := m.w.branch[:n]
 	clear(br)
-	m.k.DropoutBackward(m.dropoutAt(s, site), br, m.w.dres, n)
+	m.dropout(s, site, br, m.w.dres, n/m.cfg.Hidden, true)
 	return br
 }

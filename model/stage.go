@@ -17,13 +17,13 @@ import (
 // the batch: dropout is keyed by its step and position).
 func (m *GPT) StageStashBytes(lo, hi int, head bool) int64 {
 	f, h := m.stageElems(hi-lo, head)
-	return 4*int64(f) + 2*int64(h) + int64(m.d.arch(m.B, m.cfg.SeqLen).TokenBytes())
+	return 4*int64(f) + 2*int64(h) + int64(m.d.arch(m.B, m.T).TokenBytes())
 }
 
 // BoundaryFloats is the size of the activation (and of its gradient) a
 // pipeline stage sends to the next: one residual stream on the runner's
 // part, B·T·C (B·T·C/t with sequence parallelism).
-func (m *GPT) BoundaryFloats() int { return m.d.tokens(m.B*m.cfg.SeqLen) * m.cfg.Hidden }
+func (m *GPT) BoundaryFloats() int { return m.d.tokens(m.B*m.T) * m.cfg.Hidden }
 
 func (m *GPT) checkStage(lo, hi int, head bool) error {
 	c := m.cfg
@@ -110,7 +110,7 @@ func (m *GPT) carveStage(s *Stash, lo, hi int, head bool) {
 	c := m.cfg
 	s.res, s.blocks = make([][]float32, c.Layers+1), make([]blockActs, c.Layers)
 	m.DetachHead(s)
-	nC := m.d.tokens(m.B*c.SeqLen) * c.Hidden
+	nC := m.d.tokens(m.B*m.T) * c.Hidden
 	cv := s.carver()
 	for l := lo; l <= hi; l++ {
 		s.res[l] = cv.f32(nC)
@@ -137,7 +137,7 @@ func (m *GPT) HeadStashBytes() int64 {
 }
 
 func (m *GPT) headElems() (f, h int) {
-	e := arch.Sum(m.cfg.HeadSaved(m.d.arch(m.B, m.cfg.SeqLen)), m.d.half)
+	e := arch.Sum(m.cfg.HeadSaved(m.d.arch(m.B, m.T)), m.d.half)
 	f, h, _ = e.Ints()
 	return f, h
 }
@@ -205,7 +205,7 @@ type deferred struct {
 
 // WeightStashFloats is the size of a WeightStash for blocks [lo, hi).
 func (m *GPT) WeightStashFloats(lo, hi int) int {
-	e := arch.Sum(m.cfg.DeferredSaved(m.d.arch(m.B, m.cfg.SeqLen)), false)
+	e := arch.Sum(m.cfg.DeferredSaved(m.d.arch(m.B, m.T)), false)
 	return (hi - lo) * int(e.F32)
 }
 
@@ -220,7 +220,7 @@ func (m *GPT) NewWeightStash(lo, hi int) (*WeightStash, error) {
 	}
 	w := &WeightStash{buf: buf, lo: lo, hi: hi}
 	cv := &carver{f: buf.Data}
-	decl := m.cfg.DeferredSaved(m.d.arch(m.B, m.cfg.SeqLen))
+	decl := m.cfg.DeferredSaved(m.d.arch(m.B, m.T))
 	names := [4]string{"mlp.c_proj.dy", "mlp.c_fc.dy", "attn.c_proj.dy", "attn.c_attn.dy"}
 	if m.d.llama {
 		names = [4]string{"mlp.down_proj.dy", "mlp.gate_up.dy", "self_attn.o_proj.dy", "self_attn.qkv.dy"}

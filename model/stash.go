@@ -83,7 +83,7 @@ func get(t map[string]tensor.Buf, name string) tensor.Buf {
 // probabilities buffer when shared (selective recomputation).
 func (m *GPT) declared(shared bool) []arch.Saved {
 	var decl []arch.Saved
-	for _, s := range m.cfg.BlockSaved(m.d.arch(m.B, m.cfg.SeqLen)) {
+	for _, s := range m.cfg.BlockSaved(m.d.arch(m.B, m.T)) {
 		if s.Role == arch.Probs && shared {
 			continue
 		}
@@ -118,7 +118,7 @@ func (m *GPT) carveBlock(cv *carver, probs []float32) blockActs {
 
 // carveHead carves the head's activations.
 func (m *GPT) carveHead(cv *carver) headActs {
-	t := cv.saved(m.cfg.HeadSaved(m.d.arch(m.B, m.cfg.SeqLen)))
+	t := cv.saved(m.cfg.HeadSaved(m.d.arch(m.B, m.T)))
 	if m.d.llama {
 		return headActs{lnf: normActs{out: get(t, "norm.out"), rstd: get(t, "norm.rstd").F32()},
 			probs: get(t, "probs").F32(), losses: get(t, "losses").F32()}
@@ -138,7 +138,7 @@ func (m *GPT) carveBlocks(s *Stash, lo, hi int, cv *carver) {
 	}
 	var probs []float32
 	if m.d.sharesProbs() {
-		for _, d := range m.cfg.BlockSaved(m.d.arch(m.B, m.cfg.SeqLen)) {
+		for _, d := range m.cfg.BlockSaved(m.d.arch(m.B, m.T)) {
 			if d.Role == arch.Probs {
 				probs = cv.f32(int(d.Elems))
 			}
@@ -156,7 +156,7 @@ func (m *GPT) carveBlocks(s *Stash, lo, hi int, cv *carver) {
 // stageElems is the stash of a stage of k blocks (with the head or not):
 // arch's StageStash for the runner's part and policy.
 func (m *GPT) stageElems(k int, head bool) (f32, half int) {
-	e := m.cfg.StageStash(m.d.arch(m.B, m.cfg.SeqLen), k, head, m.d.half)
+	e := m.cfg.StageStash(m.d.arch(m.B, m.T), k, head, m.d.half)
 	f32, half, ok := e.Ints()
 	if !ok {
 		panic("model: a stash larger than 2^53 elements") // New's caller checked the job's memory
@@ -175,7 +175,7 @@ func (m *GPT) NewStash() (*Stash, error) { return m.NewStageStash(0, m.cfg.Layer
 // allocStash allocates a stash of f fp32 and h 16-bit activations and its
 // token arrays (tag act); what names it in errors.
 func (m *GPT) allocStash(what string, f, h int) (*Stash, error) {
-	BT := m.B * m.cfg.SeqLen
+	BT := m.B * m.T
 	tokBytes := 2 * int64(BT) * 4
 	if err := m.dev.Reserve(device.Act, tokBytes); err != nil {
 		return nil, fmt.Errorf("model: stash tokens: %w", err)
@@ -223,10 +223,10 @@ func (m *GPT) Load(s *Stash, b Batch) error {
 	if s.buf == nil {
 		return fmt.Errorf("model: stash has been freed")
 	}
-	BT := m.B * m.cfg.SeqLen
+	BT := m.B * m.T
 	if len(b.Inputs) != BT || len(b.Targets) != BT {
-		return fmt.Errorf("model: batch has %d inputs and %d targets, want micro_batch·seq_len = %d·%d = %d",
-			len(b.Inputs), len(b.Targets), m.B, m.cfg.SeqLen, BT)
+		return fmt.Errorf("model: batch has %d inputs and %d targets, want micro_batch·seq_len(/cp) = %d·%d = %d",
+			len(b.Inputs), len(b.Targets), m.B, m.T, BT)
 	}
 	if err := m.checkTokens("input", b.Inputs); err != nil {
 		return err
@@ -237,7 +237,7 @@ func (m *GPT) Load(s *Stash, b Batch) error {
 	copy(s.inputs, b.Inputs)
 	copy(s.targets, b.Targets)
 	s.step, s.sample, s.eval = b.Step, b.Sample, b.Eval
-	s.b, s.t = m.B, m.cfg.SeqLen
+	s.b, s.t = m.B, m.T
 	return nil
 }
 

@@ -20,17 +20,25 @@ import "math"
 // rounded to fp32, the angle p·ω_i rounded to fp32, then its cosine and
 // sine.
 func RoPETable(cos, sin []float32, T, HS int, theta float64) {
+	RoPETableRows(cos, sin, 0, T, HS, theta)
+}
+
+// RoPETableRows fills cos and sin (n, HS/2) with rows [first, first+n) of
+// RoPETable's: the angles of positions first … first+n−1 (a context-parallel
+// rank's chunks of a sequence), the same values row for row.
+func RoPETableRows(cos, sin []float32, first, n, HS int, theta float64) {
 	h := HS / 2
-	_, _ = cos[T*h-1], sin[T*h-1]
+	_, _ = cos[n*h-1], sin[n*h-1]
 	inv := make([]float32, h)
 	for i := range inv {
 		e := float32(2*i) / float32(HS)
 		inv[i] = float32(1 / float64(float32(math.Pow(theta, float64(e)))))
 	}
-	for p := 0; p < T; p++ {
+	for r := 0; r < n; r++ {
+		p := first + r
 		for i, w := range inv {
 			a := float64(float32(p) * w)
-			cos[p*h+i], sin[p*h+i] = float32(math.Cos(a)), float32(math.Sin(a))
+			cos[r*h+i], sin[r*h+i] = float32(math.Cos(a)), float32(math.Sin(a))
 		}
 	}
 }

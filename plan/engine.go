@@ -36,7 +36,7 @@ func (j Job) engineActivations(p Plan) actSizes {
 	m := j.Model
 	ac, d := j.engineArch(p)
 	half := j.engineHalfStash(p)
-	bs := float64(p.MBS) * float64(j.Seq)
+	bs := float64(p.MBS) * float64(d.T) // the rank's tokens: seq/cp under cp
 	resid := 4 * float64(d.Tokens()) * float64(m.Hidden)
 	block := ac.BlocksElems(d, 1, half).Bytes()
 	acts := actSizes{
@@ -64,6 +64,8 @@ func (j Job) engineActivations(p Plan) actSizes {
 // declarations describe them (arch.Config, arch.Dims): GPT-2, or for the
 // Llama family the engine's Llama (its key/value heads, SwiGLU width and
 // head; dropout, which only sizes the scratch, at any positive rate).
+// Under cp the pass is the rank's share, seq/cp tokens of every sequence,
+// with the ring attention's log-sum-exps and scratch (arch.Dims.CP).
 func (j Job) engineArch(p Plan) (arch.Config, arch.Dims) {
 	m := j.Model
 	c := arch.Config{Layers: m.Layers, Hidden: m.Hidden, Heads: m.Heads, SeqLen: j.Seq, Vocab: m.Vocab}
@@ -73,7 +75,8 @@ func (j Job) engineArch(p Plan) (arch.Config, arch.Dims) {
 	if m.Dropout {
 		c.Dropout = 0.1
 	}
-	return c, arch.Dims{B: p.MBS, T: j.Seq, Part: arch.Part{TP: p.TP, SP: p.SP}, Flash: p.Flash}
+	// The ring attention keeps log-sum-exps whatever flash says.
+	return c, arch.Dims{B: p.MBS, T: j.Seq / max(1, p.CP), Part: arch.Part{TP: p.TP, SP: p.SP}, Flash: p.Flash || p.CP > 1, CP: p.CP}
 }
 
 // engineStageAct is the act peak the engine measures on pipeline stage k

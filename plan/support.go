@@ -13,9 +13,11 @@ import "fmt"
 // The engine composes every mechanism with every other: dp with ZeRO 0–3
 // and any pp schedule (gpipe, 1f1b, interleaved, zb-h1), tp ± sp with
 // every schedule, recomputation none/selective/full, flash on or off,
-// fp32, bf16 and fp16. Shape rules (tp dividing the heads, layers for
-// every pipeline stage, micro-batch counts for a schedule) are the
-// model's and the schedule's, checked where the shapes are known.
+// fp32, bf16 and fp16, and cp with all of them (ring attention, which
+// keeps log-sum-exps whatever flash says). Shape rules (tp dividing the
+// heads, layers for every pipeline stage, micro-batch counts for a
+// schedule, 2·cp dividing the sequence) are the model's and the
+// schedule's, checked where the shapes are known.
 //
 // A Llama-family model runs when its block is the engine's Llama
 // (arch.Llama: RMSNorm, RoPE, grouped-query attention, SwiGLU, tied or
@@ -28,7 +30,6 @@ import "fmt"
 //	             4·hidden, one key/value head per head, a tied head); a
 //	             Llama with biases or a head_dim other than hidden/heads
 //	precision    fp8
-//	cp           context parallelism
 //	model        experts (MoE) or multi-head latent attention
 //	ep, etp      expert parallelism
 //	schedule     dualpipe, dualpipev
@@ -47,9 +48,6 @@ func EngineRefusals(m Model, p Plan) []string {
 	}
 	if p.Precision != FP32 && p.Precision != BF16 && p.Precision != FP16 {
 		out = append(out, fmt.Sprintf("precision=%s: the engine computes in fp32, bf16 or fp16", p.Precision))
-	}
-	if p.CP != 1 {
-		out = append(out, fmt.Sprintf("cp=%d: the engine does not implement context parallelism", p.CP))
 	}
 	if m.MoE != nil || m.MLA != nil {
 		out = append(out, fmt.Sprintf("model %s: the engine does not run experts or multi-head latent attention", m.Name))

@@ -237,6 +237,9 @@ func (j Job) resolve() (settings, error) {
 	if err := checkTP(j, p); err != nil {
 		return s, err
 	}
+	if err := checkCP(j, p); err != nil {
+		return s, err
+	}
 	s.enginePlan = p
 	s.policy = policy(p.Precision, j.Train)
 	s.ranks = p.Devices()

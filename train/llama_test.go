@@ -204,6 +204,7 @@ var llamaMemoryGrid = []string{
 	"dp=1,flash=on", "tp=2,flash=on", "recompute=selective", "tp=2,sp=on,recompute=full",
 	"precision=bf16,recompute=selective", "dp=2,zero=1,precision=bf16,recompute=full", "dp=2,zero=3,precision=bf16,flash=on",
 	"pp=2,tp=2,dp=2,zero=1,precision=bf16",
+	"cp=2,flash=on",
 }
 
 // The planner predicts the engine's Llama memory as it does GPT-2's: on

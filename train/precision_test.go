@@ -437,7 +437,6 @@ func TestDefaultJobBF16Fits(t *testing.T) {
 // allocated, each naming its key.
 func TestUnimplementedRefusedByName(t *testing.T) {
 	for plan, want := range map[string]string{
-		"cp=2":                    "cp=2: the engine does not implement context parallelism",
 		"dp=2,ep=2":               "ep=2, etp=1: the engine does not implement expert parallelism",
 		"pp=2,schedule=dualpipev": "schedule=dualpipev: the engine does not run DualPipe schedules",
 		"tp=2,precision=fp8,cp=2": "precision=fp8",

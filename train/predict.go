@@ -133,7 +133,8 @@ func (j Job) fileCluster(s settings) (plan.Cluster, string, error) {
 	return c, "cluster file " + j.Parallel.Cluster, nil
 }
 
-// planJob is the planner's job for a rank at data-parallel index dpRank
+// planJob is the planner's job for a rank at index dpRank of its
+// reduction group (dp, or dp × cp)
 // and tensor-parallel index tpRank (its ZeRO buffers depend on its shard),
 // with the engine's store for whichever plan the planner asks about.
 func (j Job) planJob(s settings, c plan.Cluster, dpRank, tpRank int) plan.Job {
@@ -152,7 +153,7 @@ func (j Job) planJob(s settings, c plan.Cluster, dpRank, tpRank int) plan.Job {
 func (j Job) engineBuffers(s settings, p plan.Plan, stage, dpRank, tpRank int) float64 {
 	var b float64
 	if p.PP > 1 {
-		b = 4 * 4 * float64(p.MBS) * float64(j.Model.SeqLen) * float64(j.Model.Hidden)
+		b = 4 * 4 * float64(p.MBS) * float64(j.Model.SeqLen/max(1, p.CP)) * float64(j.Model.Hidden)
 	}
 	if p.ZeRO < 2 {
 		return b
@@ -165,7 +166,7 @@ func (j Job) engineBuffers(s settings, p plan.Plan, stage, dpRank, tpRank int) f
 	c.accum = accumOf(j.Train.GlobalBatch, p)
 	c.policy = policy(p.Precision, j.Train)
 	sh := stateShape(j, c, p, model.Part{TP: p.TP, Rank: min(tpRank, p.TP-1), SP: p.SP}, l)
-	sh.Rank = min(dpRank, p.DP-1)
+	sh.Rank = min(dpRank, p.DP*max(1, p.CP)-1)
 	m, err := sh.Memory()
 	if err != nil {
 		return b
@@ -196,7 +197,7 @@ func (j Job) predictMemory(s settings, c plan.Cluster) ([]Predicted, error) {
 		if err != nil {
 			return nil, fmt.Errorf("train: %w", err)
 		}
-		pj := j.planJob(s, c, co.Get(mesh.DP), co.Get(mesh.TP))
+		pj := j.planJob(s, c, reductionRank(m, p, r), co.Get(mesh.TP))
 		if err := pj.Check(p); err != nil {
 			return nil, fmt.Errorf("train: the planner cannot predict plan %s: %w", p.Short(), err)
 		}

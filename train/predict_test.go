@@ -23,6 +23,7 @@ var memoryGrid = []string{
 	"pp=2", "pp=2,schedule=gpipe", "pp=2,schedule=interleaved,vpp=2", "pp=2,schedule=zb-h1", "pp=4", "pp=2,dp=2,zero=1",
 	"dp=1,flash=on", "dp=2,zero=3,flash=on", "tp=2,flash=on", "pp=2,flash=on",
 	"precision=bf16,recompute=selective", "dp=2,zero=1,precision=bf16,recompute=full", "dp=2,zero=3,precision=bf16,flash=on",
+	"cp=2,flash=on", "dp=2,cp=2,zero=1,flash=on",
 }
 
 // Every rank's predicted peak (the planner's memory model with the

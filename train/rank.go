@@ -11,6 +11,7 @@ import (
 	"trellis/comm"
 	"trellis/data"
 	"trellis/device"
+	"trellis/mesh"
 	"trellis/model"
 	"trellis/ops"
 	"trellis/optim"
@@ -43,8 +44,9 @@ type rank struct {
 	loader *data.Loader
 	world  comm.Group // every rank: loss and statistics reductions
 	lr     optim.Schedule
-	in     []int32 // (B,T)
-	tgt    []int32 // (B,T)
+	in     []int32  // (B,T), or under cp the rank's (B,T/cp)
+	tgt    []int32  // (B,T), or under cp the rank's (B,T/cp)
+	ranges [][2]int // cp > 1: the rank's token ranges of every sequence (model.CPRanges); nil: all
 	log    *slog.Logger
 	tr     *trace.Tracer   // nil: no tracing
 	ctx    context.Context // the run's; checked between micro-batches and units (nil: never cancelled)
@@ -96,7 +98,13 @@ func newRank(rc rankConfig) (*rank, error) {
 		r.free()
 		return nil, err
 	}
-	n := j.Train.MicroBatch * j.Model.SeqLen
+	n := j.Train.MicroBatch * j.Model.SeqLen / max(1, p.CP)
+	if p.CP > 1 {
+		if r.ranges, err = model.CPRanges(j.Model.SeqLen, p.CP, r.top.coords.Get(mesh.CP), false); err != nil {
+			r.free()
+			return nil, fmt.Errorf("train: %w", err)
+		}
+	}
 	r.in, r.tgt = make([]int32, n), make([]int32, n)
 	if err := r.dev.Reserve(device.Act, int64(2*n*4)); err != nil { // the token buffers
 		r.free()
@@ -138,7 +146,7 @@ func (r *rank) compose(hyper optim.Hyper) error {
 	unpinned := !s.processes && s.ranks > 1
 	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch,
 		Seed: j.Train.Seed, Part: t.part, TP: t.tpComm(), Flash: p.Flash, Recompute: engineRecompute(p.Recompute),
-		Precision: r.pol, Unpinned: unpinned}); err != nil {
+		Precision: r.pol, Unpinned: unpinned, CP: t.cpComm()}); err != nil {
 		return err
 	}
 	var link pp.Link
@@ -149,7 +157,7 @@ func (r *rank) compose(hyper optim.Hyper) error {
 	// pp.StageConfig.RunAhead): not under tensor parallelism, nor with
 	// ZeRO-2/3 over data-parallel replicas, whose W completes buckets (a
 	// reduce-scatter) and, under full recomputation, gathers weights.
-	ahead := p.TP == 1 && (p.ZeRO < 2 || p.DP == 1)
+	ahead := p.TP == 1 && p.CP <= 1 && (p.ZeRO < 2 || p.DP == 1)
 	r.stage, err = pp.NewStage(pp.StageConfig{GPT: r.gpt, Params: r.units(), Schedule: sched, Layout: t.layout,
 		Link: link, Device: r.dev, Trace: r.tr, RunAhead: ahead})
 	return err
@@ -165,7 +173,7 @@ func (r *rank) compose(hyper optim.Hyper) error {
 // flush (the stage's backward passes interleave micro-batches, so a
 // bucket's last one is not known before it).
 func stateShape(j Job, s settings, p plan.Plan, part model.Part, l pp.Layout) zero.Shape {
-	sh := zero.Shape{Layout: j.Model.PartLayout(part).Select(l.Units), Stage: p.ZeRO, Ranks: p.DP,
+	sh := zero.Shape{Layout: j.Model.PartLayout(part).Select(l.Units), Stage: p.ZeRO, Ranks: p.DP * max(1, p.CP),
 		BucketElems: int(s.bucket / 4), Breaks: l.Breaks(), Overlap: j.Parallel.Overlap, Mixed: s.policy.Mixed(), Accum: s.accum,
 		Untied: !j.Model.Tied()}
 	if p.PP > 1 {
@@ -232,7 +240,7 @@ func (r *rank) step(s int, pos data.Position) (stepResult, error) {
 		t0 := time.Now()
 		defer func() { r.clock.get += time.Since(t0) }()
 		sl := r.slice(k)
-		if err := r.loader.Micro(pos, sl, r.in, r.tgt); err != nil {
+		if err := r.loader.MicroRanges(pos, sl, r.ranges, r.in, r.tgt); err != nil {
 			return model.Batch{}, err
 		}
 		return model.Batch{Inputs: r.in, Targets: r.tgt, Step: int64(s), Sample: int(sl.First(pos) - pos.Sample)}, nil
@@ -262,8 +270,10 @@ func (r *rank) slice(k int) data.Slice {
 	return data.Slice{GlobalBatch: r.job.Train.GlobalBatch, MicroBatch: r.job.Train.MicroBatch, Rank: r.top.dp, Ranks: p.DP, Micro: k}
 }
 
-// lossMean is the mean over the data-parallel replicas of a loss x that
-// the ranks running the model's last stage hold; every rank gets it.
+// lossMean is the mean over the data-parallel replicas (and the
+// context-parallel ranks, each holding the mean over its equal share of
+// the tokens) of a loss x that the ranks running the model's last stage
+// hold; every rank gets it.
 // Without a pipeline every rank holds it (the tensor-parallel ranks of a
 // replica alike) and it is averaged over the world in fp32; with one, the
 // last stages' values are summed as float64 pairs (hi = fl32(x), lo =
@@ -288,7 +298,7 @@ func (r *rank) lossMean(x float64) (float64, error) {
 	if err := comm.AllReduce(r.world, comm.F32(buf), comm.Sum); err != nil {
 		return 0, err
 	}
-	return (float64(buf[0]) + float64(buf[1])) / float64(p.DP), nil
+	return (float64(buf[0]) + float64(buf[1])) / float64(p.DP*max(1, p.CP)), nil
 }
 
 // eval returns the mean validation loss over EvalBatches micro-batches per
@@ -315,7 +325,7 @@ func (r *rank) evalSum(loss func(model.Batch) (float64, error)) (mean float64, o
 	var sum float64
 	for i := 0; i < nb; i++ {
 		first := ((int64(i)*R + int64(r.top.dp)) * B) % (avail - B + 1)
-		if err := r.loader.ValBatch(first, int(B), r.in, r.tgt); err != nil {
+		if err := r.loader.ValBatchRanges(first, int(B), r.ranges, r.in, r.tgt); err != nil {
 			return 0, false, err
 		}
 		l, err := loss(model.Batch{Inputs: r.in, Targets: r.tgt, Eval: true})
@@ -333,6 +343,9 @@ func (r *rank) evalSum(loss func(model.Batch) (float64, error)) (mean float64, o
 func (r *rank) generate(prompt string, n int, temperature float64, topK int, seed uint64) (string, error) {
 	if pp := r.set.enginePlan.PP; pp > 1 {
 		return "", fmt.Errorf("train: sampling needs the whole model, which pp=%d splits over stages: run trellis sample on a checkpoint", pp)
+	}
+	if cp := r.set.enginePlan.CP; cp > 1 {
+		return "", fmt.Errorf("train: sampling needs whole sequences, which cp=%d splits over ranks: run trellis sample on a checkpoint", cp)
 	}
 	var txt string
 	err := r.stage.Sample(func(st *model.Stash) error {

@@ -13,8 +13,8 @@ import "time"
 //	compute  wall time inside forward and backward (a pipeline stage's
 //	         schedule), less the exposed waits inside it and the data
 //	         loading a pipeline's schedule calls back for
-//	comm     exposed waits on collectives (data-, tensor-parallel, ZeRO)
-//	         and the blocking loss mean
+//	comm     exposed waits on collectives (data-, tensor-parallel, ZeRO),
+//	         the ring attention's transfers (cp) and the blocking loss mean
 //	bubble   a pipeline stage's waits on its point-to-point receives and
 //	         sends: the fill and drain, and the transfers themselves
 //	misc     the rest of the step: data loading, the optimizer step with
@@ -46,7 +46,7 @@ type stepClock struct {
 // of it that is the pipeline's transfers.
 func (r *rank) waits() (all, pipe time.Duration) {
 	pipe = r.stage.CommStats().Wait
-	return r.st.CommStats().Wait + pipe + r.top.tpStats().Wait, pipe
+	return r.st.CommStats().Wait + pipe + r.top.tpStats().Wait + r.top.cpStats().Wait, pipe
 }
 
 // beginStep starts the step's clock.

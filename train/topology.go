@@ -16,8 +16,11 @@ import (
 //
 //	tp     the tensor-parallel group (the mesh's fastest axis): the model's
 //	       f/g collectives and the gradient norm's last sum
-//	grads  the reduction group of the rank's parameters (the dp axis):
+//	grads  the reduction group of the rank's parameters (the dp axis, and
+//	       the cp axis with it: dp × cp, whose ranks hold the same weights
+//	       and average their gradients; ZeRO shards over both):
 //	params its twin for ZeRO's parameter gathers (its own queue)
+//	cp     the context-parallel group (the cp axis, cp > 1): the ring attention
 //	pipe   the pipeline's ranks (the pp axis): the gradient norm's sum
 //	link   the pipeline's point-to-point group (activations and gradients)
 //	tied   the first and last stage (pp > 1, a tied head): the tied embedding's gradient
@@ -35,6 +38,7 @@ type topology struct {
 	tpGroup       comm.Group
 	grads, params comm.Group
 	pipe          comm.Group
+	cp            comm.Group // nil unless cp > 1
 	tied          comm.Group // nil unless this rank is the pipeline's first or last stage with pp > 1 and the head is tied
 	link          *pp.P2PLink
 	closers       []comm.Group
@@ -79,11 +83,16 @@ func newTopology(world comm.Group, m model.Config, p plan.Plan) (*topology, erro
 		}
 		t.part = t.tp.Part(p.SP)
 	}
-	if t.grads, err = group("grad.", mesh.DP); err != nil {
+	if t.grads, err = group("grad.", reductionAxes(p)...); err != nil {
 		return fail(err)
 	}
-	if t.params, err = group("param.", mesh.DP); err != nil {
+	if t.params, err = group("param.", reductionAxes(p)...); err != nil {
 		return fail(err)
+	}
+	if p.CP > 1 {
+		if t.cp, err = group("cp.", mesh.CP); err != nil {
+			return fail(err)
+		}
 	}
 	me := t.coords.Get(mesh.PP)
 	if t.layout, err = pp.NewLayout(m, p.PP, p.VPP, me); err != nil {
@@ -107,6 +116,46 @@ func newTopology(world comm.Group, m model.Config, p plan.Plan) (*topology, erro
 		}
 	}
 	return t, nil
+}
+
+// reductionAxes are the mesh axes of a rank's reduction group: dp, and cp
+// with it when cp > 1 (the ranks of a cp group hold the same weights and
+// each computes a share of every sequence's gradient).
+func reductionAxes(p plan.Plan) []mesh.Axis {
+	if p.CP > 1 {
+		return []mesh.Axis{mesh.DP, mesh.CP}
+	}
+	return []mesh.Axis{mesh.DP}
+}
+
+// reductionRank is world rank id's index in its reduction group.
+func reductionRank(ms *mesh.Mesh, p plan.Plan, id int) int {
+	ranks, err := ms.Group(id, reductionAxes(p)...)
+	if err != nil {
+		return 0
+	}
+	for i, r := range ranks {
+		if r == id {
+			return i
+		}
+	}
+	return 0
+}
+
+// cpComm is the context-parallel group for the model (nil: cp = 1).
+func (t *topology) cpComm() comm.Group {
+	if t.cp == nil {
+		return nil
+	}
+	return t.cp
+}
+
+// cpStats is the context-parallel group's accounting (zero without one).
+func (t *topology) cpStats() comm.Stats {
+	if t.cp == nil {
+		return comm.Stats{}
+	}
+	return t.cp.Stats()
 }
 
 // normGroups are the groups the gradient norm's partial is summed over
@@ -158,6 +207,23 @@ func checkTP(j Job, p plan.Plan) error {
 		if err := (model.Part{TP: p.TP, SP: p.SP}).Validate(j.Model); err != nil {
 			return fmt.Errorf("parallel.plan: %w", err)
 		}
+	}
+	return nil
+}
+
+// checkCP rejects a context-parallel plan whose sequences do not split
+// into 2·cp equal chunks (each rank holds two), or whose rank's share
+// does not split over the tensor-parallel ranks under sp.
+func checkCP(j Job, p plan.Plan) error {
+	if p.CP <= 1 {
+		return nil
+	}
+	T := j.Model.SeqLen
+	if T%(2*p.CP) != 0 {
+		return fmt.Errorf("parallel.plan: cp=%d: 2·cp=%d does not divide model.seq_len=%d (each cp rank holds chunks i and 2·cp−1−i of 2·cp equal chunks of every sequence)", p.CP, 2*p.CP, T)
+	}
+	if p.SP && (T/p.CP)%p.TP != 0 {
+		return fmt.Errorf("parallel.plan: cp=%d, sp=on: tp=%d does not divide model.seq_len/cp=%d", p.CP, p.TP, T/p.CP)
 	}
 	return nil
 }
