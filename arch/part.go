@@ -62,6 +62,9 @@ func (p Part) Validate(c Config) error {
 	case c.Hidden > 0 && (4*c.Hidden)%t != 0:
 		errs = append(errs, fmt.Errorf("tp=%d does not divide the MLP width 4·model.hidden=%d", t, 4*c.Hidden))
 	}
+	if c.Experts > 0 && t > 1 {
+		errs = append(errs, fmt.Errorf("tp=%d with model.experts=%d: the engine runs MoE layers unsplit (expert tensor parallelism is not implemented)", t, c.Experts))
+	}
 	if p.SP && t == 1 {
 		errs = append(errs, errors.New("sp=on needs tp > 1 (sequence parallelism splits the tensor-parallel group's tokens)"))
 	}

@@ -22,6 +22,7 @@ type dims struct {
 	llama   bool      // the Llama block (RMSNorm, RoPE, grouped-query attention, SwiGLU)
 	tied    bool      // the LM head is unit 0's token embedding
 	eps     float32   // a Llama's RMSNorm ε
+	moe     moeLayer  // an MoE model's MoE layers (E = 0: none)
 }
 
 func newDims(c Config, p Part) dims {
@@ -30,6 +31,9 @@ func newDims(c Config, p Part) dims {
 	d := dims{t: t, r: p.Rank, sp: p.SP, C: c.Hidden, HS: HS, NH: c.Heads / t, KV: c.KV() / t,
 		F: c.FFNWidth() / t, Vl: p.VocabRows(c), llama: c.IsLlama(), tied: c.Tied(), eps: float32(c.Eps())}
 	d.Cl, d.KVl = d.NH*HS, d.KV*HS
+	if c.Experts > 0 {
+		d.moe = newMoE(c)
+	}
 	d.vlo = p.Rank * d.Vl
 	d.vn = max(0, min(d.Vl, c.Vocab-d.vlo))
 	return d
@@ -63,10 +67,11 @@ type wsSizes struct {
 	gath, dlnl, lnGrad, ce          int
 	vec, rope                       int
 	x, dy                           int // 16-bit
+	moe, moeDy, route               int // an MoE layer's: fp32, 16-bit, int32
 }
 
 func (s wsSizes) f32() int {
-	return s.dres + s.dln + s.big + s.scratch + s.branch + s.gath + s.dlnl + s.lnGrad + s.ce + s.vec + s.rope
+	return s.dres + s.dln + s.big + s.scratch + s.branch + s.gath + s.dlnl + s.lnGrad + s.ce + s.vec + s.rope + s.moe
 }
 
 // workspace sizes the scratch of passes of micro-batches of B sequences
@@ -76,7 +81,7 @@ func workspace(c Config, d dims, B, attnWorkers int) wsSizes {
 	w := c.Workspace(d.arch(B, c.SeqLen), d.half, float64(attnWorkers))
 	return wsSizes{dres: int(w.Dres), dln: int(w.Dln), big: int(w.Big), scratch: int(w.Scratch), branch: int(w.Branch),
 		gath: int(w.Gath), dlnl: int(w.Dlnl), lnGrad: int(w.LnGrad), ce: int(w.CE), vec: int(w.Vec), rope: int(w.Rope),
-		x: int(w.X), dy: int(w.Dy)}
+		x: int(w.X), dy: int(w.Dy), moe: int(w.Moe), moeDy: int(w.MoeDy), route: int(w.Route)}
 }
 
 // attnWorkers is the materialising attention's worker count on k for B
@@ -98,5 +103,5 @@ func WorkspaceBytes(c Config, B, attnWorkers int, flash, half bool) float64 {
 // configuration.
 func RunnerBytes(c Config, B, attnWorkers int) float64 {
 	d := arch.Dims{B: B, T: c.SeqLen}
-	return WorkspaceBytes(c, B, attnWorkers, false, false) + c.StageStash(d, c.Layers, true, false).Bytes() + d.TokenBytes()
+	return WorkspaceBytes(c, B, attnWorkers, false, false) + c.StageStashAt(d, 0, c.Layers, true, false).Bytes() + d.TokenBytes()
 }

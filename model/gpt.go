@@ -102,6 +102,12 @@ type GPT struct {
 	ws   *device.Buffer // fp32 scratch, carved into w
 	ws16 *device.Buffer // 16-bit scratch (nil in fp32)
 	w    scratch
+	// routeBytes are the MoE routing's int32 scratch, charged to workspace.
+	routeBytes int64
+	// rerun: a block's forward is being recomputed inside its backward
+	// (its routing is not counted again).
+	rerun bool
+	stats expertCounter
 
 	drop dropoutKeys
 }
@@ -127,6 +133,7 @@ type scratch struct {
 	cos, sin []float32
 	x        tensor.Buf
 	dy       tensor.Buf
+	moe      moeScratch // an MoE model's (moe.go)
 }
 
 // dropoutKeys are the streams of the dropout sites: the embedding, and
@@ -187,13 +194,41 @@ func (m *GPT) allocScratch() error {
 	}
 	if m.d.half {
 		dt := m.pol.Compute
-		if m.ws16, err = m.dev.AllocOf(device.Workspace, dt, sz.x+sz.dy); err != nil {
+		if m.ws16, err = m.dev.AllocOf(device.Workspace, dt, sz.x+sz.dy+sz.moeDy); err != nil {
 			m.ws.Free()
 			return fmt.Errorf("model: %s scratch: %w", dt, err)
 		}
 		bits := m.ws16.Bits
-		w.x, w.dy = tensor.Halves(dt, bits[:sz.x:sz.x]), tensor.Halves(dt, bits[sz.x:])
+		w.x, w.dy = tensor.Halves(dt, bits[:sz.x:sz.x]), tensor.Halves(dt, bits[sz.x:sz.x+sz.dy:sz.x+sz.dy])
+		w.moe.dy = tensor.Halves(dt, bits[sz.x+sz.dy:])
 	}
+	if sz.moe > 0 {
+		return m.allocMoE(buf, sz)
+	}
+	return nil
+}
+
+// allocMoE carves an MoE model's scratch from the rest of the fp32 one,
+// buf (arch's MoEWorkspace order), and allocates its routing's int32
+// arrays, charged to workspace.
+func (m *GPT) allocMoE(buf []float32, sz wsSizes) error {
+	c, n := m.cfg, m.B*m.cfg.SeqLen
+	R, C, E, K, Fe := c.Routed(n), c.Hidden, c.Experts, c.TopK, c.ExpertWidth()
+	next := func(k int) []float32 {
+		s := buf[:k:k]
+		buf = buf[k:]
+		return s
+	}
+	w := &m.w.moe
+	w.rows, w.dact, w.dgu, w.dp, w.gates, w.dgates = next(max(R, n)*C), next(R*Fe), next(2*R*Fe), next(n*E), next(n*K), next(n*K)
+	m.routeBytes = 4 * int64(sz.route)
+	if err := m.dev.Reserve(device.Workspace, m.routeBytes); err != nil {
+		m.Free()
+		return fmt.Errorf("model: routing scratch: %w", err)
+	}
+	w.r = routing{experts: make([]int32, n*K), rows: make([]int32, n*K), gates: w.gates, load: make([]int32, E), offs: make([]int32, E+1)}
+	w.gemms = make([]ops.GEMM, 0, E)
+	m.stats = newExpertCounter(c)
 	return nil
 }
 
@@ -214,7 +249,7 @@ func (m *GPT) MicroBatch() int { return m.B }
 
 // WorkspaceBytes is the size of the scratch.
 func (m *GPT) WorkspaceBytes() int64 {
-	n := m.ws.Bytes()
+	n := m.ws.Bytes() + m.routeBytes
 	if m.ws16 != nil {
 		n += m.ws16.Bytes()
 	}
@@ -233,6 +268,10 @@ func (m *GPT) DResidual() []float32 { return m.w.dres }
 func (m *GPT) Free() {
 	m.ws.Free()
 	m.ws16.Free()
+	if m.routeBytes > 0 {
+		m.dev.Release(device.Workspace, m.routeBytes)
+		m.routeBytes = 0
+	}
 }
 
 // dropoutAt is the dropout of a site for the stash's batch: keyed by
