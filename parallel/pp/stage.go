@@ -237,6 +237,7 @@ func (s *Stage) backward(a Action, key [2]int, dloss float32) error {
 	}
 	g, p := s.cfg.GPT, s.cfg.Params
 	bounds, first, last := s.cfg.Layout.Chunk(a.Chunk)
+	st.SetLossWeight(dloss) // the MoE layers' aux losses, on every stage
 	if !last {
 		rp, ok := s.recvs[key]
 		if !ok {
