@@ -39,6 +39,9 @@ func (j Job) engineActivations(p Plan) actSizes {
 	bs := float64(p.MBS) * float64(j.Seq)
 	resid := 4 * float64(d.Tokens()) * float64(m.Hidden)
 	block := ac.BlocksElems(d, 1, half).Bytes()
+	if l := engineWidestBlock(ac); l >= 0 { // an MoE model: its MoE block's (moe_engine.go)
+		block = ac.BlocksElemsAt(d, l, l+1, half).Bytes()
+	}
 	acts := actSizes{
 		layer:   block + resid,
 		chunk:   resid + 8*bs,
@@ -69,6 +72,7 @@ func (j Job) engineArch(p Plan) (arch.Config, arch.Dims) {
 	c := arch.Config{Layers: m.Layers, Hidden: m.Hidden, Heads: m.Heads, SeqLen: j.Seq, Vocab: m.Vocab}
 	if m.Family == Llama {
 		c.Arch, c.KVHeads, c.FFN, c.TieEmbeddings = arch.Llama, m.KVHeads, m.FFN, m.Tied
+		engineMoE(&c, m)
 	}
 	if m.Dropout {
 		c.Dropout = 0.1

@@ -60,3 +60,19 @@ func TestMoEPlansMatchSingleDevice(t *testing.T) {
 		})
 	}
 }
+
+// Each rank's memory on MoE plans is the planner's prediction, every tag
+// within 5% (holdPredicted): one device, dp with ZeRO-1 and ZeRO-3 (a
+// unit is an MoE block), a 1F1B pipeline, capacity mode, bf16.
+func TestMoEMemoryPredicted(t *testing.T) {
+	for _, tc := range []struct {
+		plan     string
+		capacity float64
+	}{{"dp=1", 0}, {"dp=2,zero=1", 0}, {"dp=2,zero=3", 0.75}, {"pp=2", 0}, {"dp=2,zero=1,precision=bf16", 0.75}, {"recompute=full", 0}} {
+		t.Run(fmt.Sprintf("%s/capacity=%g", tc.plan, tc.capacity), func(t *testing.T) {
+			j := moeJob(tc.plan, 4, tc.capacity)
+			j.Train.GlobalBatch = 8
+			holdPredicted(t, j)
+		})
+	}
+}
