@@ -27,6 +27,23 @@ type Line struct {
 	// it on the step; a rank's own Predicted takes precedence.
 	Predicted *Tags  `json:"predicted,omitempty"`
 	Ranks     []Rank `json:"ranks"`
+	// Experts is an MoE model's routing over the step (absent for a
+	// dense model).
+	Experts *Experts `json:"experts,omitempty"`
+}
+
+// Experts is an MoE model's routing over one step, summed over every
+// rank's training micro-batches: for MoE block Layers[i], Load[i][e] the
+// assignments (token, slot) its router gave expert e — before capacity:
+// a step routes tokens·top_k of them per block — and Dropped[i][e] those
+// past the expert's capacity (zero when dropless). AuxLoss is the mean
+// over the step's micro-batches of the blocks' load-balancing losses
+// (α·E·Σ_e f_e·P_e each, α included; 0 with aux_loss = 0).
+type Experts struct {
+	Layers  []int     `json:"layers"`
+	Load    [][]int64 `json:"load"`
+	Dropped [][]int64 `json:"dropped"`
+	AuxLoss float64   `json:"aux_loss"`
 }
 
 // Rank is one rank's entry of a Line: peak bytes per tag since the start,

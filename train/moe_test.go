@@ -1,7 +1,12 @@
 package train
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
+	"math"
+	"reflect"
 	"testing"
 )
 
@@ -74,5 +79,60 @@ func TestMoEMemoryPredicted(t *testing.T) {
 			j.Train.GlobalBatch = 8
 			holdPredicted(t, j)
 		})
+	}
+}
+
+// moeMetrics runs j and returns its --metrics lines.
+func moeMetrics(t *testing.T, j Job) []metricsLine {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, err := Run(context.Background(), Options{Job: j, Metrics: &buf}); err != nil {
+		t.Fatalf("plan %s: %v", j.Parallel.Plan, err)
+	}
+	var out []metricsLine
+	for _, l := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+		var m metricsLine
+		if err := json.Unmarshal(l, &m); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// --metrics carries every step's routing: per MoE block the assignments
+// per expert (tokens·top_k of the global batch in all), the dropped ones
+// (capacity mode) and the aux loss; a data-parallel pipeline routes the
+// single device's tokens to the same experts and drops the same ones.
+func TestMoEMetrics(t *testing.T) {
+	ref := moeMetrics(t, moeJob("dp=1", 3, 0.75))
+	got := moeMetrics(t, moeJob("pp=2,dp=2", 3, 0.75))
+	j := moeJob("dp=1", 3, 0.75)
+	total := int64(j.Train.GlobalBatch * j.Model.SeqLen * j.Model.TopK)
+	for s := range ref {
+		r, g := ref[s].Experts, got[s].Experts
+		if r == nil || g == nil || len(r.Layers) != 3 {
+			t.Fatalf("step %d: experts %+v and %+v", s+1, r, g)
+		}
+		var drops int64
+		for i := range r.Layers {
+			var load int64
+			for e := range r.Load[i] {
+				load += r.Load[i][e]
+				drops += r.Dropped[i][e]
+			}
+			if load != total {
+				t.Errorf("step %d block %d: %d assignments, want %d", s+1, r.Layers[i], load, total)
+			}
+		}
+		if drops == 0 {
+			t.Errorf("step %d: nothing dropped at capacity_factor 0.75", s+1)
+		}
+		if !reflect.DeepEqual(r.Load, g.Load) || !reflect.DeepEqual(r.Dropped, g.Dropped) {
+			t.Errorf("step %d: pp=2,dp=2 routed %v (dropped %v), one device %v (%v)", s+1, g.Load, g.Dropped, r.Load, r.Dropped)
+		}
+		if !(r.AuxLoss > 0) || math.Abs(g.AuxLoss-r.AuxLoss) > 1e-5*r.AuxLoss {
+			t.Errorf("step %d: aux loss %g, one device %g", s+1, g.AuxLoss, r.AuxLoss)
+		}
 	}
 }

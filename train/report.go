@@ -140,7 +140,7 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 	}
 	if (rep.o.Metrics != nil && r0(rep)) || rep.o.Observer != nil {
 		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds(), PredStepS: rep.pred.stepS(), Budget: rep.budget,
-			Skipped: res.skipped, LossScale: res.scale}
+			Skipped: res.skipped, LossScale: res.scale, Experts: res.experts}
 		if res.skipped {
 			m.GradNorm = 0 // it overflowed (not finite, which JSON cannot hold): "skipped" says so
 		}
@@ -189,6 +189,9 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		}
 		if res.skipped {
 			args = append(args, "skipped", true, "loss_scale", res.scale)
+		}
+		if res.experts != nil {
+			args = append(args, "aux_loss", round4(res.experts.AuxLoss))
 		}
 		rep.o.Log.Info("step", args...)
 	}
