@@ -138,7 +138,11 @@ func (j Job) engineStageAct(p Plan, a actSizes, pt partition, k, layers int) (ac
 	}
 	ac, d := j.engineArch(p)
 	deferred := arch.Sum(ac.DeferredSaved(d), false).Bytes() // per layer: dY of c_proj, mlp.c_proj (b·s·h each), c_fc (4bsh/t), c_attn (3bsh/t)
-	act = float64(c)*(float64(largest)*a.layer+a.chunk+perStash) + float64(heads)*a.head + a.working + float64(w)*deferred*float64(layers)
+	blocks := float64(largest)*a.layer + perStash
+	if b, ok := j.engineMoEChunk(p, k); ok { // an MoE model's blocks differ: its widest chunk's (moe_engine.go)
+		blocks = b
+	}
+	act = float64(c)*(blocks+a.chunk) + float64(heads)*a.head + a.working + float64(w)*deferred*float64(layers)
 	return act, float64(c) / float64(v)
 }
 

@@ -71,3 +71,34 @@ func (j Job) stageBlocks(p Plan, k int) []int {
 	}
 	return out
 }
+
+// engineMoEChunk is, for an MoE model, the bytes of the blocks' part of
+// the largest chunk stash of pipeline stage k (parallel/pp sizes every
+// stash of a rank for it): each block's own declarations, shared as the
+// recomputation mode shares them (arch's BlocksElemsAt), and each
+// block's input residual.
+func (j Job) engineMoEChunk(p Plan, k int) (float64, bool) {
+	if !j.Model.moe() {
+		return 0, false
+	}
+	ac, d := j.engineArch(p)
+	switch p.Recompute {
+	case RecomputeSelective:
+		d.Recompute = arch.RecomputeSelective
+	case RecomputeFull:
+		d.Recompute = arch.RecomputeFull
+	}
+	counts, err := ChunkLayers(j.Model.Layers, max(1, p.PP), max(1, p.VPP))
+	if err != nil {
+		return 0, false
+	}
+	resid := 4 * float64(d.Tokens()) * float64(j.Model.Hidden)
+	best, lo := 0.0, 0
+	for c, n := range counts {
+		if c%max(1, p.PP) == k {
+			best = max(best, ac.BlocksElemsAt(d, lo, lo+n, j.engineHalfStash(p)).Bytes()+float64(n)*resid)
+		}
+		lo += n
+	}
+	return best, true
+}

@@ -58,6 +58,20 @@ func TestMoEPlansMatchSingleDevice(t *testing.T) {
 			compareRuns(t, runJob(t, moeJob(tc.plan, 3, tc.capacity), t.TempDir(), "", 0), r)
 		})
 	}
+	// A dense first block and a shared expert: the chunks of a pipeline
+	// rank hold blocks of both kinds (each rank's stashes are sized for
+	// its largest chunk's).
+	mixed := func(p string) Job {
+		j := moeJob(p, 5, 0)
+		j.Model.DenseFirst, j.Model.SharedExperts = 1, 1
+		return j
+	}
+	mref := runJob(t, mixed("dp=1"), t.TempDir(), "", 0)
+	for _, p := range []string{"pp=2,vpp=2,schedule=interleaved", "pp=2,dp=2,zero=3"} {
+		t.Run(p+"/dense_first=1,shared_experts=1", func(t *testing.T) {
+			compareRuns(t, runJob(t, mixed(p), t.TempDir(), "", 0), mref)
+		})
+	}
 	for _, p := range []string{"dp=2,zero=1", "pp=2"} {
 		t.Run(p+",precision=bf16", func(t *testing.T) {
 			r := ref(t, 0.75, ",precision=bf16")
@@ -134,5 +148,19 @@ func TestMoEMetrics(t *testing.T) {
 		if !(r.AuxLoss > 0) || math.Abs(g.AuxLoss-r.AuxLoss) > 1e-5*r.AuxLoss {
 			t.Errorf("step %d: aux loss %g, one device %g", s+1, g.AuxLoss, r.AuxLoss)
 		}
+	}
+}
+
+// A dense first block among MoE ones: every pipeline stage's stash is its
+// own blocks', predicted within 5% per tag (holdPredicted), with and
+// without recomputation.
+func TestMoEMixedMemoryPredicted(t *testing.T) {
+	for _, p := range []string{"pp=2", "pp=2,recompute=full", "pp=2,vpp=2,schedule=interleaved,recompute=selective"} {
+		t.Run(p, func(t *testing.T) {
+			j := moeJob(p, 4, 0)
+			j.Model.DenseFirst, j.Model.SharedExperts = 1, 1
+			j.Train.GlobalBatch = 8
+			holdPredicted(t, j)
+		})
 	}
 }
