@@ -1,7 +1,6 @@
 package arch
 
 import (
-	"errors"
 	"fmt"
 	"math"
 )
@@ -30,6 +29,12 @@ import (
 //
 // (f_e counted before dropping, without gradient), added to the
 // micro-batch's loss for every MoE layer; α is aux_loss.
+//
+// With router_score = "sigmoid" (DeepSeek-V3) the scores are
+// s = σ(z·W_routerᵀ), the top k chosen by s as above, and the gates the
+// chosen scores normalised to sum to 1, g_{t,j} = s_{t,K_t[j]}/Σ_i s_{t,K_t[i]};
+// the aux loss takes P_e as the mean of the normalised scores
+// s_{t,e}/Σ_e' s_{t,e'} (DeepSeek-V3's balance loss, over the micro-batch).
 //
 // Layer i is an MoE layer when i ≥ dense_first and (i − dense_first) is a
 // multiple of moe_every (0 or 1: every layer); the others keep the dense
@@ -65,6 +70,9 @@ func (c Config) ExpertWidth() int {
 
 // SharedWidth is the shared experts' SwiGLU width, shared_experts·F_e.
 func (c Config) SharedWidth() int { return c.SharedExperts * c.ExpertWidth() }
+
+// SigmoidRouter says whether the router scores by sigmoid.
+func (c Config) SigmoidRouter() bool { return c.RouterScore == "sigmoid" }
 
 // Capacity is an expert's capacity for n tokens, ⌈c·n·k/E⌉, or 0 when
 // dropless.
@@ -132,11 +140,9 @@ func (c Config) moeKeys() []error {
 		errs = append(errs, fmt.Errorf("model.aux_loss=%v: want a coefficient in [0, 1000]", c.AuxLoss))
 	}
 	switch c.RouterScore {
-	case "", "softmax":
-	case "sigmoid":
-		errs = append(errs, errors.New("model.router_score=\"sigmoid\": the engine's router scores by softmax only"))
+	case "", "softmax", "sigmoid":
 	default:
-		errs = append(errs, fmt.Errorf("model.router_score=%q: want softmax", c.RouterScore))
+		errs = append(errs, fmt.Errorf("model.router_score=%q: want softmax or sigmoid", c.RouterScore))
 	}
 	return errs
 }
@@ -169,7 +175,7 @@ func (c Config) moeParams(n func(string) string) []tensorSpec {
 // moeSaved declares what an MoE layer's MLP keeps (after the block's
 // post_attention_layernorm; n = B·T, R = Routed(n)):
 //
-//	mlp.router.probs     (n,E) the router's softmax; the routing (top-k,
+//	mlp.router.probs     (n,E) the router's scores (softmax or sigmoid); the routing (top-k,
 //	                     capacity, permutation) is recomputed from it
 //	mlp.experts.x        (R,C) operand, the dispatched tokens, expert-major
 //	mlp.experts.gate_up  (R,2F_e) operand, SwiGLU's input

@@ -55,6 +55,9 @@ func TestMoEValidate(t *testing.T) {
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	if sig := good; func() error { sig.RouterScore = "sigmoid"; return sig.Validate() }() != nil || !(Config{RouterScore: "sigmoid"}).SigmoidRouter() {
+		t.Errorf("router_score=sigmoid refused")
+	}
 	for _, c := range []struct {
 		edit func(*Config)
 		want string
@@ -70,8 +73,7 @@ func TestMoEValidate(t *testing.T) {
 		{func(c *Config) { c.ExpertFFN = -1 }, "model.expert_ffn_hidden=-1"},
 		{func(c *Config) { c.CapacityFactor = -1 }, "model.capacity_factor=-1"},
 		{func(c *Config) { c.AuxLoss = -0.5 }, "model.aux_loss=-0.5"},
-		{func(c *Config) { c.RouterScore = "sigmoid" }, `router_score="sigmoid": the engine's router scores by softmax only`},
-		{func(c *Config) { c.RouterScore = "top" }, `model.router_score="top"`},
+		{func(c *Config) { c.RouterScore = "top" }, `model.router_score="top": want softmax or sigmoid`},
 	} {
 		cfg := good
 		c.edit(&cfg)

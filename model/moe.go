@@ -34,6 +34,7 @@ import (
 type moeLayer struct {
 	C, E, K, Fe, Fs int
 	alpha           float64
+	sigmoid         bool   // sigmoid scores, the chosen ones normalised into the gates
 	cfg             Config // for the capacity of a pass's tokens
 }
 
@@ -61,7 +62,8 @@ type moeScratch struct {
 }
 
 func newMoE(c Config) moeLayer {
-	return moeLayer{C: c.Hidden, E: c.Experts, K: c.TopK, Fe: c.ExpertWidth(), Fs: c.SharedWidth(), alpha: c.AuxLoss, cfg: c}
+	return moeLayer{C: c.Hidden, E: c.Experts, K: c.TopK, Fe: c.ExpertWidth(), Fs: c.SharedWidth(), alpha: c.AuxLoss,
+		sigmoid: c.SigmoidRouter(), cfg: c}
 }
 
 // grouped runs one GEMM per expert with rows, built by mk from the
@@ -92,10 +94,14 @@ func expert(w tensor.Buf, e, rows, cols int) tensor.Buf { return w.Slice(e*rows*
 
 func expertF(g []float32, e, rows, cols int) []float32 { return g[e*rows*cols : (e+1)*rows*cols] }
 
-// routeOf routes the micro-batch from the saved probabilities.
+// routeOf routes the micro-batch from the saved scores (a sigmoid
+// router's gates normalised over each token's k).
 func (l moeLayer) routeOf(m *GPT, a moeActs, n int) routing {
 	r := m.w.moe.r
 	route(&r, a.probs, n, l.E, l.K, l.cfg.Capacity(n))
+	if l.sigmoid {
+		normalizeGates(r.gates, n, l.K)
+	}
 	return r
 }
 
@@ -105,10 +111,14 @@ func (l moeLayer) forward(m *GPT, s *Stash, a moeActs, out, res []float32, z ten
 	C, E, Fe := l.C, l.E, l.Fe
 	sc := &m.w.moe
 	m.k.Gemm(ops.GEMM{Layout: ops.NT, M: n, N: E, K: C, A: z.Head(n * C), LDA: C, B: w.router, LDB: C, C: a.probs[:n*E], LDC: E})
-	m.k.RouterSoftmax(a.probs, a.probs, n, E)
+	if l.sigmoid {
+		m.k.RouterSigmoid(a.probs, a.probs, n, E)
+	} else {
+		m.k.RouterSoftmax(a.probs, a.probs, n, E)
+	}
 	r := l.routeOf(m, a, n)
 	if !s.eval && !m.rerun {
-		m.stats.add(layer, r, auxLoss(r, a.probs, n, E, l.K, l.alpha), l.alpha > 0)
+		m.stats.add(layer, r, auxLoss(r, a.probs, n, E, l.K, l.alpha, l.sigmoid), l.alpha > 0)
 	}
 	R := r.kept()
 	m.k.MoEDispatch(a.x, z, r.rows, n, l.K, C)
@@ -196,26 +206,68 @@ func (l moeLayer) backward(m *GPT, s *Stash, a moeActs, dbr []float32, z tensor.
 
 // routerBackward adds the router's share to dz: the gates' gradients and
 // the aux loss's (scaled by the stash's loss weight) into dp, back through
-// the softmax and the router GEMM.
+// the scoring and the router GEMM. A softmax router's gate is its score,
+// dp_{t,e} = dg; a sigmoid router's g_j = s_j/S (S the chosen scores' sum)
+// gives dp_{t,K[j]} = (dg_j − Σ_i dg_i·g_i)/S.
 func (l moeLayer) routerBackward(m *GPT, s *Stash, a moeActs, r routing, dz []float32, z tensor.Buf, w moeWeights, g moeGrads, n int) {
 	C, E, K := l.C, l.E, l.K
 	dp := m.w.moe.dp[:n*E]
 	clear(dp)
-	for i, e := range r.experts {
-		dp[(i/K)*E+int(e)] += m.w.moe.dgates[i]
-	}
-	if l.alpha > 0 {
-		for e := 0; e < E; e++ {
-			c := float32(float64(s.lossW) * l.alpha * float64(E) * auxF(r, e, n, K) / float64(n))
-			for t := 0; t < n; t++ {
-				dp[t*E+e] += c
+	dg := m.w.moe.dgates
+	for t := 0; t < n; t++ {
+		ks := r.experts[t*K : (t+1)*K]
+		if !l.sigmoid {
+			for j, e := range ks {
+				dp[t*E+int(e)] += dg[t*K+j]
 			}
+			continue
+		}
+		var S, A float64
+		for j, e := range ks {
+			S += float64(a.probs[t*E+int(e)])
+			A += float64(dg[t*K+j]) * float64(r.gates[t*K+j])
+		}
+		for j, e := range ks {
+			dp[t*E+int(e)] += float32((float64(dg[t*K+j]) - A) / S)
 		}
 	}
-	m.k.RouterSoftmaxBackwardSet(dp, a.probs, dp, n, E)
+	if l.alpha > 0 {
+		l.auxBackward(dp, a.probs, r, float64(s.lossW), n)
+	}
+	if l.sigmoid {
+		m.k.RouterSigmoidBackwardSet(dp, a.probs, dp, n, E)
+	} else {
+		m.k.RouterSoftmaxBackwardSet(dp, a.probs, dp, n, E)
+	}
 	d := m.moeRounded(dp)
 	m.k.Gemm(ops.GEMM{Layout: ops.NN, M: n, N: C, K: E, A: d, LDA: E, B: w.router, LDB: C, C: dz, LDC: C, Acc: true})
 	m.k.Gemm(ops.GEMM{Layout: ops.TN, M: E, N: C, K: n, A: d, LDA: E, B: z.Head(n * C), LDB: C, C: g.router, LDC: C, Acc: true})
+}
+
+// auxBackward adds w·∂L_aux/∂p to dp: α·E·f_e/n for a softmax router's
+// probabilities; for a sigmoid router's scores, through P_e's
+// normalisation q_{t,e} = s_{t,e}/Σ_e' s_{t,e'}, α·E/n·(f_e − Σ_e' f_e'·q_{t,e'})/Σ_e' s_{t,e'}.
+func (l moeLayer) auxBackward(dp, probs []float32, r routing, w float64, n int) {
+	E, K := l.E, l.K
+	c := w * l.alpha * float64(E) / float64(n)
+	for t := 0; t < n; t++ {
+		p := probs[t*E : (t+1)*E]
+		if !l.sigmoid {
+			for e := range p {
+				dp[t*E+e] += float32(c * auxF(r, e, n, K))
+			}
+			continue
+		}
+		var sum, fq float64
+		for e, v := range p {
+			sum += float64(v)
+			fq += auxF(r, e, n, K) * float64(v)
+		}
+		fq /= sum
+		for e := range p {
+			dp[t*E+e] += float32(c * (auxF(r, e, n, K) - fq) / sum)
+		}
+	}
 }
 
 // sharedBackward adds the shared experts' input gradient to dz and their

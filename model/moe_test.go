@@ -62,17 +62,20 @@ func TestRoute(t *testing.T) {
 
 // TestMoEGradient checks every parameter gradient of tiny MoE Llamas —
 // every layer MoE, a dense first layer with a shared expert, capacity
-// with dropped tokens — against central differences of the loss plus the
+// with dropped tokens, a sigmoid router (its gates normalised over the
+// chosen 3) — against central differences of the loss plus the
 // aux losses (wholeModelGradient), with and without dropout.
 func TestMoEGradient(t *testing.T) {
 	dense1 := tinyMoE
 	dense1.DenseFirst, dense1.SharedExperts = 1, 1
 	capped := tinyMoE
 	capped.CapacityFactor = 0.6
+	sigmoid := capped
+	sigmoid.RouterScore, sigmoid.TopK = "sigmoid", 3
 	for _, c := range []struct {
 		name string
 		cfg  Config
-	}{{"dropless", tinyMoE}, {"dense first, shared", dense1}, {"capacity", capped}} {
+	}{{"dropless", tinyMoE}, {"dense first, shared", dense1}, {"capacity", capped}, {"sigmoid top-3, capacity", sigmoid}} {
 		for _, dropout := range []float64{0, 0.2} {
 			t.Run(fmt.Sprintf("%s/dropout=%v", c.name, dropout), func(t *testing.T) {
 				cfg := c.cfg

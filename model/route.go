@@ -77,16 +77,43 @@ func chosen(sel []int32, e int) bool {
 	return false
 }
 
+// normalizeGates divides every token's K gates by their sum (a sigmoid
+// router's).
+func normalizeGates(gates []float32, N, K int) {
+	for t := 0; t < N; t++ {
+		g := gates[t*K : (t+1)*K]
+		var S float64
+		for _, v := range g {
+			S += float64(v)
+		}
+		for j := range g {
+			g[j] = float32(float64(g[j]) / S)
+		}
+	}
+}
+
 // auxLoss is the layer's load-balancing loss α·E·Σ_e f_e·P_e (f_e =
-// load_e/(N·K), P_e the mean probability of expert e).
-func auxLoss(r routing, probs []float32, N, E, K int, alpha float64) float64 {
+// load_e/(N·K), P_e the mean probability of expert e; a sigmoid router's
+// the mean of its scores normalised over the experts).
+func auxLoss(r routing, probs []float32, N, E, K int, alpha float64, sigmoid bool) float64 {
+	P := make([]float64, E) // E values: the layer's experts
+	for t := 0; t < N; t++ {
+		p := probs[t*E : (t+1)*E]
+		norm := 1.0
+		if sigmoid {
+			var s float64
+			for _, v := range p {
+				s += float64(v)
+			}
+			norm = 1 / s
+		}
+		for e, v := range p {
+			P[e] += float64(v) * norm
+		}
+	}
 	var l float64
 	for e := 0; e < E; e++ {
-		var P float64
-		for t := 0; t < N; t++ {
-			P += float64(probs[t*E+e])
-		}
-		l += auxF(r, e, N, K) * P / float64(N)
+		l += auxF(r, e, N, K) * P[e] / float64(N)
 	}
 	return alpha * float64(E) * l
 }

@@ -62,6 +62,8 @@ type Backend interface {
 	GroupedGemm(gs []GEMM)
 	RouterSoftmax(probs, logits []float32, N, E int)
 	RouterSoftmaxBackwardSet(dlogits, probs, dprobs []float32, N, E int)
+	RouterSigmoid(probs, logits []float32, N, E int)
+	RouterSigmoidBackwardSet(dlogits, probs, dprobs []float32, N, E int)
 	MoEDispatch(dst, src tensor.Buf, rows []int32, N, K, C int)
 	MoECombine(out, y []float32, gates []float32, rows []int32, N, K, C int)
 	MoECombineBackward(dyr, dgates, dy, y, gates []float32, rows []int32, N, K, C int)

@@ -105,6 +105,22 @@ func (k *Kernels) RouterSoftmaxBackwardSet(dlogits, probs, dprobs []float32, N, 
 	})
 }
 
+// RouterSigmoid is probs = σ(logits) element-wise (DeepSeek-V3's router
+// scores; in place allowed).
+func (k *Kernels) RouterSigmoid(probs, logits []float32, N, E int) {
+	for i, v := range logits[:N*E] {
+		probs[i] = float32(1 / (1 + math.Exp(-float64(v))))
+	}
+}
+
+// RouterSigmoidBackwardSet SETS dlogits = dp ⊙ s ⊙ (1 − s) for the scores s
+// (in place over dp allowed).
+func (k *Kernels) RouterSigmoidBackwardSet(dlogits, probs, dprobs []float32, N, E int) {
+	for i, s := range probs[:N*E] {
+		dlogits[i] = dprobs[i] * s * (1 - s)
+	}
+}
+
 // MoEDispatch copies token rows into expert order: dst row rows[t·K+j] =
 // src row t (C wide) for every kept assignment, in src's dtype (dst and
 // src of one dtype; a 16-bit row is copied bit for bit).

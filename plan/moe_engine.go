@@ -17,6 +17,9 @@ func engineMoE(c *arch.Config, m Model) {
 	e := *m.MoE
 	c.Experts, c.TopK, c.ExpertFFN, c.DenseFirst = e.Experts, e.TopK, e.FFN, e.DenseFirst
 	c.MoEEvery, c.CapacityFactor = max(1, e.Every), e.CapacityFactor
+	if e.Score == "sigmoid" {
+		c.RouterScore = "sigmoid"
+	}
 	if e.FFN > 0 {
 		c.SharedExperts = e.SharedFFN / e.FFN
 	}

@@ -23,7 +23,8 @@ import "fmt"
 // size (RoPE rotates channel pairs).
 //
 // A Llama with routed experts runs when its MoE layers are the engine's
-// (arch's moe.go): softmax router scores used as the gates, GShard's
+// (arch's moe.go): softmax router scores used as the gates (or sigmoid
+// scores normalised over the chosen experts), GShard's
 // capacity or dropless, shared experts, dense-first layers and an MoE
 // layer every moe_every; no router or expert biases, no shared-expert gate,
 // no group-limited routing, and tp = 1 (the engine does not split the
@@ -36,9 +37,9 @@ import "fmt"
 //	             Llama with biases or a head_dim other than hidden/heads
 //	precision    fp8
 //	cp           context parallelism
-//	model        multi-head latent attention; sigmoid routers, router
-//	             or expert biases, a shared-expert gate, group-limited
-//	             routing; experts under tp > 1
+//	model        multi-head latent attention; router or expert biases
+//	             (DeepSeek-V3's aux-loss-free bias), a shared-expert gate,
+//	             group-limited routing; experts under tp > 1
 //	ep, etp      expert parallelism
 //	schedule     dualpipe, dualpipev
 func EngineRefusals(m Model, p Plan) []string {
@@ -84,8 +85,8 @@ func engineMoERefusals(m Model, p Plan) []string {
 	if m.Family != Llama {
 		out = append(out, fmt.Sprintf("model %s: the engine's experts replace a Llama block's SwiGLU", m.Name))
 	}
-	if e.Score != "" && e.Score != "softmax" {
-		out = append(out, fmt.Sprintf("model %s: moe.score=%s: the engine's router scores by softmax", m.Name, e.Score))
+	if e.Score != "" && e.Score != "softmax" && e.Score != "sigmoid" {
+		out = append(out, fmt.Sprintf("model %s: moe.score=%s: the engine's router scores by softmax or sigmoid", m.Name, e.Score))
 	}
 	if e.RouterBias || e.ExpertBias || e.SharedGate {
 		out = append(out, fmt.Sprintf("model %s: router_bias=%v, expert_bias=%v, shared_gate=%v: the engine's MoE layer has no biases or shared-expert gate", m.Name, e.RouterBias, e.ExpertBias, e.SharedGate))

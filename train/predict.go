@@ -35,6 +35,9 @@ func planModel(m model.Config) plan.Model {
 			pm.Name = "trellis-moe"
 			pm.MoE = &plan.MoE{Experts: m.Experts, TopK: m.TopK, FFN: m.ExpertWidth(), SharedFFN: m.SharedWidth(),
 				DenseFirst: m.DenseFirst, Every: every, Phase: m.DenseFirst % every, CapacityFactor: m.CapacityFactor, Score: "softmax"}
+			if m.SigmoidRouter() {
+				pm.MoE.Score = "sigmoid"
+			}
 		}
 		return pm
 	}
