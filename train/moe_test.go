@@ -72,6 +72,18 @@ func TestMoEPlansMatchSingleDevice(t *testing.T) {
 			compareRuns(t, runJob(t, mixed(p), t.TempDir(), "", 0), mref)
 		})
 	}
+	// A sigmoid router (its gates normalised over the chosen experts).
+	sig := func(p string) Job {
+		j := moeJob(p, 3, 0.75)
+		j.Model.RouterScore = "sigmoid"
+		return j
+	}
+	sref := runJob(t, sig("dp=1"), t.TempDir(), "", 0)
+	for _, p := range []string{"dp=2,zero=1", "pp=2"} {
+		t.Run(p+"/router_score=sigmoid", func(t *testing.T) {
+			compareRuns(t, runJob(t, sig(p), t.TempDir(), "", 0), sref)
+		})
+	}
 	for _, p := range []string{"dp=2,zero=1", "pp=2"} {
 		t.Run(p+",precision=bf16", func(t *testing.T) {
 			r := ref(t, 0.75, ",precision=bf16")
