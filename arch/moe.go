@@ -93,6 +93,17 @@ func (c Config) Routed(n int) int {
 	return r
 }
 
+// ExpertRows is the rows an MoE layer's experts on one rank hold for n
+// tokens a rank: Routed(n), or under expert parallelism (ep > 1, which
+// needs a capacity) E·cap — each of its E/ep experts takes at most cap
+// rows from each of the ep ranks.
+func (c Config) ExpertRows(n, ep int) int {
+	if ep > 1 {
+		return c.Experts * c.Capacity(n)
+	}
+	return c.Routed(n)
+}
+
 // moeKeys checks the MoE keys: only a Llama has experts; with experts > 0
 // top_k is in [1, experts], the widths and counts non-negative,
 // dense_first at most layers, capacity_factor and aux_loss finite and
@@ -159,11 +170,9 @@ func (c Config) moeKeys() []error {
 // expert's matrix at a fixed stride.
 func (c Config) moeParams(n func(string) string) []tensorSpec {
 	C, E, Fe, Fs := c.Hidden, c.Experts, c.ExpertWidth(), c.SharedWidth()
-	t := []tensorSpec{
-		rep(n("mlp.gate.weight"), E, C),
-		rep(n("mlp.experts.gate_up_proj"), E, 2*Fe, C),
-		rep(n("mlp.experts.down_proj"), E, C, Fe),
-	}
+	gu, down := rep(n("mlp.experts.gate_up_proj"), E, 2*Fe, C), rep(n("mlp.experts.down_proj"), E, C, Fe)
+	gu.expert, down.expert = true, true
+	t := []tensorSpec{rep(n("mlp.gate.weight"), E, C), gu, down}
 	if Fs > 0 {
 		t = append(t, rep(n("mlp.shared_experts.gate_proj.weight"), Fs, C),
 			rep(n("mlp.shared_experts.up_proj.weight"), Fs, C),
@@ -182,15 +191,19 @@ func (c Config) moeParams(n func(string) string) []tensorSpec {
 //	mlp.experts.act      (R,F_e) operand, down_proj's input
 //	mlp.experts.y        (R,C) the experts' outputs, for the gates' gradient
 //	mlp.shared.gate_up   (n,2F_s) operand, mlp.shared.act (n,F_s) operand   with shared experts
+//
+// Under expert parallelism x, gate_up and act are the rank's experts'
+// rows received from the group (ExpertRows), y the rank's own tokens'
+// outputs sent back (R).
 func (c Config) moeSaved(d Dims) []Saved {
 	n := float64(d.B) * float64(d.T)
-	R := float64(c.Routed(d.B * d.T))
+	R, Rx := float64(c.Routed(d.B*d.T)), float64(c.ExpertRows(d.B*d.T, d.Part.EPDegree()))
 	C, E, Fe, Fs := float64(c.Hidden), float64(c.Experts), float64(c.ExpertWidth()), float64(c.SharedWidth())
 	s := []Saved{
 		{Name: "mlp.router.probs", Class: Exact, Elems: n * E},
-		{Name: "mlp.experts.x", Class: Operand, Elems: R * C},
-		{Name: "mlp.experts.gate_up", Class: Operand, Elems: 2 * R * Fe},
-		{Name: "mlp.experts.act", Class: Operand, Elems: R * Fe},
+		{Name: "mlp.experts.x", Class: Operand, Elems: Rx * C},
+		{Name: "mlp.experts.gate_up", Class: Operand, Elems: 2 * Rx * Fe},
+		{Name: "mlp.experts.act", Class: Operand, Elems: Rx * Fe},
 		{Name: "mlp.experts.y", Class: Exact, Elems: R * C},
 	}
 	if Fs > 0 {
@@ -201,31 +214,47 @@ func (c Config) moeSaved(d Dims) []Saved {
 }
 
 // MoEWorkspace are an MoE layer's scratch sizes for micro-batches of B
-// sequences (n = B·T, R = Routed(n)), carved in this order:
+// sequences (n = B·T, R = Routed(n), Rx = ExpertRows(n, ep)), carved in
+// this order:
 //
 //	F32    rows  max(R,n)·C  the backward's dispatched output gradient, then
 //	             input gradient; the forward's combine (n,C)
-//	       dact  R·F_e       (the forward's fp32 act under 16-bit)
-//	       dgu   2·R·F_e     (the forward's fp32 gate_up under 16-bit)
+//	       dact  Rx·F_e      (the forward's fp32 act under 16-bit)
+//	       dgu   2·Rx·F_e    (the forward's fp32 gate_up under 16-bit)
 //	       dp    n·E         the router's probability gradient
 //	       gates 2·n·k       every assignment's gate and its gradient
-//	Half   max(R·max(C, 2F_e), n·E) a grouped GEMM's (or the router's)
-//	             rounded output gradient, under a 16-bit policy
+//	       ep > 1: two Rx·C  the experts' rows in the group's order and in
+//	             expert order (received tokens, outputs, gradients), and
+//	             2E, the row counts sent to and received from each rank
+//	Half   max(Rx·max(C, 2F_e), n·E) a grouped GEMM's (or the router's)
+//	             rounded output gradient, under a 16-bit policy; with
+//	             ep > 1 R·C + Rx·C more, the tokens sent and received
 //	Route  (int32) 2·n·k + 2E + 1: every assignment's expert and row, the
-//	             experts' loads before capacity and their row offsets
+//	             experts' loads before capacity and their row offsets;
+//	             with ep > 1 Rx + E + 1 more, the received rows' places
+//	             in expert order and the local experts' offsets
 type MoEWorkspace struct{ F32, Half, Route float64 }
 
-// MoEScratch sizes an MoE layer's scratch (zero for a dense model).
-func (c Config) MoEScratch(B, T int, half bool) MoEWorkspace {
+// MoEScratch sizes an MoE layer's scratch on part d.Part (zero for a
+// dense model).
+func (c Config) MoEScratch(d Dims, half bool) MoEWorkspace {
 	if c.Experts <= 0 || c.MoELayers(0, c.Layers) == 0 {
 		return MoEWorkspace{}
 	}
-	n := float64(B) * float64(T)
-	R := float64(c.Routed(B * T))
+	ep := d.Part.EPDegree()
+	n := float64(d.B) * float64(d.T)
+	R, Rx := float64(c.Routed(d.B*d.T)), float64(c.ExpertRows(d.B*d.T, ep))
 	C, E, Fe, k := float64(c.Hidden), float64(c.Experts), float64(c.ExpertWidth()), float64(c.TopK)
-	w := MoEWorkspace{F32: max(R, n)*C + 3*R*Fe + n*E + 2*n*k, Route: 2*n*k + 2*E + 1}
+	w := MoEWorkspace{F32: max(R, n)*C + 3*Rx*Fe + n*E + 2*n*k, Route: 2*n*k + 2*E + 1}
+	if ep > 1 {
+		w.F32 += 2*Rx*C + 2*E
+		w.Route += Rx + E + 1
+	}
 	if half {
-		w.Half = max(R*max(C, 2*Fe), n*E)
+		w.Half = max(Rx*max(C, 2*Fe), n*E)
+		if ep > 1 {
+			w.Half += R*C + Rx*C
+		}
 	}
 	return w
 }

@@ -96,7 +96,7 @@ func (c Config) Workspace(d Dims, half bool, attnWorkers float64) Workspace {
 		w.Dy = BT * dyw
 		w.Vec = vec
 	}
-	mw := c.MoEScratch(d.B, d.T, half)
+	mw := c.MoEScratch(d, half)
 	w.Moe, w.MoeDy, w.Route = mw.F32, mw.Half, mw.Route
 	return w
 }

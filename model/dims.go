@@ -23,6 +23,7 @@ type dims struct {
 	tied    bool      // the LM head is unit 0's token embedding
 	eps     float32   // a Llama's RMSNorm ε
 	moe     moeLayer  // an MoE model's MoE layers (E = 0: none)
+	ep, epr int       // the expert-parallel degree and this rank's index in its group
 }
 
 func newDims(c Config, p Part) dims {
@@ -34,6 +35,7 @@ func newDims(c Config, p Part) dims {
 	if c.Experts > 0 {
 		d.moe = newMoE(c)
 	}
+	d.ep, d.epr = p.EPDegree(), p.EPRank
 	d.vlo = p.Rank * d.Vl
 	d.vn = max(0, min(d.Vl, c.Vocab-d.vlo))
 	return d
@@ -44,7 +46,7 @@ func (d dims) qkvW() int { return d.Cl + 2*d.KVl }
 
 // arch is the declarations' view of a pass of b sequences of T tokens.
 func (d dims) arch(b, T int) arch.Dims {
-	return arch.Dims{B: b, T: T, Part: Part{TP: d.t, Rank: d.r, SP: d.sp}, Flash: d.flash, Recompute: d.rc}
+	return arch.Dims{B: b, T: T, Part: Part{TP: d.t, Rank: d.r, SP: d.sp, EP: d.ep, EPRank: d.epr}, Flash: d.flash, Recompute: d.rc}
 }
 
 // sharesProbs says whether the layers of a stash share one

@@ -37,8 +37,7 @@ func (b llama) forward(m *GPT, s *Stash, w blockWeights, l int) error {
 	}
 	z = b.ln2.forward(m, a.ln2, a.res2, w.ln2w, nil, n)
 	if m.cfg.MoELayer(l) {
-		b.moe.forward(m, s, a.moe, out, a.res2, z, w.moe, m.drop.mlp[l], l)
-		return nil
+		return b.moe.forward(m, s, a.moe, out, a.res2, z, w.moe, m.drop.mlp[l], l)
 	}
 	return b.mlp.forward(m, s, a.mlp, out, a.res2, z, w.mlp, m.drop.mlp[l])
 }
@@ -54,7 +53,9 @@ func (b llama) backward(m *GPT, s *Stash, w blockWeights, g blockGrads, d *defer
 	var dz []float32
 	var err error
 	if m.cfg.MoELayer(l) {
-		dz = b.moe.backward(m, s, a.moe, m.branchGrad(s, m.drop.mlp[l]), a.ln2.out, w.moe, g.moe)
+		if dz, err = b.moe.backward(m, s, a.moe, m.branchGrad(s, m.drop.mlp[l]), a.ln2.out, w.moe, g.moe); err != nil {
+			return err
+		}
 	} else if dz, err = b.mlp.backward(m, s, a.mlp, m.branchGrad(s, m.drop.mlp[l]), a.ln2.out, w.mlp, g.mlp, d); err != nil {
 		return err
 	}

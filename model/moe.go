@@ -57,8 +57,16 @@ type moeGrads struct{ router, gu, down, sgu, sdown []float32 }
 type moeScratch struct {
 	rows, dact, dgu, dp, gates, dgates []float32
 	dy                                 tensor.Buf // 16-bit, nil in fp32
+	half                               []uint16   // the 16-bit scratch, carved into dy (and sendX, recvX)
 	r                                  routing
 	gemms                              []ops.GEMM // (E) a grouped call's products
+	// Expert parallelism (ep.go): the experts' rows in the group's order
+	// (grp) and in expert order (exp), the counts exchanged, the tokens
+	// sent and received, each received row's place in expert order and the
+	// local experts' row offsets.
+	grp, exp, counts []float32
+	sendX, recvX     tensor.Buf
+	perm, local      []int32
 }
 
 func newMoE(c Config) moeLayer {
@@ -106,9 +114,9 @@ func (l moeLayer) routeOf(m *GPT, a moeActs, n int) routing {
 }
 
 // forward is out = res + drop(MoE(z)) for block layer's norm output z.
-func (l moeLayer) forward(m *GPT, s *Stash, a moeActs, out, res []float32, z tensor.Buf, w moeWeights, site rng.Stream, layer int) {
+func (l moeLayer) forward(m *GPT, s *Stash, a moeActs, out, res []float32, z tensor.Buf, w moeWeights, site rng.Stream, layer int) error {
 	n := s.b * s.t
-	C, E, Fe := l.C, l.E, l.Fe
+	C, E := l.C, l.E
 	sc := &m.w.moe
 	m.k.Gemm(ops.GEMM{Layout: ops.NT, M: n, N: E, K: C, A: z.Head(n * C), LDA: C, B: w.router, LDB: C, C: a.probs[:n*E], LDC: E})
 	if l.sigmoid {
@@ -120,8 +128,33 @@ func (l moeLayer) forward(m *GPT, s *Stash, a moeActs, out, res []float32, z ten
 	if !s.eval && !m.rerun {
 		m.stats.add(layer, r, auxLoss(r, a.probs, n, E, l.K, l.alpha, l.sigmoid), l.alpha > 0)
 	}
+	if m.d.ep > 1 {
+		if err := l.forwardEP(m, a, z, w, r, n); err != nil {
+			return err
+		}
+	} else {
+		m.k.MoEDispatch(a.x, z, r.rows, n, l.K, C)
+		l.runExperts(m, a, w, r, a.y)
+	}
+	br := sc.rows[:n*C]
+	clear(br)
+	m.k.MoECombine(br, a.y, r.gates, r.rows, n, l.K, C)
+	if l.Fs > 0 {
+		l.sharedForward(m, a, br, z, w, n)
+	}
+	if m.useDropout(s) {
+		m.k.DropoutForward(m.dropoutAt(s, site), br, br, n*C)
+	}
+	m.k.ResidualForward(out, res, br, n*C)
+	return nil
+}
+
+// runExperts is the experts' SwiGLU over the rows of a.x grouped as r
+// (expert e's rows [offs[e], offs[e+1]), e a local expert), two grouped
+// GEMMs, the outputs into y.
+func (l moeLayer) runExperts(m *GPT, a moeActs, w moeWeights, r routing, y []float32) {
+	C, Fe, sc := l.C, l.Fe, &m.w.moe
 	R := r.kept()
-	m.k.MoEDispatch(a.x, z, r.rows, n, l.K, C)
 	gu := m.out(a.gu, sc.dgu, 2*R*Fe)
 	m.grouped(r, func(e, lo, hi int) ops.GEMM {
 		return ops.GEMM{Layout: ops.NT, M: hi - lo, N: 2 * Fe, K: C, A: a.x.Slice(lo*C, hi*C), LDA: C,
@@ -133,18 +166,8 @@ func (l moeLayer) forward(m *GPT, s *Stash, a moeActs, out, res []float32, z ten
 	m.keep(a.act, act, false)
 	m.grouped(r, func(e, lo, hi int) ops.GEMM {
 		return ops.GEMM{Layout: ops.NT, M: hi - lo, N: C, K: Fe, A: a.act.Slice(lo*Fe, hi*Fe), LDA: Fe,
-			B: expert(w.down, e, C, Fe), LDB: Fe, C: a.y[lo*C : hi*C], LDC: C}
+			B: expert(w.down, e, C, Fe), LDB: Fe, C: y[lo*C : hi*C], LDC: C}
 	})
-	br := sc.rows[:n*C]
-	clear(br)
-	m.k.MoECombine(br, a.y, r.gates, r.rows, n, l.K, C)
-	if l.Fs > 0 {
-		l.sharedForward(m, a, br, z, w, n)
-	}
-	if m.useDropout(s) {
-		m.k.DropoutForward(m.dropoutAt(s, site), br, br, n*C)
-	}
-	m.k.ResidualForward(out, res, br, n*C)
 }
 
 // sharedForward adds the shared experts' SwiGLU(z) to br (fp32 GEMM
@@ -163,15 +186,38 @@ func (l moeLayer) sharedForward(m *GPT, a moeActs, br []float32, z tensor.Buf, w
 // backward backpropagates dbr, the gradient of the branch before dropout,
 // to the norm output z: it returns dz (in dln), ACCUMULATING the layer's
 // weight gradients.
-func (l moeLayer) backward(m *GPT, s *Stash, a moeActs, dbr []float32, z tensor.Buf, w moeWeights, g moeGrads) []float32 {
+func (l moeLayer) backward(m *GPT, s *Stash, a moeActs, dbr []float32, z tensor.Buf, w moeWeights, g moeGrads) ([]float32, error) {
 	n := s.b * s.t
-	C, K, Fe := l.C, l.K, l.Fe
+	C, K := l.C, l.K
 	sc := &m.w.moe
 	r := l.routeOf(m, a, n)
 	R := r.kept()
 	dy := sc.rows[:R*C]
 	m.k.MoECombineBackward(dy, sc.dgates, dbr, a.y, r.gates, r.rows, n, K, C)
-	d := m.moeRounded(dy)
+	if m.d.ep > 1 {
+		if err := l.backwardEP(m, a, w, g, r); err != nil {
+			return nil, err
+		}
+	} else {
+		l.expertsBackward(m, a, w, g, r, dy)
+	}
+	dz := m.w.dln[:n*C]
+	clear(dz)
+	m.k.MoECombine(dz, sc.rows, nil, r.rows, n, K, C)
+	l.routerBackward(m, s, a, r, dz, z, w, g, n)
+	if l.Fs > 0 {
+		l.sharedBackward(m, a, dbr, dz, z, w, g, n)
+	}
+	return dz, nil
+}
+
+// expertsBackward backpropagates the experts' output gradients dy (their
+// rows grouped as r) to their input gradients, written over dy, and
+// ACCUMULATES their weight gradients: two grouped GEMMs a projection.
+func (l moeLayer) expertsBackward(m *GPT, a moeActs, w moeWeights, g moeGrads, r routing, dy []float32) {
+	C, Fe, sc := l.C, l.Fe, &m.w.moe
+	R := r.kept()
+	d := m.moeRounded(dy[:R*C])
 	dact := sc.dact[:R*Fe]
 	m.grouped(r, func(e, lo, hi int) ops.GEMM {
 		return ops.GEMM{Layout: ops.NN, M: hi - lo, N: Fe, K: C, A: d.Slice(lo*C, hi*C), LDA: C,
@@ -185,7 +231,7 @@ func (l moeLayer) backward(m *GPT, s *Stash, a moeActs, dbr []float32, z tensor.
 	gu := m.vals(a.gu, dgu, 2*R*Fe)
 	m.k.SwiGLUBackwardSet(dgu, gu, dact, R, Fe)
 	d = m.moeRounded(dgu)
-	dx := sc.rows[:R*C]
+	dx := dy[:R*C] // dy is spent
 	m.grouped(r, func(e, lo, hi int) ops.GEMM {
 		return ops.GEMM{Layout: ops.NN, M: hi - lo, N: C, K: 2 * Fe, A: d.Slice(lo*2*Fe, hi*2*Fe), LDA: 2 * Fe,
 			B: expert(w.gu, e, 2*Fe, C), LDB: C, C: dx[lo*C : hi*C], LDC: C}
@@ -194,14 +240,6 @@ func (l moeLayer) backward(m *GPT, s *Stash, a moeActs, dbr []float32, z tensor.
 		return ops.GEMM{Layout: ops.TN, M: 2 * Fe, N: C, K: hi - lo, A: d.Slice(lo*2*Fe, hi*2*Fe), LDA: 2 * Fe,
 			B: a.x.Slice(lo*C, hi*C), LDB: C, C: expertF(g.gu, e, 2*Fe, C), LDC: C, Acc: true}
 	})
-	dz := m.w.dln[:n*C]
-	clear(dz)
-	m.k.MoECombine(dz, dx, nil, r.rows, n, K, C)
-	l.routerBackward(m, s, a, r, dz, z, w, g, n)
-	if l.Fs > 0 {
-		l.sharedBackward(m, a, dbr, dz, z, w, g, n)
-	}
-	return dz
 }
 
 // routerBackward adds the router's share to dz: the gates' gradients and
