@@ -176,3 +176,19 @@ func TestMoEMixedMemoryPredicted(t *testing.T) {
 		})
 	}
 }
+
+// The end-of-run report names every MoE block's load and drops.
+func TestMoEReport(t *testing.T) {
+	var out bytes.Buffer
+	j := moeJob("dp=1", 2, 0.75)
+	j.Train.Steps = 2
+	if _, err := Run(context.Background(), Options{Job: j, Out: &out}); err != nil {
+		t.Fatal(err)
+	}
+	txt := out.String()
+	for _, want := range []string{"experts over the last step", "block 0: ", "block 1: ", "dropped"} {
+		if !bytes.Contains([]byte(txt), []byte(want)) {
+			t.Errorf("report lacks %q:\n%s", want, txt)
+		}
+	}
+}

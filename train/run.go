@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"trellis/metrics"
 
 	"trellis/checkpoint"
 	"trellis/comm"
@@ -58,17 +59,19 @@ type Options struct {
 
 // Summary is what a run reports at its end.
 type Summary struct {
-	FirstStep, LastStep int     // steps completed before and after this run
-	Loss                float64 // training loss of the last step
-	ValLoss             float64 // last validation loss (NaN: none)
-	TokensPerSec        float64 // median over the run's steps
-	MFU                 float64 // median
-	Ranks               []RankStats
-	Checkpoint          string // the last checkpoint written ("" if none)
-	Sample              string // the last generated sample
-	Plan                string
-	StepSeconds         float64 // median step time
-	ExposedSeconds      float64 // median over steps of the ranks' mean wait for collectives
+	FirstStep, LastStep int // steps completed before and after this run
+	// Experts is an MoE model's routing over the last step (nil: dense).
+	Experts        *metrics.Experts
+	Loss           float64 // training loss of the last step
+	ValLoss        float64 // last validation loss (NaN: none)
+	TokensPerSec   float64 // median over the run's steps
+	MFU            float64 // median
+	Ranks          []RankStats
+	Checkpoint     string // the last checkpoint written ("" if none)
+	Sample         string // the last generated sample
+	Plan           string
+	StepSeconds    float64 // median step time
+	ExposedSeconds float64 // median over steps of the ranks' mean wait for collectives
 	// Medians over steps of the ranks' mean compute, bubble and misc
 	// (train/split.go).
 	ComputeSeconds, BubbleSeconds, MiscSeconds float64
