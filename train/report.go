@@ -29,16 +29,17 @@ type reporter struct {
 	bar        *progressbar.ProgressBar
 	tps, mfu   []float64
 	steps      []time.Duration
-	exposed    []float64        // per step: the ranks' mean wait for collectives, seconds
-	waitSoFar  float64          // the ranks' mean cumulative wait after the last step
-	parts      [][3]float64     // per step: the ranks' mean compute, bubble and misc, seconds
-	partsSoFar [3]float64       // their cumulative means after the last step
-	pred       *Prediction      // the planner's prediction (nil: none)
-	metricsErr error            // the first failed metrics write (reported once)
-	budget     int64            // bytes per device, 0: none
-	skipped    int              // fp16: steps skipped for overflowing gradients
-	scale      float64          // fp16: the loss scale of the last step
-	experts    *metrics.Experts // an MoE model's routing over the last step
+	exposed    []float64    // per step: the ranks' mean wait for collectives, seconds
+	waitSoFar  float64      // the ranks' mean cumulative wait after the last step
+	parts      [][3]float64 // per step: the ranks' mean compute, bubble and misc, seconds
+	partsSoFar [3]float64   // their cumulative means after the last step
+	pred       *Prediction  // the planner's prediction (nil: none)
+	metricsErr error        // the first failed metrics write (reported once)
+	budget     int64        // bytes per device, 0: none
+	skipped    int          // fp16: steps skipped for overflowing gradients
+	scale      float64      // fp16: the loss scale of the last step
+
+	experts *metrics.Experts // an MoE model's routing over the last step
 }
 
 func newReporter(o Options, s settings, r *rank, start, end int) *reporter {

@@ -10,12 +10,12 @@ import (
 	"slices"
 	"sync"
 	"time"
-	"trellis/metrics"
 
 	"trellis/checkpoint"
 	"trellis/comm"
 	"trellis/comm/local"
 	"trellis/data"
+	"trellis/metrics"
 )
 
 // Options is everything Run needs.
@@ -59,19 +59,17 @@ type Options struct {
 
 // Summary is what a run reports at its end.
 type Summary struct {
-	FirstStep, LastStep int // steps completed before and after this run
-	// Experts is an MoE model's routing over the last step (nil: dense).
-	Experts        *metrics.Experts
-	Loss           float64 // training loss of the last step
-	ValLoss        float64 // last validation loss (NaN: none)
-	TokensPerSec   float64 // median over the run's steps
-	MFU            float64 // median
-	Ranks          []RankStats
-	Checkpoint     string // the last checkpoint written ("" if none)
-	Sample         string // the last generated sample
-	Plan           string
-	StepSeconds    float64 // median step time
-	ExposedSeconds float64 // median over steps of the ranks' mean wait for collectives
+	FirstStep, LastStep int     // steps completed before and after this run
+	Loss                float64 // training loss of the last step
+	ValLoss             float64 // last validation loss (NaN: none)
+	TokensPerSec        float64 // median over the run's steps
+	MFU                 float64 // median
+	Ranks               []RankStats
+	Checkpoint          string // the last checkpoint written ("" if none)
+	Sample              string // the last generated sample
+	Plan                string
+	StepSeconds         float64 // median step time
+	ExposedSeconds      float64 // median over steps of the ranks' mean wait for collectives
 	// Medians over steps of the ranks' mean compute, bubble and misc
 	// (train/split.go).
 	ComputeSeconds, BubbleSeconds, MiscSeconds float64
@@ -81,6 +79,8 @@ type Summary struct {
 	// last step ran at (0: not fp16).
 	SkippedSteps int
 	LossScale    float64
+	// Experts is an MoE model's routing over the last step (nil: dense).
+	Experts *metrics.Experts
 }
 
 // RankStats is one rank's memory and communication over the run.
