@@ -78,6 +78,25 @@ type Config struct {
 	// TieEmbeddings ties the LM head to the token embedding (GPT-2's is
 	// always tied; Llama's is its own unless this is set).
 	TieEmbeddings bool `toml:"tie_embeddings" json:"tie_embeddings,omitempty"`
+
+	// Mixture of experts (a Llama's; moe.go). Experts is E, the routed
+	// experts of an MoE layer (0: a dense model); TopK is k, the experts
+	// each token uses; ExpertFFN is F_e, an expert's SwiGLU width (0:
+	// ffn_hidden); SharedExperts experts of width F_e every token passes
+	// through; layer l ≥ DenseFirst is an MoE layer when MoEEvery (0: 1)
+	// divides l − DenseFirst; CapacityFactor c > 0 caps an expert at
+	// ⌈c·n·k/E⌉ of a micro-batch's n tokens (0: dropless); RouterScore is
+	// the router's scoring ("softmax", the default); AuxLoss is the
+	// load-balancing loss's coefficient α.
+	Experts        int     `toml:"experts" json:"experts,omitempty"`
+	TopK           int     `toml:"top_k" json:"top_k,omitempty"`
+	ExpertFFN      int     `toml:"expert_ffn_hidden" json:"expert_ffn_hidden,omitempty"`
+	SharedExperts  int     `toml:"shared_experts" json:"shared_experts,omitempty"`
+	MoEEvery       int     `toml:"moe_every" json:"moe_every,omitempty"`
+	DenseFirst     int     `toml:"dense_first" json:"dense_first,omitempty"`
+	CapacityFactor float64 `toml:"capacity_factor" json:"capacity_factor,omitempty"`
+	RouterScore    string  `toml:"router_score" json:"router_score,omitempty"`
+	AuxLoss        float64 `toml:"aux_loss" json:"aux_loss,omitempty"`
 }
 
 // Defaults of the Llama keys.
@@ -154,6 +173,12 @@ func (c Config) Canonical() Config {
 		return c
 	}
 	c.KVHeads, c.FFN, c.RopeTheta, c.NormEps = c.KV(), c.FFNWidth(), c.Theta(), c.Eps()
+	if c.Experts > 0 {
+		c.ExpertFFN, c.MoEEvery = c.ExpertWidth(), max(1, c.MoEEvery)
+		if c.RouterScore == "" {
+			c.RouterScore = "softmax"
+		}
+	}
 	return c
 }
 
@@ -183,6 +208,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("model.arch=%q: want gpt2 or llama", c.Arch))
 	}
+	errs = append(errs, c.moeKeys()...)
 	if len(errs) == 0 {
 		if _, ok := c.numParams(); !ok {
 			errs = append(errs, fmt.Errorf("model: %v has more parameters than a 64-bit count holds (%s %v)", c, c.paramFormula(), checked.ErrOverflow))
@@ -246,8 +272,13 @@ func (c Config) String() string {
 	if !c.IsLlama() {
 		return s
 	}
-	return fmt.Sprintf("arch=llama %s kv_heads=%d ffn_hidden=%d rope_theta=%g norm_eps=%g tie_embeddings=%v",
+	s = fmt.Sprintf("arch=llama %s kv_heads=%d ffn_hidden=%d rope_theta=%g norm_eps=%g tie_embeddings=%v",
 		s, c.KV(), c.FFNWidth(), c.Theta(), c.Eps(), c.TieEmbeddings)
+	if c.Experts > 0 {
+		s += fmt.Sprintf(" experts=%d top_k=%d expert_ffn_hidden=%d shared_experts=%d moe_every=%d dense_first=%d capacity_factor=%g aux_loss=%g",
+			c.Experts, c.TopK, c.ExpertWidth(), c.SharedExperts, max(1, c.MoEEvery), c.DenseFirst, c.CapacityFactor, c.AuxLoss)
+	}
+	return s
 }
 
 // paramTerms are NumParams' terms, each a product of sizes: GPT-2's
@@ -259,7 +290,12 @@ func (c Config) paramTerms() [][]int64 {
 		return [][]int64{{V, C}, {int64(c.SeqLen), C}, {2, C}, {L, 12, C, C}, {L, 13, C}}
 	}
 	HS, NH, KV, F := int64(c.HeadSize()), int64(c.Heads), int64(c.KV()), int64(c.FFNWidth())
-	t := [][]int64{{V, C}, {C}, {L, 2, C}, {L, C, NH + 2*KV, HS}, {L, NH, HS, C}, {L, 3, C, F}}
+	Lm := int64(c.MoELayers(0, c.Layers))
+	t := [][]int64{{V, C}, {C}, {L, 2, C}, {L, C, NH + 2*KV, HS}, {L, NH, HS, C}, {L - Lm, 3, C, F}}
+	if Lm > 0 {
+		E, Fe, Fs := int64(c.Experts), int64(c.ExpertWidth()), int64(c.SharedWidth())
+		t = append(t, []int64{Lm, E, C}, []int64{Lm, E, 3, C, Fe}, []int64{Lm, 3, C, Fs})
+	}
 	if !c.Tied() {
 		t = append(t, []int64{V, C})
 	}
@@ -270,6 +306,9 @@ func (c Config) paramTerms() [][]int64 {
 func (c Config) paramFormula() string {
 	if !c.IsLlama() {
 		return "V·C + T·C + L·(12C²+13C) + 2C"
+	}
+	if c.Experts > 0 {
+		return "V·C (twice untied) + C + L·(2C + C·(NH+2·NKV)·HS + NH·HS·C) + L_dense·3·C·F + L_moe·(E·C + 3·E·C·F_e + 3·C·F_s)"
 	}
 	return "V·C (twice untied) + C + L·(2C + C·(NH+2·NKV)·HS + NH·HS·C + 3·C·F)"
 }
@@ -329,11 +368,17 @@ func (c Config) NumParams() int {
 // token and layer in the forward pass, twice that in the backward,
 // counted over the full T×T scores (the usual convention, as in PaLM and
 // llm.c, although the causal mask lets kernels skip about half).
+// An MoE model's N counts the parameters a token uses (moe.go: the
+// router, its k experts and the shared ones, not all E).
 // MFU = tokens/s · FLOPsPerToken / peak FLOP/s.
 func (c Config) FLOPsPerToken() float64 {
 	n := float64(c.NumParams())
 	if !c.Tied() {
 		n -= float64(c.Vocab) * float64(c.Hidden)
+	}
+	if lm := float64(c.MoELayers(0, c.Layers)); lm > 0 { // a token runs its k experts, not all E
+		C, E, Fe, Fs := float64(c.Hidden), float64(c.Experts), float64(c.ExpertWidth()), float64(c.SharedWidth())
+		n += lm * (c.moeActiveParams() - (E*C + 3*E*C*Fe + 3*C*Fs))
 	}
 	return 6*n + 12*float64(c.Layers)*float64(c.SeqLen)*float64(c.Hidden)
 }

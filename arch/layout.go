@@ -142,13 +142,20 @@ func (t Tensor) Valid() int {
 
 // LargestUnit is the size of part p's largest unit — the embedding, a
 // block or the head (all blocks are alike) — in parameters, for any
-// number of layers without building the whole layout.
+// number of layers without building the whole layout (an MoE model's
+// largest block, MoE or dense).
 func (c Config) LargestUnit(p Part) float64 {
 	one := c
-	one.Layers = 1
+	one.Layers, one.DenseFirst = 1, 0
 	n := 0
 	for _, u := range one.PartLayout(p).Units {
 		n = max(n, u.Size)
+	}
+	if c.Experts > 0 { // an MoE model's dense blocks too
+		one.DenseFirst = 1
+		for _, u := range one.PartLayout(p).Units {
+			n = max(n, u.Size)
+		}
 	}
 	return float64(n)
 }

@@ -35,17 +35,22 @@ func (c Config) llamaParams() []unitSpec {
 	units := []unitSpec{{"embedding", []tensorSpec{vocab("embed_tokens.weight")}}}
 	for l := 0; l < L; l++ {
 		n := func(s string) string { return fmt.Sprintf("layers.%d.%s", l, s) }
-		units = append(units, unitSpec{fmt.Sprintf("layers.%d", l), []tensorSpec{
+		ts := []tensorSpec{
 			rep(n("input_layernorm.weight"), C),
 			shard(n("self_attn.q_proj.weight"), 0, q, C),
 			shard(n("self_attn.k_proj.weight"), 0, kv, C),
 			shard(n("self_attn.v_proj.weight"), 0, kv, C),
 			shard(n("self_attn.o_proj.weight"), 1, C, q),
 			rep(n("post_attention_layernorm.weight"), C),
-			shard(n("mlp.gate_proj.weight"), 0, F, C),
-			shard(n("mlp.up_proj.weight"), 0, F, C),
-			shard(n("mlp.down_proj.weight"), 1, C, F),
-		}})
+		}
+		if c.MoELayer(l) {
+			ts = append(ts, c.moeParams(n)...)
+		} else {
+			ts = append(ts, shard(n("mlp.gate_proj.weight"), 0, F, C),
+				shard(n("mlp.up_proj.weight"), 0, F, C),
+				shard(n("mlp.down_proj.weight"), 1, C, F))
+		}
+		units = append(units, unitSpec{fmt.Sprintf("layers.%d", l), ts})
 	}
 	head := []tensorSpec{rep("norm.weight", C)}
 	if !c.Tied() {
@@ -98,6 +103,14 @@ func (c Config) llamaBlockSaved(d Dims) []Saved {
 		{Name: "mlp.gate_up", Class: Operand, Elems: 2 * BT * F},
 		{Name: "mlp.act", Class: Operand, Elems: BT * F},
 	}
+}
+
+// llamaMoESaved is what an MoE Llama block keeps: the attention half of
+// llamaBlockSaved (through post_attention_layernorm) and the MoE layer's
+// moeSaved in place of the SwiGLU's.
+func (c Config) llamaMoESaved(d Dims) []Saved {
+	s := c.llamaBlockSaved(d)
+	return append(s[:len(s)-2:len(s)-2], c.moeSaved(d)...)
 }
 
 // llamaHeadSaved declares what the head keeps: the final RMSNorm's output

@@ -29,7 +29,14 @@ type Part struct {
 	TP   int  // tensor-parallel degree t (0 or 1: none)
 	Rank int  // this rank's index in its tensor-parallel group
 	SP   bool // sequence parallelism (needs TP > 1)
+	// EP is the expert-parallel degree (0 or 1: none), EPRank this rank's
+	// index in its expert-parallel group: it holds experts
+	// [EPRank·E/EP, (EPRank+1)·E/EP) of every MoE layer (moe.go).
+	EP, EPRank int
 }
+
+// EPDegree is the expert-parallel degree (1 for the zero value).
+func (p Part) EPDegree() int { return max(1, p.EP) }
 
 // Degree is t (1 for the zero value).
 func (p Part) Degree() int { return max(1, p.TP) }
@@ -61,6 +68,12 @@ func (p Part) Validate(c Config) error {
 		}
 	case c.Hidden > 0 && (4*c.Hidden)%t != 0:
 		errs = append(errs, fmt.Errorf("tp=%d does not divide the MLP width 4·model.hidden=%d", t, 4*c.Hidden))
+	}
+	if ep := p.EPDegree(); ep > 1 || p.EP < 0 {
+		errs = append(errs, p.validateEP(c)...)
+	}
+	if c.Experts > 0 && t > 1 {
+		errs = append(errs, fmt.Errorf("tp=%d with model.experts=%d: the engine runs MoE layers unsplit (expert tensor parallelism is not implemented)", t, c.Experts))
 	}
 	if p.SP && t == 1 {
 		errs = append(errs, errors.New("sp=on needs tp > 1 (sequence parallelism splits the tensor-parallel group's tokens)"))
@@ -131,4 +144,28 @@ func (s Slice) Runs(n int, fn func(local, global, length int)) {
 			idx[i] = 0
 		}
 	}
+}
+
+// validateEP checks expert parallelism against c: an MoE model whose
+// experts ep divides, its rank in range, and capacity routing (the
+// dispatch buffers are sized by capacity: an expert receives at most cap
+// rows from each of the ep ranks).
+func (p Part) validateEP(c Config) []error {
+	ep := p.EPDegree()
+	switch {
+	case p.EP < 0:
+		return []error{fmt.Errorf("ep=%d must be positive", p.EP)}
+	case c.Experts <= 0:
+		return []error{fmt.Errorf("ep=%d without model.experts: expert parallelism splits the experts", ep)}
+	case p.EPRank < 0 || p.EPRank >= ep:
+		return []error{fmt.Errorf("model: expert-parallel rank %d is not in [0, ep=%d)", p.EPRank, ep)}
+	}
+	var errs []error
+	if c.Experts%ep != 0 {
+		errs = append(errs, fmt.Errorf("ep=%d does not divide model.experts=%d", ep, c.Experts))
+	}
+	if c.CapacityFactor <= 0 {
+		errs = append(errs, fmt.Errorf("ep=%d needs model.capacity_factor > 0: the engine sizes the experts' dispatch buffers by their capacity (dropless expert parallelism is not implemented)", ep))
+	}
+	return errs
 }

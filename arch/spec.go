@@ -15,6 +15,9 @@ type tensorSpec struct {
 	name  string
 	shape []int
 	tp    Placement
+	// expert: a stack of the experts' matrices (E, ·, ·), split on its
+	// first dimension over the expert-parallel group (Part.EP).
+	expert bool
 }
 
 // Placement is how a tensor lies on the tensor-parallel axis of t ranks:
@@ -48,6 +51,16 @@ func shardView(name string, view []int, dim int, shape ...int) tensorSpec {
 func (s tensorSpec) place(p Part) Tensor {
 	t := Tensor{Name: s.name, Shape: append([]int(nil), s.shape...)}
 	deg, r := p.Degree(), p.Rank
+	if s.expert {
+		deg = 1 // experts are not split by tp (Part.Validate)
+		if ep := p.EPDegree(); ep > 1 {
+			per := s.shape[0] / ep
+			t.Shape[0] = per
+			offs, exts := make([]int, len(s.shape)), append([]int(nil), s.shape...)
+			offs[0], exts[0] = p.EPRank*per, per
+			t.Global = Slice{View: append([]int(nil), s.shape...), Off: offs, Ext: exts}
+		}
+	}
 	switch {
 	case deg == 1:
 	case !s.tp.Shard:

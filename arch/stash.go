@@ -158,6 +158,15 @@ func (c Config) BlockSaved(d Dims) []Saved {
 	}
 }
 
+// BlockSavedAt is what block l keeps: BlockSaved, or an MoE layer's
+// (llamaMoESaved).
+func (c Config) BlockSavedAt(d Dims, l int) []Saved {
+	if c.MoELayer(l) {
+		return c.llamaMoESaved(d)
+	}
+	return c.BlockSaved(d)
+}
+
 // HeadSaved declares what the head keeps between its forward and its
 // backward: the final norm's output (operand) and statistics, the softmax
 // of the rank's V' logit columns and the per-token losses (a Llama's:
@@ -260,11 +269,59 @@ func (c Config) BlocksElems(d Dims, k int, half bool) Elems {
 	return e
 }
 
+// BlocksElemsAt is what a stash keeps for blocks [lo, hi)' activations,
+// each block its own kind (BlockSavedAt: dense or MoE), shared as
+// BlocksElems shares them: under full recomputation one block of each kind
+// the range holds, under selective one probabilities buffer. For a model
+// whose blocks are alike it is BlocksElems(d, hi−lo, half).
+func (c Config) BlocksElemsAt(d Dims, lo, hi int, half bool) Elems {
+	var e Elems
+	if hi <= lo {
+		return e
+	}
+	if d.Recompute == RecomputeFull {
+		seen := map[bool]bool{}
+		for l := lo; l < hi; l++ {
+			if k := c.MoELayer(l); !seen[k] {
+				seen[k] = true
+				e.add(c.BlockSavedAt(d, l), half, 1)
+			}
+		}
+		return e
+	}
+	shared := false
+	for l := lo; l < hi; l++ {
+		for _, s := range c.BlockSavedAt(d, l) {
+			if s.Role == Probs && d.SharesProbs() {
+				if shared {
+					continue
+				}
+				shared = true
+			}
+			e.add([]Saved{s}, half, 1)
+		}
+	}
+	return e
+}
+
+// StageStashAt is StageStash for the blocks [lo, hi) (BlocksElemsAt).
+func (c Config) StageStashAt(d Dims, lo, hi int, head, half bool) Elems {
+	e := c.BlocksElemsAt(d, lo, hi, half)
+	e.F32 += float64(hi-lo+1) * d.tokensF() * float64(c.Hidden)
+	if head {
+		h := Sum(c.HeadSaved(d), half)
+		e.F32, e.Half = e.F32+h.F32, e.Half+h.Half
+	}
+	return e
+}
+
 // StageStash is the element count of the stash of a pipeline stage
 // holding k blocks: its k+1 residual streams (the blocks' inputs and the
 // last one's output, (n,C) fp32 each), the blocks' activations and, with
 // the head, the head's. The whole model's stash is StageStash(L, true).
-// Its (B,T) input and target token ids (int32) are TokenBytes.
+// Its (B,T) input and target token ids (int32) are TokenBytes. Its blocks
+// are counted alike (BlockSaved); a model with MoE layers needs
+// StageStashAt.
 func (c Config) StageStash(d Dims, k int, head, half bool) Elems {
 	e := c.BlocksElems(d, k, half)
 	e.F32 += float64(k+1) * d.tokensF() * float64(c.Hidden)

@@ -9,15 +9,17 @@ type Workspace struct {
 	Vec, Rope                       float64
 	Ring                            float64 // cp > 1: the ring attention's blocks (RingElems)
 	X, Dy                           float64 // 16-bit
+	// An MoE layer's scratch (MoEScratch): Moe fp32, MoeDy 16-bit, Route int32.
+	Moe, MoeDy, Route float64
 }
 
 // F32 is the count of fp32 elements.
 func (w Workspace) F32() float64 {
-	return w.Dres + w.Dln + w.Big + w.Scratch + w.Branch + w.Gath + w.Dlnl + w.LnGrad + w.CE + w.Vec + w.Rope + w.Ring
+	return w.Dres + w.Dln + w.Big + w.Scratch + w.Branch + w.Gath + w.Dlnl + w.LnGrad + w.CE + w.Vec + w.Rope + w.Ring + w.Moe
 }
 
 // Bytes is what the workspace tag holds: 4 per fp32 element, 2 per 16-bit one.
-func (w Workspace) Bytes() float64 { return 4*w.F32() + 2*(w.X+w.Dy) }
+func (w Workspace) Bytes() float64 { return 4*w.F32() + 2*(w.X+w.Dy+w.MoeDy) + 4*w.Route }
 
 // Workspace sizes the scratch of passes of micro-batches of d.B sequences
 // of d.T tokens on part d.Part (n = B·T, B·T/t with SP; t the
@@ -47,7 +49,9 @@ func (w Workspace) Bytes() float64 { return 4*w.F32() + 2*(w.X+w.Dy) }
 // widest is max(C, 2F', Q'+2·KV', V')), 2 bytes each, plus vec fp32 (a
 // unit's vectors widened: GPT-2's 13C — a block's 7C + 3C' + F, or ln_f's
 // 2C —, a Llama's 2C). For GPT-2 with t = 1 in fp32: 2·BTC + max(BTV,
-// 8·BTC) + scratch (+ BTC with dropout). In float64, so that the estimate
+// 8·BTC) + scratch (+ BTC with dropout). A model with MoE layers adds
+// MoEScratch's (moe, moeDy, route) and counts its shared experts' SwiGLU
+// (width F_s) in big and dy as the dense one's. In float64, so that the estimate
 // a job is refused by before anything is allocated cannot overflow.
 func (c Config) Workspace(d Dims, half bool, attnWorkers float64) Workspace {
 	t := float64(d.Part.Degree())
@@ -61,6 +65,9 @@ func (c Config) Workspace(d Dims, half bool, attnWorkers float64) Workspace {
 		Q, KV, F, _, _ := c.llamaLocal(d.Part)
 		mid = max(3*BT*F, 2*BT*(Q+2*KV)+2*BT*Q)
 		dyw, vec = max(C, 2*F, Q+2*KV, V), 2*C
+		if Fs := float64(c.SharedWidth()); Fs > 0 && c.MoELayers(0, c.Layers) > 0 { // the shared experts' SwiGLU runs as the dense one
+			mid, dyw = max(mid, 3*BT*Fs), max(dyw, 2*Fs)
+		}
 	} else {
 		_, F, _, _ := c.localF(d.Part)
 		mid = 2 * BT * F
@@ -93,6 +100,8 @@ func (c Config) Workspace(d Dims, half bool, attnWorkers float64) Workspace {
 		w.Dy = BT * dyw
 		w.Vec = vec
 	}
+	mw := c.MoEScratch(d, half)
+	w.Moe, w.MoeDy, w.Route = mw.F32, mw.Half, mw.Route
 	return w
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"trellis/model"
 	"trellis/safetensors"
 )
 
@@ -119,5 +120,15 @@ func TestReadRefuses(t *testing.T) {
 	}, "", "")
 	if m, err := Read(filepath.Join(ok, WeightsFile)); err != nil || m.W[len(m.W)-1] != w[len(w)-1] {
 		t.Fatalf("unprefixed names with a tied lm_head: %v", err)
+	}
+}
+
+// An MoE model is refused by Write, naming the key, rather than written
+// as a LlamaForCausalLM without its experts.
+func TestWriteRefusesExperts(t *testing.T) {
+	cfg := model.Config{Arch: "llama", Layers: 1, Hidden: 8, Heads: 2, SeqLen: 4, Vocab: 11, Experts: 2, TopK: 1, ExpertFFN: 4}
+	err := Write(t.TempDir(), Model{Config: cfg, W: make([]float32, cfg.NumParams())}, safetensors.F32)
+	if err == nil || !strings.Contains(err.Error(), "model.experts=2: export of mixture-of-experts models is not implemented") {
+		t.Errorf("Write of an MoE model: %v", err)
 	}
 }

@@ -43,6 +43,9 @@ func Write(dir string, m Model, dtype safetensors.DType) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	if cfg.Experts > 0 {
+		return fmt.Errorf("hf: model.experts=%d: export of mixture-of-experts models is not implemented (LlamaForCausalLM has no experts; the checkpoint holds them)", cfg.Experts)
+	}
 	lay := cfg.Layout()
 	if len(w) != lay.Size {
 		return fmt.Errorf("hf: %d weights, the model has %d", len(w), lay.Size)

@@ -33,6 +33,23 @@ type Line struct {
 	// Sample is the text generated at this step (the prompt and what
 	// followed), when one was.
 	Sample *string `json:"sample,omitempty"`
+	// Experts is an MoE model's routing over the step (absent for a
+	// dense model).
+	Experts *Experts `json:"experts,omitempty"`
+}
+
+// Experts is an MoE model's routing over one step, summed over every
+// rank's training micro-batches: for MoE block Layers[i], Load[i][e] the
+// assignments (token, slot) its router gave expert e — before capacity:
+// a step routes tokens·top_k of them per block — and Dropped[i][e] those
+// past the expert's capacity (zero when dropless). AuxLoss is the mean
+// over the step's micro-batches of the blocks' load-balancing losses
+// (α·E·Σ_e f_e·P_e each, α included; 0 with aux_loss = 0).
+type Experts struct {
+	Layers  []int     `json:"layers"`
+	Load    [][]int64 `json:"load"`
+	Dropped [][]int64 `json:"dropped"`
+	AuxLoss float64   `json:"aux_loss"`
 }
 
 // RunHeader is what a run is: its plan, model and size.

@@ -23,6 +23,8 @@ type dims struct {
 	tied    bool      // the LM head is unit 0's token embedding
 	eps     float32   // a Llama's RMSNorm ε
 	cp      int       // the context-parallel degree (0: none)
+	moe     moeLayer  // an MoE model's MoE layers (E = 0: none)
+	ep, epr int       // the expert-parallel degree and this rank's index in its group
 }
 
 func newDims(c Config, p Part) dims {
@@ -31,6 +33,10 @@ func newDims(c Config, p Part) dims {
 	d := dims{t: t, r: p.Rank, sp: p.SP, C: c.Hidden, HS: HS, NH: c.Heads / t, KV: c.KV() / t,
 		F: c.FFNWidth() / t, Vl: p.VocabRows(c), llama: c.IsLlama(), tied: c.Tied(), eps: float32(c.Eps())}
 	d.Cl, d.KVl = d.NH*HS, d.KV*HS
+	if c.Experts > 0 {
+		d.moe = newMoE(c)
+	}
+	d.ep, d.epr = p.EPDegree(), p.EPRank
 	d.vlo = p.Rank * d.Vl
 	d.vn = max(0, min(d.Vl, c.Vocab-d.vlo))
 	return d
@@ -41,7 +47,7 @@ func (d dims) qkvW() int { return d.Cl + 2*d.KVl }
 
 // arch is the declarations' view of a pass of b sequences of T tokens.
 func (d dims) arch(b, T int) arch.Dims {
-	return arch.Dims{B: b, T: T, Part: Part{TP: d.t, Rank: d.r, SP: d.sp}, Flash: d.flash, Recompute: d.rc, CP: d.cp}
+	return arch.Dims{B: b, T: T, Part: Part{TP: d.t, Rank: d.r, SP: d.sp, EP: d.ep, EPRank: d.epr}, Flash: d.flash, Recompute: d.rc, CP: d.cp}
 }
 
 // sharesProbs says whether the layers of a stash share one
@@ -64,10 +70,11 @@ type wsSizes struct {
 	gath, dlnl, lnGrad, ce          int
 	vec, rope, ring                 int
 	x, dy                           int // 16-bit
+	moe, moeDy, route               int // an MoE layer's: fp32, 16-bit, int32
 }
 
 func (s wsSizes) f32() int {
-	return s.dres + s.dln + s.big + s.scratch + s.branch + s.gath + s.dlnl + s.lnGrad + s.ce + s.vec + s.rope + s.ring
+	return s.dres + s.dln + s.big + s.scratch + s.branch + s.gath + s.dlnl + s.lnGrad + s.ce + s.vec + s.rope + s.ring + s.moe
 }
 
 // workspace sizes the scratch of passes of micro-batches of B sequences
@@ -77,7 +84,8 @@ func workspace(c Config, d dims, B, T, attnWorkers int) wsSizes {
 	w := c.Workspace(d.arch(B, T), d.half, float64(attnWorkers))
 	return wsSizes{dres: int(w.Dres), dln: int(w.Dln), big: int(w.Big), scratch: int(w.Scratch), branch: int(w.Branch),
 		gath: int(w.Gath), dlnl: int(w.Dlnl), lnGrad: int(w.LnGrad), ce: int(w.CE), vec: int(w.Vec), rope: int(w.Rope),
-		ring: int(w.Ring), x: int(w.X), dy: int(w.Dy)}
+		ring: int(w.Ring), x: int(w.X), dy: int(w.Dy),
+		moe: int(w.Moe), moeDy: int(w.MoeDy), route: int(w.Route)}
 }
 
 // attnWorkers is the materialising attention's worker count on k for B
@@ -99,5 +107,5 @@ func WorkspaceBytes(c Config, B, attnWorkers int, flash, half bool) float64 {
 // configuration.
 func RunnerBytes(c Config, B, attnWorkers int) float64 {
 	d := arch.Dims{B: B, T: c.SeqLen}
-	return WorkspaceBytes(c, B, attnWorkers, false, false) + c.StageStash(d, c.Layers, true, false).Bytes() + d.TokenBytes()
+	return WorkspaceBytes(c, B, attnWorkers, false, false) + c.StageStashAt(d, 0, c.Layers, true, false).Bytes() + d.TokenBytes()
 }

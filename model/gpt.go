@@ -43,6 +43,9 @@ type Options struct {
 	Part Part
 	// TP is the tensor-parallel group's communication (nil: one rank).
 	TP TPComm
+	// EP is the expert-parallel group's communication (Part.EP > 1: the
+	// rank holds Part.EPRank's share of every MoE layer's experts).
+	EP EPComm
 	// Flash runs IO-aware attention (ops.FlashAttentionForward/Backward):
 	// the stash keeps (B,NH,T) log-sum-exps instead of the (B,NH,T,T)
 	// probabilities and the backward needs no (T,T) scratch.
@@ -86,6 +89,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("model: recompute=%v is not none, selective or full", o.Recompute)
 	case o.Part.Split() && o.TP == nil:
 		return fmt.Errorf("model: tp=%d without a TPComm", o.Part.Degree())
+	case o.Part.EPDegree() > 1 && o.EP == nil:
+		return fmt.Errorf("model: ep=%d without an EPComm", o.Part.EPDegree())
 	}
 	if o.CP != nil && o.CP.Size() > 1 {
 		if err := checkCP(o.Model.SeqLen, o.CP.Size()); err != nil {
@@ -115,12 +120,19 @@ type GPT struct {
 	part   Part
 	d      dims
 	tp     TPComm
+	ep     EPComm
 	pol    precision.Policy
 	pinned bool // !Options.Unpinned
 
 	ws   *device.Buffer // fp32 scratch, carved into w
 	ws16 *device.Buffer // 16-bit scratch (nil in fp32)
 	w    scratch
+	// routeBytes are the MoE routing's int32 scratch, charged to workspace.
+	routeBytes int64
+	// rerun: a block's forward is being recomputed inside its backward
+	// (its routing is not counted again).
+	rerun bool
+	stats expertCounter
 
 	drop dropoutKeys
 
@@ -155,6 +167,7 @@ type scratch struct {
 	cos, sin []float32
 	x        tensor.Buf
 	dy       tensor.Buf
+	moe      moeScratch // an MoE model's (moe.go)
 }
 
 // dropoutKeys are the streams of the dropout sites: the embedding, and
@@ -172,7 +185,7 @@ func New(o Options) (*GPT, error) {
 	}
 	c := o.Model
 	m := &GPT{cfg: c, k: o.Kernels, dev: o.Device, B: o.MicroBatch, layout: c.PartLayout(o.Part), part: o.Part,
-		tp: o.TP, pol: o.Precision, pinned: !o.Unpinned}
+		tp: o.TP, ep: o.EP, pol: o.Precision, pinned: !o.Unpinned}
 	m.d = newDims(c, o.Part)
 	m.d.flash, m.d.rc, m.d.half = o.Flash, o.Recompute, o.Precision.Half()
 	m.T = c.SeqLen
@@ -225,13 +238,57 @@ func (m *GPT) allocScratch() error {
 	}
 	if m.d.half {
 		dt := m.pol.Compute
-		if m.ws16, err = m.dev.AllocOf(device.Workspace, dt, sz.x+sz.dy); err != nil {
+		if m.ws16, err = m.dev.AllocOf(device.Workspace, dt, sz.x+sz.dy+sz.moeDy); err != nil {
 			m.ws.Free()
 			return fmt.Errorf("model: %s scratch: %w", dt, err)
 		}
 		bits := m.ws16.Bits
-		w.x, w.dy = tensor.Halves(dt, bits[:sz.x:sz.x]), tensor.Halves(dt, bits[sz.x:])
+		w.x, w.dy = tensor.Halves(dt, bits[:sz.x:sz.x]), tensor.Halves(dt, bits[sz.x:sz.x+sz.dy:sz.x+sz.dy])
+		w.moe.half = bits[sz.x+sz.dy:]
 	}
+	if sz.moe > 0 {
+		return m.allocMoE(buf, sz)
+	}
+	return nil
+}
+
+// allocMoE carves an MoE model's scratch from the rest of the fp32 one,
+// buf, and the 16-bit one (arch's MoEWorkspace order), and allocates its
+// routing's int32 arrays, charged to workspace.
+func (m *GPT) allocMoE(buf []float32, sz wsSizes) error {
+	c, n, ep := m.cfg, m.B*m.cfg.SeqLen, m.d.ep
+	R, Rx, C, E, K, Fe := c.Routed(n), c.ExpertRows(n, ep), c.Hidden, c.Experts, c.TopK, c.ExpertWidth()
+	next := func(k int) []float32 {
+		s := buf[:k:k]
+		buf = buf[k:]
+		return s
+	}
+	w := &m.w.moe
+	w.rows, w.dact, w.dgu, w.dp, w.gates, w.dgates = next(max(R, n)*C), next(Rx*Fe), next(2*Rx*Fe), next(n*E), next(n*K), next(n*K)
+	if ep > 1 {
+		w.grp, w.exp, w.counts = next(Rx*C), next(Rx*C), next(2*E)
+	}
+	if m.d.half {
+		h, dt := w.half, m.pol.Compute
+		h1 := max(Rx*max(C, 2*Fe), n*E)
+		w.dy = tensor.Halves(dt, h[:h1:h1])
+		if ep > 1 {
+			w.sendX, w.recvX = tensor.Halves(dt, h[h1:h1+R*C:h1+R*C]), tensor.Halves(dt, h[h1+R*C:h1+R*C+Rx*C])
+		}
+	} else if ep > 1 {
+		w.sendX, w.recvX = tensor.F32s(w.rows[:R*C]), tensor.F32s(w.grp)
+	}
+	m.routeBytes = 4 * int64(sz.route)
+	if err := m.dev.Reserve(device.Workspace, m.routeBytes); err != nil {
+		m.Free()
+		return fmt.Errorf("model: routing scratch: %w", err)
+	}
+	w.r = routing{experts: make([]int32, n*K), rows: make([]int32, n*K), gates: w.gates, load: make([]int32, E), offs: make([]int32, E+1)}
+	if ep > 1 {
+		w.perm, w.local = make([]int32, Rx), make([]int32, E/ep+1)
+	}
+	w.gemms = make([]ops.GEMM, 0, E)
+	m.stats = newExpertCounter(c)
 	return nil
 }
 
@@ -252,7 +309,7 @@ func (m *GPT) MicroBatch() int { return m.B }
 
 // WorkspaceBytes is the size of the scratch.
 func (m *GPT) WorkspaceBytes() int64 {
-	n := m.ws.Bytes()
+	n := m.ws.Bytes() + m.routeBytes
 	if m.ws16 != nil {
 		n += m.ws16.Bytes()
 	}
@@ -271,6 +328,10 @@ func (m *GPT) DResidual() []float32 { return m.w.dres }
 func (m *GPT) Free() {
 	m.ws.Free()
 	m.ws16.Free()
+	if m.routeBytes > 0 {
+		m.dev.Release(device.Workspace, m.routeBytes)
+		m.routeBytes = 0
+	}
 }
 
 // dropoutAt is the dropout of a site for the stash's batch: keyed by

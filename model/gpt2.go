@@ -39,6 +39,7 @@ type blockActs struct {
 	attn     attnActs
 	res2     []float32 // (n,C) the residual stream between the branches
 	mlp      mlpActs
+	moe      moeActs // an MoE block's, in mlp's place
 }
 
 // blockWeights are one block's weights, cut from its unit in Layout order
@@ -47,6 +48,7 @@ type blockWeights struct {
 	ln1w, ln1b, ln2w, ln2b []float32
 	attn                   attnWeights
 	mlp                    mlpWeights
+	moe                    moeWeights
 }
 
 // blockGrads are one block's gradient buffers.
@@ -54,6 +56,7 @@ type blockGrads struct {
 	ln1w, ln1b, ln2w, ln2b []float32
 	attn                   attnGrads
 	mlp                    mlpGrads
+	moe                    moeGrads
 }
 
 // blockWeights views a block unit's weights (vectors widened into the
@@ -74,7 +77,7 @@ func (m *GPT) blockWeights(u Unit, w tensor.Buf) blockWeights {
 // blockGradsOf views a block unit's gradient buffer.
 func (m *GPT) blockGradsOf(u Unit, g []float32) blockGrads {
 	if m.d.llama {
-		return llamaGrads(u, g)
+		return m.llamaGrads(u, g)
 	}
 	t := gradsOf(u, g)
 	return blockGrads{

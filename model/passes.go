@@ -144,6 +144,7 @@ func (m *GPT) HeadBackward(p Params, s *Stash, dloss float32) error {
 	}
 	h := newHead(m.d)
 	u := m.cfg.Layers + 1
+	s.lossW = dloss
 	var dz []float32
 	if m.d.tied {
 		w, err := m.weights(p, 0)
@@ -225,7 +226,10 @@ func (m *GPT) blockBackward(p Params, s *Stash, d *deferred, l int) error {
 	}
 	b, w := newBlock(m.d), m.blockWeights(m.layout.Units[u], wb)
 	if m.d.rc == RecomputeFull { // the stash holds one block's activations: rerun this block's forward
-		if err := b.forward(m, s, w, l); err != nil {
+		m.rerun = true
+		err := b.forward(m, s, w, l)
+		m.rerun = false
+		if err != nil {
 			return err
 		}
 	}
@@ -257,7 +261,9 @@ func (m *GPT) BlockBackwardWeight(p Params, s *Stash, w *WeightStash, l int) err
 		if err != nil {
 			return err
 		}
+		m.rerun = true
 		err = b.forward(m, s, m.blockWeights(m.layout.Units[u], wb), l)
+		m.rerun = false
 		p.ReleaseWeights(u)
 		if err != nil {
 			return err

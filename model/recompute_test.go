@@ -96,7 +96,9 @@ func rcRun(t *testing.T, cfg Config, o Options, split bool) ([]float32, []float3
 func TestRecomputeBitIdentical(t *testing.T) {
 	llama := tinyLlama
 	llama.Layers, llama.Dropout = 3, 0.2
-	for _, cfg := range []Config{{Layers: 3, Hidden: 16, Heads: 2, SeqLen: 7, Vocab: 13, Dropout: 0.2}, llama} {
+	moe := tinyMoE // every block an MoE one, capacity on, a shared expert
+	moe.Layers, moe.Dropout, moe.CapacityFactor, moe.SharedExperts = 3, 0.2, 1, 1
+	for _, cfg := range []Config{{Layers: 3, Hidden: 16, Heads: 2, SeqLen: 7, Vocab: 13, Dropout: 0.2}, llama, moe} {
 		recomputeBitIdentical(t, cfg)
 	}
 }
@@ -106,7 +108,7 @@ func recomputeBitIdentical(t *testing.T, cfg Config) {
 	for _, pol := range policies {
 		for _, flash := range []bool{false, true} {
 			d := Dims(cfg, 2, Part{}, flash, RecomputeNone)
-			block := cfg.BlocksElems(d, 1, pol.Half()).Bytes()
+			block := cfg.BlocksElemsAt(d, 0, 1, pol.Half()).Bytes()
 			A := 4 * 2 * float64(cfg.Heads) * float64(cfg.SeqLen*cfg.SeqLen)
 			if flash {
 				A = 0
@@ -117,7 +119,7 @@ func recomputeBitIdentical(t *testing.T, cfg Config) {
 					rc    Recompute
 					saved float64 // bytes
 				}{{RecomputeSelective, float64(L-1) * A}, {RecomputeFull, float64(L-1) * block}} {
-					t.Run(fmt.Sprintf("%s/%v/%v/flash=%v/split=%v", cfg.ArchName(), pol, tc.rc, flash, split), func(t *testing.T) {
+					t.Run(fmt.Sprintf("%s/experts=%d/%v/%v/flash=%v/split=%v", cfg.ArchName(), cfg.Experts, pol, tc.rc, flash, split), func(t *testing.T) {
 						l, g, act, m := rcRun(t, cfg, Options{Flash: flash, Recompute: tc.rc, Precision: pol}, split)
 						if !slices.Equal(l, refL) {
 							t.Errorf("losses %v, without recomputation %v", l, refL)
@@ -156,6 +158,29 @@ func TestRecomputeStageStash(t *testing.T) {
 		want := cfg.StageStash(Dims(cfg, 2, Part{}, false, rc), 2, false, false)
 		if float64(len(s.buf.Data)) != want.F32 {
 			t.Errorf("%v: stage stash holds %d floats, declared %g", rc, len(s.buf.Data), want.F32)
+		}
+	}
+	// An MoE model with a dense first block: a stage's blocks of both
+	// kinds, each declared its own (full: one of each kind).
+	moe := tinyMoE
+	moe.Layers, moe.DenseFirst, moe.MoEEvery = 4, 1, 2 // blocks 1 and 3 MoE
+	for _, rc := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
+		_, _, _, m := rcRun(t, moe, Options{Recompute: rc, Precision: precision.FP32()}, false)
+		d := Dims(moe, 2, Part{}, false, rc)
+		for _, st := range [][2]int{{0, 2}, {1, 4}, {2, 3}} {
+			s, err := m.NewStageStash(st[0], st[1], false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := moe.StageStashAt(d, st[0], st[1], false, false)
+			dense, sparse := arch.Sum(moe.BlockSavedAt(d, 0), false).F32, arch.Sum(moe.BlockSavedAt(d, 1), false).F32
+			if sparse <= dense {
+				t.Fatalf("an MoE block declares %g floats, a dense one %g", sparse, dense)
+			}
+			if float64(len(s.buf.Data)) != want.F32 {
+				t.Errorf("MoE %v blocks %v: stage stash holds %d floats, declared %g", rc, st, len(s.buf.Data), want.F32)
+			}
+			s.Free()
 		}
 	}
 	if _, err := New(Options{Model: cfg, Kernels: &ops.Kernels{}, Device: device.New(device.Config{}), MicroBatch: 1, Recompute: 7}); err == nil {

@@ -16,7 +16,7 @@ import (
 // activations and the (B,T) input and target tokens (every stage records
 // the batch: dropout is keyed by its step and position).
 func (m *GPT) StageStashBytes(lo, hi int, head bool) int64 {
-	f, h := m.stageElems(hi-lo, head)
+	f, h := m.stageElems(lo, hi, head)
 	return 4*int64(f) + 2*int64(h) + int64(m.d.arch(m.B, m.T).TokenBytes())
 }
 
@@ -43,7 +43,7 @@ func (m *GPT) NewStageStash(lo, hi int, head bool) (*Stash, error) {
 	if err := m.checkStage(lo, hi, head); err != nil {
 		return nil, err
 	}
-	f, h := m.stageElems(hi-lo, head)
+	f, h := m.stageElems(lo, hi, head)
 	what := "stage stash"
 	if lo == 0 && hi == m.cfg.Layers && head {
 		what = "stash"
@@ -69,7 +69,7 @@ func (m *GPT) ReshapeStageStash(s *Stash, lo, hi int, head bool) error {
 	if s.buf == nil {
 		return fmt.Errorf("model: stash has been freed")
 	}
-	f, h := m.stageElems(hi-lo, head)
+	f, h := m.stageElems(lo, hi, head)
 	if f > len(s.buf.Data) {
 		return fmt.Errorf("model: a stash of %d values cannot hold blocks [%d, %d) (head %v): %d values", len(s.buf.Data), lo, hi, head, f)
 	}

@@ -34,6 +34,10 @@ type Stash struct {
 	sample          int
 	eval            bool
 	b, t            int // the shape of the current pass: (B,T) in training, (1,n) in inference
+	// lossW is the backward's loss weight dloss (HeadBackward's, or
+	// SetLossWeight's on a pipeline stage without the head): the MoE
+	// layers' aux losses take it too.
+	lossW float32
 
 	res    [][]float32 // (L+1) × (n,C): res[l] is block l's input, res[L] the last block's output
 	blocks []blockActs // (L)
@@ -81,9 +85,9 @@ func get(t map[string]tensor.Buf, name string) tensor.Buf {
 
 // declared are the block's saved tensors arch declares, less the shared
 // probabilities buffer when shared (selective recomputation).
-func (m *GPT) declared(shared bool) []arch.Saved {
+func (m *GPT) declared(shared bool, l int) []arch.Saved {
 	var decl []arch.Saved
-	for _, s := range m.cfg.BlockSaved(m.d.arch(m.B, m.T)) {
+	for _, s := range m.cfg.BlockSavedAt(m.d.arch(m.B, m.T), l) {
 		if s.Role == arch.Probs && shared {
 			continue
 		}
@@ -94,11 +98,11 @@ func (m *GPT) declared(shared bool) []arch.Saved {
 
 // carveBlock carves one block's activations; probs, when not nil, is the
 // attention-core buffer the stash's blocks share (selective recomputation).
-func (m *GPT) carveBlock(cv *carver, probs []float32) blockActs {
+func (m *GPT) carveBlock(cv *carver, probs []float32, l int) blockActs {
 	if m.d.llama {
-		return m.carveLlama(cv, probs)
+		return m.carveLlama(cv, probs, l)
 	}
-	t := cv.saved(m.declared(probs != nil))
+	t := cv.saved(m.declared(probs != nil, l))
 	att := probs
 	if att == nil {
 		name := "attn.probs"
@@ -144,19 +148,21 @@ func (m *GPT) carveBlocks(s *Stash, lo, hi int, cv *carver) {
 			}
 		}
 	}
+	first := map[bool]int{} // full recomputation: the first block of each kind (dense, MoE)
 	for l := lo; l < hi; l++ {
-		if m.d.rc == RecomputeFull && l > lo {
-			s.blocks[l] = s.blocks[lo]
+		if f, ok := first[m.cfg.MoELayer(l)]; ok && m.d.rc == RecomputeFull {
+			s.blocks[l] = s.blocks[f]
 			continue
 		}
-		s.blocks[l] = m.carveBlock(cv, probs)
+		first[m.cfg.MoELayer(l)] = l
+		s.blocks[l] = m.carveBlock(cv, probs, l)
 	}
 }
 
-// stageElems is the stash of a stage of k blocks (with the head or not):
-// arch's StageStash for the runner's part and policy.
-func (m *GPT) stageElems(k int, head bool) (f32, half int) {
-	e := m.cfg.StageStash(m.d.arch(m.B, m.T), k, head, m.d.half)
+// stageElems is the stash of a stage of blocks [lo, hi) (with the head or
+// not): arch's StageStashAt for the runner's part and policy.
+func (m *GPT) stageElems(lo, hi int, head bool) (f32, half int) {
+	e := m.cfg.StageStashAt(m.d.arch(m.B, m.T), lo, hi, head, m.d.half)
 	f32, half, ok := e.Ints()
 	if !ok {
 		panic("model: a stash larger than 2^53 elements") // New's caller checked the job's memory
@@ -212,6 +218,12 @@ func (s *Stash) Free() {
 // Residual(first block) before BlockForward, and sends Residual(last
 // block + 1) after.
 func (s *Stash) Residual(l int) []float32 { return s.res[l] }
+
+// SetLossWeight records the loss weight dloss of the backward pass to
+// come (HeadBackward records its own): a pipeline stage without the head
+// calls it before its blocks' backward, whose MoE layers scale their aux
+// losses' gradients by it.
+func (s *Stash) SetLossWeight(dloss float32) { s.lossW = dloss }
 
 // Losses are the per-token losses of the last forward pass, (B,T).
 func (s *Stash) Losses() []float32 { return s.head.losses[:s.b*s.t] }

@@ -106,7 +106,7 @@ func TestHalfStageStash(t *testing.T) {
 	if got := dev.Stats().Live[device.Act] - before; got != m.StageStashBytes(0, cfg.Layers, true) || got != m.StashBytes() {
 		t.Errorf("stage stash charged %d B, StageStashBytes %d, StashBytes %d", got, m.StageStashBytes(0, cfg.Layers, true), m.StashBytes())
 	}
-	if f, h := m.stageElems(cfg.Layers, true); len(st.buf.Data) != f || st.halfCap() != h || h == 0 {
+	if f, h := m.stageElems(0, cfg.Layers, true); len(st.buf.Data) != f || st.halfCap() != h || h == 0 {
 		t.Errorf("stage stash holds %d and %d values, want %d and %d", len(st.buf.Data), st.halfCap(), f, h)
 	}
 	if l, g := pass(st); l != refL || !slices.Equal(g, refG) {

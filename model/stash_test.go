@@ -158,6 +158,8 @@ func TestRunnerBytesMatchesAllocation(t *testing.T) {
 		{Config{Layers: 3, Hidden: 64, Heads: 8, SeqLen: 4, Vocab: 16}, 1, 4, 0},
 		{tinyLlama, 2, 2, 0},
 		{tinyLlamaTied, 3, 4, 0.1},
+		{moeShared, 2, 2, 0.1},
+		{moeCapped, 3, 1, 0},
 	} {
 		cfg := c.cfg
 		cfg.Dropout = c.dropout

@@ -55,6 +55,19 @@ type Backend interface {
 	SwiGLUForward(act, gu []float32, N, F int)
 	SwiGLUBackwardSet(dgu, gu, dact []float32, N, F int)
 
+	// A mixture-of-experts layer's kernels (moe.go): one grouped GEMM
+	// over the experts' independent products, the router's softmax, and
+	// the tokens' moves into expert order and back (rows[t·K+j] is token
+	// t's j-th assignment's row, −1 when dropped).
+	GroupedGemm(gs []GEMM)
+	RouterSoftmax(probs, logits []float32, N, E int)
+	RouterSoftmaxBackwardSet(dlogits, probs, dprobs []float32, N, E int)
+	RouterSigmoid(probs, logits []float32, N, E int)
+	RouterSigmoidBackwardSet(dlogits, probs, dprobs []float32, N, E int)
+	MoEDispatch(dst, src tensor.Buf, rows []int32, N, K, C int)
+	MoECombine(out, y []float32, gates []float32, rows []int32, N, K, C int)
+	MoECombineBackward(dyr, dgates, dy, y, gates []float32, rows []int32, N, K, C int)
+
 	CrossEntropyForward(probs, losses, logits []float32, targets []int32, N, V int) float32
 	CrossEntropyBackward(dlogits, probs []float32, targets []int32, dloss float32, N, V int)
 	VocabRowMax(mx, logits []float32, N, V, valid int)

@@ -39,6 +39,9 @@ func (j Job) engineActivations(p Plan) actSizes {
 	bs := float64(p.MBS) * float64(d.T) // the rank's tokens: seq/cp under cp
 	resid := 4 * float64(d.Tokens()) * float64(m.Hidden)
 	block := ac.BlocksElems(d, 1, half).Bytes()
+	if l := engineWidestBlock(ac); l >= 0 { // an MoE model: its MoE block's (moe_engine.go)
+		block = ac.BlocksElemsAt(d, l, l+1, half).Bytes()
+	}
 	acts := actSizes{
 		layer:   block + resid,
 		chunk:   resid + 8*bs,
@@ -71,6 +74,7 @@ func (j Job) engineArch(p Plan) (arch.Config, arch.Dims) {
 	c := arch.Config{Layers: m.Layers, Hidden: m.Hidden, Heads: m.Heads, SeqLen: j.Seq, Vocab: m.Vocab}
 	if m.Family == Llama {
 		c.Arch, c.KVHeads, c.FFN, c.TieEmbeddings = arch.Llama, m.KVHeads, m.FFN, m.Tied
+		engineMoE(&c, m)
 	}
 	if m.Dropout {
 		c.Dropout = 0.1
@@ -137,7 +141,11 @@ func (j Job) engineStageAct(p Plan, a actSizes, pt partition, k, layers int) (ac
 	}
 	ac, d := j.engineArch(p)
 	deferred := arch.Sum(ac.DeferredSaved(d), false).Bytes() // per layer: dY of c_proj, mlp.c_proj (b·s·h each), c_fc (4bsh/t), c_attn (3bsh/t)
-	act = float64(c)*(float64(largest)*a.layer+a.chunk+perStash) + float64(heads)*a.head + a.working + float64(w)*deferred*float64(layers)
+	blocks := float64(largest)*a.layer + perStash
+	if b, ok := j.engineMoEChunk(p, k); ok { // an MoE model's blocks differ: its widest chunk's (moe_engine.go)
+		blocks = b
+	}
+	act = float64(c)*(blocks+a.chunk) + float64(heads)*a.head + a.working + float64(w)*deferred*float64(layers)
 	return act, float64(c) / float64(v)
 }
 

@@ -49,7 +49,7 @@ func (j Job) dpBuckets(p Plan, s int, P float64) (n, first float64) {
 // embedding unit, positions included, for the tied head).
 func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory {
 	mem := Memory{Stage: stage, Layers: layers, Budget: j.Cluster.Accel.Memory}
-	P := sp.params(stage, layers)
+	P := sp.params(stage, layers) + j.engineMoEParams(p, stage, layers, sp.layer)
 	if p.PP > 1 && stage == p.PP-1 && j.Model.Tied && j.Model.learnedPositions() {
 		P += float64(j.Model.MaxSeq) * float64(j.Model.Hidden)
 	}

@@ -24,13 +24,23 @@ import "fmt"
 // untied head): no biases, heads of hidden/heads channels, an even head
 // size (RoPE rotates channel pairs).
 //
+// A Llama with routed experts runs when its MoE layers are the engine's
+// (arch's moe.go): softmax router scores used as the gates (or sigmoid
+// scores normalised over the chosen experts), GShard's
+// capacity or dropless, shared experts, dense-first layers and an MoE
+// layer every moe_every; no router or expert biases, no shared-expert gate,
+// no group-limited routing, and tp = 1 (the engine does not split the
+// experts).
+//
 // Not run yet:
 //
 //	model        a GPT block other than GPT-2's (LayerNorm, a GELU MLP of
 //	             4·hidden, one key/value head per head, a tied head); a
 //	             Llama with biases or a head_dim other than hidden/heads
 //	precision    fp8
-//	model        experts (MoE) or multi-head latent attention
+//	model        multi-head latent attention; router or expert biases
+//	             (DeepSeek-V3's aux-loss-free bias), a shared-expert gate,
+//	             group-limited routing; experts under tp > 1
 //	ep, etp      expert parallelism
 //	schedule     dualpipe, dualpipev
 func EngineRefusals(m Model, p Plan) []string {
@@ -49,14 +59,44 @@ func EngineRefusals(m Model, p Plan) []string {
 	if p.Precision != FP32 && p.Precision != BF16 && p.Precision != FP16 {
 		out = append(out, fmt.Sprintf("precision=%s: the engine computes in fp32, bf16 or fp16", p.Precision))
 	}
-	if m.MoE != nil || m.MLA != nil {
-		out = append(out, fmt.Sprintf("model %s: the engine does not run experts or multi-head latent attention", m.Name))
+	if m.MLA != nil {
+		out = append(out, fmt.Sprintf("model %s: the engine does not run multi-head latent attention", m.Name))
 	}
+	out = append(out, engineMoERefusals(m, p)...)
 	if ep, etp := p.Experts(); ep > 1 || etp > 1 {
 		out = append(out, fmt.Sprintf("ep=%d, etp=%d: the engine does not implement expert parallelism", ep, etp))
 	}
 	if p.Schedule == DualPipe || p.Schedule == DualPipeV {
 		out = append(out, fmt.Sprintf("schedule=%s: the engine does not run DualPipe schedules", p.Schedule))
+	}
+	return out
+}
+
+// engineMoERefusals are EngineRefusals' lines for a model's experts: what
+// of plan.MoE the engine's MoE layer does not compute.
+func engineMoERefusals(m Model, p Plan) []string {
+	if !m.moe() {
+		return nil
+	}
+	e := *m.MoE
+	var out []string
+	if m.Family != Llama {
+		out = append(out, fmt.Sprintf("model %s: the engine's experts replace a Llama block's SwiGLU", m.Name))
+	}
+	if e.Score != "" && e.Score != "softmax" && e.Score != "sigmoid" {
+		out = append(out, fmt.Sprintf("model %s: moe.score=%s: the engine's router scores by softmax or sigmoid", m.Name, e.Score))
+	}
+	if e.RouterBias || e.ExpertBias || e.SharedGate {
+		out = append(out, fmt.Sprintf("model %s: router_bias=%v, expert_bias=%v, shared_gate=%v: the engine's MoE layer has no biases or shared-expert gate", m.Name, e.RouterBias, e.ExpertBias, e.SharedGate))
+	}
+	if e.Groups > 1 || e.GroupTopK > 0 {
+		out = append(out, fmt.Sprintf("model %s: moe.groups=%d, group_top_k=%d: the engine does not limit routing to groups", m.Name, e.Groups, e.GroupTopK))
+	}
+	if e.SharedFFN%e.FFN != 0 {
+		out = append(out, fmt.Sprintf("model %s: moe.shared_ffn=%d: the engine's shared experts are whole experts of ffn=%d", m.Name, e.SharedFFN, e.FFN))
+	}
+	if p.TP > 1 {
+		out = append(out, fmt.Sprintf("tp=%d with experts: the engine runs MoE layers unsplit (expert tensor parallelism is not implemented)", p.TP))
 	}
 	return out
 }

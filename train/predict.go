@@ -29,8 +29,18 @@ import (
 // key/value heads, rotary positions, no biases, its head tied or not.
 func planModel(m model.Config) plan.Model {
 	if m.IsLlama() {
-		return plan.Model{Name: "trellis-llama", Family: plan.Llama, Layers: m.Layers, Hidden: m.Hidden, Heads: m.Heads,
+		pm := plan.Model{Name: "trellis-llama", Family: plan.Llama, Layers: m.Layers, Hidden: m.Hidden, Heads: m.Heads,
 			KVHeads: m.KV(), FFN: m.FFNWidth(), Vocab: m.Vocab, MaxSeq: m.SeqLen, Tied: m.Tied(), Dropout: m.Dropout > 0}
+		if m.Experts > 0 { // arch's MoE layers: l ≥ dense_first with (l − dense_first) % every = 0
+			every := max(1, m.MoEEvery)
+			pm.Name = "trellis-moe"
+			pm.MoE = &plan.MoE{Experts: m.Experts, TopK: m.TopK, FFN: m.ExpertWidth(), SharedFFN: m.SharedWidth(),
+				DenseFirst: m.DenseFirst, Every: every, Phase: m.DenseFirst % every, CapacityFactor: m.CapacityFactor, Score: "softmax"}
+			if m.SigmoidRouter() {
+				pm.MoE.Score = "sigmoid"
+			}
+		}
+		return pm
 	}
 	return plan.Model{Name: "trellis-gpt", Family: plan.GPT, Layers: m.Layers, Hidden: m.Hidden, Heads: m.Heads,
 		KVHeads: m.Heads, FFN: 4 * m.Hidden, Vocab: m.Vocab, MaxSeq: m.SeqLen, Tied: true, AttnBias: true,

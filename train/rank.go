@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"time"
+	"trellis/metrics"
 
 	"trellis/comm"
 	"trellis/data"
@@ -219,6 +220,8 @@ type stepResult struct {
 
 	skipped bool    // loss scaling: the gradients overflowed and the step was skipped
 	scale   float64 // loss scaling: the scale the step ran with (0 otherwise)
+
+	experts *metrics.Experts // an MoE model's routing over the step (expertStats)
 }
 
 // step runs optimizer step s (0-based: s updates already applied) on the
@@ -261,6 +264,9 @@ func (r *rank) step(s int, pos data.Position) (stepResult, error) {
 	}
 	t1 := time.Now()
 	res.loss, err = r.lossMean(sum / float64(accum))
+	if err == nil {
+		res.experts, err = r.expertStats(accum)
+	}
 	r.clock.lossMean += time.Since(t1)
 	return res, err
 }

@@ -42,6 +42,8 @@ type reporter struct {
 	lineSample *string            // the sample generated at the step being written, if any
 	skipped    int                // fp16: steps skipped for overflowing gradients
 	scale      float64            // fp16: the loss scale of the last step
+
+	experts *metrics.Experts // an MoE model's routing over the last step
 }
 
 func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
@@ -125,7 +127,7 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 	if res.skipped {
 		rep.skipped++
 	}
-	rep.scale = res.scale
+	rep.scale, rep.experts = res.scale, res.experts
 	rep.tps, rep.mfu, rep.steps = append(rep.tps, tps), append(rep.mfu, mfu), append(rep.steps, dt)
 	if len(stats) > 0 {
 		w := 0.0
@@ -147,7 +149,7 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 	}
 	if (rep.o.Metrics != nil && r0(rep)) || rep.o.Observer != nil {
 		m := metricsLine{Step: done, Loss: res.loss, LR: res.lr, GradNorm: res.norm, TokensPerS: tps, MFU: mfu, StepS: dt.Seconds(), PredStepS: rep.pred.stepS(), Budget: rep.budget,
-			Skipped: res.skipped, LossScale: res.scale}
+			Skipped: res.skipped, LossScale: res.scale, Experts: res.experts}
 		if res.skipped {
 			m.GradNorm = 0 // it overflowed (not finite, which JSON cannot hold): "skipped" says so
 		}
@@ -199,6 +201,9 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		if res.skipped {
 			args = append(args, "skipped", true, "loss_scale", res.scale)
 		}
+		if res.experts != nil {
+			args = append(args, "aux_loss", round4(res.experts.AuxLoss))
+		}
 		rep.o.Log.Info("step", args...)
 	}
 }
@@ -247,6 +252,7 @@ func (rep *reporter) finish(s *Summary) {
 	}
 	s.TokensPerSec, s.MFU, s.Peak = median(rep.tps), median(rep.mfu), rep.peakSrc
 	s.SkippedSteps, s.LossScale = rep.skipped, rep.scale
+	s.Experts = rep.experts
 	s.StepSeconds, s.ExposedSeconds, s.Prediction = medianDur(rep.steps), median(rep.exposed), rep.pred
 	for i, p := range []*float64{&s.ComputeSeconds, &s.BubbleSeconds, &s.MiscSeconds} {
 		xs := make([]float64, len(rep.parts))
@@ -273,6 +279,7 @@ func WriteSummary(w io.Writer, s *Summary) {
 		fmt.Fprintf(w, "fp16: %d of %d steps skipped (their gradients overflowed; the weights did not change); the last step ran at loss scale %g\n",
 			s.SkippedSteps, s.LastStep-s.FirstStep, s.LossScale)
 	}
+	writeExperts(w, s.Experts)
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	hdr := []string{"rank"}
@@ -300,4 +307,26 @@ func WriteSummary(w io.Writer, s *Summary) {
 
 func fmtDur(d time.Duration) string {
 	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+// writeExperts prints an MoE model's routing over the last step: per MoE
+// block the fewest and most assignments an expert got, their ratio to the
+// mean (1 is balanced) and the dropped ones, then the aux loss.
+func writeExperts(w io.Writer, e *metrics.Experts) {
+	if e == nil || len(e.Layers) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "experts over the last step (assignments per expert; aux loss %.4g):\n", e.AuxLoss)
+	for i, l := range e.Layers {
+		lo, hi, sum, drop := e.Load[i][0], e.Load[i][0], int64(0), int64(0)
+		for k, n := range e.Load[i] {
+			lo, hi, sum, drop = min(lo, n), max(hi, n), sum+n, drop+e.Dropped[i][k]
+		}
+		mean := float64(sum) / float64(len(e.Load[i]))
+		ratio := 0.0
+		if mean > 0 {
+			ratio = float64(hi) / mean
+		}
+		fmt.Fprintf(w, "  block %d: %d..%d (max/mean %.2f), %d of %d dropped\n", l, lo, hi, ratio, drop, sum)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"trellis/comm"
 	"trellis/comm/local"
 	"trellis/data"
+	"trellis/metrics"
 )
 
 // Options is everything Run needs.
@@ -79,6 +80,8 @@ type Summary struct {
 	// last step ran at (0: not fp16).
 	SkippedSteps int
 	LossScale    float64
+	// Experts is an MoE model's routing over the last step (nil: dense).
+	Experts *metrics.Experts
 }
 
 // RankStats is one rank's memory and communication over the run.

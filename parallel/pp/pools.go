@@ -39,7 +39,7 @@ func (s *Stage) stash(key [2]int) (*model.Stash, error) {
 		st, s.free = s.free[n-1], s.free[:n-1]
 	} else {
 		var err error
-		if st, err = g.NewStageStash(0, s.blocks, false); err != nil {
+		if st, err = g.NewStageStash(s.blocks[0], s.blocks[1], false); err != nil {
 			return nil, err
 		}
 	}

@@ -47,7 +47,7 @@ type Stage struct {
 	free   []*model.Stash                // block stashes not in use, each sized for the largest chunk
 	hfree  []*model.HeadStash            // head stashes not in use
 	hlive  map[[2]int]*model.HeadStash   // (mb, last chunk) between F and B
-	blocks int                           // the rank's largest chunk, in blocks
+	blocks [2]int                        // the rank's chunk of the largest stash, its blocks [lo, hi)
 	live   map[[2]int]*model.Stash       // (mb, chunk) in flight
 	wfree  [][]*model.WeightStash        // (vpp) zb-h1: weight stashes not in use
 	wlive  map[[2]int]*model.WeightStash // zb-h1: (mb, chunk) between B and W
@@ -80,10 +80,12 @@ func NewStage(c StageConfig) (*Stage, error) {
 	case c.Schedule.PP != c.Layout.PP || c.Schedule.vpp() != c.Layout.VPP:
 		return nil, fmt.Errorf("pp: schedule pp=%d vpp=%d, layout pp=%d vpp=%d", c.Schedule.PP, c.Schedule.vpp(), c.Layout.PP, c.Layout.VPP)
 	}
-	blocks := 0
+	var blocks [2]int // the chunk whose stash is the largest (an MoE model's blocks differ)
 	for ch := 0; ch < c.Layout.VPP; ch++ {
 		b, _, _ := c.Layout.Chunk(ch)
-		blocks = max(blocks, b[1]-b[0])
+		if c.GPT.StageStashBytes(b[0], b[1], false) > c.GPT.StageStashBytes(blocks[0], blocks[1], false) {
+			blocks = b
+		}
 	}
 	var movable []Action
 	for _, a := range c.Schedule.Ranks[c.Layout.Rank] {
@@ -103,7 +105,7 @@ func NewStage(c StageConfig) (*Stage, error) {
 // StashBytes is one block stash: the rank's largest chunk's, without the
 // head (HeadStashFloats).
 func (s *Stage) StashBytes() int64 {
-	return s.cfg.GPT.StageStashBytes(0, s.blocks, false)
+	return s.cfg.GPT.StageStashBytes(s.blocks[0], s.blocks[1], false)
 }
 
 // Step runs the schedule for one optimizer step: micro-batch mb is
@@ -237,6 +239,7 @@ func (s *Stage) backward(a Action, key [2]int, dloss float32) error {
 	}
 	g, p := s.cfg.GPT, s.cfg.Params
 	bounds, first, last := s.cfg.Layout.Chunk(a.Chunk)
+	st.SetLossWeight(dloss) // the MoE layers' aux losses, on every stage
 	if !last {
 		rp, ok := s.recvs[key]
 		if !ok {

@@ -1,0 +1,268 @@
+package arch
+
+import (
+	"fmt"
+	"math"
+)
+
+// Mixture of experts (arch = "llama" with experts > 0): the MLP of an MoE
+// layer is a router and E routed SwiGLU experts of width F_e (plus, with
+// shared_experts = s, one shared SwiGLU of width s·F_e that every token
+// passes through). For the n = B·T tokens z (n,C) of a micro-batch
+// (z = RMS₂(res2)):
+//
+//	p   = softmax(z·W_routerᵀ)                  (n,E), W_router (E,C)
+//	K_t = top_k(p_t)                            k experts, ties to the lower index
+//	y_t = Σ_{e ∈ K_t, kept} p_{t,e}·FFN_e(z_t) + FFN_shared(z_t)
+//	out = res2 + drop(y)
+//
+// The gates are the softmax scores themselves (Switch, GShard's first
+// expert, Qwen-MoE without norm_topk_prob): no renormalisation over the
+// chosen k. With capacity_factor c > 0 each expert takes at most
+// cap = ⌈c·n·k/E⌉ of the micro-batch's assignments, first choices first
+// (every token's top-1 in token order, then every top-2, …: GShard's
+// priority); an assignment past its expert's capacity is dropped (its term
+// is 0: the token passes through the residual). c = 0 is dropless. The
+// auxiliary load-balancing loss (Switch, Fedus et al. 2022) of a layer is
+//
+//	L_aux = α·E·Σ_e f_e·P_e,   f_e = |{(t,j): K_t[j] = e}|/(n·k),   P_e = Σ_t p_{t,e}/n
+//
+// (f_e counted before dropping, without gradient), added to the
+// micro-batch's loss for every MoE layer; α is aux_loss.
+//
+// With router_score = "sigmoid" (DeepSeek-V3) the scores are
+// s = σ(z·W_routerᵀ), the top k chosen by s as above, and the gates the
+// chosen scores normalised to sum to 1, g_{t,j} = s_{t,K_t[j]}/Σ_i s_{t,K_t[i]};
+// the aux loss takes P_e as the mean of the normalised scores
+// s_{t,e}/Σ_e' s_{t,e'} (DeepSeek-V3's balance loss, over the micro-batch).
+//
+// Layer i is an MoE layer when i ≥ dense_first and (i − dense_first) is a
+// multiple of moe_every (0 or 1: every layer); the others keep the dense
+// SwiGLU of ffn_hidden.
+
+// MoELayer says whether block l (0-based) has routed experts.
+func (c Config) MoELayer(l int) bool {
+	if c.Experts <= 0 || l < c.DenseFirst {
+		return false
+	}
+	return (l-c.DenseFirst)%max(1, c.MoEEvery) == 0
+}
+
+// MoELayers counts the MoE blocks among [lo, hi).
+func (c Config) MoELayers(lo, hi int) int {
+	n := 0
+	for l := lo; l < hi; l++ {
+		if c.MoELayer(l) {
+			n++
+		}
+	}
+	return n
+}
+
+// ExpertWidth is F_e, a routed expert's SwiGLU width (expert_ffn_hidden,
+// or the dense FFNWidth when 0).
+func (c Config) ExpertWidth() int {
+	if c.ExpertFFN > 0 {
+		return c.ExpertFFN
+	}
+	return c.FFNWidth()
+}
+
+// SharedWidth is the shared experts' SwiGLU width, shared_experts·F_e.
+func (c Config) SharedWidth() int { return c.SharedExperts * c.ExpertWidth() }
+
+// SigmoidRouter says whether the router scores by sigmoid.
+func (c Config) SigmoidRouter() bool { return c.RouterScore == "sigmoid" }
+
+// Capacity is an expert's capacity for n tokens, ⌈c·n·k/E⌉, or 0 when
+// dropless.
+func (c Config) Capacity(n int) int {
+	if c.CapacityFactor <= 0 || c.Experts <= 0 {
+		return 0
+	}
+	return int(math.Ceil(c.CapacityFactor * float64(n) * float64(c.TopK) / float64(c.Experts)))
+}
+
+// Routed is R, the rows of a micro-batch's dispatched tokens an MoE layer
+// holds for n tokens: n·k dropless, else at most min(n·k, E·cap).
+func (c Config) Routed(n int) int {
+	r := n * c.TopK
+	if cp := c.Capacity(n); cp > 0 {
+		r = min(r, c.Experts*cp)
+	}
+	return r
+}
+
+// ExpertRows is the rows an MoE layer's experts on one rank hold for n
+// tokens a rank: Routed(n), or under expert parallelism (ep > 1, which
+// needs a capacity) E·cap — each of its E/ep experts takes at most cap
+// rows from each of the ep ranks.
+func (c Config) ExpertRows(n, ep int) int {
+	if ep > 1 {
+		return c.Experts * c.Capacity(n)
+	}
+	return c.Routed(n)
+}
+
+// moeKeys checks the MoE keys: only a Llama has experts; with experts > 0
+// top_k is in [1, experts], the widths and counts non-negative,
+// dense_first at most layers, capacity_factor and aux_loss finite and
+// non-negative, router_score softmax; with experts = 0 none is set.
+func (c Config) moeKeys() []error {
+	var errs []error
+	if c.Experts < 0 {
+		return []error{fmt.Errorf("model.experts=%d must be positive (or 0: a dense model)", c.Experts)}
+	}
+	if c.Experts == 0 {
+		set := []struct {
+			name string
+			on   bool
+		}{{"top_k", c.TopK != 0}, {"expert_ffn_hidden", c.ExpertFFN != 0}, {"shared_experts", c.SharedExperts != 0},
+			{"moe_every", c.MoEEvery != 0}, {"dense_first", c.DenseFirst != 0}, {"capacity_factor", c.CapacityFactor != 0},
+			{"router_score", c.RouterScore != ""}, {"aux_loss", c.AuxLoss != 0}}
+		for _, s := range set {
+			if s.on {
+				errs = append(errs, fmt.Errorf("model.%s is set without model.experts (a dense model has no router)", s.name))
+			}
+		}
+		return errs
+	}
+	if !c.IsLlama() {
+		errs = append(errs, fmt.Errorf("model.experts=%d: experts replace a Llama block's SwiGLU (set model.arch=\"llama\")", c.Experts))
+	}
+	if c.TopK < 1 || c.TopK > c.Experts {
+		errs = append(errs, fmt.Errorf("model.top_k=%d must be in [1, model.experts=%d]", c.TopK, c.Experts))
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"expert_ffn_hidden", c.ExpertFFN}, {"shared_experts", c.SharedExperts}, {"moe_every", c.MoEEvery}, {"dense_first", c.DenseFirst}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("model.%s=%d must not be negative", f.name, f.v))
+		}
+	}
+	if c.DenseFirst > c.Layers {
+		errs = append(errs, fmt.Errorf("model.dense_first=%d exceeds model.layers=%d", c.DenseFirst, c.Layers))
+	}
+	if !(c.CapacityFactor >= 0 && c.CapacityFactor <= 1000) {
+		errs = append(errs, fmt.Errorf("model.capacity_factor=%v: want 0 (dropless) or a factor in (0, 1000]", c.CapacityFactor))
+	}
+	if !(c.AuxLoss >= 0 && c.AuxLoss <= 1e3) {
+		errs = append(errs, fmt.Errorf("model.aux_loss=%v: want a coefficient in [0, 1000]", c.AuxLoss))
+	}
+	switch c.RouterScore {
+	case "", "softmax", "sigmoid":
+	default:
+		errs = append(errs, fmt.Errorf("model.router_score=%q: want softmax or sigmoid", c.RouterScore))
+	}
+	return errs
+}
+
+// moeParams are an MoE block's MLP tensors (after post_attention_layernorm):
+//
+//	mlp.gate.weight                    (E,C)       the router
+//	mlp.experts.gate_up_proj           (E,2F_e,C)  expert e's rows [gate | up]
+//	mlp.experts.down_proj              (E,C,F_e)
+//	mlp.shared_experts.gate_proj.weight (F_s,C), up_proj (F_s,C), down_proj (C,F_s)   with shared experts
+//
+// The experts' weights are two tensors (Llama 4's and GPT-OSS's fused
+// layout, (out, in) per expert), so that one grouped GEMM reads every
+// expert's matrix at a fixed stride.
+func (c Config) moeParams(n func(string) string) []tensorSpec {
+	C, E, Fe, Fs := c.Hidden, c.Experts, c.ExpertWidth(), c.SharedWidth()
+	gu, down := rep(n("mlp.experts.gate_up_proj"), E, 2*Fe, C), rep(n("mlp.experts.down_proj"), E, C, Fe)
+	gu.expert, down.expert = true, true
+	t := []tensorSpec{rep(n("mlp.gate.weight"), E, C), gu, down}
+	if Fs > 0 {
+		t = append(t, rep(n("mlp.shared_experts.gate_proj.weight"), Fs, C),
+			rep(n("mlp.shared_experts.up_proj.weight"), Fs, C),
+			rep(n("mlp.shared_experts.down_proj.weight"), C, Fs))
+	}
+	return t
+}
+
+// moeSaved declares what an MoE layer's MLP keeps (after the block's
+// post_attention_layernorm; n = B·T, R = Routed(n)):
+//
+//	mlp.router.probs     (n,E) the router's scores (softmax or sigmoid); the routing (top-k,
+//	                     capacity, permutation) is recomputed from it
+//	mlp.experts.x        (R,C) operand, the dispatched tokens, expert-major
+//	mlp.experts.gate_up  (R,2F_e) operand, SwiGLU's input
+//	mlp.experts.act      (R,F_e) operand, down_proj's input
+//	mlp.experts.y        (R,C) the experts' outputs, for the gates' gradient
+//	mlp.shared.gate_up   (n,2F_s) operand, mlp.shared.act (n,F_s) operand   with shared experts
+//
+// Under expert parallelism x, gate_up and act are the rank's experts'
+// rows received from the group (ExpertRows), y the rank's own tokens'
+// outputs sent back (R).
+func (c Config) moeSaved(d Dims) []Saved {
+	n := float64(d.B) * float64(d.T)
+	R, Rx := float64(c.Routed(d.B*d.T)), float64(c.ExpertRows(d.B*d.T, d.Part.EPDegree()))
+	C, E, Fe, Fs := float64(c.Hidden), float64(c.Experts), float64(c.ExpertWidth()), float64(c.SharedWidth())
+	s := []Saved{
+		{Name: "mlp.router.probs", Class: Exact, Elems: n * E},
+		{Name: "mlp.experts.x", Class: Operand, Elems: Rx * C},
+		{Name: "mlp.experts.gate_up", Class: Operand, Elems: 2 * Rx * Fe},
+		{Name: "mlp.experts.act", Class: Operand, Elems: Rx * Fe},
+		{Name: "mlp.experts.y", Class: Exact, Elems: R * C},
+	}
+	if Fs > 0 {
+		s = append(s, Saved{Name: "mlp.shared.gate_up", Class: Operand, Elems: 2 * n * Fs},
+			Saved{Name: "mlp.shared.act", Class: Operand, Elems: n * Fs})
+	}
+	return s
+}
+
+// MoEWorkspace are an MoE layer's scratch sizes for micro-batches of B
+// sequences (n = B·T, R = Routed(n), Rx = ExpertRows(n, ep)), carved in
+// this order:
+//
+//	F32    rows  max(R,n)·C  the backward's dispatched output gradient, then
+//	             input gradient; the forward's combine (n,C)
+//	       dact  Rx·F_e      (the forward's fp32 act under 16-bit)
+//	       dgu   2·Rx·F_e    (the forward's fp32 gate_up under 16-bit)
+//	       dp    n·E         the router's probability gradient
+//	       gates 2·n·k       every assignment's gate and its gradient
+//	       ep > 1: two Rx·C  the experts' rows in the group's order and in
+//	             expert order (received tokens, outputs, gradients), and
+//	             2E, the row counts sent to and received from each rank
+//	Half   max(Rx·max(C, 2F_e), n·E) a grouped GEMM's (or the router's)
+//	             rounded output gradient, under a 16-bit policy; with
+//	             ep > 1 R·C + Rx·C more, the tokens sent and received
+//	Route  (int32) 2·n·k + 2E + 1: every assignment's expert and row, the
+//	             experts' loads before capacity and their row offsets;
+//	             with ep > 1 Rx + E + 1 more, the received rows' places
+//	             in expert order and the local experts' offsets
+type MoEWorkspace struct{ F32, Half, Route float64 }
+
+// MoEScratch sizes an MoE layer's scratch on part d.Part (zero for a
+// dense model).
+func (c Config) MoEScratch(d Dims, half bool) MoEWorkspace {
+	if c.Experts <= 0 || c.MoELayers(0, c.Layers) == 0 {
+		return MoEWorkspace{}
+	}
+	ep := d.Part.EPDegree()
+	n := float64(d.B) * float64(d.T)
+	R, Rx := float64(c.Routed(d.B*d.T)), float64(c.ExpertRows(d.B*d.T, ep))
+	C, E, Fe, k := float64(c.Hidden), float64(c.Experts), float64(c.ExpertWidth()), float64(c.TopK)
+	w := MoEWorkspace{F32: max(R, n)*C + 3*Rx*Fe + n*E + 2*n*k, Route: 2*n*k + 2*E + 1}
+	if ep > 1 {
+		w.F32 += 2*Rx*C + 2*E
+		w.Route += Rx + E + 1
+	}
+	if half {
+		w.Half = max(Rx*max(C, 2*Fe), n*E)
+		if ep > 1 {
+			w.Half += R*C + Rx*C
+		}
+	}
+	return w
+}
+
+// moeActiveParams is the parameters a token uses in an MoE layer beyond
+// its attention and norms: the router's E·C, k experts' 3·C·F_e and the
+// shared 3·C·F_s.
+func (c Config) moeActiveParams() float64 {
+	C := float64(c.Hidden)
+	return float64(c.Experts)*C + float64(c.TopK)*3*C*float64(c.ExpertWidth()) + 3*C*float64(c.SharedWidth())
+}

@@ -1,0 +1,107 @@
+package plan
+
+import "trellis/arch"
+
+// The engine's MoE layers (arch's moe.go) as the planner's engine formulas
+// count them, for the plans the engine runs (EngineRefusals): the model's
+// experts in the engine's declarations, the widest block's stash for every
+// layer, and a stage's parameters from the engine's own layout.
+
+// engineMoE sets the engine's MoE keys of c from m's experts: arch's MoE
+// layer l ≥ dense_first with (l − dense_first) % moe_every = 0 is the
+// planner's i % Every = Phase when Phase = dense_first % Every.
+func engineMoE(c *arch.Config, m Model) {
+	if !m.moe() {
+		return
+	}
+	e := *m.MoE
+	c.Experts, c.TopK, c.ExpertFFN, c.DenseFirst = e.Experts, e.TopK, e.FFN, e.DenseFirst
+	c.MoEEvery, c.CapacityFactor = max(1, e.Every), e.CapacityFactor
+	if e.Score == "sigmoid" {
+		c.RouterScore = "sigmoid"
+	}
+	if e.FFN > 0 {
+		c.SharedExperts = e.SharedFFN / e.FFN
+	}
+}
+
+// engineWidestBlock is the block whose stash is the largest (an MoE
+// block), or −1 for a dense model: engineActivations counts every layer
+// as it, so a model with dense layers among its MoE ones is over-counted
+// by the difference on each dense layer (exact when every layer is MoE).
+func engineWidestBlock(c arch.Config) int {
+	for l := range c.Layers {
+		if c.MoELayer(l) {
+			return l
+		}
+	}
+	return -1
+}
+
+// engineMoEParams corrects a stage's parameter count, which counts each
+// of its layers as a dense one (perLayer parameters), to the engine's
+// layout of the stage's blocks (arch's PartLayout: the router and the
+// experts of its MoE blocks); 0 for a dense model.
+func (j Job) engineMoEParams(p Plan, stage, layers int, perLayer float64) float64 {
+	if !j.Model.moe() {
+		return 0
+	}
+	ac, d := j.engineArch(p)
+	lay := ac.PartLayout(d.Part)
+	var sum float64
+	for _, l := range j.stageBlocks(p, stage) {
+		sum += float64(lay.Units[l+1].Size)
+	}
+	return sum - float64(layers)*perLayer
+}
+
+// stageBlocks are the blocks pipeline stage k holds: chunk c of the pp·vpp
+// chunks (ChunkLayers) on stage c mod pp.
+func (j Job) stageBlocks(p Plan, k int) []int {
+	counts, err := ChunkLayers(j.Model.Layers, max(1, p.PP), max(1, p.VPP))
+	if err != nil {
+		return nil
+	}
+	var out []int
+	lo := 0
+	for c, n := range counts {
+		if c%max(1, p.PP) == k {
+			for l := lo; l < lo+n; l++ {
+				out = append(out, l)
+			}
+		}
+		lo += n
+	}
+	return out
+}
+
+// engineMoEChunk is, for an MoE model, the bytes of the blocks' part of
+// the largest chunk stash of pipeline stage k (parallel/pp sizes every
+// stash of a rank for it): each block's own declarations, shared as the
+// recomputation mode shares them (arch's BlocksElemsAt), and each
+// block's input residual.
+func (j Job) engineMoEChunk(p Plan, k int) (float64, bool) {
+	if !j.Model.moe() {
+		return 0, false
+	}
+	ac, d := j.engineArch(p)
+	switch p.Recompute {
+	case RecomputeSelective:
+		d.Recompute = arch.RecomputeSelective
+	case RecomputeFull:
+		d.Recompute = arch.RecomputeFull
+	}
+	counts, err := ChunkLayers(j.Model.Layers, max(1, p.PP), max(1, p.VPP))
+	if err != nil {
+		return 0, false
+	}
+	resid := 4 * float64(d.Tokens()) * float64(j.Model.Hidden)
+	best, lo := 0.0, 0
+	for c, n := range counts {
+		if c%max(1, p.PP) == k {
+			best = max(best, ac.BlocksElemsAt(d, lo, lo+n, j.engineHalfStash(p)).Bytes()+float64(n)*resid)
+		}
+		lo += n
+	}
+	return best, true
+}
