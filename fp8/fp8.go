@@ -1,0 +1,161 @@
+// Package fp8 emulates 8-bit floating-point GEMM operands exactly on the
+// CPU: the OCP formats (tensor.E4M3, tensor.E5M2), power-of-two scales,
+// the quantisation of a matrix by tiles, and delayed scaling's amax
+// history. A quantised operand is handed to the GEMM as its dequantised
+// values in bf16:
+//
+//	q = round_f(x·s)    (nearest even, saturating at ±max_f)
+//	x̂ = q / s           (s a power of two: exact, and exactly a bf16)
+//
+// so the existing bf16 GEMM with fp32 accumulation multiplies exactly the
+// values an fp8 tensor core multiplies (e4m3·e4m3 products are exact in
+// fp32) and applies exactly the scales it applies (up to the fp32
+// accumulation order, the only difference from a GPU's fp8 GEMM).
+//
+// The scale of an amax is
+//
+//	s = 2^⌊log2(max_f / amax)⌋ / 2^margin        (1 when amax is 0 or not finite)
+//
+// Transformer Engine's fp8_max / amax / 2^margin rounded down to a power
+// of two (TE's power-of-two scaling option, MXFP8's E8M0 and DeepSeek's
+// UE8M0 scales): at most one bit of range is given up, no finite amax
+// overflows, and the dequantisation is exact.
+package fp8
+
+import (
+	"math"
+
+	"trellis/tensor"
+)
+
+// Format is an fp8 element format.
+type Format uint8
+
+// The two OCP formats.
+const (
+	E4M3 Format = iota // forward operands; gradients under the blockwise recipe
+	E5M2               // gradients under delayed scaling (TE's HYBRID)
+)
+
+func (f Format) String() string {
+	if f == E5M2 {
+		return "e5m2"
+	}
+	return "e4m3"
+}
+
+// Max is the largest finite magnitude: 448 or 57344.
+func (f Format) Max() float32 {
+	if f == E5M2 {
+		return tensor.E5M2Max
+	}
+	return tensor.E4M3Max
+}
+
+func (f Format) man() uint {
+	if f == E5M2 {
+		return 2
+	}
+	return 3
+}
+
+func (f Format) bias() int {
+	if f == E5M2 {
+		return 15
+	}
+	return 7
+}
+
+// Round is x's nearest value of f, ties to even, saturating at ±Max (NaN
+// stays NaN): tensor's decode(encode(x)), computed on the fp32 bits.
+func (f Format) Round(x float32) float32 {
+	u := math.Float32bits(x)
+	s := u & 0x80000000
+	a := u &^ s
+	switch {
+	case a > 0x7f800000:
+		return x
+	case a >= math.Float32bits(f.Max()):
+		return math.Float32frombits(s | math.Float32bits(f.Max()))
+	case a < uint32(128-f.bias())<<23: // below the smallest normal 2^(1−bias): multiples of the subnormal step
+		step := math.Ldexp(1, 1-f.bias()-int(f.man()))
+		v := math.RoundToEven(float64(math.Float32frombits(a))/step) * step
+		return math.Float32frombits(s | math.Float32bits(float32(v)))
+	}
+	shift := 23 - f.man()
+	a += 1<<(shift-1) - 1 + (a>>shift)&1
+	a &^= 1<<shift - 1
+	return math.Float32frombits(s | a)
+}
+
+// Scale is the power-of-two scale for amax (see the package doc).
+func Scale(f Format, amax float32, margin int) float32 {
+	if !(amax > 0) || math.IsInf(float64(amax), 0) {
+		return 1
+	}
+	_, e := math.Frexp(float64(f.Max()) / float64(amax)) // max/amax = fr·2^e, fr in [0.5, 1)
+	return float32(math.Ldexp(1, min(max(e-1-margin, -100), 100)))
+}
+
+// Tile is the part of a row-major matrix one scale covers: R rows by C
+// columns (DeepSeek-V3: 1×128 for an activation or gradient along the
+// GEMM's reduction dimension, 128×1 when that dimension is its rows,
+// 128×128 for a weight).
+type Tile struct{ R, C int }
+
+// Quantise sets dst (rows·cols bf16 bits) to the quantise-dequantise of
+// the row-major rows×cols matrix src (fp32 or bf16) in format f: with
+// scale > 0 one scale for every element (delayed scaling), else each
+// tile's own Scale of its amax (margin 0). tmp holds at least cols +
+// ⌈cols/tile.C⌉ fp32s. It returns src's amax. dst may not alias src.
+func Quantise(dst []uint16, src tensor.Buf, rows, cols int, tile Tile, f Format, scale float32, tmp []float32) float32 {
+	tr, tc := max(1, min(tile.R, rows)), max(1, min(tile.C, cols))
+	nt := (cols + tc - 1) / tc
+	row, amax := tmp[:cols:cols], tmp[cols:cols+nt]
+	load := func(i int) []float32 {
+		if src.DType() == tensor.F32 {
+			return src.F32()[i*cols : (i+1)*cols]
+		}
+		tensor.DecodeBF16(row, tensor.BF16View(src.Bits()[i*cols:(i+1)*cols]))
+		return row
+	}
+	total := float32(0)
+	for r0 := 0; r0 < rows; r0 += tr {
+		r1 := min(rows, r0+tr)
+		clear(amax)
+		for i := r0; i < r1; i++ {
+			x := load(i)
+			for t := range amax {
+				a := amax[t]
+				for _, v := range x[t*tc : min(cols, (t+1)*tc)] {
+					a = max(a, abs32(v))
+				}
+				amax[t] = a
+			}
+		}
+		for t, a := range amax {
+			total = max(total, a)
+			if scale > 0 {
+				amax[t] = scale
+			} else {
+				amax[t] = Scale(f, a, 0)
+			}
+		}
+		for i := r0; i < r1; i++ {
+			x, out := load(i), dst[i*cols:(i+1)*cols]
+			for t, s := range amax {
+				inv := 1 / s
+				lo, hi := t*tc, min(cols, (t+1)*tc)
+				for j, v := range x[lo:hi] {
+					out[lo+j] = uint16(math.Float32bits(f.Round(v*s)*inv) >> 16)
+				}
+			}
+		}
+	}
+	return total
+}
+
+func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ 0x80000000) }
+
+// TmpLen is the fp32 scratch Quantise needs for a matrix of cols columns.
+func TmpLen(cols int) int { return 2 * cols }
