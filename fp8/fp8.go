@@ -155,6 +155,22 @@ func Quantise(dst []uint16, src tensor.Buf, rows, cols int, tile Tile, f Format,
 	return total
 }
 
+// AMax is the largest magnitude of src's first n elements (NaN if one is
+// NaN).
+func AMax(src tensor.Buf, n int) float32 {
+	a := float32(0)
+	if src.DType() == tensor.F32 {
+		for _, v := range src.F32()[:n] {
+			a = max(a, abs32(v))
+		}
+		return a
+	}
+	for _, b := range src.Bits()[:n] {
+		a = max(a, abs32(math.Float32frombits(uint32(b)<<16)))
+	}
+	return a
+}
+
 func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ 0x80000000) }
 
 // TmpLen is the fp32 scratch Quantise needs for a matrix of cols columns.

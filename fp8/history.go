@@ -7,7 +7,8 @@ package fp8
 //
 //	s_step = Scale(f, max(amax_{step−H}, …, amax_{step−1}), margin)
 //
-// 1 before the first step has been recorded. Observe takes the current
+// undefined before the first step has been recorded (Recorded false:
+// the caller scales that step by each tensor's current amax). Observe takes the current
 // step's amaxes (their maximum over micro-batches and, once the caller has
 // reduced Current over its ranks, over ranks); Roll appends it and makes
 // the next step's scale. Its values live in a caller's buffer (charged to
@@ -17,7 +18,11 @@ type History struct {
 	margin int
 	buf    []float32 // [0, H) the ring of amaxes, H the current step's, H+1 the scale
 	next   int       // the ring's next slot
+	steps  int       // steps rolled
 }
+
+// Recorded says whether a step has been rolled into the history.
+func (h *History) Recorded() bool { return h.steps > 0 }
 
 // Len is the fp32s a History of h steps keeps.
 func Len(h int) int { return h + 2 }
@@ -54,6 +59,7 @@ func (h *History) Roll() {
 	h.buf[h.next] = h.buf[H]
 	h.buf[H] = 0
 	h.next = (h.next + 1) % H
+	h.steps++
 	a := float32(0)
 	for _, v := range h.buf[:H] {
 		a = max(a, v)

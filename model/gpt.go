@@ -102,6 +102,7 @@ type GPT struct {
 	ws   *device.Buffer // fp32 scratch, carved into w
 	ws16 *device.Buffer // 16-bit scratch (nil in fp32)
 	w    scratch
+	q8   *q8 // fp8's scratch and amax histories (nil unless the policy is fp8)
 
 	drop dropoutKeys
 }
@@ -151,6 +152,10 @@ func New(o Options) (*GPT, error) {
 		m.tp = soloTP{}
 	}
 	if err := m.allocScratch(); err != nil {
+		return nil, err
+	}
+	if err := m.allocQ8(); err != nil {
+		m.Free()
 		return nil, err
 	}
 	m.drop.embd = rng.Key(o.Seed, "dropout.embd")
@@ -233,6 +238,7 @@ func (m *GPT) DResidual() []float32 { return m.w.dres }
 func (m *GPT) Free() {
 	m.ws.Free()
 	m.ws16.Free()
+	m.q8.free()
 }
 
 // dropoutAt is the dropout of a site for the stash's batch: keyed by

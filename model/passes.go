@@ -77,6 +77,7 @@ func (m *GPT) BlockForward(p Params, s *Stash, l int) error {
 		return err
 	}
 	defer p.ReleaseWeights(l + 1)
+	m.at(l, !s.eval)
 	return newBlock(m.d).forward(m, s, m.blockWeights(m.layout.Units[l+1], w), l)
 }
 
@@ -224,6 +225,7 @@ func (m *GPT) blockBackward(p Params, s *Stash, d *deferred, l int) error {
 		return err
 	}
 	b, w := newBlock(m.d), m.blockWeights(m.layout.Units[u], wb)
+	m.at(l, true)
 	if m.d.rc == RecomputeFull { // the stash holds one block's activations: rerun this block's forward
 		if err := b.forward(m, s, w, l); err != nil {
 			return err
@@ -252,6 +254,7 @@ func (m *GPT) BlockBackwardWeight(p Params, s *Stash, w *WeightStash, l int) err
 	}
 	u := l + 1
 	b := newBlock(m.d)
+	m.at(l, true)
 	if m.d.rc == RecomputeFull {
 		wb, err := m.weights(p, u)
 		if err != nil {

@@ -13,7 +13,7 @@ import "fmt"
 // The engine composes every mechanism with every other: dp with ZeRO 0–3
 // and any pp schedule (gpipe, 1f1b, interleaved, zb-h1), tp ± sp with
 // every schedule, recomputation none/selective/full, flash on or off,
-// fp32, bf16 and fp16. Shape rules (tp dividing the heads, layers for
+// fp32, bf16, fp16 and fp8 (train.fp8_recipe). Shape rules (tp dividing the heads, layers for
 // every pipeline stage, micro-batch counts for a schedule) are the
 // model's and the schedule's, checked where the shapes are known.
 //
@@ -27,7 +27,6 @@ import "fmt"
 //	model        a GPT block other than GPT-2's (LayerNorm, a GELU MLP of
 //	             4·hidden, one key/value head per head, a tied head); a
 //	             Llama with biases or a head_dim other than hidden/heads
-//	precision    fp8
 //	cp           context parallelism
 //	model        experts (MoE) or multi-head latent attention
 //	ep, etp      expert parallelism
@@ -44,9 +43,6 @@ func EngineRefusals(m Model, p Plan) []string {
 		}
 	case m.gated() || m.KVHeads != m.Heads || m.FFN != 4*m.Hidden || !m.Tied:
 		out = append(out, fmt.Sprintf("model %s: the engine runs GPT-2 blocks (LayerNorm, a GELU MLP of 4·hidden, one key/value head per head, the head tied to the embedding)", m.Name))
-	}
-	if p.Precision != FP32 && p.Precision != BF16 && p.Precision != FP16 {
-		out = append(out, fmt.Sprintf("precision=%s: the engine computes in fp32, bf16 or fp16", p.Precision))
 	}
 	if p.CP != 1 {
 		out = append(out, fmt.Sprintf("cp=%d: the engine does not implement context parallelism", p.CP))
