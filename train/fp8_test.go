@@ -32,3 +32,21 @@ func TestFP8ParallelPlans(t *testing.T) {
 		}
 	}
 }
+
+// In fp8 every rank's peak and every tag above 4 KiB is within 5% of the
+// planner's prediction (holdPredicted), under both recipes: the bf16
+// states plus the amax histories (param), bf16's stash, and the
+// quantised operands' scratch (workspace, arch.FP8).
+func TestFP8PredictedMemory(t *testing.T) {
+	for _, c := range []struct{ plan, recipe string }{
+		{"dp=1", "delayed"}, {"dp=1", "blockwise"}, {"dp=2,zero=3", "delayed"}, {"tp=2,sp=on", "blockwise"},
+		{"pp=2", "delayed"}, {"dp=2,zero=1,recompute=selective", "blockwise"},
+	} {
+		t.Run(c.plan+"/"+c.recipe, func(t *testing.T) {
+			j := tinyJob(c.plan + ",precision=fp8")
+			j.Model.Layers = 4
+			j.Train.FP8Recipe = c.recipe
+			holdPredicted(t, j)
+		})
+	}
+}
