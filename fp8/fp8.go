@@ -106,53 +106,165 @@ type Tile struct{ R, C int }
 // Quantise sets dst (rows·cols bf16 bits) to the quantise-dequantise of
 // the row-major rows×cols matrix src (fp32 or bf16) in format f: with
 // scale > 0 one scale for every element (delayed scaling), else each
-// tile's own Scale of its amax (margin 0). tmp holds at least cols +
-// ⌈cols/tile.C⌉ fp32s. It returns src's amax. dst may not alias src.
+// tile's own Scale of its amax (margin 0). tmp holds at least
+// TmpLen(cols) fp32s. It returns src's amax (+Inf if an element is NaN
+// or infinite). dst may not alias src.
 func Quantise(dst []uint16, src tensor.Buf, rows, cols int, tile Tile, f Format, scale float32, tmp []float32) float32 {
 	tr, tc := max(1, min(tile.R, rows)), max(1, min(tile.C, cols))
 	nt := (cols + tc - 1) / tc
-	row, amax := tmp[:cols:cols], tmp[cols:cols+nt]
-	load := func(i int) []float32 {
-		if src.DType() == tensor.F32 {
-			return src.F32()[i*cols : (i+1)*cols]
-		}
-		tensor.DecodeBF16(row, tensor.BF16View(src.Bits()[i*cols:(i+1)*cols]))
-		return row
-	}
-	total := float32(0)
+	am, inv := tmp[:nt:nt], tmp[nt:2*nt:2*nt]
+	r := newRounder(f)
+	total := uint32(0)
 	for r0 := 0; r0 < rows; r0 += tr {
 		r1 := min(rows, r0+tr)
-		clear(amax)
+		clear(am)
 		for i := r0; i < r1; i++ {
-			x := load(i)
-			for t := range amax {
-				a := amax[t]
-				for _, v := range x[t*tc : min(cols, (t+1)*tc)] {
-					a = max(a, abs32(v))
-				}
-				amax[t] = a
-			}
-		}
-		for t, a := range amax {
-			total = max(total, a)
-			if scale > 0 {
-				amax[t] = scale
+			if src.DType() == tensor.F32 {
+				amax32(am, src.F32()[i*cols:(i+1)*cols], tc)
 			} else {
-				amax[t] = Scale(f, a, 0)
+				amax16(am, src.Bits()[i*cols:(i+1)*cols], tc)
 			}
 		}
+		for t, a := range am {
+			b := min(math.Float32bits(a), 0x7f800000) // NaN as Inf
+			total = max(total, b)
+			s := scale
+			if !(s > 0) {
+				s = Scale(f, math.Float32frombits(b), 0)
+			}
+			am[t], inv[t] = s, 1/s
+		}
 		for i := r0; i < r1; i++ {
-			x, out := load(i), dst[i*cols:(i+1)*cols]
-			for t, s := range amax {
-				inv := 1 / s
-				lo, hi := t*tc, min(cols, (t+1)*tc)
-				for j, v := range x[lo:hi] {
-					out[lo+j] = uint16(math.Float32bits(f.Round(v*s)*inv) >> 16)
-				}
+			out := dst[i*cols : (i+1)*cols]
+			if src.DType() == tensor.F32 {
+				r.row32(out, src.F32()[i*cols:(i+1)*cols], am, inv, tc)
+			} else {
+				r.row16(out, src.Bits()[i*cols:(i+1)*cols], am, inv, tc)
 			}
 		}
 	}
-	return total
+	return math.Float32frombits(total)
+}
+
+// amax32 folds |x| into the tiles' amaxes (as bits: the order of
+// non-negative floats; NaN above +Inf).
+func amax32(am []float32, x []float32, tc int) {
+	if tc == 1 {
+		for j, v := range x {
+			am[j] = math.Float32frombits(max(math.Float32bits(am[j]), math.Float32bits(v)&^0x80000000))
+		}
+		return
+	}
+	for t := range am {
+		a := math.Float32bits(am[t])
+		for _, v := range x[t*tc : min(len(x), (t+1)*tc)] {
+			a = max(a, math.Float32bits(v)&^0x80000000)
+		}
+		am[t] = math.Float32frombits(a)
+	}
+}
+
+func amax16(am []float32, x []uint16, tc int) {
+	if tc == 1 {
+		for j, v := range x {
+			am[j] = math.Float32frombits(max(math.Float32bits(am[j]), uint32(v&^0x8000)<<16))
+		}
+		return
+	}
+	for t := range am {
+		a := uint16(math.Float32bits(am[t]) >> 16)
+		for _, v := range x[t*tc : min(len(x), (t+1)*tc)] {
+			a = max(a, v&^0x8000)
+		}
+		am[t] = math.Float32frombits(uint32(a) << 16)
+	}
+}
+
+// rounder is Round on the bits for the normal range below Max (the
+// mantissa rounded to nearest even by adding half an ulp and the kept
+// bit's parity, as tensor.ToBF16 does), Round itself for the rest.
+type rounder struct {
+	f                      Format
+	lo, hi, shift, half, m uint32
+}
+
+func newRounder(f Format) rounder {
+	sh := uint32(23 - f.man())
+	return rounder{f: f, lo: uint32(128-f.bias()) << 23, hi: math.Float32bits(f.Max()), shift: sh, half: 1<<(sh-1) - 1, m: ^(1<<sh - 1)}
+}
+
+// slow is the dequantised bf16 of Round(y)·inv.
+func (r *rounder) slow(y, inv float32) uint16 {
+	return uint16(math.Float32bits(r.f.Round(y)*inv) >> 16)
+}
+
+// run sets o to the dequantised bf16 of x·s (x fp32), scale s, inverse inv.
+func (r *rounder) run(o []uint16, x []float32, s, inv float32) {
+	lo, span, sh, half, m := r.lo, r.hi-r.lo, r.shift, r.half, r.m
+	o = o[:len(x)]
+	for j, v := range x {
+		y := v * s
+		u := math.Float32bits(y)
+		a := u &^ 0x80000000
+		if a-lo < span {
+			a = (a + half + (a>>sh)&1) & m
+			o[j] = uint16(math.Float32bits(math.Float32frombits(a|u&0x80000000)*inv) >> 16)
+		} else {
+			o[j] = r.slow(y, inv)
+		}
+	}
+}
+
+// run16 is run on bf16 x.
+func (r *rounder) run16(o []uint16, x []uint16, s, inv float32) {
+	lo, span, sh, half, m := r.lo, r.hi-r.lo, r.shift, r.half, r.m
+	o = o[:len(x)]
+	for j, v := range x {
+		y := math.Float32frombits(uint32(v)<<16) * s
+		u := math.Float32bits(y)
+		a := u &^ 0x80000000
+		if a-lo < span {
+			a = (a + half + (a>>sh)&1) & m
+			o[j] = uint16(math.Float32bits(math.Float32frombits(a|u&0x80000000)*inv) >> 16)
+		} else {
+			o[j] = r.slow(y, inv)
+		}
+	}
+}
+
+// row16c1 is run16 with a scale per column (128×1 tiles).
+func (r *rounder) row16c1(o []uint16, x []uint16, s, inv []float32) {
+	lo, span, sh, half, m := r.lo, r.hi-r.lo, r.shift, r.half, r.m
+	o, s, inv = o[:len(x)], s[:len(x)], inv[:len(x)]
+	for j, v := range x {
+		y := math.Float32frombits(uint32(v)<<16) * s[j]
+		u := math.Float32bits(y)
+		a := u &^ 0x80000000
+		if a-lo < span {
+			a = (a + half + (a>>sh)&1) & m
+			o[j] = uint16(math.Float32bits(math.Float32frombits(a|u&0x80000000)*inv[j]) >> 16)
+		} else {
+			o[j] = r.slow(y, inv[j])
+		}
+	}
+}
+
+func (r *rounder) row32(out []uint16, x []float32, s, inv []float32, tc int) {
+	for t := range s {
+		lo, hi := t*tc, min(len(x), (t+1)*tc)
+		r.run(out[lo:hi], x[lo:hi], s[t], inv[t])
+	}
+}
+
+func (r *rounder) row16(out []uint16, x []uint16, s, inv []float32, tc int) {
+	if tc == 1 {
+		r.row16c1(out, x, s, inv)
+		return
+	}
+	for t := range s {
+		lo, hi := t*tc, min(len(x), (t+1)*tc)
+		r.run16(out[lo:hi], x[lo:hi], s[t], inv[t])
+	}
 }
 
 // AMax is the largest magnitude of src's first n elements (NaN if one is
@@ -173,5 +285,6 @@ func AMax(src tensor.Buf, n int) float32 {
 
 func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ 0x80000000) }
 
-// TmpLen is the fp32 scratch Quantise needs for a matrix of cols columns.
+// TmpLen is the fp32 scratch Quantise needs for a matrix of cols
+// columns: each tile's scale and its inverse.
 func TmpLen(cols int) int { return 2 * cols }
