@@ -1,6 +1,7 @@
 package train
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -50,3 +51,42 @@ func TestFP8PredictedMemory(t *testing.T) {
 		})
 	}
 }
+
+// A Llama in fp8 (its qkv and gate|up GEMMs have one shape here, so
+// delayed scaling gives them one history: the larger amax's scale, on
+// every plan alike) equals its single-device fp8 run under pp and ZeRO-3
+// (measured 2.5e-8 and 6.6e-8) and, with blockwise tiles of 4 (dividing
+// every shard: 24, 40, 20, 8), under tp and 3D within the 16-bit bound.
+// Delayed scaling under tp does not meet that bound: the step's amaxes
+// and scales are the one device's (the histories agree to the bit
+// through step 2), but the fp32 reduction order of the row-parallel
+// products moves a value across an fp8 rounding boundary, a step of 2^-3
+// (e5m2 gradients) or 2^-4 (e4m3) where bf16's is 2^-8, and the SwiGLU
+// product amplifies it: measured 2.9e-3 on the losses and 1.35e-2 on the
+// moments over 5 steps (GPT-2: 8.9e-5), held to fp8TPLoss and fp8TPState.
+func TestFP8Llama(t *testing.T) {
+	for _, recipe := range []string{"delayed", "blockwise"} {
+		job := func(p string) Job {
+			j := llamaJob(p+",precision=fp8", 3)
+			j.Train.FP8Recipe, j.Train.FP8Tile = recipe, 4
+			return j
+		}
+		ref := runJob(t, job("dp=1"), t.TempDir(), "", 0)
+		for _, p := range []string{"tp=2", "pp=2,tp=2,dp=2,zero=1", "pp=2", "dp=2,zero=3"} {
+			t.Run(recipe+"/"+p, func(t *testing.T) {
+				loss, state := halfParLoss, halfParState
+				if recipe == "delayed" && strings.Contains(p, "tp=") {
+					loss, state = fp8TPLoss, fp8TPState
+				}
+				closeTo(t, runJob(t, job(p), t.TempDir(), "", 0), ref, loss, state)
+			})
+		}
+	}
+}
+
+// fp8TPLoss and fp8TPState bound a delayed-scaling Llama under tp against
+// its single-device run (TestFP8Llama: about 3× the measured).
+const (
+	fp8TPLoss  = 1e-2
+	fp8TPState = 4e-2
+)
