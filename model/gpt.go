@@ -133,6 +133,7 @@ type GPT struct {
 	// (its routing is not counted again).
 	rerun bool
 	stats expertCounter
+	q8   *q8 // fp8's scratch and amax histories (nil unless the policy is fp8)
 
 	drop dropoutKeys
 
@@ -199,6 +200,10 @@ func New(o Options) (*GPT, error) {
 		m.tp = soloTP{}
 	}
 	if err := m.allocScratch(); err != nil {
+		return nil, err
+	}
+	if err := m.allocQ8(); err != nil {
+		m.Free()
 		return nil, err
 	}
 	m.drop.embd = rng.Key(o.Seed, "dropout.embd")
@@ -332,6 +337,7 @@ func (m *GPT) Free() {
 		m.dev.Release(device.Workspace, m.routeBytes)
 		m.routeBytes = 0
 	}
+	m.q8.free()
 }
 
 // dropoutAt is the dropout of a site for the stash's batch: keyed by

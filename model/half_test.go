@@ -52,8 +52,8 @@ func checkHalfLinear(t *testing.T, pol precision.Policy) {
 	}
 	xh, wh := enc(x), enc(w)
 	out := make([]float32, N*OC)
-	m.linearGEMM(out, res, xh, wh, b, N, C, OC)
 	l := linear{in: C, out: OC}
+	l.gemm(m, out, res, xh, wh, b, N)
 	dx, dw := make([]float32, N*C), rnd(OC*C)
 	dw0 := append([]float32(nil), dw...)
 	l.backward(m, dx, dout, xh, wh, linGrads{w: dw}, N)

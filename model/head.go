@@ -31,7 +31,7 @@ type headActs struct {
 }
 
 func newHead(d dims) head {
-	return head{norm: norm{rms: d.llama, eps: d.eps}, lm: linear{in: d.C, out: d.Vl}}
+	return head{norm: norm{rms: d.llama, eps: d.eps}, lm: linear{in: d.C, out: d.Vl, hp: true}}
 }
 
 // norm is the final norm of the last residual stream h (the rank's
@@ -47,7 +47,7 @@ func (l head) forward(m *GPT, s *Stash, z, wte tensor.Buf) (float32, error) {
 	a := s.head
 	logits := a.probs[:bt*m.d.Vl]
 	if m.d.t == 1 {
-		m.linearGEMM(logits, nil, z, wte, nil, bt, m.d.C, m.d.Vl)
+		l.lm.gemm(m, logits, nil, z, wte, nil, bt)
 		return m.k.CrossEntropyForward(logits, a.losses[:bt], logits, s.targets[:bt], bt, m.d.Vl), nil
 	}
 	if err := l.lm.forward(m, logits, z, wte, nil, bt); err != nil {

@@ -36,10 +36,14 @@ import (
 type linear struct {
 	row     bool // row-parallel (else column-parallel)
 	in, out int  // the rank's input and output widths
+	hp      bool // never fp8 (the output head: model/fp8.go)
 }
 
-// gemm is out = (src) + x·wᵀ (+ bias) over N rows, or with acc out += x·wᵀ.
-func (m *GPT) linearGEMM(out, src []float32, x, w tensor.Buf, bias []float32, N, C, OC int) {
+// gemm is out = (src) + x·wᵀ (+ bias) over N rows, or with acc out += x·wᵀ
+// (under fp8 on the quantised operands).
+func (l linear) gemm(m *GPT, out, src []float32, x, w tensor.Buf, bias []float32, N int) {
+	x, w = l.fwd8(m, x, w, N)
+	C, OC := l.in, l.out
 	m.k.Gemm(ops.GEMM{Layout: ops.NT, M: N, N: OC, K: C, A: x.Head(N * C), LDA: C, B: w.Head(OC * C), LDB: C,
 		C: out, LDC: OC, Src: src, Bias: bias})
 }
@@ -73,7 +77,7 @@ func (l linear) forward(m *GPT, y []float32, x, w tensor.Buf, b []float32, bt in
 	if err != nil {
 		return err
 	}
-	m.linearGEMM(y, nil, z, w, b, bt, l.in, l.out)
+	l.gemm(m, y, nil, z, w, b, bt)
 	return nil
 }
 
@@ -86,17 +90,17 @@ func (l linear) residual(m *GPT, s *Stash, out, res []float32, x, w tensor.Buf, 
 	bt, C := s.b*s.t, l.out
 	if m.d.t == 1 {
 		if !m.useDropout(s) {
-			m.linearGEMM(out, res, x, w, b, bt, l.in, C)
+			l.gemm(m, out, res, x, w, b, bt)
 			return nil
 		}
 		br := m.w.branch[:bt*C]
-		m.linearGEMM(br, nil, x, w, b, bt, l.in, C)
+		l.gemm(m, br, nil, x, w, b, bt)
 		m.dropout(s, site, br, br, bt, false)
 		m.k.ResidualForward(out, res, br, bt*C)
 		return nil
 	}
 	part := m.w.big[:bt*C]
-	m.linearGEMM(part, nil, x, w, nil, bt, l.in, C)
+	l.gemm(m, part, nil, x, w, nil, bt)
 	y, err := m.leave(part, bt)
 	if err != nil {
 		return err
@@ -143,12 +147,14 @@ func (m *GPT) rounded(dy []float32) tensor.Buf {
 
 // inputGrad SETS dx = dy·W (dy (N, out), dx (N, in)).
 func (l linear) inputGrad(m *GPT, dx []float32, dy, w tensor.Buf, N int) {
+	dy, w = l.dgrad8(m, dy, w, N)
 	m.k.Gemm(ops.GEMM{Layout: ops.NN, M: N, N: l.in, K: l.out, A: dy.Head(N * l.out), LDA: l.out, B: w.Head(l.out * l.in), LDB: l.in,
 		C: dx[:N*l.in], LDC: l.in})
 }
 
 // weightGrad ACCUMULATES dW += dyᵀ·x (dy (N, out), x (N, in)).
 func (l linear) weightGrad(m *GPT, dw []float32, dy, x tensor.Buf, N int) {
+	dy, x = l.wgrad8(m, dy, x, N)
 	m.k.Gemm(ops.GEMM{Layout: ops.TN, M: l.out, N: l.in, K: N, A: dy.Head(N * l.out), LDA: l.out, B: x.Head(N * l.in), LDB: l.in,
 		C: dw, LDC: l.in, Acc: true})
 }
@@ -220,4 +226,13 @@ func (l linear) weightGradCol(m *GPT, dw, dy []float32, x tensor.Buf, bt int) er
 	}
 	l.weightGrad(m, dw, m.rounded(dy), z, bt)
 	return nil
+}
+
+// linearGEMM is out = (src) + x·wᵀ (+ bias) over N rows of C inputs and OC
+// outputs, never quantised: the expert layers' GEMMs (the engine's fp8
+// recipes cover the dense linears only; plan.EngineRefusals refuses fp8
+// with experts).
+func (m *GPT) linearGEMM(out, src []float32, x, w tensor.Buf, bias []float32, N, C, OC int) {
+	m.k.Gemm(ops.GEMM{Layout: ops.NT, M: N, N: OC, K: C, A: x.Head(N * C), LDA: C, B: w.Head(OC * C), LDB: C,
+		C: out, LDC: OC, Src: src, Bias: bias})
 }

@@ -74,7 +74,10 @@ func benchTrainSteps(b *testing.B, m *GPT, p *FlatParams, s *Stash, B int) {
 		}
 		h.Step = t
 		m.k.AdamW(h, p.W, p.G, mom, vel)
-		p.Sync(m.k) // the weights' compute copy under a 16-bit policy
+		p.Sync(m.k)                            // the weights' compute copy under a 16-bit policy
+		if err := m.FP8Sync(nil); err != nil { // delayed scaling's step end
+			b.Fatal(err)
+		}
 	}
 	step(1) // warm up
 	b.ResetTimer()

@@ -77,6 +77,7 @@ func (m *GPT) BlockForward(p Params, s *Stash, l int) error {
 		return err
 	}
 	defer p.ReleaseWeights(l + 1)
+	m.at(l, !s.eval)
 	return newBlock(m.d).forward(m, s, m.blockWeights(m.layout.Units[l+1], w), l)
 }
 
@@ -225,6 +226,7 @@ func (m *GPT) blockBackward(p Params, s *Stash, d *deferred, l int) error {
 		return err
 	}
 	b, w := newBlock(m.d), m.blockWeights(m.layout.Units[u], wb)
+	m.at(l, true)
 	if m.d.rc == RecomputeFull { // the stash holds one block's activations: rerun this block's forward
 		m.rerun = true
 		err := b.forward(m, s, w, l)
@@ -256,6 +258,7 @@ func (m *GPT) BlockBackwardWeight(p Params, s *Stash, w *WeightStash, l int) err
 	}
 	u := l + 1
 	b := newBlock(m.d)
+	m.at(l, true)
 	if m.d.rc == RecomputeFull {
 		wb, err := m.weights(p, u)
 		if err != nil {

@@ -150,10 +150,10 @@ func (j Job) engineStageAct(p Plan, a actSizes, pt partition, k, layers int) (ac
 }
 
 // engineHalfStash says whether the engine keeps p's stash in 16-bit
-// (model/stash16.go): bf16 or fp16, on whole layers and on a
-// tensor-parallel rank's slices alike (model/tp16.go).
+// (model/stash16.go): bf16, fp16 or fp8 (whose stash is bf16's), on whole
+// layers and on a tensor-parallel rank's slices alike (model/tp16.go).
 func (j Job) engineHalfStash(p Plan) bool {
-	return p.Precision == BF16 || p.Precision == FP16
+	return p.Precision == BF16 || p.Precision == FP16 || p.Precision == FP8
 }
 
 // engineBF16 says whether p's model states are the Trellis engine's bf16
@@ -161,7 +161,7 @@ func (j Job) engineHalfStash(p Plan) bool {
 // engine's model in bf16 or fp16, with any tp and pp. The engine keeps
 // fp32 gradients under fp16 too.
 func (j Job) engineBF16(p Plan) bool {
-	return j.Cluster.EngineStash && j.engineRuns(p) && (p.Precision == BF16 || p.Precision == FP16)
+	return j.Cluster.EngineStash && j.engineRuns(p) && j.engineHalfStash(p)
 }
 
 // engineBF16States replaces modelStates' bf16 bytes with the engine's
@@ -191,6 +191,23 @@ func (j Job) engineBF16States(mem *Memory, P float64, p Plan) {
 	}
 	mem.Grad = ceil(4 * P / shard(2))
 	mem.Optim = ceil(12 * P / shard(1))
+	if p.Precision == FP8 {
+		mem.Param += ceil(j.engineFP8History())
+	}
+}
+
+// engineFP8History is the fp8 runner's amax histories (model/fp8.go),
+// charged to param: every block's four linear layers' three operands,
+// EngineStore.FP8History steps each (without a store delayed scaling's
+// default, 16 steps: precision.DefaultFP8).
+func (j Job) engineFP8History() float64 {
+	h := 16
+	if j.Engine != nil {
+		if h = j.Engine.FP8History; h == 0 {
+			return 0
+		}
+	}
+	return arch.FP8HistoryBytes(j.Model.Layers, h)
 }
 
 // engineUnit is the engine's largest unit on a rank of p, in parameters: a

@@ -26,6 +26,11 @@ type EngineStore struct {
 	// nil: the planner's 40M-parameter buckets. On a CPU host each pays a
 	// hand-off.
 	Buckets func(p Plan, stage int) float64
+	// FP8History is the steps of amax history the engine's fp8 keeps per
+	// tensor (train.fp8_history under the delayed recipe; 0 under the
+	// blockwise one, which keeps none). Without a store the planner
+	// assumes delayed scaling's default, 16.
+	FP8History int
 }
 
 // dpBuckets is how a data-parallel reduction of the P parameters of
@@ -101,7 +106,7 @@ func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory
 // element: 2·T·max(C, F, V') for the output gradient, and with sequence
 // parallelism 2·T·C more for the gathered norm output (otherwise the
 // GEMMs read their activation operands from the 16-bit stash,
-// engineHalfStash). A Llama's differs in big (its SwiGLU's 3·T·F' and
+// engineHalfStash); in fp8 arch.FP8's quantised operands more. A Llama's differs in big (its SwiGLU's 3·T·F' and
 // attention's 2·T·(q'+2kv') + 2·T·q'), the output gradient's width, its
 // vectors (2C) and its RoPE table (s·HS).
 func (j Job) engineWorkspace(p Plan) float64 {
@@ -111,7 +116,11 @@ func (j Job) engineWorkspace(p Plan) float64 {
 		threads = max(1, j.Engine.Threads)
 	}
 	workers := max(1, min(threads, p.MBS*j.Model.KVHeads/max(1, p.TP)))
-	return ac.Workspace(d, j.engineHalfStash(p), float64(workers)).Bytes()
+	ws := ac.Workspace(d, j.engineHalfStash(p), float64(workers)).Bytes()
+	if p.Precision == FP8 {
+		ws += ac.FP8Workspace(d).Bytes() // the quantised operands (arch.FP8)
+	}
+	return ws
 }
 
 // StageMemory is the prediction for a rank of pipeline stage `stage`

@@ -13,7 +13,7 @@ import "fmt"
 // The engine composes every mechanism with every other: dp with ZeRO 0–3
 // and any pp schedule (gpipe, 1f1b, interleaved, zb-h1), tp ± sp with
 // every schedule, recomputation none/selective/full, flash on or off,
-// fp32, bf16 and fp16, and cp with all of them (ring attention, which
+// fp32, bf16, fp16 and fp8 (train.fp8_recipe), and cp with all of them (ring attention, which
 // keeps log-sum-exps whatever flash says). Shape rules (tp dividing the
 // heads, layers for every pipeline stage, micro-batch counts for a
 // schedule, 2·cp dividing the sequence) are the model's and the
@@ -37,7 +37,6 @@ import "fmt"
 //	model        a GPT block other than GPT-2's (LayerNorm, a GELU MLP of
 //	             4·hidden, one key/value head per head, a tied head); a
 //	             Llama with biases or a head_dim other than hidden/heads
-//	precision    fp8
 //	model        multi-head latent attention; router or expert biases
 //	             (DeepSeek-V3's aux-loss-free bias), a shared-expert gate,
 //	             group-limited routing; experts under tp > 1
@@ -56,13 +55,13 @@ func EngineRefusals(m Model, p Plan) []string {
 	case m.gated() || m.KVHeads != m.Heads || m.FFN != 4*m.Hidden || !m.Tied:
 		out = append(out, fmt.Sprintf("model %s: the engine runs GPT-2 blocks (LayerNorm, a GELU MLP of 4·hidden, one key/value head per head, the head tied to the embedding)", m.Name))
 	}
-	if p.Precision != FP32 && p.Precision != BF16 && p.Precision != FP16 {
-		out = append(out, fmt.Sprintf("precision=%s: the engine computes in fp32, bf16 or fp16", p.Precision))
-	}
 	if m.MLA != nil {
 		out = append(out, fmt.Sprintf("model %s: the engine does not run multi-head latent attention", m.Name))
 	}
 	out = append(out, engineMoERefusals(m, p)...)
+	if m.moe() && p.Precision == FP8 {
+		out = append(out, fmt.Sprintf("model %s, precision=fp8: the engine's fp8 recipes quantise the dense linears only, not the experts' grouped GEMMs", m.Name))
+	}
 	if ep, etp := p.Experts(); ep > 1 || etp > 1 {
 		out = append(out, fmt.Sprintf("ep=%d, etp=%d: the engine does not implement expert parallelism", ep, etp))
 	}

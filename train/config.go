@@ -40,6 +40,16 @@ type Config struct {
 	// LossScaleWindow the clean steps after which it doubles (0: 1000).
 	LossScale       float64 `toml:"loss_scale"`
 	LossScaleWindow int     `toml:"loss_scale_window"`
+	// FP8Recipe is precision=fp8's scaling of the linear layers' GEMM
+	// operands: "delayed" (per tensor, from an amax history: the default)
+	// or "blockwise" (DeepSeek-V3's 1×128 and 128×128 tiles).
+	// FP8History is delayed scaling's history in steps (0: 16), FP8Margin
+	// its margin (the scale divided by 2^margin), FP8Tile the blockwise
+	// tile edge (0: 128).
+	FP8Recipe  string `toml:"fp8_recipe"`
+	FP8History int    `toml:"fp8_history"`
+	FP8Margin  int    `toml:"fp8_margin"`
+	FP8Tile    int    `toml:"fp8_tile"`
 }
 
 // ParallelConfig is the [parallel] section: how the step is split.
@@ -177,6 +187,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("train.loss_scale=%g must be in [1, 2^40] (0: 65536): beyond 2^40 every gradient fp16 can hold (from 2^-24) overflows its 65504, so steps are only skipped while the scale halves", c.LossScale)
 	case c.LossScaleWindow < 0:
 		return fmt.Errorf("train.loss_scale_window=%d must be >= 0 (0: 1000)", c.LossScaleWindow)
+	case c.FP8Recipe != "" && c.FP8Recipe != "delayed" && c.FP8Recipe != "blockwise":
+		return fmt.Errorf("train.fp8_recipe=%q must be delayed or blockwise", c.FP8Recipe)
+	case c.FP8History < 0 || c.FP8History > 1<<16:
+		return fmt.Errorf("train.fp8_history=%d must be in [0, 65536] (0: 16)", c.FP8History)
+	case c.FP8Margin < 0 || c.FP8Margin > 30:
+		return fmt.Errorf("train.fp8_margin=%d must be in [0, 30]", c.FP8Margin)
+	case c.FP8Tile < 0:
+		return fmt.Errorf("train.fp8_tile=%d must be >= 0 (0: 128)", c.FP8Tile)
 	}
 	return nil
 }

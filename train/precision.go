@@ -3,6 +3,7 @@ package train
 import (
 	"strings"
 
+	"trellis/comm"
 	"trellis/model"
 	"trellis/parallel"
 	"trellis/plan"
@@ -14,10 +15,13 @@ import (
 // operands, fp32 gradients, reductions, master weights and moments, the
 // planner's plan/memory.go); fp16, the same with dynamic loss scaling from
 // train.loss_scale (0: 65536), doubled after train.loss_scale_window
-// clean steps (0: 1000). The engine's table (plan.EngineRefusals) refuses
-// the others.
+// clean steps (0: 1000); fp8, bf16 with the linear layers' GEMMs on fp8
+// operands under train.fp8_recipe (delayed, the default, or blockwise;
+// Config.Validate has checked the name) and its settings.
 func policy(p plan.Precision, c Config) precision.Policy {
 	switch p {
+	case plan.FP8:
+		return precision.FP8(fp8Settings(c))
 	case plan.BF16:
 		return precision.BF16()
 	case plan.FP16:
@@ -31,6 +35,41 @@ func policy(p plan.Precision, c Config) precision.Policy {
 		return precision.FP16(scale, window)
 	}
 	return precision.FP32()
+}
+
+// fp8Settings is the job's fp8 recipe with the defaults filled in.
+func fp8Settings(c Config) precision.Float8 {
+	r := precision.Delayed
+	if c.FP8Recipe != "" {
+		r, _ = precision.ParseRecipe(c.FP8Recipe)
+	}
+	f := precision.DefaultFP8(r)
+	if c.FP8History > 0 {
+		f.History = c.FP8History
+	}
+	if c.FP8Tile > 0 {
+		f.Tile = c.FP8Tile
+	}
+	f.Margin = c.FP8Margin
+	return f
+}
+
+// fp8Sync ends the step of a delayed-scaling run: the step's amaxes are
+// reduced to their maximum over the data-parallel and tensor-parallel
+// groups (which hold other micro-batches and other pieces of the same
+// tensors), so that every rank's scales are the one device's.
+func (r *rank) fp8Sync() error {
+	return r.gpt.FP8Sync(func(v []float32) error {
+		for _, g := range []comm.Group{r.top.grads, r.top.tpGroup} {
+			if g == nil || g.Size() == 1 {
+				continue
+			}
+			if err := g.AllReduce(comm.F32(v), comm.Max).Wait(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // engineRecompute is the model's activation recomputation for a plan's

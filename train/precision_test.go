@@ -127,19 +127,22 @@ func TestBF16Plans(t *testing.T) {
 	}
 }
 
-// TestHalfPrecisionAccepted: bf16 and fp16 are accepted with tp, pp and
-// the 3D plans; a precision the engine has no kernels for is refused by
+// TestHalfPrecisionAccepted: bf16, fp16 and fp8 are accepted with tp, pp
+// and the 3D plans; an fp8 recipe the engine does not know is refused by
 // name.
 func TestHalfPrecisionAccepted(t *testing.T) {
 	for _, plan := range []string{"tp=2,precision=bf16", "pp=2,precision=bf16", "tp=2,sp=on,precision=fp16",
-		"pp=2,tp=2,dp=2,zero=1,precision=fp16", "pp=2,schedule=zb-h1,precision=fp16"} {
+		"pp=2,tp=2,dp=2,zero=1,precision=fp16", "pp=2,schedule=zb-h1,precision=fp16", "tp=2,precision=fp8",
+		"pp=2,tp=2,dp=2,zero=3,precision=fp8"} {
 		if _, err := tinyJob(plan).resolve(); err != nil {
 			t.Errorf("%s: %v", plan, err)
 		}
 	}
-	_, err := tinyJob("tp=2,precision=fp8").resolve()
-	if err == nil || !strings.Contains(err.Error(), "precision=fp8: the engine computes in fp32, bf16 or fp16") {
-		t.Errorf("tp=2,precision=fp8: got %v, want an error naming precision=fp8", err)
+	j := tinyJob("tp=2,precision=fp8")
+	j.Train.FP8Recipe = "mxfp8"
+	_, err := j.resolve()
+	if err == nil || !strings.Contains(err.Error(), `train.fp8_recipe="mxfp8" must be delayed or blockwise`) {
+		t.Errorf("fp8_recipe=mxfp8: got %v, want an error naming train.fp8_recipe", err)
 	}
 }
 
@@ -439,7 +442,7 @@ func TestUnimplementedRefusedByName(t *testing.T) {
 	for plan, want := range map[string]string{
 		"dp=2,ep=2":               "ep=2, etp=1: the engine does not implement expert parallelism",
 		"pp=2,schedule=dualpipev": "schedule=dualpipev: the engine does not run DualPipe schedules",
-		"tp=2,precision=fp8,cp=2": "precision=fp8",
+		"tp=2,precision=fp8,cp=2": "cp=2",
 	} {
 		_, err := tinyJob(plan).resolve()
 		if err == nil || !strings.Contains(err.Error(), want) {

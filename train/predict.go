@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"runtime"
 
@@ -12,6 +13,7 @@ import (
 	"trellis/parallel/flat"
 	"trellis/parallel/pp"
 	"trellis/plan"
+	"trellis/precision"
 )
 
 // The engine's memory prediction is the planner's (plan.Job.StageMemory
@@ -69,7 +71,7 @@ func hostCluster(s settings) plan.Cluster {
 	}
 	return plan.Cluster{
 		Name:           "built-in estimate of this machine",
-		Accel:          plan.Accel{Name: "cpu-rank", Peak: map[plan.Precision]float64{plan.FP32: peak, plan.BF16: peak, plan.FP16: peak}, Memory: mem, MemBW: 20e9, GEMMEff: 0.6, GEMMKnee: 32, AttnEff: 0.3, MemEff: 0.7, KernelGap: 1e-6},
+		Accel:          plan.Accel{Name: "cpu-rank", Peak: map[plan.Precision]float64{plan.FP32: peak, plan.BF16: peak, plan.FP16: peak, plan.FP8: peak}, Memory: mem, MemBW: 20e9, GEMMEff: 0.6, GEMMKnee: 32, AttnEff: 0.3, MemEff: 0.7, KernelGap: 1e-6},
 		DevicesPerNode: max(1, s.ranks),
 		Intra:          plan.Link{BW: 10e9, Latency: 40e-6},
 		Inter:          plan.Link{BW: 1.1e9, Latency: 50e-6},
@@ -132,6 +134,12 @@ func (j Job) fileCluster(s settings) (plan.Cluster, string, error) {
 		return plan.Cluster{}, "", fmt.Errorf("parallel.cluster=%q: %w", j.Parallel.Cluster, err)
 	}
 	c.EngineStash = true
+	if bf, ok := c.Accel.Peak[plan.BF16]; ok && c.Accel.Peak[plan.FP8] == 0 {
+		// The engine's fp8 runs bf16 GEMMs on quantised operands (model/fp8.go).
+		peaks := maps.Clone(c.Accel.Peak)
+		peaks[plan.FP8] = bf
+		c.Accel.Peak = peaks
+	}
 	if c.Cores > 0 && !s.processes {
 		// A profiled host running the ranks as goroutines: all of them
 		// share its cores and its in-process link, however many there are.
@@ -149,6 +157,9 @@ func (j Job) fileCluster(s settings) (plan.Cluster, string, error) {
 // with the engine's store for whichever plan the planner asks about.
 func (j Job) planJob(s settings, c plan.Cluster, dpRank, tpRank int) plan.Job {
 	store := &plan.EngineStore{Threads: s.threads}
+	if f := s.policy.F8; f.Recipe == precision.Delayed {
+		store.FP8History = f.History
+	}
 	store.Buffers = func(p plan.Plan, stage int) float64 { return j.engineBuffers(s, p, stage, dpRank, tpRank) }
 	store.Buckets = func(p plan.Plan, stage int) float64 { return j.engineBuckets(s, p, stage) }
 	return plan.Job{Model: planModel(j.Model), Cluster: c, Devices: s.ranks, Seq: j.Model.SeqLen,

@@ -262,6 +262,9 @@ func (r *rank) step(s int, pos data.Position) (stepResult, error) {
 	if err := r.update(&res); err != nil {
 		return res, err
 	}
+	if err := r.fp8Sync(); err != nil {
+		return res, err
+	}
 	t1 := time.Now()
 	res.loss, err = r.lossMean(sum / float64(accum))
 	if err == nil {

@@ -17,6 +17,7 @@ import (
 	"trellis/data"
 	"trellis/device"
 	"trellis/metrics"
+	"trellis/precision"
 )
 
 // reporter is rank 0's voice: metrics lines, log lines or a progress bar,
@@ -82,6 +83,10 @@ func newReporter(o Options, s settings, r *rank, start, end int) *reporter {
 		"checkpoint_dir", o.Job.Checkpoint.Dir)
 	if note := recomputeNote(s.enginePlan); note != "" {
 		o.Log.Info("recompute", "note", note)
+	}
+	if f := s.policy.F8; f.Recipe != precision.NoFP8 {
+		o.Log.Info("fp8", "recipe", f.Recipe.String(), "history", f.History, "margin", f.Margin, "tile", f.Tile,
+			"note", "fp8 is emulated exactly on the CPU (bf16 GEMMs on dequantised fp8 operands): for numerics and memory, not speed")
 	}
 	if r.id != 0 {
 		o.Log.Info("this process reports for its node", "rank", r.id, "note", "--metrics and checkpoints are written by rank 0")

@@ -22,6 +22,7 @@ var layer = map[string]int{
 	"internal/layers": 0,
 	"arch":            1, // the architectures' declarations: pure (TestPlanIsPure)
 	"precision":       1, // the mixed-precision policy
+	"fp8":             1, // fp8 formats, scales, tiles and amax histories (emulated exactly)
 	"plan":            2, // pure: see TestPlanIsPure
 	"device":          1,
 	"safetensors":     1,
