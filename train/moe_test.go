@@ -192,3 +192,34 @@ func TestMoEReport(t *testing.T) {
 		}
 	}
 }
+
+// An MoE plan run twice gives the same bits; split by --until and resumed
+// from its checkpoint it equals the straight run bit for bit; the
+// checkpoint samples on one device.
+func TestMoEBitIdenticalAndResume(t *testing.T) {
+	j := moeJob("pp=2,dp=2,zero=1", 3, 0.75)
+	j.Model.SharedExperts = 1
+	j.Train.Steps = 4
+	a := runJob(t, j, t.TempDir(), "", 0)
+	a2 := runJob(t, j, t.TempDir(), "", 0)
+	dir := t.TempDir()
+	b1 := runJob(t, j, dir, "", 2)
+	b2 := runJob(t, j, dir, dir, 0)
+	split := append(append([]float64{}, b1.losses...), b2.losses...)
+	for s := range a.losses {
+		if a2.losses[s] != a.losses[s] || s >= len(split) || split[s] != a.losses[s] {
+			t.Fatalf("losses %v (straight), %v (again), %v (split and resumed)", a.losses, a2.losses, split)
+		}
+	}
+	for _, b := range []result{a2, b2} {
+		for _, x := range [][2][]float32{{a.w, b.w}, {a.m, b.m}, {a.v, b.v}} {
+			if err := sameBits(x[0], x[1]); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	txt, err := SampleCheckpoint(SampleOptions{Checkpoint: a.sum.Checkpoint, Prompt: "It is", Tokens: 8, Temperature: 0, Seed: 1, Threads: 1})
+	if err != nil || txt == "" {
+		t.Fatalf("sample from the MoE checkpoint: %q, %v", txt, err)
+	}
+}
