@@ -120,6 +120,6 @@ func (m *GPT) ropeTable() {
 	}
 	c := m.split.c
 	for k := 0; k < 2; k++ {
-		ops.RoPETableRows(m.w.cos[k*c*h:(k+1)*c*h], m.w.sin[k*c*h:(k+1)*c*h], m.split.chunk(k)*c, c, m.d.HS, m.cfg.Theta())
+		m.k.RoPETableRows(m.w.cos[k*c*h:(k+1)*c*h], m.w.sin[k*c*h:(k+1)*c*h], m.split.chunk(k)*c, c, m.d.HS, m.cfg.Theta())
 	}
 }

@@ -77,7 +77,7 @@ func BenchmarkRingBalance(b *testing.B) {
 func BenchmarkRingOverlap(b *testing.B) {
 	cfg := Config{Layers: 1, Hidden: 128, Heads: 4, SeqLen: 1024, Vocab: 64}
 	const n, B = 2, 2
-	for _, bw := range []float64{0, 1e9, 0.25e9} {
+	for _, bw := range []float64{0, 0.25e9, 0.05e9, 0.02e9} {
 		b.Run(fmt.Sprintf("bandwidth=%gGB/s", bw/1e9), func(b *testing.B) {
 			lc := local.Config{Size: n}
 			lat := time.Duration(0)

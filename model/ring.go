@@ -6,7 +6,6 @@ import (
 
 	"trellis/comm"
 	"trellis/ops"
-	"trellis/tensor"
 )
 
 // Ring attention (Liu et al. 2023) over the context-parallel group of n
@@ -165,55 +164,31 @@ func (m *GPT) pairs(src int, f func(cq, ck int, diag bool)) {
 	}
 }
 
-// scores sets S (c, c) = q·kᵀ for query chunk cq of head h and key chunk
-// ck of kv head g of sequence b.
-func (m *GPT) scores(S, qkv, kv []float32, b, h, g, cq, ck int) {
+// tile is the attention tile of query chunk cq of head h against key
+// chunk ck of kv head g of sequence b, from the rank's qkv and the block
+// kv held.
+func (m *GPT) tile(qkv, kv []float32, b, h, g, cq, ck int, diag bool) ops.AttnTile {
 	d, T, c := m.d, m.T, m.split.c
 	W, KV2 := d.qkvW(), 2*d.KVl
-	m.k.Gemm(ops.GEMM{Layout: ops.NT, M: c, N: c, K: d.HS,
-		A: tensor.F32s(qkv[(b*T+cq*c)*W+h*d.HS:]), LDA: W,
-		B: tensor.F32s(kv[(b*T+ck*c)*KV2+g*d.HS:]), LDB: KV2, C: S, LDC: c})
+	ko := (b*T+ck*c)*KV2 + g*d.HS
+	return ops.AttnTile{Q: qkv[(b*T+cq*c)*W+h*d.HS:], K: kv[ko:], V: kv[ko+d.KVl:], LDQ: W, LDKV: KV2, C: c, HS: d.HS,
+		Diag: diag, Scale: float32(1 / math.Sqrt(float64(d.HS)))}
 }
 
 // ringBlockForward merges block src's keys and values (kv) into the
-// running out, maxima mx and sums l.
+// running out, maxima mx and sums l (ops.AttentionTileForward per tile).
 func (m *GPT) ringBlockForward(out, mx, l, qkv, kv []float32, src, B int) {
 	t0 := time.Now()
 	defer func() { m.work.Compute += time.Since(t0) }()
 	d, T, c := m.d, m.T, m.split.c
-	KV2, grp := 2*d.KVl, d.NH/d.KV
-	scale := float32(1 / math.Sqrt(float64(d.HS)))
-	S := m.ring.s1[:c*c]
+	grp := d.NH / d.KV
 	for b := 0; b < B; b++ {
 		for h := 0; h < d.NH; h++ {
-			g := h / grp
 			m.pairs(src, func(cq, ck int, diag bool) {
 				m.work.Pairs += pairWork(diag)
-				m.scores(S, qkv, kv, b, h, g, cq, ck)
-				for i := 0; i < c; i++ {
-					nk := c
-					if diag {
-						nk = i + 1
-					}
-					row := S[i*c : (i+1)*c]
-					ri := (b*d.NH+h)*T + cq*c + i
-					mo := mx[ri]
-					mn := max(mo, scale*ops.MaxRow(row[:nk]))
-					sum := ops.ExpRow(row[:nk], row[:nk], scale, mn)
-					clear(row[nk:])
-					alpha := float32(math.Exp(float64(mo - mn)))
-					l[ri] = l[ri]*alpha + sum
-					mx[ri] = mn
-					if alpha != 1 {
-						o := out[(b*T+cq*c+i)*d.Cl+h*d.HS:][:d.HS]
-						for x := range o {
-							o[x] *= alpha
-						}
-					}
-				}
-				m.k.Gemm(ops.GEMM{Layout: ops.NN, M: c, N: d.HS, K: c, A: tensor.F32s(S), LDA: c,
-					B: tensor.F32s(kv[(b*T+ck*c)*KV2+d.KVl+g*d.HS:]), LDB: KV2,
-					C: out[(b*T+cq*c)*d.Cl+h*d.HS:], LDC: d.Cl, Acc: true})
+				ri := (b*d.NH+h)*T + cq*c
+				m.k.AttentionTileForward(m.tile(qkv, kv, b, h, h/grp, cq, ck, diag), out[(b*T+cq*c)*d.Cl+h*d.HS:], d.Cl,
+					mx[ri:ri+c], l[ri:ri+c], m.ring.s1)
 			})
 		}
 	}
@@ -323,46 +298,21 @@ func (m *GPT) ringBackward(dqkv, dout, qkv, out, lse []float32, B int) error {
 }
 
 // ringBlockBackward accumulates block src's contributions: dQ into dqkv's
-// query columns, dK and dV into dkv (rows of 2·KV', kv's layout).
+// query columns, dK and dV into dkv (rows of 2·KV', kv's layout), per
+// tile by ops.AttentionTileBackward.
 func (m *GPT) ringBlockBackward(dqkv, dkv, dout, qkv, kv, lse, D []float32, src, B int) {
 	t0 := time.Now()
 	defer func() { m.work.Compute += time.Since(t0) }()
 	d, T, c := m.d, m.T, m.split.c
 	W, KV2, grp := d.qkvW(), 2*d.KVl, d.NH/d.KV
-	scale := float32(1 / math.Sqrt(float64(d.HS)))
-	P, dS := m.ring.s1[:c*c], m.ring.s2[:c*c]
 	for b := 0; b < B; b++ {
 		for h := 0; h < d.NH; h++ {
 			g := h / grp
 			m.pairs(src, func(cq, ck int, diag bool) {
 				m.work.Pairs += pairWork(diag)
-				m.scores(P, qkv, kv, b, h, g, cq, ck)
-				for i := 0; i < c; i++ {
-					nk := c
-					if diag {
-						nk = i + 1
-					}
-					row := P[i*c : (i+1)*c]
-					ops.ExpRow(row[:nk], row[:nk], scale, lse[(b*d.NH+h)*T+cq*c+i])
-					clear(row[nk:])
-				}
-				qo, ko, do := (b*T+cq*c)*W+h*d.HS, (b*T+ck*c)*KV2+g*d.HS, (b*T+cq*c)*d.Cl+h*d.HS
-				vo := ko + d.KVl
-				m.k.Gemm(ops.GEMM{Layout: ops.TN, M: c, N: d.HS, K: c, A: tensor.F32s(P), LDA: c,
-					B: tensor.F32s(dout[do:]), LDB: d.Cl, C: dkv[vo:], LDC: KV2, Acc: true})
-				m.k.Gemm(ops.GEMM{Layout: ops.NT, M: c, N: c, K: d.HS, A: tensor.F32s(dout[do:]), LDA: d.Cl,
-					B: tensor.F32s(kv[vo:]), LDB: KV2, C: dS, LDC: c})
-				for i := 0; i < c; i++ {
-					Di := D[(b*d.NH+h)*T+cq*c+i]
-					p, ds := P[i*c:(i+1)*c], dS[i*c:(i+1)*c]
-					for j := range ds {
-						ds[j] = p[j] * (ds[j] - Di) * scale
-					}
-				}
-				m.k.Gemm(ops.GEMM{Layout: ops.NN, M: c, N: d.HS, K: c, A: tensor.F32s(dS), LDA: c,
-					B: tensor.F32s(kv[ko:]), LDB: KV2, C: dqkv[qo:], LDC: W, Acc: true})
-				m.k.Gemm(ops.GEMM{Layout: ops.TN, M: c, N: d.HS, K: c, A: tensor.F32s(dS), LDA: c,
-					B: tensor.F32s(qkv[qo:]), LDB: W, C: dkv[ko:], LDC: KV2, Acc: true})
+				ri, ko := (b*d.NH+h)*T+cq*c, (b*T+ck*c)*KV2+g*d.HS
+				m.k.AttentionTileBackward(m.tile(qkv, kv, b, h, g, cq, ck, diag), dout[(b*T+cq*c)*d.Cl+h*d.HS:], d.Cl,
+					lse[ri:ri+c], D[ri:ri+c], dqkv[(b*T+cq*c)*W+h*d.HS:], W, dkv[ko:], dkv[ko+d.KVl:], KV2, m.ring.s1, m.ring.s2)
 			})
 		}
 	}

@@ -45,9 +45,16 @@ type Backend interface {
 	AttentionScratchSize(B, T, KV int) int
 	FlashAttentionForward(out, lse, qkv []float32, B, T, C, NH, KV int)
 	FlashAttentionBackward(dqkv, dout, qkv, out, lse []float32, B, T, C, NH, KV int)
+	// AttentionTileForward and AttentionTileBackward are one tile of a
+	// blockwise attention whose partial results the caller merges (the
+	// ring attention of context parallelism): the online softmax's merge
+	// of a (query chunk, key chunk) pair, and its gradients.
+	AttentionTileForward(t AttnTile, O []float32, LDO int, m, l, S []float32)
+	AttentionTileBackward(t AttnTile, dO []float32, LDO int, lse, D []float32, dQ []float32, LDDQ int, dK, dV []float32, LDDKV int, P, dS []float32)
 	// RoPEForward rotates the q and k heads of qkv in place (RoPEBackward
 	// takes a gradient back through it); RoPETable fills its angles.
 	RoPETable(cos, sin []float32, T, HS int, theta float64)
+	RoPETableRows(cos, sin []float32, first, n, HS int, theta float64) // rows [first, first+n) of RoPETable's
 	RoPEForward(qkv, cos, sin []float32, B, T, NH, KV, HS int)
 	RoPEBackward(dqkv, cos, sin []float32, B, T, NH, KV, HS int)
 	// SwiGLUForward is act = SiLU(gate)⊙up from rows [gate | up];
