@@ -258,8 +258,13 @@ func (j Job) noAutoPlan(refused error, rejected map[string]int) error {
 
 // DryRun prints the prediction for the job's plan and returns: every
 // rank's peak memory per tag and the step time split, on the cluster the
-// run would use.
+// run would use. It checks the job as Run does (Normalized: a plan's mbs
+// is the micro-batch), so a plan it accepts runs.
 func (j Job) DryRun(w io.Writer) error {
+	j, err := j.Normalized()
+	if err != nil {
+		return err
+	}
 	s, err := j.resolve()
 	if err != nil {
 		return err

@@ -111,3 +111,18 @@ func TestGPUPresetEnginePlansRun(t *testing.T) {
 		t.Error("no plan of the grid was marked as running on the CPU engine")
 	}
 }
+
+// The dry run checks a plan as the run does: a plan's mbs is the
+// micro-batch (Normalized), so a planner plan whose mbs differs from
+// train.micro_batch is judged by its own (it was refused: 12 is not a
+// multiple of 8, though mbs=4 divides it).
+func TestDryRunTakesThePlanMBS(t *testing.T) {
+	j := tinyJob("dp=1,mbs=4")
+	j.Train.MicroBatch, j.Train.GlobalBatch = 8, 12
+	if err := j.Check(); err != nil {
+		t.Fatalf("the run refuses it: %v", err)
+	}
+	if err := j.DryRun(io.Discard); err != nil {
+		t.Errorf("the dry run refuses what the run accepts: %v", err)
+	}
+}

@@ -168,7 +168,7 @@ func TestLaunchedWithoutBackend(t *testing.T) {
 	}
 	args = append([]string{"launch", "--nproc-per-node", "2", "--", bin}, append(sets, "--set", "checkpoint.dir=ck2", "--parallel", "dp=4,mbs=1")...)
 	r = run(t, dir, args...)
-	if r.err == nil || !strings.Contains(r.stderr, "needs 4 ranks, but the launcher (torchrun) started 2") {
+	if r.err == nil || !strings.Contains(r.stderr, "needs 4 ranks, but the launcher (trellis launch) started 2") {
 		t.Errorf("a dp=4 plan under 2 processes: %v\n%s", r.err, r.stderr)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "ck2")); err == nil {
