@@ -37,18 +37,31 @@ func TestEngineClusterSearchKeepsEnginePlans(t *testing.T) {
 	if n == 0 {
 		t.Errorf("no candidate counted as refused by the engine: %v", res.Rejected)
 	}
-	if got := j.Explain(mustParse(t, "dp=1,cp=2"), &res.Plans[0]); !strings.Contains(got, "rejected: the cluster's ranks run the Trellis engine") {
-		t.Errorf("--explain of a refused plan on engine ranks:\n%s", got)
+	// A plan the engine refuses (found through the table, not named here:
+	// the engine's features grow).
+	refused := ""
+	for _, p := range []string{"dp=1,cp=2", "pp=2,schedule=dualpipev", "dp=2,precision=fp8", "pp=2,schedule=dualpipe"} {
+		if pl, err := Parse(p); err == nil && len(j.EngineRefusals(pl)) > 0 {
+			refused = p
+			break
+		}
 	}
-	// A model the engine does not run: no plan, and the advice says why.
-	j.Model = presetModel(t, "mixtral-8x7b")
+	if refused == "" {
+		t.Fatal("no candidate plan the engine refuses: extend the list")
+	}
+	if got := j.Explain(mustParse(t, refused), &res.Plans[0]); !strings.Contains(got, "rejected: the cluster's ranks run the Trellis engine") {
+		t.Errorf("--explain of %s, refused on engine ranks:\n%s", refused, got)
+	}
+	// A model the engine does not run (multi-head latent attention): no
+	// plan, and the advice says why.
+	j.Model = presetModel(t, "deepseek-v2-lite")
 	j.Devices, j.Seq = 8, 256
 	res, err = j.Search(Options{Top: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if adv := j.Advice(res, Options{Top: 5}); len(res.Plans) != 0 || len(adv) == 0 || !strings.Contains(adv[0], "engine") {
-		t.Errorf("mixtral on engine ranks: %d plans, advice %q", len(res.Plans), adv)
+		t.Errorf("deepseek-v2-lite on engine ranks: %d plans, advice %q", len(res.Plans), adv)
 	}
 }
 
