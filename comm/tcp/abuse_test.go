@@ -110,10 +110,19 @@ func TestStrayConnections(t *testing.T) {
 				go func() { defer attacks.Done(); rest() }()
 			}
 			launch(s.attack(t, ln.Addr().String(), roleStore))
+			listening := make(chan struct{})
 			gs := startWorldOn(t, ln, 3, func(r int, c *Config) {
 				c.Timeout, c.RendezvousTimeout, c.Logger = 30*time.Second, 10*time.Second, logs.logger()
-				if r == 0 {
-					c.onListen = func(a net.Addr) { launch(s.attack(t, a.String(), rolePeer)) }
+				switch r {
+				case 0:
+					c.onListen = func(a net.Addr) { launch(s.attack(t, a.String(), rolePeer)); close(listening) }
+				case 1:
+					// Ranks 1 and 2 start once both strays have their
+					// answers: the rendezvous ends when they join, and it
+					// closes the handshakes still in progress (on a loaded
+					// machine a stray's turn could come after that).
+					<-listening
+					attacks.Wait()
 				}
 			})
 			if err := allReduceAll(gs); err != nil {

@@ -238,6 +238,7 @@ func serverExchange(conn net.Conn, token []byte, role byte, rank int, who string
 	code, refusal := serverVerdict(token, theirs, mine, pc, hc, hs, who, check)
 	if code != verdictOK {
 		conn.Write(encodeVerdict(code, refusal.Error()))
+		drainRefused(conn)
 		return 0, nil, nil, refusal
 	}
 	if _, err := conn.Write(append(encodeVerdict(verdictOK, ""), proof(token, "server", hc, hs)...)); err != nil {
@@ -272,4 +273,17 @@ func onOff(b bool) string {
 		return "on"
 	}
 	return "off"
+}
+
+// drainRefused lets a refusal reach the refused peer before the caller
+// closes the connection: a close while the peer's bytes sit unread sends
+// a reset, which discards the verdict on its way (the peer then sees
+// "connection reset" instead of the reason). The connection is half-closed
+// and read until the peer closes its end, at most 64 KiB or 1 s.
+func drainRefused(conn net.Conn) {
+	if hc, ok := conn.(interface{ CloseWrite() error }); ok {
+		hc.CloseWrite()
+	}
+	conn.SetReadDeadline(time.Now().Add(time.Second))
+	io.CopyN(io.Discard, conn, 64<<10)
 }
