@@ -442,7 +442,6 @@ func TestUnimplementedRefusedByName(t *testing.T) {
 	for plan, want := range map[string]string{
 		"dp=2,ep=2":               "ep=2, etp=1: the engine does not implement expert parallelism",
 		"pp=2,schedule=dualpipev": "schedule=dualpipev: the engine does not run DualPipe schedules",
-		"tp=2,precision=fp8,cp=2": "cp=2",
 	} {
 		_, err := tinyJob(plan).resolve()
 		if err == nil || !strings.Contains(err.Error(), want) {

