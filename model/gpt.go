@@ -133,7 +133,7 @@ type GPT struct {
 	// (its routing is not counted again).
 	rerun bool
 	stats expertCounter
-	q8   *q8 // fp8's scratch and amax histories (nil unless the policy is fp8)
+	q8    *q8 // fp8's scratch and amax histories (nil unless the policy is fp8)
 
 	drop dropoutKeys
 
