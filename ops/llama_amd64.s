@@ -243,38 +243,6 @@ swigluBwd_done:
 	VZEROUPPER
 	RET
 
-// func rmsSqAVX2(x *float32, n int) float32
-// Requires: AVX, FMA3, SSE
-TEXT ·rmsSqAVX2(SB), NOSPLIT, $0-20
-	MOVQ   x+0(FP), AX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	MOVQ   n+8(FP), CX
-	TESTQ  CX, CX
-	JE     rmsSq_done
-
-rmsSq_loop:
-	VMOVUPS     (AX), Y2
-	VFMADD231PS Y2, Y2, Y0
-	ADDQ        $0x00000020, AX
-	SUBQ        $0x00000008, CX
-	JE          rmsSq_done
-	VMOVUPS     (AX), Y2
-	VFMADD231PS Y2, Y2, Y1
-	ADDQ        $0x00000020, AX
-	SUBQ        $0x00000008, CX
-	JNE         rmsSq_loop
-
-rmsSq_done:
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	MOVSS        X0, ret+16(FP)
-	VZEROUPPER
-	RET
-
 // func rmsDotAVX2(w *float32, dy *float32, x *float32, n int) float32
 // Requires: AVX, FMA3, SSE
 TEXT ·rmsDotAVX2(SB), NOSPLIT, $0-36

@@ -7,7 +7,6 @@ const haveAVX2 = false
 
 func swigluFwdAVX2(act, gate, up *float32, n int)           { panic("ops: no AVX2 kernels") }
 func swigluBwdAVX2(dg, du, gate, up, dact *float32, n int)  { panic("ops: no AVX2 kernels") }
-func rmsSqAVX2(x *float32, n int) float32                   { panic("ops: no AVX2 kernels") }
 func rmsDotAVX2(w, dy, x *float32, n int) float32           { panic("ops: no AVX2 kernels") }
 func rmsScaleAVX2(out, x, w *float32, n int, s float32)     { panic("ops: no AVX2 kernels") }
 func rmsBwdAVX2(dx, w, dy, x *float32, n int, s, c float32) { panic("ops: no AVX2 kernels") }

@@ -14,11 +14,6 @@ func swigluFwdAVX2(act *float32, gate *float32, up *float32, n int)
 //go:noescape
 func swigluBwdAVX2(dg *float32, du *float32, gate *float32, up *float32, dact *float32, n int)
 
-// rmsSqAVX2 is Σ x[i]² for i < n (n a multiple of 8), in two 8-lane accumulators summed in a fixed order.
-//
-//go:noescape
-func rmsSqAVX2(x *float32, n int) float32
-
 // rmsDotAVX2 is Σ w[i]·dy[i]·x[i] for i < n (n a multiple of 8), in two 8-lane accumulators summed in a fixed order.
 //
 //go:noescape

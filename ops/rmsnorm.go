@@ -21,7 +21,7 @@ func RMSNormForward(k *Kernels, out, rstd, inp, w []float32, N, C int, eps float
 	k.Parallel(N, func(lo, hi int) {
 		for n := lo; n < hi; n++ {
 			x, o := inp[n*C:n*C+C], out[n*C:n*C+C]
-			s := float32(1 / math.Sqrt(sumSquares(v, x)/float64(C)+float64(eps)))
+			s := float32(1 / math.Sqrt(sumSquares(x)/float64(C)+float64(eps)))
 			scaleMul(v, o, x, w, s)
 			rstd[n] = s
 		}
@@ -29,13 +29,13 @@ func RMSNormForward(k *Kernels, out, rstd, inp, w []float32, N, C int, eps float
 }
 
 // sumSquares is Σ x[i]², summed in float64 whatever the ISA. The AVX2
-// kernel rmsSqAVX2 (fp32 lanes) is not used: with it, tensor parallelism's
+// sum in fp32 lanes (an rmsSqAVX2 kernel, since removed) is not used: with it, tensor parallelism's
 // 16-bit Llama passes drifted from the single device's to half their
 // distance from fp32 (parallel/tp's TestHalfPartsMatchOneDevice, fp16,
 // tp=4 with dropout: gradients 4.3e-5 against 8.0e-5), where the float64
 // sum keeps them within the bounds every other case meets. A row costs C
 // multiply-adds beside its GEMMs' 3C² and more.
-func sumSquares(_ bool, x []float32) float64 {
+func sumSquares(x []float32) float64 {
 	var ss float64
 	for _, e := range x {
 		ss += float64(e) * float64(e)

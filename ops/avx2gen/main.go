@@ -18,7 +18,6 @@ func main() {
 	ConstraintExpr("amd64")
 	swigluFwd()
 	swigluBwd()
-	rmsSq()
 	rmsDot()
 	rmsScale()
 	rmsBwd()
@@ -207,19 +206,6 @@ func sum2(name string, ptrs []reg.GPVirtual, body func(acc reg.VecVirtual)) {
 	Label(name + "_done")
 	VADDPS(a1, a0, a0)
 	hsum(a0)
-}
-
-func rmsSq() {
-	TEXT("rmsSqAVX2", NOSPLIT, "func(x *float32, n int) float32")
-	Pragma("noescape")
-	Doc("rmsSqAVX2 is Σ x[i]² for i < n (n a multiple of 8), in two 8-lane accumulators summed in a fixed order.")
-	px := ptr("x")
-	sum2("rmsSq", []reg.GPVirtual{px}, func(acc reg.VecVirtual) {
-		x := load(px)
-		VFMADD231PS(x, x, acc)
-	})
-	VZEROUPPER()
-	RET()
 }
 
 func rmsDot() {
