@@ -227,12 +227,3 @@ func (l linear) weightGradCol(m *GPT, dw, dy []float32, x tensor.Buf, bt int) er
 	l.weightGrad(m, dw, m.rounded(dy), z, bt)
 	return nil
 }
-
-// linearGEMM is out = (src) + x·wᵀ (+ bias) over N rows of C inputs and OC
-// outputs, never quantised: the expert layers' GEMMs (the engine's fp8
-// recipes cover the dense linears only; plan.EngineRefusals refuses fp8
-// with experts).
-func (m *GPT) linearGEMM(out, src []float32, x, w tensor.Buf, bias []float32, N, C, OC int) {
-	m.k.Gemm(ops.GEMM{Layout: ops.NT, M: N, N: OC, K: C, A: x.Head(N * C), LDA: C, B: w.Head(OC * C), LDB: C,
-		C: out, LDC: OC, Src: src, Bias: bias})
-}

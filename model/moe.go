@@ -175,12 +175,12 @@ func (l moeLayer) runExperts(m *GPT, a moeActs, w moeWeights, r routing, y []flo
 func (l moeLayer) sharedForward(m *GPT, a moeActs, br []float32, z tensor.Buf, w moeWeights, n int) {
 	C, Fs := l.C, l.Fs
 	sgu := m.out(a.sgu, m.w.big, 2*n*Fs)
-	m.linearGEMM(sgu, nil, z, w.sgu, nil, n, C, 2*Fs)
+	linear{in: C, out: 2 * Fs, hp: true}.gemm(m, sgu, nil, z, w.sgu, nil, n) // hp: fp8 with experts is refused (plan.EngineRefusals)
 	m.keep(a.sgu, sgu, true)
 	sact := m.out(a.sact, m.w.big[2*n*Fs:], n*Fs)
 	m.k.SwiGLUForward(sact, sgu, n, Fs)
 	m.keep(a.sact, sact, false)
-	m.linearGEMM(br, br, a.sact, w.sdown, nil, n, Fs, C)
+	linear{in: Fs, out: C, hp: true}.gemm(m, br, br, a.sact, w.sdown, nil, n)
 }
 
 // backward backpropagates dbr, the gradient of the branch before dropout,
