@@ -110,7 +110,7 @@ func runRankWith(world comm.Group, cfg model.Config, c Config, s *Schedule, B in
 	if err != nil {
 		return nil, 0, nil, 0, err
 	}
-	lay, err := NewLayout(cfg, p, c.VPP, r)
+	lay, err := NewLayoutFor(cfg, c.Kind, p, c.VPP, r)
 	if err != nil {
 		return nil, 0, nil, 0, err
 	}
@@ -119,7 +119,7 @@ func runRankWith(world comm.Group, cfg model.Config, c Config, s *Schedule, B in
 		ranks[i] = i
 	}
 	var tied comm.Group
-	if r == 0 || r == p-1 {
+	if lay.TiedAcross() {
 		if tied, err = world.NewGroup("tied", []int{0, p - 1}); err != nil {
 			return nil, 0, nil, 0, err
 		}
@@ -146,7 +146,7 @@ func runRankWith(world comm.Group, cfg model.Config, c Config, s *Schedule, B in
 	if err != nil {
 		return nil, 0, nil, 0, err
 	}
-	link, err := NewP2PLink(world, "pipe", ranks, r, c.VPP)
+	link, err := NewLayoutLink(world, "pipe", ranks, lay)
 	if err != nil {
 		return nil, 0, nil, 0, err
 	}
@@ -245,7 +245,7 @@ func checkAct(t *testing.T, cfg model.Config, c Config, o outcome) {
 		t.Fatal(err)
 	}
 	for r := 0; r < c.PP; r++ {
-		lay, _ := NewLayout(cfg, c.PP, c.VPP, r)
+		lay, _ := NewLayoutFor(cfg, c.Kind, c.PP, c.VPP, r)
 		blocks, heads := 0, 0
 		var want int64
 		for ch := 0; ch < lay.VPP; ch++ {

@@ -28,10 +28,9 @@ const (
 // receiver, bounded by the backend's MaxBuffered; Stats().Buffered is the
 // gauge the Stage charges to its device's comm tag.
 type P2PLink struct {
-	g          comm.Group
-	next, prev int  // neighbours' pipeline ranks
-	wrap       bool // vpp > 1: the last rank sends to the first
-	me, p      int
+	g  comm.Group
+	pl Placement // where the stages live: which neighbours this rank talks to
+	me int
 }
 
 // NewP2PLink makes the point-to-point group of pipeline rank me of pipe
@@ -40,6 +39,20 @@ type P2PLink struct {
 // With vpp > 1 the last rank also sends to the first (chunk c+1 follows
 // chunk c).
 func NewP2PLink(world comm.Group, name string, pipe []int, me, vpp int) (*P2PLink, error) {
+	return newP2PLink(world, name, pipe, me, Placement{PP: len(pipe), VPP: max(vpp, 1)})
+}
+
+// NewLayoutLink is NewP2PLink for the placement of pipeline layout l (l.Rank
+// is the rank's index in pipe): DualPipeV's V sends activations down the
+// ranks on chunk 0 and up on chunk 1, gradients the other way.
+func NewLayoutLink(world comm.Group, name string, pipe []int, l Layout) (*P2PLink, error) {
+	if l.PP != len(pipe) {
+		return nil, fmt.Errorf("pp: layout of pp=%d for a pipeline of %d ranks", l.PP, len(pipe))
+	}
+	return newP2PLink(world, name, pipe, l.Rank, l.Placement())
+}
+
+func newP2PLink(world comm.Group, name string, pipe []int, me int, pl Placement) (*P2PLink, error) {
 	p := len(pipe)
 	if me < 0 || me >= p {
 		return nil, fmt.Errorf("pp: pipeline rank %d outside the pipeline of %d ranks", me, p)
@@ -48,19 +61,26 @@ func NewP2PLink(world comm.Group, name string, pipe []int, me, vpp int) (*P2PLin
 	if err != nil {
 		return nil, fmt.Errorf("pp: point-to-point group: %w", err)
 	}
-	return &P2PLink{g: g, next: (me + 1) % p, prev: (me - 1 + p) % p, wrap: vpp > 1, me: me, p: p}, nil
+	return &P2PLink{g: g, pl: pl, me: me}, nil
 }
 
 // check says whether the schedule may move data between this rank and
-// peer in that direction: to the next rank or from the previous one for
-// activations, the reverse for gradients (across the wrap only with vpp > 1).
+// peer in that direction: a chunk of this rank must have peer's stage as
+// its neighbour, after it for activations sent or gradients received,
+// before it for activations received or gradients sent (across the wrap
+// only with vpp > 1; never to itself: a local hop is no message).
 func (l *P2PLink) check(peer int, grad, send bool) error {
-	forward := send != grad // activations sent or gradients received: towards next
-	want, ok := l.next, l.me < l.p-1 || l.wrap
-	if !forward {
-		want, ok = l.prev, l.me > 0 || l.wrap
+	forward := send != grad // activations sent or gradients received: towards the next stage
+	ok := false
+	for c := 0; c < max(l.pl.VPP, 1) && !ok; c++ {
+		prev, next := l.pl.Neighbours(l.me, c)
+		h := prev
+		if forward {
+			h = next
+		}
+		ok = h.Remote(l.me) && h.Rank == peer
 	}
-	if l.p < 2 || !ok || peer != want {
+	if l.pl.PP < 2 || !ok {
 		return fmt.Errorf("%w: pp: no link to pipeline rank %d from rank %d (grad %v, send %v)", comm.ErrArgs, peer, l.me, grad, send)
 	}
 	return nil

@@ -124,6 +124,10 @@ func (s *Stage) drain() error {
 		s.bufs = append(s.bufs, p.buf)
 	}
 	s.gsends = s.gsends[:0]
+	for k, b := range s.local {
+		s.bufs = append(s.bufs, b)
+		delete(s.local, k)
+	}
 	if len(s.recvs) != 0 || len(s.live) != 0 || len(s.wlive) != 0 {
 		return errors.Join(first, fmt.Errorf("pp: rank %d ended the step with %d receives and %d stashes in flight", s.cfg.Layout.Rank, len(s.recvs), len(s.live)))
 	}

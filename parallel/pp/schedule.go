@@ -13,7 +13,10 @@
 //
 // Model stage s = chunk·pp + rank (Megatron's virtual pipeline layout): the
 // activations of stage s go to stage s+1 on rank (rank+1) mod pp, the
-// gradients to stage s−1 on rank (rank−1) mod pp.
+// gradients to stage s−1 on rank (rank−1) mod pp. DualPipeV lays its 2·pp
+// stages out in a V instead (Placement): rank r holds stages r and
+// 2pp−1−r, so stages pp−1 and pp meet on rank pp−1, which passes the
+// activations and gradients between them locally, without a message.
 package pp
 
 import (
@@ -43,10 +46,36 @@ const (
 	// in flight (counted until their W) as 1F1B, and a bubble of
 	// (p−1)(F+B−W) instead of 1F1B's (p−1)(F+B+W).
 	ZBH1 Kind = "zb-h1"
+	// DualPipeV is the V-shaped, "cut-in-half" DualPipe (DeepSeek-AI 2024,
+	// §3.2.1; Sea AI Lab's DualPipeV, deepseek-ai/DualPipe's dualpipev.py):
+	// 2p model stages, rank r holding stages r and 2p−1−r (dualpipev.go),
+	// forwards and backwards of different micro-batches paired in the
+	// steady state and the backward split into B and W in the warm-up and
+	// cool-down. Per chunk costs F, B, W (a chunk is half a 1F1B stage),
+	// its bubble is (p−1)(F&B + B − 3W) with F&B a paired forward and
+	// backward (F+B+W here, where nothing overlaps compute), against 1F1B's
+	// 2(p−1)(F+B+W) in the same chunk units; every rank keeps 2p+1
+	// (micro-batch, chunk) pairs in flight at its peak (2p − r of chunk 0,
+	// r + 1 of chunk 1), as many as 1F1B's first stage holds of stages twice
+	// the size. It needs m ≥ 2p micro-batches.
+	DualPipeV Kind = "dualpipev"
 )
 
 // Kinds lists the schedules.
-func Kinds() []Kind { return []Kind{GPipe, OneFOneB, Interleaved, ZBH1} }
+func Kinds() []Kind { return []Kind{GPipe, OneFOneB, Interleaved, ZBH1, DualPipeV} }
+
+// Split says whether the kind splits backward passes into B and W (zb-h1,
+// dualpipev): a W follows every B, the weight gradients complete there.
+func (k Kind) Split() bool { return k == ZBH1 || k == DualPipeV }
+
+// Chunks is the number of chunks per rank the kind runs with vpp set:
+// vpp (at least 1), but 2 for dualpipev, whatever vpp says.
+func (k Kind) Chunks(vpp int) int {
+	if k == DualPipeV {
+		return 2
+	}
+	return max(vpp, 1)
+}
 
 // Op is what an Action does.
 type Op uint8
@@ -106,7 +135,7 @@ func (a Action) String() string {
 type Config struct {
 	Kind  Kind
 	PP    int // pipeline ranks
-	VPP   int // chunks per rank (>1 only for interleaved; 0 means 1)
+	VPP   int // chunks per rank (>1 only for interleaved; dualpipev: 2 whatever it says; 0 means 1)
 	Micro int // micro-batches per step
 }
 
@@ -118,9 +147,15 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pp: pp=%d must be >= 1", c.PP)
 	case c.Micro < 1:
 		return fmt.Errorf("pp: micro-batches=%d must be >= 1", c.Micro)
-	case c.Kind != GPipe && c.Kind != OneFOneB && c.Kind != Interleaved && c.Kind != ZBH1:
-		return fmt.Errorf("pp: schedule=%q must be one of gpipe, 1f1b, interleaved, zb-h1", c.Kind)
-	case v > 1 && c.Kind != Interleaved:
+	case c.Kind != GPipe && c.Kind != OneFOneB && c.Kind != Interleaved && c.Kind != ZBH1 && c.Kind != DualPipeV:
+		return fmt.Errorf("pp: schedule=%q must be one of gpipe, 1f1b, interleaved, zb-h1, dualpipev", c.Kind)
+	case c.Kind == DualPipeV && v > 2:
+		return fmt.Errorf("pp: schedule=dualpipev holds 2 chunks per rank (a V), got vpp=%d", v)
+	case c.Kind == DualPipeV && c.PP < 2:
+		return fmt.Errorf("pp: schedule=dualpipev needs pp >= 2 (its V folds 2·pp stages over the ranks), got pp=%d", c.PP)
+	case c.Kind == DualPipeV && c.Micro < 2*c.PP:
+		return fmt.Errorf("pp: schedule=dualpipev needs micro-batches >= 2·pp = %d (its warm-up fills the V), got %d", 2*c.PP, c.Micro)
+	case v > 1 && c.Kind != Interleaved && c.Kind != DualPipeV:
 		return fmt.Errorf("pp: vpp=%d needs schedule=interleaved", v)
 	case c.Kind == Interleaved && c.Micro < c.PP:
 		return fmt.Errorf("pp: schedule=interleaved needs at least pp=%d micro-batches, got %d", c.PP, c.Micro)
@@ -141,15 +176,21 @@ func (s *Schedule) Stages() int { return s.PP * s.vpp() }
 
 func (s *Schedule) vpp() int { return max(s.VPP, 1) }
 
-// Split says whether backward passes are split into B and W (zb-h1).
-func (s *Schedule) Split() bool { return s.Kind == ZBH1 }
+// Split says whether backward passes are split into B and W (zb-h1,
+// dualpipev).
+func (s *Schedule) Split() bool { return s.Kind.Split() }
+
+// Placement is where the schedule's model stages live.
+func (c Config) Placement() Placement {
+	return Placement{PP: c.PP, VPP: c.Kind.Chunks(c.VPP), V: c.Kind == DualPipeV}
+}
 
 // Build makes the schedule of c.
 func Build(c Config) (*Schedule, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	c.VPP = max(c.VPP, 1)
+	c.VPP = c.Kind.Chunks(c.VPP)
 	s := &Schedule{Config: c, Ranks: make([][]Action, c.PP)}
 	var order [][]Action
 	switch c.Kind {
@@ -161,6 +202,8 @@ func Build(c Config) (*Schedule, error) {
 		order = interleaved(c)
 	case ZBH1:
 		order = zbH1(c)
+	case DualPipeV:
+		order = dualPipeV(c)
 	}
 	for r, acts := range order {
 		s.Ranks[r] = s.withComm(r, acts)
@@ -238,29 +281,30 @@ func interleaved(c Config) [][]Action {
 }
 
 // withComm inserts the receives before and the sends after each compute
-// action of rank r that needs them.
+// action of rank r that needs them: none between two stages on the same
+// rank (DualPipeV's turn of the V on rank pp−1), which the executor passes
+// locally.
 func (s *Schedule) withComm(r int, acts []Action) []Action {
-	p, S := s.PP, s.Stages()
-	next, prev := (r+1)%p, (r-1+p)%p
+	pl := s.Placement()
 	var out []Action
 	for _, a := range acts {
-		st := a.Chunk*p + r
+		prev, next := pl.Neighbours(r, a.Chunk)
 		switch a.Op {
 		case Forward:
-			if st > 0 {
-				out = append(out, Action{Op: RecvAct, MB: a.MB, Chunk: a.Chunk, Peer: prev})
+			if prev.Remote(r) {
+				out = append(out, Action{Op: RecvAct, MB: a.MB, Chunk: a.Chunk, Peer: prev.Rank})
 			}
 			out = append(out, a)
-			if st < S-1 {
-				out = append(out, Action{Op: SendAct, MB: a.MB, Chunk: a.Chunk, Peer: next})
+			if next.Remote(r) {
+				out = append(out, Action{Op: SendAct, MB: a.MB, Chunk: a.Chunk, Peer: next.Rank})
 			}
 		case Backward:
-			if st < S-1 {
-				out = append(out, Action{Op: RecvGrad, MB: a.MB, Chunk: a.Chunk, Peer: next})
+			if next.Remote(r) {
+				out = append(out, Action{Op: RecvGrad, MB: a.MB, Chunk: a.Chunk, Peer: next.Rank})
 			}
 			out = append(out, a)
-			if st > 0 {
-				out = append(out, Action{Op: SendGrad, MB: a.MB, Chunk: a.Chunk, Peer: prev})
+			if prev.Remote(r) {
+				out = append(out, Action{Op: SendGrad, MB: a.MB, Chunk: a.Chunk, Peer: prev.Rank})
 			}
 		default:
 			out = append(out, a)
@@ -301,9 +345,12 @@ func (s *Schedule) Format() string {
 //	1f1b         min(p−r, m)
 //	interleaved  min(2(p−r−1) + (v−1)·p + 1, v·m), or v·m when m = p (Narayanan et al. 2021)
 //	zb-h1        min(p, m) on every rank (from F to W)
+//	dualpipev    2p + 1 on every rank (m ≥ 2p; from F to W): 2p − r of chunk 0, r + 1 of chunk 1
 func PeakInFlight(c Config, r int) int {
 	p, v, m := c.PP, max(c.VPP, 1), c.Micro
 	switch c.Kind {
+	case DualPipeV:
+		return 2*p + 1
 	case GPipe:
 		return m
 	case OneFOneB:

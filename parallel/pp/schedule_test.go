@@ -24,6 +24,9 @@ func shapes() []Config {
 				if k == Interleaved {
 					v = 2
 				}
+				if k == DualPipeV { // m ≥ 2p; two chunks per rank
+					v, m = 2, m*p/2
+				}
 				out = append(out, Config{Kind: k, PP: p, VPP: v, Micro: m})
 			}
 		}
@@ -33,10 +36,15 @@ func shapes() []Config {
 
 // wantIdle is the textbook bubble of each rank at costs c: (p−1)(F+B+W)
 // for gpipe and 1f1b, the same per chunk (so 1/v of it per whole model)
-// for interleaved, (p−1)(F+B−W) for zb-h1.
+// for interleaved, (p−1)(F+B−W) for zb-h1, (p−1)(F + 2B − 2W) per chunk
+// for dualpipev (its (p−1)(F&B + B − 3W) with F&B = F+B+W: nothing
+// overlaps here; at F = B = W, (p−1)·F).
 func wantIdle(k Kind, p int, c Costs) int64 {
-	if k == ZBH1 {
+	switch k {
+	case ZBH1:
 		return int64(p-1) * (c.F + c.B - c.W)
+	case DualPipeV:
+		return int64(p-1) * (c.F + 2*c.B - 2*c.W)
 	}
 	return int64(p-1) * (c.F + c.B + c.W)
 }
@@ -175,6 +183,10 @@ func TestBadConfigs(t *testing.T) {
 		{Config{Kind: Interleaved, PP: 4, VPP: 2, Micro: 6}, "micro-batches=6 to be a multiple of pp=4"},
 		{Config{Kind: OneFOneB, PP: 2, VPP: 2, Micro: 4}, "vpp=2 needs schedule=interleaved"},
 		{Config{Kind: "dualpipe", PP: 2, Micro: 4}, `schedule="dualpipe"`},
+		{Config{Kind: DualPipeV, PP: 2, Micro: 3}, "schedule=dualpipev needs micro-batches >= 2·pp = 4"},
+		{Config{Kind: DualPipeV, PP: 4, Micro: 7}, "schedule=dualpipev needs micro-batches >= 2·pp = 8"},
+		{Config{Kind: DualPipeV, PP: 1, Micro: 4}, "schedule=dualpipev needs pp >= 2"},
+		{Config{Kind: DualPipeV, PP: 2, VPP: 3, Micro: 4}, "schedule=dualpipev holds 2 chunks per rank"},
 		{Config{Kind: GPipe, PP: 0, Micro: 4}, "pp=0"},
 		{Config{Kind: GPipe, PP: 2, Micro: 0}, "micro-batches=0"},
 	}

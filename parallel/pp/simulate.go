@@ -181,7 +181,7 @@ func (s *Schedule) runAhead(r int, a Action, st *simRank, sent map[msgKey]int64,
 	if (a.Op != RecvAct && a.Op != RecvGrad) || st.next >= len(st.movable) {
 		return false
 	}
-	t, ok := sent[msgKey{grad: a.Op == RecvGrad, mb: a.MB, to: a.Chunk*s.PP + r}]
+	t, ok := sent[msgKey{grad: a.Op == RecvGrad, mb: a.MB, to: s.Placement().Stage(r, a.Chunk)}]
 	i := st.movable[st.next]
 	m := s.Ranks[r][i]
 	if !ok || m.Op != Weight || !st.bwd[[2]int{m.MB, m.Chunk}] {
@@ -203,7 +203,7 @@ func (s *Schedule) runAhead(r int, a Action, st *simRank, sent map[msgKey]int64,
 // ready says when action a of rank r can start; ok is false while a
 // receive's message has not been sent.
 func (s *Schedule) ready(r int, a Action, st *simRank, sent map[msgKey]int64) (int64, bool, error) {
-	stage := a.Chunk*s.PP + r
+	stage := s.Placement().Stage(r, a.Chunk)
 	switch a.Op {
 	case RecvAct, RecvGrad:
 		k := msgKey{grad: a.Op == RecvGrad, mb: a.MB, to: stage}
@@ -219,8 +219,9 @@ func (s *Schedule) ready(r int, a Action, st *simRank, sent map[msgKey]int64) (i
 
 // apply checks a's dependencies on rank r and runs it from start.
 func (s *Schedule) apply(r int, a Action, st *simRank, start int64, costOf func(int, Action) int64, sent map[msgKey]int64, lk links, res *Result) error {
-	p, S := s.PP, s.Stages()
-	stage, key := a.Chunk*p+r, [2]int{a.MB, a.Chunk}
+	pl, S := s.Placement(), s.Stages()
+	stage, key := pl.Stage(r, a.Chunk), [2]int{a.MB, a.Chunk}
+	prev, next := pl.Neighbours(r, a.Chunk)
 	bad := func(why string) error { return fmt.Errorf("pp: rank %d action %v: %s", r, a, why) }
 	cost := int64(0)
 	switch a.Op {
@@ -228,8 +229,11 @@ func (s *Schedule) apply(r int, a Action, st *simRank, start int64, costOf func(
 		if st.fwd[key] {
 			return bad("forward repeated")
 		}
-		if stage > 0 && !st.got[msgKey{mb: a.MB, to: stage}] {
+		if prev.Remote(r) && !st.got[msgKey{mb: a.MB, to: stage}] {
 			return bad("runs before its input activations are received")
+		}
+		if prev.Local(r) && !st.fwd[[2]int{a.MB, prev.Chunk}] {
+			return bad("runs before the forward of the stage before it, on this rank")
 		}
 		st.fwd[key] = true
 		st.live++
@@ -242,8 +246,10 @@ func (s *Schedule) apply(r int, a Action, st *simRank, start int64, costOf func(
 			return bad("runs before its forward")
 		case st.bwd[key]:
 			return bad("backward repeated")
-		case stage < S-1 && !st.got[msgKey{grad: true, mb: a.MB, to: stage}]:
+		case next.Remote(r) && !st.got[msgKey{grad: true, mb: a.MB, to: stage}]:
 			return bad("runs before its output gradient is received")
+		case next.Local(r) && !st.bwd[[2]int{a.MB, next.Chunk}]:
+			return bad("runs before the backward of the stage after it, on this rank")
 		}
 		st.bwd[key] = true
 		if !s.Split() {
@@ -270,24 +276,24 @@ func (s *Schedule) apply(r int, a Action, st *simRank, start int64, costOf func(
 		st.chunk[a.Chunk]--
 		st.deferred[a.Chunk]--
 	case RecvAct, RecvGrad:
-		from := (r - 1 + p) % p
+		from := prev
 		if a.Op == RecvGrad {
-			from = (r + 1) % p
+			from = next
 		}
-		if a.Peer != from {
+		if !from.Remote(r) || a.Peer != from.Rank {
 			return bad("receives from the wrong rank")
 		}
 		st.got[msgKey{grad: a.Op == RecvGrad, mb: a.MB, to: stage}] = true
 	case SendAct, SendGrad:
-		to, want := stage+1, (r+1)%p
+		to, want := stage+1, next
 		if a.Op == SendGrad {
-			to, want = stage-1, (r-1+p)%p
+			to, want = stage-1, prev
 		}
 		done := st.fwd[key]
 		if a.Op == SendGrad {
 			done = st.bwd[key]
 		}
-		if to < 0 || to >= S || a.Peer != want || !done {
+		if to < 0 || to >= S || !want.Remote(r) || a.Peer != want.Rank || !done {
 			return bad("sends what it has not computed, or to the wrong rank")
 		}
 		k := msgKey{grad: a.Op == SendGrad, mb: a.MB, to: to}

@@ -54,6 +54,7 @@ type Stage struct {
 	recvs  map[[2]int]pending            // posted receives of activations (into the stash) or gradients
 	sends  map[[2]int]pending            // activation sends in flight (read the stash)
 	gsends []pending                     // gradient sends in flight
+	local  map[[2]int]*device.Buffer     // (mb, chunk): the output gradient a stage after it on this rank passed it (DualPipeV's turn)
 	bufs   []*device.Buffer              // boundary buffers: free
 	n      int                           // B·T·C (B·T·C/t with sequence parallelism)
 	waited time.Duration                 // time blocked on transfers: exposed communication
@@ -79,6 +80,8 @@ func NewStage(c StageConfig) (*Stage, error) {
 		return nil, errors.New("pp: StageConfig needs GPT, Params, Schedule, Device and, with more than one stage, Link")
 	case c.Schedule.PP != c.Layout.PP || c.Schedule.vpp() != c.Layout.VPP:
 		return nil, fmt.Errorf("pp: schedule pp=%d vpp=%d, layout pp=%d vpp=%d", c.Schedule.PP, c.Schedule.vpp(), c.Layout.PP, c.Layout.VPP)
+	case c.Schedule.Placement() != c.Layout.Placement():
+		return nil, fmt.Errorf("pp: schedule=%s places its stages as %+v, the layout as %+v (pp.NewLayoutFor with the schedule)", c.Schedule.Kind, c.Schedule.Placement(), c.Layout.Placement())
 	}
 	var blocks [2]int // the chunk whose stash is the largest (an MoE model's blocks differ)
 	for ch := 0; ch < c.Layout.VPP; ch++ {
@@ -98,7 +101,7 @@ func NewStage(c StageConfig) (*Stage, error) {
 	}
 	return &Stage{cfg: c, live: map[[2]int]*model.Stash{}, hlive: map[[2]int]*model.HeadStash{}, blocks: blocks,
 		wfree: make([][]*model.WeightStash, c.Layout.VPP), wlive: map[[2]int]*model.WeightStash{},
-		recvs: map[[2]int]pending{}, sends: map[[2]int]pending{}, n: c.GPT.BoundaryFloats(),
+		recvs: map[[2]int]pending{}, sends: map[[2]int]pending{}, local: map[[2]int]*device.Buffer{}, n: c.GPT.BoundaryFloats(),
 		movable: movable, ahead: map[[2]int]bool{}}, nil
 }
 
@@ -198,6 +201,15 @@ func (s *Stage) forward(a Action, key [2]int, b model.Batch) (float64, error) {
 			return 0, err
 		}
 	}
+	if prev, _ := s.cfg.Layout.Placement().Neighbours(s.cfg.Layout.Rank, a.Chunk); prev.Local(s.cfg.Layout.Rank) {
+		// the stage before runs here (DualPipeV's turn): its output is this input
+		src, ok := s.live[[2]int{a.MB, prev.Chunk}]
+		if !ok {
+			return 0, errors.New("forward before the forward of the stage before it, on this rank")
+		}
+		b, _, _ := s.cfg.Layout.Chunk(a.Chunk)
+		copy(st.Residual(b[0]), src.Residual(b[0]))
+	}
 	t0 := s.cfg.Trace.Now()
 	defer s.span(a, t0, false)
 	return s.runForward(a.Chunk, st)
@@ -239,8 +251,17 @@ func (s *Stage) backward(a Action, key [2]int, dloss float32) error {
 	}
 	g, p := s.cfg.GPT, s.cfg.Params
 	bounds, first, last := s.cfg.Layout.Chunk(a.Chunk)
-	st.SetLossWeight(dloss) // the MoE layers' aux losses, on every stage
-	if !last {
+	prev, next := s.cfg.Layout.Placement().Neighbours(s.cfg.Layout.Rank, a.Chunk)
+	st.SetLossWeight(dloss)            // the MoE layers' aux losses, on every stage
+	if next.Local(s.cfg.Layout.Rank) { // the stage after runs here (DualPipeV's turn): its input gradient
+		buf, ok := s.local[key]
+		if !ok {
+			return errors.New("backward before the backward of the stage after it, on this rank")
+		}
+		delete(s.local, key)
+		copy(g.DResidual(), buf.Data)
+		s.bufs = append(s.bufs, buf)
+	} else if !last {
 		rp, ok := s.recvs[key]
 		if !ok {
 			return errors.New("backward without its output gradient")
@@ -260,7 +281,7 @@ func (s *Stage) backward(a Action, key [2]int, dloss float32) error {
 		if err := g.HeadBackward(p, st, dloss); err != nil {
 			return err
 		}
-		if !first && s.cfg.Layout.Tied { // the tied head's gradient of unit 0 is complete (the embedding's, on the first stage, completes it there)
+		if !s.cfg.Layout.First() && s.cfg.Layout.Tied { // the tied head's gradient of unit 0 is complete (the embedding's, on a rank holding the first stage too, completes it there)
 			if err := p.GradsDone(0); err != nil {
 				return err
 			}
@@ -290,6 +311,14 @@ func (s *Stage) backward(a Action, key [2]int, dloss float32) error {
 		}
 	}
 	s.span(a, t0, false)
+	if prev.Local(s.cfg.Layout.Rank) { // pass the input gradient to the stage before, on this rank
+		buf, err := s.buffer()
+		if err != nil {
+			return err
+		}
+		copy(buf.Data, g.DResidual()[:s.n])
+		s.local[[2]int{a.MB, prev.Chunk}] = buf
+	}
 	s.releaseHead(key, st)
 	if ws == nil {
 		delete(s.live, key)
