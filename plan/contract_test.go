@@ -40,7 +40,7 @@ func TestEngineClusterSearchKeepsEnginePlans(t *testing.T) {
 	// A plan the engine refuses (found through the table, not named here:
 	// the engine's features grow).
 	refused := ""
-	for _, p := range []string{"dp=1,cp=2", "pp=2,schedule=dualpipev", "dp=2,precision=fp8", "pp=2,schedule=dualpipe"} {
+	for _, p := range []string{"dp=1,cp=2", "pp=2,schedule=dualpipe", "dp=2,precision=fp8"} {
 		if pl, err := Parse(p); err == nil && len(j.EngineRefusals(pl)) > 0 {
 			refused = p
 			break

@@ -101,6 +101,9 @@ func (j Job) engineArch(p Plan) (arch.Config, arch.Dims) {
 // units (c/v). heads is m also for interleaved with m = pp, which runs
 // every forward first.
 func (j Job) engineStageAct(p Plan, a actSizes, pt partition, k, layers int) (act, inFlight float64) {
+	if p.Schedule == DualPipeV && p.PP > 1 {
+		return j.engineVAct(p, a, k)
+	}
 	m, pp, v := j.MicroBatches(p), p.PP, max(1, p.VPP)
 	var c, w int
 	switch p.Schedule {
@@ -222,4 +225,59 @@ func (j Job) engineUnit(p Plan) float64 {
 	h, t := float64(j.Model.Hidden), float64(p.TP)
 	vl := math.Ceil(float64(j.Model.Vocab) / t)
 	return math.Max(12*h*h/t+7*h/t+6*h, (vl+float64(j.Model.MaxSeq))*h)
+}
+
+// engineVChunks are the layers of DualPipeV rank k's two chunks: model
+// stages k and 2pp−1−k of the split over 2pp chunks (chunkLayers).
+func (j Job) engineVChunks(p Plan, k int) (c0, c1 int) {
+	counts := chunkLayers(j.Model.Layers, 2*p.PP)
+	return counts[k], counts[2*p.PP-1-k]
+}
+
+// engineVDeferred is DualPipeV rank r's peak of weight stashes per chunk
+// (parallel/pp's dualpipev.go, its simulated Deferred): the engine's
+// backward is always split, so a chunk whose W follows its B at once
+// still holds one. Phase 6 defers ⌊(r+1)/2⌋ chunk-1 and ⌊r/2⌋+1 chunk-0
+// W's (queued B1, B0 alternately, an even rank's first a B0); phase 7's
+// k = pp−r−1 steps each run the oldest and defer a chunk-0 one, so chunk 0
+// peaks at r+1 less the chunk-1 W's still queued after them:
+//
+//	d1 = max(1, ⌊(r+1)/2⌋)
+//	d0 = r + 1 − (⌊(r+1)/2⌋ − min(⌈k/2⌉ (r odd) or ⌊k/2⌋ (r even), ⌊(r+1)/2⌋))
+func engineVDeferred(pp, r int) (d0, d1 int) {
+	c1, k := (r+1)/2, pp-r-1
+	popped := k / 2
+	if r%2 == 1 {
+		popped = (k + 1) / 2
+	}
+	return r + 1 - (c1 - min(popped, c1)), max(1, c1)
+}
+
+// engineVAct is engineStageAct under DualPipeV: rank k holds chunks of c0
+// and c1 layers (engineVChunks), every block stash sized for the larger,
+// 2pp+1 of them at its peak (2pp−k of chunk 0, k+1 of chunk 1: the
+// planner's in-flight counts of the general model, genmemory.go), the
+// head's stash on rank 0 (the V's last stage), and the weight stashes of
+// engineVDeferred:
+//
+//	act = (2pp+1)·(max(c0,c1)·layer + chunk) + head·[k = 0] + working + deferred·(d0·c0 + d1·c1)
+//
+// inFlight is (2pp+1)/2 in stage units.
+func (j Job) engineVAct(p Plan, a actSizes, k int) (act, inFlight float64) {
+	c0, c1 := j.engineVChunks(p, k)
+	c := 2*p.PP + 1
+	largest := max(c0, c1)
+	perStash := 0.0
+	if largest > 0 {
+		perStash = a.perStash
+	}
+	heads := 0
+	if k == 0 {
+		heads = 1
+	}
+	ac, d := j.engineArch(p)
+	deferred := arch.Sum(ac.DeferredSaved(d), false).Bytes()
+	d0, d1 := engineVDeferred(p.PP, k)
+	act = float64(c)*(float64(largest)*a.layer+perStash+a.chunk) + float64(heads)*a.head + a.working + deferred*float64(d0*c0+d1*c1)
+	return act, float64(c) / 2
 }

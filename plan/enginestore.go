@@ -53,11 +53,28 @@ func (j Job) dpBuckets(p Plan, s int, P float64) (n, first float64) {
 // engine's pipeline layout (the last stage of a tied model holds the whole
 // embedding unit, positions included, for the tied head).
 func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory {
-	mem := Memory{Stage: stage, Layers: layers, Budget: j.Cluster.Accel.Memory}
-	P := sp.params(stage, layers) + j.engineMoEParams(p, stage, layers, sp.layer)
-	if p.PP > 1 && stage == p.PP-1 && j.Model.Tied && j.Model.learnedPositions() {
-		P += float64(j.Model.MaxSeq) * float64(j.Model.Hidden)
+	headStage := p.PP - 1
+	var P float64
+	if p.Schedule == DualPipeV && p.PP > 1 {
+		// the V: rank k holds stages k and 2pp−1−k, rank 0 the embedding and
+		// the head (a tied head's unit 0 once, as one device holds it)
+		c0, c1 := j.engineVChunks(p, stage)
+		layers, headStage = c0+c1, 0
+		P = float64(layers) * sp.layer
+		if stage == 0 {
+			P += sp.embed + float64(j.Model.normParams())
+			if !j.Model.Tied {
+				P += sp.vocab
+			}
+		}
+	} else {
+		P = sp.params(stage, layers)
+		if p.PP > 1 && stage == p.PP-1 && j.Model.Tied && j.Model.learnedPositions() {
+			P += float64(j.Model.MaxSeq) * float64(j.Model.Hidden)
+		}
 	}
+	mem := Memory{Stage: stage, Layers: layers, Budget: j.Cluster.Accel.Memory}
+	P += j.engineMoEParams(p, stage, layers, sp.layer)
 	modelStates(&mem, P, p)
 	if j.engineBF16(p) {
 		j.engineBF16States(&mem, P, p)
@@ -71,7 +88,7 @@ func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory
 		perMB += a.perStash
 	}
 	head := 0.0
-	if stage == p.PP-1 {
+	if stage == headStage {
 		head = a.head
 	}
 	mem.ActPerMicroBatch = ceil(perMB + head)

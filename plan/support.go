@@ -41,7 +41,7 @@ import "fmt"
 //	             (DeepSeek-V3's aux-loss-free bias), a shared-expert gate,
 //	             group-limited routing; experts under tp > 1
 //	ep, etp      expert parallelism
-//	schedule     dualpipe, dualpipev
+//	schedule     dualpipe (dualpipev runs)
 func EngineRefusals(m Model, p Plan) []string {
 	var out []string
 	switch {
@@ -65,8 +65,8 @@ func EngineRefusals(m Model, p Plan) []string {
 	if ep, etp := p.Experts(); ep > 1 || etp > 1 {
 		out = append(out, fmt.Sprintf("ep=%d, etp=%d: the engine does not implement expert parallelism", ep, etp))
 	}
-	if p.Schedule == DualPipe || p.Schedule == DualPipeV {
-		out = append(out, fmt.Sprintf("schedule=%s: the engine does not run DualPipe schedules", p.Schedule))
+	if p.Schedule == DualPipe {
+		out = append(out, "schedule=dualpipe: the engine does not run the bidirectional DualPipe (two copies of the parameters); it runs its V-shaped form, schedule=dualpipev")
 	}
 	return out
 }

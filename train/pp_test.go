@@ -39,15 +39,26 @@ func TestPipelinesMatchSingleDevice(t *testing.T) {
 		{"pp=2,dp=2", 5},
 		{"pp=2,schedule=zb-h1", 5},
 		{"pp=4,schedule=zb-h1", 6},
+		// DualPipeV needs m ≥ 2pp: 4 micro-batches of 2 at pp=2, 8 of 1 at pp=4.
+		{"pp=2,schedule=dualpipev", 5},
+		{"pp=4,schedule=dualpipev", 9},
 	} {
 		t.Run(fmt.Sprintf("%s/L%d", tc.plan, tc.layers), func(t *testing.T) {
 			skipUnknownSchedule(t, tc.plan)
-			ref, ok := refs[tc.layers]
+			mbs := 2
+			if strings.Contains(tc.plan, "pp=4,schedule=dualpipev") {
+				mbs = 1
+			}
+			key := tc.layers*10 + mbs
+			ref, ok := refs[key]
 			if !ok {
-				ref = runJob(t, ppJob("dp=1", tc.layers), t.TempDir(), "", 0)
-				refs[tc.layers] = ref
+				rj := ppJob("dp=1", tc.layers)
+				rj.Train.MicroBatch = mbs
+				ref = runJob(t, rj, t.TempDir(), "", 0)
+				refs[key] = ref
 			}
 			j := ppJob(tc.plan, tc.layers)
+			j.Train.MicroBatch = mbs
 			got := runJob(t, j, t.TempDir(), "", 0)
 			set, err := j.resolve()
 			if err != nil || len(got.sum.Ranks) != set.ranks || set.enginePlan.PP < 2 {

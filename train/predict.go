@@ -170,16 +170,22 @@ func (j Job) planJob(s settings, c plan.Cluster, dpRank, tpRank int) plan.Job {
 // pipeline stage stage: ZeRO-2 and -3's buckets as parallel/zero accounts
 // them for the stage's units (an upper bound), and a pipeline's boundary
 // buffers (at most four (B,s,h) activations: a send and a receive each
-// way, also an upper bound).
+// way, also an upper bound; eight under DualPipeV, whose two chunks per
+// rank each send and receive both ways, rank pp−1's turn of the V passing
+// its gradient through one of them).
 func (j Job) engineBuffers(s settings, p plan.Plan, stage, dpRank, tpRank int) float64 {
 	var b float64
 	if p.PP > 1 {
-		b = 4 * 4 * float64(p.MBS) * float64(j.Model.SeqLen/max(1, p.CP)) * float64(j.Model.Hidden)
+		n := 4.0
+		if p.Schedule == plan.DualPipeV {
+			n = 8
+		}
+		b = n * 4 * float64(p.MBS) * float64(j.Model.SeqLen/max(1, p.CP)) * float64(j.Model.Hidden)
 	}
 	if p.ZeRO < 2 {
 		return b
 	}
-	l, err := pp.NewLayout(j.Model, p.PP, p.VPP, min(stage, p.PP-1))
+	l, err := pp.NewLayoutFor(j.Model, pp.Kind(p.Schedule), p.PP, p.VPP, min(stage, p.PP-1))
 	if err != nil {
 		return b
 	}

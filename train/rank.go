@@ -178,8 +178,8 @@ func stateShape(j Job, s settings, p plan.Plan, part model.Part, l pp.Layout) ze
 		BucketElems: int(s.bucket / 4), Breaks: l.Breaks(), Overlap: j.Parallel.Overlap, Mixed: s.policy.Mixed(), Accum: s.accum,
 		Untied: !j.Model.Tied()}
 	if p.PP > 1 {
-		sh.Split = pp.Kind(p.Schedule) == pp.ZBH1
-		if (l.First() || l.Last()) && j.Model.Tied() {
+		sh.Split = pp.Kind(p.Schedule).Split()
+		if l.TiedAcross() {
 			sh.TiedUnits = []int{0}
 		}
 		if p.ZeRO < 2 {

@@ -95,7 +95,7 @@ func newTopology(world comm.Group, m model.Config, p plan.Plan) (*topology, erro
 		}
 	}
 	me := t.coords.Get(mesh.PP)
-	if t.layout, err = pp.NewLayout(m, p.PP, p.VPP, me); err != nil {
+	if t.layout, err = pp.NewLayoutFor(m, pp.Kind(p.Schedule), p.PP, p.VPP, me); err != nil {
 		return fail(err)
 	}
 	if p.PP > 1 {
@@ -103,7 +103,7 @@ func newTopology(world comm.Group, m model.Config, p plan.Plan) (*topology, erro
 			return fail(err)
 		}
 		ranks, _ := ms.Group(id, mesh.PP)
-		if (me == 0 || me == p.PP-1) && m.Tied() {
+		if t.layout.TiedAcross() { // the first and last stage on different ranks (not DualPipeV's V, whose rank 0 holds both)
 			g, err := world.NewGroup(fmt.Sprintf("pp.tied.%d-%d", ranks[0], ranks[p.PP-1]), []int{ranks[0], ranks[p.PP-1]})
 			if err != nil {
 				return fail(fmt.Errorf("train: %w", err))
@@ -111,7 +111,7 @@ func newTopology(world comm.Group, m model.Config, p plan.Plan) (*topology, erro
 			t.tied = g
 			t.closers = append(t.closers, g)
 		}
-		if t.link, err = pp.NewP2PLink(world, ms.GroupName(mesh.PP), ranks, me, p.VPP); err != nil {
+		if t.link, err = pp.NewLayoutLink(world, ms.GroupName(mesh.PP), ranks, t.layout); err != nil {
 			return fail(err)
 		}
 	}
