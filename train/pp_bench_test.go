@@ -66,6 +66,8 @@ func pipelineBubble(b *testing.B, hidden, reps int) {
 		{"gpipe", "pp=2,schedule=gpipe", float64(p-1) / float64(m+p-1)},
 		{"interleaved", "pp=2,vpp=2,schedule=interleaved", float64(p-1) / float64(2*m+p-1)},
 		{"zb-h1", "pp=2,schedule=zb-h1", float64(p-1) / float64(3*m+p-1)},
+		// per chunk (half a stage) F = B = W: (p−1)F idle in 6m + (p−1) chunk passes
+		{"dualpipev", "pp=2,schedule=dualpipev", float64(p-1) / float64(6*m+p-1)},
 	}
 	for i := 0; i < b.N; i++ {
 		runs := map[string][]bubbleResult{}
@@ -98,6 +100,7 @@ func pipelineBubble(b *testing.B, hidden, reps int) {
 			bw, _ := col(func(r bubbleResult) float64 { return r.b })
 			w, _ := col(func(r bubbleResult) float64 { return r.w })
 			ahead, _ := col(func(r bubbleResult) float64 { return r.ahead })
+			span, spans := col(func(r bubbleResult) float64 { return r.span })
 			ranked, _ := col(func(r bubbleResult) float64 { return r.ranked })
 			flat, _ := col(func(r bubbleResult) float64 { return r.flat })
 			flatOwn, _ := col(func(r bubbleResult) float64 { return r.flatOwn })
@@ -107,8 +110,9 @@ func pipelineBubble(b *testing.B, hidden, reps int) {
 			b.ReportMetric(replay, "replay-"+s.name)
 			b.ReportMetric(wire, "wire-"+s.name)
 			b.ReportMetric(s.textbook, "textbook-"+s.name)
-			b.Logf("%-12s idle %.3f (runs %.3f)  step-idle %.3f (runs %.3f)  replay %.3f  wire %.3f  (at rank means %.3f, at means %.3f, own spans %.3f)  textbook %.3f  F %.2f B %.2f W %.2f ms, W's ahead %.1f",
-				s.name, idle, idles, step, stepv, replay, wire, ranked, flat, flatOwn, s.textbook, f, bw, w, ahead)
+			b.ReportMetric(span, "step-ms-"+s.name)
+			b.Logf("%-12s idle %.3f (runs %.3f)  step-idle %.3f (runs %.3f)  replay %.3f  wire %.3f  (at rank means %.3f, at means %.3f, own spans %.3f)  textbook %.3f  F %.2f B %.2f W %.2f ms, W's ahead %.1f, step %.1f ms (runs %.1f)",
+				s.name, idle, idles, step, stepv, replay, wire, ranked, flat, flatOwn, s.textbook, f, bw, w, ahead, span, spans)
 		}
 		if a, z := med["1f1b"], med["zb-h1"]; a.idle > 0 && a.step > 0 {
 			b.ReportMetric(z.idle/a.idle, "zb-h1/1f1b")
@@ -125,10 +129,10 @@ func pipelineBubble(b *testing.B, hidden, reps int) {
 // bubbleResult is one run's medians over its steps (the first dropped):
 // the ranks' mean idle fraction over their own pipeline spans (idle), over
 // the step's pipeline span (step), replayed, and replayed with the link;
-// the mean F, B and W pass durations (ms; a fused backward counts as B)
-// and the W's run ahead per step.
+// the mean F, B and W pass durations (ms; a fused backward counts as B),
+// the W's run ahead per step and the step's pipeline span (ms).
 type bubbleResult struct {
-	idle, step, replay, wire float64
+	idle, step, replay, wire, span float64
 	f, b, w, ahead           float64
 	// ranked and flat are wire-* with every pass at its rank's mean
 	// duration (the stages' imbalance, no pass-to-pass jitter) and at the
@@ -162,7 +166,7 @@ func bubbleRun(b *testing.B, plan string, hidden, p, m, steps int) (bubbleResult
 	}
 	spans := trace.IdleSpans(evs, "pipeline") // ordered by rank, then time
 	n := len(spans) / p
-	var idles, stepIdles, replays, wires []float64
+	var idles, stepIdles, replays, wires, stepSpans []float64
 	sum, cnt := map[byte]float64{}, map[byte]float64{}
 	type rop struct {
 		r  int
@@ -204,6 +208,7 @@ func bubbleRun(b *testing.B, plan string, hidden, p, m, steps int) (bubbleResult
 			b.Fatal(err)
 		}
 		idles, stepIdles = append(idles, own/float64(p)), append(stepIdles, common/float64(p))
+		stepSpans = append(stepSpans, float64(hi-lo)/1000)
 		replays, wires = append(replays, res.MeanIdle()), append(wires, wired.MeanIdle())
 	}
 	mean := func(op byte) float64 {
@@ -226,7 +231,7 @@ func bubbleRun(b *testing.B, plan string, hidden, p, m, steps int) (bubbleResult
 	}
 	ranked := at(func(r int, op byte) float64 { return rsum[rop{r, op}] / max(rcnt[rop{r, op}], 1) }).MeanIdle()
 	flat := at(func(_ int, op byte) float64 { return 1000 * mean(op) })
-	return bubbleResult{idle: median(idles), step: median(stepIdles), replay: median(replays), wire: median(wires),
+	return bubbleResult{idle: median(idles), step: median(stepIdles), replay: median(replays), wire: median(wires), span: median(stepSpans),
 		f: mean('F'), b: mean('B'), w: mean('W'), ahead: ahead / float64(n-1),
 		ranked: ranked, flat: flat.MeanIdle(), flatOwn: flat.MeanOwnIdle()}, true
 }
