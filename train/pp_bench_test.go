@@ -133,7 +133,7 @@ func pipelineBubble(b *testing.B, hidden, reps int) {
 // the W's run ahead per step and the step's pipeline span (ms).
 type bubbleResult struct {
 	idle, step, replay, wire, span float64
-	f, b, w, ahead           float64
+	f, b, w, ahead                 float64
 	// ranked and flat are wire-* with every pass at its rank's mean
 	// duration (the stages' imbalance, no pass-to-pass jitter) and at the
 	// ranks' mean (neither); flatOwn is flat over the ranks' own spans.
