@@ -38,7 +38,8 @@ func worstDiff(got, ref result) (loss, state float64) {
 // DualPipeV trains the single device's model at pp = 2 and pp = 4 (2 and
 // 4 ranks, 4 and 8 chunks, uneven splits), with dropout, GPT-2's tied head
 // (both its uses on rank 0, no tied group) and Llama's untied one, with
-// selective and full recomputation and with ZeRO-1 over dp = 2: per-step
+// selective and full recomputation, with ZeRO-1, 2 and 3 over dp = 2 and
+// under tp = 2 ± sp: per-step
 // losses and gradient norms within 1e-5 relative over 5 steps, the final
 // weights and Adam moments within 1e-5 relative L2 (compareRuns); in bf16
 // within the 16-bit plans' bound of the single device's bf16 run
@@ -54,6 +55,10 @@ func TestDualPipeVMatchesSingleDevice(t *testing.T) {
 		{"gpt2", "pp=2,schedule=dualpipev,recompute=selective", 5},
 		{"gpt2", "pp=2,schedule=dualpipev,recompute=full", 5},
 		{"gpt2", "pp=2,dp=2,zero=1,schedule=dualpipev", 5},
+		{"gpt2", "pp=2,dp=2,zero=2,schedule=dualpipev", 5},
+		{"gpt2", "pp=2,dp=2,zero=3,schedule=dualpipev", 5},
+		{"gpt2", "pp=2,tp=2,schedule=dualpipev", 4},
+		{"gpt2", "pp=2,tp=2,sp=on,schedule=dualpipev", 4},
 		{"llama", "pp=2,schedule=dualpipev", 5},
 		{"llama", "pp=4,schedule=dualpipev", 8},
 		{"llama", "pp=2,schedule=dualpipev,recompute=full", 4},
@@ -132,5 +137,48 @@ func TestDualPipeVMemoryPredicted(t *testing.T) {
 			}
 			holdPredicted(t, j)
 		})
+	}
+}
+
+// DualPipeV twice gives the same bits: losses, norms and final state.
+func TestDualPipeVBitIdentical(t *testing.T) {
+	j := ppJob("pp=2,dp=2,zero=2,schedule=dualpipev", 5)
+	j.Train.GlobalBatch = 16
+	a := runJob(t, j, t.TempDir(), "", 0)
+	b := runJob(t, j, t.TempDir(), "", 0)
+	for s := range a.losses {
+		if a.losses[s] != b.losses[s] || a.norms[s] != b.norms[s] {
+			t.Errorf("step %d: %v, %v vs %v, %v", s+1, a.losses[s], a.norms[s], b.losses[s], b.norms[s])
+		}
+	}
+	for _, x := range [][2][]float32{{a.w, b.w}, {a.m, b.m}, {a.v, b.v}} {
+		if err := sameBits(x[0], x[1]); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// A DualPipeV run stopped at step 2 and resumed equals the straight run
+// bit for bit, and one device samples from its checkpoint.
+func TestDualPipeVCheckpoint(t *testing.T) {
+	j := ppJob("pp=2,dp=2,zero=1,schedule=dualpipev", 5)
+	j.Train.GlobalBatch, j.Train.Steps = 16, 4
+	a := runJob(t, j, t.TempDir(), "", 0)
+	dir := t.TempDir()
+	b1 := runJob(t, j, dir, "", 2)
+	b2 := runJob(t, j, dir, dir, 0)
+	got := append(append([]float64{}, b1.losses...), b2.losses...)
+	for s := range a.losses {
+		if s >= len(got) || got[s] != a.losses[s] {
+			t.Fatalf("losses %v (split) vs %v (straight)", got, a.losses)
+		}
+	}
+	for _, x := range [][2][]float32{{a.w, b2.w}, {a.m, b2.m}, {a.v, b2.v}} {
+		if err := sameBits(x[0], x[1]); err != nil {
+			t.Error(err)
+		}
+	}
+	if txt, err := SampleCheckpoint(SampleOptions{Checkpoint: a.sum.Checkpoint, Prompt: "It is", Tokens: 8, Temperature: 0, Seed: 1, Threads: 1}); err != nil || txt == "" {
+		t.Fatalf("sample from the pipeline's checkpoint: %q, %v", txt, err)
 	}
 }
