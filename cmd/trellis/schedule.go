@@ -17,7 +17,7 @@ func scheduleText(p plan.Plan, micro int) string {
 	if p.PP < 2 {
 		return ""
 	}
-	if p.Schedule == plan.DualPipe || p.Schedule == plan.DualPipeV {
+	if p.Schedule == plan.DualPipe { // dualpipev runs: its lists below
 		return dualPipeText(p, micro)
 	}
 	s, err := pp.Build(pp.Config{Kind: pp.Kind(p.Schedule), PP: p.PP, VPP: p.VPP, Micro: micro})
@@ -40,8 +40,8 @@ func scheduleText(p plan.Plan, micro int) string {
 	return b.String()
 }
 
-// dualPipeText is a DualPipe schedule as the planner models it (the engine
-// does not run these): each rank's runs of steps from the reference
+// dualPipeText is the bidirectional DualPipe as the planner models it (the
+// engine does not run it): each rank's runs of steps from the reference
 // implementation's structure and the chunks of activations it holds at its
 // peak.
 func dualPipeText(p plan.Plan, micro int) string {
