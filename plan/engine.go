@@ -278,6 +278,10 @@ func (j Job) engineVAct(p Plan, a actSizes, k int) (act, inFlight float64) {
 	ac, d := j.engineArch(p)
 	deferred := arch.Sum(ac.DeferredSaved(d), false).Bytes()
 	d0, d1 := engineVDeferred(p.PP, k)
-	act = float64(c)*(float64(largest)*a.layer+perStash+a.chunk) + float64(heads)*a.head + a.working + deferred*float64(d0*c0+d1*c1)
+	blocks := float64(largest)*a.layer + perStash
+	if b, ok := j.engineMoEChunk(p, k); ok { // an MoE model's blocks differ: its widest chunk's (moe_engine.go)
+		blocks = b
+	}
+	act = float64(c)*(blocks+a.chunk) + float64(heads)*a.head + a.working + deferred*float64(d0*c0+d1*c1)
 	return act, float64(c) / 2
 }

@@ -55,17 +55,30 @@ func (j Job) engineMoEParams(p Plan, stage, layers int, perLayer float64) float6
 	return sum - float64(layers)*perLayer
 }
 
+// engineChunks are the layers of the engine's model chunks under p
+// (ChunkLayers: pp·vpp of them, 2·pp under DualPipeV) and whether chunk c
+// is on pipeline rank k: c mod pp, or in DualPipeV's V c = k or 2pp−1−k.
+func (j Job) engineChunks(p Plan) ([]int, func(c, k int) bool, error) {
+	pp, v := max(1, p.PP), max(1, p.VPP)
+	if p.Schedule == DualPipeV && pp > 1 {
+		counts, err := ChunkLayers(j.Model.Layers, pp, 2)
+		return counts, func(c, k int) bool { return c == k || c == 2*pp-1-k }, err
+	}
+	counts, err := ChunkLayers(j.Model.Layers, pp, v)
+	return counts, func(c, k int) bool { return c%pp == k }, err
+}
+
 // stageBlocks are the blocks pipeline stage k holds: chunk c of the pp·vpp
-// chunks (ChunkLayers) on stage c mod pp.
+// chunks (ChunkLayers) on stage c mod pp (engineChunks: DualPipeV's V).
 func (j Job) stageBlocks(p Plan, k int) []int {
-	counts, err := ChunkLayers(j.Model.Layers, max(1, p.PP), max(1, p.VPP))
+	counts, on, err := j.engineChunks(p)
 	if err != nil {
 		return nil
 	}
 	var out []int
 	lo := 0
 	for c, n := range counts {
-		if c%max(1, p.PP) == k {
+		if on(c, k) {
 			for l := lo; l < lo+n; l++ {
 				out = append(out, l)
 			}
@@ -91,14 +104,14 @@ func (j Job) engineMoEChunk(p Plan, k int) (float64, bool) {
 	case RecomputeFull:
 		d.Recompute = arch.RecomputeFull
 	}
-	counts, err := ChunkLayers(j.Model.Layers, max(1, p.PP), max(1, p.VPP))
+	counts, on, err := j.engineChunks(p)
 	if err != nil {
 		return 0, false
 	}
 	resid := 4 * float64(d.Tokens()) * float64(j.Model.Hidden)
 	best, lo := 0.0, 0
 	for c, n := range counts {
-		if c%max(1, p.PP) == k {
+		if on(c, k) {
 			best = max(best, ac.BlocksElemsAt(d, lo, lo+n, j.engineHalfStash(p)).Bytes()+float64(n)*resid)
 		}
 		lo += n

@@ -182,3 +182,24 @@ func TestDualPipeVCheckpoint(t *testing.T) {
 		t.Fatalf("sample from the pipeline's checkpoint: %q, %v", txt, err)
 	}
 }
+
+// An MoE model (dropless and with dropped tokens) under DualPipeV trains
+// the single device's model (compareRuns), and its memory with a dense
+// first block is the planner's prediction within 5% per tag.
+func TestDualPipeVMoE(t *testing.T) {
+	for _, capacity := range []float64{0, 0.75} {
+		t.Run(fmt.Sprintf("capacity=%g", capacity), func(t *testing.T) {
+			ref := runJob(t, moeJob("dp=1", 4, capacity), t.TempDir(), "", 0)
+			got := runJob(t, moeJob("pp=2,schedule=dualpipev", 4, capacity), t.TempDir(), "", 0)
+			l, st := worstDiff(got, ref)
+			t.Logf("worst relative difference: losses and norms %.3g, weights and moments (L2) %.3g", l, st)
+			compareRuns(t, got, ref)
+		})
+	}
+	t.Run("memory", func(t *testing.T) {
+		j := moeJob("pp=2,schedule=dualpipev", 4, 0)
+		j.Model.DenseFirst, j.Model.SharedExperts = 1, 1
+		j.Train.GlobalBatch = 8
+		holdPredicted(t, j)
+	})
+}
