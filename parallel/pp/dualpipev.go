@@ -19,9 +19,12 @@ package pp
 // (i = ⌊(r+1)/2⌋: before its B1 on odd ranks, before its B0 on even ones),
 // so r+1 W's are deferred in all and phases 7 and 8 run them.
 //
-// Per chunk costs F, B, W the bubble is (p−1)(F+B+W + B − 3W) = (p−1)(F +
-// 2B − 2W) per rank: at F = B = W a third of 1F1B's 2(p−1)·3F in the same
-// chunk units (Simulate measures it). Chunk 0 holds at most 2p − r
+// Per chunk costs F, B, W the bubble is the reference's (p−1)(F&B + B −
+// 3W) with F&B = F+B+W (nothing overlaps compute here): (p−1)(F + 2B − 2W)
+// per rank, the makespan 6m + (p−1) at F = B = W = 1 — a sixth of 1F1B's
+// and half of zb-h1's bubble in the same chunk units, 2(p−1)(F+B+W) and
+// 2(p−1)(F+B−W) for stages of two chunks (Simulate measures it; the golden
+// files and TestDualPipeVBubble hold it). Chunk 0 holds at most 2p − r
 // micro-batches in flight (its warm-up and phase 4's first F0), chunk 1
 // r + 1, and both peak together: 2p+1 pairs (PeakInFlight).
 func dualPipeV(c Config) [][]Action {
