@@ -76,6 +76,11 @@ type Rank struct {
 	CommWaitS float64 `json:"comm_wait_s"`
 	// The rest of the rank's cumulative step time (train/split.go).
 	ComputeS *float64 `json:"compute_s,omitempty"` // forward and backward work
+	// PeerWaitS is the part of ComputeS spent in collectives before the
+	// group's last member arrived: waiting for peers still computing (on
+	// shared cores, for the cores they hold). Absent where the backend
+	// cannot tell (tcp, mpi) and in older files.
+	PeerWaitS *float64 `json:"peer_wait_s,omitempty"`
 	BubbleS  float64  `json:"bubble_s"`            // pipeline idle
 	MiscS    *float64 `json:"misc_s,omitempty"`    // the rest of the step
 

@@ -97,6 +97,10 @@ type RankStats struct {
 	// Bubble + Misc is the sum of the rank's step times.
 	Compute, Bubble, Misc time.Duration
 	Steps                 time.Duration // the rank's step times, summed
+	// PeerWait is the part of Compute spent in collectives before their
+	// groups' last members arrived (comm.Stats.Skew; 0 where the backend
+	// cannot tell).
+	PeerWait time.Duration
 
 	// CommBytes are the payload bytes passed to collectives per mesh axis.
 	CommBytes CommBytes
