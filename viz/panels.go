@@ -21,6 +21,7 @@ func Panels(r *Run) []Panel {
 	ps := []Panel{
 		lossPanel(r), lrPanel(r), throughputPanel(r), mfuPanel(r), memoryPanel(r), stepTimePanel(r), planPanel(r),
 	}
+	ps = append(ps, expertPanels(r)...)
 	if r.Trace != nil {
 		ps = append(ps, timelinePanel(r.Trace))
 	}

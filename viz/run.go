@@ -30,6 +30,7 @@ type Info struct {
 	ToStep        int                // the last step this run will take
 	Model         string             // model shape for people, e.g. "layers=4 hidden=256 ..."
 	Groups        map[string][][]int // mesh axis -> the rank lists of its groups
+	Experts       int                // routed experts per MoE block (0: dense or unknown)
 }
 
 // Step is one --metrics object (its schema: package metrics).
