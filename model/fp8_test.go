@@ -212,7 +212,9 @@ func relL2f(got, want []float32) float64 {
 // both 48→80 (they once shared a history, keyed by shape), yet after a
 // step their histories differ (x: the two norms' outputs; w: the two
 // weights), every site has recorded amaxes, and FP8History/SetFP8History
-// round-trip a block's state bit for bit.
+// round-trip a block's state bit for bit. (In train.TestFP8Llama's model
+// the shared history's scales happen to be each site's own, powers of
+// two in the same binade: its losses did not change with the key.)
 func TestFP8HistorySites(t *testing.T) {
 	cfg := Config{Arch: "llama", Layers: 2, Hidden: 48, Heads: 6, KVHeads: 2, FFN: 40, SeqLen: 12, Vocab: 64, RopeTheta: 500}
 	d := precision.DefaultFP8(precision.Delayed)
