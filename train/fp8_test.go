@@ -113,20 +113,25 @@ func fp8LlamaJob(plan, recipe string) Job {
 //     stage: no tile, gathered weight or released buffer differs) and its
 //     step-3 norm within the 16-bit bound.
 //
-// The drift that was measured is the reduction order's, amplified: after
-// step 2 the ZeRO-2 masters differ from ZeRO-1's in 58 elements of
-// embed_tokens by one fp32 ulp, one of which (row 104, column 44) rounds
-// to the other bf16 neighbour; grafting that table alone into ZeRO-1's
-// checkpoint reproduces ZeRO-2's losses to the bit, and moving that one
-// element of the one device's own step-2 checkpoint by one bf16 ulp moves
-// its step-4 gradient norm by 4.0% (bf16: 2.2e-3, delayed fp8: 1.0e-3).
-// At lr 3e-3 the first Adam steps are nearly sign steps of 15% of a
-// weight, and blockwise quantisation re-rolls the rounding of every tile
-// a perturbation reaches, so a one-ulp difference in the state is not
-// held to 2e-4 over 5 steps by any plan whose reduction order differs from
-// the one device's (ZeRO-1 met it because none of its ulps crossed a bf16
-// boundary that mattered; the sum of squares going to float64 changed
-// which ones do).
+// The drift that was measured is the reduction order's, amplified: the
+// losses of steps 1 and 2 are ZeRO-1's to the bit; after step 2 the
+// ZeRO-2 fp32 masters differ from ZeRO-1's in 926 elements by a few ulps
+// (58 of them in embed_tokens, at most 10 ulps there), and exactly one
+// element of the model (embed_tokens row 104, column 44) rounds to the
+// other bf16 neighbour. Grafting that table alone into ZeRO-1's
+// checkpoint reproduces ZeRO-2's losses to the bit (and ZeRO-1's
+// checkpoint resumed under ZeRO-2 or ZeRO-3 gives ZeRO-1's). Moving that
+// one element of the one device's own step-2 checkpoint by one bf16 ulp,
+// with no parallelism at all, moves its step-4 gradient norm by 4.0%
+// (the same nudge moves bf16's losses and norms by at most 2.2e-3 and
+// delayed fp8's by 1.0e-3 over steps 3-5). At lr 3e-3 the first Adam
+// steps are nearly sign steps of 15% of a weight (init std 0.02), and
+// blockwise quantisation re-rolls the rounding of every tile a
+// perturbation reaches, so a difference in the state of one bf16 ulp is
+// not held to 2e-4 over 5 steps by any plan whose reduction order differs
+// from the one device's: ZeRO-1 met it because none of its ulps crossed
+// a bf16 boundary that mattered, and any change of the numerics — the
+// sum of squares going to float64 was one — reshuffles which do.
 func TestFP8BlockwiseLlamaZeRO(t *testing.T) {
 	one := func(p string) Job {
 		j := fp8LlamaJob(p, "blockwise")
