@@ -229,7 +229,7 @@ func (m *GPT) FP8Sync(reduce func([]float32) error) error {
 // FP8HistoryLen is the steps of amax history a delayed-scaling runner
 // keeps per tensor, H (0 under other policies: nothing to checkpoint).
 func (m *GPT) FP8HistoryLen() int {
-	if m.q8 == nil || m.q8.f.Recipe != precision.Delayed {
+	if m == nil || m.q8 == nil || m.q8.f.Recipe != precision.Delayed {
 		return 0
 	}
 	return m.q8.f.History

@@ -239,9 +239,10 @@ func TestFP8DelayedResume(t *testing.T) {
 // scales over it, a micro-batch's gradients being dp·cp times one
 // device's (fp8GradRatio), and logs no fresh start. (Fresh histories
 // would hold a zero for step 3; unscaled dy ones, the one device's
-// gradient amaxes for step 3 and scales dp·cp times too large.) A
-// delayed run resumed from a bf16 checkpoint, which has no histories,
-// says that it starts them fresh and why.
+// gradient amaxes for step 3 and scales dp·cp times too large.) Another
+// fp8_history or fp8_margin resumes with a warning saying what it did to
+// the saved state, and a delayed run resumed from a bf16 checkpoint,
+// which has no histories, says that it starts them fresh and why.
 func TestFP8DelayedResumeReshards(t *testing.T) {
 	j := fp8Job("dp=1", "delayed")
 	j.Train.FP8History = 2
@@ -254,6 +255,22 @@ func TestFP8DelayedResumeReshards(t *testing.T) {
 		ratio float32
 	}{{"pp=2,tp=2,dp=2,zero=1", 2}, {"cp=2", 2}, {"dp=4,zero=3", 4}} {
 		t.Run(c.plan, func(t *testing.T) { reshardedHistories(t, j, ref, dir, c.plan, c.ratio, &log) })
+	}
+
+	for _, c := range []struct {
+		history, margin int
+		want            string
+	}{{3, 0, "fp8 amax histories resized"}, {1, 0, "fp8 amax histories resized"}, {2, 1, "fp8 scales remade"}} {
+		k := j
+		k.Train.FP8History, k.Train.FP8Margin = c.history, c.margin
+		k.Checkpoint = checkpoint.Config{Dir: t.TempDir()}
+		log.Reset()
+		if _, err := Run(context.Background(), Options{Job: k, Resume: dir, Until: 4, Log: slog.New(slog.NewTextHandler(&log, nil))}); err != nil {
+			t.Fatal(err)
+		}
+		if s := log.String(); !strings.Contains(s, c.want) || strings.Contains(s, "start fresh") {
+			t.Errorf("fp8_history %d, fp8_margin %d from a history of 2, margin 0: want %q, got:\n%s", c.history, c.margin, c.want, s)
+		}
 	}
 
 	b := pp3dJob("precision=bf16", 4)
