@@ -31,6 +31,9 @@ func runRank(ctx context.Context, o Options, s settings, loader *data.Loader, re
 		if err := r.st.Restore(res.ckpt, res.meta.OptSteps); err != nil {
 			return nil, err
 		}
+		if err := r.restoreFP8(res.ckpt, res.meta); err != nil {
+			return nil, err
+		}
 		start, pos = res.meta.Step, res.meta.Position
 		r.restoreScale(res.meta)
 	} else if err := initWeights(r.st, o.Job.Train.Seed, s.init); err != nil {
@@ -162,6 +165,11 @@ func (r *rank) save(step int, pos data.Position, loss float64) (dir string, err 
 	if err != nil {
 		return "", err
 	}
+	f8, err := r.fp8Shards()
+	if err != nil {
+		return "", err
+	}
+	shards = append(shards, f8...)
 	if err := store.WriteRank(step, r.id, r.world.Size(), shards); err != nil {
 		return "", err
 	}

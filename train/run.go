@@ -287,6 +287,7 @@ func prepareResume(o Options, s settings) (*resumeState, error) {
 	if plan := s.enginePlan.String(); c.Plan() != plan || c.World() != s.ranks {
 		res.note(slog.LevelInfo, "resharding", "checkpoint", c.Dir(), "from", fmt.Sprintf("%s (world %d)", c.Plan(), c.World()), "to", fmt.Sprintf("%s (world %d)", plan, s.ranks))
 	}
+	fp8ResumeNotes(res, s, o.Job)
 	if m.Step >= o.Job.Train.Steps {
 		return nil, fmt.Errorf("--resume %s: the checkpoint is at step %d, train.steps=%d: nothing left to run (raise train.steps to extend the run)", c.Dir(), m.Step, o.Job.Train.Steps)
 	}
