@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"trellis/checkpoint"
@@ -346,5 +347,43 @@ func TestEPBitIdenticalAndResume(t *testing.T) {
 				t.Error(err)
 			}
 		}
+	}
+}
+
+// What expert parallelism does not run is refused before anything starts,
+// naming the keys: dropless routing, ep not dividing dp or the experts,
+// ep with cp, expert tensor parallelism, tp with experts.
+func TestEPRefusedByName(t *testing.T) {
+	for _, c := range []struct {
+		plan     string
+		capacity float64
+		want     string
+	}{
+		{"dp=2,ep=2", 0, "dropless expert parallelism is not implemented"},
+		{"dp=2,ep=4", 0.75, "ep=4 does not divide dp=2"},
+		{"dp=3,ep=3", 0.75, "ep=3 does not divide moe.experts=4"},
+		{"dp=2,cp=2,ep=2", 0.75, "ep=2 with cp=2"},
+		{"dp=2,ep=1,etp=2", 0.75, "etp=2: the engine does not implement expert tensor parallelism"},
+		{"dp=2,tp=2,ep=2", 0.75, "tp=2 with experts"},
+	} {
+		_, err := moeJob(c.plan, 2, c.capacity).resolve()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s, capacity %g: got %v, want an error containing %q", c.plan, c.capacity, err, c.want)
+		}
+	}
+}
+
+// Each rank's memory under expert parallelism is the planner's
+// prediction, every tag within 5% (holdPredicted): the experts' state
+// over edp, each MoE unit's assembled weights and gradients.
+func TestEPMemoryPredicted(t *testing.T) {
+	for _, p := range []string{"dp=2,ep=2", "dp=4,ep=4", "dp=4,ep=2,zero=1", "dp=4,ep=2,zero=2", "dp=4,ep=2,zero=3",
+		"dp=2,ep=2,zero=1,precision=bf16", "dp=2,ep=2,zero=3,precision=bf16", "dp=2,ep=2,recompute=full",
+		"pp=2,dp=2,ep=2", "pp=2,dp=2,ep=2,schedule=zb-h1"} {
+		t.Run(p, func(t *testing.T) {
+			j := moeJob(p, 4, 0.75)
+			j.Train.GlobalBatch = 8
+			holdPredicted(t, j)
+		})
 	}
 }
