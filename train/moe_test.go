@@ -387,3 +387,44 @@ func TestEPMemoryPredicted(t *testing.T) {
 		})
 	}
 }
+
+// Under expert parallelism --metrics routes the single device's tokens to
+// the same experts and drops the same ones; the end-of-run sample (every
+// rank runs the model, its experts' rows through the ep group) is the
+// single device's text.
+func TestEPMetricsAndSample(t *testing.T) {
+	ref := moeMetrics(t, moeJob("dp=1", 3, 0.75))
+	got := moeMetrics(t, moeJob("dp=4,ep=4", 3, 0.75))
+	for s := range ref {
+		r, g := ref[s].Experts, got[s].Experts
+		if r == nil || g == nil {
+			t.Fatalf("step %d: experts %+v and %+v", s+1, r, g)
+		}
+		if !reflect.DeepEqual(r.Load, g.Load) || !reflect.DeepEqual(r.Dropped, g.Dropped) {
+			t.Errorf("step %d: ep=4 routed %v (dropped %v), one device %v (%v)", s+1, g.Load, g.Dropped, r.Load, r.Dropped)
+		}
+		if math.Abs(g.AuxLoss-r.AuxLoss) > 1e-5*r.AuxLoss {
+			t.Errorf("step %d: aux loss %g, one device %g", s+1, g.AuxLoss, r.AuxLoss)
+		}
+	}
+	sample := func(p string) string {
+		j := moeJob(p, 3, 0.75)
+		j.Train.SampleEvery = 0
+		var out bytes.Buffer
+		if _, err := Run(context.Background(), Options{Job: j, Out: &out}); err != nil {
+			t.Fatalf("plan %s: %v", p, err)
+		}
+		return out.String()
+	}
+	text := func(out string) string {
+		_, after, ok := strings.Cut(out, "--- sample at step")
+		body, _, _ := strings.Cut(after, "\n---\n")
+		if !ok || body == "" {
+			t.Fatalf("no sample in the output:\n%s", out)
+		}
+		return body
+	}
+	if one, ep := text(sample("dp=1")), text(sample("dp=2,ep=2")); one != ep {
+		t.Errorf("ep=2 sampled %q, one device %q", ep, one)
+	}
+}
