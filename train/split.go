@@ -46,7 +46,7 @@ type stepClock struct {
 // of it that is the pipeline's transfers.
 func (r *rank) waits() (all, pipe time.Duration) {
 	pipe = r.stage.CommStats().Wait
-	return r.st.CommStats().Wait + pipe + r.top.tpStats().Wait + r.top.cpStats().Wait, pipe
+	return r.st.CommStats().Wait + pipe + r.top.tpStats().Wait + r.top.cpStats().Wait + r.top.epStats().Wait, pipe
 }
 
 // beginStep starts the step's clock.

@@ -173,6 +173,14 @@ func (t *topology) epComm() model.EPComm {
 	return groupEP{t.ep}
 }
 
+// epStats is the expert-parallel group's accounting (zero without one).
+func (t *topology) epStats() comm.Stats {
+	if t.ep == nil {
+		return comm.Stats{}
+	}
+	return t.ep.Stats()
+}
+
 // groupEP is model.EPComm over a comm.Group: the counts by an all-to-all,
 // the rows by comm.AllToAllV (16-bit rows travel as their bits).
 type groupEP struct{ g comm.Group }
