@@ -39,11 +39,12 @@ import (
 //
 //	‖g‖² = ‖g_dense‖² + ‖g_expert‖²
 //
-// the dense squares summed as the dense instance sums them (dp when
-// sharded, then pipe and tp), the experts' over edp when sharded, then
-// over ep (each ep rank holds other experts) and pipe; both instances
+// the dense squares summed over dp when sharded, the experts' over edp
+// when sharded and over ep (each ep rank holds other experts), their sum
+// then over the pipeline and the tensor-parallel group; both instances
 // clip with the one norm. AdamW is per element, so the update is the
-// single device's.
+// single device's. A pipeline stage of dense blocks only has no expert
+// instance (its expert squares are 0; its ep group issues nothing).
 //
 // An MoE unit's weights are copied into a unit buffer (the policy's Param
 // dtype, tag param) from Weights to its last ReleaseWeights, each
@@ -53,7 +54,6 @@ import (
 // them into the two instances' gradients.
 type epState struct {
 	dense, expert *zero.Strategy
-	lay           arch.Layout // the rank's units, as the model lays them out
 	split         map[int]*epUnit
 	scale         float32      // 1/ep
 	norm          []comm.Group // the norm's sums after dp and ep: the pipeline's, the tensor-parallel one
@@ -111,7 +111,7 @@ func splitExperts(lay arch.Layout) (dense, expert arch.Layout, split map[int]*ep
 // over edp, its norm summed over ep and then the pipeline.
 func newEPState(zc zero.Config, t *topology) (*epState, error) {
 	dl, el, split := splitExperts(zc.Layout)
-	s := &epState{lay: zc.Layout, split: split, scale: 1 / float32(t.part.EP), dev: zc.Device, pol: zc.Precision,
+	s := &epState{split: split, scale: 1 / float32(t.part.EP), dev: zc.Device, pol: zc.Precision,
 		norm: zc.NormGroups}
 	dc, ec := zc, zc
 	dc.Layout, dc.NormGroups = dl, nil
@@ -211,11 +211,10 @@ func (s *epState) Grads(u int) ([]float32, error) {
 		return s.dense.Grads(u)
 	}
 	if eu.g == nil {
-		buf, err := s.dev.Alloc(device.Grad, eu.size)
+		buf, err := s.dev.Alloc(device.Grad, eu.size) // zeroed
 		if err != nil {
 			return nil, fmt.Errorf("train: the gradients of MoE unit %d: %w", u, err)
 		}
-		clear(buf.Data)
 		eu.g = buf
 	}
 	return eu.g.Data, nil

@@ -248,7 +248,14 @@ func TestEPMatchesSingleDevice(t *testing.T) {
 	ref := runJob(t, moeJob("dp=1", 3, 0.75), t.TempDir(), "", 0)
 	for _, p := range epPlans {
 		t.Run(p, func(t *testing.T) {
-			compareRuns(t, runJob(t, moeJob(p, 3, 0.75), t.TempDir(), "", 0), ref)
+			got := runJob(t, moeJob(p, 3, 0.75), t.TempDir(), "", 0)
+			compareRuns(t, got, ref)
+			worst := 0.0
+			for s := range ref.losses {
+				worst = max(worst, math.Abs(got.losses[s]-ref.losses[s])/ref.losses[s], math.Abs(got.norms[s]-ref.norms[s])/ref.norms[s])
+			}
+			t.Logf("losses and norms: worst relative difference %.3g; weights, moments: relative L2 %.3g, %.3g, %.3g",
+				worst, relL2(got.w, ref.w), relL2(got.m, ref.m), relL2(got.v, ref.v))
 		})
 	}
 }
