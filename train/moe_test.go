@@ -344,7 +344,8 @@ func TestEPReshard(t *testing.T) {
 }
 
 // An expert-parallel run twice gives the same bits; split by --until and
-// resumed from its checkpoint it equals the straight run bit for bit.
+// resumed from its checkpoint it equals the straight run bit for bit; the
+// checkpoint samples on one device.
 func TestEPBitIdenticalAndResume(t *testing.T) {
 	j := moeJob("pp=2,dp=4,ep=2,zero=1", 3, 0.75)
 	j.Model.SharedExperts = 1
@@ -366,6 +367,10 @@ func TestEPBitIdenticalAndResume(t *testing.T) {
 				t.Error(err)
 			}
 		}
+	}
+	txt, err := SampleCheckpoint(SampleOptions{Checkpoint: a.sum.Checkpoint, Prompt: "It is", Tokens: 8, Temperature: 0, Seed: 1, Threads: 1})
+	if err != nil || txt == "" {
+		t.Fatalf("sample from the expert-parallel checkpoint: %q, %v", txt, err)
 	}
 }
 
