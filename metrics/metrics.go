@@ -133,4 +133,5 @@ type CommBytes struct {
 	DP int64 `json:"dp"`           // the data-parallel groups: gradients and ZeRO's parameters
 	PP int64 `json:"pp"`           // the pipeline: activations and their gradients between stages, the tied embedding's gradient
 	CP int64 `json:"cp,omitempty"` // the context-parallel ring: key/value blocks and their gradients' sums
+	EP int64 `json:"ep,omitempty"` // the expert-parallel groups: the tokens' rows to their experts and back, their counts, the expert norm's sum
 }

@@ -56,14 +56,14 @@ type stepClock struct {
 // of it that is the pipeline's transfers.
 func (r *rank) waits() (all, pipe time.Duration) {
 	pipe = r.stage.CommStats().Wait
-	return r.st.CommStats().Wait + pipe + r.top.tpStats().Wait + r.top.cpStats().Wait, pipe
+	return r.st.CommStats().Wait + pipe + r.top.tpStats().Wait + r.top.cpStats().Wait + r.top.epStats().Wait, pipe
 }
 
-// skews is the part of the strategy's and tensor parallelism's exposed
+// skews is the part of the strategy's, tensor and expert parallelism's exposed
 // waits spent before their groups' last members arrived (comm.Stats.Skew),
 // and the world group's (the loss mean's).
 func (r *rank) skews() (groups, world time.Duration) {
-	return r.st.CommStats().Skew + r.top.tpStats().Skew, r.world.Stats().Skew
+	return r.st.CommStats().Skew + r.top.tpStats().Skew + r.top.epStats().Skew, r.world.Stats().Skew
 }
 
 // beginStep starts the step's clock.
