@@ -75,3 +75,38 @@ func TestExpertPanels(t *testing.T) {
 		t.Errorf("a live MoE page before its first step has %d routing panels, want 3", n)
 	}
 }
+
+// trellis report --vs: the compare panel draws each run's validation loss
+// (or, without one, its training loss over windows of 10 steps) and names
+// the last value of each; without another run there is no such panel.
+func TestComparePanel(t *testing.T) {
+	v := func(x float64) *float64 { return &x }
+	mine := []Step{{Step: 1, Loss: 3}, {Step: 2, Loss: 2.5, ValLoss: v(2.6)}, {Step: 3, Loss: 2, ValLoss: v(2.1)}}
+	var other []Step
+	for i := 1; i <= 15; i++ {
+		other = append(other, Step{Step: i, Loss: float64(i)})
+	}
+	for _, p := range Panels(&Run{Steps: mine}) {
+		if p.ID == "compare" {
+			t.Fatal("a compare panel without another run")
+		}
+	}
+	var cmp *Panel
+	for _, p := range Panels(&Run{Steps: mine, Versus: []Versus{{Name: "dense", Steps: other}}}) {
+		if p.ID == "compare" {
+			cmp = &p
+		}
+	}
+	if cmp == nil {
+		t.Fatal("no compare panel")
+	}
+	// The other run's training loss over steps 1–10 and 11–15: 5.5 and 13.
+	for _, want := range []string{"this run val 2.1000 at step 3", "dense train 13.0000 at step 15"} {
+		if !strings.Contains(cmp.Note, want) {
+			t.Errorf("note %q lacks %q", cmp.Note, want)
+		}
+	}
+	if xs, ys, what := compareCurve(other); what != "train" || len(xs) != 2 || ys[0] != 5.5 || xs[0] != 10 {
+		t.Errorf("windows of 10: %v %v %s", xs, ys, what)
+	}
+}
