@@ -13,6 +13,10 @@ type Tensor struct {
 	// Replicated: every rank of the tensor-parallel group holds the same
 	// copy (always false without tensor parallelism).
 	Replicated bool
+	// Expert: a stack of an MoE layer's routed experts' matrices (its
+	// first dimension the experts), split over the expert-parallel group
+	// (Part.EP) and reduced over the expert-data-parallel one.
+	Expert bool
 }
 
 // Unit is a group of tensors that is fetched, released and reduced

@@ -49,7 +49,7 @@ func shardView(name string, view []int, dim int, shape ...int) tensorSpec {
 
 // place is the tensor as part p holds it (Offset left to the layout).
 func (s tensorSpec) place(p Part) Tensor {
-	t := Tensor{Name: s.name, Shape: append([]int(nil), s.shape...)}
+	t := Tensor{Name: s.name, Shape: append([]int(nil), s.shape...), Expert: s.expert}
 	deg, r := p.Degree(), p.Rank
 	if s.expert {
 		deg = 1 // experts are not split by tp (Part.Validate)

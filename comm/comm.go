@@ -178,6 +178,12 @@ type Stats struct {
 	Bytes int64         // payload bytes this rank passed to operations
 	Busy  time.Duration // time collectives were in flight on the queue (from when each could start to its end), plus time with point-to-point operations in flight: total communication time
 	Wait  time.Duration // time callers spent blocked in Work.Wait (exposed communication)
+	// Skew is the part of Wait spent before the last member had arrived at
+	// the operation: waiting for peers still computing (on shared cores,
+	// for the cores they hold), not for the transfer. Backends that cannot
+	// tell when the last member arrived report 0 (all of Wait is then the
+	// transfer's).
+	Skew time.Duration
 	// Buffered is the memory, in bytes, that messages sent to this rank on
 	// this group occupy now because they arrived before their Recv was
 	// posted (a gauge, not a total: charge it to the `comm` memory tag).
@@ -188,7 +194,7 @@ type Stats struct {
 // Add returns s + o (Buffered gauges add too: the sum over groups).
 func (s Stats) Add(o Stats) Stats {
 	return Stats{Ops: s.Ops + o.Ops, Bytes: s.Bytes + o.Bytes, Busy: s.Busy + o.Busy, Wait: s.Wait + o.Wait,
-		Buffered: s.Buffered + o.Buffered}
+		Skew: s.Skew + o.Skew, Buffered: s.Buffered + o.Buffered}
 }
 
 // Errors. Match with errors.Is.

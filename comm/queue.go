@@ -27,6 +27,7 @@ type Queue struct {
 	closed  bool
 	stats   Stats
 	lastEnd time.Time // when the previous operation finished
+	current *work     // the operation running (read and written only by the goroutine running it)
 	done    chan struct{}
 
 	// Point-to-point operations in flight (see Start) and since when the
@@ -51,11 +52,16 @@ type work struct {
 	err       error
 	submitted time.Time
 	finished  time.Time // set before done is closed
+	arrived   time.Time // when the last member arrived (Arrived; zero: not known)
 }
 
 // FinishedAt is when the operation completed on its queue (zero for a
 // Work made by Done). Valid once Wait has returned.
 func (w *work) FinishedAt() time.Time { return w.finished }
+
+// ArrivedAt is when the last member of the group arrived at the operation
+// (zero when the backend does not say). Valid once Wait has returned.
+func (w *work) ArrivedAt() time.Time { return w.arrived }
 
 // Done is closed when the operation completes (Wait then returns at
 // once), for callers that wait with a deadline or test without blocking.
@@ -81,8 +87,15 @@ func (w *work) Wait() error {
 		if !w.finished.IsZero() {
 			blocked = min(blocked, max(w.finished.Sub(start), 0))
 		}
+		// The part of [start, start+blocked] before the last member
+		// arrived was spent waiting for peers.
+		var skew time.Duration
+		if !w.arrived.IsZero() {
+			skew = min(max(w.arrived.Sub(start), 0), blocked)
+		}
 		w.q.mu.Lock()
 		w.q.stats.Wait += blocked
+		w.q.stats.Skew += skew
 		w.q.mu.Unlock()
 	}
 	return w.err
@@ -159,7 +172,9 @@ func (q *Queue) claim(w *work) bool {
 // must fail), accounts it and completes it.
 func (q *Queue) run(w *work, err error) {
 	if err == nil {
+		q.current = w
 		err = w.fn()
+		q.current = nil
 	}
 	// Busy counts the time the operation was in flight: from when it
 	// could start (submitted, and the one before it finished) to its
@@ -185,6 +200,16 @@ func (q *Queue) run(w *work, err error) {
 	q.mu.Unlock()
 	w.err, w.finished = err, end
 	close(w.done)
+}
+
+// Arrived records, from inside the running operation's function, when
+// the last member of the group arrived at it, so that Stats can tell the
+// wait for peers (Skew) from the wait for the transfer. Only the goroutine
+// running the operation may call it.
+func (q *Queue) Arrived(t time.Time) {
+	if q.current != nil {
+		q.current.arrived = t
+	}
 }
 
 // Fail breaks the queue with err: pending and later operations fail with it.

@@ -171,3 +171,43 @@ func TestHistory(t *testing.T) {
 		}
 	}
 }
+
+// A history saved after its ring has wrapped and loaded into a fresh one
+// continues it bit for bit (the same scales and saved state at every
+// later step); loaded into a shorter one it keeps the newest amaxes and
+// remakes the scale from them.
+func TestHistorySaveLoad(t *testing.T) {
+	const H = 3
+	a := NewHistory(E5M2, 1, make([]float32, Len(H)))
+	amaxes := []float32{3, 0.5, 7, 0.25, 1.5, 40, 0.125, 2}
+	for _, v := range amaxes[:5] {
+		a.Observe(v)
+		a.Roll()
+	}
+	saved := make([]float32, H)
+	sc := a.Save(saved)
+	if saved[0] != 7 || saved[1] != 0.25 || saved[2] != 1.5 {
+		t.Fatalf("saved %v, want [7 0.25 1.5] (oldest first)", saved)
+	}
+	b := NewHistory(E5M2, 1, make([]float32, Len(H)))
+	b.Load(saved, sc, a.Steps())
+	for _, v := range amaxes[5:] {
+		if a.Scale() != b.Scale() || a.Recorded() != b.Recorded() {
+			t.Fatalf("scales %v and %v", a.Scale(), b.Scale())
+		}
+		a.Observe(v)
+		b.Observe(v)
+		a.Roll()
+		b.Roll()
+	}
+	x, y := make([]float32, H), make([]float32, H)
+	if a.Save(x) != b.Save(y) || x[0] != y[0] || x[1] != y[1] || x[2] != y[2] {
+		t.Fatalf("after 3 more steps: %v and %v", x, y)
+	}
+	c := NewHistory(E5M2, 1, make([]float32, Len(2)))
+	c.Load(saved, sc, 5)
+	got := make([]float32, 2)
+	if c.Save(got); got[0] != 0.25 || got[1] != 1.5 || c.Scale() != Scale(E5M2, 1.5, 1) {
+		t.Fatalf("shortened: %v scale %v, want [0.25 1.5] and %v", got, c.Scale(), Scale(E5M2, 1.5, 1))
+	}
+}

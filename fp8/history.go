@@ -60,6 +60,52 @@ func (h *History) Roll() {
 	h.buf[H] = 0
 	h.next = (h.next + 1) % H
 	h.steps++
+	h.Remake()
+}
+
+// Steps is the number of steps rolled into the history.
+func (h *History) Steps() int { return h.steps }
+
+// Save writes the history in a form free of its ring's rotation, for a
+// checkpoint: amax (H fp32s) gets the amaxes of the last H steps oldest
+// first (zeros for steps before the first), and it returns the next
+// step's scale. Between steps (after Roll, the current amax zero) that,
+// with Steps, is the whole state: the ring's cursor is the rotation Save
+// undoes.
+func (h *History) Save(amax []float32) float32 {
+	H := len(h.buf) - 2
+	for i := range H {
+		amax[i] = h.buf[(h.next+i)%H]
+	}
+	return h.Scale()
+}
+
+// Load restores a history saved by Save after steps rolled: amax its
+// len(amax) = H' amaxes oldest first, scale its scale. With H' = H the
+// history continues as the saved one did, bit for bit (the oldest amax
+// in the ring's next slot, the next to be replaced); with another H' it
+// keeps the newest min(H, H') amaxes and remakes the scale from them by
+// Roll's rule (Remake).
+func (h *History) Load(amax []float32, scale float32, steps int) {
+	H := len(h.buf) - 2
+	clear(h.buf)
+	n := min(H, len(amax))
+	copy(h.buf[H-n:H], amax[len(amax)-n:])
+	h.next, h.steps = 0, steps
+	h.buf[H+1] = 1
+	switch {
+	case len(amax) == H && steps > 0:
+		h.buf[H+1] = scale
+	case steps > 0:
+		h.Remake()
+	}
+}
+
+// Remake sets the next step's scale from the history's amaxes by Roll's
+// rule, Scale(f, max over the history, margin): what Roll made, unless
+// the history or the margin differ from those it was made with.
+func (h *History) Remake() {
+	H := len(h.buf) - 2
 	a := float32(0)
 	for _, v := range h.buf[:H] {
 		a = max(a, v)

@@ -176,14 +176,36 @@ func TestMatchesPyTorch(t *testing.T) {
 	if err := Write(dir, Model{Config: cfg, W: w}, safetensors.F32); err != nil {
 		t.Fatal(err)
 	}
-	fixture := filepath.Join("testdata", "torch_logits.safetensors")
+	want, f := torchLogits(t, dir, "torch_logits.safetensors", "TestMatchesPyTorch", fixtureTokens, "../scripts/hf_gpt2.py")
+	got := trellisLogits(t, cfg, w, fixtureTokens)
+	if len(got) != len(want) {
+		t.Fatalf("%d logits, fixture %d", len(got), len(want))
+	}
+	var worst float64
+	for i := range want {
+		worst = max(worst, math.Abs(float64(got[i]-want[i])))
+	}
+	if worst > 1e-4 {
+		t.Fatalf("max |Trellis − PyTorch| = %.3g over the logits, want ≤ 1e-4", worst)
+	}
+	t.Logf("max |Trellis − PyTorch| = %.3g (PyTorch %s)", worst, f.Metadata()["torch"])
+}
+
+// torchLogits returns the logits of testdata/name, the fixture computed by
+// the PyTorch script (its arguments before --model) from the exported
+// directory dir over tokens, and the fixture. With -torch it is
+// regenerated first; it fails when dir's model.safetensors is not the one
+// the fixture records by SHA-256 (test names the test that regenerates it).
+func torchLogits(t *testing.T, dir, name, test string, tokens []int32, script ...string) ([]float32, *safetensors.File) {
+	t.Helper()
+	fixture := filepath.Join("testdata", name)
 	if *regen {
-		toks := make([]string, len(fixtureTokens))
-		for i, v := range fixtureTokens {
+		toks := make([]string, len(tokens))
+		for i, v := range tokens {
 			toks[i] = strconv.Itoa(int(v))
 		}
-		cmd := exec.Command("/usr/bin/python3", "../scripts/hf_gpt2.py", "--model", dir, "--tokens", strings.Join(toks, ","), "--out", fixture)
-		if out, err := cmd.CombinedOutput(); err != nil {
+		args := append(append([]string(nil), script...), "--model", dir, "--tokens", strings.Join(toks, ","), "--out", fixture)
+		if out, err := exec.Command("/usr/bin/python3", args...).CombinedOutput(); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
 	}
@@ -197,19 +219,11 @@ func TestMatchesPyTorch(t *testing.T) {
 	}
 	sum := sha256.Sum256(b)
 	if got, want := hex.EncodeToString(sum[:]), f.Metadata()["model_sha256"]; got != want {
-		t.Fatalf("export's SHA-256 %s differs from the fixture's %s: regenerate with go test ./hf -run TestMatchesPyTorch -torch", got, want)
+		t.Fatalf("export's SHA-256 %s differs from the fixture's %s: regenerate with go test ./hf -run %s -torch", got, want, test)
 	}
-	want, _ := f.Float32("logits")
-	got := trellisLogits(t, cfg, w, fixtureTokens)
-	if len(got) != len(want) {
-		t.Fatalf("%d logits, fixture %d", len(got), len(want))
+	logits, err := f.Float32("logits")
+	if err != nil {
+		t.Fatal(err)
 	}
-	var worst float64
-	for i := range want {
-		worst = max(worst, math.Abs(float64(got[i]-want[i])))
-	}
-	if worst > 1e-4 {
-		t.Fatalf("max |Trellis − PyTorch| = %.3g over the logits, want ≤ 1e-4", worst)
-	}
-	t.Logf("max |Trellis − PyTorch| = %.3g (PyTorch %s)", worst, f.Metadata()["torch"])
+	return logits, f
 }

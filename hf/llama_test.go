@@ -1,16 +1,12 @@
 package hf
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -162,30 +158,7 @@ func TestLlamaExportMatchesPyTorch(t *testing.T) {
 	if err := Write(dir, Model{Config: cfg, W: w}, safetensors.F32); err != nil {
 		t.Fatal(err)
 	}
-	fixture := filepath.Join("testdata", "llama_torch_logits.safetensors")
-	if *regen {
-		toks := make([]string, len(llamaTokens))
-		for i, v := range llamaTokens {
-			toks[i] = strconv.Itoa(int(v))
-		}
-		cmd := exec.Command("/usr/bin/python3", "../scripts/torch_llama.py", "logits", "--model", dir, "--tokens", strings.Join(toks, ","), "--out", fixture)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-	}
-	f, err := safetensors.ReadFile(fixture)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, WeightsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(b)
-	if got, want := hex.EncodeToString(sum[:]), f.Metadata()["model_sha256"]; got != want {
-		t.Fatalf("export's SHA-256 %s differs from the fixture's %s: regenerate with go test ./hf -run TestLlamaExportMatchesPyTorch -torch", got, want)
-	}
-	want, _ := f.Float32("logits")
+	want, f := torchLogits(t, dir, "llama_torch_logits.safetensors", "TestLlamaExportMatchesPyTorch", llamaTokens, "../scripts/torch_llama.py", "logits")
 	got := trellisLogits(t, cfg, w, llamaTokens)
 	if len(got) != len(want) {
 		t.Fatalf("%d logits, fixture %d", len(got), len(want))

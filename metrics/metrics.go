@@ -76,6 +76,11 @@ type Rank struct {
 	CommWaitS float64 `json:"comm_wait_s"`
 	// The rest of the rank's cumulative step time (train/split.go).
 	ComputeS *float64 `json:"compute_s,omitempty"` // forward and backward work
+	// PeerWaitS is the part of ComputeS spent in collectives before the
+	// group's last member arrived: waiting for peers still computing (on
+	// shared cores, for the cores they hold). Absent where the backend
+	// cannot tell (tcp, mpi) and in older files.
+	PeerWaitS *float64 `json:"peer_wait_s,omitempty"`
 	BubbleS  float64  `json:"bubble_s"`            // pipeline idle
 	MiscS    *float64 `json:"misc_s,omitempty"`    // the rest of the step
 
@@ -128,4 +133,5 @@ type CommBytes struct {
 	DP int64 `json:"dp"`           // the data-parallel groups: gradients and ZeRO's parameters
 	PP int64 `json:"pp"`           // the pipeline: activations and their gradients between stages, the tied embedding's gradient
 	CP int64 `json:"cp,omitempty"` // the context-parallel ring: key/value blocks and their gradients' sums
+	EP int64 `json:"ep,omitempty"` // the expert-parallel groups: the tokens' rows to their experts and back, their counts, the expert norm's sum
 }

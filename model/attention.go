@@ -39,7 +39,7 @@ type attnActs struct {
 }
 
 func newAttention(d dims) attention {
-	return attention{qkv: linear{in: d.C, out: d.qkvW()}, proj: linear{row: true, in: d.Cl, out: d.C}}
+	return attention{qkv: linear{in: d.C, out: d.qkvW(), site: siteAttnIn}, proj: linear{row: true, in: d.Cl, out: d.C, site: siteAttnOut}}
 }
 
 // attnWeights are the layer's weights: matrices in the compute dtype,

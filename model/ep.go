@@ -17,8 +17,9 @@ import "trellis/tensor"
 // routing bounds what an expert receives (cap rows from each of the ep
 // ranks: E·cap rows in all, arch's ExpertRows), so every buffer is sized
 // before the step; an expert's weight gradient sums its rows from every
-// rank of the group (the data-parallel mean over the expert-data-parallel
-// group is the strategy's).
+// rank of the group (the data-parallel mean, that sum averaged over the
+// expert-data-parallel group and scaled by 1/ep, is the strategy's:
+// train's epState).
 
 // epExchange exchanges r's per-expert row counts with the group and lays
 // out the received rows: it returns the rows sent to and received from

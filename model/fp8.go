@@ -34,20 +34,23 @@ type q8 struct {
 	tmp     []float32 // fp8.Quantise's scratch
 	hist    []*fp8.History
 	vec     []float32 // delayed: the step's amaxes, reduced over ranks
-	sites   map[siteKey]int
-	layer   int  // the block the passes are in
-	observe bool // a training pass: record amaxes
+	layer   int       // the block the passes are in
+	observe bool      // a training pass: record amaxes
 	err     error
 	bufs    []*device.Buffer
 }
 
-// siteKey names a block's linear layer by its shape (the block's four
-// differ in shape; two of equal shape would share a history, which only
-// makes their scale the larger one's).
-type siteKey struct {
-	row     bool
-	in, out int
-}
+// A block's linear layers, by their place (linear.site): each operand of
+// each has its own history. (They were once told apart by shape, which a
+// Llama's qkv and gate|up GEMMs can share — 48→80 in the tests' model —
+// so the two shared one history and the larger amax's scale.)
+const (
+	siteAttnIn  = iota // attention's qkv projection
+	siteAttnOut        // attention's output projection
+	siteMLPIn          // the MLP's fc, or SwiGLU's gate|up
+	siteMLPOut         // the MLP's output projection (SwiGLU's down)
+	linearsPerBlock
+)
 
 // The operands of a linear layer's GEMMs.
 const (
@@ -57,8 +60,6 @@ const (
 	roles
 )
 
-const linearsPerBlock = 4
-
 // allocQ8 allocates the fp8 scratch (workspace) and, under delayed
 // scaling, every block's amax histories (param: the runner can run any
 // block).
@@ -67,7 +68,7 @@ func (m *GPT) allocQ8() error {
 	if f.Recipe == precision.NoFP8 {
 		return nil
 	}
-	q := &q8{f: f, sites: map[siteKey]int{}}
+	q := &q8{f: f}
 	fail := func(err error) error {
 		q.free()
 		return fmt.Errorf("model: fp8 scratch: %w", err)
@@ -161,16 +162,7 @@ func (m *GPT) tensorAMax(src tensor.Buf, n int) float32 {
 // history is the delayed-scaling state of operand role of linear l in
 // the current block.
 func (q *q8) history(l linear, role int) *fp8.History {
-	k := siteKey{l.row, l.in, l.out}
-	s, ok := q.sites[k]
-	if !ok {
-		s = len(q.sites)
-		if s == linearsPerBlock {
-			panic(fmt.Sprintf("model: a fifth linear layer shape %+v in a block", k))
-		}
-		q.sites[k] = s
-	}
-	return q.hist[(q.layer*linearsPerBlock+s)*roles+role]
+	return q.hist[(q.layer*linearsPerBlock+l.site)*roles+role]
 }
 
 // tile is the blockwise recipe's tile edge.
@@ -230,6 +222,78 @@ func (m *GPT) FP8Sync(reduce func([]float32) error) error {
 	for i, h := range q.hist {
 		*h.Current() = q.vec[i]
 		h.Roll()
+	}
+	return nil
+}
+
+// FP8HistoryLen is the steps of amax history a delayed-scaling runner
+// keeps per tensor, H (0 under other policies: nothing to checkpoint).
+func (m *GPT) FP8HistoryLen() int {
+	if m == nil || m.q8 == nil || m.q8.f.Recipe != precision.Delayed {
+		return 0
+	}
+	return m.q8.f.History
+}
+
+// FP8Sites is the number of histories a block keeps: its 4 linear layers
+// (attention in and out, MLP in and out) × 3 operands (x, w, dy), in that
+// order, site-major.
+const FP8Sites = linearsPerBlock * roles
+
+// FP8History is block l's delayed-scaling state between steps, for a
+// checkpoint: amax (FP8Sites·H fp32s) gets each history's last H step
+// amaxes oldest first (fp8.History.Save), scale (FP8Sites) its next
+// step's scale, in FP8Sites order. The amaxes are maxima over the data-
+// and tensor-parallel groups (FP8Sync), so the state is the whole
+// tensors' and the same on every rank that runs the block: the one
+// device's, whatever the plan.
+func (m *GPT) FP8History(l int, amax, scale []float32) error {
+	H := m.FP8HistoryLen()
+	if err := m.checkFP8History(l, H, amax, scale); err != nil {
+		return err
+	}
+	for i, h := range m.q8.hist[l*FP8Sites : (l+1)*FP8Sites] {
+		scale[i] = h.Save(amax[i*H : (i+1)*H])
+	}
+	return nil
+}
+
+// SetFP8History restores block l's state saved by FP8History after steps
+// steps, from histories of len(amax)/FP8Sites steps (another length than
+// the runner's keeps the newest and remakes the scales: fp8.History.Load).
+// The dy histories' amaxes are multiplied by dy, the ratio of a
+// micro-batch's loss gradient under this run to the saving run's (the
+// caller's: 1 under the same plan), and with dy ≠ 1 or remake (a changed
+// margin) every scale is remade from its history (fp8.History.Remake).
+// amax is scaled in place.
+func (m *GPT) SetFP8History(l int, amax, scale []float32, steps int, dy float32, remake bool) error {
+	H := len(amax) / FP8Sites
+	if err := m.checkFP8History(l, H, amax, scale); err != nil {
+		return err
+	}
+	for i, h := range m.q8.hist[l*FP8Sites : (l+1)*FP8Sites] {
+		a := amax[i*H : (i+1)*H]
+		if i%roles == roleD && dy != 1 {
+			for j := range a {
+				a[j] *= dy
+			}
+		}
+		h.Load(a, scale[i], steps)
+		if (remake || dy != 1) && steps > 0 {
+			h.Remake()
+		}
+	}
+	return nil
+}
+
+func (m *GPT) checkFP8History(l, H int, amax, scale []float32) error {
+	switch {
+	case m.FP8HistoryLen() == 0:
+		return fmt.Errorf("model: fp8 history of block %d: the runner has no delayed scaling", l)
+	case l < 0 || l >= m.cfg.Layers:
+		return fmt.Errorf("model: fp8 history of block %d out of range [0, %d)", l, m.cfg.Layers)
+	case H < 1 || len(amax) != FP8Sites*H || len(scale) != FP8Sites:
+		return fmt.Errorf("model: fp8 history of block %d: %d amaxes and %d scales, want %d·H (H >= 1) and %d", l, len(amax), len(scale), FP8Sites, FP8Sites)
 	}
 	return nil
 }

@@ -206,3 +206,69 @@ func relL2f(got, want []float32) float64 {
 	}
 	return math.Sqrt(num / den)
 }
+
+// Delayed scaling keeps a history per linear layer of a block, named by
+// its place, not its shape: in this Llama the qkv and gate|up GEMMs are
+// both 48→80 (they once shared a history, keyed by shape), yet after a
+// step their histories differ (x: the two norms' outputs; w: the two
+// weights), every site has recorded amaxes, and FP8History/SetFP8History
+// round-trip a block's state bit for bit. (In train.TestFP8Llama's model
+// the shared history's scales happen to be each site's own, powers of
+// two in the same binade: its losses did not change with the key.)
+func TestFP8HistorySites(t *testing.T) {
+	cfg := Config{Arch: "llama", Layers: 2, Hidden: 48, Heads: 6, KVHeads: 2, FFN: 40, SeqLen: 12, Vocab: 64, RopeTheta: 500}
+	d := precision.DefaultFP8(precision.Delayed)
+	d.History = 3
+	m, p, s, _ := setupOn(t, cfg, 2, 1, Options{Precision: precision.FP8(d)})
+	batch := randomBatch(cfg, 2, 5)
+	for range 2 {
+		if _, err := m.Forward(p, s, batch); err != nil {
+			t.Fatal(err)
+		}
+		p.ZeroGrads()
+		if err := m.Backward(p, s, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.FP8Sync(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	H := m.FP8HistoryLen()
+	if H != 3 {
+		t.Fatalf("FP8HistoryLen %d, want 3", H)
+	}
+	amax, scale := make([]float32, FP8Sites*H), make([]float32, FP8Sites)
+	if err := m.FP8History(0, amax, scale); err != nil {
+		t.Fatal(err)
+	}
+	row := func(site, role int) []float32 { i := site*roles + role; return amax[i*H : (i+1)*H] }
+	for site := range linearsPerBlock {
+		for role := range roles {
+			if r := row(site, role); r[H-1] == 0 || r[H-2] == 0 || r[0] != 0 {
+				t.Errorf("site %d role %d: history %v, want two recorded steps, oldest first", site, role, r)
+			}
+		}
+	}
+	for _, role := range []int{roleX, roleW} {
+		if a, b := row(siteAttnIn, role), row(siteMLPIn, role); a[H-1] == b[H-1] {
+			t.Errorf("role %d: qkv and gate|up histories both %v: shared", role, a)
+		}
+	}
+	if err := m.SetFP8History(0, append([]float32(nil), amax...), scale, 2, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	a2, s2 := make([]float32, len(amax)), make([]float32, len(scale))
+	if err := m.FP8History(0, a2, s2); err != nil {
+		t.Fatal(err)
+	}
+	for i := range amax {
+		if a2[i] != amax[i] {
+			t.Fatalf("amax %d: %v after the round trip, %v before", i, a2[i], amax[i])
+		}
+	}
+	for i := range scale {
+		if s2[i] != scale[i] {
+			t.Fatalf("scale %d: %v after the round trip, %v before", i, s2[i], scale[i])
+		}
+	}
+}

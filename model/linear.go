@@ -37,6 +37,7 @@ type linear struct {
 	row     bool // row-parallel (else column-parallel)
 	in, out int  // the rank's input and output widths
 	hp      bool // never fp8 (the output head: model/fp8.go)
+	site    int  // its place in the block: siteAttnIn … siteMLPOut (delayed scaling's histories)
 }
 
 // gemm is out = (src) + x·wᵀ (+ bias) over N rows, or with acc out += x·wᵀ

@@ -19,7 +19,7 @@ type mlp struct {
 type mlpActs struct{ fc, fcg tensor.Buf }
 
 func newMLP(d dims) mlp {
-	return mlp{fc: linear{in: d.C, out: d.F}, proj: linear{row: true, in: d.F, out: d.C}}
+	return mlp{fc: linear{in: d.C, out: d.F, site: siteMLPIn}, proj: linear{row: true, in: d.F, out: d.C, site: siteMLPOut}}
 }
 
 // mlpWeights are the layer's weights: matrices in the compute dtype,

@@ -24,7 +24,7 @@ type swiglu struct {
 }
 
 func newSwiGLU(d dims) swiglu {
-	return swiglu{gu: linear{in: d.C, out: 2 * d.F}, down: linear{row: true, in: d.F, out: d.C}}
+	return swiglu{gu: linear{in: d.C, out: 2 * d.F, site: siteMLPIn}, down: linear{row: true, in: d.F, out: d.C, site: siteMLPOut}}
 }
 
 // forward is out = res + drop(SwiGLU(z)) for the norm output z (the

@@ -80,7 +80,11 @@ func (j Job) engineArch(p Plan) (arch.Config, arch.Dims) {
 		c.Dropout = 0.1
 	}
 	// The ring attention keeps log-sum-exps whatever flash says.
-	return c, arch.Dims{B: p.MBS, T: j.Seq / max(1, p.CP), Part: arch.Part{TP: p.TP, SP: p.SP}, Flash: p.Flash || p.CP > 1, CP: p.CP}
+	part := arch.Part{TP: p.TP, SP: p.SP}
+	if ep, _ := p.Experts(); ep > 1 && m.moe() {
+		part.EP = ep // rank 0 of the ep group: every rank holds as many experts
+	}
+	return c, arch.Dims{B: p.MBS, T: j.Seq / max(1, p.CP), Part: part, Flash: p.Flash || p.CP > 1, CP: p.CP}
 }
 
 // engineStageAct is the act peak the engine measures on pipeline stage k

@@ -79,6 +79,7 @@ func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory
 	if j.engineBF16(p) {
 		j.engineBF16States(&mem, P, p)
 	}
+	j.engineEPStates(&mem, P, p, stage)
 	a := j.engineActivations(p)
 	// Every stash keeps its blocks, its last residual and the micro-batch's
 	// token ids (and recomputation's shared buffer); the last stage adds

@@ -1,6 +1,10 @@
 package plan
 
-import "trellis/arch"
+import (
+	"math"
+
+	"trellis/arch"
+)
 
 // The engine's MoE layers (arch's moe.go) as the planner's engine formulas
 // count them, for the plans the engine runs (EngineRefusals): the model's
@@ -117,4 +121,74 @@ func (j Job) engineMoEChunk(p Plan, k int) (float64, bool) {
 		lo += n
 	}
 	return best, true
+}
+
+// engineExperts is, under expert parallelism (ep > 1), the expert tensors
+// of pipeline stage k's blocks on one rank (its E/ep experts of each MoE
+// block, arch.Tensor.Expert) in parameters, the largest MoE block unit,
+// that unit's expert part and all the stage's MoE units; zeros otherwise.
+func (j Job) engineExperts(p Plan, k int) (experts, unit, unitExperts, units float64) {
+	if ep, _ := p.Experts(); ep <= 1 || !j.Model.moe() {
+		return 0, 0, 0, 0
+	}
+	ac, d := j.engineArch(p)
+	lay := ac.PartLayout(d.Part)
+	for _, l := range j.stageBlocks(p, k) {
+		u := lay.Units[l+1]
+		var e float64
+		for _, t := range u.Tensors {
+			if t.Expert {
+				e += float64(t.Size)
+			}
+		}
+		experts += e
+		if e > 0 {
+			units += float64(u.Size)
+		}
+		if e > 0 && float64(u.Size) > unit {
+			unit, unitExperts = float64(u.Size), e
+		}
+	}
+	return experts, unit, unitExperts, units
+}
+
+// engineEPStates replaces a rank's model states under expert parallelism
+// with the engine's (train's epState: two parallel/zero instances): the
+// P − P_e dense parameters sharded over N = dp·cp as before, the P_e
+// expert ones over the expert-data-parallel group N_e = dp·cp/ep, and the
+// MoE unit in use assembled from both (U parameters: its weights in the
+// weight dtype, w bytes, to param and its gradients in fp32 to grad):
+//
+//	Param = states(P − P_e, N) + states(P_e, N_e) + w·U
+//	Grad  = … + 4U   (zb-h1: + 4·ΣU over the stage's MoE units, every
+//	                  one open from its input pass to its weight pass)
+//
+// Under ZeRO-3 in 16-bit the per-unit roundings are the assembled unit's
+// 2U and, while it is copied, the larger of its instances' two roundings
+// (2·max(U − U_e, U_e)), or the largest unit's 2u.
+func (j Job) engineEPStates(mem *Memory, P float64, p Plan, stage int) {
+	Pe, U, Ue, all := j.engineExperts(p, stage)
+	if Pe == 0 {
+		return
+	}
+	ep, _ := p.Experts()
+	pe := p
+	pe.DP, pe.CP = max(1, p.DP*max(1, p.CP)/ep), 1
+	var d, e Memory
+	modelStates(&d, P-Pe, p)
+	modelStates(&e, Pe, pe)
+	w := 4.0
+	if j.engineBF16(p) {
+		j.engineBF16States(&d, P-Pe, p)
+		j.engineBF16States(&e, Pe, pe)
+		w = 2
+	}
+	open := U
+	if p.PP > 1 && p.Schedule == ZBH1 {
+		open = all
+	}
+	mem.Param, mem.Grad, mem.Optim = d.Param+e.Param+ceil(w*U), d.Grad+e.Grad+ceil(4*open), d.Optim+e.Optim
+	if j.engineBF16(p) && p.ZeRO == 3 {
+		mem.Param = ceil(2 * math.Max(j.engineUnit(p), U+math.Max(U-Ue, Ue)))
+	}
 }

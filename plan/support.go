@@ -30,7 +30,11 @@ import "fmt"
 // capacity or dropless, shared experts, dense-first layers and an MoE
 // layer every moe_every; no router or expert biases, no shared-expert gate,
 // no group-limited routing, and tp = 1 (the engine does not split the
-// experts).
+// experts). Expert parallelism (ep > 1, etp = 1) runs with capacity
+// routing when ep divides the experts and dp (the ep group is ep
+// consecutive dp ranks, the expert-data-parallel group the dp ranks of
+// one ep index), with every ZeRO stage, pp and every precision the MoE
+// layer runs, and cp = 1.
 //
 // Not run yet:
 //
@@ -40,7 +44,9 @@ import "fmt"
 //	model        multi-head latent attention; router or expert biases
 //	             (DeepSeek-V3's aux-loss-free bias), a shared-expert gate,
 //	             group-limited routing; experts under tp > 1
-//	ep, etp      expert parallelism
+//	ep           with cp > 1, dropless routing (capacity_factor 0), or
+//	             a pipeline stage without an MoE block
+//	etp          expert tensor parallelism
 //	schedule     dualpipe (dualpipev runs)
 func EngineRefusals(m Model, p Plan) []string {
 	var out []string
@@ -62,9 +68,7 @@ func EngineRefusals(m Model, p Plan) []string {
 	if m.moe() && p.Precision == FP8 {
 		out = append(out, fmt.Sprintf("model %s, precision=fp8: the engine's fp8 recipes quantise the dense linears only, not the experts' grouped GEMMs", m.Name))
 	}
-	if ep, etp := p.Experts(); ep > 1 || etp > 1 {
-		out = append(out, fmt.Sprintf("ep=%d, etp=%d: the engine does not implement expert parallelism", ep, etp))
-	}
+	out = append(out, engineEPRefusals(m, p)...)
 	if p.Schedule == DualPipe {
 		out = append(out, "schedule=dualpipe: the engine does not run the bidirectional DualPipe (two copies of the parameters); it runs its V-shaped form, schedule=dualpipev")
 	}
@@ -96,6 +100,38 @@ func engineMoERefusals(m Model, p Plan) []string {
 	}
 	if p.TP > 1 {
 		out = append(out, fmt.Sprintf("tp=%d with experts: the engine runs MoE layers unsplit (expert tensor parallelism is not implemented)", p.TP))
+	}
+	return out
+}
+
+// engineEPRefusals are EngineRefusals' lines for expert parallelism: the
+// engine carves ep groups of ep consecutive data-parallel ranks out of
+// the dp axis (etp = 1), so ep divides dp and the experts; its dispatch
+// buffers are sized by capacity, so routing is capacity-bound; the cp
+// axis is not folded into the ep groups.
+func engineEPRefusals(m Model, p Plan) []string {
+	ep, etp := p.Experts()
+	var out []string
+	if etp > 1 {
+		out = append(out, fmt.Sprintf("etp=%d: the engine does not implement expert tensor parallelism", etp))
+	}
+	if ep <= 1 {
+		return out
+	}
+	if !m.moe() {
+		return append(out, fmt.Sprintf("ep=%d without routed experts: expert parallelism splits the experts of model %s, which has none", ep, m.Name))
+	}
+	if m.MoE.Experts%ep != 0 {
+		out = append(out, fmt.Sprintf("ep=%d does not divide moe.experts=%d (each ep rank holds experts/ep of them)", ep, m.MoE.Experts))
+	}
+	if p.DP%ep != 0 {
+		out = append(out, fmt.Sprintf("ep=%d does not divide dp=%d: the engine's ep groups are ep consecutive data-parallel ranks", ep, p.DP))
+	}
+	if p.CP > 1 {
+		out = append(out, fmt.Sprintf("ep=%d with cp=%d: the engine carves ep groups out of the dp axis alone (expert parallelism over dp × cp is not implemented)", ep, p.CP))
+	}
+	if m.MoE.CapacityFactor <= 0 {
+		out = append(out, fmt.Sprintf("ep=%d with moe.capacity_factor=0: the engine sizes the experts' dispatch buffers by their capacity (dropless expert parallelism is not implemented)", ep))
 	}
 	return out
 }

@@ -9,6 +9,9 @@
 #
 #   scripts/agreement.sh [CLUSTER.toml] [OUT.md]
 #
+# TRELLIS_AGREEMENT_ONLY=grid|auto runs one of the two tables, and
+# TRELLIS_AGREEMENT_ROWS="dp=1;dp=4,zero=1" only those rows of the grid.
+#
 # Without a cluster file it profiles this machine first (trellis profile
 # --quick, about 10 s), right before the runs, so that both see the same
 # machine. The whole script takes 2–6 minutes on the 2-vCPU machine

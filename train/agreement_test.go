@@ -47,7 +47,8 @@ type agreementRow struct {
 }
 
 // agreementRows are the grid's rows: every plan of memoryGrid on the GPT,
-// then every plan of llamaMemoryGrid on the Llama ("llama …").
+// then every plan of llamaMemoryGrid on the Llama ("llama …"); with
+// TRELLIS_AGREEMENT_ROWS (labels separated by ";") only those.
 func agreementRows() []agreementRow {
 	var rows []agreementRow
 	for _, p := range memoryGrid {
@@ -55,6 +56,10 @@ func agreementRows() []agreementRow {
 	}
 	for _, p := range llamaMemoryGrid {
 		rows = append(rows, agreementRow{"llama " + p, agreementLlamaJob(p)})
+	}
+	if only := os.Getenv("TRELLIS_AGREEMENT_ROWS"); only != "" {
+		want := strings.Split(only, ";")
+		rows = slices.DeleteFunc(rows, func(r agreementRow) bool { return !slices.Contains(want, r.label) })
 	}
 	return rows
 }

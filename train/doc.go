@@ -14,13 +14,16 @@
 //	newTopology          every group of the rank, built once from (plan,
 //	                     mesh, world): tp, the dp reduction group and its
 //	                     gather twin, the pipeline, its link and the tied
-//	                     embedding's ends; the rank's model part and
-//	                     pipeline layout
+//	                     embedding's ends, under expert parallelism the ep
+//	                     and edp groups carved out of dp; the rank's model
+//	                     part and pipeline layout
 //	rank.compose         the state strategy (parallel/zero: ZeRO 0–3 over
 //	                     the stage's units of the rank's part, reduced over
 //	                     the dp group, the norm summed over the pipeline and
-//	                     tp), the model runner (its part, its tp group's
-//	                     points, the policy) and the pipeline executor
+//	                     tp; under ep a second instance over the expert
+//	                     tensors and edp, epState), the model runner (its
+//	                     part, its tp and ep groups, the policy) and the
+//	                     pipeline executor
 //	                     (parallel/pp) that runs every step — a run without
 //	                     a pipeline is a pipeline of one stage, 1F1B
 //	rank.step            BeginStep; the executor's schedule over the step's

@@ -71,16 +71,25 @@ func stateBytes(psi float64, zero, n int, mixed bool) float64 {
 // kernels of the given thread count, from the engine's own formulas (the
 // whole model's stash as arch declares it, the runner's scratch, the
 // state) in float64, for any configuration: the model's whole stash and
-// scratch, as a rank without tensor or pipeline parallelism holds them.
+// scratch, as a rank without tensor or pipeline parallelism holds them;
+// under expert parallelism the state of its E/ep experts of every MoE
+// block, sharded over the dp/ep ranks that hold them.
 func estimate(m model.Config, microBatch int, p plan.Plan, threads int) memEstimate {
 	psi := m.ParamCount()
 	workers := max(1, min(threads, microBatch*max(1, m.KV())))
 	half := p.Precision == plan.BF16 || p.Precision == plan.FP16
 	d := arch.Dims{B: microBatch, T: m.SeqLen, Flash: p.Flash, Recompute: engineRecompute(p.Recompute)}
 	stash := m.StageStash(d, m.Layers, true, half).Bytes() + d.TokenBytes()
+	state := stateBytes(psi, p.ZeRO, p.DP, half)
+	if ep, _ := p.Experts(); ep > 1 && m.Experts > 0 {
+		// The routed experts' Ψ_e: a rank holds Ψ_e/ep, sharded over the
+		// dp/ep ranks holding the same experts.
+		e := float64(m.MoELayers(0, m.Layers)) * float64(m.Experts) * 3 * float64(m.Hidden) * float64(m.ExpertWidth())
+		state = stateBytes(psi-e, p.ZeRO, p.DP, half) + stateBytes(e/float64(ep), p.ZeRO, p.DP/ep, half)
+	}
 	return memEstimate{
 		params: psi,
-		state:  stateBytes(psi, p.ZeRO, p.DP, half),
+		state:  state,
 		runner: model.WorkspaceBytes(m, microBatch, workers, p.Flash, half) + stash + 8*float64(microBatch)*float64(m.SeqLen),
 		meta:   layerBookkeeping * float64(m.Layers),
 	}

@@ -31,6 +31,9 @@ func runRank(ctx context.Context, o Options, s settings, loader *data.Loader, re
 		if err := r.st.Restore(res.ckpt, res.meta.OptSteps); err != nil {
 			return nil, err
 		}
+		if err := r.restoreFP8(res.ckpt, res.meta); err != nil {
+			return nil, err
+		}
 		start, pos = res.meta.Step, res.meta.Position
 		r.restoreScale(res.meta)
 	} else if err := initWeights(r.st, o.Job.Train.Seed, s.init); err != nil {
@@ -162,6 +165,11 @@ func (r *rank) save(step int, pos data.Position, loss float64) (dir string, err 
 	if err != nil {
 		return "", err
 	}
+	f8, err := r.fp8Shards()
+	if err != nil {
+		return "", err
+	}
+	shards = append(shards, f8...)
 	if err := store.WriteRank(step, r.id, r.world.Size(), shards); err != nil {
 		return "", err
 	}
@@ -200,8 +208,8 @@ func (r *rank) gatherStats(ctx context.Context) ([]RankStats, bool, error) {
 	// evaluation waited.
 	c := r.clock
 	vals := append(ds.Peak[:], ds.PeakTotal, int64(cs.Busy+c.meanBusy), int64(c.comm), cb.TP, cb.DP, cb.PP, cancelled,
-		int64(c.compute), int64(c.bubble), int64(c.misc), int64(c.steps), cb.CP)
-	const per = 18
+		int64(c.compute), int64(c.bubble), int64(c.misc), int64(c.steps), cb.CP, cb.EP, int64(c.peer))
+	const per = 20
 	mine := make([]float32, 3*per)
 	for i, v := range vals {
 		mine[3*i], mine[3*i+1], mine[3*i+2] = float32(v>>42), float32((v>>21)&(1<<21-1)), float32(v&(1<<21-1))
@@ -231,6 +239,8 @@ func (r *rank) gatherStats(ctx context.Context) ([]RankStats, bool, error) {
 		out[q].Compute, out[q].Bubble, out[q].Misc = time.Duration(get(13)), time.Duration(get(14)), time.Duration(get(15))
 		out[q].Steps = time.Duration(get(16))
 		out[q].CommBytes.CP = get(17)
+		out[q].CommBytes.EP = get(18)
+		out[q].PeerWait = time.Duration(get(19))
 	}
 	return out, stop, nil
 }
@@ -243,8 +253,9 @@ type CommBytes = metrics.CommBytes
 // commStats is the rank's communication: Busy over every group, Wait the
 // exposed part (the strategy's waits, the pipeline's transfers, tensor
 // parallelism's blocking collectives), and the bytes per mesh axis — the
-// data-parallel groups', the tensor-parallel group's, and the pipeline's
-// (its transfers, its tied embedding and its share of the norm).
+// data-parallel groups' (with the expert-data-parallel one's), the
+// tensor-parallel group's, the pipeline's (its transfers, its tied
+// embedding and its share of the norm) and the expert-parallel one's.
 func (r *rank) commStats() (comm.Stats, CommBytes) {
 	t := r.top
 	cs := r.st.CommStats().Add(r.stage.CommStats()).Add(t.tpStats())
@@ -262,6 +273,13 @@ func (r *rank) commStats() (comm.Stats, CommBytes) {
 		cs.Busy += st.Busy
 		cs.Wait += st.Wait
 		cb.CP = st.Bytes
+	}
+	if t.ep != nil { // the dispatch's and the combine's all-to-alls block the rank: exposed
+		st := t.ep.Stats()
+		cs.Busy += st.Busy
+		cs.Wait += st.Wait
+		cb.EP = st.Bytes
+		cb.DP += t.edp.Stats().Bytes
 	}
 	return cs, cb
 }

@@ -32,6 +32,7 @@ type RunInfo struct {
 	ToStep        int                // the last step this run takes
 	Model         string             // the model's shape, for people
 	Groups        map[string][][]int // mesh axis -> the rank lists of its groups
+	Experts       int                // routed experts per MoE block (0: a dense model)
 }
 
 // runInfo describes the run; a mesh that cannot be built leaves Groups
@@ -40,7 +41,8 @@ func runInfo(o Options, s settings, start, end int) RunInfo {
 	m := o.Job.Model
 	info := RunInfo{Plan: s.enginePlan.String(), Ranks: s.ranks, Budget: s.budget, Params: int64(m.NumParams()),
 		TokensPerStep: o.Job.Train.GlobalBatch * m.SeqLen, FromStep: start, ToStep: end,
-		Model: fmt.Sprintf("layers=%d hidden=%d heads=%d seq_len=%d vocab=%d", m.Layers, m.Hidden, m.Heads, m.SeqLen, m.Vocab)}
+		Model:   fmt.Sprintf("layers=%d hidden=%d heads=%d seq_len=%d vocab=%d", m.Layers, m.Hidden, m.Heads, m.SeqLen, m.Vocab),
+		Experts: m.Experts}
 	p := s.enginePlan
 	ms, err := mesh.New(mesh.Config{PP: p.PP, DP: p.DP, CP: p.CP, TP: p.TP, Order: p.Order, World: s.ranks})
 	if err != nil {

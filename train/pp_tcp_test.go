@@ -29,8 +29,21 @@ func TestTCPPipelineMatchesLocal(t *testing.T) {
 	}
 }
 
-func tcpPipeline(t *testing.T, plan string, procs int) {
-	j := ppJob(plan, 3)
+func tcpPipeline(t *testing.T, plan string, procs int) { tcpJob(t, ppJob(plan, 3), procs) }
+
+// Expert parallelism as processes over comm/tcp (the dispatch's and the
+// combine's all-to-alls point to point) equals its goroutine ranks bit for
+// bit.
+func TestTCPExpertParallelMatchesLocal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts worker processes")
+	}
+	tcpJob(t, moeJob("pp=2,dp=2,ep=2,zero=1", 3, 0.75), 4)
+}
+
+// tcpJob runs j over comm/local and as procs processes over comm/tcp and
+// compares their losses bit for bit and their traces.
+func tcpJob(t *testing.T, j Job, procs int) {
 	want := runJob(t, j, "", "", 0).losses
 	j.Parallel.Backend = "tcp"
 	js, err := json.Marshal(j)

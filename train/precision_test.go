@@ -440,7 +440,7 @@ func TestDefaultJobBF16Fits(t *testing.T) {
 // allocated, each naming its key.
 func TestUnimplementedRefusedByName(t *testing.T) {
 	for plan, want := range map[string]string{
-		"dp=2,ep=2":               "ep=2, etp=1: the engine does not implement expert parallelism",
+		"dp=2,ep=2":               "ep=2 without routed experts",
 		"pp=2,schedule=dualpipev": "schedule=dualpipev: the engine does not run DualPipe schedules",
 	} {
 		_, err := tinyJob(plan).resolve()

@@ -12,6 +12,7 @@ import (
 	"trellis/model"
 	"trellis/parallel/flat"
 	"trellis/parallel/pp"
+	"trellis/parallel/zero"
 	"trellis/plan"
 	"trellis/precision"
 )
@@ -192,13 +193,43 @@ func (j Job) engineBuffers(s settings, p plan.Plan, stage, dpRank, tpRank int) f
 	c := s
 	c.accum = accumOf(j.Train.GlobalBatch, p)
 	c.policy = policy(p.Precision, j.Train)
-	sh := stateShape(j, c, p, model.Part{TP: p.TP, Rank: min(tpRank, p.TP-1), SP: p.SP}, l)
+	part := model.Part{TP: p.TP, Rank: min(tpRank, p.TP-1), SP: p.SP}
+	ep, _ := p.Experts()
+	if ep > 1 {
+		part.EP = ep // every ep rank holds as many experts
+	}
+	sh := stateShape(j, c, p, part, l)
 	sh.Rank = min(dpRank, p.DP*max(1, p.CP)-1)
+	if ep > 1 {
+		return b + float64(epComm(sh, ep))
+	}
 	m, err := sh.Memory()
 	if err != nil {
 		return b
 	}
 	return b + float64(m.Comm)
+}
+
+// epComm is the comm tag's bound of an expert-parallel rank of shape sh
+// (the whole stage's layout over dp): its dense instance's over dp and
+// its expert instance's over edp (dp/ep ranks, the rank's index in it
+// ⌊d/ep⌋), whose buffers may be held at once.
+func epComm(sh zero.Shape, ep int) int64 {
+	dl, el, _ := splitExperts(sh.Layout)
+	d, e := sh, sh
+	d.Layout = dl
+	var sum int64
+	if m, err := d.Memory(); err == nil {
+		sum += m.Comm
+	}
+	if len(el.Units) == 0 {
+		return sum
+	}
+	e.Layout, e.TiedUnits, e.Ranks, e.Rank = el, nil, sh.Ranks/ep, sh.Rank/ep
+	if m, err := e.Memory(); err == nil {
+		sum += m.Comm
+	}
+	return sum
 }
 
 // accumOf is the micro-batches per step of p for a global batch of gb

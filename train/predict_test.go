@@ -56,13 +56,25 @@ func holdPredicted(t *testing.T, j Job) {
 	defer func() { t.Logf("worst error, peak or tag above 4 KiB: %.2f%%", 100*worst) }()
 	for _, r := range got.sum.Ranks {
 		want := pr[r.Rank]
-		if s.enginePlan.PP > 1 {
+		ep, _ := s.enginePlan.Experts()
+		switch {
+		case ep > 1:
+			// Expert parallelism's comm tag is held to its bound (below,
+			// the sum of its two state instances', whose buffers come and
+			// go at different points of the schedule), and so is the
+			// whole peak: its tags need not peak together (under ZeRO-3
+			// the MoE units' copies in the forward, their gradients in
+			// the backward); every other tag within 5%.
+			if r.PeakAll > want.PeakAll || r.Peak[device.Comm] > want.Peak[ci] {
+				t.Errorf("rank %d: predicted peak %d bytes (%d comm), measured %d (%d comm)", r.Rank, want.PeakAll, want.Peak[ci], r.PeakAll, r.Peak[device.Comm])
+			}
+		case s.enginePlan.PP > 1:
 			// A pipeline's comm tag is held to its bound (below) and the
 			// rest of the peak within 5%.
 			if e := relErr(want.PeakAll-want.Peak[ci], r.PeakAll-r.Peak[device.Comm]); e > 0.05 || r.Peak[device.Comm] > want.Peak[ci] {
 				t.Errorf("rank %d: predicted peak %d bytes (%d comm), measured %d (%d comm)", r.Rank, want.PeakAll, want.Peak[ci], r.PeakAll, r.Peak[device.Comm])
 			}
-		} else {
+		default:
 			e := relErr(want.PeakAll, r.PeakAll)
 			worst = max(worst, e)
 			if e > 0.05 {
@@ -71,7 +83,7 @@ func holdPredicted(t *testing.T, j Job) {
 		}
 		for i, tg := range device.Tags() {
 			m := r.Peak[tg]
-			if tg == device.Comm && s.enginePlan.PP > 1 {
+			if tg == device.Comm && (s.enginePlan.PP > 1 || ep > 1) {
 				// A pipeline's comm (boundary messages, charged while
 				// they wait, and with ZeRO-2/3 the buckets its schedule
 				// interleaves) is held to its bound above: the boundary

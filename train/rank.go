@@ -138,16 +138,22 @@ func (r *rank) compose(hyper optim.Hyper) error {
 	if len(sh.TiedUnits) > 0 {
 		zc.Tied, zc.TiedUnits = t.tied, sh.TiedUnits
 	}
-	st, err := zero.New(zc)
-	if err != nil {
-		return err
+	if t.ep != nil {
+		if r.st, err = newEPState(zc, t); err != nil {
+			return err
+		}
+	} else {
+		st, err := zero.New(zc)
+		if err != nil {
+			return err
+		}
+		r.st = st
 	}
-	r.st = st
 	// Goroutine peers: see model.Options.Unpinned.
 	unpinned := !s.processes && s.ranks > 1
 	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch,
 		Seed: j.Train.Seed, Part: t.part, TP: t.tpComm(), Flash: p.Flash, Recompute: engineRecompute(p.Recompute),
-		Precision: r.pol, Unpinned: unpinned, CP: t.cpComm()}); err != nil {
+		Precision: r.pol, Unpinned: unpinned, CP: t.cpComm(), EP: t.epComm()}); err != nil {
 		return err
 	}
 	var link pp.Link

@@ -163,10 +163,13 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		}
 		m.Run, m.Sample = rep.header, rep.lineSample
 		for _, s := range stats {
-			compute, misc := s.Compute.Seconds(), s.Misc.Seconds()
+			compute, misc, peer := s.Compute.Seconds(), s.Misc.Seconds(), s.PeerWait.Seconds()
 			m.Ranks = append(m.Ranks, metrics.Rank{Rank: s.Rank, Tags: tagsOf(s.Peak, s.PeakAll), CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds(),
 				ComputeS: &compute, BubbleS: s.Bubble.Seconds(), MiscS: &misc,
 				CommBytes: s.CommBytes, Predicted: rep.pred.rankJSON(s.Rank)})
+			if s.PeerWait > 0 {
+				m.Ranks[len(m.Ranks)-1].PeerWaitS = &peer
+			}
 		}
 		// Every field is finite here (runStep stops at a non-finite loss
 		// or norm), so a line is never lost to an encoding error; if one

@@ -21,7 +21,9 @@ import (
 // and the data position (Meta: samples of the global training order
 // consumed, see data.Slice; a step reads samples [p, p+G) whatever dp and
 // micro_batch are) and the dropout masks, keyed by (seed, step, global
-// sample) with no state to carry. So a resumed run under another plan
+// sample) with no state to carry. Delayed fp8 scaling's amax histories
+// are global tensors too, one pair a block (fp8state.go: their dy amaxes
+// scaled by the plans' dp·cp ratio). So a resumed run under another plan
 // continues the same trajectory up to fp32 reduction order, and under the
 // same plan bit for bit.
 

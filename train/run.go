@@ -97,6 +97,10 @@ type RankStats struct {
 	// Bubble + Misc is the sum of the rank's step times.
 	Compute, Bubble, Misc time.Duration
 	Steps                 time.Duration // the rank's step times, summed
+	// PeerWait is the part of Compute spent in collectives before their
+	// groups' last members arrived (comm.Stats.Skew; 0 where the backend
+	// cannot tell).
+	PeerWait time.Duration
 
 	// CommBytes are the payload bytes passed to collectives per mesh axis.
 	CommBytes CommBytes
@@ -283,6 +287,7 @@ func prepareResume(o Options, s settings) (*resumeState, error) {
 	if plan := s.enginePlan.String(); c.Plan() != plan || c.World() != s.ranks {
 		res.note(slog.LevelInfo, "resharding", "checkpoint", c.Dir(), "from", fmt.Sprintf("%s (world %d)", c.Plan(), c.World()), "to", fmt.Sprintf("%s (world %d)", plan, s.ranks))
 	}
+	fp8ResumeNotes(res, s, o.Job)
 	if m.Step >= o.Job.Train.Steps {
 		return nil, fmt.Errorf("--resume %s: the checkpoint is at step %d, train.steps=%d: nothing left to run (raise train.steps to extend the run)", c.Dir(), m.Step, o.Job.Train.Steps)
 	}

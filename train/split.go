@@ -12,22 +12,31 @@ import "time"
 //
 //	compute  wall time inside forward and backward (a pipeline stage's
 //	         schedule), less the exposed waits inside it and the data
-//	         loading a pipeline's schedule calls back for
-//	comm     exposed waits on collectives (data-, tensor-parallel, ZeRO),
-//	         the ring attention's transfers (cp) and the blocking loss mean
+//	         loading a pipeline's schedule calls back for; plus the part
+//	         of every collective's exposed wait before the group's last
+//	         member arrived (comm.Stats.Skew: waiting for peers still
+//	         computing, which on shared cores is waiting for the cores
+//	         they hold — the planner's compute term, which charges the
+//	         sharing, counts it there too)
+//	comm     exposed waits on collectives (data-, tensor-parallel, ZeRO)
+//	         once every member has arrived, the ring attention's transfers
+//	         (cp) and the blocking loss mean
 //	bubble   a pipeline stage's waits on its point-to-point receives and
 //	         sends: the fill and drain, and the transfers themselves
 //	misc     the rest of the step: data loading, the optimizer step with
 //	         its gradient norm, the strategies' bookkeeping
 //
 // The four add up to the step's wall time on the rank by construction
-// (misc is the remainder). A step's wall time is its period, from the end
+// (misc is the remainder). Backends that cannot tell when a group's last
+// member arrived (tcp, mpi) report no skew: their waits for peers stay in
+// comm. A step's wall time is its period, from the end
 // of the last step (runStep): misc includes the statistics' all-gather
 // and the report that follow every step. All are cumulative over the run's steps, as
 // comm_wait_s is.
 type stepClock struct {
 	compute, comm, bubble, misc time.Duration // cumulative over steps
 	meanBusy                    time.Duration // cumulative: the loss all-reduces (blocking: all exposed)
+	peer                        time.Duration // cumulative: the part of compute that waited for peers (skew)
 	steps                       time.Duration // cumulative: the steps' wall time on this rank
 
 	// The step under way.
@@ -35,6 +44,7 @@ type stepClock struct {
 	next            time.Time     // where the next step's period starts (the last step's end)
 	excluded        time.Duration // not the next step's: evaluation, samples, checkpoints since then
 	wait0, pp0      time.Duration // exposed and pipeline waits at its start
+	skew0, mean0    time.Duration // waits for peers at its start: the strategy's and tp's, the loss mean's
 	fb, fbWait, get time.Duration // forward/backward wall time, the waits and data loading inside it
 	fbStart         time.Time
 	fbWait0         time.Duration
@@ -46,7 +56,14 @@ type stepClock struct {
 // of it that is the pipeline's transfers.
 func (r *rank) waits() (all, pipe time.Duration) {
 	pipe = r.stage.CommStats().Wait
-	return r.st.CommStats().Wait + pipe + r.top.tpStats().Wait + r.top.cpStats().Wait, pipe
+	return r.st.CommStats().Wait + pipe + r.top.tpStats().Wait + r.top.cpStats().Wait + r.top.epStats().Wait, pipe
+}
+
+// skews is the part of the strategy's, tensor and expert parallelism's exposed
+// waits spent before their groups' last members arrived (comm.Stats.Skew),
+// and the world group's (the loss mean's).
+func (r *rank) skews() (groups, world time.Duration) {
+	return r.st.CommStats().Skew + r.top.tpStats().Skew + r.top.epStats().Skew, r.world.Stats().Skew
 }
 
 // beginStep starts the step's clock.
@@ -54,6 +71,7 @@ func (r *rank) beginStep() {
 	c := &r.clock
 	c.start = time.Now()
 	c.wait0, c.pp0 = r.waits()
+	c.skew0, c.mean0 = r.skews()
 	c.fb, c.fbWait, c.get, c.lossMean = 0, 0, 0, 0
 }
 
@@ -75,9 +93,21 @@ func (r *rank) endStep(dt time.Duration) {
 	c := &r.clock
 	w, p := r.waits()
 	wait, pipe := w-c.wait0, p-c.pp0
-	c.compute += c.fb - c.fbWait - c.get
+	sk, mk := r.skews()
+	// The loss mean's wait for peers is the ranks finishing their steps
+	// at different times: compute skew without a pipeline, the drain's
+	// bubble with one.
+	skew, meanSkew := sk-c.skew0, min(mk-c.mean0, c.lossMean)
+	c.compute += c.fb - c.fbWait - c.get + skew
 	c.bubble += pipe
-	c.comm += wait - pipe + c.lossMean
+	c.comm += wait - pipe - skew + c.lossMean - meanSkew
+	c.peer += skew
+	if r.set.enginePlan.PP > 1 {
+		c.bubble += meanSkew
+	} else {
+		c.compute += meanSkew
+		c.peer += meanSkew
+	}
 	c.meanBusy += c.lossMean
 	c.steps += dt
 	c.misc += dt - c.fb - (wait - c.fbWait) - c.lossMean + c.get

@@ -54,6 +54,9 @@ func TestMeasuredSplitAddsUp(t *testing.T) {
 				if pipe := strings.Contains(p, "pp="); !pipe && r.Bubble != 0 {
 					t.Errorf("rank %d: bubble %v without a pipeline", r.Rank, r.Bubble)
 				}
+				if r.PeerWait < 0 || r.PeerWait > r.Compute {
+					t.Errorf("rank %d: the wait for peers %v is not a part of compute %v", r.Rank, r.PeerWait, r.Compute)
+				}
 				if r.CommWait > r.CommBusy {
 					t.Errorf("rank %d: exposed communication %v exceeds the total %v", r.Rank, r.CommWait, r.CommBusy)
 				}

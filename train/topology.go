@@ -9,6 +9,7 @@ import (
 	"trellis/parallel/pp"
 	"trellis/parallel/tp"
 	"trellis/plan"
+	"trellis/tensor"
 )
 
 // topology is a rank's place in the plan's mesh and every group it
@@ -24,6 +25,14 @@ import (
 //	pipe   the pipeline's ranks (the pp axis): the gradient norm's sum
 //	link   the pipeline's point-to-point group (activations and gradients)
 //	tied   the first and last stage (pp > 1, a tied head): the tied embedding's gradient
+//	ep     the expert-parallel group (ep > 1): ep consecutive ranks of the dp
+//	       axis (dp indices ⌊d/ep⌋·ep … ⌊d/ep⌋·ep+ep−1, Megatron-Core's
+//	       folding with etp = 1); rank q of it holds experts [q·E/ep, (q+1)·E/ep)
+//	       of every MoE block: the model's dispatch and combine, and the
+//	       expert gradient norm's sum
+//	edp    the expert-data-parallel group (ep > 1): the dp ranks with the
+//	       same ep index (d mod ep), dp/ep of them, which hold the same
+//	       experts: the expert tensors' reduction and ZeRO shards
 //
 // A group of one rank is a real group of size one (no traffic), so the
 // strategies and the model need no special case for an axis of degree 1.
@@ -40,6 +49,7 @@ type topology struct {
 	pipe          comm.Group
 	cp            comm.Group // nil unless cp > 1
 	tied          comm.Group // nil unless this rank is the pipeline's first or last stage with pp > 1 and the head is tied
+	ep, edp       comm.Group // nil unless ep > 1
 	link          *pp.P2PLink
 	closers       []comm.Group
 }
@@ -94,6 +104,11 @@ func newTopology(world comm.Group, m model.Config, p plan.Plan) (*topology, erro
 			return fail(err)
 		}
 	}
+	if ep, _ := p.Experts(); ep > 1 {
+		if err := t.expertGroups(world, ep); err != nil {
+			return fail(err)
+		}
+	}
 	me := t.coords.Get(mesh.PP)
 	if t.layout, err = pp.NewLayoutFor(m, pp.Kind(p.Schedule), p.PP, p.VPP, me); err != nil {
 		return fail(err)
@@ -116,6 +131,78 @@ func newTopology(world comm.Group, m model.Config, p plan.Plan) (*topology, erro
 		}
 	}
 	return t, nil
+}
+
+// expertGroups carves the expert-parallel group (ep consecutive ranks of
+// the rank's dp group) and the expert-data-parallel one (the dp ranks of
+// the same ep index) out of the dp axis, and gives the model's part its
+// experts. ep must divide dp (checkEP).
+func (t *topology) expertGroups(world comm.Group, ep int) error {
+	dp, err := t.mesh.Group(world.Rank(), mesh.DP)
+	if err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	if len(dp)%ep != 0 {
+		return fmt.Errorf("train: ep=%d does not divide dp=%d", ep, len(dp))
+	}
+	d := t.dp
+	lo := d / ep * ep
+	epRanks := append([]int(nil), dp[lo:lo+ep]...)
+	var edpRanks []int
+	for i := d % ep; i < len(dp); i += ep {
+		edpRanks = append(edpRanks, dp[i])
+	}
+	name := t.mesh.GroupName(mesh.DP)
+	if t.ep, err = world.NewGroup(fmt.Sprintf("ep.%s.%d-%d", name, epRanks[0], epRanks[ep-1]), epRanks); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	t.closers = append(t.closers, t.ep)
+	if t.edp, err = world.NewGroup(fmt.Sprintf("edp.%s.%d-%d", name, edpRanks[0], edpRanks[len(edpRanks)-1]), edpRanks); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	t.closers = append(t.closers, t.edp)
+	t.part.EP, t.part.EPRank = ep, d%ep
+	return nil
+}
+
+// epComm is the expert-parallel group for the model (nil: ep = 1).
+func (t *topology) epComm() model.EPComm {
+	if t.ep == nil {
+		return nil
+	}
+	return groupEP{t.ep}
+}
+
+// epStats is the expert-parallel group's accounting (zero without one).
+func (t *topology) epStats() comm.Stats {
+	if t.ep == nil {
+		return comm.Stats{}
+	}
+	return t.ep.Stats()
+}
+
+// groupEP is model.EPComm over a comm.Group: the counts by an all-to-all,
+// the rows by comm.AllToAllV (16-bit rows travel as their bits).
+type groupEP struct{ g comm.Group }
+
+// epTag is the point-to-point tag of the expert all-to-alls (a group of
+// their own: no other traffic shares it).
+const epTag = 41
+
+func (e groupEP) ExchangeCounts(dst, src []float32) error {
+	return comm.AllToAll(e.g, comm.F32(dst), comm.F32(src))
+}
+
+func (e groupEP) AllToAllV(dst, src tensor.Buf, send, recv []int) error {
+	return comm.AllToAllV(e.g, epBuf(dst), epBuf(src), send, recv, epTag)
+}
+
+// epBuf is b as a communication buffer.
+func epBuf(b tensor.Buf) comm.Buf {
+	if b.DType() == tensor.F32 {
+		return comm.F32(b.F32())
+	}
+	return comm.BF16(tensor.BF16View(b.Bits()))
 }
 
 // reductionAxes are the mesh axes of a rank's reduction group: dp, and cp

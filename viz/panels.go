@@ -21,6 +21,8 @@ func Panels(r *Run) []Panel {
 	ps := []Panel{
 		lossPanel(r), lrPanel(r), throughputPanel(r), mfuPanel(r), memoryPanel(r), stepTimePanel(r), planPanel(r),
 	}
+	ps = append(ps[:1], append(comparePanel(r), ps[1:]...)...)
+	ps = append(ps, expertPanels(r)...)
 	if r.Trace != nil {
 		ps = append(ps, timelinePanel(r.Trace))
 	}
@@ -61,9 +63,65 @@ func lossPanel(r *Run) Panel {
 	}
 	note := "cross-entropy per token; log scale when it spans a decade"
 	if n := len(r.Steps); n > 0 {
-		note = fmt.Sprintf("step %d: loss %.4f; %s", r.Steps[n-1].Step, r.Steps[n-1].Loss, note)
+		note = fmt.Sprintf("step %d: loss %.4f%s; %s", r.Steps[n-1].Step, r.Steps[n-1].Loss, lastVal(r.Steps), note)
 	}
+
 	return Panel{ID: "loss", Title: "Loss", Note: note, HTML: template.HTML(c.SVG())}
+}
+
+// comparePanel draws this run's validation loss beside each Versus run's
+// (trellis report --vs); a run without validation steps is drawn by its
+// training loss averaged over windows of 10 steps. None without Versus.
+func comparePanel(r *Run) []Panel {
+	if len(r.Versus) == 0 {
+		return nil
+	}
+	runs := append([]Versus{{Name: "this run", Steps: r.Steps}}, r.Versus...)
+	c := LineChart{ID: "compare-chart", X: Axis{Label: "step"}, Y: Axis{Label: "loss (nats/token)"}}
+	var notes []string
+	for i, o := range runs {
+		xs, ys, what := compareCurve(o.Steps)
+		c.Series = append(c.Series, Series{Name: o.Name, Color: seriesColor(i), X: xs, Y: ys, Markers: what == "val"})
+		if n := len(xs); n > 0 {
+			notes = append(notes, fmt.Sprintf("%s %s %.4f at step %g", o.Name, what, ys[n-1], xs[n-1]))
+		}
+	}
+	return []Panel{{ID: "compare", Title: "Loss against other runs", HTML: template.HTML(c.SVG()),
+		Note: strings.Join(notes, "; ") + " (val: validation loss; train: training loss averaged over 10 steps)"}}
+}
+
+// compareCurve is a run's validation losses ("val"), or its training
+// loss averaged over windows of 10 steps ("train") when it has none.
+func compareCurve(steps []Step) (xs, ys []float64, what string) {
+	for _, s := range steps {
+		if s.ValLoss != nil {
+			xs, ys = append(xs, float64(s.Step)), append(ys, *s.ValLoss)
+		}
+	}
+	if len(xs) > 0 {
+		return xs, ys, "val"
+	}
+	const w = 10
+	for i := 0; i < len(steps); i += w {
+		j := min(i+w, len(steps))
+		sum := 0.0
+		for _, s := range steps[i:j] {
+			sum += s.Loss
+		}
+		xs, ys = append(xs, float64(steps[j-1].Step)), append(ys, sum/float64(j-i))
+	}
+	return xs, ys, "train"
+}
+
+// lastVal is ", val V (step S)" for the last validation loss of steps
+// ("" when none).
+func lastVal(steps []Step) string {
+	for i := len(steps) - 1; i >= 0; i-- {
+		if v := steps[i].ValLoss; v != nil {
+			return fmt.Sprintf(", val %.4f (step %d)", *v, steps[i].Step)
+		}
+	}
+	return ""
 }
 
 func lrPanel(r *Run) Panel {

@@ -30,6 +30,7 @@ type Info struct {
 	ToStep        int                // the last step this run will take
 	Model         string             // model shape for people, e.g. "layers=4 hidden=256 ..."
 	Groups        map[string][][]int // mesh axis -> the rank lists of its groups
+	Experts       int                // routed experts per MoE block (0: dense or unknown)
 }
 
 // Step is one --metrics object (its schema: package metrics).
@@ -116,6 +117,15 @@ type Run struct {
 	Trace   *Trace // nil: no trace
 	Status  string // one line for people, e.g. "running" or "finished"
 	Live    bool   // a dashboard: show panels that are still empty (samples)
+	// Versus are other runs whose training and validation losses the loss
+	// panel draws beside this run's (trellis report --vs).
+	Versus []Versus
+}
+
+// Versus is another run to compare with: its name and its steps.
+type Versus struct {
+	Name  string
+	Steps []Step
 }
 
 // budget is the device budget: the run's, or the last step's.

@@ -113,8 +113,11 @@ func TestRunEndsWithNextSteps(t *testing.T) {
 			t.Errorf("the run's end lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	if n := nextSteps("", "", ""); !strings.Contains(n, "--metrics run.jsonl") || strings.Contains(n, "sample") {
+	if n := nextSteps("", "", "", true); !strings.Contains(n, "--metrics run.jsonl") || strings.Contains(n, "sample") {
 		t.Errorf("no checkpoint, no metrics: %q", n)
+	}
+	if n := nextSteps("ck/step-00000005", "", "", false); !strings.Contains(n, "trellis sample") || strings.Contains(n, "trellis export") {
+		t.Errorf("a model with experts (no Hugging Face export yet) is offered: %q", n)
 	}
 }
 

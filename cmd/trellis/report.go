@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -17,6 +18,7 @@ import (
 
 type reportFlags struct {
 	trace, out, title string
+	vs                []string
 }
 
 // newReportCmd is `trellis report`: one self-contained HTML file (inline
@@ -31,7 +33,8 @@ validation loss, learning rate, tokens/s and MFU per step, each rank's memory by
 tag against the device budget and its step time split. With --trace DIR, the
 Chrome trace DIR/trace.json adds a timeline per rank (skipped when absent).`,
 		Example: `  trellis train --set train.steps=200 --metrics run.jsonl
-  trellis report run.jsonl -o report.html`,
+  trellis report run.jsonl -o report.html
+  trellis report moe.jsonl --vs dense.jsonl -o moe-vs-dense.html`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runReport(args[0], f) },
 	}
@@ -39,6 +42,7 @@ Chrome trace DIR/trace.json adds a timeline per rank (skipped when absent).`,
 	fl.StringVar(&f.trace, "trace", "", "directory holding trace.json (Chrome trace events)")
 	fl.StringVarP(&f.out, "out", "o", "report.html", "the HTML file to write")
 	fl.StringVar(&f.title, "title", "", "page title (default: the metrics file's name)")
+	fl.StringArrayVar(&f.vs, "vs", nil, "another run's --metrics file whose losses the loss panel draws beside this run's (repeatable)")
 	return c
 }
 
@@ -49,24 +53,23 @@ func runReport(metrics string, f reportFlags) error {
 	}
 	// Before reading anything: the report must not replace what it is
 	// made from, nor a device or FIFO.
-	if err := outfile.Check("-o", f.out, metrics, traceFile); err != nil {
+	if err := outfile.Check("-o", f.out, append([]string{metrics, traceFile}, f.vs...)...); err != nil {
 		return err
 	}
-	in, err := os.Open(metrics)
+	steps, err := readSteps(metrics)
 	if err != nil {
 		return err
-	}
-	defer in.Close()
-	steps, err := viz.ReadMetrics(in)
-	if err != nil {
-		return fmt.Errorf("%s: %w", metrics, err)
-	}
-	if len(steps) == 0 {
-		return fmt.Errorf("%s: no steps (want the file trellis train --metrics writes)", metrics)
 	}
 	run := &viz.Run{Steps: steps, Status: fmt.Sprintf("%d steps, %d..%d", len(steps), steps[0].Step, steps[len(steps)-1].Step)}
 	run.Info.Ranks = len(steps[len(steps)-1].Ranks)
 	headerInfo(run)
+	for _, v := range f.vs {
+		vs, err := readSteps(v)
+		if err != nil {
+			return fmt.Errorf("--vs: %w", err)
+		}
+		run.Versus = append(run.Versus, viz.Versus{Name: strings.TrimSuffix(filepath.Base(v), ".jsonl"), Steps: vs})
+	}
 	if f.trace != "" {
 		if run.Trace, err = readTrace(f.trace); err != nil {
 			return err
@@ -77,7 +80,24 @@ func runReport(metrics string, f reportFlags) error {
 		title = "trellis report: " + filepath.Base(metrics)
 	}
 	page := viz.Page{Title: title, Status: run.Status, Panels: viz.Panels(run)}
-	return outfile.Write("-o", f.out, func(w io.Writer) error { return viz.WriteHTML(w, page) }, metrics, traceFile)
+	return outfile.Write("-o", f.out, func(w io.Writer) error { return viz.WriteHTML(w, page) }, append([]string{metrics, traceFile}, f.vs...)...)
+}
+
+// readSteps reads a --metrics file that must hold at least one step.
+func readSteps(path string) ([]viz.Step, error) {
+	in, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+	steps, err := viz.ReadMetrics(in)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(steps) == 0 {
+		return nil, fmt.Errorf("%s: no steps (want the file trellis train --metrics writes)", path)
+	}
+	return steps, nil
 }
 
 // readTrace reads DIR/trace.json; a missing file is no trace (nil, nil).

@@ -80,6 +80,29 @@ func TestReport(t *testing.T) {
 	}
 }
 
+// --vs draws another run's losses beside this run's in the compare panel;
+// a --vs file that is not a metrics file is an error naming it, and the
+// report may not overwrite it.
+func TestReportVersus(t *testing.T) {
+	a, b := tinyRun(t, 6), tinyRun(t, 6)
+	out := filepath.Join(t.TempDir(), "r.html")
+	if err := runReport(a, reportFlags{out: out, vs: []string{b}}); err != nil {
+		t.Fatal(err)
+	}
+	page, _ := os.ReadFile(out)
+	if !strings.Contains(string(page), `id="compare-chart"`) || !strings.Contains(string(page), `data-series="run"`) {
+		t.Errorf("no compare chart with the other run's series")
+	}
+	empty := filepath.Join(t.TempDir(), "empty.jsonl")
+	os.WriteFile(empty, nil, 0o644)
+	if err := runReport(a, reportFlags{out: out, vs: []string{empty}}); err == nil || !strings.Contains(err.Error(), "--vs: "+empty+": no steps") {
+		t.Errorf("an empty --vs file: %v", err)
+	}
+	if err := runReport(a, reportFlags{out: b, vs: []string{b}}); err == nil {
+		t.Error("the report overwrote its --vs input")
+	}
+}
+
 func TestReportErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.jsonl")

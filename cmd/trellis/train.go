@@ -156,7 +156,7 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 	}
 	sum, err := train.Run(ctx, opts)
 	if err == nil && sum != nil && voice {
-		fmt.Fprint(opts.Out, nextSteps(sum.Checkpoint, f.metrics, job.Train.Prompt))
+		fmt.Fprint(opts.Out, nextSteps(sum.Checkpoint, f.metrics, job.Train.Prompt, job.Model.Experts == 0))
 	}
 	var intr *train.Interrupted
 	if errors.As(err, &intr) && intr.Checkpoint != "" {
@@ -241,16 +241,19 @@ func placement(e launch.Env) *world.Placement {
 		NodeRank: e.NodeRank, MasterAddr: e.MasterAddr, MasterPort: e.MasterPort, Source: e.Source}
 }
 
-// nextSteps is what the end of a run suggests: sample and export the
-// checkpoint it wrote, and report the metrics it kept.
-func nextSteps(ckpt, metricsPath, prompt string) string {
+// nextSteps is what the end of a run suggests: sample and (export: the
+// model has a Hugging Face form; one with experts does not yet) export
+// the checkpoint it wrote, and report the metrics it kept.
+func nextSteps(ckpt, metricsPath, prompt string, export bool) string {
 	var b strings.Builder
 	if ckpt != "" {
 		if prompt == "" {
 			prompt = "It is"
 		}
 		fmt.Fprintf(&b, "  trellis sample --checkpoint %s --prompt %q   # generate text\n", ckpt, prompt)
-		fmt.Fprintf(&b, "  trellis export --checkpoint %s --out %s-hf   # Hugging Face safetensors + config.json\n", ckpt, strings.TrimRight(ckpt, "/"))
+		if export {
+			fmt.Fprintf(&b, "  trellis export --checkpoint %s --out %s-hf   # Hugging Face safetensors + config.json\n", ckpt, strings.TrimRight(ckpt, "/"))
+		}
 	}
 	if metricsPath != "" {
 		fmt.Fprintf(&b, "  trellis report %s -o report.html   # charts of the run (add --trace DIR for a timeline)\n", metricsPath)

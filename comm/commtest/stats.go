@@ -11,7 +11,9 @@ import (
 
 // statsCase: a fresh group counts exactly the ops it completed, bytes
 // between the smallest and largest buffer of each op, and Busy and Wait no
-// longer than the wall time; a subgroup's stats are its own.
+// longer than the wall time; Skew is part of Wait and, where the backend
+// reports it, is the early member's wait for the late one (and not the late
+// member's); a subgroup's stats are its own.
 func statsCase(e *env) error {
 	const p = 3
 	start := time.Now()
@@ -46,11 +48,13 @@ func statsCase(e *env) error {
 		if r == 1 {
 			time.Sleep(20 * time.Millisecond)
 		}
+		before := g.Stats()
 		waitStart := time.Now()
 		if err := comm.AllReduce(g, comm.F32(big[:10]), comm.Avg); err != nil {
 			return err
 		}
 		waited := time.Since(waitStart)
+		after := g.Stats()
 		lo, hi = lo+40, hi+40
 		wall := time.Since(start)
 		s := g.Stats()
@@ -69,6 +73,16 @@ func statsCase(e *env) error {
 		}
 		if r == 0 && waited >= 10*time.Millisecond && s.Wait == 0 {
 			errs = append(errs, fmt.Errorf("blocked %v in Wait but Stats.Wait is 0", waited))
+		}
+		skew, wait := after.Skew-before.Skew, after.Wait-before.Wait
+		if s.Skew < 0 || s.Skew > s.Wait || skew < 0 || skew > wait {
+			errs = append(errs, fmt.Errorf("Skew = %v (%v in the late op), want within [0, Wait = %v (%v)]", s.Skew, skew, s.Wait, wait))
+		}
+		if r == 0 && waited >= 10*time.Millisecond && skew != 0 && skew < waited/2 {
+			errs = append(errs, fmt.Errorf("waited %v for the late member but Skew says %v of it", waited, skew))
+		}
+		if r == 1 && skew > 10*time.Millisecond {
+			errs = append(errs, fmt.Errorf("the last member to arrive waited %v for peers (Skew), want about 0", skew))
 		}
 		if ss := sub.Stats(); ss != (comm.Stats{}) {
 			errs = append(errs, fmt.Errorf("unused subgroup has stats %+v", ss))

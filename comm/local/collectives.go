@@ -31,11 +31,13 @@ func copyBuf(dst, src comm.Buf) {
 }
 
 // begin publishes this member's arguments, waits for every member, and
-// checks that they all issued the same operation.
+// checks that they all issued the same operation. It tells the queue when
+// the last member arrived (the caller's wait before then is Stats.Skew).
 func (g *group) begin(a args) error {
 	if err := g.t.arrive(g.rank, &a, g.w.cfg.Timeout, a.op); err != nil {
 		return err
 	}
+	g.q.Arrived(g.t.completed)
 	return g.t.check(g.rank)
 }
 

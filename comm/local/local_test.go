@@ -285,3 +285,26 @@ func TestLinkP2PTiming(t *testing.T) {
 		return nil
 	})
 }
+
+// A collective's wait splits into the wait for peers and the transfer:
+// member 0 arrives at once and member 1 after 60 ms, so member 0's Skew
+// is about 60 ms of its Wait and member 1's (the last to arrive) is none;
+// the same through a flat.Tracker-style wait on the Work after it ran on
+// the queue is covered in parallel/flat.
+func TestSkewIsTheWaitForPeers(t *testing.T) {
+	gs := newWorld(t, local.Config{Size: 2})
+	const late = 60 * time.Millisecond
+	run(t, gs, func(r int, g comm.Group) error {
+		if r == 1 {
+			time.Sleep(late)
+		}
+		return comm.AllReduce(g, comm.F32(make([]float32, 1024)), comm.Sum)
+	})
+	s0, s1 := gs[0].Stats(), gs[1].Stats()
+	if s0.Skew < late*2/3 || s0.Skew > s0.Wait {
+		t.Errorf("member 0 (first to arrive): skew %v of wait %v, want about %v", s0.Skew, s0.Wait, late)
+	}
+	if s1.Skew > late/3 {
+		t.Errorf("member 1 (last to arrive): skew %v of wait %v, want about 0", s1.Skew, s1.Wait)
+	}
+}

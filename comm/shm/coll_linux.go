@@ -2,6 +2,7 @@ package shm
 
 import (
 	"fmt"
+	"time"
 
 	"trellis/comm"
 	"trellis/tensor"
@@ -21,6 +22,7 @@ type coll struct {
 	desc    [4]uint64 // op code, redop, root, dtype
 	n       uint64    // element count every member must agree on
 	checked []bool    // peers whose descriptor matched
+	arrived bool      // the queue has been told when the last member arrived
 }
 
 // opCode is the code of op in descriptors.
@@ -98,6 +100,13 @@ func (c *coll) rounds(S int, phases ...func(k, s int) error) error {
 						return err
 					}
 				}
+			}
+			if !c.arrived {
+				// Every member has published its first round: each had
+				// arrived (the round's phase, a copy into its slot, is
+				// counted as the wait for it).
+				c.arrived = true
+				g.q.Arrived(time.Now())
 			}
 		}
 		for i := len(phases) - 1; i >= 0; i-- {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"trellis/comm"
 	"trellis/comm/commtest"
@@ -80,4 +81,26 @@ func TestConformance(t *testing.T) {
 		})
 		return commtest.World{Groups: gs, Kill: func(r int) { dead[r].Store(true) }}
 	})
+}
+
+// A collective's wait for a late member is Skew (comm/local's test of the
+// same): member 0 arrives at once, member 1 after 60 ms.
+func TestSkewIsTheWaitForPeers(t *testing.T) {
+	gs := startWorld(t, 2, nil)
+	const late = 60 * time.Millisecond
+	if err := commtest.Parallel(gs, time.Minute, func(r int, g comm.Group) error {
+		if r == 1 {
+			time.Sleep(late)
+		}
+		return comm.AllReduce(g, comm.F32(make([]float32, 1024)), comm.Sum)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s0, s1 := gs[0].Stats(), gs[1].Stats()
+	if s0.Skew < late*2/3 || s0.Skew > s0.Wait {
+		t.Errorf("member 0 (first to arrive): skew %v of wait %v, want about %v", s0.Skew, s0.Wait, late)
+	}
+	if s1.Skew > late/3 {
+		t.Errorf("member 1 (last to arrive): skew %v of wait %v, want about 0", s1.Skew, s1.Wait)
+	}
 }

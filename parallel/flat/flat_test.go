@@ -142,6 +142,33 @@ func TestTrackerExposedAndDone(t *testing.T) {
 	}
 }
 
+// arrivedWork is a chanWork whose group's last member arrived at last.
+type arrivedWork struct {
+	chanWork
+	last time.Time
+}
+
+func (w *arrivedWork) ArrivedAt() time.Time { return w.last }
+
+// The tracker's Skew is the part of the compute goroutine's blocked time
+// before the group's last member arrived: blocked 60 ms of which the
+// first 40 waited for a peer.
+func TestTrackerSkew(t *testing.T) {
+	var tr Tracker
+	w := &arrivedWork{chanWork: chanWork{c: make(chan struct{})}}
+	op := tr.Watch(w, nil)
+	start := time.Now()
+	w.last = start.Add(40 * time.Millisecond)
+	go func() { time.Sleep(60 * time.Millisecond); close(w.c) }()
+	if err := op.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	s := tr.Stats()
+	if s.Wait < 50*time.Millisecond || s.Skew < 35*time.Millisecond || s.Skew > 41*time.Millisecond || s.Skew > s.Wait {
+		t.Errorf("wait %v, skew %v: want about 60ms of which 40ms skew", s.Wait, s.Skew)
+	}
+}
+
 func TestShardsRoundTrip(t *testing.T) {
 	ts := []Tensor{
 		{Name: "a", Offset: 0, Size: 6, Shape: []int{2, 3}},

@@ -13,8 +13,8 @@ import (
 // Work.Wait, including the watcher goroutines Tracker starts; use
 // Exposed instead.)
 type Tracker struct {
-	mu   sync.Mutex
-	wait time.Duration
+	mu         sync.Mutex
+	wait, skew time.Duration
 }
 
 // Op is one watched operation.
@@ -23,10 +23,12 @@ type Op struct {
 	done chan struct{}
 	err  error
 	end  time.Time // when the operation completed on its queue
+	last time.Time // when the group's last member arrived at it (zero: not known)
 }
 
-// finishedAt is implemented by the Works of comm.Queue.
+// finishedAt and arrivedAt are implemented by the Works of comm.Queue.
 type finishedAt interface{ FinishedAt() time.Time }
+type arrivedAt interface{ ArrivedAt() time.Time }
 
 // Watch starts following w. When w completes, then (if not nil) runs on the
 // watcher goroutine — for releasing memory the operation read, never for
@@ -38,6 +40,9 @@ func (t *Tracker) Watch(w comm.Work, then func()) *Op {
 		o.end = time.Now()
 		if f, ok := w.(finishedAt); ok && !f.FinishedAt().IsZero() {
 			o.end = f.FinishedAt()
+		}
+		if a, ok := w.(arrivedAt); ok {
+			o.last = a.ArrivedAt()
 		}
 		if then != nil {
 			then()
@@ -61,6 +66,8 @@ func (o *Op) Done() bool {
 // time blocked until the operation completed on its queue is exposed
 // communication (what follows — the watcher's release of memory, the wait
 // for a core — is not communication, and is not in the queue's Busy time).
+// The part of it before the group's last member arrived is Skew: the
+// wait for peers, not for the transfer.
 func (o *Op) Wait() error {
 	if o.Done() {
 		return o.err
@@ -71,8 +78,13 @@ func (o *Op) Wait() error {
 	if d := o.end.Sub(start); d < blocked {
 		blocked = max(d, 0)
 	}
+	var skew time.Duration
+	if !o.last.IsZero() {
+		skew = min(max(o.last.Sub(start), 0), blocked)
+	}
 	o.t.mu.Lock()
 	o.t.wait += blocked
+	o.t.skew += skew
 	o.t.mu.Unlock()
 	return o.err
 }
@@ -85,8 +97,9 @@ func (t *Tracker) Exposed() time.Duration {
 }
 
 // Stats sums the groups' accounting (each group once) and replaces its Wait
-// with the tracker's exposed time: Busy is the total time the rank's
-// collectives ran, Wait the part of it the rank did not hide.
+// and Skew with the tracker's: Busy is the total time the rank's
+// collectives ran, Wait the part of it the rank did not hide, Skew the
+// part of Wait before the last peer arrived.
 func (t *Tracker) Stats(groups ...comm.Group) comm.Stats {
 	var s comm.Stats
 	seen := map[comm.Group]bool{}
@@ -97,6 +110,8 @@ func (t *Tracker) Stats(groups ...comm.Group) comm.Stats {
 		seen[g] = true
 		s = s.Add(g.Stats())
 	}
-	s.Wait = t.Exposed()
+	t.mu.Lock()
+	s.Wait, s.Skew = t.wait, t.skew
+	t.mu.Unlock()
 	return s
 }

@@ -47,14 +47,30 @@ func (s *Strategy) Init(in model.Init) error {
 //
 //	‖g‖ = √(Σ over the groups of every rank's Σ_own chunks ‖g_counted‖²)
 func (s *Strategy) Update(u parallel.Update) (parallel.Updated, error) {
+	sq, err := s.SquaredNorm()
+	if err != nil {
+		return parallel.Updated{}, err
+	}
+	return s.Apply(u, math.Sqrt(sq))
+}
+
+// SquaredNorm is ‖g‖² of Update: Σ over the groups of every rank's
+// counted squares, the same on every rank. A rank whose parameters are
+// split between several strategies (expert parallelism: the experts'
+// own instance) adds their squares and applies every one with the same
+// norm (Apply).
+func (s *Strategy) SquaredNorm() (float64, error) {
+	return s.globalSquares()
+}
+
+// Apply clips with the global gradient norm n (the norm before
+// clipping, of g rather than S·g under loss scaling), applies AdamW to
+// this rank's chunks and publishes the weights: Update's second half.
+func (s *Strategy) Apply(u parallel.Update, n float64) (parallel.Updated, error) {
 	if s.cfg.Stage == 3 {
 		if err := s.dropGathered(); err != nil {
 			return parallel.Updated{}, err
 		}
-	}
-	n, err := s.globalNorm()
-	if err != nil {
-		return parallel.Updated{}, err
 	}
 	var out parallel.Updated
 	scale := 0.0
@@ -102,13 +118,13 @@ func (s *Strategy) publish() {
 	}
 }
 
-// globalNorm sums the squares of the own counted gradients and adds the
+// globalSquares sums the squares of the own counted gradients and adds the
 // partials over the groups. A rank that holds the whole model sums each
 // chunk at once; one with a part of it, each tensor's share (its copies
 // and padding left out). Each float64 partial travels as two float32s,
 // hi = fl32(x) and lo = fl32(x − hi), so the conversion loses nothing the
 // fp32 sum over ranks keeps.
-func (s *Strategy) globalNorm() (float64, error) {
+func (s *Strategy) globalSquares() (float64, error) {
 	var sq float64
 	sum := func(lo int, g []float32) float64 {
 		if s.whole {
@@ -140,7 +156,7 @@ func (s *Strategy) globalNorm() (float64, error) {
 		}
 		sq = float64(buf[0]) + float64(buf[1])
 	}
-	return math.Sqrt(sq), nil
+	return sq, nil
 }
 
 // Shards is this rank's part of the state: the fp32 (master) weights and

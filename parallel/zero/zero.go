@@ -4,8 +4,8 @@
 // (Rajbhandari et al. 2020) stages 0 to 3. Every plan runs it: one device
 // (a group of one), data parallelism (stage 0), ZeRO 1–3, a tensor-parallel
 // rank's part of every unit, a pipeline stage's units, and their
-// compositions; a later expert group is one more instance over its own
-// units and group.
+// compositions; expert parallelism runs one more instance over the expert
+// tensors and their expert-data-parallel group (train's epState).
 //
 // The rank's flat parameter vector (its Layout: the units it holds, each
 // tensor its tensor-parallel part) is cut into buckets (parallel/flat),
