@@ -183,8 +183,9 @@ func TestDualPipeVCheckpoint(t *testing.T) {
 	}
 }
 
-// An MoE model (dropless and with dropped tokens) under DualPipeV trains
-// the single device's model (compareRuns), and its memory with a dense
+// An MoE model (dropless and with dropped tokens, and with expert
+// parallelism over each stage's dp = 2) under DualPipeV trains the single
+// device's model (compareRuns), and its memory with a dense
 // first block is the planner's prediction within 5% per tag.
 func TestDualPipeVMoE(t *testing.T) {
 	for _, capacity := range []float64{0, 0.75} {
@@ -196,6 +197,17 @@ func TestDualPipeVMoE(t *testing.T) {
 			compareRuns(t, got, ref)
 		})
 	}
+	t.Run("ep=2", func(t *testing.T) { // expert parallelism over dp = 2 of each stage
+		rj := moeJob("dp=1", 4, 0.75)
+		rj.Train.GlobalBatch = 16
+		ref := runJob(t, rj, t.TempDir(), "", 0)
+		j := moeJob("pp=2,dp=2,ep=2,schedule=dualpipev", 4, 0.75)
+		j.Train.GlobalBatch = 16 // 4 micro-batches per replica
+		got := runJob(t, j, t.TempDir(), "", 0)
+		l, st := worstDiff(got, ref)
+		t.Logf("worst relative difference: losses and norms %.3g, weights and moments (L2) %.3g", l, st)
+		compareRuns(t, got, ref)
+	})
 	t.Run("memory", func(t *testing.T) {
 		j := moeJob("pp=2,schedule=dualpipev", 4, 0)
 		j.Model.DenseFirst, j.Model.SharedExperts = 1, 1
