@@ -21,13 +21,13 @@ type Result struct {
 	End      []int64 // (PP) per rank: when its last action ended
 	// InFlight is each rank's peak number of (micro-batch, chunk) pairs
 	// whose forward has run and whose activations are still kept: until
-	// the backward, or for zb-h1 until W. The executor keeps one free list
+	// the backward, or for zb-h1 and dualpipev until W. The executor keeps one free list
 	// of stashes for all its chunks, each sized for its largest chunk, so
 	// its blocks' act peak is InFlight × that stash.
 	InFlight []int
 	// ChunkInFlight is the same per chunk, (PP, VPP).
 	ChunkInFlight [][]int
-	// Deferred is zb-h1's peak, per rank and chunk, of pairs whose B has
+	// Deferred is zb-h1's and dualpipev's peak, per rank and chunk, of pairs whose B has
 	// run and whose W has not: each holds a weight stash.
 	Deferred [][]int
 	// Start is each action's start time, parallel to Schedule.Ranks.

@@ -41,7 +41,11 @@ type StageConfig struct {
 //
 //	(micro-batches in flight over all the rank's chunks) × (largest chunk's stash)
 //	+ (head stashes in flight: m for GPipe, else 1) × head stash
-//	+ zb-h1's weight stashes between B and W.
+//	+ zb-h1's and dualpipev's weight stashes between B and W.
+//
+// Between two stages on this rank (DualPipeV's turn on rank pp−1) nothing
+// is sent: F copies the activation from the stash of the chunk before, B
+// leaves its input gradient in a boundary buffer for the chunk before's B.
 type Stage struct {
 	cfg    StageConfig
 	free   []*model.Stash                // block stashes not in use, each sized for the largest chunk
