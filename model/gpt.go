@@ -238,18 +238,20 @@ func (m *GPT) allocScratch() error {
 		w.cos, w.sin = next(sz.rope/2), next(sz.rope/2)
 		m.ropeTable()
 	}
-	if sz.ring > 0 {
-		m.carveRing(next(sz.ring))
-	}
+	var ringH []uint16
 	if m.d.half {
 		dt := m.pol.Compute
-		if m.ws16, err = m.dev.AllocOf(device.Workspace, dt, sz.x+sz.dy+sz.moeDy); err != nil {
+		if m.ws16, err = m.dev.AllocOf(device.Workspace, dt, sz.x+sz.dy+sz.ringH+sz.moeDy); err != nil {
 			m.ws.Free()
 			return fmt.Errorf("model: %s scratch: %w", dt, err)
 		}
 		bits := m.ws16.Bits
 		w.x, w.dy = tensor.Halves(dt, bits[:sz.x:sz.x]), tensor.Halves(dt, bits[sz.x:sz.x+sz.dy:sz.x+sz.dy])
-		w.moe.half = bits[sz.x+sz.dy:]
+		h := sz.x + sz.dy
+		ringH, w.moe.half = bits[h:h+sz.ringH:h+sz.ringH], bits[h+sz.ringH:]
+	}
+	if sz.ring > 0 {
+		m.carveRing(next(sz.ring), ringH)
 	}
 	if sz.moe > 0 {
 		return m.allocMoE(buf, sz)

@@ -72,16 +72,23 @@ func stateBytes(psi float64, zero, n int, mixed bool) float64 {
 // whole model's stash as arch declares it, the runner's scratch, the
 // state) in float64, for any configuration: the model's whole stash and
 // scratch, as a rank without tensor or pipeline parallelism holds them.
+// Under context parallelism (cp = c) a rank holds T/c tokens of every
+// sequence: its stash, scratch (the ring's, arch.Config.RingElems,
+// instead of the materialising attention's) and token buffers are those
+// of seq_len/c with the ring's attention (flash: no (T, T) term), and
+// ZeRO shards the state over dp × cp.
 func estimate(m model.Config, microBatch int, p plan.Plan, threads int) memEstimate {
 	psi := m.ParamCount()
 	workers := max(1, min(threads, microBatch*max(1, m.KV())))
 	half := p.Precision == plan.BF16 || p.Precision == plan.FP16
-	d := arch.Dims{B: microBatch, T: m.SeqLen, Flash: p.Flash, Recompute: engineRecompute(p.Recompute)}
+	cp := max(1, p.CP)
+	T := m.SeqLen / cp
+	d := arch.Dims{B: microBatch, T: T, Flash: p.Flash || cp > 1, Recompute: engineRecompute(p.Recompute), CP: cp}
 	stash := m.StageStash(d, m.Layers, true, half).Bytes() + d.TokenBytes()
 	return memEstimate{
 		params: psi,
-		state:  stateBytes(psi, p.ZeRO, p.DP, half),
-		runner: model.WorkspaceBytes(m, microBatch, workers, p.Flash, half) + stash + 8*float64(microBatch)*float64(m.SeqLen),
+		state:  stateBytes(psi, p.ZeRO, p.DP*cp, half),
+		runner: m.Workspace(d, half, float64(workers)).Bytes() + stash + 8*float64(microBatch)*float64(T),
 		meta:   layerBookkeeping * float64(m.Layers),
 	}
 }

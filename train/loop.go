@@ -200,8 +200,8 @@ func (r *rank) gatherStats(ctx context.Context) ([]RankStats, bool, error) {
 	// evaluation waited.
 	c := r.clock
 	vals := append(ds.Peak[:], ds.PeakTotal, int64(cs.Busy+c.meanBusy), int64(c.comm), cb.TP, cb.DP, cb.PP, cancelled,
-		int64(c.compute), int64(c.bubble), int64(c.misc), int64(c.steps), cb.CP)
-	const per = 18
+		int64(c.compute), int64(c.bubble), int64(c.misc), int64(c.steps), cb.CP, int64(c.ring))
+	const per = 19
 	mine := make([]float32, 3*per)
 	for i, v := range vals {
 		mine[3*i], mine[3*i+1], mine[3*i+2] = float32(v>>42), float32((v>>21)&(1<<21-1)), float32(v&(1<<21-1))
@@ -231,6 +231,7 @@ func (r *rank) gatherStats(ctx context.Context) ([]RankStats, bool, error) {
 		out[q].Compute, out[q].Bubble, out[q].Misc = time.Duration(get(13)), time.Duration(get(14)), time.Duration(get(15))
 		out[q].Steps = time.Duration(get(16))
 		out[q].CommBytes.CP = get(17)
+		out[q].RingWait = time.Duration(get(18))
 	}
 	return out, stop, nil
 }

@@ -147,6 +147,9 @@ func writePrediction(w io.Writer, s *Summary) {
 			e += " *"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", row.name, secs(row.pred), secs(m), e)
+		if row.name == "exposed comm" && (t.CP > 0 || s.RingSeconds > 0) {
+			fmt.Fprintf(tw, "  of which cp ring\t%s\t%s\t%s\t\n", secs(t.CP), secs(s.RingSeconds), pct(t.CP, s.RingSeconds))
+		}
 	}
 	tw.Flush()
 	writeUncovered(w, pr)

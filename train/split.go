@@ -28,6 +28,7 @@ import "time"
 type stepClock struct {
 	compute, comm, bubble, misc time.Duration // cumulative over steps
 	meanBusy                    time.Duration // cumulative: the loss all-reduces (blocking: all exposed)
+	ring                        time.Duration // cumulative: the ring attention's waits (cp), a part of comm
 	steps                       time.Duration // cumulative: the steps' wall time on this rank
 
 	// The step under way.
@@ -35,6 +36,7 @@ type stepClock struct {
 	next            time.Time     // where the next step's period starts (the last step's end)
 	excluded        time.Duration // not the next step's: evaluation, samples, checkpoints since then
 	wait0, pp0      time.Duration // exposed and pipeline waits at its start
+	ring0           time.Duration // the ring's waits at its start
 	fb, fbWait, get time.Duration // forward/backward wall time, the waits and data loading inside it
 	fbStart         time.Time
 	fbWait0         time.Duration
@@ -54,6 +56,7 @@ func (r *rank) beginStep() {
 	c := &r.clock
 	c.start = time.Now()
 	c.wait0, c.pp0 = r.waits()
+	c.ring0 = r.top.cpStats().Wait
 	c.fb, c.fbWait, c.get, c.lossMean = 0, 0, 0, 0
 }
 
@@ -78,6 +81,7 @@ func (r *rank) endStep(dt time.Duration) {
 	c.compute += c.fb - c.fbWait - c.get
 	c.bubble += pipe
 	c.comm += wait - pipe + c.lossMean
+	c.ring += r.top.cpStats().Wait - c.ring0
 	c.meanBusy += c.lossMean
 	c.steps += dt
 	c.misc += dt - c.fb - (wait - c.fbWait) - c.lossMean + c.get
