@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"trellis/comm/local"
 	"trellis/device"
@@ -361,6 +362,39 @@ func TestRingWire16Exact(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// Ring messages that arrive before their receives are posted are charged
+// to the device's comm tag while the transport holds them: with rank 1
+// starting its pass late, rank 0's first key/value block waits at rank 1,
+// whose comm peak is at least that block and at most the bound train's
+// engineBuffers predicts ((2cp−3) blocks and 2cp−2 fp32 sums, at cp=2 in
+// fp32 three blocks); once every message is received nothing stays charged.
+func TestRingEarlyMessagesCharged(t *testing.T) {
+	cfg := Config{Layers: 2, Hidden: 16, Heads: 2, SeqLen: 16, Vocab: 32}
+	const B, n = 2, 2
+	ms, ps, ss := cpRanks(t, cfg, B, n, precision.FP32(), false)
+	b := randomBatch(cfg, B, 3)
+	onRanks(t, n, func(r int) error {
+		if r == 1 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		ps[r].ZeroGrads()
+		if _, err := ms[r].Forward(ps[r], ss[r], cpBatch(t, b, cfg.SeqLen, n, r)); err != nil {
+			return err
+		}
+		return ms[r].Backward(ps[r], ss[r], 1)
+	})
+	blk := int64(B * cfg.SeqLen / n * 2 * cfg.Hidden * 4)
+	st := ms[1].dev.Stats()
+	if p := st.Peak[device.Comm]; p < blk || p > 3*blk {
+		t.Errorf("rank 1: comm peak %d bytes, want at least one block (%d) and at most three", p, blk)
+	}
+	for r := range ms {
+		if l := ms[r].dev.Stats().Live[device.Comm]; l != 0 || ms[r].ringHeld != 0 {
+			t.Errorf("rank %d: %d bytes still charged to comm (%d held) after the passes", r, l, ms[r].ringHeld)
 		}
 	}
 }

@@ -141,6 +141,9 @@ type GPT struct {
 	split cpSplit
 	ring  ringBufs
 	work  RingWork
+	// ringHeld is the bytes of ring messages that arrived before their
+	// receives were posted, charged to the device's comm tag (chargeRing).
+	ringHeld int64
 	// ringSerial posts each ring transfer after its step's compute
 	// instead of before (the overlap benchmark's baseline; never set
 	// outside this package's tests).
@@ -340,6 +343,8 @@ func (m *GPT) Free() {
 		m.routeBytes = 0
 	}
 	m.q8.free()
+	m.dev.Release(device.Comm, m.ringHeld)
+	m.ringHeld = 0
 }
 
 // dropoutAt is the dropout of a site for the stash's batch: keyed by

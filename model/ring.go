@@ -1,10 +1,12 @@
 package model
 
 import (
+	"fmt"
 	"math"
 	"time"
 
 	"trellis/comm"
+	"trellis/device"
 	"trellis/ops"
 	"trellis/tensor"
 )
@@ -158,6 +160,29 @@ func (k *kvRing) advance() {
 // chunkOf is the global chunk index of rank r's local chunk k.
 func (p cpSplit) chunkOf(r, k int) int { q := p; q.r = r; return q.chunk(k) }
 
+// chargeRing follows the cp group's Buffered gauge — ring messages that
+// arrived before this rank posted their receives, held by the transport —
+// on the device's comm tag, sampled before every step's transfer is
+// posted and after each pass (as a pipeline stage charges its early
+// messages): the budget refuses a ring whose early messages do not fit,
+// naming the bytes. Rank r−1 can be at most one ring pass ahead of rank
+// r (finishing a pass needs r's first block of it, forward, or r's
+// second sum, backward), so what it holds is bounded by
+// (2cp−3) key/value blocks and 2cp−2 sums (train's engineBuffers).
+func (m *GPT) chargeRing() error {
+	b := m.cp.Stats().Buffered
+	switch {
+	case b > m.ringHeld:
+		if err := m.dev.Reserve(device.Comm, b-m.ringHeld); err != nil {
+			return fmt.Errorf("model: %d bytes of ring messages received before their receives were posted: %w", b, err)
+		}
+	case b < m.ringHeld:
+		m.dev.Release(device.Comm, m.ringHeld-b)
+	}
+	m.ringHeld = b
+	return nil
+}
+
 // ringPeers are this rank's ring neighbours.
 func (m *GPT) ringPeers() (n, me, next, prev int) {
 	n, me = m.cp.Size(), m.cp.Rank()
@@ -190,6 +215,9 @@ func (m *GPT) ringForward(out, lse, qkv []float32, B int) error {
 	clear(out[:B*T*d.Cl])
 	n, me, next, prev := m.ringPeers()
 	for s := 0; s < n; s++ {
+		if err := m.chargeRing(); err != nil {
+			return err
+		}
 		var w comm.Work
 		post := func() {
 			if s < n-1 {
@@ -209,6 +237,9 @@ func (m *GPT) ringForward(out, lse, qkv []float32, B int) error {
 			}
 			kv.advance()
 		}
+	}
+	if err := m.chargeRing(); err != nil {
+		return err
 	}
 	for b := 0; b < B; b++ {
 		for h := 0; h < d.NH; h++ {
@@ -317,6 +348,9 @@ func (m *GPT) ringBackward(dqkv, dout, qkv, out, lse []float32, B int) error {
 		return err
 	}
 	for s := 0; s < n; s++ {
+		if err := m.chargeRing(); err != nil {
+			return fail(err)
+		}
 		var wkv, win comm.Work
 		post := func() {
 			if s < n-1 {
@@ -358,6 +392,9 @@ func (m *GPT) ringBackward(dqkv, dout, qkv, out, lse []float32, B int) error {
 			kv.advance()
 		}
 	}
+	if err := m.chargeRing(); err != nil {
+		return fail(err)
+	}
 	if err := m.cp.Recv(comm.F32(dIn), prev, tagRingDKV).Wait(); err != nil {
 		return fail(err)
 	}
@@ -367,6 +404,9 @@ func (m *GPT) ringBackward(dqkv, dout, qkv, out, lse []float32, B int) error {
 				return err
 			}
 		}
+	}
+	if err := m.chargeRing(); err != nil {
+		return err
 	}
 	for i := 0; i < B*T; i++ {
 		copy(dqkv[i*W+d.Cl:(i+1)*W], dIn[i*KV2:(i+1)*KV2])
