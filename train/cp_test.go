@@ -297,3 +297,29 @@ func TestCPEstimateLowerBound(t *testing.T) {
 		})
 	}
 }
+
+// The planner's exposed ring time (plan's cpRing) is what the ranks wait
+// for on the ring, within 25%, on emulated links slow enough that the
+// transfers dominate the ring's compute and the ranks' skew (1 MB/s:
+// a 32 KiB fp32 key/value block takes 33 ms): fp32, and bf16 whose keys
+// and values travel in 16 bits. BENCHMARKS.md "Context parallelism:
+// predicted against measured ring time" has the larger measurement.
+func TestCPRingTimePredicted(t *testing.T) {
+	for _, p := range []string{"cp=2,flash=on", "cp=2,flash=on,precision=bf16"} {
+		t.Run(p, func(t *testing.T) {
+			j := tinyJob(p)
+			j.Model = model.Config{Layers: 2, Hidden: 64, Heads: 4, SeqLen: 128, Vocab: 256}
+			j.Train.MicroBatch, j.Train.GlobalBatch, j.Train.Steps = 1, 2, 4
+			j.Parallel.LinkBandwidth, j.Parallel.LinkLatency = "1MB", "100us"
+			sum := runJob(t, j, "", "", 0).sum
+			if sum.Prediction == nil || sum.Prediction.Err != nil {
+				t.Fatalf("no step-time prediction: %+v", sum.Prediction)
+			}
+			pred, meas := sum.Prediction.Time.CP, sum.RingSeconds
+			t.Logf("ring per step: predicted %.4gs, measured %.4gs (%+.1f%%)", pred, meas, 100*(pred-meas)/meas)
+			if math.Abs(pred-meas) > 0.25*meas {
+				t.Errorf("ring per step: predicted %.4gs, measured %.4gs: more than 25%% apart", pred, meas)
+			}
+		})
+	}
+}
