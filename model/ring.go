@@ -55,12 +55,13 @@ import (
 // 16-bit wire form (Encode, then Decode at the receiver) is lossless:
 // 16-bit results are those of an fp32 wire, and the fp32 path moves the
 // fp32 blocks as before. As in Megatron's and Transformer Engine's ring
-// attention, K and V travel in the activation dtype; the travelling dK,
-// dV sums stay fp32 here (TE's p2p ring sends them in the activation
-// dtype too): each is a running sum over cp ranks' contributions, and
-// rounding it at every hop would add cp roundings to the gradient that
-// the single device rounds never, where fp32 keeps cp == one device
-// within the 16-bit plans' bound at twice the sums' bytes.
+// attention, K and V travel in the activation dtype. The travelling dK,
+// dV sums stay fp32 here, where TE's p2p ring sends and accumulates them
+// in the activation dtype: each is a running sum over the cp ranks'
+// contributions, and rounding it at every hop would add up to cp
+// roundings to a gradient the single device rounds once; fp32 keeps
+// cp == one device within the 16-bit plans' bound, at twice the sums'
+// bytes (the planner counts them so: plan's cpRing, CPRingBytes).
 const (
 	tagRingKV  = 1 // the key/value blocks
 	tagRingDKV = 2 // the backward's travelling dK, dV sums
