@@ -7,8 +7,9 @@ type Workspace struct {
 	Dres, Dln, Big, Scratch, Branch float64
 	Gath, Dlnl, LnGrad, CE          float64
 	Vec, Rope                       float64
-	Ring                            float64 // cp > 1: the ring attention's blocks (RingElems)
+	Ring                            float64 // cp > 1: the ring attention's fp32 scratch (RingElems)
 	X, Dy                           float64 // 16-bit
+	RingH                           float64 // 16-bit, cp > 1: the key/value blocks on the wire (RingElems)
 	// An MoE layer's scratch (MoEScratch): Moe fp32, MoeDy 16-bit, Route int32.
 	Moe, MoeDy, Route float64
 }
@@ -19,7 +20,7 @@ func (w Workspace) F32() float64 {
 }
 
 // Bytes is what the workspace tag holds: 4 per fp32 element, 2 per 16-bit one.
-func (w Workspace) Bytes() float64 { return 4*w.F32() + 2*(w.X+w.Dy+w.MoeDy) + 4*w.Route }
+func (w Workspace) Bytes() float64 { return 4*w.F32() + 2*(w.X+w.Dy+w.MoeDy+w.RingH) + 4*w.Route }
 
 // Workspace sizes the scratch of passes of micro-batches of d.B sequences
 // of d.T tokens on part d.Part (n = B·T, B·T/t with SP; t the
@@ -49,7 +50,8 @@ func (w Workspace) Bytes() float64 { return 4*w.F32() + 2*(w.X+w.Dy+w.MoeDy) + 4
 // widest is max(C, 2F', Q'+2·KV', V')), 2 bytes each, plus vec fp32 (a
 // unit's vectors widened: GPT-2's 13C — a block's 7C + 3C' + F, or ln_f's
 // 2C —, a Llama's 2C). For GPT-2 with t = 1 in fp32: 2·BTC + max(BTV,
-// 8·BTC) + scratch (+ BTC with dropout). A model with MoE layers adds
+// 8·BTC) + scratch (+ BTC with dropout). Under cp > 1 the scratch is 0
+// and ring, ringH are RingElems' (ringH 16-bit). A model with MoE layers adds
 // MoEScratch's (moe, moeDy, route) and counts its shared experts' SwiGLU
 // (width F_s) in big and dy as the dense one's. In float64, so that the estimate
 // a job is refused by before anything is allocated cannot overflow.
@@ -91,7 +93,8 @@ func (c Config) Workspace(d Dims, half bool, attnWorkers float64) Workspace {
 		w.Rope = T * float64(c.HeadSize())
 	}
 	if d.CP > 1 {
-		w.Scratch, w.Ring = 0, c.RingElems(d)
+		w.Scratch = 0
+		w.Ring, w.RingH = c.RingElems(d, half)
 	}
 	if half {
 		if d.Part.SP {
@@ -106,17 +109,23 @@ func (c Config) Workspace(d Dims, half bool, attnWorkers float64) Workspace {
 }
 
 // RingElems is the ring attention's scratch under context parallelism
-// (d.CP > 1, d.T the rank's T/cp tokens in two chunks of c = T/2): six
-// key/value blocks of B·T·2·KV' (the block held and the one arriving; in
-// the backward the arriving accumulated dK,dV, this rank's contribution
-// and two outgoing sums), two (c, c) score tiles (S or P, and dP), the
-// running row maxima and sums (forward) or the rows' D = rowsum(dO⊙O)
-// and a spare (backward), B·NH'·T each:
+// (d.CP > 1, d.T the rank's T/cp tokens in two chunks of c = T/2), fp32
+// and 16-bit. In fp32: six key/value blocks of B·T·2KV' (the block held
+// and the one arriving; in the backward the arriving accumulated dK,dV,
+// this rank's contribution and two outgoing sums), two (c, c) score
+// tiles (S or P, and dP), the running row maxima and sums (forward) or
+// the rows' D = rowsum(dO⊙O) and a spare (backward), B·NH'·T each:
 //
-//	ring = 6·B·T·2KV' + 2c² + 2·B·NH'·T
-func (c Config) RingElems(d Dims) float64 {
+//	ring = 6·B·T·2KV' + 2c² + 2·B·NH'·T                 ringH = 0
+//
+// Under a 16-bit policy (half) the keys and values travel in the compute
+// dtype: the block arriving is two 16-bit blocks (the one sent and the one
+// received) instead of an fp32 one, the same bytes:
+//
+//	ring = 5·B·T·2KV' + 2c² + 2·B·NH'·T                 ringH = 2·B·T·2KV'
+func (c Config) RingElems(d Dims, half bool) (f32, h16 float64) {
 	if d.CP <= 1 {
-		return 0
+		return 0, 0
 	}
 	var KV, NH float64
 	if c.IsLlama() {
@@ -125,5 +134,9 @@ func (c Config) RingElems(d Dims) float64 {
 		KV, _, NH, _ = c.localF(d.Part)
 	}
 	BT, ch := float64(d.B)*float64(d.T), float64(d.T/2)
-	return 6*BT*2*KV + 2*ch*ch + 2*BT*NH
+	blk := BT * 2 * KV
+	if half {
+		return 5*blk + 2*ch*ch + 2*BT*NH, 2 * blk
+	}
+	return 6*blk + 2*ch*ch + 2*BT*NH, 0
 }

@@ -74,6 +74,7 @@ type Rank struct {
 	Tags              // peak bytes per tag, and of all at once ("peak")
 	CommBusyS float64 `json:"comm_busy_s"`
 	CommWaitS float64 `json:"comm_wait_s"`
+	RingWaitS float64 `json:"ring_wait_s,omitempty"` // the part of comm_wait_s that is the ring attention's (cp)
 	// The rest of the rank's cumulative step time (train/split.go).
 	ComputeS *float64 `json:"compute_s,omitempty"` // forward and backward work
 	// PeerWaitS is the part of ComputeS spent in collectives before the

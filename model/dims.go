@@ -69,7 +69,7 @@ type wsSizes struct {
 	dres, dln, big, scratch, branch int
 	gath, dlnl, lnGrad, ce          int
 	vec, rope, ring                 int
-	x, dy                           int // 16-bit
+	x, dy, ringH                    int // 16-bit
 	moe, moeDy, route               int // an MoE layer's: fp32, 16-bit, int32
 }
 
@@ -84,7 +84,7 @@ func workspace(c Config, d dims, B, T, attnWorkers int) wsSizes {
 	w := c.Workspace(d.arch(B, T), d.half, float64(attnWorkers))
 	return wsSizes{dres: int(w.Dres), dln: int(w.Dln), big: int(w.Big), scratch: int(w.Scratch), branch: int(w.Branch),
 		gath: int(w.Gath), dlnl: int(w.Dlnl), lnGrad: int(w.LnGrad), ce: int(w.CE), vec: int(w.Vec), rope: int(w.Rope),
-		ring: int(w.Ring), x: int(w.X), dy: int(w.Dy),
+		ring: int(w.Ring), x: int(w.X), dy: int(w.Dy), ringH: int(w.RingH),
 		moe: int(w.Moe), moeDy: int(w.MoeDy), route: int(w.Route)}
 }
 

@@ -141,6 +141,9 @@ type GPT struct {
 	split cpSplit
 	ring  ringBufs
 	work  RingWork
+	// ringHeld is the bytes of ring messages that arrived before their
+	// receives were posted, charged to the device's comm tag (chargeRing).
+	ringHeld int64
 	// ringSerial posts each ring transfer after its step's compute
 	// instead of before (the overlap benchmark's baseline; never set
 	// outside this package's tests).
@@ -238,18 +241,20 @@ func (m *GPT) allocScratch() error {
 		w.cos, w.sin = next(sz.rope/2), next(sz.rope/2)
 		m.ropeTable()
 	}
-	if sz.ring > 0 {
-		m.carveRing(next(sz.ring))
-	}
+	var ringH []uint16
 	if m.d.half {
 		dt := m.pol.Compute
-		if m.ws16, err = m.dev.AllocOf(device.Workspace, dt, sz.x+sz.dy+sz.moeDy); err != nil {
+		if m.ws16, err = m.dev.AllocOf(device.Workspace, dt, sz.x+sz.dy+sz.ringH+sz.moeDy); err != nil {
 			m.ws.Free()
 			return fmt.Errorf("model: %s scratch: %w", dt, err)
 		}
 		bits := m.ws16.Bits
 		w.x, w.dy = tensor.Halves(dt, bits[:sz.x:sz.x]), tensor.Halves(dt, bits[sz.x:sz.x+sz.dy:sz.x+sz.dy])
-		w.moe.half = bits[sz.x+sz.dy:]
+		h := sz.x + sz.dy
+		ringH, w.moe.half = bits[h:h+sz.ringH:h+sz.ringH], bits[h+sz.ringH:]
+	}
+	if sz.ring > 0 {
+		m.carveRing(next(sz.ring), ringH)
 	}
 	if sz.moe > 0 {
 		return m.allocMoE(buf, sz)
@@ -338,6 +343,8 @@ func (m *GPT) Free() {
 		m.routeBytes = 0
 	}
 	m.q8.free()
+	m.dev.Release(device.Comm, m.ringHeld)
+	m.ringHeld = 0
 }
 
 // dropoutAt is the dropout of a site for the stash's batch: keyed by

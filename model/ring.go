@@ -1,11 +1,14 @@
 package model
 
 import (
+	"fmt"
 	"math"
 	"time"
 
 	"trellis/comm"
+	"trellis/device"
 	"trellis/ops"
+	"trellis/tensor"
 )
 
 // Ring attention (Liu et al. 2023) over the context-parallel group of n
@@ -34,15 +37,43 @@ import (
 // step's compute (a batched send/receive of the next block; in the
 // backward the receive of the incoming sum too), so it is hidden when the
 // compute is longer.
+//
+// What travels, per layer and micro-batch, in blocks of B·(T/cp)·2·KV'
+// values (a rank's keys and values, KV' = KV/t):
+//
+//	forward    cp−1 key/value blocks, in the compute dtype
+//	backward   cp−1 key/value blocks, in the compute dtype, and cp sums
+//	           of dK, dV in fp32 (the last one after the last step's
+//	           compute, exposed whole)
+//
+// and the forward's again when the backward recomputes it (full
+// recomputation, or selective without flash, which reruns the core).
+// Under a 16-bit policy the keys and values are sent as the 16-bit values
+// the stash holds: the forward rounds qkv into the stash and goes on from
+// the rounded values (keep), the backward widens the same bits, so the
+// fp32 block the ring computes with holds 16-bit values exactly and its
+// 16-bit wire form (Encode, then Decode at the receiver) is lossless:
+// 16-bit results are those of an fp32 wire, and the fp32 path moves the
+// fp32 blocks as before. As in Megatron's and Transformer Engine's ring
+// attention, K and V travel in the activation dtype. The travelling dK,
+// dV sums stay fp32 here, where TE's p2p ring sends and accumulates them
+// in the activation dtype: each is a running sum over the cp ranks'
+// contributions, and rounding it at every hop would add up to cp
+// roundings to a gradient the single device rounds once; fp32 keeps
+// cp == one device within the 16-bit plans' bound, at twice the sums'
+// bytes (the planner counts them so: plan's cpRing, CPRingBytes).
 const (
 	tagRingKV  = 1 // the key/value blocks
 	tagRingDKV = 2 // the backward's travelling dK, dV sums
 )
 
 // ringBufs are the ring's scratch (arch.Config.RingElems), carved from
-// the workspace.
+// the workspace: fp32, and under a 16-bit policy the key/value blocks'
+// wire form.
 type ringBufs struct {
-	kv     [2][]float32 // (B·T/cp, 2·KV') the block held and the one arriving
+	kv     [2][]float32 // (B·T/cp, 2·KV') the block held and (fp32) the one arriving
+	wire   [2][]uint16  // 16-bit: the block held, sent, and the one arriving (nil in fp32)
+	wireDT tensor.DType // the 16-bit dtype of wire
 	dIn    []float32    // backward: the arriving sum of dK, dV
 	dLoc   []float32    // backward: this rank's contribution to the block held
 	dOut   [2][]float32 // backward: the sums sent (two: a send may be in flight)
@@ -62,7 +93,7 @@ type RingWork struct {
 // RingWork reports the ring attention's work so far (zero without cp).
 func (m *GPT) RingWork() RingWork { return m.work }
 
-func (m *GPT) carveRing(buf []float32) {
+func (m *GPT) carveRing(buf []float32, half []uint16) {
 	d := m.d
 	blk, rows, c := m.B*m.T*2*d.KVl, m.B*d.NH*m.T, m.split.c
 	next := func(n int) []float32 {
@@ -71,12 +102,87 @@ func (m *GPT) carveRing(buf []float32) {
 		return s
 	}
 	r := &m.ring
-	r.kv[0], r.kv[1], r.dIn, r.dLoc, r.dOut[0], r.dOut[1] = next(blk), next(blk), next(blk), next(blk), next(blk), next(blk)
+	r.kv[0] = next(blk)
+	if len(half) > 0 {
+		r.wire[0], r.wire[1], r.wireDT = half[:blk:blk], half[blk:2*blk:2*blk], m.pol.Compute
+	} else {
+		r.kv[1] = next(blk)
+	}
+	r.dIn, r.dLoc, r.dOut[0], r.dOut[1] = next(blk), next(blk), next(blk), next(blk)
 	r.s1, r.s2, r.rowA, r.rowB = next(c*c), next(c*c), next(rows), next(rows)
+}
+
+// kvRing is a pass's key/value blocks going round: cur the block held
+// (fp32, what the tiles read), and under a 16-bit policy its wire form.
+type kvRing struct {
+	m         *GPT
+	cur, nxt  []float32 // fp32: nxt receives
+	send, arr []uint16  // 16-bit: cur's bits sent, and the block arriving
+}
+
+// startKV packs the rank's own keys and values from qkv (B·T' rows) into
+// the block held (and its exact 16-bit form under a 16-bit policy).
+func (m *GPT) startKV(qkv []float32, B int) kvRing {
+	r := &m.ring
+	blk := B * m.T * 2 * m.d.KVl
+	k := kvRing{m: m, cur: r.kv[0][:blk]}
+	m.packKV(k.cur, qkv, B*m.T)
+	if r.wire[0] == nil {
+		k.nxt = r.kv[1][:blk]
+		return k
+	}
+	k.send, k.arr = r.wire[0][:blk], r.wire[1][:blk]
+	m.k.Encode(tensor.Halves(r.wireDT, k.send), k.cur)
+	return k
+}
+
+// ops are the step's transfer: receive the next block from prev, send the
+// one held to next. A 16-bit block travels as its bits in a bf16 Buf (an
+// fp16 one too: a point-to-point moves bits and never reduces them).
+func (k *kvRing) ops(prev, next int) []comm.P2POp {
+	if k.send == nil {
+		return []comm.P2POp{comm.RecvOp(comm.F32(k.nxt), prev, tagRingKV), comm.SendOp(comm.F32(k.cur), next, tagRingKV)}
+	}
+	return []comm.P2POp{comm.RecvOp(comm.BF16(tensor.BF16View(k.arr)), prev, tagRingKV),
+		comm.SendOp(comm.BF16(tensor.BF16View(k.send)), next, tagRingKV)}
+}
+
+// advance makes the block that arrived the one held, once the step's
+// compute and transfer are done (16-bit: widened into cur, exactly).
+func (k *kvRing) advance() {
+	if k.send == nil {
+		k.cur, k.nxt = k.nxt, k.cur
+		return
+	}
+	k.m.k.Decode(k.cur, tensor.Halves(k.m.ring.wireDT, k.arr))
+	k.send, k.arr = k.arr, k.send
 }
 
 // chunkOf is the global chunk index of rank r's local chunk k.
 func (p cpSplit) chunkOf(r, k int) int { q := p; q.r = r; return q.chunk(k) }
+
+// chargeRing follows the cp group's Buffered gauge — ring messages that
+// arrived before this rank posted their receives, held by the transport —
+// on the device's comm tag, sampled before every step's transfer is
+// posted and after each pass (as a pipeline stage charges its early
+// messages): the budget refuses a ring whose early messages do not fit,
+// naming the bytes. Rank r−1 can be at most one ring pass ahead of rank
+// r (finishing a pass needs r's first block of it, forward, or r's
+// second sum, backward), so what it holds is bounded by
+// (2cp−3) key/value blocks and 2cp−2 sums (train's engineBuffers).
+func (m *GPT) chargeRing() error {
+	b := m.cp.Stats().Buffered
+	switch {
+	case b > m.ringHeld:
+		if err := m.dev.Reserve(device.Comm, b-m.ringHeld); err != nil {
+			return fmt.Errorf("model: %d bytes of ring messages received before their receives were posted: %w", b, err)
+		}
+	case b < m.ringHeld:
+		m.dev.Release(device.Comm, m.ringHeld-b)
+	}
+	m.ringHeld = b
+	return nil
+}
 
 // ringPeers are this rank's ring neighbours.
 func (m *GPT) ringPeers() (n, me, next, prev int) {
@@ -100,9 +206,7 @@ func (m *GPT) ringForward(out, lse, qkv []float32, B int) error {
 	d := m.d
 	T := m.T
 	r := &m.ring
-	blk := B * T * 2 * d.KVl
-	cur, nxt := r.kv[0][:blk], r.kv[1][:blk]
-	m.packKV(cur, qkv, B*T)
+	kv := m.startKV(qkv, B)
 	rows := B * d.NH * T
 	mx, l := lse[:rows], r.rowA[:rows]
 	for i := range mx {
@@ -112,16 +216,19 @@ func (m *GPT) ringForward(out, lse, qkv []float32, B int) error {
 	clear(out[:B*T*d.Cl])
 	n, me, next, prev := m.ringPeers()
 	for s := 0; s < n; s++ {
+		if err := m.chargeRing(); err != nil {
+			return err
+		}
 		var w comm.Work
 		post := func() {
 			if s < n-1 {
-				w = comm.BatchP2P(m.cp, []comm.P2POp{comm.RecvOp(comm.F32(nxt), prev, tagRingKV), comm.SendOp(comm.F32(cur), next, tagRingKV)})
+				w = comm.BatchP2P(m.cp, kv.ops(prev, next))
 			}
 		}
 		if !m.ringSerial {
 			post()
 		}
-		m.ringBlockForward(out, mx, l, qkv, cur, (me-s+n)%n, B)
+		m.ringBlockForward(out, mx, l, qkv, kv.cur, (me-s+n)%n, B)
 		if m.ringSerial {
 			post()
 		}
@@ -129,8 +236,11 @@ func (m *GPT) ringForward(out, lse, qkv []float32, B int) error {
 			if err := w.Wait(); err != nil {
 				return err
 			}
+			kv.advance()
 		}
-		cur, nxt = nxt, cur
+	}
+	if err := m.chargeRing(); err != nil {
+		return err
 	}
 	for b := 0; b < B; b++ {
 		for h := 0; h < d.NH; h++ {
@@ -226,9 +336,8 @@ func (m *GPT) ringBackward(dqkv, dout, qkv, out, lse []float32, B int) error {
 			}
 		}
 	}
-	cur, nxt := r.kv[0][:blk], r.kv[1][:blk]
 	dIn, dLoc := r.dIn[:blk], r.dLoc[:blk]
-	m.packKV(cur, qkv, B*T)
+	kv := m.startKV(qkv, B)
 	n, me, next, prev := m.ringPeers()
 	var sent [2]comm.Work
 	fail := func(err error) error {
@@ -240,10 +349,13 @@ func (m *GPT) ringBackward(dqkv, dout, qkv, out, lse []float32, B int) error {
 		return err
 	}
 	for s := 0; s < n; s++ {
+		if err := m.chargeRing(); err != nil {
+			return fail(err)
+		}
 		var wkv, win comm.Work
 		post := func() {
 			if s < n-1 {
-				wkv = comm.BatchP2P(m.cp, []comm.P2POp{comm.RecvOp(comm.F32(nxt), prev, tagRingKV), comm.SendOp(comm.F32(cur), next, tagRingKV)})
+				wkv = comm.BatchP2P(m.cp, kv.ops(prev, next))
 			}
 			if s > 0 {
 				win = m.cp.Recv(comm.F32(dIn), prev, tagRingDKV)
@@ -253,7 +365,7 @@ func (m *GPT) ringBackward(dqkv, dout, qkv, out, lse []float32, B int) error {
 			post()
 		}
 		clear(dLoc)
-		m.ringBlockBackward(dqkv, dLoc, dout, qkv, cur, lse, D, (me-s+n)%n, B)
+		m.ringBlockBackward(dqkv, dLoc, dout, qkv, kv.cur, lse, D, (me-s+n)%n, B)
 		if m.ringSerial {
 			post()
 		}
@@ -278,8 +390,11 @@ func (m *GPT) ringBackward(dqkv, dout, qkv, out, lse []float32, B int) error {
 			if err := wkv.Wait(); err != nil {
 				return fail(err)
 			}
+			kv.advance()
 		}
-		cur, nxt = nxt, cur
+	}
+	if err := m.chargeRing(); err != nil {
+		return fail(err)
 	}
 	if err := m.cp.Recv(comm.F32(dIn), prev, tagRingDKV).Wait(); err != nil {
 		return fail(err)
@@ -290,6 +405,9 @@ func (m *GPT) ringBackward(dqkv, dout, qkv, out, lse []float32, B int) error {
 				return err
 			}
 		}
+	}
+	if err := m.chargeRing(); err != nil {
+		return err
 	}
 	for i := 0; i < B*T; i++ {
 		copy(dqkv[i*W+d.Cl:(i+1)*W], dIn[i*KV2:(i+1)*KV2])

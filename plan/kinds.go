@@ -234,6 +234,7 @@ func (kp *kindPart) apply(p Plan, overlap bool, share float64) kindCost {
 		}
 		if !p.Flash {
 			kc.compute.rc = kp.core.fwd
+			kc.cp += kp.cpRc // the rerun core is the ring's forward again
 		}
 		kc.act, kc.working = kp.full-kp.coreAct, kp.coreAct
 	}

@@ -276,22 +276,78 @@ func (r *recipe) tpExposedOn(pl placement, ps []tpPair) (fwd, bwd float64) {
 }
 
 // cpExposed is context parallelism's ring for the attention block (the
-// dense path's): cp−1 steps of a K and V block (MLA: a·(d_n+d_r+d_v) per
-// token over t), each hidden behind a step of the core; rc is the ring
-// again when full recomputation reruns the forward.
+// dense path's, layerComm's): cpRing's over the rank's blocks (MLA's:
+// a·(d_n+d_r+d_v) values per token over t); cp is its forward and
+// backward, rc the forward again (full recomputation, or selective
+// without flash, which reruns the core).
 func (r *recipe) cpExposed(pl placement, core passTime) (cp, rc float64) {
 	if r.p.CP == 1 {
 		return 0, 0
 	}
+	fwd, bwd := cpRing(r.p.CP, r.cpBlock(), r.k.e, r.j.Cluster.link(pl.cp), core)
+	return fwd + bwd, fwd
+}
+
+// cpRing is the exposed time of the engine's ring (model/ring.go) per
+// layer and micro-batch, forward and backward, over n = cp ranks, for
+// blocks of kv values (a rank's keys and values, B·(T/cp)·2·KV·d/t) sent
+// as K and V in the activation dtype (e bytes: kvE = kv·e) and, in the
+// backward, as fp32 sums of dK and dV (kvF = 4·kv): the bytes of
+// CPRingBytes. The steps of the core (fwd/n, bwd/n each: the
+// load-balanced split gives every step the same work) hide what travels
+// during them; with p2p(S) = α + S/β and [x]₊ = max(0, x):
+//
+//	fwd = (n−1)·[p2p(kvE) − fwd/n]₊
+//	bwd = [p2p(kvE) − bwd/n]₊ + (n−2)·[α + (kvE+kvF)/β − bwd/n]₊
+//	      + [p2p(kvF) − bwd/n]₊ + p2p(kvF)
+//
+// The backward's step 0 moves the next K, V block; steps 1…n−2 that and
+// the dK, dV sum the previous step sent (the two share the link, their
+// latencies overlap); step n−1 the sum alone; and the last step's sum
+// comes home after the last compute, exposed whole.
+func cpRing(cp int, kv, e float64, l Link, core passTime) (fwd, bwd float64) {
+	if cp <= 1 {
+		return 0, 0
+	}
+	n := float64(cp)
+	kvE, kvF := kv*e, kv*4
+	pos := func(x float64) float64 { return math.Max(0, x) }
+	cf, cb := core.fwd/n, core.bwd/n
+	fwd = (n - 1) * pos(p2p(kvE, l)-cf)
+	bwd = pos(p2p(kvE, l)-cb) + (n-2)*pos(l.Latency+(kvE+kvF)/l.BW-cb) + pos(p2p(kvF, l)-cb) + p2p(kvF, l)
+	return fwd, bwd
+}
+
+// cpBlock is the ring's block in values: a rank's keys and values of its
+// T/cp tokens of the micro-batch, its t-th share of the heads.
+func (r *recipe) cpBlock() float64 {
 	m := r.j.Model
 	perTok := 2 * float64(m.KVHeads) * float64(m.HD())
 	if m.mla() {
 		perTok = float64(m.Heads) * float64(m.MLA.QKNope+m.MLA.QKRope+m.MLA.V)
 	}
-	kv := r.T * perTok / r.t * r.k.e
-	l := r.j.Cluster.link(pl.cp)
-	n := float64(r.p.CP)
-	cp = (n - 1) * (math.Max(0, p2p(kv, l)-core.fwd/n) + math.Max(0, p2p(2*kv, l)-core.bwd/n))
-	rc = (n - 1) * math.Max(0, p2p(kv, l)-core.fwd/n)
-	return cp, rc
+	return r.T * perTok / r.t
+}
+
+// CPRingBytes is what one rank of a ring of n = cp ranks sends per layer
+// and micro-batch (and receives as much), for blocks of kv values (a
+// rank's keys and values: B·(T/cp)·2·KV/t) with keys and values of e
+// bytes (the activation dtype's, 4 in fp32, 2 under a 16-bit policy) and
+// the backward's dK, dV sums in fp32:
+//
+//	fwd = (n−1)·kv·e      bwd = (n−1)·kv·e + n·kv·4
+//
+// plus fwd again when the backward recomputes the forward (again). The
+// engine's comm_bytes.cp counts a send's and a receive's payload alike:
+// 2·(fwd + bwd) per layer and micro-batch.
+func CPRingBytes(n int, kv, e float64, again bool) (fwd, bwd float64) {
+	if n <= 1 {
+		return 0, 0
+	}
+	f := float64(n-1) * kv * e
+	bwd = f + float64(n)*kv*4
+	if again {
+		bwd += f
+	}
+	return f, bwd
 }

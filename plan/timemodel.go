@@ -80,9 +80,11 @@ func (s stageCost) total() float64 { return s.compute.total() + s.tp + s.cp + s.
 // runs with a row-parallel layer's dX GEMM and the reduce-scatter of the
 // input gradient with a column-parallel layer's.
 //
-// Context parallelism: a ring of cp-1 steps, each passing a block of K and
-// V (2·T·kv/t·d·e) while the attention of the previous block computes, so
-// only the excess is exposed; the backward passes K, V and their gradients.
+// Context parallelism: the engine's ring (cpRing) of blocks of K and V
+// (T·2·kv/t·d values) each hidden behind a step of the core, the
+// backward's fp32 sums of their gradients with them; full recomputation
+// (or selective without flash, which reruns the core) passes the
+// forward's blocks again.
 func (j Job) layerComm(p Plan, pl placement, parts computeParts) (tp, cp float64) {
 	c := j.Cluster
 	m := j.Model
@@ -112,14 +114,10 @@ func (j Job) layerComm(p Plan, pl placement, parts computeParts) (tp, cp float64
 		}
 	}
 	if p.CP > 1 {
-		core := parts.core
-		n := float64(p.CP)
-		kvBytes := 2 * j.tokens(p) * float64(m.KVHeads) / float64(p.TP) * float64(m.HD()) * actBytes(p.Precision)
-		l := c.link(pl.cp)
-		fwd := (n - 1) * math.Max(0, p2p(kvBytes, l)-core.fwd/n)
-		bwd := (n - 1) * math.Max(0, p2p(2*kvBytes, l)-core.bwd/n)
+		kv := 2 * j.tokens(p) * float64(m.KVHeads) / float64(p.TP) * float64(m.HD())
+		fwd, bwd := cpRing(p.CP, kv, actBytes(p.Precision), c.link(pl.cp), parts.core)
 		cp = fwd + bwd
-		if p.Recompute == RecomputeFull {
+		if p.Recompute == RecomputeFull || (p.Recompute == RecomputeSelective && !p.Flash) {
 			cp += fwd
 		}
 	}

@@ -71,26 +71,33 @@ func stateBytes(psi float64, zero, n int, mixed bool) float64 {
 // kernels of the given thread count, from the engine's own formulas (the
 // whole model's stash as arch declares it, the runner's scratch, the
 // state) in float64, for any configuration: the model's whole stash and
-// scratch, as a rank without tensor or pipeline parallelism holds them;
-// under expert parallelism the state of its E/ep experts of every MoE
-// block, sharded over the dp/ep ranks that hold them.
+// scratch, as a rank without tensor or pipeline parallelism holds them.
+// Under context parallelism (cp = c) a rank holds T/c tokens of every
+// sequence: its stash, scratch (the ring's, arch.Config.RingElems,
+// instead of the materialising attention's) and token buffers are those
+// of seq_len/c with the ring's attention (flash: no (T, T) term), and
+// ZeRO shards the state over dp × cp. Under expert parallelism the state
+// of its E/ep experts of every MoE block is sharded over the dp/ep ranks
+// that hold them.
 func estimate(m model.Config, microBatch int, p plan.Plan, threads int) memEstimate {
 	psi := m.ParamCount()
 	workers := max(1, min(threads, microBatch*max(1, m.KV())))
 	half := p.Precision == plan.BF16 || p.Precision == plan.FP16
-	d := arch.Dims{B: microBatch, T: m.SeqLen, Flash: p.Flash, Recompute: engineRecompute(p.Recompute)}
+	cp := max(1, p.CP)
+	T := m.SeqLen / cp
+	d := arch.Dims{B: microBatch, T: T, Flash: p.Flash || cp > 1, Recompute: engineRecompute(p.Recompute), CP: cp}
 	stash := m.StageStash(d, m.Layers, true, half).Bytes() + d.TokenBytes()
-	state := stateBytes(psi, p.ZeRO, p.DP, half)
+	state := stateBytes(psi, p.ZeRO, p.DP*cp, half)
 	if ep, _ := p.Experts(); ep > 1 && m.Experts > 0 {
 		// The routed experts' Ψ_e: a rank holds Ψ_e/ep, sharded over the
 		// dp/ep ranks holding the same experts.
 		e := float64(m.MoELayers(0, m.Layers)) * float64(m.Experts) * 3 * float64(m.Hidden) * float64(m.ExpertWidth())
-		state = stateBytes(psi-e, p.ZeRO, p.DP, half) + stateBytes(e/float64(ep), p.ZeRO, p.DP/ep, half)
+		state = stateBytes(psi-e, p.ZeRO, p.DP*cp, half) + stateBytes(e/float64(ep), p.ZeRO, p.DP/ep, half)
 	}
 	return memEstimate{
 		params: psi,
 		state:  state,
-		runner: model.WorkspaceBytes(m, microBatch, workers, p.Flash, half) + stash + 8*float64(microBatch)*float64(m.SeqLen),
+		runner: m.Workspace(d, half, float64(workers)).Bytes() + stash + 8*float64(microBatch)*float64(T),
 		meta:   layerBookkeeping * float64(m.Layers),
 	}
 }

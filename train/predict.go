@@ -173,7 +173,13 @@ func (j Job) planJob(s settings, c plan.Cluster, dpRank, tpRank int) plan.Job {
 // buffers (at most four (B,s,h) activations: a send and a receive each
 // way, also an upper bound; eight under DualPipeV, whose two chunks per
 // rank each send and receive both ways, rank pp−1's turn of the V passing
-// its gradient through one of them).
+// its gradient through one of them), and under cp the ring's messages that
+// arrive before their receives are posted (model's chargeRing): a rank's
+// predecessor on the ring is at most one ring pass ahead, so at most
+// 2cp−3 key/value blocks (the compute dtype) and 2cp−2 fp32 sums of
+// their gradients, blocks of kv = B·(T/cp)·2·KV·d/t values:
+//
+//	ring = (2cp−3)·kv·e + (2cp−2)·kv·4      (an upper bound)
 func (j Job) engineBuffers(s settings, p plan.Plan, stage, dpRank, tpRank int) float64 {
 	var b float64
 	if p.PP > 1 {
@@ -182,6 +188,15 @@ func (j Job) engineBuffers(s settings, p plan.Plan, stage, dpRank, tpRank int) f
 			n = 8
 		}
 		b = n * 4 * float64(p.MBS) * float64(j.Model.SeqLen/max(1, p.CP)) * float64(j.Model.Hidden)
+	}
+	if p.CP > 1 {
+		n := float64(p.CP)
+		kv := float64(p.MBS) * float64(j.Model.SeqLen/p.CP) * 2 * float64(j.Model.KV()*j.Model.HeadSize()/max(1, p.TP))
+		e := 4.0
+		if policy(p.Precision, j.Train).Half() {
+			e = 2
+		}
+		b += (2*n-3)*kv*e + (2*n-2)*kv*4
 	}
 	if p.ZeRO < 2 {
 		return b

@@ -147,6 +147,9 @@ func writePrediction(w io.Writer, s *Summary) {
 			e += " *"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", row.name, secs(row.pred), secs(m), e)
+		if row.name == "exposed comm" && (t.CP > 0 || s.RingSeconds > 0) {
+			fmt.Fprintf(tw, "  of which cp ring\t%s\t%s\t%s\t\n", secs(t.CP), secs(s.RingSeconds), pct(t.CP, s.RingSeconds))
+		}
 	}
 	tw.Flush()
 	writeUncovered(w, pr)
@@ -196,6 +199,9 @@ func writePredictionOnly(w io.Writer, pr *Prediction) {
 	t := pr.Time
 	fmt.Fprintf(w, "\nstep %s = compute %s + exposed comm %s + bubble %s + misc %s\n",
 		secs(t.Step), secs(t.Compute), secs(t.CommExposed), secs(t.Bubble), secs(t.Misc))
+	if t.CP > 0 {
+		fmt.Fprintf(w, "exposed comm: tp %s, cp ring %s, pp %s, dp/zero %s\n", secs(t.TP), secs(t.CP), secs(t.PP), secs(t.DP))
+	}
 	writeUncovered(w, pr)
 }
 

@@ -34,6 +34,8 @@ type reporter struct {
 	steps      []time.Duration
 	exposed    []float64          // per step: the ranks' mean wait for collectives, seconds
 	waitSoFar  float64            // the ranks' mean cumulative wait after the last step
+	ring       []float64          // per step: the ranks' mean wait for the ring (cp), seconds
+	ringSoFar  float64            // its cumulative mean after the last step
 	parts      [][3]float64       // per step: the ranks' mean compute, bubble and misc, seconds
 	partsSoFar [3]float64         // their cumulative means after the last step
 	pred       *Prediction        // the planner's prediction (nil: none)
@@ -141,6 +143,11 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		}
 		w /= float64(len(stats))
 		rep.exposed, rep.waitSoFar = append(rep.exposed, w-rep.waitSoFar), w
+		rw := 0.0
+		for _, s := range stats {
+			rw += s.RingWait.Seconds() / float64(len(stats))
+		}
+		rep.ring, rep.ringSoFar = append(rep.ring, rw-rep.ringSoFar), rw
 		var cur, d [3]float64
 		for _, s := range stats {
 			cur[0] += s.Compute.Seconds() / float64(len(stats))
@@ -164,7 +171,7 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		m.Run, m.Sample = rep.header, rep.lineSample
 		for _, s := range stats {
 			compute, misc, peer := s.Compute.Seconds(), s.Misc.Seconds(), s.PeerWait.Seconds()
-			m.Ranks = append(m.Ranks, metrics.Rank{Rank: s.Rank, Tags: tagsOf(s.Peak, s.PeakAll), CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds(),
+			m.Ranks = append(m.Ranks, metrics.Rank{Rank: s.Rank, Tags: tagsOf(s.Peak, s.PeakAll), CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds(), RingWaitS: s.RingWait.Seconds(),
 				ComputeS: &compute, BubbleS: s.Bubble.Seconds(), MiscS: &misc,
 				CommBytes: s.CommBytes, Predicted: rep.pred.rankJSON(s.Rank)})
 			if s.PeerWait > 0 {
@@ -262,6 +269,7 @@ func (rep *reporter) finish(s *Summary) {
 	s.SkippedSteps, s.LossScale = rep.skipped, rep.scale
 	s.Experts = rep.experts
 	s.StepSeconds, s.ExposedSeconds, s.Prediction = medianDur(rep.steps), median(rep.exposed), rep.pred
+	s.RingSeconds = median(rep.ring)
 	for i, p := range []*float64{&s.ComputeSeconds, &s.BubbleSeconds, &s.MiscSeconds} {
 		xs := make([]float64, len(rep.parts))
 		for k, d := range rep.parts {

@@ -71,6 +71,7 @@ type Summary struct {
 	Plan                string
 	StepSeconds         float64 // median step time
 	ExposedSeconds      float64 // median over steps of the ranks' mean wait for collectives
+	RingSeconds         float64 // … of the ranks' mean wait for the ring attention's transfers (cp)
 	// Medians over steps of the ranks' mean compute, bubble and misc
 	// (train/split.go).
 	ComputeSeconds, BubbleSeconds, MiscSeconds float64
@@ -91,6 +92,7 @@ type RankStats struct {
 	PeakAll  int64    // peak bytes of all tags together
 	CommBusy time.Duration
 	CommWait time.Duration // exposed: the steps' waits on collectives (a pipeline's transfers are in Bubble)
+	RingWait time.Duration // the part of CommWait that is the ring attention's (cp)
 	// The rest of the steps' wall time on the rank (train/split.go):
 	// forward and backward, a pipeline's waits on its neighbours, and
 	// everything else (data, optimizer, bookkeeping). Compute + CommWait +

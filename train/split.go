@@ -37,6 +37,7 @@ type stepClock struct {
 	compute, comm, bubble, misc time.Duration // cumulative over steps
 	meanBusy                    time.Duration // cumulative: the loss all-reduces (blocking: all exposed)
 	peer                        time.Duration // cumulative: the part of compute that waited for peers (skew)
+	ring                        time.Duration // cumulative: the ring attention's waits (cp), a part of comm
 	steps                       time.Duration // cumulative: the steps' wall time on this rank
 
 	// The step under way.
@@ -45,6 +46,7 @@ type stepClock struct {
 	excluded        time.Duration // not the next step's: evaluation, samples, checkpoints since then
 	wait0, pp0      time.Duration // exposed and pipeline waits at its start
 	skew0, mean0    time.Duration // waits for peers at its start: the strategy's and tp's, the loss mean's
+	ring0           time.Duration // the ring's waits at its start
 	fb, fbWait, get time.Duration // forward/backward wall time, the waits and data loading inside it
 	fbStart         time.Time
 	fbWait0         time.Duration
@@ -72,6 +74,7 @@ func (r *rank) beginStep() {
 	c.start = time.Now()
 	c.wait0, c.pp0 = r.waits()
 	c.skew0, c.mean0 = r.skews()
+	c.ring0 = r.top.cpStats().Wait
 	c.fb, c.fbWait, c.get, c.lossMean = 0, 0, 0, 0
 }
 
@@ -108,6 +111,7 @@ func (r *rank) endStep(dt time.Duration) {
 		c.compute += meanSkew
 		c.peer += meanSkew
 	}
+	c.ring += r.top.cpStats().Wait - c.ring0
 	c.meanBusy += c.lossMean
 	c.steps += dt
 	c.misc += dt - c.fb - (wait - c.fbWait) - c.lossMean + c.get

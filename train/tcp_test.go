@@ -90,7 +90,8 @@ func TestTCPProcessesMatchLocal(t *testing.T) {
 		{"dp=2,zero=3", 2, tinyJob},
 		{"dp=2,zero=0", 2, tinyJob},
 		{"tp=2,sp=on", 2, tinyJob},
-		{"cp=2,flash=on", 2, tinyJob}, // the ring's point-to-point blocks between processes
+		{"cp=2,flash=on", 2, tinyJob},                // the ring's point-to-point blocks between processes
+		{"cp=2,flash=on,precision=bf16", 2, tinyJob}, // … its keys and values in 16 bits
 		{"dp=4,zero=3", 4, wide},
 	} {
 		t.Run(c.plan, func(t *testing.T) {
