@@ -2,6 +2,8 @@ package train
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -55,25 +57,50 @@ func BenchmarkPipelineBubble(b *testing.B) { pipelineBubble(b, 512, 3) }
 //	go test ./train -run '^$' -bench PipelineBubbleNarrow -benchtime 1x
 func BenchmarkPipelineBubbleNarrow(b *testing.B) { pipelineBubble(b, 256, 5) }
 
+// BenchmarkPipelineBubblePP4 is BenchmarkPipelineBubbleNarrow at pp=4 over
+// 8 blocks (a block a DualPipeV chunk, two a 1F1B stage), 1f1b, zb-h1 and
+// dualpipev over 3 runs. On the 2-vCPU machine four ranks share two cores,
+// so step-idle-* counts waits for a core too; replay-* and wire-* (the
+// schedule's dependencies on the measured pass durations, without and with
+// the link) are the schedule's own bubble.
+//
+//	go test ./train -run '^$' -bench 'PipelineBubblePP4$' -benchtime 1x
+func BenchmarkPipelineBubblePP4(b *testing.B) {
+	pipelineBubbleAt(b, 256, 3, 4, 8, "1f1b", "zb-h1", "dualpipev")
+}
+
 // pipelineBubble is BenchmarkPipelineBubble at width hidden over reps runs.
-func pipelineBubble(b *testing.B, hidden, reps int) {
-	const p, m, steps = 2, 8, 11
+func pipelineBubble(b *testing.B, hidden, reps int) { pipelineBubbleAt(b, hidden, reps, 2, 4) }
+
+// pipelineBubbleAt is pipelineBubble at pp = p over a model of the given
+// layers, for the named schedules (none: all five).
+func pipelineBubbleAt(b *testing.B, hidden, reps, p, layers int, only ...string) {
+	const m, steps = 8, 11
+	pf := func(s string) string { return fmt.Sprintf("pp=%d,%s", p, s) }
 	schedules := []struct {
 		name, plan string
 		textbook   float64
 	}{
-		{"1f1b", "pp=2,schedule=1f1b", float64(p-1) / float64(m+p-1)},
-		{"gpipe", "pp=2,schedule=gpipe", float64(p-1) / float64(m+p-1)},
-		{"interleaved", "pp=2,vpp=2,schedule=interleaved", float64(p-1) / float64(2*m+p-1)},
-		{"zb-h1", "pp=2,schedule=zb-h1", float64(p-1) / float64(3*m+p-1)},
+		{"1f1b", pf("schedule=1f1b"), float64(p-1) / float64(m+p-1)},
+		{"gpipe", pf("schedule=gpipe"), float64(p-1) / float64(m+p-1)},
+		{"interleaved", pf("vpp=2,schedule=interleaved"), float64(p-1) / float64(2*m+p-1)},
+		{"zb-h1", pf("schedule=zb-h1"), float64(p-1) / float64(3*m+p-1)},
 		// per chunk (half a stage) F = B = W: (p−1)F idle in 6m + (p−1) chunk passes
-		{"dualpipev", "pp=2,schedule=dualpipev", float64(p-1) / float64(6*m+p-1)},
+		{"dualpipev", pf("schedule=dualpipev"), float64(p-1) / float64(6*m+p-1)},
+	}
+	if len(only) > 0 {
+		schedules = slices.DeleteFunc(schedules, func(s struct {
+			name, plan string
+			textbook   float64
+		}) bool {
+			return !slices.Contains(only, s.name)
+		})
 	}
 	for i := 0; i < b.N; i++ {
 		runs := map[string][]bubbleResult{}
 		for rep := 0; rep < reps; rep++ {
 			for _, s := range schedules {
-				if r, ok := bubbleRun(b, s.plan, hidden, p, m, steps); ok {
+				if r, ok := bubbleRun(b, s.plan, hidden, layers, p, m, steps); ok {
 					runs[s.name] = append(runs[s.name], r)
 				}
 			}
@@ -114,6 +141,9 @@ func pipelineBubble(b *testing.B, hidden, reps int) {
 			b.Logf("%-12s idle %.3f (runs %.3f)  step-idle %.3f (runs %.3f)  replay %.3f  wire %.3f  (at rank means %.3f, at means %.3f, own spans %.3f)  textbook %.3f  F %.2f B %.2f W %.2f ms, W's ahead %.1f, step %.1f ms (runs %.1f)",
 				s.name, idle, idles, step, stepv, replay, wire, ranked, flat, flatOwn, s.textbook, f, bw, w, ahead, span, spans)
 		}
+		if a, v := med["1f1b"], med["dualpipev"]; a.step > 0 && v.step > 0 {
+			b.ReportMetric(v.step/a.step, "step-dualpipev/1f1b")
+		}
 		if a, z := med["1f1b"], med["zb-h1"]; a.idle > 0 && a.step > 0 {
 			b.ReportMetric(z.idle/a.idle, "zb-h1/1f1b")
 			b.ReportMetric(z.step/a.step, "step-zb-h1/1f1b")
@@ -140,11 +170,11 @@ type bubbleResult struct {
 	ranked, flat, flatOwn float64
 }
 
-// bubbleRun trains plan at width hidden with a trace and measures it
-// (bubbleResult).
-func bubbleRun(b *testing.B, plan string, hidden, p, m, steps int) (bubbleResult, bool) {
+// bubbleRun trains plan on a model of the given layers at width hidden
+// with a trace and measures it (bubbleResult).
+func bubbleRun(b *testing.B, plan string, hidden, layers, p, m, steps int) (bubbleResult, bool) {
 	const micro, seq = 2, 64
-	j := benchJob(plan, 4, micro, micro*m, steps)
+	j := benchJob(plan, layers, micro, micro*m, steps)
 	j.Model.Hidden, j.Model.Heads, j.Model.SeqLen = hidden, 4, seq
 	j.Parallel.LinkLatency, j.Parallel.LinkBandwidth = "100us", "1GB"
 	w := pp.Wire{Latency: 100, Gap: int64(micro * seq * hidden * 4 / 1000)} // µs: fp32 boundary bytes at 1 GB/s
