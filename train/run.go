@@ -71,6 +71,7 @@ type Summary struct {
 	Plan                string
 	StepSeconds         float64 // median step time
 	ExposedSeconds      float64 // median over steps of the ranks' mean wait for collectives
+	EPSeconds           float64 // the same of its expert-parallel all-to-alls (RankStats.EPWait; 0 without ep)
 	// Medians over steps of the ranks' mean compute, bubble and misc
 	// (train/split.go).
 	ComputeSeconds, BubbleSeconds, MiscSeconds float64
@@ -101,6 +102,10 @@ type RankStats struct {
 	// groups' last members arrived (comm.Stats.Skew; 0 where the backend
 	// cannot tell).
 	PeerWait time.Duration
+	// EPWait is the part of CommWait spent in expert parallelism's
+	// all-to-alls (the count exchanges and the rows' all-to-all-v's) once
+	// the group's members had arrived (split.go's epWait; 0 without ep).
+	EPWait time.Duration
 
 	// CommBytes are the payload bytes passed to collectives per mesh axis.
 	CommBytes CommBytes
