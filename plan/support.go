@@ -107,8 +107,8 @@ func engineMoERefusals(m Model, p Plan) []string {
 
 // engineEPRefusals are EngineRefusals' lines for expert parallelism: the
 // engine carves ep groups of ep consecutive data-parallel ranks out of
-// the dp axis (etp = 1), so ep divides dp and the experts; its dispatch
-// buffers are sized by capacity, so routing is capacity-bound; the cp
+// the dp axis (etp = 1), so ep divides dp and the experts (its dispatch
+// buffers hold arch's ExpertRows bound, capacity or dropless); the cp
 // axis is not folded into the ep groups.
 func engineEPRefusals(m Model, p Plan) []string {
 	ep, etp := p.Experts()
