@@ -43,6 +43,7 @@ func TestEngineRefusesMoEByName(t *testing.T) {
 		{func(m *Model, _ *Plan) { m.MoE.Groups, m.MoE.GroupTopK = 4, 2 }, "moe.groups=4, group_top_k=2"},
 		{func(m *Model, _ *Plan) { m.MoE.SharedFFN = 48 }, "moe.shared_ffn=48"},
 		{func(_ *Model, p *Plan) { p.TP = 2 }, "tp=2 with experts"},
+		{func(_ *Model, p *Plan) { p.CP = 2 }, "cp=2 with experts"},
 		{func(m *Model, p *Plan) { m.MoE.CapacityFactor, p.DP = 1, 4; p.SetExperts(2, 2) }, "etp=2: the engine does not implement expert tensor parallelism"},
 		{func(m *Model, p *Plan) { m.MoE.CapacityFactor, p.DP = 1, 2; p.SetExperts(4, 1) }, "ep=4 does not divide dp=2"},
 		{func(m *Model, p *Plan) { m.MoE.CapacityFactor, p.DP, p.CP = 1, 2, 2; p.SetExperts(2, 1) }, "ep=2 with cp=2"},

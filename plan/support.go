@@ -45,7 +45,8 @@ import "fmt"
 //	             Llama with biases or a head_dim other than hidden/heads
 //	model        multi-head latent attention; router or expert biases
 //	             (DeepSeek-V3's aux-loss-free bias), a shared-expert gate,
-//	             group-limited routing; experts under tp > 1
+//	             group-limited routing; experts under tp > 1 or cp > 1
+//	             (the router's capacity and aux loss are a rank's tokens')
 //	ep           with cp > 1, or a pipeline stage without an MoE block
 //	etp          expert tensor parallelism
 //	schedule     dualpipe, dualpipev
@@ -101,6 +102,9 @@ func engineMoERefusals(m Model, p Plan) []string {
 	}
 	if p.TP > 1 {
 		out = append(out, fmt.Sprintf("tp=%d with experts: the engine runs MoE layers unsplit (expert tensor parallelism is not implemented)", p.TP))
+	}
+	if p.CP > 1 {
+		out = append(out, fmt.Sprintf("cp=%d with experts: the engine's router takes capacity and the aux loss over a rank's tokens, and a cp rank holds a share of every sequence (MoE layers under cp are not implemented)", p.CP))
 	}
 	return out
 }

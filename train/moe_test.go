@@ -415,7 +415,7 @@ func TestEPBitIdenticalAndResume(t *testing.T) {
 }
 
 // What expert parallelism does not run is refused before anything starts,
-// naming the keys: ep not dividing dp or the experts,
+// naming the keys: ep not dividing dp or the experts, experts under cp,
 // ep with cp, expert tensor parallelism, tp with experts.
 func TestEPRefusedByName(t *testing.T) {
 	for _, c := range []struct {
@@ -428,6 +428,7 @@ func TestEPRefusedByName(t *testing.T) {
 		{"dp=2,cp=2,ep=2", 0.75, "ep=2 with cp=2"},
 		{"dp=2,ep=1,etp=2", 0.75, "etp=2: the engine does not implement expert tensor parallelism"},
 		{"dp=2,tp=2,ep=2", 0.75, "tp=2 with experts"},
+		{"cp=2", 0, "cp=2 with experts"}, // it used to panic in model.allocMoE
 	} {
 		_, err := moeJob(c.plan, 2, c.capacity).resolve()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
