@@ -94,12 +94,26 @@ func (c Config) Routed(n int) int {
 }
 
 // ExpertRows is the rows an MoE layer's experts on one rank hold for n
-// tokens a rank: Routed(n), or under expert parallelism (ep > 1, which
-// needs a capacity) E·cap — each of its E/ep experts takes at most cap
-// rows from each of the ep ranks.
+// tokens a rank: Routed(n), or under expert parallelism (ep > 1) the most
+// the rank can receive from its group, the least of two bounds:
+//
+//	E·cap             each of its E/ep experts takes at most cap rows from
+//	                  each of the ep ranks (capacity routing only)
+//	ep·n·min(k, E/ep) every token of every ep rank routed to this rank's
+//	                  experts, each at most min(k, E/ep) times (a token's
+//	                  k experts are distinct): the dropless bound, which
+//	                  routing every token to the same k experts attains
+//	                  when k ≤ E/ep
+//
+// The engine sizes its dispatch buffers and the experts' saved rows by
+// it, so dropless routing's worst case always fits.
 func (c Config) ExpertRows(n, ep int) int {
 	if ep > 1 {
-		return c.Experts * c.Capacity(n)
+		r := ep * n * min(c.TopK, c.Experts/ep)
+		if cp := c.Capacity(n); cp > 0 {
+			r = min(r, c.Experts*cp)
+		}
+		return r
 	}
 	return c.Routed(n)
 }

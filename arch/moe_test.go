@@ -86,3 +86,27 @@ func TestMoEValidate(t *testing.T) {
 		t.Errorf("tp=2 with experts: %v", err)
 	}
 }
+
+// ExpertRows under expert parallelism is the least of the capacity's
+// bound E·cap and the dropless worst case ep·n·min(k, E/ep): every token
+// of every ep rank routed to one rank's experts, each at most
+// min(k, E/ep) times.
+func TestExpertRowsBounds(t *testing.T) {
+	c := Config{Experts: 4, TopK: 2}
+	for _, tc := range []struct {
+		cf        float64
+		n, ep, is int
+	}{
+		{0, 10, 1, 20},  // dropless, one rank: n·k
+		{0, 10, 2, 40},  // 2·10·min(2, 2)
+		{0, 10, 4, 40},  // 4·10·min(2, 1)
+		{1, 10, 2, 20},  // cap 5: E·cap = 20 < 40
+		{10, 10, 2, 40}, // cap 50: E·cap = 200, the dropless 40 is less
+		{1, 10, 1, 20},  // one rank: min(n·k, E·cap)
+	} {
+		c.CapacityFactor = tc.cf
+		if got := c.ExpertRows(tc.n, tc.ep); got != tc.is {
+			t.Errorf("capacity_factor %g, n %d, ep %d: ExpertRows %d, want %d", tc.cf, tc.n, tc.ep, got, tc.is)
+		}
+	}
+}

@@ -147,9 +147,8 @@ func (s Slice) Runs(n int, fn func(local, global, length int)) {
 }
 
 // validateEP checks expert parallelism against c: an MoE model whose
-// experts ep divides, its rank in range, and capacity routing (the
-// dispatch buffers are sized by capacity: an expert receives at most cap
-// rows from each of the ep ranks).
+// experts ep divides and its rank in range; capacity and dropless routing
+// both run (the dispatch buffers are sized by ExpertRows' bound).
 func (p Part) validateEP(c Config) []error {
 	ep := p.EPDegree()
 	switch {
@@ -163,9 +162,6 @@ func (p Part) validateEP(c Config) []error {
 	var errs []error
 	if c.Experts%ep != 0 {
 		errs = append(errs, fmt.Errorf("ep=%d does not divide model.experts=%d", ep, c.Experts))
-	}
-	if c.CapacityFactor <= 0 {
-		errs = append(errs, fmt.Errorf("ep=%d needs model.capacity_factor > 0: the engine sizes the experts' dispatch buffers by their capacity (dropless expert parallelism is not implemented)", ep))
 	}
 	return errs
 }

@@ -82,8 +82,12 @@ type Rank struct {
 	// shared cores, for the cores they hold). Absent where the backend
 	// cannot tell (tcp, mpi) and in older files.
 	PeerWaitS *float64 `json:"peer_wait_s,omitempty"`
-	BubbleS  float64  `json:"bubble_s"`            // pipeline idle
-	MiscS    *float64 `json:"misc_s,omitempty"`    // the rest of the step
+	// EPWaitS is the part of CommWaitS spent in expert parallelism's
+	// all-to-alls once the group's members had arrived. Absent without ep
+	// and in older files.
+	EPWaitS *float64 `json:"ep_wait_s,omitempty"`
+	BubbleS float64  `json:"bubble_s"`         // pipeline idle
+	MiscS   *float64 `json:"misc_s,omitempty"` // the rest of the step
 
 	CommBytes CommBytes `json:"comm_bytes"`          // per mesh axis
 	Predicted *Tags     `json:"predicted,omitempty"` // the planner's prediction of the peaks

@@ -13,10 +13,11 @@ import "trellis/tensor"
 // projection over the local experts — and the outputs go back by the
 // inverse all-to-all-v, so the combine and everything after it are the
 // single device's. The backward mirrors it: the rows' output gradients
-// out, the experts' backward, their input gradients back. Capacity
-// routing bounds what an expert receives (cap rows from each of the ep
-// ranks: E·cap rows in all, arch's ExpertRows), so every buffer is sized
-// before the step; an expert's weight gradient sums its rows from every
+// out, the experts' backward, their input gradients back. What a rank
+// receives is bounded before the step (arch's ExpertRows): under capacity
+// routing cap rows an expert from each of the ep ranks, E·cap in all;
+// dropless, every token of the group routed to this rank's experts,
+// ep·n·min(k, E/ep) rows; so every buffer is sized before the step; an expert's weight gradient sums its rows from every
 // rank of the group (the data-parallel mean, that sum averaged over the
 // expert-data-parallel group and scaled by 1/ep, is the strategy's:
 // train's epState).

@@ -101,8 +101,8 @@ func epRun(t *testing.T, cfg Config, ep int, pol precision.Policy, w []float32) 
 // summed over the ranks (the data-parallel reduction), its dense
 // gradients; each rank's experts' gradients are the single device's of
 // those experts (their rows from every rank) — capacity below and above
-// one (dropped tokens; an expert receiving more than its even share),
-// dropout on, a shared expert and a dense first block, fp32 within 1e-5
+// one (dropped tokens; an expert receiving more than its even share) and
+// dropless (the buffers sized for arch's ExpertRows worst case), dropout on, a shared expert and a dense first block, fp32 within 1e-5
 // and bf16 within 16-bit rounding.
 func TestExpertParallelMatchesOneDevice(t *testing.T) {
 	cfg := tinyMoE
@@ -112,7 +112,8 @@ func TestExpertParallelMatchesOneDevice(t *testing.T) {
 		cf  float64
 		pol precision.Policy
 		tol float64
-	}{{2, 0.75, precision.FP32(), 1e-5}, {4, 1.5, precision.FP32(), 1e-5}, {2, 1.25, precision.BF16(), 2e-2}} {
+	}{{2, 0.75, precision.FP32(), 1e-5}, {4, 1.5, precision.FP32(), 1e-5}, {2, 1.25, precision.BF16(), 2e-2},
+		{2, 0, precision.FP32(), 1e-5}, {4, 0, precision.FP32(), 1e-5}, {4, 0, precision.BF16(), 2e-2}} { // 0: dropless
 		t.Run(fmt.Sprintf("ep=%d/capacity=%g/%v", tc.ep, tc.cf, tc.pol), func(t *testing.T) {
 			c := cfg
 			c.CapacityFactor = tc.cf

@@ -31,6 +31,12 @@ type EngineStore struct {
 	// blockwise one, which keeps none). Without a store the planner
 	// assumes delayed scaling's default, 16.
 	FP8History int
+	// PairLinks says the engine's ranks talk over emulated links that give
+	// every pair of ranks its own link for point-to-point messages
+	// (comm/local's link emulation: messages to different peers travel at
+	// once), not one port per rank: expert parallelism's all-to-all-v's
+	// then take one peer's message time, not ep−1 of them (engineA2A).
+	PairLinks bool
 }
 
 // dpBuckets is how a data-parallel reduction of the P parameters of

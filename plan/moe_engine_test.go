@@ -6,8 +6,8 @@ import (
 )
 
 // The engine runs an MoE Llama whose experts are its MoE layer's, at
-// tp=1 and ep=1 (or ep > 1 with capacity routing, ep dividing dp and the
-// experts, cp=1, etp=1), and refuses by name what it does not compute.
+// tp=1 and ep=1 (or ep > 1 with capacity or dropless routing, ep dividing
+// dp and the experts, cp=1, etp=1), and refuses by name what it does not compute.
 func TestEngineRefusesMoEByName(t *testing.T) {
 	m := Model{Name: "moe", Family: Llama, Layers: 4, Hidden: 64, Heads: 4, KVHeads: 4, FFN: 128, Vocab: 256, MaxSeq: 32,
 		MoE: &MoE{Experts: 8, TopK: 2, FFN: 32, SharedFFN: 32, DenseFirst: 1, Every: 1, Score: "softmax"}}
@@ -24,6 +24,11 @@ func TestEngineRefusesMoEByName(t *testing.T) {
 	if got := EngineRefusals(ep, pe); len(got) != 0 {
 		t.Errorf("ep=4 over dp=4 with capacity routing is refused: %v", got)
 	}
+	dl := m
+	dl.MoE = &MoE{Experts: 8, TopK: 2, FFN: 32} // dropless
+	if got := EngineRefusals(dl, pe); len(got) != 0 {
+		t.Errorf("ep=4 over dp=4 with dropless routing is refused: %v", got)
+	}
 	sig := m
 	sig.MoE = &MoE{Experts: 8, TopK: 2, FFN: 32, Score: "sigmoid"}
 	if got := EngineRefusals(sig, p); len(got) != 0 {
@@ -38,7 +43,7 @@ func TestEngineRefusesMoEByName(t *testing.T) {
 		{func(m *Model, _ *Plan) { m.MoE.Groups, m.MoE.GroupTopK = 4, 2 }, "moe.groups=4, group_top_k=2"},
 		{func(m *Model, _ *Plan) { m.MoE.SharedFFN = 48 }, "moe.shared_ffn=48"},
 		{func(_ *Model, p *Plan) { p.TP = 2 }, "tp=2 with experts"},
-		{func(_ *Model, p *Plan) { p.DP = 2; p.SetExperts(2, 1) }, "dropless expert parallelism is not implemented"},
+		{func(_ *Model, p *Plan) { p.CP = 2 }, "cp=2 with experts"},
 		{func(m *Model, p *Plan) { m.MoE.CapacityFactor, p.DP = 1, 4; p.SetExperts(2, 2) }, "etp=2: the engine does not implement expert tensor parallelism"},
 		{func(m *Model, p *Plan) { m.MoE.CapacityFactor, p.DP = 1, 2; p.SetExperts(4, 1) }, "ep=4 does not divide dp=2"},
 		{func(m *Model, p *Plan) { m.MoE.CapacityFactor, p.DP, p.CP = 1, 2, 2; p.SetExperts(2, 1) }, "ep=2 with cp=2"},

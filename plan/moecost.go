@@ -89,7 +89,61 @@ func (r *recipe) routed(ex expertPlacement) routedCost {
 	}
 	c.a2aFwd = disp + comb + gath
 	c.a2aBwd = disp + comb + gath
+	if j.Engine != nil && ex.ep.n > 1 {
+		c.a2aFwd, c.a2aBwd = r.engineA2A(ex, n)
+	}
 	return c
+}
+
+// engineA2A is the Trellis engine's all-to-alls of one MoE layer and
+// micro-batch over its expert-parallel group of ep ranks (model/ep.go),
+// forward and backward, for a rank routing n tokens. Each pass first
+// exchanges the per-expert row counts (an all-to-all of E fp32 values a
+// rank, E/ep to each peer), then runs two all-to-all-v's of rows of h
+// values: forward the tokens out in the activation dtype (e_a: 4 in
+// fp32, 2 under a 16-bit policy: model/gpt.go's sendX, recvX) and the
+// experts' fp32 outputs back; backward the fp32 output gradients out and
+// the fp32 input gradients back. A rank sends each peer the rows of that
+// peer's E/ep experts — under capacity routing at most cap = ⌈c·n·k/E⌉
+// of each (arch.Config.Capacity; what a rank sends is what survives its
+// own capacity), in dropless routing ρ times the balanced share k·n/ep
+// (ρ the job's imbalance) — and a token reaches a peer at most
+// min(k, E/ep) times (its k experts are distinct):
+//
+//	Q      = min(E/ep·cap, n·min(k, E/ep))         (capacity: an upper bound)
+//	Q      = min(ρ·k·n/ep, n·min(k, E/ep))         (dropless)
+//	counts = α + (ep−1)·(E/ep)·4/β
+//	rows(e)= α + w·Q·h·e/β
+//	fwd    = counts + rows(e_a) + rows(4)          bwd = counts + 2·rows(4)
+//
+// with w = ep−1 where a rank's messages share one port (a real network),
+// and w = 1 where every pair of ranks has its own link
+// (EngineStore.PairLinks: comm/local's emulated point-to-point links,
+// whose messages to different peers travel at once). Nothing overlaps
+// them: the engine blocks on each, so all of it is exposed.
+func (r *recipe) engineA2A(ex expertPlacement, n float64) (fwd, bwd float64) {
+	j, m := r.j, r.j.Model
+	e := m.experts()
+	ep := float64(ex.ep.n)
+	E, K, h := float64(e.Experts), float64(e.TopK), float64(m.Hidden)
+	el := E / ep
+	most := n * math.Min(K, el)
+	q := math.Min(j.imbalance()*K*n/ep, most)
+	if c := e.CapacityFactor; c > 0 {
+		q = math.Min(el*math.Ceil(c*n*K/E), most)
+	}
+	l := j.Cluster.link(ex.ep)
+	w := ep - 1
+	if j.Engine.PairLinks {
+		w = 1
+	}
+	ea := 4.0
+	if r.p.Precision != FP32 {
+		ea = 2
+	}
+	counts := l.Latency + (ep-1)*el*4/l.BW
+	rows := func(b float64) float64 { return l.Latency + w*q*h*b/l.BW }
+	return counts + rows(ea) + rows(4), counts + 2*rows(4)
 }
 
 // grouped is `count` GEMMs of m rows, n outputs, kk inputs, forward, dX

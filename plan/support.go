@@ -30,8 +30,10 @@ import "fmt"
 // capacity or dropless, shared experts, dense-first layers and an MoE
 // layer every moe_every; no router or expert biases, no shared-expert gate,
 // no group-limited routing, and tp = 1 (the engine does not split the
-// experts). Expert parallelism (ep > 1, etp = 1) runs with capacity
-// routing when ep divides the experts and dp (the ep group is ep
+// experts). Expert parallelism (ep > 1, etp = 1) runs with capacity or
+// dropless routing (dispatch buffers sized by arch's ExpertRows: the
+// capacity's bound, or dropless every token of the group to one rank's
+// experts) when ep divides the experts and dp (the ep group is ep
 // consecutive dp ranks, the expert-data-parallel group the dp ranks of
 // one ep index), with every ZeRO stage, pp and every precision the MoE
 // layer runs, and cp = 1.
@@ -43,9 +45,9 @@ import "fmt"
 //	             Llama with biases or a head_dim other than hidden/heads
 //	model        multi-head latent attention; router or expert biases
 //	             (DeepSeek-V3's aux-loss-free bias), a shared-expert gate,
-//	             group-limited routing; experts under tp > 1
-//	ep           with cp > 1, dropless routing (capacity_factor 0), or
-//	             a pipeline stage without an MoE block
+//	             group-limited routing; experts under tp > 1 or cp > 1
+//	             (the router's capacity and aux loss are a rank's tokens')
+//	ep           with cp > 1, or a pipeline stage without an MoE block
 //	etp          expert tensor parallelism
 //	schedule     dualpipe (dualpipev runs)
 func EngineRefusals(m Model, p Plan) []string {
@@ -101,13 +103,16 @@ func engineMoERefusals(m Model, p Plan) []string {
 	if p.TP > 1 {
 		out = append(out, fmt.Sprintf("tp=%d with experts: the engine runs MoE layers unsplit (expert tensor parallelism is not implemented)", p.TP))
 	}
+	if p.CP > 1 {
+		out = append(out, fmt.Sprintf("cp=%d with experts: the engine's router takes capacity and the aux loss over a rank's tokens, and a cp rank holds a share of every sequence (MoE layers under cp are not implemented)", p.CP))
+	}
 	return out
 }
 
 // engineEPRefusals are EngineRefusals' lines for expert parallelism: the
 // engine carves ep groups of ep consecutive data-parallel ranks out of
-// the dp axis (etp = 1), so ep divides dp and the experts; its dispatch
-// buffers are sized by capacity, so routing is capacity-bound; the cp
+// the dp axis (etp = 1), so ep divides dp and the experts (its dispatch
+// buffers hold arch's ExpertRows bound, capacity or dropless); the cp
 // axis is not folded into the ep groups.
 func engineEPRefusals(m Model, p Plan) []string {
 	ep, etp := p.Experts()
@@ -129,9 +134,6 @@ func engineEPRefusals(m Model, p Plan) []string {
 	}
 	if p.CP > 1 {
 		out = append(out, fmt.Sprintf("ep=%d with cp=%d: the engine carves ep groups out of the dp axis alone (expert parallelism over dp × cp is not implemented)", ep, p.CP))
-	}
-	if m.MoE.CapacityFactor <= 0 {
-		out = append(out, fmt.Sprintf("ep=%d with moe.capacity_factor=0: the engine sizes the experts' dispatch buffers by their capacity (dropless expert parallelism is not implemented)", ep))
 	}
 	return out
 }

@@ -208,8 +208,8 @@ func (r *rank) gatherStats(ctx context.Context) ([]RankStats, bool, error) {
 	// evaluation waited.
 	c := r.clock
 	vals := append(ds.Peak[:], ds.PeakTotal, int64(cs.Busy+c.meanBusy), int64(c.comm), cb.TP, cb.DP, cb.PP, cancelled,
-		int64(c.compute), int64(c.bubble), int64(c.misc), int64(c.steps), cb.CP, cb.EP, int64(c.peer), int64(c.ring))
-	const per = 21
+		int64(c.compute), int64(c.bubble), int64(c.misc), int64(c.steps), cb.CP, cb.EP, int64(c.peer), int64(c.ring), int64(c.ep))
+	const per = 22
 	mine := make([]float32, 3*per)
 	for i, v := range vals {
 		mine[3*i], mine[3*i+1], mine[3*i+2] = float32(v>>42), float32((v>>21)&(1<<21-1)), float32(v&(1<<21-1))
@@ -242,6 +242,7 @@ func (r *rank) gatherStats(ctx context.Context) ([]RankStats, bool, error) {
 		out[q].CommBytes.EP = get(18)
 		out[q].PeerWait = time.Duration(get(19))
 		out[q].RingWait = time.Duration(get(20))
+		out[q].EPWait = time.Duration(get(21))
 	}
 	return out, stop, nil
 }

@@ -161,6 +161,9 @@ func (j Job) planJob(s settings, c plan.Cluster, dpRank, tpRank int) plan.Job {
 	if f := s.policy.F8; f.Recipe == precision.Delayed {
 		store.FP8History = f.History
 	}
+	// comm/local's emulated links carry point-to-point messages on a link
+	// per pair of ranks (expert parallelism's all-to-all-v's).
+	store.PairLinks = !s.processes && (s.linkBW > 0 || s.linkLat > 0)
 	store.Buffers = func(p plan.Plan, stage int) float64 { return j.engineBuffers(s, p, stage, dpRank, tpRank) }
 	store.Buckets = func(p plan.Plan, stage int) float64 { return j.engineBuckets(s, p, stage) }
 	return plan.Job{Model: planModel(j.Model), Cluster: c, Devices: s.ranks, Seq: j.Model.SeqLen,

@@ -150,6 +150,9 @@ func writePrediction(w io.Writer, s *Summary) {
 		if row.name == "exposed comm" && (t.CP > 0 || s.RingSeconds > 0) {
 			fmt.Fprintf(tw, "  of which cp ring\t%s\t%s\t%s\t\n", secs(t.CP), secs(s.RingSeconds), pct(t.CP, s.RingSeconds))
 		}
+		if row.name == "exposed comm" && (t.EP > 0 || s.EPSeconds > 0) {
+			fmt.Fprintf(tw, "  of which ep all-to-all\t%s\t%s\t%s\t\n", secs(t.EP), secs(s.EPSeconds), pct(t.EP, s.EPSeconds))
+		}
 	}
 	tw.Flush()
 	writeUncovered(w, pr)
@@ -199,8 +202,8 @@ func writePredictionOnly(w io.Writer, pr *Prediction) {
 	t := pr.Time
 	fmt.Fprintf(w, "\nstep %s = compute %s + exposed comm %s + bubble %s + misc %s\n",
 		secs(t.Step), secs(t.Compute), secs(t.CommExposed), secs(t.Bubble), secs(t.Misc))
-	if t.CP > 0 {
-		fmt.Fprintf(w, "exposed comm: tp %s, cp ring %s, pp %s, dp/zero %s\n", secs(t.TP), secs(t.CP), secs(t.PP), secs(t.DP))
+	if t.CP > 0 || t.EP > 0 {
+		fmt.Fprintf(w, "exposed comm: tp %s, cp ring %s, pp %s, ep all-to-all %s, dp/zero %s\n", secs(t.TP), secs(t.CP), secs(t.PP), secs(t.EP), secs(t.DP))
 	}
 	writeUncovered(w, pr)
 }

@@ -36,6 +36,8 @@ type reporter struct {
 	waitSoFar  float64            // the ranks' mean cumulative wait after the last step
 	ring       []float64          // per step: the ranks' mean wait for the ring (cp), seconds
 	ringSoFar  float64            // its cumulative mean after the last step
+	epWaits    []float64          // per step: the ranks' mean wait on ep's all-to-alls, seconds
+	epSoFar    float64            // its cumulative mean after the last step
 	parts      [][3]float64       // per step: the ranks' mean compute, bubble and misc, seconds
 	partsSoFar [3]float64         // their cumulative means after the last step
 	pred       *Prediction        // the planner's prediction (nil: none)
@@ -148,6 +150,11 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 			rw += s.RingWait.Seconds() / float64(len(stats))
 		}
 		rep.ring, rep.ringSoFar = append(rep.ring, rw-rep.ringSoFar), rw
+		ew := 0.0
+		for _, s := range stats {
+			ew += s.EPWait.Seconds() / float64(len(stats))
+		}
+		rep.epWaits, rep.epSoFar = append(rep.epWaits, ew-rep.epSoFar), ew
 		var cur, d [3]float64
 		for _, s := range stats {
 			cur[0] += s.Compute.Seconds() / float64(len(stats))
@@ -170,12 +177,15 @@ func (rep *reporter) step(done int, res stepResult, val float64, dt time.Duratio
 		}
 		m.Run, m.Sample = rep.header, rep.lineSample
 		for _, s := range stats {
-			compute, misc, peer := s.Compute.Seconds(), s.Misc.Seconds(), s.PeerWait.Seconds()
+			compute, misc, peer, epw := s.Compute.Seconds(), s.Misc.Seconds(), s.PeerWait.Seconds(), s.EPWait.Seconds()
 			m.Ranks = append(m.Ranks, metrics.Rank{Rank: s.Rank, Tags: tagsOf(s.Peak, s.PeakAll), CommBusyS: s.CommBusy.Seconds(), CommWaitS: s.CommWait.Seconds(), RingWaitS: s.RingWait.Seconds(),
 				ComputeS: &compute, BubbleS: s.Bubble.Seconds(), MiscS: &misc,
 				CommBytes: s.CommBytes, Predicted: rep.pred.rankJSON(s.Rank)})
 			if s.PeerWait > 0 {
 				m.Ranks[len(m.Ranks)-1].PeerWaitS = &peer
+			}
+			if s.EPWait > 0 {
+				m.Ranks[len(m.Ranks)-1].EPWaitS = &epw
 			}
 		}
 		// Every field is finite here (runStep stops at a non-finite loss
@@ -270,6 +280,7 @@ func (rep *reporter) finish(s *Summary) {
 	s.Experts = rep.experts
 	s.StepSeconds, s.ExposedSeconds, s.Prediction = medianDur(rep.steps), median(rep.exposed), rep.pred
 	s.RingSeconds = median(rep.ring)
+	s.EPSeconds = median(rep.epWaits)
 	for i, p := range []*float64{&s.ComputeSeconds, &s.BubbleSeconds, &s.MiscSeconds} {
 		xs := make([]float64, len(rep.parts))
 		for k, d := range rep.parts {

@@ -72,6 +72,7 @@ type Summary struct {
 	StepSeconds         float64 // median step time
 	ExposedSeconds      float64 // median over steps of the ranks' mean wait for collectives
 	RingSeconds         float64 // … of the ranks' mean wait for the ring attention's transfers (cp)
+	EPSeconds           float64 // the same of its expert-parallel all-to-alls (RankStats.EPWait; 0 without ep)
 	// Medians over steps of the ranks' mean compute, bubble and misc
 	// (train/split.go).
 	ComputeSeconds, BubbleSeconds, MiscSeconds float64
@@ -103,6 +104,10 @@ type RankStats struct {
 	// groups' last members arrived (comm.Stats.Skew; 0 where the backend
 	// cannot tell).
 	PeerWait time.Duration
+	// EPWait is the part of CommWait spent in expert parallelism's
+	// all-to-alls (the count exchanges and the rows' all-to-all-v's) once
+	// the group's members had arrived (split.go's epWait; 0 without ep).
+	EPWait time.Duration
 
 	// CommBytes are the payload bytes passed to collectives per mesh axis.
 	CommBytes CommBytes

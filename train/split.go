@@ -20,7 +20,8 @@ import "time"
 //	         sharing, counts it there too)
 //	comm     exposed waits on collectives (data-, tensor-parallel, ZeRO)
 //	         once every member has arrived, the ring attention's transfers
-//	         (cp) and the blocking loss mean
+//	         (cp), expert parallelism's all-to-alls (ep: reported apart
+//	         too, epWait) and the blocking loss mean
 //	bubble   a pipeline stage's waits on its point-to-point receives and
 //	         sends: the fill and drain, and the transfers themselves
 //	misc     the rest of the step: data loading, the optimizer step with
@@ -39,6 +40,7 @@ type stepClock struct {
 	peer                        time.Duration // cumulative: the part of compute that waited for peers (skew)
 	ring                        time.Duration // cumulative: the ring attention's waits (cp), a part of comm
 	steps                       time.Duration // cumulative: the steps' wall time on this rank
+	ep                          time.Duration // cumulative: expert parallelism's all-to-alls (epWait), a part of comm
 
 	// The step under way.
 	start           time.Time
@@ -47,6 +49,7 @@ type stepClock struct {
 	wait0, pp0      time.Duration // exposed and pipeline waits at its start
 	skew0, mean0    time.Duration // waits for peers at its start: the strategy's and tp's, the loss mean's
 	ring0           time.Duration // the ring's waits at its start
+	ep0             time.Duration // epWait at its start
 	fb, fbWait, get time.Duration // forward/backward wall time, the waits and data loading inside it
 	fbStart         time.Time
 	fbWait0         time.Duration
@@ -68,6 +71,17 @@ func (r *rank) skews() (groups, world time.Duration) {
 	return r.st.CommStats().Skew + r.top.tpStats().Skew + r.top.epStats().Skew, r.world.Stats().Skew
 }
 
+// epWait is the rank's cumulative exposed wait on its expert-parallel
+// group once the group's members had arrived (Wait − Skew: the count
+// exchanges' and the all-to-all-v's transfers, which block the rank; the
+// all-to-all-v's point-to-point messages report no skew, so a peer's
+// lateness there stays in it): the part of comm the step split's ep row
+// reports.
+func (r *rank) epWait() time.Duration {
+	st := r.top.epStats()
+	return st.Wait - st.Skew
+}
+
 // beginStep starts the step's clock.
 func (r *rank) beginStep() {
 	c := &r.clock
@@ -75,6 +89,7 @@ func (r *rank) beginStep() {
 	c.wait0, c.pp0 = r.waits()
 	c.skew0, c.mean0 = r.skews()
 	c.ring0 = r.top.cpStats().Wait
+	c.ep0 = r.epWait()
 	c.fb, c.fbWait, c.get, c.lossMean = 0, 0, 0, 0
 }
 
@@ -113,6 +128,7 @@ func (r *rank) endStep(dt time.Duration) {
 	}
 	c.ring += r.top.cpStats().Wait - c.ring0
 	c.meanBusy += c.lossMean
+	c.ep += r.epWait() - c.ep0
 	c.steps += dt
 	c.misc += dt - c.fb - (wait - c.fbWait) - c.lossMean + c.get
 }
