@@ -134,15 +134,6 @@ func (j Job) chunkParams(p Plan, kp [2][2]float64, c chunkShape, chunks int) (de
 	return dense, expert
 }
 
-// rankParams sums a rank's chunks (both DualPipe copies included).
-func (j Job) rankParams(p Plan, kp [2][2]float64, rs rankShape, C int) (dense, expert float64) {
-	for _, c := range rs.chunks {
-		d, e := j.chunkParams(p, kp, c, C)
-		dense, expert = dense+d, expert+e
-	}
-	return dense, expert
-}
-
 // shards are the ZeRO divisors of the dense and expert parts: dp·cp and
 // EDP, doubled under DualPipe, whose two copies of every parameter form a
 // data-parallel group twice as large.

@@ -16,9 +16,6 @@ type genRank struct {
 	mult        float64    // ranks of the layout with this shape (time ranks)
 }
 
-// kindSlot numbers the kinds: 2·moe + window.
-func kindSlot(moe, window bool) int { return 2*b2i(moe) + b2i(window) }
-
 func kindSlots() [4][2]bool {
 	return [4][2]bool{{false, false}, {false, true}, {true, false}, {true, true}}
 }

@@ -351,15 +351,3 @@ func (r *recipe) moeWorkspace() float64 {
 	return ws
 }
 
-// maxWorking is the largest working set of any kind.
-func (ks kinds) maxWorking() float64 {
-	f := 0.0
-	for a := 0; a < 2; a++ {
-		for b := 0; b < 2; b++ {
-			if ks.have[a][b] {
-				f = math.Max(f, ks.kind[a][b].working)
-			}
-		}
-	}
-	return f
-}

@@ -93,7 +93,6 @@ type genSearch struct {
 	// kernelChoicesGeneral call (flash and recomputation do not change it).
 	routed   routedCost
 	routedOK bool
-	first    bool
 	seeded   bool                // Result.Plans started from seed's plans
 	lb       map[lbKey]*lbBlocks // genbound.go
 	flops    [6][2]float64       // stepFLOPs

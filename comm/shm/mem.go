@@ -16,7 +16,6 @@ type mem []byte
 
 func (m mem) u32(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&m[off])) }
 func (m mem) u64(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&m[off])) }
-func (m mem) i64(off int) *atomic.Int64  { return (*atomic.Int64)(unsafe.Pointer(&m[off])) }
 
 // at is n bytes at off.
 func (m mem) at(off, n int) []byte { return m[off : off+n : off+n] }
