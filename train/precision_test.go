@@ -440,8 +440,8 @@ func TestDefaultJobBF16Fits(t *testing.T) {
 // allocated, each naming its key.
 func TestUnimplementedRefusedByName(t *testing.T) {
 	for plan, want := range map[string]string{
-		"dp=2,ep=2":               "ep=2 without routed experts",
-		"pp=2,schedule=dualpipev": "schedule=dualpipev: the engine does not run DualPipe schedules",
+		"dp=2,ep=2":              "ep=2 without routed experts",
+		"pp=2,schedule=dualpipe": "schedule=dualpipe: the engine does not run the bidirectional DualPipe",
 	} {
 		_, err := tinyJob(plan).resolve()
 		if err == nil || !strings.Contains(err.Error(), want) {
