@@ -9,7 +9,7 @@ const geluScale = 0.7978845608028654
 //
 //	out, inp (n)
 func GELUForward(k *Kernels, out, inp []float32, n int) {
-	v := k.simd()
+	v := k.geluVec()
 	k.Parallel(n/1024+1, func(lo, hi int) {
 		lo, hi = min(lo*1024, n), min(hi*1024, n)
 		geluForwardRange(v, out[lo:hi], inp[lo:hi])
@@ -23,7 +23,7 @@ func GELUForward(k *Kernels, out, inp []float32, n int) {
 //
 //	dinp, inp, dout (n)
 func GELUBackward(k *Kernels, dinp, inp, dout []float32, n int) {
-	v := k.simd()
+	v := k.geluVec()
 	k.Parallel(n/1024+1, func(lo, hi int) {
 		lo, hi = min(lo*1024, n), min(hi*1024, n)
 		geluBackwardRange(v, dinp[lo:hi], inp[lo:hi], dout[lo:hi], true)
@@ -36,7 +36,7 @@ func GELUBackward(k *Kernels, dinp, inp, dout []float32, n int) {
 //
 //	dinp, inp, dout (n)
 func GELUBackwardSet(k *Kernels, dinp, inp, dout []float32, n int) {
-	v := k.simd()
+	v := k.geluVec()
 	k.Parallel(n/1024+1, func(lo, hi int) {
 		lo, hi = min(lo*1024, n), min(hi*1024, n)
 		geluBackwardRange(v, dinp[lo:hi], inp[lo:hi], dout[lo:hi], false)

@@ -367,3 +367,318 @@ rmsParam_loop:
 rmsParam_done:
 	VZEROUPPER
 	RET
+
+// func geluFwdAVX2(out *float32, x *float32, n int)
+// Requires: AVX, FMA3
+TEXT ·geluFwdAVX2(SB), NOSPLIT, $0-24
+	MOVQ  out+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JE    geluFwd_done
+
+geluFwd_loop:
+	VMOVUPS     (CX), Y0
+	VMULPS      Y0, Y0, Y1
+	VMOVAPS     Y1, Y1
+	VMOVUPS     y14<>+0(SB), Y2
+	VFMADD213PS y13<>+0(SB), Y2, Y1
+	VMULPS      Y0, Y1, Y1
+	VMINPS      y15<>+0(SB), Y1, Y1
+	VMAXPS      y16<>+0(SB), Y1, Y1
+	VMULPS      Y1, Y1, Y2
+	VMOVUPS     y17<>+0(SB), Y3
+	VFMADD213PS y18<>+0(SB), Y2, Y3
+	VFMADD213PS y19<>+0(SB), Y2, Y3
+	VFMADD213PS y20<>+0(SB), Y2, Y3
+	VFMADD213PS y21<>+0(SB), Y2, Y3
+	VFMADD213PS y22<>+0(SB), Y2, Y3
+	VFMADD213PS y23<>+0(SB), Y2, Y3
+	VMULPS      Y1, Y3, Y3
+	VMOVUPS     y24<>+0(SB), Y1
+	VFMADD213PS y25<>+0(SB), Y2, Y1
+	VFMADD213PS y26<>+0(SB), Y2, Y1
+	VFMADD213PS y27<>+0(SB), Y2, Y1
+	VDIVPS      Y1, Y3, Y1
+	VMULPS      y4<>+0(SB), Y0, Y0
+	VFMADD213PS Y0, Y0, Y1
+	VMOVUPS     Y1, (AX)
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	SUBQ        $0x00000008, DX
+	JNE         geluFwd_loop
+
+geluFwd_done:
+	VZEROUPPER
+	RET
+
+DATA y13<>+0(SB)/4, $0x3f4c422a
+DATA y13<>+4(SB)/4, $0x3f4c422a
+DATA y13<>+8(SB)/4, $0x3f4c422a
+DATA y13<>+12(SB)/4, $0x3f4c422a
+DATA y13<>+16(SB)/4, $0x3f4c422a
+DATA y13<>+20(SB)/4, $0x3f4c422a
+DATA y13<>+24(SB)/4, $0x3f4c422a
+DATA y13<>+28(SB)/4, $0x3f4c422a
+GLOBL y13<>(SB), RODATA|NOPTR, $32
+
+DATA y14<>+0(SB)/4, $0x3d122279
+DATA y14<>+4(SB)/4, $0x3d122279
+DATA y14<>+8(SB)/4, $0x3d122279
+DATA y14<>+12(SB)/4, $0x3d122279
+DATA y14<>+16(SB)/4, $0x3d122279
+DATA y14<>+20(SB)/4, $0x3d122279
+DATA y14<>+24(SB)/4, $0x3d122279
+DATA y14<>+28(SB)/4, $0x3d122279
+GLOBL y14<>(SB), RODATA|NOPTR, $32
+
+DATA y15<>+0(SB)/4, $0x40fcf84f
+DATA y15<>+4(SB)/4, $0x40fcf84f
+DATA y15<>+8(SB)/4, $0x40fcf84f
+DATA y15<>+12(SB)/4, $0x40fcf84f
+DATA y15<>+16(SB)/4, $0x40fcf84f
+DATA y15<>+20(SB)/4, $0x40fcf84f
+DATA y15<>+24(SB)/4, $0x40fcf84f
+DATA y15<>+28(SB)/4, $0x40fcf84f
+GLOBL y15<>(SB), RODATA|NOPTR, $32
+
+DATA y16<>+0(SB)/4, $0xc0fcf84f
+DATA y16<>+4(SB)/4, $0xc0fcf84f
+DATA y16<>+8(SB)/4, $0xc0fcf84f
+DATA y16<>+12(SB)/4, $0xc0fcf84f
+DATA y16<>+16(SB)/4, $0xc0fcf84f
+DATA y16<>+20(SB)/4, $0xc0fcf84f
+DATA y16<>+24(SB)/4, $0xc0fcf84f
+DATA y16<>+28(SB)/4, $0xc0fcf84f
+GLOBL y16<>(SB), RODATA|NOPTR, $32
+
+DATA y17<>+0(SB)/4, $0xa59f25c0
+DATA y17<>+4(SB)/4, $0xa59f25c0
+DATA y17<>+8(SB)/4, $0xa59f25c0
+DATA y17<>+12(SB)/4, $0xa59f25c0
+DATA y17<>+16(SB)/4, $0xa59f25c0
+DATA y17<>+20(SB)/4, $0xa59f25c0
+DATA y17<>+24(SB)/4, $0xa59f25c0
+DATA y17<>+28(SB)/4, $0xa59f25c0
+GLOBL y17<>(SB), RODATA|NOPTR, $32
+
+DATA y18<>+0(SB)/4, $0x2a61337e
+DATA y18<>+4(SB)/4, $0x2a61337e
+DATA y18<>+8(SB)/4, $0x2a61337e
+DATA y18<>+12(SB)/4, $0x2a61337e
+DATA y18<>+16(SB)/4, $0x2a61337e
+DATA y18<>+20(SB)/4, $0x2a61337e
+DATA y18<>+24(SB)/4, $0x2a61337e
+DATA y18<>+28(SB)/4, $0x2a61337e
+GLOBL y18<>(SB), RODATA|NOPTR, $32
+
+DATA y19<>+0(SB)/4, $0xaebd37ff
+DATA y19<>+4(SB)/4, $0xaebd37ff
+DATA y19<>+8(SB)/4, $0xaebd37ff
+DATA y19<>+12(SB)/4, $0xaebd37ff
+DATA y19<>+16(SB)/4, $0xaebd37ff
+DATA y19<>+20(SB)/4, $0xaebd37ff
+DATA y19<>+24(SB)/4, $0xaebd37ff
+DATA y19<>+28(SB)/4, $0xaebd37ff
+GLOBL y19<>(SB), RODATA|NOPTR, $32
+
+DATA y20<>+0(SB)/4, $0x335c0041
+DATA y20<>+4(SB)/4, $0x335c0041
+DATA y20<>+8(SB)/4, $0x335c0041
+DATA y20<>+12(SB)/4, $0x335c0041
+DATA y20<>+16(SB)/4, $0x335c0041
+DATA y20<>+20(SB)/4, $0x335c0041
+DATA y20<>+24(SB)/4, $0x335c0041
+DATA y20<>+28(SB)/4, $0x335c0041
+GLOBL y20<>(SB), RODATA|NOPTR, $32
+
+DATA y21<>+0(SB)/4, $0x3779434a
+DATA y21<>+4(SB)/4, $0x3779434a
+DATA y21<>+8(SB)/4, $0x3779434a
+DATA y21<>+12(SB)/4, $0x3779434a
+DATA y21<>+16(SB)/4, $0x3779434a
+DATA y21<>+20(SB)/4, $0x3779434a
+DATA y21<>+24(SB)/4, $0x3779434a
+DATA y21<>+28(SB)/4, $0x3779434a
+GLOBL y21<>(SB), RODATA|NOPTR, $32
+
+DATA y22<>+0(SB)/4, $0x3a270ded
+DATA y22<>+4(SB)/4, $0x3a270ded
+DATA y22<>+8(SB)/4, $0x3a270ded
+DATA y22<>+12(SB)/4, $0x3a270ded
+DATA y22<>+16(SB)/4, $0x3a270ded
+DATA y22<>+20(SB)/4, $0x3a270ded
+DATA y22<>+24(SB)/4, $0x3a270ded
+DATA y22<>+28(SB)/4, $0x3a270ded
+GLOBL y22<>(SB), RODATA|NOPTR, $32
+
+DATA y23<>+0(SB)/4, $0x3ba059dc
+DATA y23<>+4(SB)/4, $0x3ba059dc
+DATA y23<>+8(SB)/4, $0x3ba059dc
+DATA y23<>+12(SB)/4, $0x3ba059dc
+DATA y23<>+16(SB)/4, $0x3ba059dc
+DATA y23<>+20(SB)/4, $0x3ba059dc
+DATA y23<>+24(SB)/4, $0x3ba059dc
+DATA y23<>+28(SB)/4, $0x3ba059dc
+GLOBL y23<>(SB), RODATA|NOPTR, $32
+
+DATA y24<>+0(SB)/4, $0x35a0d3d8
+DATA y24<>+4(SB)/4, $0x35a0d3d8
+DATA y24<>+8(SB)/4, $0x35a0d3d8
+DATA y24<>+12(SB)/4, $0x35a0d3d8
+DATA y24<>+16(SB)/4, $0x35a0d3d8
+DATA y24<>+20(SB)/4, $0x35a0d3d8
+DATA y24<>+24(SB)/4, $0x35a0d3d8
+DATA y24<>+28(SB)/4, $0x35a0d3d8
+GLOBL y24<>(SB), RODATA|NOPTR, $32
+
+DATA y25<>+0(SB)/4, $0x38f895d6
+DATA y25<>+4(SB)/4, $0x38f895d6
+DATA y25<>+8(SB)/4, $0x38f895d6
+DATA y25<>+12(SB)/4, $0x38f895d6
+DATA y25<>+16(SB)/4, $0x38f895d6
+DATA y25<>+20(SB)/4, $0x38f895d6
+DATA y25<>+24(SB)/4, $0x38f895d6
+DATA y25<>+28(SB)/4, $0x38f895d6
+GLOBL y25<>(SB), RODATA|NOPTR, $32
+
+DATA y26<>+0(SB)/4, $0x3b14aa05
+DATA y26<>+4(SB)/4, $0x3b14aa05
+DATA y26<>+8(SB)/4, $0x3b14aa05
+DATA y26<>+12(SB)/4, $0x3b14aa05
+DATA y26<>+16(SB)/4, $0x3b14aa05
+DATA y26<>+20(SB)/4, $0x3b14aa05
+DATA y26<>+24(SB)/4, $0x3b14aa05
+DATA y26<>+28(SB)/4, $0x3b14aa05
+GLOBL y26<>(SB), RODATA|NOPTR, $32
+
+DATA y27<>+0(SB)/4, $0x3ba059dd
+DATA y27<>+4(SB)/4, $0x3ba059dd
+DATA y27<>+8(SB)/4, $0x3ba059dd
+DATA y27<>+12(SB)/4, $0x3ba059dd
+DATA y27<>+16(SB)/4, $0x3ba059dd
+DATA y27<>+20(SB)/4, $0x3ba059dd
+DATA y27<>+24(SB)/4, $0x3ba059dd
+DATA y27<>+28(SB)/4, $0x3ba059dd
+GLOBL y27<>(SB), RODATA|NOPTR, $32
+
+// func geluBwdAVX2(dx *float32, x *float32, dy *float32, n int)
+// Requires: AVX, FMA3
+TEXT ·geluBwdAVX2(SB), NOSPLIT, $0-32
+	MOVQ  dx+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  dy+16(FP), DX
+	MOVQ  n+24(FP), BX
+	TESTQ BX, BX
+	JE    geluBwdAVX2_done
+
+geluBwdAVX2_loop:
+	VMOVUPS      (CX), Y0
+	VMULPS       Y0, Y0, Y1
+	VMOVAPS      Y1, Y2
+	VMOVUPS      y14<>+0(SB), Y3
+	VFMADD213PS  y13<>+0(SB), Y3, Y2
+	VMULPS       Y0, Y2, Y2
+	VMINPS       y15<>+0(SB), Y2, Y2
+	VMAXPS       y16<>+0(SB), Y2, Y2
+	VMULPS       Y2, Y2, Y3
+	VMOVUPS      y17<>+0(SB), Y4
+	VFMADD213PS  y18<>+0(SB), Y3, Y4
+	VFMADD213PS  y19<>+0(SB), Y3, Y4
+	VFMADD213PS  y20<>+0(SB), Y3, Y4
+	VFMADD213PS  y21<>+0(SB), Y3, Y4
+	VFMADD213PS  y22<>+0(SB), Y3, Y4
+	VFMADD213PS  y23<>+0(SB), Y3, Y4
+	VMULPS       Y2, Y4, Y4
+	VMOVUPS      y24<>+0(SB), Y2
+	VFMADD213PS  y25<>+0(SB), Y3, Y2
+	VFMADD213PS  y26<>+0(SB), Y3, Y2
+	VFMADD213PS  y27<>+0(SB), Y3, Y2
+	VDIVPS       Y2, Y4, Y2
+	VMOVAPS      Y2, Y3
+	VFNMADD213PS y12<>+0(SB), Y2, Y3
+	VMOVUPS      y28<>+0(SB), Y4
+	VFMADD213PS  y13<>+0(SB), Y4, Y1
+	VMULPS       Y1, Y3, Y3
+	VMULPS       y4<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y3, Y3
+	VMOVUPS      y4<>+0(SB), Y0
+	VFMADD213PS  y4<>+0(SB), Y0, Y2
+	VADDPS       Y3, Y2, Y2
+	VMOVUPS      (AX), Y0
+	VFMADD231PS  (DX), Y2, Y0
+	VMOVUPS      Y0, (AX)
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000020, DX
+	SUBQ         $0x00000008, BX
+	JNE          geluBwdAVX2_loop
+
+geluBwdAVX2_done:
+	VZEROUPPER
+	RET
+
+DATA y28<>+0(SB)/4, $0x3ddb33b6
+DATA y28<>+4(SB)/4, $0x3ddb33b6
+DATA y28<>+8(SB)/4, $0x3ddb33b6
+DATA y28<>+12(SB)/4, $0x3ddb33b6
+DATA y28<>+16(SB)/4, $0x3ddb33b6
+DATA y28<>+20(SB)/4, $0x3ddb33b6
+DATA y28<>+24(SB)/4, $0x3ddb33b6
+DATA y28<>+28(SB)/4, $0x3ddb33b6
+GLOBL y28<>(SB), RODATA|NOPTR, $32
+
+// func geluBwdSetAVX2(dx *float32, x *float32, dy *float32, n int)
+// Requires: AVX, FMA3
+TEXT ·geluBwdSetAVX2(SB), NOSPLIT, $0-32
+	MOVQ  dx+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  dy+16(FP), DX
+	MOVQ  n+24(FP), BX
+	TESTQ BX, BX
+	JE    geluBwdSetAVX2_done
+
+geluBwdSetAVX2_loop:
+	VMOVUPS      (CX), Y0
+	VMULPS       Y0, Y0, Y1
+	VMOVAPS      Y1, Y2
+	VMOVUPS      y14<>+0(SB), Y3
+	VFMADD213PS  y13<>+0(SB), Y3, Y2
+	VMULPS       Y0, Y2, Y2
+	VMINPS       y15<>+0(SB), Y2, Y2
+	VMAXPS       y16<>+0(SB), Y2, Y2
+	VMULPS       Y2, Y2, Y3
+	VMOVUPS      y17<>+0(SB), Y4
+	VFMADD213PS  y18<>+0(SB), Y3, Y4
+	VFMADD213PS  y19<>+0(SB), Y3, Y4
+	VFMADD213PS  y20<>+0(SB), Y3, Y4
+	VFMADD213PS  y21<>+0(SB), Y3, Y4
+	VFMADD213PS  y22<>+0(SB), Y3, Y4
+	VFMADD213PS  y23<>+0(SB), Y3, Y4
+	VMULPS       Y2, Y4, Y4
+	VMOVUPS      y24<>+0(SB), Y2
+	VFMADD213PS  y25<>+0(SB), Y3, Y2
+	VFMADD213PS  y26<>+0(SB), Y3, Y2
+	VFMADD213PS  y27<>+0(SB), Y3, Y2
+	VDIVPS       Y2, Y4, Y2
+	VMOVAPS      Y2, Y3
+	VFNMADD213PS y12<>+0(SB), Y2, Y3
+	VMOVUPS      y28<>+0(SB), Y4
+	VFMADD213PS  y13<>+0(SB), Y4, Y1
+	VMULPS       Y1, Y3, Y3
+	VMULPS       y4<>+0(SB), Y0, Y0
+	VMULPS       Y0, Y3, Y3
+	VMOVUPS      y4<>+0(SB), Y0
+	VFMADD213PS  y4<>+0(SB), Y0, Y2
+	VADDPS       Y3, Y2, Y2
+	VMULPS       (DX), Y2, Y2
+	VMOVUPS      Y2, (AX)
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000020, DX
+	SUBQ         $0x00000008, BX
+	JNE          geluBwdSetAVX2_loop
+
+geluBwdSetAVX2_done:
+	VZEROUPPER
+	RET

@@ -11,3 +11,6 @@ func rmsDotAVX2(w, dy, x *float32, n int) float32           { panic("ops: no AVX
 func rmsScaleAVX2(out, x, w *float32, n int, s float32)     { panic("ops: no AVX2 kernels") }
 func rmsBwdAVX2(dx, w, dy, x *float32, n int, s, c float32) { panic("ops: no AVX2 kernels") }
 func rmsParamAVX2(dw, dy, x *float32, n int, s float32)     { panic("ops: no AVX2 kernels") }
+func geluFwdAVX2(out, x *float32, n int)                    { panic("ops: no AVX2 kernels") }
+func geluBwdAVX2(dx, x, dy *float32, n int)                 { panic("ops: no AVX2 kernels") }
+func geluBwdSetAVX2(dx, x, dy *float32, n int)              { panic("ops: no AVX2 kernels") }

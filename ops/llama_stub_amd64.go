@@ -33,3 +33,18 @@ func rmsBwdAVX2(dx *float32, w *float32, dy *float32, x *float32, n int, s float
 //
 //go:noescape
 func rmsParamAVX2(dw *float32, dy *float32, x *float32, n int, s float32)
+
+// geluFwdAVX2 sets out[i] = ½·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) for i < n (n a multiple of 8), lane for lane the bits of geluFwdAVX512.
+//
+//go:noescape
+func geluFwdAVX2(out *float32, x *float32, n int)
+
+// geluBwdAVX2 accumulates dx[i] += dy[i]·GELU'(x[i]) for i < n (n a multiple of 8), lane for lane the bits of geluBwdAVX512.
+//
+//go:noescape
+func geluBwdAVX2(dx *float32, x *float32, dy *float32, n int)
+
+// geluBwdSetAVX2 sets dx[i] = dy[i]·GELU'(x[i]) for i < n (n a multiple of 8), lane for lane the bits of geluBwdSetAVX512.
+//
+//go:noescape
+func geluBwdSetAVX2(dx *float32, x *float32, dy *float32, n int)

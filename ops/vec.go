@@ -105,12 +105,38 @@ func rowSoftmaxGrad(d, p []float32, s, scale float32) {
 	}
 }
 
-// geluForwardRange sets out = GELU(x) elementwise.
-func geluForwardRange(v bool, out, x []float32) {
+// Vector bodies of GELU (geluVec): none, AVX2's 8 lanes, AVX-512's 16.
+// Both run the same operations in the same order on the first n&^15
+// elements, so a lane's bits do not depend on which; the rest take the
+// pure-Go path.
+const (
+	geluScalar = iota
+	geluAVX2
+	geluAVX512
+)
+
+// geluVec is the vector body k's GELU runs: AVX-512 where simd, else AVX2
+// where vec2, else none.
+func (k *Kernels) geluVec() int {
+	switch {
+	case k.simd():
+		return geluAVX512
+	case k.vec2():
+		return geluAVX2
+	}
+	return geluScalar
+}
+
+// geluForwardRange sets out = GELU(x) elementwise (the vector body vec).
+func geluForwardRange(vec int, out, x []float32) {
 	x = x[:len(out)]
-	n := vecLen(v, len(out))
-	if n > 0 {
+	n := vecLen(vec != geluScalar, len(out))
+	switch {
+	case n == 0:
+	case vec == geluAVX512:
 		geluFwdAVX512(&out[0], &x[0], n)
+	default:
+		geluFwdAVX2(&out[0], &x[0], n)
 	}
 	for i := n; i < len(out); i++ {
 		xv := x[i]
@@ -121,15 +147,19 @@ func geluForwardRange(v bool, out, x []float32) {
 
 // geluBackwardRange sets dx += dy·GELU'(x) elementwise (accumulate) or
 // dx = dy·GELU'(x).
-func geluBackwardRange(v bool, dx, x, dy []float32, accumulate bool) {
+func geluBackwardRange(vec int, dx, x, dy []float32, accumulate bool) {
 	x, dy = x[:len(dx)], dy[:len(dx)]
-	n := vecLen(v, len(dx))
-	if n > 0 {
-		if accumulate {
-			geluBwdAVX512(&dx[0], &x[0], &dy[0], n)
-		} else {
-			geluBwdSetAVX512(&dx[0], &x[0], &dy[0], n)
-		}
+	n := vecLen(vec != geluScalar, len(dx))
+	switch {
+	case n == 0:
+	case vec == geluAVX512 && accumulate:
+		geluBwdAVX512(&dx[0], &x[0], &dy[0], n)
+	case vec == geluAVX512:
+		geluBwdSetAVX512(&dx[0], &x[0], &dy[0], n)
+	case accumulate:
+		geluBwdAVX2(&dx[0], &x[0], &dy[0], n)
+	default:
+		geluBwdSetAVX2(&dx[0], &x[0], &dy[0], n)
 	}
 	for i := n; i < len(dx); i++ {
 		xv := x[i]

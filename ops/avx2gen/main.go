@@ -1,7 +1,9 @@
-// Command avx2gen generates the AVX2+FMA assembly of package ops's Llama
-// element-wise kernels with avo: SwiGLU's forward and backward and
-// RMSNorm's row sums and updates over n elements (n a multiple of 8; the
-// Go wrappers in ops/swiglu.go and ops/rmsnorm.go do the tails). They are 256-bit and VEX-encoded, so they run on every CPU with
+// Command avx2gen generates the AVX2+FMA assembly of package ops's
+// element-wise kernels with avo: SwiGLU's forward and backward, RMSNorm's
+// row sums and updates, and GELU's forward and backward (the AVX-512
+// kernels' operations on 8 lanes, so the same bits) over n elements (n a
+// multiple of 8; the Go wrappers in ops/swiglu.go, ops/rmsnorm.go and
+// ops/vec.go do the tails). They are 256-bit and VEX-encoded, so they run on every CPU with
 // AVX2 and FMA, AVX-512 ones included. Run it through `go generate ./ops`.
 package main
 
@@ -22,6 +24,9 @@ func main() {
 	rmsScale()
 	rmsBwd()
 	rmsParam()
+	geluFwd()
+	geluBwd("geluBwdAVX2", true)
+	geluBwd("geluBwdSetAVX2", false)
 	Generate()
 }
 
@@ -269,6 +274,116 @@ func rmsParam() {
 		gv := load(pg)
 		VFMADD231PS(mem(pdy), x, gv)
 		VMOVUPS(gv, mem(pg))
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// reg32 is v in every lane of a register (VEX FMAs take a memory operand
+// only in the last source).
+func reg32(v float32) reg.VecVirtual {
+	y := YMM()
+	VMOVUPS(c(v), y)
+	return y
+}
+
+// GELU's constants (ops/vecgen's): s = √(2/π), k = 0.044715; tanh is
+// Eigen's rational approximation, clamped to ±7.905.
+const (
+	geluS     = 0.7978845608028654
+	geluK     = 0.044715
+	tanhClamp = 7.90531110763549805
+)
+
+var (
+	tanhP = []float32{-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
+		1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03}
+	tanhQ = []float32{1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03}
+)
+
+// tanh emits x·P(x²)/Q(x²) for x = u clamped to ±7.905: the operations of
+// ops/vecgen's AVX-512 tanh in the same order, so each lane's bits are
+// the same.
+func tanh(u reg.VecVirtual) reg.VecVirtual {
+	x := YMM()
+	VMINPS(c(tanhClamp), u, x)
+	VMAXPS(c(-tanhClamp), x, x)
+	x2 := YMM()
+	VMULPS(x, x, x2)
+	p := reg32(tanhP[0])
+	for _, k := range tanhP[1:] {
+		VFMADD213PS(c(k), x2, p) // p = x²·p + k
+	}
+	VMULPS(x, p, p)
+	q := reg32(tanhQ[0])
+	for _, k := range tanhQ[1:] {
+		VFMADD213PS(c(k), x2, q)
+	}
+	th := YMM()
+	VDIVPS(q, p, th) // th = p/q
+	return th
+}
+
+// geluParts returns x² and th = tanh(s·(x + k·x³)) for x in a register,
+// as ops/vecgen's geluParts computes them.
+func geluParts(x reg.VecVirtual) (x2, th reg.VecVirtual) {
+	x2 = YMM()
+	VMULPS(x, x, x2)
+	t := YMM()
+	VMOVAPS(x2, t)
+	VFMADD213PS(c(geluS), reg32(geluS*geluK), t) // t = s·k·x² + s
+	VMULPS(x, t, t)                              // u = x·t
+	return x2, tanh(t)
+}
+
+func geluFwd() {
+	TEXT("geluFwdAVX2", NOSPLIT, "func(out, x *float32, n int)")
+	Pragma("noescape")
+	Doc("geluFwdAVX2 sets out[i] = ½·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) for i < n (n a multiple of 8), lane for lane the bits of geluFwdAVX512.")
+	po, px := ptr("out"), ptr("x")
+	loop("geluFwd", []reg.GPVirtual{po, px}, func() {
+		x := load(px)
+		_, th := geluParts(x)
+		hx := YMM()
+		VMULPS(c(0.5), x, hx)
+		VFMADD213PS(hx, hx, th) // th = hx·th + hx
+		VMOVUPS(th, mem(po))
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// geluBwd emits dx (+)= dy·GELU'(x), as ops/vecgen's geluBackward.
+func geluBwd(name string, accumulate bool) {
+	TEXT(name, NOSPLIT, "func(dx, x, dy *float32, n int)")
+	Pragma("noescape")
+	if accumulate {
+		Doc(name + " accumulates dx[i] += dy[i]·GELU'(x[i]) for i < n (n a multiple of 8), lane for lane the bits of geluBwdAVX512.")
+	} else {
+		Doc(name + " sets dx[i] = dy[i]·GELU'(x[i]) for i < n (n a multiple of 8), lane for lane the bits of geluBwdSetAVX512.")
+	}
+	pdx, px, pdy := ptr("dx"), ptr("x"), ptr("dy")
+	loop(name, []reg.GPVirtual{pdx, px, pdy}, func() {
+		x := load(px)
+		x2, th := geluParts(x)
+		a := YMM()
+		VMOVAPS(th, a)
+		VFNMADD213PS(c(1), th, a)                       // a = 1 − th²
+		VFMADD213PS(c(geluS), reg32(3*geluS*geluK), x2) // x2 = 3sk·x² + s
+		VMULPS(x2, a, a)
+		hx := YMM()
+		VMULPS(c(0.5), x, hx)
+		VMULPS(hx, a, a)                    // a = ½x(1−th²)·s(1+3k·x²)
+		VFMADD213PS(c(0.5), reg32(0.5), th) // th = ½·th + ½
+		VADDPS(a, th, th)                   // th = GELU'(x)
+		if accumulate {
+			d := load(pdx)
+			VFMADD231PS(mem(pdy), th, d) // d += th·dy
+			VMOVUPS(d, mem(pdx))
+		} else {
+			VMULPS(mem(pdy), th, th)
+			VMOVUPS(th, mem(pdx))
+		}
 	})
 	VZEROUPPER()
 	RET()
