@@ -350,4 +350,3 @@ func (r *recipe) moeWorkspace() float64 {
 	}
 	return ws
 }
-
