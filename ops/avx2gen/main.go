@@ -14,6 +14,8 @@ import (
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
+
+	"trellis/ops/internal/gelucoef"
 )
 
 func main() {
@@ -287,19 +289,14 @@ func reg32(v float32) reg.VecVirtual {
 	return y
 }
 
-// GELU's constants (ops/vecgen's): s = √(2/π), k = 0.044715; tanh is
-// Eigen's rational approximation, clamped to ±7.905.
+// GELU's and tanh's constants, shared with ops/vecgen.
 const (
-	geluS     = 0.7978845608028654
-	geluK     = 0.044715
-	tanhClamp = 7.90531110763549805
+	geluS     = gelucoef.S
+	geluK     = gelucoef.K
+	tanhClamp = gelucoef.Clamp
 )
 
-var (
-	tanhP = []float32{-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
-		1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03}
-	tanhQ = []float32{1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03}
-)
+var tanhP, tanhQ = gelucoef.P, gelucoef.Q
 
 // tanh emits x·P(x²)/Q(x²) for x = u clamped to ±7.905: the operations of
 // ops/vecgen's AVX-512 tanh in the same order, so each lane's bits are

@@ -12,6 +12,8 @@ import (
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
+
+	"trellis/ops/internal/gelucoef"
 )
 
 func main() {
@@ -133,10 +135,11 @@ func zeroZ() reg.VecVirtual {
 	return z
 }
 
-// GELU's constants: s = √(2/π), k = 0.044715.
+// GELU's constants (package gelucoef, shared with ops/avx2gen): s = √(2/π),
+// k = 0.044715.
 const (
-	geluS = 0.7978845608028654
-	geluK = 0.044715
+	geluS = gelucoef.S
+	geluK = gelucoef.K
 )
 
 // geluParts returns, for x in a register, x² and th = tanh(s·(x + k·x³)).
@@ -150,14 +153,10 @@ func geluParts(x reg.VecVirtual) (x2, th reg.VecVirtual) {
 }
 
 // tanhP and tanhQ are the numerator and denominator coefficients of
-// Eigen's rational tanh, highest degree first.
-var (
-	tanhP = []float32{-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
-		1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03}
-	tanhQ = []float32{1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03}
-)
+// Eigen's rational tanh, highest degree first (package gelucoef).
+var tanhP, tanhQ = gelucoef.P, gelucoef.Q
 
-const tanhClamp = 7.90531110763549805
+const tanhClamp = gelucoef.Clamp
 
 // geluConsts are the constants of geluParts and tanh.
 func geluConsts() []float32 {
