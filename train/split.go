@@ -46,62 +46,60 @@ type stepClock struct {
 	start           time.Time
 	next            time.Time     // where the next step's period starts (the last step's end)
 	excluded        time.Duration // not the next step's: evaluation, samples, checkpoints since then
-	wait0, pp0      time.Duration // exposed and pipeline waits at its start
-	skew0, mean0    time.Duration // waits for peers at its start: the strategy's and tp's, the loss mean's
-	ring0           time.Duration // the ring's waits at its start
-	ep0             time.Duration // epWait at its start
+	at0             waitCounts    // the rank's wait counters at its start
 	fb, fbWait, get time.Duration // forward/backward wall time, the waits and data loading inside it
 	fbStart         time.Time
 	fbWait0         time.Duration
 	lossMean        time.Duration // the loss all-reduce
 }
 
-// waits is the rank's cumulative exposed wait on communication (every
-// group it computes with, the pipeline's transfers included) and the part
-// of it that is the pipeline's transfers.
-func (r *rank) waits() (all, pipe time.Duration) {
-	pipe = r.stage.CommStats().Wait
-	return r.st.CommStats().Wait + pipe + r.top.tpStats().Wait + r.top.cpStats().Wait + r.top.epStats().Wait, pipe
-}
+// waitCounts are a rank's cumulative wait counters, read together at a
+// step's start and end (the step's parts are their differences):
+//
+//	all    exposed waits on every group it computes with (the pipeline's
+//	       transfers, the strategy's, tp's, cp's and ep's groups)
+//	pipe   the part of all that is the pipeline's transfers
+//	skew   the part of the strategy's, tp's and ep's waits before their
+//	       groups' last members arrived (comm.Stats.Skew)
+//	world  the world group's skew (the loss mean's)
+//	ring   cp's waits (the ring attention's transfers)
+//	ep     ep's waits once its members had arrived (Wait − Skew: the
+//	       count exchanges' and the all-to-all-v's transfers; the
+//	       all-to-all-v's point-to-point messages report no skew, so a
+//	       peer's lateness there stays in it)
+type waitCounts struct{ all, pipe, skew, world, ring, ep time.Duration }
 
-// skews is the part of the strategy's, tensor and expert parallelism's exposed
-// waits spent before their groups' last members arrived (comm.Stats.Skew),
-// and the world group's (the loss mean's).
-func (r *rank) skews() (groups, world time.Duration) {
-	return r.st.CommStats().Skew + r.top.tpStats().Skew + r.top.epStats().Skew, r.world.Stats().Skew
-}
-
-// epWait is the rank's cumulative exposed wait on its expert-parallel
-// group once the group's members had arrived (Wait − Skew: the count
-// exchanges' and the all-to-all-v's transfers, which block the rank; the
-// all-to-all-v's point-to-point messages report no skew, so a peer's
-// lateness there stays in it): the part of comm the step split's ep row
-// reports.
-func (r *rank) epWait() time.Duration {
-	st := r.top.epStats()
-	return st.Wait - st.Skew
+// waitCounts reads the rank's counters, each group's Stats once.
+func (r *rank) waitCounts() waitCounts {
+	st, tp, cp, ep := r.st.CommStats(), r.top.tpStats(), r.top.cpStats(), r.top.epStats()
+	pipe := r.stage.CommStats().Wait
+	return waitCounts{
+		all:   st.Wait + pipe + tp.Wait + cp.Wait + ep.Wait,
+		pipe:  pipe,
+		skew:  st.Skew + tp.Skew + ep.Skew,
+		world: r.world.Stats().Skew,
+		ring:  cp.Wait,
+		ep:    ep.Wait - ep.Skew,
+	}
 }
 
 // beginStep starts the step's clock.
 func (r *rank) beginStep() {
 	c := &r.clock
 	c.start = time.Now()
-	c.wait0, c.pp0 = r.waits()
-	c.skew0, c.mean0 = r.skews()
-	c.ring0 = r.top.cpStats().Wait
-	c.ep0 = r.epWait()
+	c.at0 = r.waitCounts()
 	c.fb, c.fbWait, c.get, c.lossMean = 0, 0, 0, 0
 }
 
 // beginFB and endFB bracket forward and backward work.
 func (r *rank) beginFB() {
 	r.clock.fbStart = time.Now()
-	r.clock.fbWait0, _ = r.waits()
+	r.clock.fbWait0 = r.waitCounts().all
 }
 
 func (r *rank) endFB() {
 	c := &r.clock
-	w, _ := r.waits()
+	w := r.waitCounts().all
 	c.fb += time.Since(c.fbStart)
 	c.fbWait += w - c.fbWait0
 }
@@ -109,13 +107,12 @@ func (r *rank) endFB() {
 // endStep closes the step of wall time dt and adds its parts.
 func (r *rank) endStep(dt time.Duration) {
 	c := &r.clock
-	w, p := r.waits()
-	wait, pipe := w-c.wait0, p-c.pp0
-	sk, mk := r.skews()
+	at := r.waitCounts()
+	wait, pipe := at.all-c.at0.all, at.pipe-c.at0.pipe
 	// The loss mean's wait for peers is the ranks finishing their steps
 	// at different times: compute skew without a pipeline, the drain's
 	// bubble with one.
-	skew, meanSkew := sk-c.skew0, min(mk-c.mean0, c.lossMean)
+	skew, meanSkew := at.skew-c.at0.skew, min(at.world-c.at0.world, c.lossMean)
 	c.compute += c.fb - c.fbWait - c.get + skew
 	c.bubble += pipe
 	c.comm += wait - pipe - skew + c.lossMean - meanSkew
@@ -126,9 +123,9 @@ func (r *rank) endStep(dt time.Duration) {
 		c.compute += meanSkew
 		c.peer += meanSkew
 	}
-	c.ring += r.top.cpStats().Wait - c.ring0
+	c.ring += at.ring - c.at0.ring
 	c.meanBusy += c.lossMean
-	c.ep += r.epWait() - c.ep0
+	c.ep += at.ep - c.at0.ep
 	c.steps += dt
 	c.misc += dt - c.fb - (wait - c.fbWait) - c.lossMean + c.get
 }
