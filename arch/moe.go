@@ -71,6 +71,13 @@ func (c Config) ExpertWidth() int {
 // SharedWidth is the shared experts' SwiGLU width, shared_experts·F_e.
 func (c Config) SharedWidth() int { return c.SharedExperts * c.ExpertWidth() }
 
+// ExpertLocal is the routed and the shared experts' SwiGLU widths on part
+// p: F_e/t and F_s/t (moeParams' tensor-parallel split).
+func (c Config) ExpertLocal(p Part) (fe, fs int) {
+	t := p.Degree()
+	return c.ExpertWidth() / t, c.SharedWidth() / t
+}
+
 // SigmoidRouter says whether the router scores by sigmoid.
 func (c Config) SigmoidRouter() bool { return c.RouterScore == "sigmoid" }
 
@@ -182,15 +189,21 @@ func (c Config) moeKeys() []error {
 // The experts' weights are two tensors (Llama 4's and GPT-OSS's fused
 // layout, (out, in) per expert), so that one grouped GEMM reads every
 // expert's matrix at a fixed stride.
+//
+// Under tensor parallelism (t > 1) every expert, and the shared one, is
+// split as the dense SwiGLU is (Megatron-Core's expert tensor parallelism
+// with etp = tp): rank r holds columns [r·F_e/t, (r+1)·F_e/t) of each
+// expert's gate and up (the view (E, 2, F_e, C) split on F_e) and the same
+// input columns of its down_proj; the router is replicated.
 func (c Config) moeParams(n func(string) string) []tensorSpec {
 	C, E, Fe, Fs := c.Hidden, c.Experts, c.ExpertWidth(), c.SharedWidth()
-	gu, down := rep(n("mlp.experts.gate_up_proj"), E, 2*Fe, C), rep(n("mlp.experts.down_proj"), E, C, Fe)
+	gu, down := shardView(n("mlp.experts.gate_up_proj"), []int{E, 2, Fe, C}, 2, E, 2*Fe, C), shard(n("mlp.experts.down_proj"), 2, E, C, Fe)
 	gu.expert, down.expert = true, true
 	t := []tensorSpec{rep(n("mlp.gate.weight"), E, C), gu, down}
 	if Fs > 0 {
-		t = append(t, rep(n("mlp.shared_experts.gate_proj.weight"), Fs, C),
-			rep(n("mlp.shared_experts.up_proj.weight"), Fs, C),
-			rep(n("mlp.shared_experts.down_proj.weight"), C, Fs))
+		t = append(t, shard(n("mlp.shared_experts.gate_proj.weight"), 0, Fs, C),
+			shard(n("mlp.shared_experts.up_proj.weight"), 0, Fs, C),
+			shard(n("mlp.shared_experts.down_proj.weight"), 1, C, Fs))
 	}
 	return t
 }
@@ -208,11 +221,14 @@ func (c Config) moeParams(n func(string) string) []tensorSpec {
 //
 // Under expert parallelism x, gate_up and act are the rank's experts'
 // rows received from the group (ExpertRows), y the rank's own tokens'
-// outputs sent back (R).
+// outputs sent back (R). Under tensor parallelism every rank routes the
+// whole micro-batch (n = B·T, its tokens gathered under sp) and holds
+// its F_e/t and F_s/t columns (ExpertLocal); y is its partial output.
 func (c Config) moeSaved(d Dims) []Saved {
 	n := float64(d.B) * float64(d.T)
 	R, Rx := float64(c.Routed(d.B*d.T)), float64(c.ExpertRows(d.B*d.T, d.Part.EPDegree()))
-	C, E, Fe, Fs := float64(c.Hidden), float64(c.Experts), float64(c.ExpertWidth()), float64(c.SharedWidth())
+	fe, fs := c.ExpertLocal(d.Part)
+	C, E, Fe, Fs := float64(c.Hidden), float64(c.Experts), float64(fe), float64(fs)
 	s := []Saved{
 		{Name: "mlp.router.probs", Class: Exact, Elems: n * E},
 		{Name: "mlp.experts.x", Class: Operand, Elems: Rx * C},
@@ -258,7 +274,8 @@ func (c Config) MoEScratch(d Dims, half bool) MoEWorkspace {
 	ep := d.Part.EPDegree()
 	n := float64(d.B) * float64(d.T)
 	R, Rx := float64(c.Routed(d.B*d.T)), float64(c.ExpertRows(d.B*d.T, ep))
-	C, E, Fe, k := float64(c.Hidden), float64(c.Experts), float64(c.ExpertWidth()), float64(c.TopK)
+	fe, _ := c.ExpertLocal(d.Part)
+	C, E, Fe, k := float64(c.Hidden), float64(c.Experts), float64(fe), float64(c.TopK)
 	w := MoEWorkspace{F32: max(R, n)*C + 3*Rx*Fe + n*E + 2*n*k, Route: 2*n*k + 2*E + 1}
 	if ep > 1 {
 		w.F32 += 2*Rx*C + 2*E

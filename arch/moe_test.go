@@ -82,8 +82,15 @@ func TestMoEValidate(t *testing.T) {
 			t.Errorf("%+v: error %v, want %q", cfg, err, c.want)
 		}
 	}
-	if err := (Part{TP: 2}).Validate(good); err == nil || !strings.Contains(err.Error(), "expert tensor parallelism is not implemented") {
-		t.Errorf("tp=2 with experts: %v", err)
+	odd := good
+	odd.ExpertFFN = 3
+	if err := (Part{TP: 2, SP: true}).Validate(odd); err == nil || !strings.Contains(err.Error(), "tp=2 does not divide the experts' width model.expert_ffn_hidden=3") {
+		t.Errorf("tp=2 with experts of width 3: %v", err)
+	}
+	even := good
+	even.ExpertFFN = 4
+	if err := (Part{TP: 2, SP: true}).Validate(even); err != nil {
+		t.Errorf("tp=2 with experts of width 4: %v", err)
 	}
 }
 

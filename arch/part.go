@@ -72,8 +72,10 @@ func (p Part) Validate(c Config) error {
 	if ep := p.EPDegree(); ep > 1 || p.EP < 0 {
 		errs = append(errs, p.validateEP(c)...)
 	}
-	if c.Experts > 0 && t > 1 {
-		errs = append(errs, fmt.Errorf("tp=%d with model.experts=%d: the engine runs MoE layers unsplit (expert tensor parallelism is not implemented)", t, c.Experts))
+	if c.Experts > 0 && t > 1 { // moe.go: every expert split as the dense SwiGLU
+		if fe := c.ExpertWidth(); fe%t != 0 {
+			errs = append(errs, fmt.Errorf("tp=%d does not divide the experts' width model.expert_ffn_hidden=%d (tensor parallelism splits every expert's SwiGLU columns)", t, fe))
+		}
 	}
 	if p.SP && t == 1 {
 		errs = append(errs, errors.New("sp=on needs tp > 1 (sequence parallelism splits the tensor-parallel group's tokens)"))

@@ -47,29 +47,31 @@ func shardView(name string, view []int, dim int, shape ...int) tensorSpec {
 	return tensorSpec{name: name, shape: shape, tp: Placement{Shard: true, View: view, Dim: dim}}
 }
 
-// place is the tensor as part p holds it (Offset left to the layout).
+// place is the tensor as part p holds it (Offset left to the layout). An
+// expert tensor (E, ·, ·) is split on its first dimension over the
+// expert-parallel group as well: its box in the view takes E/ep experts
+// from EPRank·E/ep and, under tp, the tensor-parallel split of Dim.
 func (s tensorSpec) place(p Part) Tensor {
 	t := Tensor{Name: s.name, Shape: append([]int(nil), s.shape...), Expert: s.expert}
 	deg, r := p.Degree(), p.Rank
+	ep := 1
 	if s.expert {
-		deg = 1 // experts are not split by tp (Part.Validate)
-		if ep := p.EPDegree(); ep > 1 {
-			per := s.shape[0] / ep
-			t.Shape[0] = per
-			offs, exts := make([]int, len(s.shape)), append([]int(nil), s.shape...)
-			offs[0], exts[0] = p.EPRank*per, per
-			t.Global = Slice{View: append([]int(nil), s.shape...), Off: offs, Ext: exts}
-		}
+		ep = p.EPDegree()
 	}
-	switch {
-	case deg == 1:
-	case !s.tp.Shard:
+	if deg > 1 && !s.tp.Shard {
 		t.Replicated = true
-	default:
-		view := s.tp.View
-		if view == nil {
-			view = s.shape
-		}
+	}
+	view := s.tp.View
+	if view == nil {
+		view = s.shape
+	}
+	offs, exts := make([]int, len(view)), append([]int(nil), view...)
+	if ep > 1 { // view[0] = shape[0] = E
+		per := s.shape[0] / ep
+		t.Shape[0] = per
+		offs[0], exts[0] = p.EPRank*per, per
+	}
+	if deg > 1 && s.tp.Shard {
 		n := view[s.tp.Dim]
 		per, off, ext := n/deg, r*(n/deg), n/deg
 		if s.tp.Ceil {
@@ -89,8 +91,9 @@ func (s tensorSpec) place(p Part) Tensor {
 			ps *= s.shape[g]
 		}
 		t.Shape[g] = s.shape[g] / n * per
-		offs, exts := make([]int, len(view)), append([]int(nil), view...)
 		offs[s.tp.Dim], exts[s.tp.Dim] = off, ext
+	}
+	if ep > 1 || (deg > 1 && s.tp.Shard) {
 		t.Global = Slice{View: append([]int(nil), view...), Off: offs, Ext: exts}
 	}
 	t.Size = 1

@@ -67,7 +67,8 @@ func (c Config) Workspace(d Dims, half bool, attnWorkers float64) Workspace {
 		Q, KV, F, _, _ := c.llamaLocal(d.Part)
 		mid = max(3*BT*F, 2*BT*(Q+2*KV)+2*BT*Q)
 		dyw, vec = max(C, 2*F, Q+2*KV, V), 2*C
-		if Fs := float64(c.SharedWidth()); Fs > 0 && c.MoELayers(0, c.Layers) > 0 { // the shared experts' SwiGLU runs as the dense one
+		if _, fs := c.ExpertLocal(d.Part); fs > 0 && c.MoELayers(0, c.Layers) > 0 { // the shared experts' SwiGLU runs as the dense one
+			Fs := float64(fs)
 			mid, dyw = max(mid, 3*BT*Fs), max(dyw, 2*Fs)
 		}
 	} else {

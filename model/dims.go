@@ -34,7 +34,7 @@ func newDims(c Config, p Part) dims {
 		F: c.FFNWidth() / t, Vl: p.VocabRows(c), llama: c.IsLlama(), tied: c.Tied(), eps: float32(c.Eps())}
 	d.Cl, d.KVl = d.NH*HS, d.KV*HS
 	if c.Experts > 0 {
-		d.moe = newMoE(c)
+		d.moe = newMoE(c, p)
 	}
 	d.ep, d.epr = p.EPDegree(), p.EPRank
 	d.vlo = p.Rank * d.Vl

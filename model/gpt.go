@@ -267,7 +267,7 @@ func (m *GPT) allocScratch() error {
 // routing's int32 arrays, charged to workspace.
 func (m *GPT) allocMoE(buf []float32, sz wsSizes) error {
 	c, n, ep := m.cfg, m.B*m.cfg.SeqLen, m.d.ep
-	R, Rx, C, E, K, Fe := c.Routed(n), c.ExpertRows(n, ep), c.Hidden, c.Experts, c.TopK, c.ExpertWidth()
+	R, Rx, C, E, K, Fe := c.Routed(n), c.ExpertRows(n, ep), c.Hidden, c.Experts, c.TopK, m.d.moe.Fe
 	next := func(k int) []float32 {
 		s := buf[:k:k]
 		buf = buf[k:]

@@ -25,6 +25,18 @@ import (
 //	dp_{t,e} = Σ_j [K_t[j] = e]·dg_{t,j} + w·α·E·f_e/n    (the aux loss's, w the loss weight)
 //	dlogits = p⊙(dp − Σ p·dp); dz += dlogits·W_router, dW_router += dlogitsᵀ·z
 //
+// Under tensor parallelism (t ranks) the layer is split as the dense
+// SwiGLU is (Megatron-Core's expert tensor parallelism, etp = tp): z is
+// entered through f (gathered under sp), every rank routes the whole
+// micro-batch with the replicated router (the same scores, choices and
+// drops on every rank, and as on one device), computes its F_e/t columns
+// of every expert (and F_s/t of the shared one), and the partial branch
+// leaves through g (ReduceFromTP, or ScatterSeq under sp). In the
+// backward the gates' gradients, dbr·y with y partial, are summed over
+// the group (n·k values); the router's input gradient is added by rank 0
+// alone before f's reduction, its weight gradient is the same on every
+// rank (replicated, no reduction).
+//
 // The routing (top-k, capacity, rows) is recomputed from the saved p in
 // the backward. The GEMMs read their operands in the policy's compute
 // dtype (x, gu, act saved as operands; gradients rounded before the
@@ -69,8 +81,9 @@ type moeScratch struct {
 	perm, local      []int32
 }
 
-func newMoE(c Config) moeLayer {
-	return moeLayer{C: c.Hidden, E: c.Experts, K: c.TopK, Fe: c.ExpertWidth(), Fs: c.SharedWidth(), alpha: c.AuxLoss,
+func newMoE(c Config, p Part) moeLayer {
+	fe, fs := c.ExpertLocal(p)
+	return moeLayer{C: c.Hidden, E: c.Experts, K: c.TopK, Fe: fe, Fs: fs, alpha: c.AuxLoss,
 		sigmoid: c.SigmoidRouter(), cfg: c}
 }
 
@@ -113,11 +126,16 @@ func (l moeLayer) routeOf(m *GPT, a moeActs, n int) routing {
 	return r
 }
 
-// forward is out = res + drop(MoE(z)) for block layer's norm output z.
+// forward is out = res + drop(MoE(z)) for block layer's norm output z
+// (the rank's tokens; res and out too).
 func (l moeLayer) forward(m *GPT, s *Stash, a moeActs, out, res []float32, z tensor.Buf, w moeWeights, site rng.Stream, layer int) error {
 	n := s.b * s.t
 	C, E := l.C, l.E
 	sc := &m.w.moe
+	z, err := m.enter(z, n)
+	if err != nil {
+		return err
+	}
 	m.k.Gemm(ops.GEMM{Layout: ops.NT, M: n, N: E, K: C, A: z.Head(n * C), LDA: C, B: w.router, LDB: C, C: a.probs[:n*E], LDC: E})
 	if l.sigmoid {
 		m.k.RouterSigmoid(a.probs, a.probs, n, E)
@@ -136,16 +154,21 @@ func (l moeLayer) forward(m *GPT, s *Stash, a moeActs, out, res []float32, z ten
 		m.k.MoEDispatch(a.x, z, r.rows, n, l.K, C)
 		l.runExperts(m, a, w, r, a.y)
 	}
-	br := sc.rows[:n*C]
-	clear(br)
-	m.k.MoECombine(br, a.y, r.gates, r.rows, n, l.K, C)
+	part := sc.rows[:n*C]
+	clear(part)
+	m.k.MoECombine(part, a.y, r.gates, r.rows, n, l.K, C)
 	if l.Fs > 0 {
-		l.sharedForward(m, a, br, z, w, n)
+		l.sharedForward(m, a, part, z, w, n)
 	}
+	br, err := m.leave(part, n)
+	if err != nil {
+		return err
+	}
+	nl := m.d.tokens(n)
 	if m.useDropout(s) {
-		m.k.DropoutForward(m.dropoutAt(s, site), br, br, n*C)
+		m.dropout(s, site, br, br, nl, false)
 	}
-	m.k.ResidualForward(out, res, br, n*C)
+	m.k.ResidualForward(out, res, br, nl*C)
 	return nil
 }
 
@@ -183,17 +206,31 @@ func (l moeLayer) sharedForward(m *GPT, a moeActs, br []float32, z tensor.Buf, w
 	linear{in: Fs, out: C, hp: true}.gemm(m, br, br, a.sact, w.sdown, nil, n)
 }
 
-// backward backpropagates dbr, the gradient of the branch before dropout,
-// to the norm output z: it returns dz (in dln), ACCUMULATING the layer's
-// weight gradients.
+// backward backpropagates dbr, the gradient of the branch before dropout
+// (the rank's tokens), to the norm output z: it returns the rank's tokens
+// of dz, ACCUMULATING the layer's weight gradients. The order of the
+// terms summed into dz (the experts', the router's, the shared ones')
+// is one device's on every rank; under tp f's reduction sums them last.
 func (l moeLayer) backward(m *GPT, s *Stash, a moeActs, dbr []float32, z tensor.Buf, w moeWeights, g moeGrads) ([]float32, error) {
 	n := s.b * s.t
 	C, K := l.C, l.K
 	sc := &m.w.moe
 	r := l.routeOf(m, a, n)
 	R := r.kept()
+	full, err := m.leaveBack(dbr, n)
+	if err != nil {
+		return nil, err
+	}
 	dy := sc.rows[:R*C]
-	m.k.MoECombineBackward(dy, sc.dgates, dbr, a.y, r.gates, r.rows, n, K, C)
+	m.k.MoECombineBackward(dy, sc.dgates, full, a.y, r.gates, r.rows, n, K, C)
+	if l.Fs > 0 {
+		l.sharedOutBackward(m, a, full, w, g, n) // full (gath under sp) is spent after this
+	}
+	if m.d.t > 1 { // Σ_ranks dbr·y_rank = dbr·y
+		if err := m.tp.ReduceFromTP(sc.dgates[:n*K]); err != nil {
+			return nil, err
+		}
+	}
 	if m.d.ep > 1 {
 		if err := l.backwardEP(m, a, w, g, r); err != nil {
 			return nil, err
@@ -204,11 +241,15 @@ func (l moeLayer) backward(m *GPT, s *Stash, a moeActs, dbr []float32, z tensor.
 	dz := m.w.dln[:n*C]
 	clear(dz)
 	m.k.MoECombine(dz, sc.rows, nil, r.rows, n, K, C)
+	if z, err = m.enter(z, n); err != nil {
+		return nil, err
+	}
 	l.routerBackward(m, s, a, r, dz, z, w, g, n)
 	if l.Fs > 0 {
-		l.sharedBackward(m, a, dbr, dz, z, w, g, n)
+		l.sharedInBackward(m, dz, z, w, g, n)
 	}
-	return dz, nil
+	dz, wait := m.startColReduce(n)
+	return dz, wait()
 }
 
 // expertsBackward backpropagates the experts' output gradients dy (their
@@ -244,7 +285,9 @@ func (l moeLayer) expertsBackward(m *GPT, a moeActs, w moeWeights, g moeGrads, r
 
 // routerBackward adds the router's share to dz: the gates' gradients and
 // the aux loss's (scaled by the stash's loss weight) into dp, back through
-// the scoring and the router GEMM. A softmax router's gate is its score,
+// the scoring and the router GEMM (into dz on tensor-parallel rank 0
+// alone: the router is replicated, its input gradient the same on every
+// rank, and dz is summed over the group after). A softmax router's gate is its score,
 // dp_{t,e} = dg; a sigmoid router's g_j = s_j/S (S the chosen scores' sum)
 // gives dp_{t,K[j]} = (dg_j − Σ_i dg_i·g_i)/S.
 func (l moeLayer) routerBackward(m *GPT, s *Stash, a moeActs, r routing, dz []float32, z tensor.Buf, w moeWeights, g moeGrads, n int) {
@@ -278,7 +321,9 @@ func (l moeLayer) routerBackward(m *GPT, s *Stash, a moeActs, r routing, dz []fl
 		m.k.RouterSoftmaxBackwardSet(dp, a.probs, dp, n, E)
 	}
 	d := m.moeRounded(dp)
-	m.k.Gemm(ops.GEMM{Layout: ops.NN, M: n, N: C, K: E, A: d, LDA: E, B: w.router, LDB: C, C: dz, LDC: C, Acc: true})
+	if m.part.Rank == 0 {
+		m.k.Gemm(ops.GEMM{Layout: ops.NN, M: n, N: C, K: E, A: d, LDA: E, B: w.router, LDB: C, C: dz, LDC: C, Acc: true})
+	}
 	m.k.Gemm(ops.GEMM{Layout: ops.TN, M: E, N: C, K: n, A: d, LDA: E, B: z.Head(n * C), LDB: C, C: g.router, LDC: C, Acc: true})
 }
 
@@ -308,9 +353,11 @@ func (l moeLayer) auxBackward(dp, probs []float32, r routing, w float64, n int) 
 	}
 }
 
-// sharedBackward adds the shared experts' input gradient to dz and their
-// weight gradients (scratch: big, as the dense SwiGLU's).
-func (l moeLayer) sharedBackward(m *GPT, a moeActs, dbr, dz []float32, z tensor.Buf, w moeWeights, g moeGrads, n int) {
+// sharedOutBackward is the shared experts' backward from the branch's
+// full gradient dbr to their gate and up: down_proj's weight gradient and
+// SwiGLU's, into big[n·F_s:3·n·F_s] (scratch: big, as the dense SwiGLU's)
+// for sharedInBackward.
+func (l moeLayer) sharedOutBackward(m *GPT, a moeActs, dbr []float32, w moeWeights, g moeGrads, n int) {
 	C, Fs := l.C, l.Fs
 	d := m.rounded(dbr[:n*C])
 	dsact := m.w.big[:n*Fs]
@@ -319,7 +366,14 @@ func (l moeLayer) sharedBackward(m *GPT, a moeActs, dbr, dz []float32, z tensor.
 	dsgu := m.w.big[n*Fs : 3*n*Fs]
 	sgu := m.vals(a.sgu, dsgu, 2*n*Fs)
 	m.k.SwiGLUBackwardSet(dsgu, sgu, dsact, n, Fs)
-	d = m.rounded(dsgu)
+}
+
+// sharedInBackward adds the shared experts' input gradient to dz and
+// their gate and up's weight gradients, from sharedOutBackward's dsgu and
+// the layer's (full) input z.
+func (l moeLayer) sharedInBackward(m *GPT, dz []float32, z tensor.Buf, w moeWeights, g moeGrads, n int) {
+	C, Fs := l.C, l.Fs
+	d := m.rounded(m.w.big[n*Fs : 3*n*Fs])
 	m.k.Gemm(ops.GEMM{Layout: ops.NN, M: n, N: C, K: 2 * Fs, A: d, LDA: 2 * Fs, B: w.sgu, LDB: C, C: dz, LDC: C, Acc: true})
 	m.k.Gemm(ops.GEMM{Layout: ops.TN, M: 2 * Fs, N: C, K: n, A: d, LDA: 2 * Fs, B: z.Head(n * C), LDB: C, C: g.sgu, LDC: C, Acc: true})
 }

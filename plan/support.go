@@ -29,8 +29,9 @@ import "fmt"
 // scores normalised over the chosen experts), GShard's
 // capacity or dropless, shared experts, dense-first layers and an MoE
 // layer every moe_every; no router or expert biases, no shared-expert gate,
-// no group-limited routing, and tp = 1 (the engine does not split the
-// experts). Expert parallelism (ep > 1, etp = 1) runs with capacity or
+// no group-limited routing; under tp > 1 (with sp, as Megatron-Core
+// requires) every expert and the shared one is split as the dense
+// SwiGLU, etp = tp, the router replicated. Expert parallelism (ep > 1, etp = tp) runs with capacity or
 // dropless routing (dispatch buffers sized by arch's ExpertRows: the
 // capacity's bound, or dropless every token of the group to one rank's
 // experts) when ep divides the experts and dp (the ep group is ep
@@ -45,10 +46,11 @@ import "fmt"
 //	             Llama with biases or a head_dim other than hidden/heads
 //	model        multi-head latent attention; router or expert biases
 //	             (DeepSeek-V3's aux-loss-free bias), a shared-expert gate,
-//	             group-limited routing; experts under tp > 1 or cp > 1
-//	             (the router's capacity and aux loss are a rank's tokens')
+//	             group-limited routing; experts under cp > 1 (the
+//	             router's capacity and aux loss are a rank's tokens')
 //	ep           with cp > 1, or a pipeline stage without an MoE block
-//	etp          expert tensor parallelism
+//	etp          other than 1 without tp, or tp with it (Megatron's
+//	             etp < tp folds tensor-parallel ranks into ep groups)
 //	schedule     dualpipe (dualpipev runs)
 func EngineRefusals(m Model, p Plan) []string {
 	var out []string
@@ -100,8 +102,11 @@ func engineMoERefusals(m Model, p Plan) []string {
 	if e.SharedFFN%e.FFN != 0 {
 		out = append(out, fmt.Sprintf("model %s: moe.shared_ffn=%d: the engine's shared experts are whole experts of ffn=%d", m.Name, e.SharedFFN, e.FFN))
 	}
-	if p.TP > 1 {
-		out = append(out, fmt.Sprintf("tp=%d with experts: the engine runs MoE layers unsplit (expert tensor parallelism is not implemented)", p.TP))
+	if _, etp := p.Experts(); p.TP > 1 && etp != p.TP {
+		out = append(out, fmt.Sprintf("tp=%d with experts and etp=%d: the engine splits every expert as the dense SwiGLU over the tensor-parallel group (expert tensor parallelism with etp = tp); write etp=%d", p.TP, etp, p.TP))
+	}
+	if p.TP > 1 && !p.SP {
+		out = append(out, fmt.Sprintf("tp=%d with experts needs sp=on (as Megatron-Core requires, and the planner)", p.TP))
 	}
 	if p.CP > 1 {
 		out = append(out, fmt.Sprintf("cp=%d with experts: the engine's router takes capacity and the aux loss over a rank's tokens, and a cp rank holds a share of every sequence (MoE layers under cp are not implemented)", p.CP))
@@ -117,8 +122,8 @@ func engineMoERefusals(m Model, p Plan) []string {
 func engineEPRefusals(m Model, p Plan) []string {
 	ep, etp := p.Experts()
 	var out []string
-	if etp > 1 {
-		out = append(out, fmt.Sprintf("etp=%d: the engine does not implement expert tensor parallelism", etp))
+	if etp > 1 && etp != p.TP {
+		out = append(out, fmt.Sprintf("etp=%d with tp=%d: the engine's expert tensor parallelism is the tensor-parallel group's (etp = tp)", etp, p.TP))
 	}
 	if ep <= 1 {
 		return out

@@ -27,14 +27,14 @@ func (r *rank) expertStats(accum int) (*metrics.Experts, error) {
 	}
 	E, n := c.Experts, len(out.Layers)
 	buf := make([]float32, 2*n*E+1)
-	for i, l := range st.Layers {
-		k := row[l]
-		for e := range E {
-			buf[k*E+e] = float32(st.Load[i][e])
-			buf[(n+k)*E+e] = float32(st.Dropped[i][e])
+	if r.top.part.Rank == 0 { // every rank of a tensor-parallel group routes the same tokens: count them once
+		for i, l := range st.Layers {
+			k := row[l]
+			for e := range E {
+				buf[k*E+e] = float32(st.Load[i][e])
+				buf[(n+k)*E+e] = float32(st.Dropped[i][e])
+			}
 		}
-	}
-	if r.top.part.Rank == 0 { // tensor-parallel copies would count twice (experts run at tp = 1)
 		buf[2*n*E] = float32(st.Aux)
 	}
 	if r.world.Size() > 1 {

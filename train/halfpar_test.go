@@ -29,13 +29,18 @@ var halfParPlans = []string{"tp=2", "tp=2,sp=on", "pp=2,schedule=1f1b", "pp=2,sc
 // the 16-bit stash under tp: the same values rounded at the same points
 // as on one device): losses and norms 5.0e-5, weights 7.4e-4, moments
 // 5.2e-4; tp=2,sp=on 1.1e-5, 3.2e-6, 7.3e-5; pipelines without tp 2e-8
-// and 1e-7. The bounds leave a factor 4-5 of room and are of
-// TestBF16Plans' order (1e-3 on the losses under dp and ZeRO); a wrong
-// product, a missing reduction or a 16-bit GEMM skipped on one rank
-// moves the first step's loss or norm by far more.
+// and 1e-7. The state drifts further where the bf16 GEMMs run on
+// AVX512_BF16 (VDPBF16PS, which flushes subnormal operands and results):
+// on a Zen 5 (2026-12-02) cp=2 bf16 reaches 2.3e-3 in the weights where
+// the AVX2 kernels on the same machine give 3.0e-4, the losses and norms
+// 6.6e-5 either way. The loss bound leaves a factor 3-4 of room, the state
+// bound a factor 2 over the worst kernel; both are of TestBF16Plans'
+// order (1e-3 on the losses under dp and ZeRO); a wrong product, a
+// missing reduction or a 16-bit GEMM skipped on one rank moves the first
+// step's loss or norm by far more.
 const (
 	halfParLoss  = 2e-4
-	halfParState = 2e-3
+	halfParState = 5e-3
 )
 
 // TestHalfPrecisionParallelPlans trains each plan of halfParPlans in bf16

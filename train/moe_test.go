@@ -249,6 +249,14 @@ const moeHalfLoss = 5e-4
 // departs 3.7e-5 in the weights where capacity 0.75 stays at 1.6e-8.
 const moeHalfDropless = 2e-3
 
+// moeHalfDroplessState bounds the same runs' weights and Adam moments:
+// on a Zen 5 with AVX512_BF16 (2026-12-02) ep=2 and ep=4 reach 1.4e-4 in
+// the weights, 2.1e-3 and 4.1e-3 in the first and second moments (the
+// gradient norm 1.8e-3 at step 4, where fp32 stays within 1e-7): AdamW's
+// first steps move a weight by lr·sign(g), so a gradient near zero whose
+// sign the summation order decides moves its moments by a whole step.
+const moeHalfDroplessState = 1e-2
+
 // epPlans are the expert-parallel plans of TestEPMatchesSingleDevice.
 var epPlans = []string{"dp=2,ep=2", "dp=4,ep=4", "dp=4,ep=2,zero=1", "dp=2,ep=2,zero=3", "dp=4,ep=2,zero=2",
 	"pp=2,dp=2,ep=2", "pp=2,dp=2,ep=2,zero=3", "pp=2,dp=2,ep=2,schedule=zb-h1", "dp=2,ep=2,recompute=full"}
@@ -329,13 +337,13 @@ func TestEPHalfMatchesSingleDevice(t *testing.T) {
 		{"bf16", []string{"dp=2,ep=2", "dp=4,ep=4,zero=1"}, 0}, // dropless
 	} {
 		ref := runJob(t, moeJob("dp=1,precision="+tc.prec, 3, tc.capacity), t.TempDir(), "", 0)
-		bound := moeHalfLoss
+		bound, state := moeHalfLoss, halfParState
 		if tc.capacity == 0 {
-			bound = moeHalfDropless
+			bound, state = moeHalfDropless, moeHalfDroplessState
 		}
 		for _, p := range tc.plans {
 			t.Run(fmt.Sprintf("%s,precision=%s/capacity=%g", p, tc.prec, tc.capacity), func(t *testing.T) {
-				closeTo(t, runJob(t, moeJob(p+",precision="+tc.prec, 3, tc.capacity), t.TempDir(), "", 0), ref, bound, halfParState)
+				closeTo(t, runJob(t, moeJob(p+",precision="+tc.prec, 3, tc.capacity), t.TempDir(), "", 0), ref, bound, state)
 			})
 		}
 	}
@@ -347,7 +355,12 @@ func TestEPHalfMatchesSingleDevice(t *testing.T) {
 // under the same plan): ep=2 → one device and back, ep=2 → ep=4, ZeRO-3
 // expert shards → ZeRO-1 and a pipeline.
 func TestEPReshard(t *testing.T) {
-	plans := []string{"dp=1", "dp=2,ep=2", "dp=4,ep=4,zero=3", "pp=2,dp=2,ep=2,zero=1"}
+	reshardMoE(t, []string{"dp=1", "dp=2,ep=2", "dp=4,ep=4,zero=3", "pp=2,dp=2,ep=2,zero=1"})
+}
+
+// reshardMoE saves an MoE run at step 2 under each plan and resumes it
+// under each other (TestEPReshard).
+func reshardMoE(t *testing.T, plans []string) {
 	job := func(p string) Job {
 		j := moeJob(p, 4, 0.75)
 		j.Train.Steps = 5
@@ -416,7 +429,7 @@ func TestEPBitIdenticalAndResume(t *testing.T) {
 
 // What expert parallelism does not run is refused before anything starts,
 // naming the keys: ep not dividing dp or the experts, experts under cp,
-// ep with cp, expert tensor parallelism, tp with experts.
+// ep with cp, etp other than tp, tp with experts without sp.
 func TestEPRefusedByName(t *testing.T) {
 	for _, c := range []struct {
 		plan     string
@@ -426,8 +439,9 @@ func TestEPRefusedByName(t *testing.T) {
 		{"dp=2,ep=4", 0.75, "ep=4 does not divide dp=2"},
 		{"dp=3,ep=3", 0.75, "ep=3 does not divide moe.experts=4"},
 		{"dp=2,cp=2,ep=2", 0.75, "ep=2 with cp=2"},
-		{"dp=2,ep=1,etp=2", 0.75, "etp=2: the engine does not implement expert tensor parallelism"},
-		{"dp=2,tp=2,ep=2", 0.75, "tp=2 with experts"},
+		{"dp=2,ep=1,etp=2", 0.75, "etp=2 with tp=1: the engine's expert tensor parallelism is the tensor-parallel group's"},
+		{"dp=2,tp=2,ep=2,sp=on", 0.75, "tp=2 with experts and etp=1"},
+		{"dp=2,tp=2,ep=2,etp=2", 0.75, "tp=2 with experts needs sp=on"},
 		{"cp=2", 0, "cp=2 with experts"}, // it used to panic in model.allocMoE
 	} {
 		_, err := moeJob(c.plan, 2, c.capacity).resolve()
