@@ -22,8 +22,9 @@ import (
 //	no shared expert                            shared_expert_intermediate_size: 0 (its output
 //	                                            sigmoid(z·w)·0 = 0; w written as zeros)
 //	layer l MoE iff l ≥ dense_first and         layer i sparse iff i ∉ mlp_only_layers and
-//	  moe_every | l − dense_first                 (i+1) % decoder_sparse_step = 0: mlp_only_layers
-//	                                              lists every dense layer, decoder_sparse_step is 1
+//	  moe_every | l − dense_first                 (i+1) % decoder_sparse_step = 0 (qwenLayers:
+//	                                              step moe_every and leading dense layers where
+//	                                              that is exact, else step 1 and every dense layer)
 //	dense layers' SwiGLU, ffn_hidden wide       mlp.{gate,up,down}_proj, intermediate_size
 //	q, k, v without biases                      q_proj, k_proj, v_proj biases (qkv_bias: true), written as zeros
 //	attention, RoPE, RMSNorm, head              Llama's (llama.go): same names, same rotate_half RoPE
@@ -102,13 +103,8 @@ func Qwen2MoeConfigOf(c model.Config, dtype string) (Qwen2MoeConfig, error) {
 	}
 	kv, hd := c.KV(), c.HeadSize()
 	eps, theta, tied := c.Eps(), c.Theta(), c.Tied()
-	E, K, Fe, zero, step, bias, aux := c.Experts, c.TopK, c.ExpertWidth(), 0, 1, true, c.AuxLoss
-	dense := []int{}
-	for l := 0; l < c.Layers; l++ {
-		if !c.MoELayer(l) {
-			dense = append(dense, l)
-		}
-	}
+	E, K, Fe, zero, bias, aux := c.Experts, c.TopK, c.ExpertWidth(), 0, true, c.AuxLoss
+	step, dense := qwenLayers(c)
 	return Qwen2MoeConfig{
 		Architectures: []string{"Qwen2MoeForCausalLM"}, ModelType: "qwen2_moe",
 		HiddenSize: c.Hidden, NumHiddenLayers: c.Layers, NumAttentionHeads: c.Heads, NumKeyValueHeads: &kv, HeadDim: &hd,
@@ -244,6 +240,43 @@ func (h Qwen2MoeConfig) experts(c *model.Config) []error {
 		}
 	}
 	return errs
+}
+
+// qwenLayers are decoder_sparse_step and mlp_only_layers for c's MoE
+// layers (l ≥ dense_first, moe_every dividing l − dense_first): when
+// dense_first + 1 ≡ 0 (mod moe_every), step moe_every and the leading
+// layers below dense_first that step would make sparse (the form Qwen's
+// checkpoints use and the planner reads); otherwise step 1 and every
+// dense layer listed.
+func qwenLayers(c model.Config) (step int, only []int) {
+	same := func(step int, only []int) bool {
+		for l, s := range qwenSparse(c.Layers, c.Experts, step, only) {
+			if s != c.MoELayer(l) {
+				return false
+			}
+		}
+		return true
+	}
+	m, n := max(1, c.MoEEvery), 0
+	for i := 0; i < c.DenseFirst; i++ {
+		if (i+1)%m == 0 {
+			n = i + 1
+		}
+	}
+	only = []int{}
+	for i := 0; i < n; i++ {
+		only = append(only, i)
+	}
+	if same(m, only) {
+		return m, only
+	}
+	only = []int{}
+	for l := 0; l < c.Layers; l++ {
+		if !c.MoELayer(l) {
+			only = append(only, l)
+		}
+	}
+	return 1, only
 }
 
 // ropeParameters reads transformers 5's rope_parameters: only the default

@@ -140,15 +140,15 @@ func TestMoELayout(t *testing.T) {
 	for k, v := range map[string]any{"model_type": "qwen2_moe", "hidden_size": 40.0, "num_hidden_layers": 5.0,
 		"num_attention_heads": 5.0, "num_key_value_heads": 1.0, "head_dim": 8.0, "intermediate_size": 56.0,
 		"num_experts": 6.0, "num_experts_per_tok": 2.0, "moe_intermediate_size": 24.0, "shared_expert_intermediate_size": 0.0,
-		"norm_topk_prob": false, "decoder_sparse_step": 1.0, "router_aux_loss_coef": 0.01, "output_router_logits": true,
+		"norm_topk_prob": false, "decoder_sparse_step": 2.0, "router_aux_loss_coef": 0.01, "output_router_logits": true,
 		"rms_norm_eps": 1e-6, "rope_theta": 1000.0, "tie_word_embeddings": false, "hidden_act": "silu", "qkv_bias": true,
 		"use_sliding_window": false, "max_position_embeddings": 16.0, "vocab_size": 67.0} {
 		if js[k] != v {
 			t.Errorf("config.json %s = %v, want %v", k, js[k], v)
 		}
 	}
-	if only, _ := json.Marshal(js["mlp_only_layers"]); string(only) != "[0,2,4]" {
-		t.Errorf("config.json mlp_only_layers = %s, want [0,2,4]", only)
+	if only, _ := json.Marshal(js["mlp_only_layers"]); string(only) != "[]" {
+		t.Errorf("config.json mlp_only_layers = %s, want [] (decoder_sparse_step 2 makes layers 1 and 3 sparse)", only)
 	}
 	if arch, _ := js["architectures"].([]any); len(arch) != 1 || arch[0] != "Qwen2MoeForCausalLM" {
 		t.Errorf("config.json architectures = %v", js["architectures"])
@@ -190,14 +190,37 @@ func TestQwenSparseLayers(t *testing.T) {
 			}
 		}
 	}
-	// decoder_sparse_step=2 reads as the exported mlp_only_layers=[0,2,4].
+	// mlp_only_layers=[0,2,4] with decoder_sparse_step=1 reads as the
+	// export's decoder_sparse_step=2.
 	js := `{"model_type":"qwen2_moe","hidden_size":40,"num_hidden_layers":5,"num_attention_heads":5,"num_key_value_heads":1,
 		"intermediate_size":56,"vocab_size":67,"max_position_embeddings":16,"rms_norm_eps":1e-6,"rope_theta":1000,
 		"num_experts":6,"num_experts_per_tok":2,"moe_intermediate_size":24,"shared_expert_intermediate_size":0,
-		"decoder_sparse_step":2,"output_router_logits":true,"router_aux_loss_coef":0.01}`
+		"mlp_only_layers":[0,2,4],"output_router_logits":true,"router_aux_loss_coef":0.01}`
 	got, err := ParseModelConfig([]byte(js))
 	if err != nil || got != tinyMoE().Canonical() {
-		t.Fatalf("decoder_sparse_step=2: %v (%v), want %v", got, err, tinyMoE().Canonical())
+		t.Fatalf("mlp_only_layers=[0,2,4]: %v (%v), want %v", got, err, tinyMoE().Canonical())
+	}
+	// Every dense_first and moe_every is written as a step and layers
+	// Qwen's rule makes Trellis's MoE layers, and reads back as the same
+	// layers; the compact form (a step, leading dense layers) where it is exact.
+	for L := 1; L <= 9; L++ {
+		for first := 0; first <= L; first++ {
+			for every := 1; every <= 4; every++ {
+				c := model.Config{Layers: L, Experts: 3, DenseFirst: first, MoEEvery: every}
+				step, only := qwenLayers(c)
+				sparse := qwenSparse(L, 3, step, only)
+				f, e, ok := moePattern(sparse)
+				back := model.Config{Layers: L, Experts: 3, DenseFirst: f, MoEEvery: e}
+				for l, s := range sparse {
+					if s != c.MoELayer(l) || !ok || back.MoELayer(l) != s {
+						t.Fatalf("L=%d dense_first=%d moe_every=%d: step %d, mlp_only_layers %v: layer %d sparse %v, reads back as %d/%d (%v)", L, first, every, step, only, l, s, f, e, ok)
+					}
+				}
+				if compact := (first+1)%every == 0; compact != (step == every) && c.MoELayers(0, L) > 1 {
+					t.Errorf("L=%d dense_first=%d moe_every=%d: step %d, mlp_only_layers %v", L, first, every, step, only)
+				}
+			}
+		}
 	}
 }
 
@@ -292,12 +315,9 @@ func TestMoEReadRefuses(t *testing.T) {
 		{"renormalised gates", `"norm_topk_prob": false`, `"norm_topk_prob": true`, "norm_topk_prob=true: Trellis's softmax router gates by the chosen experts' probabilities without renormalising", nil},
 		{"shared expert", `"shared_expert_intermediate_size": 0,`, `"shared_expert_intermediate_size": 16,`, "shared_expert_intermediate_size=16: Qwen2-MoE's shared expert is gated by sigmoid", nil},
 		{"shared expert by default", `"shared_expert_intermediate_size": 0,`, ``, "shared_expert_intermediate_size=5632", nil},
-		{"sparse layers", `"mlp_only_layers": [
-    0,
-    2,
-    4
-  ]`, `"mlp_only_layers": [0, 2]`, "mlp_only_layers=[0 2], decoder_sparse_step=1: the sparse layers [1 3 4] are not Trellis's pattern", nil},
-		{"sparse step", `"decoder_sparse_step": 1`, `"decoder_sparse_step": 0`, "decoder_sparse_step=0 must be positive", nil},
+		{"sparse layers", `"decoder_sparse_step": 2,
+  "mlp_only_layers": []`, `"decoder_sparse_step": 1, "mlp_only_layers": [0, 2]`, "mlp_only_layers=[0 2], decoder_sparse_step=1: the sparse layers [1 3 4] are not Trellis's pattern", nil},
+		{"sparse step", `"decoder_sparse_step": 2`, `"decoder_sparse_step": 0`, "decoder_sparse_step=0 must be positive", nil},
 		{"no experts key", `"num_experts": 6,`, ``, "num_experts is missing", nil},
 		{"sliding window", `"use_sliding_window": false`, `"use_sliding_window": true`, "use_sliding_window=true", nil},
 		{"rope type", `"rope_theta": 1000,`, `"rope_theta": 1000, "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000},`, `rope_parameters.rope_type="yarn"`, nil},
