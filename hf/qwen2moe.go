@@ -116,6 +116,16 @@ func Qwen2MoeConfigOf(c model.Config, dtype string) (Qwen2MoeConfig, error) {
 	}, nil
 }
 
+// Exportable is nil when Write writes c's model, else the error naming
+// the key that no Hugging Face architecture computes exactly (an MoE
+// model's router_score, shared_experts or capacity_factor).
+func Exportable(c model.Config) error {
+	if c.Experts > 0 {
+		return exportableMoE(c)
+	}
+	return nil
+}
+
 // exportableMoE refuses, naming the key, the MoE models Qwen2-MoE does
 // not compute and no other Hugging Face architecture computes either.
 func exportableMoE(c model.Config) error {
