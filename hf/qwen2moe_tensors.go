@@ -97,7 +97,10 @@ func qwenZeros(cfg model.Config) []hfTensor {
 }
 
 // readExperts fills dst, expert stack t, from its E·(2 or 1) Hugging Face
-// matrices, removing their names from names.
+// matrices, removing their names from names. (Read takes the stack under
+// its own name first — model.layers.l.mlp.experts.gate_up_proj (E,2F,C)
+// and down_proj (E,C,F), transformers 5's fused experts, which are
+// Trellis's layout — and calls this only without it.)
 func readExperts(f *safetensors.File, names map[string]bool, t model.Tensor, dst []float32) []error {
 	sh := expertShape(t)
 	size := sh[0] * sh[1]

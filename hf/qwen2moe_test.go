@@ -353,3 +353,52 @@ func TestMoEReadRefuses(t *testing.T) {
 		t.Fatalf("without biases and shared expert: %v (%v)", m.Config, err)
 	}
 }
+
+// TestMoEReadsFusedExperts: transformers 5 holds a Qwen2-MoE layer's
+// experts as mlp.experts.gate_up_proj (E, 2F_e, C), each expert's rows
+// [gate | up], and mlp.experts.down_proj (E, C, F_e) — Trellis's own
+// stacks; a file with those names in place of the E per-expert matrices
+// reads as the same weights.
+func TestMoEReadsFusedExperts(t *testing.T) {
+	cfg := tinyMoE()
+	w := moeWeights(t, cfg)
+	good := t.TempDir()
+	if err := Write(good, Model{Config: cfg, W: w}, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	f, err := safetensors.ReadFile(filepath.Join(good, WeightsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts []safetensors.Tensor
+	for _, n := range f.Names() {
+		if strings.Contains(n, ".mlp.experts.") {
+			continue
+		}
+		info, _ := f.Info(n)
+		b, _ := f.Bytes(n)
+		ts = append(ts, safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: b})
+	}
+	for _, u := range cfg.Layout().Units {
+		for _, x := range u.Tensors {
+			if x.Expert {
+				ts = append(ts, safetensors.FromFloat32(LlamaPrefix+x.Name, x.Shape, w[x.Offset:x.Offset+x.Size]))
+			}
+		}
+	}
+	dir := t.TempDir()
+	if err := safetensors.WriteFile(filepath.Join(dir, WeightsFile), ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := os.ReadFile(filepath.Join(good, ConfigFile))
+	if err := os.WriteFile(filepath.Join(dir, ConfigFile), js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(m.W, w) {
+		t.Fatal("the fused experts read as other weights")
+	}
+}
