@@ -2,7 +2,9 @@ package train
 
 import (
 	"math"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -17,7 +19,8 @@ import (
 // one device and under a pipeline with the same losses (below a random
 // start's); another expert shape or MoE-layer pattern is refused by name;
 // trellis sample gives the same text from the checkpoint and its export;
-// with a capacity factor the export is refused, naming the key.
+// scripts/py_qwen2moe.py (where /usr/bin/python3 is) gives Trellis's
+// logits; with a capacity factor the export is refused, naming the key.
 func TestMoEHuggingFaceInterop(t *testing.T) {
 	j := moeJob("dp=2,ep=2", 4, 0)
 	j.Model.DenseFirst, j.Model.MoEEvery = 1, 2
@@ -78,6 +81,18 @@ func TestMoEHuggingFaceInterop(t *testing.T) {
 	}
 	if texts[0] != texts[1] || texts[0] == "" {
 		t.Fatalf("sample of the checkpoint %q, of its export %q", texts[0], texts[1])
+	}
+
+	// scripts/py_qwen2moe.py (plain Python) runs the export: Trellis's
+	// logits within 1e-5 (the smallest routing margin, measured 1.8e-5,
+	// is far above fp32's error in the probabilities, about 1e-7).
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		f := scriptLogits(t, back, dir, "../scripts/py_qwen2moe.py")
+		m, err := strconv.ParseFloat(f.Metadata()["min_margin"], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("smallest routing margin %.3g", m)
 	}
 
 	capped := ws.Model
