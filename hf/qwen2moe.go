@@ -69,6 +69,7 @@ type Qwen2MoeConfig struct {
 	HiddenAct                    string          `json:"hidden_act,omitempty"`
 	AttentionDropout             float64         `json:"attention_dropout"`
 	UseSlidingWindow             bool            `json:"use_sliding_window"`
+	LayerTypes                   []string        `json:"layer_types,omitempty"`
 	QKVBias                      *bool           `json:"qkv_bias,omitempty"`
 	NumExperts                   *int            `json:"num_experts,omitempty"`
 	NumExpertsPerTok             *int            `json:"num_experts_per_tok,omitempty"`
@@ -162,6 +163,12 @@ func (h Qwen2MoeConfig) ModelConfig() (model.Config, error) {
 	}
 	if h.UseSlidingWindow {
 		bad("use_sliding_window=true: Trellis's attention is causal over the whole sequence")
+	}
+	for i, t := range h.LayerTypes {
+		if t != "full_attention" {
+			bad("layer_types[%d]=%q: Trellis's attention is causal over the whole sequence (full_attention)", i, t)
+			break
+		}
 	}
 	c := model.Config{Arch: arch.Llama, Layers: h.NumHiddenLayers, Hidden: h.HiddenSize, Heads: h.NumAttentionHeads,
 		KVHeads: qwenKVHeads, FFN: h.IntermediateSize, SeqLen: h.MaxPositionEmbeddings, Vocab: h.VocabSize,

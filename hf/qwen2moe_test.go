@@ -320,6 +320,7 @@ func TestMoEReadRefuses(t *testing.T) {
 		{"sparse step", `"decoder_sparse_step": 2`, `"decoder_sparse_step": 0`, "decoder_sparse_step=0 must be positive", nil},
 		{"no experts key", `"num_experts": 6,`, ``, "num_experts is missing", nil},
 		{"sliding window", `"use_sliding_window": false`, `"use_sliding_window": true`, "use_sliding_window=true", nil},
+		{"layer types", `"use_sliding_window": false`, `"use_sliding_window": false, "layer_types": ["full_attention", "sliding_attention"]`, `layer_types[1]="sliding_attention"`, nil},
 		{"rope type", `"rope_theta": 1000,`, `"rope_theta": 1000, "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000},`, `rope_parameters.rope_type="yarn"`, nil},
 		{"attention bias", "", "", "tensor model.layers.2.self_attn.q_proj.bias is 0.5 at element 7: Trellis's Llama has no attention biases",
 			set("model.layers.2.self_attn.q_proj.bias", bias, []int{40})},
