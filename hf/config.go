@@ -61,7 +61,7 @@ func (h Config) ModelConfig() (model.Config, error) {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("config.json: "+format, a...)) }
 	if h.ModelType != "" && h.ModelType != "gpt2" {
-		bad("model_type=%q: Trellis loads gpt2 and llama", h.ModelType)
+		bad("model_type=%q: Trellis loads gpt2, llama and qwen2_moe", h.ModelType)
 	}
 	act := h.ActivationFunction
 	if act == "" {
@@ -97,7 +97,8 @@ func (h Config) ModelConfig() (model.Config, error) {
 }
 
 // ParseModelConfig reads any config.json Trellis loads — model_type
-// "gpt2" (or none: GPT-2's) or "llama" — into a model configuration.
+// "gpt2" (or none: GPT-2's), "llama" or "qwen2_moe" (an MoE Llama,
+// qwen2moe.go) — into a model configuration.
 func ParseModelConfig(b []byte) (model.Config, error) {
 	var head struct {
 		ModelType string `json:"model_type"`
@@ -105,8 +106,15 @@ func ParseModelConfig(b []byte) (model.Config, error) {
 	if err := json.Unmarshal(b, &head); err != nil {
 		return model.Config{}, fmt.Errorf("config.json: %w", err)
 	}
-	if head.ModelType == "llama" {
+	switch head.ModelType {
+	case "llama":
 		h, err := parseLlama(b)
+		if err != nil {
+			return model.Config{}, err
+		}
+		return h.ModelConfig()
+	case "qwen2_moe":
+		h, err := parseQwen2Moe(b)
 		if err != nil {
 			return model.Config{}, err
 		}

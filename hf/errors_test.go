@@ -123,12 +123,30 @@ func TestReadRefuses(t *testing.T) {
 	}
 }
 
-// An MoE model is refused by Write, naming the key, rather than written
-// as a LlamaForCausalLM without its experts.
+// TestWriteRefusesExperts: an MoE model no Hugging Face architecture
+// computes exactly is refused by Write, naming the key and the
+// architecture it would need, and nothing is written.
 func TestWriteRefusesExperts(t *testing.T) {
-	cfg := model.Config{Arch: "llama", Layers: 1, Hidden: 8, Heads: 2, SeqLen: 4, Vocab: 11, Experts: 2, TopK: 1, ExpertFFN: 4}
-	err := Write(t.TempDir(), Model{Config: cfg, W: make([]float32, cfg.NumParams())}, safetensors.F32)
-	if err == nil || !strings.Contains(err.Error(), "model.experts=2: export of mixture-of-experts models is not implemented") {
-		t.Errorf("Write of an MoE model: %v", err)
+	for _, c := range []struct {
+		name string
+		edit func(*model.Config)
+		want string
+	}{
+		{"sigmoid router", func(c *model.Config) { c.RouterScore = "sigmoid" }, `model.router_score="sigmoid": Qwen2MoeForCausalLM routes by softmax; Hugging Face's sigmoid router with normalised top-k gates is DeepseekV3ForCausalLM's, which needs multi-head latent attention`},
+		{"shared experts", func(c *model.Config) { c.SharedExperts = 1 }, "model.shared_experts=1: Qwen2MoeForCausalLM gates its shared expert by sigmoid(x·w)"},
+		{"capacity", func(c *model.Config) { c.CapacityFactor = 1.25 }, "model.capacity_factor=1.25: Qwen2MoeForCausalLM is dropless"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := model.Config{Arch: "llama", Layers: 1, Hidden: 8, Heads: 2, SeqLen: 4, Vocab: 11, Experts: 2, TopK: 1, ExpertFFN: 4}
+			c.edit(&cfg)
+			dir := filepath.Join(t.TempDir(), "out")
+			err := Write(dir, Model{Config: cfg, W: make([]float32, cfg.NumParams())}, safetensors.F32)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Write: %v, want it to contain %q", err, c.want)
+			}
+			if _, err := os.Stat(dir); err == nil {
+				t.Errorf("a refused export wrote %s", dir)
+			}
+		})
 	}
 }

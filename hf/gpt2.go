@@ -1,7 +1,8 @@
 // Package hf moves GPT-2 and Llama weights between Trellis and the
 // Hugging Face layout: a directory with model.safetensors and config.json
-// that transformers' GPT2LMHeadModel or LlamaForCausalLM .from_pretrained
-// loads (a Llama's names are in llama.go).
+// that transformers' GPT2LMHeadModel, LlamaForCausalLM or (a Llama with
+// experts) Qwen2MoeForCausalLM .from_pretrained loads (a Llama's names
+// are in llama.go, the MoE mapping in qwen2moe.go).
 //
 // A GPT-2's two layouts hold the same tensors under related names:
 //

@@ -20,7 +20,7 @@ const (
 	ConfigFile  = "config.json"
 )
 
-// Model is a GPT-2's or a Llama's configuration and weights, the flat vector in
+// Model is a GPT-2's or a Llama's (dense or MoE) configuration and weights, the flat vector in
 // Config.Layout() order, with the safetensors metadata (Trellis records
 // its tokenizer there as "trellis.tokenizer").
 type Model struct {
@@ -33,18 +33,17 @@ type Model struct {
 // trained with.
 const MetaTokenizer = "trellis.tokenizer"
 
-// Write saves m as a Hugging Face model directory — GPT2LMHeadModel's or
-// LlamaForCausalLM's — dir/model.safetensors (tensors of dtype, F32, BF16
-// or F16) and dir/config.json. Each file is written to a temporary name and renamed,
+// Write saves m as a Hugging Face model directory — GPT2LMHeadModel's,
+// LlamaForCausalLM's, or an MoE Llama's Qwen2MoeForCausalLM (qwen2moe.go;
+// the MoE models it does not compute exactly are refused) —
+// dir/model.safetensors (tensors of dtype, F32, BF16 or F16) and
+// dir/config.json. Each file is written to a temporary name and renamed,
 // so an interrupted export leaves no half-written file under the final
 // names.
 func Write(dir string, m Model, dtype safetensors.DType) error {
 	cfg, w := m.Config, m.W
 	if err := cfg.Validate(); err != nil {
 		return err
-	}
-	if cfg.Experts > 0 {
-		return fmt.Errorf("hf: model.experts=%d: export of mixture-of-experts models is not implemented (LlamaForCausalLM has no experts; the checkpoint holds them)", cfg.Experts)
 	}
 	lay := cfg.Layout()
 	if len(w) != lay.Size {
@@ -54,19 +53,24 @@ func Write(dir string, m Model, dtype safetensors.DType) error {
 	if torchName == "" {
 		return fmt.Errorf("hf: --dtype %s: want F32, BF16 or F16", dtype)
 	}
-	var ts []safetensors.Tensor
-	for _, u := range lay.Units {
-		for _, t := range u.Tensors {
-			st, err := safetensors.FromFloat32As(hfName(cfg, t.Name), dtype, HFShape(t), toHF(t, w[t.Offset:t.Offset+t.Size]))
-			if err != nil {
-				return fmt.Errorf("hf: %s: %w", t.Name, err)
-			}
-			ts = append(ts, st)
-		}
-	}
 	var hcfg any = ConfigOf(cfg, torchName)
-	if cfg.IsLlama() {
+	switch {
+	case cfg.Experts > 0:
+		q, err := Qwen2MoeConfigOf(cfg, torchName)
+		if err != nil {
+			return err
+		}
+		hcfg = q
+	case cfg.IsLlama():
 		hcfg = LlamaConfigOf(cfg, torchName)
+	}
+	var ts []safetensors.Tensor
+	for _, x := range exportTensors(cfg, w) {
+		st, err := safetensors.FromFloat32As(x.name, dtype, x.shape, x.v)
+		if err != nil {
+			return fmt.Errorf("hf: %s: %w", x.name, err)
+		}
+		ts = append(ts, st)
 	}
 	js, err := json.MarshalIndent(hcfg, "", "  ")
 	if err != nil {
@@ -85,7 +89,7 @@ func Write(dir string, m Model, dtype safetensors.DType) error {
 	return writeFileAtomic(filepath.Join(dir, ConfigFile), append(js, '\n'))
 }
 
-// Read loads a Hugging Face GPT-2 or Llama model: path is the model
+// Read loads a Hugging Face GPT-2, Llama or Qwen2-MoE model: path is the model
 // directory or its model.safetensors, with config.json beside it. It
 // returns the model configuration and the weights as a flat vector in
 // cfg.Layout() order. Every tensor the layout needs must be present with
@@ -164,6 +168,10 @@ func unpack(f *safetensors.File, cfg model.Config) ([]float32, error) {
 	for _, u := range lay.Units {
 		for _, t := range u.Tensors {
 			n, ok := find(t.Name)
+			if !ok && cfg.Experts > 0 && t.Expert { // E matrices in Hugging Face's checkpoints
+				errs = append(errs, readExperts(f, names, t, w[t.Offset:t.Offset+t.Size])...)
+				continue
+			}
 			if !ok {
 				errs = append(errs, fmt.Errorf("hf: %s: missing tensor %s", f.Name(), hfName(cfg, t.Name)))
 				continue
@@ -183,6 +191,14 @@ func unpack(f *safetensors.File, cfg model.Config) ([]float32, error) {
 		}
 	}
 	for n := range names {
+		if cfg.IsLlama() {
+			if ok, err := qwenUnused(f, n, cfg); ok || err != nil {
+				if err != nil {
+					return nil, err
+				}
+				continue
+			}
+		}
 		if !isMaskBuffer(n) && !isLlamaBuffer(n) {
 			return nil, fmt.Errorf("hf: %s: tensor %s is not part of a %s that Trellis computes", f.Name(), n, archTitle(cfg))
 		}
@@ -192,6 +208,9 @@ func unpack(f *safetensors.File, cfg model.Config) ([]float32, error) {
 
 // archTitle names cfg's architecture in messages.
 func archTitle(cfg model.Config) string {
+	if cfg.Experts > 0 {
+		return "mixture-of-experts Llama (Qwen2MoeForCausalLM)"
+	}
 	if cfg.IsLlama() {
 		return "Llama"
 	}

@@ -25,7 +25,9 @@ func (j Job) checkInit() error {
 }
 
 // sameShape names the first field where the two models differ: the
-// architecture and every size (a Llama's keys, defaults spelled out),
+// architecture and every size (a Llama's keys, defaults spelled out; an
+// MoE Llama's experts, top_k, widths and MoE layers — not its capacity
+// factor and aux loss, which are the job's training choices),
 // seq_len too for GPT-2 (its positions are weights); a Llama's
 // max_position_embeddings only bounds the job's seq_len.
 func sameShape(want, got model.Config, what string) error {
@@ -37,12 +39,22 @@ func sameShape(want, got model.Config, what string) error {
 		name string
 		w, g int
 	}{{"layers", w.Layers, g.Layers}, {"hidden", w.Hidden, g.Hidden}, {"heads", w.Heads, g.Heads},
-		{"kv_heads", w.KVHeads, g.KVHeads}, {"ffn_hidden", w.FFN, g.FFN}, {"vocab", w.Vocab, g.Vocab}} {
+		{"kv_heads", w.KVHeads, g.KVHeads}, {"ffn_hidden", w.FFN, g.FFN}, {"vocab", w.Vocab, g.Vocab},
+		{"experts", w.Experts, g.Experts}, {"top_k", w.TopK, g.TopK}, {"expert_ffn_hidden", w.ExpertFFN, g.ExpertFFN},
+		{"shared_experts", w.SharedExperts, g.SharedExperts}} {
 		if f.w != f.g {
 			return fmt.Errorf("%s has %s=%d, the job's model.%s=%d", what, f.name, f.g, f.name, f.w)
 		}
 	}
+	kind := map[bool]string{false: "dense", true: "an MoE layer"}
+	for l := 0; l < w.Layers; l++ {
+		if w.MoELayer(l) != g.MoELayer(l) {
+			return fmt.Errorf("%s's layer %d is %s, the job's is %s (model.dense_first=%d, model.moe_every=%d)", what, l, kind[g.MoELayer(l)], kind[w.MoELayer(l)], w.DenseFirst, w.MoEEvery)
+		}
+	}
 	switch {
+	case w.RouterScore != g.RouterScore:
+		return fmt.Errorf("%s has router_score=%s, the job's model.router_score=%s", what, g.RouterScore, w.RouterScore)
 	case !w.IsLlama() && w.SeqLen != g.SeqLen:
 		return fmt.Errorf("%s has seq_len=%d, the job's model.seq_len=%d", what, g.SeqLen, w.SeqLen)
 	case w.IsLlama() && w.SeqLen > g.SeqLen:

@@ -89,6 +89,14 @@ func torchLogits(t *testing.T, m hf.Model, dir string) {
 		t.Log("no /usr/bin/python3 with torch: the PyTorch check of the export is skipped (hf's fixture holds the export format)")
 		return
 	}
+	scriptLogits(t, m, dir, "../scripts/torch_llama.py")
+}
+
+// scriptLogits runs a reference script's logits command on the export in
+// dir and holds Trellis's logits of a sequence to the script's within
+// 1e-5 relative; it returns the fixture the script wrote.
+func scriptLogits(t *testing.T, m hf.Model, dir, script string) *safetensors.File {
+	t.Helper()
 	cfg := m.Config
 	tokens := make([]int32, cfg.SeqLen)
 	strs := make([]string, len(tokens))
@@ -97,7 +105,7 @@ func torchLogits(t *testing.T, m hf.Model, dir string) {
 		strs[i] = strconv.Itoa(int(tokens[i]))
 	}
 	out := filepath.Join(t.TempDir(), "torch.safetensors")
-	cmd := exec.Command("/usr/bin/python3", "../scripts/torch_llama.py", "logits", "--model", dir, "--tokens", strings.Join(strs, ","), "--out", out)
+	cmd := exec.Command("/usr/bin/python3", script, "logits", "--model", dir, "--tokens", strings.Join(strs, ","), "--out", out)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, b)
 	}
@@ -135,9 +143,10 @@ func torchLogits(t *testing.T, m hf.Model, dir string) {
 		d, mx = max(d, math.Abs(float64(got[i]-want[i]))), max(mx, math.Abs(float64(want[i])))
 	}
 	if d/mx > 1e-5 {
-		t.Fatalf("the export's logits in PyTorch differ from Trellis's by %.3g relative", d/mx)
+		t.Fatalf("the export's logits in %s differ from Trellis's by %.3g relative", script, d/mx)
 	}
-	t.Logf("the export in PyTorch: logits within %.3g relative of Trellis's", d/mx)
+	t.Logf("the export in %s: logits within %.3g relative of Trellis's", script, d/mx)
+	return f
 }
 
 // The planner's Hugging Face reader (plan.ParseHFConfig) and the engine's

@@ -113,11 +113,14 @@ func TestRunEndsWithNextSteps(t *testing.T) {
 			t.Errorf("the run's end lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	if n := nextSteps("", "", "", true); !strings.Contains(n, "--metrics run.jsonl") || strings.Contains(n, "sample") {
+	if n := nextSteps("", "", "", true, false); !strings.Contains(n, "--metrics run.jsonl") || strings.Contains(n, "sample") {
 		t.Errorf("no checkpoint, no metrics: %q", n)
 	}
-	if n := nextSteps("ck/step-00000005", "", "", false); !strings.Contains(n, "trellis sample") || strings.Contains(n, "trellis export") {
-		t.Errorf("a model with experts (no Hugging Face export yet) is offered: %q", n)
+	if n := nextSteps("ck/step-00000005", "", "", false, false); !strings.Contains(n, "trellis sample") || strings.Contains(n, "trellis export") {
+		t.Errorf("a model without a Hugging Face form (shared experts, a sigmoid router) is offered an export: %q", n)
+	}
+	if n := nextSteps("ck/step-00000005", "", "", true, true); !strings.Contains(n, "trellis export --checkpoint ck/step-00000005 --out ck/step-00000005-hf --dropless") {
+		t.Errorf("an MoE model with a capacity factor is not offered the dropless export: %q", n)
 	}
 }
 

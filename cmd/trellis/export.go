@@ -19,16 +19,23 @@ import (
 
 func newExportCmd() *cobra.Command {
 	var ckpt, out, dtype string
-	var force bool
+	var force, dropless bool
 	c := &cobra.Command{
 		Use:   "export",
-		Short: "Write a checkpoint's weights as a Hugging Face model (model.safetensors + config.json): GPT-2 or Llama",
+		Short: "Write a checkpoint's weights as a Hugging Face model (model.safetensors + config.json): GPT-2, Llama or MoE Llama",
 		Long: `Export reads the weights of a checkpoint written under any plan and writes
 a directory that transformers loads: for a GPT-2, GPT2LMHeadModel's
 (model.safetensors in Hugging Face GPT-2 naming, Conv1D weights stored
 (in, out), the LM head tied to wte); for a Llama, LlamaForCausalLM's
 (Hugging Face's names under "model.", q_proj and k_proj rows in its
-rotate_half RoPE order, lm_head unless tied); and config.json.`,
+rotate_half RoPE order, lm_head unless tied); for a Llama with experts,
+Qwen2MoeForCausalLM's (the router as mlp.gate, each expert's gate_proj,
+up_proj and down_proj, norm_topk_prob false, the dense layers as
+mlp_only_layers/decoder_sparse_step, zero q/k/v biases and an empty
+shared expert); and config.json. An MoE model with shared experts or a
+sigmoid router has no exact Hugging Face form and is refused; one with a
+capacity factor is refused unless --dropless writes it as the dropless
+model (Qwen2-MoE drops no tokens).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ckpt == "" || out == "" {
@@ -44,6 +51,12 @@ rotate_half RoPE order, lm_head unless tied); and config.json.`,
 			ws, err := train.LoadWeights(ckpt, nil)
 			if err != nil {
 				return err
+			}
+			if dropless {
+				if ws.Model.Experts == 0 {
+					return fmt.Errorf("--dropless: %s is a dense model (model.experts=0): it has no capacity factor", ws.Source)
+				}
+				ws.Model.CapacityFactor = 0
 			}
 			m := hf.Model{Config: ws.Model, W: ws.W}
 			if ws.Tokenizer != "" {
@@ -62,6 +75,7 @@ rotate_half RoPE order, lm_head unless tied); and config.json.`,
 	fl.StringVar(&out, "out", "", "output directory")
 	fl.StringVar(&dtype, "dtype", "f32", "element type of the weights: f32, bf16 or f16")
 	fl.BoolVar(&force, "force", false, "replace a model already in --out")
+	fl.BoolVar(&dropless, "dropless", false, "write an MoE model trained with a capacity factor as the dropless model (capacity_factor=0), the one Qwen2MoeForCausalLM computes")
 	return c
 }
 

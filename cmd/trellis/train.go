@@ -14,6 +14,7 @@ import (
 	"golang.org/x/term"
 
 	"trellis/comm/world"
+	"trellis/hf"
 	"trellis/launch"
 	"trellis/train"
 )
@@ -156,7 +157,9 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 	}
 	sum, err := train.Run(ctx, opts)
 	if err == nil && sum != nil && voice {
-		fmt.Fprint(opts.Out, nextSteps(sum.Checkpoint, f.metrics, job.Train.Prompt, job.Model.Experts == 0))
+		dropless := job.Model
+		dropless.CapacityFactor = 0
+		fmt.Fprint(opts.Out, nextSteps(sum.Checkpoint, f.metrics, job.Train.Prompt, hf.Exportable(dropless) == nil, job.Model.CapacityFactor > 0))
 	}
 	var intr *train.Interrupted
 	if errors.As(err, &intr) && intr.Checkpoint != "" {
@@ -242,9 +245,10 @@ func placement(e launch.Env) *world.Placement {
 }
 
 // nextSteps is what the end of a run suggests: sample and (export: the
-// model has a Hugging Face form; one with experts does not yet) export
-// the checkpoint it wrote, and report the metrics it kept.
-func nextSteps(ckpt, metricsPath, prompt string, export bool) string {
+// model has a Hugging Face form, hf.Exportable; dropless: with --dropless,
+// its capacity factor dropped) export the checkpoint it wrote, and report
+// the metrics it kept.
+func nextSteps(ckpt, metricsPath, prompt string, export, dropless bool) string {
 	var b strings.Builder
 	if ckpt != "" {
 		if prompt == "" {
@@ -252,7 +256,11 @@ func nextSteps(ckpt, metricsPath, prompt string, export bool) string {
 		}
 		fmt.Fprintf(&b, "  trellis sample --checkpoint %s --prompt %q   # generate text\n", ckpt, prompt)
 		if export {
-			fmt.Fprintf(&b, "  trellis export --checkpoint %s --out %s-hf   # Hugging Face safetensors + config.json\n", ckpt, strings.TrimRight(ckpt, "/"))
+			flag := ""
+			if dropless {
+				flag = " --dropless"
+			}
+			fmt.Fprintf(&b, "  trellis export --checkpoint %s --out %s-hf%s   # Hugging Face safetensors + config.json\n", ckpt, strings.TrimRight(ckpt, "/"), flag)
 		}
 	}
 	if metricsPath != "" {
