@@ -74,6 +74,10 @@ func TestMoEValidate(t *testing.T) {
 		{func(c *Config) { c.CapacityFactor = -1 }, "model.capacity_factor=-1"},
 		{func(c *Config) { c.AuxLoss = -0.5 }, "model.aux_loss=-0.5"},
 		{func(c *Config) { c.RouterScore = "top" }, `model.router_score="top": want softmax or sigmoid`},
+		{func(c *Config) { c.RouterExpertBias, c.RouterBiasUpdateRate = true, -1e-3 }, "model.router_bias_update_rate=-0.001: want a step in (0, 1]"},
+		{func(c *Config) { c.RouterExpertBias, c.RouterBiasUpdateRate = true, 2 }, "model.router_bias_update_rate=2"},
+		{func(c *Config) { c.RouterBiasUpdateRate = 1e-3 }, "model.router_bias_update_rate=0.001 is set without model.router_expert_bias=true"},
+		{func(c *Config) { c.Experts, c.TopK = 0, 0; c.RouterExpertBias = true }, "model.router_expert_bias is set without model.experts"},
 	} {
 		cfg := good
 		c.edit(&cfg)
@@ -81,6 +85,14 @@ func TestMoEValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want %q", cfg, err, c.want)
 		}
+	}
+	b := good
+	b.RouterExpertBias = true
+	if err := b.Validate(); err != nil || b.BiasRate() != DefaultBiasRate || good.BiasRate() != 0 {
+		t.Errorf("router_expert_bias=true: %v, rate %g (off: %g)", err, b.BiasRate(), good.BiasRate())
+	}
+	if b.RouterBiasUpdateRate = 0.25; b.BiasRate() != 0.25 || b.Canonical().RouterBiasUpdateRate != 0.25 {
+		t.Errorf("router_bias_update_rate=0.25: rate %g", b.BiasRate())
 	}
 	if err := (Part{TP: 2}).Validate(good); err == nil || !strings.Contains(err.Error(), "expert tensor parallelism is not implemented") {
 		t.Errorf("tp=2 with experts: %v", err)
