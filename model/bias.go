@@ -17,6 +17,9 @@ import "fmt"
 // model's state between steps: a pass reads them, only UpdateExpertBias
 // and SetExpertBias write them (between steps), so a backward recomputing
 // its routing from the saved scores selects what its forward selected.
+// train moves them after every step, one whose update a loss scaler
+// skipped for an overflow too (its tokens were routed; Megatron-Core
+// updates them in finalize_model_grads, before the optimizer step).
 
 // biasOf is block layer's bias (nil without router_expert_bias or for a
 // dense block).

@@ -98,6 +98,34 @@ func TestExpertBiasMatchesSingleDevice(t *testing.T) {
 	}
 }
 
+// DeepSeek-V3's router (sigmoid scores, the gates the chosen unbiased
+// scores normalised) with the bias equals one device under ep and a
+// pipeline as above; in bf16 ep stays within the 16-bit bound of the one
+// device's bf16 run.
+func TestExpertBiasSigmoidAndHalf(t *testing.T) {
+	sig := func(p string) Job {
+		j := biasJob(p, 0)
+		j.Model.RouterScore = "sigmoid"
+		return j
+	}
+	ref := runJob(t, sig("dp=1"), t.TempDir(), "", 0)
+	for _, p := range []string{"dp=4,ep=4,zero=1", "pp=2,dp=2,ep=2"} {
+		t.Run(p+"/router_score=sigmoid", func(t *testing.T) {
+			got := runJob(t, sig(p), t.TempDir(), "", 0)
+			compareRuns(t, got, ref)
+			for s := range ref.experts {
+				if !reflect.DeepEqual(ref.experts[s].Bias, got.experts[s].Bias) {
+					t.Errorf("step %d: biases %v, one device %v", s+1, got.experts[s].Bias, ref.experts[s].Bias)
+				}
+			}
+		})
+	}
+	half := runJob(t, biasJob("dp=1,precision=bf16", 0.75), t.TempDir(), "", 0)
+	t.Run("dp=2,ep=2,precision=bf16", func(t *testing.T) {
+		closeTo(t, runJob(t, biasJob("dp=2,ep=2,precision=bf16", 0.75), t.TempDir(), "", 0), half, moeHalfLoss, halfParState)
+	})
+}
+
 // A run with the bias split by --until and resumed from its checkpoint
 // equals the straight run bit for bit (the biases are saved and loaded);
 // resumed under other plans (one device, a pipeline), it equals their
@@ -124,6 +152,18 @@ func TestExpertBiasResume(t *testing.T) {
 	}
 	if !reflect.DeepEqual(a.experts[3].Bias, b2.experts[1].Bias) {
 		t.Errorf("step 4's biases: %v straight, %v resumed", a.experts[3].Bias, b2.experts[1].Bias)
+	}
+	if txt, err := SampleCheckpoint(SampleOptions{Checkpoint: a.sum.Checkpoint, Prompt: "It is", Tokens: 8, Seed: 1, Threads: 1}); err != nil || txt == "" {
+		t.Errorf("sample from the checkpoint with biases: %q, %v", txt, err)
+	}
+	// A checkpoint without the biases is refused by name, never read as zeros.
+	plain := runJob(t, moeJob("dp=1", 3, 0), t.TempDir(), "", 0)
+	c, err := checkpoint.Open(plain.sum.Checkpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readExpertBias(c, job("dp=1").Model); err == nil || !strings.Contains(err.Error(), `no tensor "moe.layers.0.expert_bias"`) {
+		t.Errorf("a checkpoint without biases: %v", err)
 	}
 	ckpt := filepath.Join(dir, checkpoint.StepName(2))
 	for _, to := range []string{"dp=1", "pp=2,dp=2,ep=2"} {
