@@ -1,6 +1,8 @@
 package train
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -277,6 +279,22 @@ func TestExpertBiasConfig(t *testing.T) {
 			t.Errorf("%v: %v, bias %v rate %g", c.set, err, j.Model.RouterExpertBias, j.Model.BiasRate())
 		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%v: error %v, want %q", c.set, err, c.want)
+		}
+	}
+}
+
+// The end-of-run report names each block's busiest rank's rows and the
+// range of its expert biases.
+func TestExpertBiasReport(t *testing.T) {
+	var out bytes.Buffer
+	j := biasJob("dp=2,ep=2", 0)
+	j.Train.Steps = 2
+	if _, err := Run(context.Background(), Options{Job: j, Out: &out}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"block 0: ", "rows on a rank", "expert bias -0.02..0.02"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
 	}
 }
