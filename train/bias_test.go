@@ -130,7 +130,8 @@ func TestExpertBiasSigmoidAndHalf(t *testing.T) {
 
 // A run with the bias split by --until and resumed from its checkpoint
 // equals the straight run bit for bit (the biases are saved and loaded);
-// resumed under other plans (one device, a pipeline), it equals their
+// resumed under other plans (one device, a pipeline; a pipeline's
+// checkpoint under ep), it equals their
 // straight runs within 1e-5 and continues their biases exactly.
 func TestExpertBiasResume(t *testing.T) {
 	job := func(p string) Job {
@@ -167,11 +168,19 @@ func TestExpertBiasResume(t *testing.T) {
 	if _, err := readExpertBias(c, job("dp=1").Model); err == nil || !strings.Contains(err.Error(), `no tensor "moe.layers.0.expert_bias"`) {
 		t.Errorf("a checkpoint without biases: %v", err)
 	}
-	ckpt := filepath.Join(dir, checkpoint.StepName(2))
-	for _, to := range []string{"dp=1", "pp=2,dp=2,ep=2"} {
-		t.Run(from+"→"+to, func(t *testing.T) {
+	// A pipeline's checkpoint: each stage's rank at dp = 0 writes its
+	// blocks' biases.
+	ppDir := t.TempDir()
+	runJob(t, job("pp=2,dp=2,ep=2"), ppDir, "", 2)
+	for _, c := range []struct{ from, ckpt, to string }{
+		{from, filepath.Join(dir, checkpoint.StepName(2)), "dp=1"},
+		{from, filepath.Join(dir, checkpoint.StepName(2)), "pp=2,dp=2,ep=2"},
+		{"pp=2,dp=2,ep=2", filepath.Join(ppDir, checkpoint.StepName(2)), "dp=2,ep=2"},
+	} {
+		to := c.to
+		t.Run(c.from+"→"+to, func(t *testing.T) {
 			want := runJob(t, job(to), "", "", 0)
-			got := runJob(t, job(to), "", ckpt, 0)
+			got := runJob(t, job(to), "", c.ckpt, 0)
 			for s := range got.losses {
 				if w, g := want.losses[s+2], got.losses[s]; math.Abs(g-w) > 1e-5*math.Abs(w) {
 					t.Errorf("step %d: loss %.9g, uninterrupted %.9g", s+3, g, w)
