@@ -87,7 +87,11 @@ type Config struct {
 	// divides l − DenseFirst; CapacityFactor c > 0 caps an expert at
 	// ⌈c·n·k/E⌉ of a micro-batch's n tokens (0: dropless); RouterScore is
 	// the router's scoring ("softmax", the default); AuxLoss is the
-	// load-balancing loss's coefficient α.
+	// load-balancing loss's coefficient α. RouterExpertBias turns on
+	// DeepSeek-V3's auxiliary-loss-free balancing (a per-expert selection
+	// bias, moe.go), RouterBiasUpdateRate its step u (0: 1e-3), as
+	// Megatron-Core's moe_router_enable_expert_bias and
+	// moe_router_bias_update_rate.
 	Experts        int     `toml:"experts" json:"experts,omitempty"`
 	TopK           int     `toml:"top_k" json:"top_k,omitempty"`
 	ExpertFFN      int     `toml:"expert_ffn_hidden" json:"expert_ffn_hidden,omitempty"`
@@ -97,6 +101,9 @@ type Config struct {
 	CapacityFactor float64 `toml:"capacity_factor" json:"capacity_factor,omitempty"`
 	RouterScore    string  `toml:"router_score" json:"router_score,omitempty"`
 	AuxLoss        float64 `toml:"aux_loss" json:"aux_loss,omitempty"`
+
+	RouterExpertBias     bool    `toml:"router_expert_bias" json:"router_expert_bias,omitempty"`
+	RouterBiasUpdateRate float64 `toml:"router_bias_update_rate" json:"router_bias_update_rate,omitempty"`
 }
 
 // Defaults of the Llama keys.
@@ -177,6 +184,9 @@ func (c Config) Canonical() Config {
 		c.ExpertFFN, c.MoEEvery = c.ExpertWidth(), max(1, c.MoEEvery)
 		if c.RouterScore == "" {
 			c.RouterScore = "softmax"
+		}
+		if c.RouterExpertBias {
+			c.RouterBiasUpdateRate = c.BiasRate()
 		}
 	}
 	return c
@@ -277,6 +287,9 @@ func (c Config) String() string {
 	if c.Experts > 0 {
 		s += fmt.Sprintf(" experts=%d top_k=%d expert_ffn_hidden=%d shared_experts=%d moe_every=%d dense_first=%d capacity_factor=%g aux_loss=%g",
 			c.Experts, c.TopK, c.ExpertWidth(), c.SharedExperts, max(1, c.MoEEvery), c.DenseFirst, c.CapacityFactor, c.AuxLoss)
+		if c.RouterExpertBias {
+			s += fmt.Sprintf(" router_expert_bias=true router_bias_update_rate=%g", c.BiasRate())
+		}
 	}
 	return s
 }

@@ -36,6 +36,23 @@ import (
 // the aux loss takes P_e as the mean of the normalised scores
 // s_{t,e}/Σ_e' s_{t,e'} (DeepSeek-V3's balance loss, over the micro-batch).
 //
+// With router_expert_bias (DeepSeek-V3's auxiliary-loss-free balancing,
+// Wang et al. 2024) each MoE layer keeps a per-expert bias b (E fp32
+// values, a buffer, not a trained parameter, starting at 0) added to the
+// scores for the selection only:
+//
+//	K_t = top_k(p_t + b)                        ties to the lower index
+//	g_{t,j} = p_{t,K_t[j]}                      (sigmoid: normalised over the k as above)
+//
+// and after every optimizer step
+//
+//	b_e += u·sign(mean_e'(load_e') − load_e)
+//
+// with load_e the assignments expert e got over the whole step (every
+// micro-batch of every data-parallel rank, before capacity) and u
+// router_bias_update_rate: an overloaded expert's bias falls, an
+// underloaded one's rises, a balanced one's stays.
+//
 // Layer i is an MoE layer when i ≥ dense_first and (i − dense_first) is a
 // multiple of moe_every (0 or 1: every layer); the others keep the dense
 // SwiGLU of ffn_hidden.
@@ -76,6 +93,21 @@ func (c Config) SharedWidth() int { return c.SharedExperts * c.ExpertWidth() }
 func (c Config) ExpertLocal(p Part) (fe, fs int) {
 	t := p.Degree()
 	return c.ExpertWidth() / t, c.SharedWidth() / t
+}
+
+// DefaultBiasRate is router_bias_update_rate's default (Megatron-Core's
+// moe_router_bias_update_rate).
+const DefaultBiasRate = 1e-3
+
+// BiasRate is u, the expert bias's step (0 without the bias).
+func (c Config) BiasRate() float64 {
+	if !c.RouterExpertBias {
+		return 0
+	}
+	if c.RouterBiasUpdateRate > 0 {
+		return c.RouterBiasUpdateRate
+	}
+	return DefaultBiasRate
 }
 
 // SigmoidRouter says whether the router scores by sigmoid.
@@ -128,7 +160,8 @@ func (c Config) ExpertRows(n, ep int) int {
 // moeKeys checks the MoE keys: only a Llama has experts; with experts > 0
 // top_k is in [1, experts], the widths and counts non-negative,
 // dense_first at most layers, capacity_factor and aux_loss finite and
-// non-negative, router_score softmax; with experts = 0 none is set.
+// non-negative, router_score softmax or sigmoid, router_bias_update_rate
+// in [0, 1] and only with router_expert_bias; with experts = 0 none is set.
 func (c Config) moeKeys() []error {
 	var errs []error
 	if c.Experts < 0 {
@@ -140,7 +173,8 @@ func (c Config) moeKeys() []error {
 			on   bool
 		}{{"top_k", c.TopK != 0}, {"expert_ffn_hidden", c.ExpertFFN != 0}, {"shared_experts", c.SharedExperts != 0},
 			{"moe_every", c.MoEEvery != 0}, {"dense_first", c.DenseFirst != 0}, {"capacity_factor", c.CapacityFactor != 0},
-			{"router_score", c.RouterScore != ""}, {"aux_loss", c.AuxLoss != 0}}
+			{"router_score", c.RouterScore != ""}, {"aux_loss", c.AuxLoss != 0},
+			{"router_expert_bias", c.RouterExpertBias}, {"router_bias_update_rate", c.RouterBiasUpdateRate != 0}}
 		for _, s := range set {
 			if s.on {
 				errs = append(errs, fmt.Errorf("model.%s is set without model.experts (a dense model has no router)", s.name))
@@ -170,6 +204,11 @@ func (c Config) moeKeys() []error {
 	}
 	if !(c.AuxLoss >= 0 && c.AuxLoss <= 1e3) {
 		errs = append(errs, fmt.Errorf("model.aux_loss=%v: want a coefficient in [0, 1000]", c.AuxLoss))
+	}
+	if u := c.RouterBiasUpdateRate; !(u >= 0 && u <= 1) {
+		errs = append(errs, fmt.Errorf("model.router_bias_update_rate=%v: want a step in (0, 1] (0: the default %g)", u, DefaultBiasRate))
+	} else if u != 0 && !c.RouterExpertBias {
+		errs = append(errs, fmt.Errorf("model.router_bias_update_rate=%v is set without model.router_expert_bias=true", u))
 	}
 	switch c.RouterScore {
 	case "", "softmax", "sigmoid":
@@ -262,7 +301,9 @@ func (c Config) moeSaved(d Dims) []Saved {
 //	Route  (int32) 2·n·k + 2E + 1: every assignment's expert and row, the
 //	             experts' loads before capacity and their row offsets;
 //	             with ep > 1 Rx + E + 1 more, the received rows' places
-//	             in expert order and the local experts' offsets
+//	             in expert order and the local experts' offsets; with
+//	             router_expert_bias E a MoE block of the model (fp32, 4
+//	             bytes as an int32), every block's expert bias
 type MoEWorkspace struct{ F32, Half, Route float64 }
 
 // MoEScratch sizes an MoE layer's scratch on part d.Part (zero for a
@@ -280,6 +321,9 @@ func (c Config) MoEScratch(d Dims, half bool) MoEWorkspace {
 	if ep > 1 {
 		w.F32 += 2*Rx*C + 2*E
 		w.Route += Rx + E + 1
+	}
+	if c.RouterExpertBias {
+		w.Route += E * float64(c.MoELayers(0, c.Layers))
 	}
 	if half {
 		w.Half = max(Rx*max(C, 2*Fe), n*E)

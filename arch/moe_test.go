@@ -74,6 +74,10 @@ func TestMoEValidate(t *testing.T) {
 		{func(c *Config) { c.CapacityFactor = -1 }, "model.capacity_factor=-1"},
 		{func(c *Config) { c.AuxLoss = -0.5 }, "model.aux_loss=-0.5"},
 		{func(c *Config) { c.RouterScore = "top" }, `model.router_score="top": want softmax or sigmoid`},
+		{func(c *Config) { c.RouterExpertBias, c.RouterBiasUpdateRate = true, -1e-3 }, "model.router_bias_update_rate=-0.001: want a step in (0, 1]"},
+		{func(c *Config) { c.RouterExpertBias, c.RouterBiasUpdateRate = true, 2 }, "model.router_bias_update_rate=2"},
+		{func(c *Config) { c.RouterBiasUpdateRate = 1e-3 }, "model.router_bias_update_rate=0.001 is set without model.router_expert_bias=true"},
+		{func(c *Config) { c.Experts, c.TopK = 0, 0; c.RouterExpertBias = true }, "model.router_expert_bias is set without model.experts"},
 	} {
 		cfg := good
 		c.edit(&cfg)
@@ -91,6 +95,14 @@ func TestMoEValidate(t *testing.T) {
 	even.ExpertFFN = 4
 	if err := (Part{TP: 2, SP: true}).Validate(even); err != nil {
 		t.Errorf("tp=2 with experts of width 4: %v", err)
+	}
+	b := good
+	b.RouterExpertBias = true
+	if err := b.Validate(); err != nil || b.BiasRate() != DefaultBiasRate || good.BiasRate() != 0 {
+		t.Errorf("router_expert_bias=true: %v, rate %g (off: %g)", err, b.BiasRate(), good.BiasRate())
+	}
+	if b.RouterBiasUpdateRate = 0.25; b.BiasRate() != 0.25 || b.Canonical().RouterBiasUpdateRate != 0.25 {
+		t.Errorf("router_bias_update_rate=0.25: rate %g", b.BiasRate())
 	}
 }
 

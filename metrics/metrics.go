@@ -44,12 +44,19 @@ type Line struct {
 // a step routes tokens·top_k of them per block — and Dropped[i][e] those
 // past the expert's capacity (zero when dropless). AuxLoss is the mean
 // over the step's micro-batches of the blocks' load-balancing losses
-// (α·E·Σ_e f_e·P_e each, α included; 0 with aux_loss = 0).
+// (α·E·Σ_e f_e·P_e each, α included; 0 with aux_loss = 0). RecvRowsMax[i]
+// is the most rows block Layers[i]'s experts computed on one rank in one
+// forward pass over the step (under expert parallelism the busiest
+// rank's dispatch: the rows it received from its group). Bias[i] is the
+// block's expert bias after the step's update (router_expert_bias;
+// absent without).
 type Experts struct {
-	Layers  []int     `json:"layers"`
-	Load    [][]int64 `json:"load"`
-	Dropped [][]int64 `json:"dropped"`
-	AuxLoss float64   `json:"aux_loss"`
+	Layers      []int       `json:"layers"`
+	Load        [][]int64   `json:"load"`
+	Dropped     [][]int64   `json:"dropped"`
+	AuxLoss     float64     `json:"aux_loss"`
+	RecvRowsMax []int64     `json:"recv_rows_max,omitempty"`
+	Bias        [][]float32 `json:"expert_bias,omitempty"`
 }
 
 // RunHeader is what a run is: its plan, model and size.

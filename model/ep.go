@@ -75,17 +75,18 @@ func elems(rows []int, C int) []int {
 
 // forwardEP dispatches the rank's tokens z to the ranks of their experts,
 // runs the local experts over what it received and brings the outputs of
-// its own tokens back into a.y (rows as r orders them).
-func (l moeLayer) forwardEP(m *GPT, a moeActs, z tensor.Buf, w moeWeights, r routing, n int) error {
+// its own tokens back into a.y (rows as r orders them); it returns the
+// rows the rank's experts received.
+func (l moeLayer) forwardEP(m *GPT, a moeActs, z tensor.Buf, w moeWeights, r routing, n int) (int, error) {
 	C, sc := l.C, &m.w.moe
 	send, recv, rx, err := l.epExchange(m, r)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	R := r.kept()
 	m.k.MoEDispatch(sc.sendX, z, r.rows, n, l.K, C)
 	if err := m.ep.AllToAllV(sc.recvX.Head(rx*C), sc.sendX.Head(R*C), elems(send, C), elems(recv, C)); err != nil {
-		return err
+		return 0, err
 	}
 	m.k.MoEDispatch(a.x, sc.recvX, sc.perm, rx, 1, C) // the group's order into expert order
 	local := routing{offs: sc.local}
@@ -93,7 +94,7 @@ func (l moeLayer) forwardEP(m *GPT, a moeActs, z tensor.Buf, w moeWeights, r rou
 	grp := sc.grp[:rx*C]
 	clear(grp)
 	m.k.MoECombine(grp, sc.exp, nil, sc.perm, rx, 1, C) // back into the group's order
-	return m.ep.AllToAllV(tensor.F32s(a.y[:R*C]), tensor.F32s(grp), elems(recv, C), elems(send, C))
+	return rx, m.ep.AllToAllV(tensor.F32s(a.y[:R*C]), tensor.F32s(grp), elems(recv, C), elems(send, C))
 }
 
 // backwardEP sends the output gradients of the rank's rows (sc.rows, as r

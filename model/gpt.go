@@ -133,7 +133,10 @@ type GPT struct {
 	// (its routing is not counted again).
 	rerun bool
 	stats expertCounter
-	q8    *q8 // fp8's scratch and amax histories (nil unless the policy is fp8)
+	// bias are the MoE blocks' expert biases (router_expert_bias; rows as
+	// stats' Layers, E each; bias.go), nil without.
+	bias [][]float32
+	q8   *q8 // fp8's scratch and amax histories (nil unless the policy is fp8)
 
 	drop dropoutKeys
 
@@ -299,6 +302,12 @@ func (m *GPT) allocMoE(buf []float32, sz wsSizes) error {
 	}
 	w.gemms = make([]ops.GEMM, 0, E)
 	m.stats = newExpertCounter(c)
+	if c.RouterExpertBias {
+		m.bias = make([][]float32, len(m.stats.s.Layers))
+		for i := range m.bias {
+			m.bias[i] = make([]float32, E) // counted in Route (arch's MoEWorkspace)
+		}
+	}
 	return nil
 }
 

@@ -44,6 +44,7 @@ func wholeModelGradient(t *testing.T, cfg Config, flash bool) {
 	const B = 2
 	m, p, s, _ := setupOn(t, cfg, B, 2, Options{Flash: flash})
 	perturb(p.W, 0.3, 5)
+	setTestBias(t, m)
 	batch := randomBatch(cfg, B, 3)
 	batch.Step = 4
 	const dloss = 0.5
@@ -134,7 +135,7 @@ func routingKey(m *GPT, s *Stash) []int32 {
 		if !m.cfg.MoELayer(l) {
 			continue
 		}
-		r := m.d.moe.routeOf(m, s.blocks[l].moe, s.b*s.t)
+		r := m.d.moe.routeOf(m, s.blocks[l].moe, s.b*s.t, l)
 		key = append(append(key, r.experts...), r.rows...)
 	}
 	return key

@@ -53,7 +53,7 @@ func (b llama) backward(m *GPT, s *Stash, w blockWeights, g blockGrads, d *defer
 	var dz []float32
 	var err error
 	if m.cfg.MoELayer(l) {
-		if dz, err = b.moe.backward(m, s, a.moe, m.branchGrad(s, m.drop.mlp[l]), a.ln2.out, w.moe, g.moe); err != nil {
+		if dz, err = b.moe.backward(m, s, a.moe, m.branchGrad(s, m.drop.mlp[l]), a.ln2.out, w.moe, g.moe, l); err != nil {
 			return err
 		}
 	} else if dz, err = b.mlp.backward(m, s, a.mlp, m.branchGrad(s, m.drop.mlp[l]), a.ln2.out, w.mlp, g.mlp, d); err != nil {

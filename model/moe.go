@@ -115,11 +115,13 @@ func expert(w tensor.Buf, e, rows, cols int) tensor.Buf { return w.Slice(e*rows*
 
 func expertF(g []float32, e, rows, cols int) []float32 { return g[e*rows*cols : (e+1)*rows*cols] }
 
-// routeOf routes the micro-batch from the saved scores (a sigmoid
-// router's gates normalised over each token's k).
-func (l moeLayer) routeOf(m *GPT, a moeActs, n int) routing {
+// routeOf routes the micro-batch from the saved scores, selecting by
+// them plus block layer's expert bias (bias.go; it changes only between
+// steps, so the backward selects what the forward did), a sigmoid
+// router's gates normalised over each token's k.
+func (l moeLayer) routeOf(m *GPT, a moeActs, n, layer int) routing {
 	r := m.w.moe.r
-	route(&r, a.probs, n, l.E, l.K, l.cfg.Capacity(n))
+	route(&r, a.probs, m.biasOf(layer), n, l.E, l.K, l.cfg.Capacity(n))
 	if l.sigmoid {
 		normalizeGates(r.gates, n, l.K)
 	}
@@ -142,15 +144,23 @@ func (l moeLayer) forward(m *GPT, s *Stash, a moeActs, out, res []float32, z ten
 	} else {
 		m.k.RouterSoftmax(a.probs, a.probs, n, E)
 	}
-	r := l.routeOf(m, a, n)
-	if !s.eval && !m.rerun {
+	r := l.routeOf(m, a, n, layer)
+	count := !s.eval && !m.rerun
+	if count {
 		m.stats.add(layer, r, auxLoss(r, a.probs, n, E, l.K, l.alpha, l.sigmoid), l.alpha > 0)
 	}
 	if m.d.ep > 1 {
-		if err := l.forwardEP(m, a, z, w, r, n); err != nil {
+		rx, err := l.forwardEP(m, a, z, w, r, n)
+		if err != nil {
 			return err
 		}
+		if count {
+			m.stats.recv(layer, rx)
+		}
 	} else {
+		if count {
+			m.stats.recv(layer, r.kept())
+		}
 		m.k.MoEDispatch(a.x, z, r.rows, n, l.K, C)
 		l.runExperts(m, a, w, r, a.y)
 	}
@@ -211,11 +221,11 @@ func (l moeLayer) sharedForward(m *GPT, a moeActs, br []float32, z tensor.Buf, w
 // of dz, ACCUMULATING the layer's weight gradients. The order of the
 // terms summed into dz (the experts', the router's, the shared ones')
 // is one device's on every rank; under tp f's reduction sums them last.
-func (l moeLayer) backward(m *GPT, s *Stash, a moeActs, dbr []float32, z tensor.Buf, w moeWeights, g moeGrads) ([]float32, error) {
+func (l moeLayer) backward(m *GPT, s *Stash, a moeActs, dbr []float32, z tensor.Buf, w moeWeights, g moeGrads, layer int) ([]float32, error) {
 	n := s.b * s.t
 	C, K := l.C, l.K
 	sc := &m.w.moe
-	r := l.routeOf(m, a, n)
+	r := l.routeOf(m, a, n, layer)
 	R := r.kept()
 	full, err := m.leaveBack(dbr, n)
 	if err != nil {

@@ -34,7 +34,7 @@ func TestRoute(t *testing.T) {
 		return routing{experts: make([]int32, N*K), rows: make([]int32, N*K), gates: make([]float32, N*K), load: make([]int32, E), offs: make([]int32, E+1)}
 	}
 	r := mk()
-	route(&r, probs, N, E, K, 0)
+	route(&r, probs, nil, N, E, K, 0)
 	if want := []int32{0, 1, 2, 1, 0, 2}; !slices.Equal(r.experts, want) {
 		t.Errorf("experts %v, want %v", r.experts, want)
 	}
@@ -51,7 +51,7 @@ func TestRoute(t *testing.T) {
 	// Capacity 1: expert 0 keeps t0's first choice (t2's is dropped),
 	// expert 2 t1's first (t2's second dropped), expert 1 t0's second.
 	r = mk()
-	route(&r, probs, N, E, K, 1)
+	route(&r, probs, nil, N, E, K, 1)
 	if want := []int32{0, 1, 2, -1, -1, -1}; !slices.Equal(r.rows, want) {
 		t.Errorf("capacity 1: rows %v, want %v", r.rows, want)
 	}

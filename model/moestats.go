@@ -10,6 +10,11 @@ type ExpertStats struct {
 	// Dropped[i][e] those past its capacity.
 	Layers        []int
 	Load, Dropped [][]int64
+	// RecvMax[i] is the most rows block Layers[i]'s experts on this rank
+	// computed in one forward pass: what its dispatch received from the
+	// expert-parallel group (its dispatch buffers' high-water mark), or
+	// without expert parallelism the rows it kept.
+	RecvMax []int64
 	// Aux is the sum of the layers' load-balancing losses L_aux (with
 	// aux_loss > 0) over the counted passes (each layer routes n·k
 	// assignments a pass: Σ_e Load[i][e] / (n·k) passes).
@@ -30,6 +35,7 @@ func newExpertCounter(c Config) expertCounter {
 			ec.s.Layers = append(ec.s.Layers, l)
 			ec.s.Load = append(ec.s.Load, make([]int64, c.Experts))
 			ec.s.Dropped = append(ec.s.Dropped, make([]int64, c.Experts))
+			ec.s.RecvMax = append(ec.s.RecvMax, 0)
 		}
 	}
 	return ec
@@ -54,11 +60,19 @@ func (ec *expertCounter) add(layer int, r routing, aux float64, hasAux bool) {
 	}
 }
 
+// recv records that block layer's experts computed rows rows in a pass.
+func (ec *expertCounter) recv(layer, rows int) {
+	if i, ok := ec.index[layer]; ok {
+		ec.s.RecvMax[i] = max(ec.s.RecvMax[i], int64(rows))
+	}
+}
+
 // TakeExpertStats returns the counts since the last call and starts
 // again from zero (nil Layers for a dense model).
 func (m *GPT) TakeExpertStats() ExpertStats {
 	s := m.stats.s
-	out := ExpertStats{Layers: s.Layers, Aux: s.Aux}
+	out := ExpertStats{Layers: s.Layers, Aux: s.Aux, RecvMax: append([]int64(nil), s.RecvMax...)}
+	clear(s.RecvMax)
 	for i := range s.Layers {
 		out.Load = append(out.Load, append([]int64(nil), s.Load[i]...))
 		out.Dropped = append(out.Dropped, append([]int64(nil), s.Dropped[i]...))

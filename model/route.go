@@ -19,23 +19,31 @@ func (r routing) kept() int { return int(r.offs[len(r.offs)-1]) }
 func (r routing) rowsOf(e int) (lo, hi int) { return int(r.offs[e]), int(r.offs[e+1]) }
 
 // route fills r from probs (N,E): each token's K experts of highest
-// probability (equal probabilities: the lower expert index first), its
-// gates the probabilities themselves; then capacity cap (0: dropless) per
+// selection score p_{t,e} + bias_e (bias nil: 0; equal scores: the lower
+// expert index first), its gates the probabilities themselves, unbiased;
+// then capacity cap (0: dropless) per
 // expert, filled in GShard's priority — every token's first choice in
 // token order, then every second choice, … —, and the kept assignments'
 // rows, grouped by expert in that order.
-func route(r *routing, probs []float32, N, E, K, cap int) {
+func route(r *routing, probs, bias []float32, N, E, K, cap int) {
+	score := func(p []float32, e int) float32 {
+		if bias == nil {
+			return p[e]
+		}
+		return p[e] + bias[e]
+	}
 	for t := 0; t < N; t++ {
 		p := probs[t*E : (t+1)*E]
 		sel := r.experts[t*K : (t+1)*K]
 		for j := 0; j < K; j++ {
 			best := -1
+			var top float32
 			for e := 0; e < E; e++ {
 				if chosen(sel[:j], e) {
 					continue
 				}
-				if best < 0 || p[e] > p[best] {
-					best = e
+				if s := score(p, e); best < 0 || s > top {
+					best, top = e, s
 				}
 			}
 			sel[j] = int32(best)

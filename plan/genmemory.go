@@ -27,10 +27,9 @@ func (j Job) memKinds(p Plan, have [2][2]bool) memKinds {
 		return mk
 	}
 	r := recipe{j: j, p: p, k: newKernels(j.Cluster.Accel, p.Precision), T: j.tokens(p), t: float64(p.TP), chunks: 1}
-	_, etp := p.Experts()
 	var rc routedCost
 	if m.moe() {
-		rc.local = j.routedLoad() * float64(m.MoE.TopK) * r.routedTokens() * float64(etp)
+		rc.local = j.BusiestExpertRows(p)
 	}
 	for a := 0; a < 2; a++ {
 		for b := 0; b < 2; b++ {

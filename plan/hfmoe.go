@@ -163,7 +163,8 @@ func (c hfConfig) qwenExperts(m Model) (MoE, error) {
 // multi-head latent attention: layer i is an MoE layer when i ≥
 // first_k_dense_replace and i % moe_layer_freq = 0; n_shared_experts
 // shared experts of moe_intermediate_size; topk_method noaux_tc adds the
-// router's e_score_correction_bias; n_group/topk_group limit the groups a
+// router's e_score_correction_bias (SelectionBias: buffers, not
+// parameters); n_group/topk_group limit the groups a
 // token reaches.
 func (c hfConfig) deepseekExperts(m *Model) (MoE, error) {
 	e := MoE{Score: "softmax"}
@@ -198,7 +199,7 @@ func (c hfConfig) deepseekExperts(m *Model) (MoE, error) {
 	default:
 		return e, fmt.Errorf("plan: config.json: scoring_func %q: want softmax or sigmoid", c.Scoring)
 	}
-	e.RouterBias = c.TopKMethod == "noaux_tc"
+	e.SelectionBias = c.TopKMethod == "noaux_tc"
 	groups, err := optional("n_group", c.NGroup, 1)
 	if err != nil {
 		return e, err

@@ -18,7 +18,7 @@ func megatronMoETable() []fwArg {
 		{"--moe-shared-expert-intermediate-size", "model.moe.shared_ffn"},
 		{"--moe-layer-freq", "model.moe dense_first/every: an integer N (every N-th layer) or a list such as ([0]*3+[1]*58)"},
 		{"--moe-router-score-function", "model.moe.score: softmax or sigmoid"},
-		{"--moe-router-enable-expert-bias", "model.moe.router_bias (DeepSeek-V3's aux-loss-free bias)"},
+		{"--moe-router-enable-expert-bias", "model.moe.selection_bias (DeepSeek-V3's aux-loss-free bias; router_bias is GPT-OSS's learned one)"},
 		{"--moe-router-num-groups", "model.moe.groups (group-limited routing)"},
 		{"--moe-router-group-topk", "model.moe.group_top_k"},
 		{"--moe-expert-capacity-factor", "model.moe.capacity_factor (with --moe-pad-expert-input-to-capacity)"},
@@ -86,7 +86,7 @@ func (j Job) megatronMoEArgs(a *args, p Plan) {
 		if e.Score != "" {
 			a.add("--moe-router-score-function", e.Score)
 		}
-		a.flag("--moe-router-enable-expert-bias", e.RouterBias)
+		a.flag("--moe-router-enable-expert-bias", e.SelectionBias)
 		if e.Groups > 0 {
 			a.add("--moe-router-num-groups", e.Groups)
 			a.add("--moe-router-group-topk", e.GroupTopK)

@@ -98,7 +98,7 @@ func (j Job) megatronMoEShape(g megatronRead) error {
 		bools = append(bools, struct {
 			what      string
 			got, want bool
-		}{"--moe-router-enable-expert-bias", g.has("--moe-router-enable-expert-bias"), e.RouterBias})
+		}{"--moe-router-enable-expert-bias", g.has("--moe-router-enable-expert-bias"), e.SelectionBias})
 	}
 	for _, b := range bools {
 		if b.got != b.want {

@@ -31,9 +31,16 @@ type MoE struct {
 	// Score is the router's scoring: "softmax" (Mixtral, Qwen) or
 	// "sigmoid" (DeepSeek-V3).
 	Score string
-	// RouterBias: a per-expert bias on the router (DeepSeek-V3's
-	// e_score_correction_bias, GPT-OSS): E parameters a layer.
+	// RouterBias: a learned bias on the router's linear layer (GPT-OSS's
+	// router.bias): E trained parameters a layer.
 	RouterBias bool
+	// SelectionBias: DeepSeek-V3's auxiliary-loss-free balancing
+	// (e_score_correction_bias, topk_method noaux_tc; Megatron-Core's
+	// --moe-router-enable-expert-bias): a per-expert bias added to the
+	// scores for the top-k selection alone and moved after each step by
+	// the experts' loads, not by a gradient: E fp32 buffers a layer, no
+	// parameters, gradients or optimizer state.
+	SelectionBias bool
 	// ExpertBias: biases on the experts' linear layers (GPT-OSS).
 	ExpertBias bool
 	// SharedGate: a sigmoid gate h → 1 on the shared expert's output

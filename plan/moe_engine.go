@@ -24,6 +24,7 @@ func engineMoE(c *arch.Config, m Model) {
 	if e.Score == "sigmoid" {
 		c.RouterScore = "sigmoid"
 	}
+	c.RouterExpertBias = e.SelectionBias // its E values a layer in the routing scratch
 	if e.FFN > 0 {
 		c.SharedExperts = e.SharedFFN / e.FFN
 	}

@@ -40,11 +40,17 @@ func TestEngineRefusesMoEByName(t *testing.T) {
 	if got := EngineRefusals(sig, p); len(got) != 0 {
 		t.Errorf("a sigmoid router is refused: %v", got)
 	}
+	sb := m
+	sb.MoE = &MoE{Experts: 8, TopK: 2, FFN: 32, Score: "sigmoid", SelectionBias: true}
+	if got := EngineRefusals(sb, pe); len(got) != 0 {
+		t.Errorf("DeepSeek-V3's selection bias under ep=4 is refused: %v", got)
+	}
 	for _, c := range []struct {
 		edit func(*Model, *Plan)
 		want string
 	}{
 		{func(m *Model, _ *Plan) { m.MoE.RouterBias = true }, "router_bias=true"},
+		{func(m *Model, _ *Plan) { m.MoE.RouterBias, m.MoE.SelectionBias = true, true }, "router_bias=true"},
 		{func(m *Model, _ *Plan) { m.MoE.SharedGate = true }, "shared_gate=true"},
 		{func(m *Model, _ *Plan) { m.MoE.Groups, m.MoE.GroupTopK = 4, 2 }, "moe.groups=4, group_top_k=2"},
 		{func(m *Model, _ *Plan) { m.MoE.SharedFFN = 48 }, "moe.shared_ffn=48"},
@@ -65,6 +71,35 @@ func TestEngineRefusesMoEByName(t *testing.T) {
 		got := strings.Join(EngineRefusals(mm, pp), "; ")
 		if !strings.Contains(got, c.want) {
 			t.Errorf("refusals %q, want one containing %q", got, c.want)
+		}
+	}
+}
+
+// DeepSeek-V3's selection bias is E buffers a layer, not parameters;
+// GPT-OSS's learned router bias is E parameters a layer; the presets say
+// which is which, and Megatron's --moe-router-enable-expert-bias is the
+// selection bias.
+func TestSelectionBiasIsNoParameter(t *testing.T) {
+	m := Model{Name: "moe", Family: Llama, Layers: 4, Hidden: 64, Heads: 4, KVHeads: 4, FFN: 128, Vocab: 256, MaxSeq: 32,
+		MoE: &MoE{Experts: 8, TopK: 2, FFN: 32, Score: "sigmoid"}}
+	base := m.Params()
+	sel, lin := m, m
+	es, el := *m.MoE, *m.MoE
+	es.SelectionBias, el.RouterBias = true, true
+	sel.MoE, lin.MoE = &es, &el
+	if got := sel.Params(); got != base {
+		t.Errorf("selection bias: %d parameters, want %d (no parameters)", got, base)
+	}
+	if got, want := lin.Params(), base+int64(m.MoELayers()*8); got != want {
+		t.Errorf("learned router bias: %d parameters, want %d (E a layer)", got, want)
+	}
+	for name, want := range map[string][2]bool{"deepseek-v3": {true, false}, "kimi-k2": {true, false}, "gpt-oss-120b": {false, true}} {
+		p, err := ModelPreset(name)
+		if err != nil || p.MoE == nil {
+			t.Fatalf("no MoE preset %s", name)
+		}
+		if got := [2]bool{p.MoE.SelectionBias, p.MoE.RouterBias}; got != want {
+			t.Errorf("%s: selection, router bias %v, want %v", name, got, want)
 		}
 	}
 }

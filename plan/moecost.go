@@ -44,6 +44,22 @@ func (j Job) routedLoad() float64 {
 	return j.imbalance()
 }
 
+// BusiestExpertRows is R = ρ·k·n·ETP, the token copies the busiest
+// expert-parallel rank's experts compute per MoE layer and micro-batch
+// under p (n the tokens a rank routes, ρ routedLoad: Job.Imbalance
+// dropless, the capacity factor with one): what the dispatch's receive
+// buffers hold at that imbalance (the engine sizes them for the worst
+// case, arch's ExpertRows, and counts what it receives:
+// metrics.Experts.RecvRowsMax). 0 for a dense model.
+func (j Job) BusiestExpertRows(p Plan) float64 {
+	if !j.Model.moe() {
+		return 0
+	}
+	_, etp := p.Experts()
+	r := recipe{j: j, p: p, T: j.tokens(p), t: float64(p.TP)}
+	return j.routedLoad() * float64(j.Model.MoE.TopK) * r.routedTokens() * float64(etp)
+}
+
 // routedTokens is n, the tokens a rank routes per micro-batch (its share
 // of the sequence under sp).
 func (r *recipe) routedTokens() float64 {

@@ -43,12 +43,12 @@ func moePresets() []Model {
 		return m
 	}
 	dsv3 := moeModel("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 163840,
-		MoE{Experts: 256, TopK: 8, FFN: 2048, SharedFFN: 2048, DenseFirst: 3, Score: "sigmoid", RouterBias: true,
+		MoE{Experts: 256, TopK: 8, FFN: 2048, SharedFFN: 2048, DenseFirst: 3, Score: "sigmoid", SelectionBias: true,
 			Groups: 8, GroupTopK: 4})
 	dsv3.MLA = &MLA{QRank: 1536, KVRank: 512, QKNope: 128, QKRope: 64, V: 128}
 	dsv3.MTP = 1
 	kimi := moeModel("kimi-k2", 61, 7168, 64, 64, 18432, 163840, 131072,
-		MoE{Experts: 384, TopK: 8, FFN: 2048, SharedFFN: 2048, DenseFirst: 1, Score: "sigmoid", RouterBias: true})
+		MoE{Experts: 384, TopK: 8, FFN: 2048, SharedFFN: 2048, DenseFirst: 1, Score: "sigmoid", SelectionBias: true})
 	mla := *dsv3.MLA
 	kimi.MLA = &mla
 	lite := moeModel("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, 163840,

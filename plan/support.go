@@ -28,8 +28,12 @@ import "fmt"
 // (arch's moe.go): softmax router scores used as the gates (or sigmoid
 // scores normalised over the chosen experts), GShard's
 // capacity or dropless, shared experts, dense-first layers and an MoE
-// layer every moe_every; no router or expert biases, no shared-expert gate,
-// no group-limited routing; under tp > 1 (with sp, as Megatron-Core
+// layer every moe_every, DeepSeek-V3's auxiliary-loss-free selection
+// bias (SelectionBias: b added to the scores for the top-k alone, b_e +=
+// u·sign(mean load − load_e) after each step on the step's exact loads
+// over every rank; model.router_expert_bias); no learned router or expert
+// biases (GPT-OSS's RouterBias, ExpertBias), no shared-expert gate, no
+// group-limited routing; under tp > 1 (with sp, as Megatron-Core
 // requires) every expert and the shared one is split as the dense
 // SwiGLU, etp = tp, the router replicated. Expert parallelism (ep > 1, etp = tp) runs with capacity or
 // dropless routing (dispatch buffers sized by arch's ExpertRows: the
@@ -94,7 +98,7 @@ func engineMoERefusals(m Model, p Plan) []string {
 		out = append(out, fmt.Sprintf("model %s: moe.score=%s: the engine's router scores by softmax or sigmoid", m.Name, e.Score))
 	}
 	if e.RouterBias || e.ExpertBias || e.SharedGate {
-		out = append(out, fmt.Sprintf("model %s: router_bias=%v, expert_bias=%v, shared_gate=%v: the engine's MoE layer has no biases or shared-expert gate", m.Name, e.RouterBias, e.ExpertBias, e.SharedGate))
+		out = append(out, fmt.Sprintf("model %s: router_bias=%v, expert_bias=%v, shared_gate=%v: the engine's MoE layer has no learned biases or shared-expert gate (it runs DeepSeek-V3's selection bias, moe.selection_bias)", m.Name, e.RouterBias, e.ExpertBias, e.SharedGate))
 	}
 	if e.Groups > 1 || e.GroupTopK > 0 {
 		out = append(out, fmt.Sprintf("model %s: moe.groups=%d, group_top_k=%d: the engine does not limit routing to groups", m.Name, e.Groups, e.GroupTopK))

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"trellis/checkpoint"
+	"trellis/metrics"
 	"trellis/model"
 	"trellis/parallel/flat"
 	"trellis/parallel/zero"
@@ -37,17 +38,26 @@ type result struct {
 	losses  []float64
 	norms   []float64 // gradient norms before clipping, per step
 	w, m, v []float32
+	experts []*metrics.Experts // every step's routing (MoE models)
 }
 
 // runJob trains j (with a checkpoint under dir when dir != ""), resuming
 // from resume when set, stopping after until steps when > 0.
 func runJob(t *testing.T, j Job, dir, resume string, until int) result {
 	t.Helper()
+	return runJobBias(t, j, dir, resume, until, nil)
+}
+
+// runJobBias is runJob with the MoE blocks' expert biases starting at
+// bias (Options.expertBias; nil: zeros); result.experts holds every
+// step's routing.
+func runJobBias(t *testing.T, j Job, dir, resume string, until int, bias map[int][]float32) result {
+	t.Helper()
 	if dir != "" {
 		j.Checkpoint = checkpoint.Config{Dir: dir}
 	}
 	var metrics bytes.Buffer
-	sum, err := Run(context.Background(), Options{Job: j, Resume: resume, Until: until, Metrics: &metrics})
+	sum, err := Run(context.Background(), Options{Job: j, Resume: resume, Until: until, Metrics: &metrics, expertBias: bias})
 	if err != nil {
 		t.Fatalf("plan %s: %v", j.Parallel.Plan, err)
 	}
@@ -61,6 +71,7 @@ func runJob(t *testing.T, j Job, dir, resume string, until int) result {
 		}
 		res.losses = append(res.losses, m.Loss)
 		res.norms = append(res.norms, m.GradNorm)
+		res.experts = append(res.experts, m.Experts)
 	}
 	if dir != "" {
 		res.w, res.m, res.v = readState(t, j.Model, sum.Checkpoint)

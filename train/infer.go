@@ -86,6 +86,9 @@ func SampleCheckpoint(o SampleOptions) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := setExpertBias(gpt, ws.ExpertBias); err != nil {
+		return "", err
+	}
 	st, err := gpt.NewStash()
 	if err != nil {
 		return "", err

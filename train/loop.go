@@ -34,9 +34,14 @@ func runRank(ctx context.Context, o Options, s settings, loader *data.Loader, re
 		if err := r.restoreFP8(res.ckpt, res.meta); err != nil {
 			return nil, err
 		}
+		if err := r.restoreBias(res.ckpt); err != nil {
+			return nil, err
+		}
 		start, pos = res.meta.Step, res.meta.Position
 		r.restoreScale(res.meta)
 	} else if err := initWeights(r.st, o.Job.Train.Seed, s.init); err != nil {
+		return nil, err
+	} else if err := setExpertBias(r.gpt, o.expertBias); err != nil {
 		return nil, err
 	}
 	end := o.Job.Train.Steps
@@ -169,7 +174,7 @@ func (r *rank) save(step int, pos data.Position, loss float64) (dir string, err 
 	if err != nil {
 		return "", err
 	}
-	shards = append(shards, f8...)
+	shards = append(append(shards, f8...), r.biasShards()...)
 	if err := store.WriteRank(step, r.id, r.world.Size(), shards); err != nil {
 		return "", err
 	}

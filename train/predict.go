@@ -38,7 +38,8 @@ func planModel(m model.Config) plan.Model {
 			every := max(1, m.MoEEvery)
 			pm.Name = "trellis-moe"
 			pm.MoE = &plan.MoE{Experts: m.Experts, TopK: m.TopK, FFN: m.ExpertWidth(), SharedFFN: m.SharedWidth(),
-				DenseFirst: m.DenseFirst, Every: every, Phase: m.DenseFirst % every, CapacityFactor: m.CapacityFactor, Score: "softmax"}
+				DenseFirst: m.DenseFirst, Every: every, Phase: m.DenseFirst % every, CapacityFactor: m.CapacityFactor, Score: "softmax",
+				SelectionBias: m.RouterExpertBias}
 			if m.SigmoidRouter() {
 				pm.MoE.Score = "sigmoid"
 			}

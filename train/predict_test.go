@@ -48,8 +48,15 @@ func TestPredictedMemoryMatchesMeasured(t *testing.T) {
 // to the prediction (TestPredictedMemoryMatchesMeasured's rules).
 func holdPredicted(t *testing.T, j Job) {
 	t.Helper()
+	holdPredictedBias(t, j, nil)
+}
+
+// holdPredictedBias is holdPredicted for a run whose MoE blocks' expert
+// biases start at bias (runJobBias).
+func holdPredictedBias(t *testing.T, j Job, bias map[int][]float32) {
+	t.Helper()
 	j.Train.Steps = 1
-	got := runJob(t, j, "", "", 0)
+	got := runJobBias(t, j, "", "", 0, bias)
 	s, pr := predictedPeaks(t, j)
 	ci := slices.Index(device.Tags(), device.Comm)
 	worst := 0.0

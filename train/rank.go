@@ -276,6 +276,9 @@ func (r *rank) step(s int, pos data.Position) (stepResult, error) {
 	if err == nil {
 		res.experts, err = r.expertStats(accum)
 	}
+	if err == nil {
+		err = r.updateBias(res.experts)
+	}
 	r.clock.lossMean += time.Since(t1)
 	return res, err
 }

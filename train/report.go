@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -354,6 +355,14 @@ func writeExperts(w io.Writer, e *metrics.Experts) {
 		if mean > 0 {
 			ratio = float64(hi) / mean
 		}
-		fmt.Fprintf(w, "  block %d: %d..%d (max/mean %.2f), %d of %d dropped\n", l, lo, hi, ratio, drop, sum)
+		fmt.Fprintf(w, "  block %d: %d..%d (max/mean %.2f), %d of %d dropped", l, lo, hi, ratio, drop, sum)
+		if i < len(e.RecvRowsMax) {
+			fmt.Fprintf(w, ", at most %d rows on a rank", e.RecvRowsMax[i])
+		}
+		if i < len(e.Bias) && len(e.Bias[i]) > 0 {
+			bl, bh := slices.Min(e.Bias[i]), slices.Max(e.Bias[i])
+			fmt.Fprintf(w, ", expert bias %.4g..%.4g", bl, bh)
+		}
+		fmt.Fprintln(w)
 	}
 }

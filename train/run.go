@@ -55,6 +55,10 @@ type Options struct {
 	Stop <-chan struct{}
 	// Observer, if set, sees rank 0's reports as they happen (observe.go).
 	Observer Observer
+	// expertBias, set by this package's tests alone, are the MoE blocks'
+	// starting expert biases (router_expert_bias) of a fresh run, by
+	// block, in place of zeros: a forced imbalance.
+	expertBias map[int][]float32
 }
 
 // Summary is what a run reports at its end.

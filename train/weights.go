@@ -19,6 +19,9 @@ type Weights struct {
 	Step      int    // optimizer steps of a checkpoint (0 for a Hugging Face model)
 	Source    string // the path read
 	W         []float32
+	// ExpertBias are a checkpoint's MoE blocks' expert biases by block
+	// (model.router_expert_bias; nil without), which select its routing.
+	ExpertBias map[int][]float32
 }
 
 // LoadWeights reads path: a Hugging Face model directory (config.json and
@@ -52,7 +55,11 @@ func LoadWeights(path string, check func(model.Config) error) (Weights, error) {
 	if err := flat.Read(c, flat.TensorsOf(lay), "", 0, w); err != nil {
 		return Weights{}, err
 	}
-	return Weights{Model: cfg, Tokenizer: m.Job.Data.Tokenizer, Step: m.Step, Source: c.Dir(), W: w}, nil
+	bias, err := readExpertBias(c, cfg)
+	if err != nil {
+		return Weights{}, err
+	}
+	return Weights{Model: cfg, Tokenizer: m.Job.Data.Tokenizer, Step: m.Step, Source: c.Dir(), W: w, ExpertBias: bias}, nil
 }
 
 func loadHF(path string, check func(model.Config) error) (Weights, error) {
