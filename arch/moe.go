@@ -123,18 +123,22 @@ func (c Config) Capacity(n int) int {
 }
 
 // Routed is R, the rows of a micro-batch's dispatched tokens an MoE layer
-// holds for n tokens: n·k dropless, else at most min(n·k, E·cap).
-func (c Config) Routed(n int) int {
+// holds for the n tokens of a rank: n·k dropless, else at most
+// min(n·k, E·cap), the capacity cap that of the micro-batch's n·cp tokens
+// (under context parallelism, cp > 1, the rank holds n of them and an
+// expert's capacity is counted over the whole micro-batch).
+func (c Config) Routed(n, cp int) int {
 	r := n * c.TopK
-	if cp := c.Capacity(n); cp > 0 {
-		r = min(r, c.Experts*cp)
+	if cap := c.Capacity(n * max(1, cp)); cap > 0 {
+		r = min(r, c.Experts*cap)
 	}
 	return r
 }
 
 // ExpertRows is the rows an MoE layer's experts on one rank hold for n
-// tokens a rank: Routed(n), or under expert parallelism (ep > 1) the most
-// the rank can receive from its group, the least of two bounds:
+// tokens a rank: Routed(n, cp), or under expert parallelism (ep > 1) the most
+// the rank can receive from its group, the least of two bounds (cap the
+// micro-batch's capacity, as in Routed):
 //
 //	E·cap             each of its E/ep experts takes at most cap rows from
 //	                  each of the ep ranks (capacity routing only)
@@ -146,15 +150,15 @@ func (c Config) Routed(n int) int {
 //
 // The engine sizes its dispatch buffers and the experts' saved rows by
 // it, so dropless routing's worst case always fits.
-func (c Config) ExpertRows(n, ep int) int {
+func (c Config) ExpertRows(n, ep, cp int) int {
 	if ep > 1 {
 		r := ep * n * min(c.TopK, c.Experts/ep)
-		if cp := c.Capacity(n); cp > 0 {
-			r = min(r, c.Experts*cp)
+		if cap := c.Capacity(n * max(1, cp)); cap > 0 {
+			r = min(r, c.Experts*cap)
 		}
 		return r
 	}
-	return c.Routed(n)
+	return c.Routed(n, cp)
 }
 
 // moeKeys checks the MoE keys: only a Llama has experts; with experts > 0
@@ -248,7 +252,7 @@ func (c Config) moeParams(n func(string) string) []tensorSpec {
 }
 
 // moeSaved declares what an MoE layer's MLP keeps (after the block's
-// post_attention_layernorm; n = B·T, R = Routed(n)):
+// post_attention_layernorm; n = B·T the rank's tokens (B·T/cp of each sequence under cp), R = Routed(n, cp)):
 //
 //	mlp.router.probs     (n,E) the router's scores (softmax or sigmoid); the routing (top-k,
 //	                     capacity, permutation) is recomputed from it
@@ -265,7 +269,7 @@ func (c Config) moeParams(n func(string) string) []tensorSpec {
 // its F_e/t and F_s/t columns (ExpertLocal); y is its partial output.
 func (c Config) moeSaved(d Dims) []Saved {
 	n := float64(d.B) * float64(d.T)
-	R, Rx := float64(c.Routed(d.B*d.T)), float64(c.ExpertRows(d.B*d.T, d.Part.EPDegree()))
+	R, Rx := float64(c.Routed(d.B*d.T, d.CP)), float64(c.ExpertRows(d.B*d.T, d.Part.EPDegree(), d.CP))
 	fe, fs := c.ExpertLocal(d.Part)
 	C, E, Fe, Fs := float64(c.Hidden), float64(c.Experts), float64(fe), float64(fs)
 	s := []Saved{
@@ -283,7 +287,7 @@ func (c Config) moeSaved(d Dims) []Saved {
 }
 
 // MoEWorkspace are an MoE layer's scratch sizes for micro-batches of B
-// sequences (n = B·T, R = Routed(n), Rx = ExpertRows(n, ep)), carved in
+// sequences (n = B·T the rank's tokens, R = Routed(n, cp), Rx = ExpertRows(n, ep, cp)), carved in
 // this order:
 //
 //	F32    rows  max(R,n)·C  the backward's dispatched output gradient, then
@@ -298,12 +302,17 @@ func (c Config) moeSaved(d Dims) []Saved {
 //	Half   max(Rx·max(C, 2F_e), n·E) a grouped GEMM's (or the router's)
 //	             rounded output gradient, under a 16-bit policy; with
 //	             ep > 1 R·C + Rx·C more, the tokens sent and received
-//	Route  (int32) 2·n·k + 2E + 1: every assignment's expert and row, the
-//	             experts' loads before capacity and their row offsets;
+//	Route  (int32) 2·n·k + 4E + 1: every assignment's expert and row, the
+//	             experts' loads before capacity and their row offsets, the
+//	             aux loss's score sums (E float64);
 //	             with ep > 1 Rx + E + 1 more, the received rows' places
 //	             in expert order and the local experts' offsets; with
 //	             router_expert_bias E a MoE block of the model (fp32, 4
 //	             bytes as an int32), every block's expert bias
+//	cp > 1 F32 (cp+1)·n·k: the rank's choices and the context-parallel
+//	             group's gathered (for the micro-batch's capacity; then the
+//	             aux loss's summed scores); Route 2E more, the micro-batch's
+//	             loads and kept rows per expert
 type MoEWorkspace struct{ F32, Half, Route float64 }
 
 // MoEScratch sizes an MoE layer's scratch on part d.Part (zero for a
@@ -314,16 +323,20 @@ func (c Config) MoEScratch(d Dims, half bool) MoEWorkspace {
 	}
 	ep := d.Part.EPDegree()
 	n := float64(d.B) * float64(d.T)
-	R, Rx := float64(c.Routed(d.B*d.T)), float64(c.ExpertRows(d.B*d.T, ep))
+	R, Rx := float64(c.Routed(d.B*d.T, d.CP)), float64(c.ExpertRows(d.B*d.T, ep, d.CP))
 	fe, _ := c.ExpertLocal(d.Part)
 	C, E, Fe, k := float64(c.Hidden), float64(c.Experts), float64(fe), float64(c.TopK)
-	w := MoEWorkspace{F32: max(R, n)*C + 3*Rx*Fe + n*E + 2*n*k, Route: 2*n*k + 2*E + 1}
+	w := MoEWorkspace{F32: max(R, n)*C + 3*Rx*Fe + n*E + 2*n*k, Route: 2*n*k + 4*E + 1}
 	if ep > 1 {
 		w.F32 += 2*Rx*C + 2*E
 		w.Route += Rx + E + 1
 	}
 	if c.RouterExpertBias {
 		w.Route += E * float64(c.MoELayers(0, c.Layers))
+	}
+	if cp := float64(d.CP); cp > 1 {
+		w.F32 += (cp + 1) * n * k
+		w.Route += 2 * E
 	}
 	if half {
 		w.Half = max(Rx*max(C, 2*Fe), n*E)

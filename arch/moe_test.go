@@ -40,12 +40,12 @@ func TestMoEParamCount(t *testing.T) {
 	if u, want := c.LargestUnit(Part{}), float64(attn+moe); u != want {
 		t.Errorf("LargestUnit %v, want the MoE block's %v", u, want)
 	}
-	if c.Capacity(40) != 0 || c.Routed(40) != 80 {
-		t.Errorf("dropless: capacity %d, routed %d", c.Capacity(40), c.Routed(40))
+	if c.Capacity(40) != 0 || c.Routed(40, 1) != 80 {
+		t.Errorf("dropless: capacity %d, routed %d", c.Capacity(40), c.Routed(40, 1))
 	}
 	c.CapacityFactor = 0.5 // ⌈0.5·40·2/3⌉ = 14 per expert, 42 rows
-	if c.Capacity(40) != 14 || c.Routed(40) != 42 {
-		t.Errorf("capacity 0.5: %d per expert, %d rows; want 14, 42", c.Capacity(40), c.Routed(40))
+	if c.Capacity(40) != 14 || c.Routed(40, 1) != 42 {
+		t.Errorf("capacity 0.5: %d per expert, %d rows; want 14, 42", c.Capacity(40), c.Routed(40, 1))
 	}
 }
 
@@ -124,7 +124,7 @@ func TestExpertRowsBounds(t *testing.T) {
 		{1, 10, 1, 20},  // one rank: min(n·k, E·cap)
 	} {
 		c.CapacityFactor = tc.cf
-		if got := c.ExpertRows(tc.n, tc.ep); got != tc.is {
+		if got := c.ExpertRows(tc.n, tc.ep, 1); got != tc.is {
 			t.Errorf("capacity_factor %g, n %d, ep %d: ExpertRows %d, want %d", tc.cf, tc.n, tc.ep, got, tc.is)
 		}
 	}

@@ -269,8 +269,8 @@ func (m *GPT) allocScratch() error {
 // buf, and the 16-bit one (arch's MoEWorkspace order), and allocates its
 // routing's int32 arrays, charged to workspace.
 func (m *GPT) allocMoE(buf []float32, sz wsSizes) error {
-	c, n, ep := m.cfg, m.B*m.cfg.SeqLen, m.d.ep
-	R, Rx, C, E, K, Fe := c.Routed(n), c.ExpertRows(n, ep), c.Hidden, c.Experts, c.TopK, m.d.moe.Fe
+	c, n, ep, cp := m.cfg, m.B*m.T, m.d.ep, max(1, m.d.cp)
+	R, Rx, C, E, K, Fe := c.Routed(n, cp), c.ExpertRows(n, ep, cp), c.Hidden, c.Experts, c.TopK, m.d.moe.Fe
 	next := func(k int) []float32 {
 		s := buf[:k:k]
 		buf = buf[k:]
@@ -280,6 +280,9 @@ func (m *GPT) allocMoE(buf []float32, sz wsSizes) error {
 	w.rows, w.dact, w.dgu, w.dp, w.gates, w.dgates = next(max(R, n)*C), next(Rx*Fe), next(2*Rx*Fe), next(n*E), next(n*K), next(n*K)
 	if ep > 1 {
 		w.grp, w.exp, w.counts = next(Rx*C), next(Rx*C), next(2*E)
+	}
+	if cp > 1 {
+		w.cpSel = next((cp + 1) * n * K)
 	}
 	if m.d.half {
 		h, dt := w.half, m.pol.Compute
@@ -297,6 +300,10 @@ func (m *GPT) allocMoE(buf []float32, sz wsSizes) error {
 		return fmt.Errorf("model: routing scratch: %w", err)
 	}
 	w.r = routing{experts: make([]int32, n*K), rows: make([]int32, n*K), gates: w.gates, load: make([]int32, E), offs: make([]int32, E+1)}
+	w.r.aload, w.auxP = w.r.load, make([]float64, E)
+	if cp > 1 {
+		w.r.aload, w.cpFill = make([]int32, E), make([]int32, E)
+	}
 	if ep > 1 {
 		w.perm, w.local = make([]int32, Rx), make([]int32, E/ep+1)
 	}

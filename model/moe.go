@@ -79,6 +79,12 @@ type moeScratch struct {
 	grp, exp, counts []float32
 	sendX, recvX     tensor.Buf
 	perm, local      []int32
+	// Context parallelism (moecp.go): the rank's choices then the group's
+	// gathered ((cp+1)·n·k), the micro-batch's kept rows per expert (E);
+	// the aux loss's score sums (E, float64).
+	cpSel  []float32
+	cpFill []int32
+	auxP   []float64
 }
 
 func newMoE(c Config, p Part) moeLayer {
@@ -118,14 +124,24 @@ func expertF(g []float32, e, rows, cols int) []float32 { return g[e*rows*cols : 
 // routeOf routes the micro-batch from the saved scores, selecting by
 // them plus block layer's expert bias (bias.go; it changes only between
 // steps, so the backward selects what the forward did), a sigmoid
-// router's gates normalised over each token's k.
-func (l moeLayer) routeOf(m *GPT, a moeActs, n, layer int) routing {
+// router's gates normalised over each token's k. Under context
+// parallelism the capacity is the micro-batch's, decided over the group
+// (cpRoute).
+func (l moeLayer) routeOf(m *GPT, a moeActs, n, layer int) (routing, error) {
 	r := m.w.moe.r
-	route(&r, a.probs, m.biasOf(layer), n, l.E, l.K, l.cfg.Capacity(n))
+	if m.d.cp > 1 {
+		choose(&r, a.probs, m.biasOf(layer), n, l.E, l.K)
+		if err := l.cpRoute(m, &r, n); err != nil {
+			return r, err
+		}
+		fill(&r, n, l.E, l.K, 0, true)
+	} else {
+		route(&r, a.probs, m.biasOf(layer), n, l.E, l.K, l.cfg.Capacity(n))
+	}
 	if l.sigmoid {
 		normalizeGates(r.gates, n, l.K)
 	}
-	return r
+	return r, nil
 }
 
 // forward is out = res + drop(MoE(z)) for block layer's norm output z
@@ -144,10 +160,17 @@ func (l moeLayer) forward(m *GPT, s *Stash, a moeActs, out, res []float32, z ten
 	} else {
 		m.k.RouterSoftmax(a.probs, a.probs, n, E)
 	}
-	r := l.routeOf(m, a, n, layer)
+	r, err := l.routeOf(m, a, n, layer)
+	if err != nil {
+		return err
+	}
 	count := !s.eval && !m.rerun
 	if count {
-		m.stats.add(layer, r, auxLoss(r, a.probs, n, E, l.K, l.alpha, l.sigmoid), l.alpha > 0)
+		aux, err := l.aux(m, a, r, n)
+		if err != nil {
+			return err
+		}
+		m.stats.add(layer, r, aux, l.alpha > 0 && (m.cp == nil || m.cp.Rank() == 0)) // the group's ranks share one micro-batch's loss
 	}
 	if m.d.ep > 1 {
 		rx, err := l.forwardEP(m, a, z, w, r, n)
@@ -225,7 +248,10 @@ func (l moeLayer) backward(m *GPT, s *Stash, a moeActs, dbr []float32, z tensor.
 	n := s.b * s.t
 	C, K := l.C, l.K
 	sc := &m.w.moe
-	r := l.routeOf(m, a, n, layer)
+	r, err := l.routeOf(m, a, n, layer)
+	if err != nil {
+		return nil, err
+	}
 	R := r.kept()
 	full, err := m.leaveBack(dbr, n)
 	if err != nil {
@@ -337,9 +363,12 @@ func (l moeLayer) routerBackward(m *GPT, s *Stash, a moeActs, r routing, dz []fl
 	m.k.Gemm(ops.GEMM{Layout: ops.TN, M: E, N: C, K: n, A: d, LDA: E, B: z.Head(n * C), LDB: C, C: g.router, LDC: C, Acc: true})
 }
 
-// auxBackward adds w·∂L_aux/∂p to dp: α·E·f_e/n for a softmax router's
-// probabilities; for a sigmoid router's scores, through P_e's
-// normalisation q_{t,e} = s_{t,e}/Σ_e' s_{t,e'}, α·E/n·(f_e − Σ_e' f_e'·q_{t,e'})/Σ_e' s_{t,e'}.
+// auxBackward adds w·∂L_aux/∂p to dp for the rank's n tokens: α·E·f_e/n
+// for a softmax router's probabilities (f_e the micro-batch's, r.aload);
+// for a sigmoid router's scores, through P_e's normalisation
+// q_{t,e} = s_{t,e}/Σ_e' s_{t,e'}, α·E/n·(f_e − Σ_e' f_e'·q_{t,e'})/Σ_e' s_{t,e'}.
+// Under context parallelism n is the rank's B·T/cp: the cp ranks average
+// their gradients, so each takes cp times one device's α·E·f_e/(B·T).
 func (l moeLayer) auxBackward(dp, probs []float32, r routing, w float64, n int) {
 	E, K := l.E, l.K
 	c := w * l.alpha * float64(E) / float64(n)
@@ -347,18 +376,18 @@ func (l moeLayer) auxBackward(dp, probs []float32, r routing, w float64, n int) 
 		p := probs[t*E : (t+1)*E]
 		if !l.sigmoid {
 			for e := range p {
-				dp[t*E+e] += float32(c * auxF(r, e, n, K))
+				dp[t*E+e] += float32(c * auxF(r, e, K))
 			}
 			continue
 		}
 		var sum, fq float64
 		for e, v := range p {
 			sum += float64(v)
-			fq += auxF(r, e, n, K) * float64(v)
+			fq += auxF(r, e, K) * float64(v)
 		}
 		fq /= sum
 		for e := range p {
-			dp[t*E+e] += float32(c * (auxF(r, e, n, K) - fq) / sum)
+			dp[t*E+e] += float32(c * (auxF(r, e, K) - fq) / sum)
 		}
 	}
 }

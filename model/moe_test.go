@@ -109,7 +109,7 @@ func TestMoEDrops(t *testing.T) {
 			load += st.Load[i][e]
 			drop += st.Dropped[i][e]
 		}
-		kept := int64(cfg.Routed(n))
+		kept := int64(cfg.Routed(n, 1))
 		if load != int64(n*cfg.TopK) || drop < load-kept || drop == 0 {
 			t.Errorf("layer %d: load %d (want %d), dropped %d (at least %d, some)", i, load, n*cfg.TopK, drop, load-kept)
 		}

@@ -10,6 +10,11 @@ type routing struct {
 	gates   []float32 // (N·K) its gate p_{t,e}
 	load    []int32   // (E) assignments per expert, before capacity
 	offs    []int32   // (E+1) expert e's rows are [offs[e], offs[e+1])
+	// aload are the loads of the micro-batch's an tokens, which the aux
+	// loss's f_e counts: load itself and N, or under context parallelism
+	// the whole micro-batch's over the group (cpRoute).
+	aload []int32
+	an    int
 }
 
 // kept is the number of dispatched rows, offs[E].
@@ -26,6 +31,14 @@ func (r routing) rowsOf(e int) (lo, hi int) { return int(r.offs[e]), int(r.offs[
 // token order, then every second choice, … —, and the kept assignments'
 // rows, grouped by expert in that order.
 func route(r *routing, probs, bias []float32, N, E, K, cap int) {
+	choose(r, probs, bias, N, E, K)
+	fill(r, N, E, K, cap, false)
+	r.an = N
+}
+
+// choose is route's top-k: every token's K experts by selection score,
+// the gates their probabilities.
+func choose(r *routing, probs, bias []float32, N, E, K int) {
 	score := func(p []float32, e int) float32 {
 		if bias == nil {
 			return p[e]
@@ -50,6 +63,13 @@ func route(r *routing, probs, bias []float32, N, E, K, cap int) {
 			r.gates[t*K+j] = p[best]
 		}
 	}
+}
+
+// fill is route's capacity and rows: the loads, each assignment's row
+// (−1 dropped) in GShard's priority, the experts' offsets. With pre the
+// drops are decided already (r.rows[i] < 0: cpRoute's) and cap is not
+// applied again.
+func fill(r *routing, N, E, K, cap int, pre bool) {
 	clear(r.load)
 	fill := r.offs[1:] // expert e's rows so far, then prefix sums
 	clear(r.offs)
@@ -58,7 +78,7 @@ func route(r *routing, probs, bias []float32, N, E, K, cap int) {
 			i := t*K + j
 			e := r.experts[i]
 			r.load[e]++
-			if cap > 0 && int(fill[e]) >= cap {
+			if pre && r.rows[i] < 0 || !pre && cap > 0 && int(fill[e]) >= cap {
 				r.rows[i] = -1
 				continue
 			}
@@ -101,10 +121,21 @@ func normalizeGates(gates []float32, N, K int) {
 }
 
 // auxLoss is the layer's load-balancing loss α·E·Σ_e f_e·P_e (f_e =
-// load_e/(N·K), P_e the mean probability of expert e; a sigmoid router's
-// the mean of its scores normalised over the experts).
-func auxLoss(r routing, probs []float32, N, E, K int, alpha float64, sigmoid bool) float64 {
-	P := make([]float64, E) // E values: the layer's experts
+// aload_e/(an·K), P_e = Σ_t p_{t,e}/an the mean probability of expert e
+// over the micro-batch, P its sums (auxSums); a sigmoid router's the
+// mean of its scores normalised over the experts).
+func auxLoss(r routing, P []float64, K int, alpha float64) float64 {
+	var l float64
+	for e, v := range P {
+		l += auxF(r, e, K) * v / float64(r.an)
+	}
+	return alpha * float64(len(P)) * l
+}
+
+// auxSums sets P_e = Σ_t p_{t,e} over the N tokens of probs (N,E) (a
+// sigmoid router's scores normalised over the experts first).
+func auxSums(P []float64, probs []float32, N, E int, sigmoid bool) {
+	clear(P)
 	for t := 0; t < N; t++ {
 		p := probs[t*E : (t+1)*E]
 		norm := 1.0
@@ -119,12 +150,8 @@ func auxLoss(r routing, probs []float32, N, E, K int, alpha float64, sigmoid boo
 			P[e] += float64(v) * norm
 		}
 	}
-	var l float64
-	for e := 0; e < E; e++ {
-		l += auxF(r, e, N, K) * P[e] / float64(N)
-	}
-	return alpha * float64(E) * l
 }
 
-// auxF is f_e = load_e/(N·K), the fraction of the assignments expert e got.
-func auxF(r routing, e, N, K int) float64 { return float64(r.load[e]) / float64(N*K) }
+// auxF is f_e = aload_e/(an·K), the fraction of the micro-batch's
+// assignments expert e got.
+func auxF(r routing, e, K int) float64 { return float64(r.aload[e]) / float64(r.an*K) }

@@ -56,7 +56,6 @@ func TestEngineRefusesMoEByName(t *testing.T) {
 		{func(m *Model, _ *Plan) { m.MoE.SharedFFN = 48 }, "moe.shared_ffn=48"},
 		{func(_ *Model, p *Plan) { p.TP, p.SP = 2, true }, "tp=2 with experts and etp=1"},
 		{func(_ *Model, p *Plan) { p.TP = 2; p.SetExperts(1, 2) }, "tp=2 with experts needs sp=on"},
-		{func(_ *Model, p *Plan) { p.CP = 2 }, "cp=2 with experts"},
 		{func(m *Model, p *Plan) { m.MoE.CapacityFactor, p.DP = 1, 4; p.SetExperts(2, 2) }, "etp=2 with tp=1: the engine's expert tensor parallelism is the tensor-parallel group's"},
 		{func(m *Model, p *Plan) { m.MoE.CapacityFactor, p.DP = 1, 2; p.SetExperts(4, 1) }, "ep=4 does not divide dp=2"},
 		{func(m *Model, p *Plan) { m.MoE.CapacityFactor, p.DP, p.CP = 1, 2, 2; p.SetExperts(2, 1) }, "ep=2 with cp=2"},

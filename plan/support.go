@@ -35,7 +35,9 @@ import "fmt"
 // biases (GPT-OSS's RouterBias, ExpertBias), no shared-expert gate, no
 // group-limited routing; under tp > 1 (with sp, as Megatron-Core
 // requires) every expert and the shared one is split as the dense
-// SwiGLU, etp = tp, the router replicated. Expert parallelism (ep > 1, etp = tp) runs with capacity or
+// SwiGLU, etp = tp, the router replicated; under cp > 1 each rank routes
+// its share of every sequence with the micro-batch's capacity and aux
+// loss, decided over the group (model's moecp.go). Expert parallelism (ep > 1, etp = tp) runs with capacity or
 // dropless routing (dispatch buffers sized by arch's ExpertRows: the
 // capacity's bound, or dropless every token of the group to one rank's
 // experts) when ep divides the experts and dp (the ep group is ep
@@ -48,10 +50,9 @@ import "fmt"
 //	model        a GPT block other than GPT-2's (LayerNorm, a GELU MLP of
 //	             4·hidden, one key/value head per head, a tied head); a
 //	             Llama with biases or a head_dim other than hidden/heads
-//	model        multi-head latent attention; router or expert biases
-//	             (DeepSeek-V3's aux-loss-free bias), a shared-expert gate,
-//	             group-limited routing; experts under cp > 1 (the
-//	             router's capacity and aux loss are a rank's tokens')
+//	model        multi-head latent attention; learned router or expert
+//	             biases (GPT-OSS's), a shared-expert gate, group-limited
+//	             routing
 //	ep           with cp > 1, or a pipeline stage without an MoE block
 //	etp          other than 1 without tp, or tp with it (Megatron's
 //	             etp < tp folds tensor-parallel ranks into ep groups)
@@ -111,9 +112,6 @@ func engineMoERefusals(m Model, p Plan) []string {
 	}
 	if p.TP > 1 && !p.SP {
 		out = append(out, fmt.Sprintf("tp=%d with experts needs sp=on (as Megatron-Core requires, and the planner)", p.TP))
-	}
-	if p.CP > 1 {
-		out = append(out, fmt.Sprintf("cp=%d with experts: the engine's router takes capacity and the aux loss over a rank's tokens, and a cp rank holds a share of every sequence (MoE layers under cp are not implemented)", p.CP))
 	}
 	return out
 }

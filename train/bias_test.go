@@ -258,7 +258,7 @@ func TestForcedImbalancePredicted(t *testing.T) {
 					}
 					if st == 0 && i == 0 {
 						t.Logf("loads %v: ρ = %.3g, busiest rank's rows %v, predicted %.4g (worst case %d)", ex.Load[i], rho, meas, want,
-							j.Model.ExpertRows(j.Train.MicroBatch*j.Model.SeqLen, ep))
+							j.Model.ExpertRows(j.Train.MicroBatch*j.Model.SeqLen, ep, 1))
 					}
 				}
 			}

@@ -442,7 +442,6 @@ func TestEPRefusedByName(t *testing.T) {
 		{"dp=2,ep=1,etp=2", 0.75, "etp=2 with tp=1: the engine's expert tensor parallelism is the tensor-parallel group's"},
 		{"dp=2,tp=2,ep=2,sp=on", 0.75, "tp=2 with experts and etp=1"},
 		{"dp=2,tp=2,ep=2,etp=2", 0.75, "tp=2 with experts needs sp=on"},
-		{"cp=2", 0, "cp=2 with experts"}, // it used to panic in model.allocMoE
 	} {
 		_, err := moeJob(c.plan, 2, c.capacity).resolve()
 		if err == nil || !strings.Contains(err.Error(), c.want) {

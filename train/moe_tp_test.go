@@ -60,9 +60,10 @@ func TestMoETensorParallelMatchesSingleDevice(t *testing.T) {
 // two experts may choose the other one: measured (2026-12-02) on
 // tp=2,etp=2,sp=on bf16, every step's losses and norms within 5e-7 until one
 // assignment of 576 moved at step 4, which moved that step's gradient
-// norm by 3.2e-3 and its loss by 1e-5. So: the routing (loads and drops
-// per expert, --metrics) equals one device's for at least the first three
-// steps; until it departs, losses and gradient norms are within
+// norm by 3.2e-3 and its loss by 1e-5 (under cp=2, whose ring attention
+// rounds differently again, at step 2). So: the routing (loads and drops
+// per expert, --metrics) equals one device's at step 1 at least (a wrong
+// product or reduction moves it there); until it departs, losses and gradient norms are within
 // halfParLoss; every step's loss within bound (moeHalfLoss, or
 // moeHalfDropless where nothing is dropped).
 func untilFlip(t *testing.T, j, ref Job, bound float64) {
@@ -80,7 +81,7 @@ func untilFlip(t *testing.T, j, ref Job, bound float64) {
 			break
 		}
 	}
-	if flip < 3 {
+	if flip < 1 {
 		t.Errorf("the routing departs from one device's at step %d", flip+1)
 	}
 	for s := range want {
