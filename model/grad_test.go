@@ -135,7 +135,10 @@ func routingKey(m *GPT, s *Stash) []int32 {
 		if !m.cfg.MoELayer(l) {
 			continue
 		}
-		r := m.d.moe.routeOf(m, s.blocks[l].moe, s.b*s.t, l)
+		r, err := m.d.moe.routeOf(m, s.blocks[l].moe, s.b*s.t, l)
+		if err != nil {
+			panic(err) // no comm without cp
+		}
 		key = append(append(key, r.experts...), r.rows...)
 	}
 	return key

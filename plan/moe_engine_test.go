@@ -58,7 +58,6 @@ func TestEngineRefusesMoEByName(t *testing.T) {
 		{func(_ *Model, p *Plan) { p.TP = 2; p.SetExperts(1, 2) }, "tp=2 with experts needs sp=on"},
 		{func(m *Model, p *Plan) { m.MoE.CapacityFactor, p.DP = 1, 4; p.SetExperts(2, 2) }, "etp=2 with tp=1: the engine's expert tensor parallelism is the tensor-parallel group's"},
 		{func(m *Model, p *Plan) { m.MoE.CapacityFactor, p.DP = 1, 2; p.SetExperts(4, 1) }, "ep=4 does not divide dp=2"},
-		{func(m *Model, p *Plan) { m.MoE.CapacityFactor, p.DP, p.CP = 1, 2, 2; p.SetExperts(2, 1) }, "ep=2 with cp=2"},
 		{func(m *Model, p *Plan) { m.MoE.CapacityFactor, p.DP = 1, 3; p.SetExperts(3, 1) }, "ep=3 does not divide moe.experts=8"},
 		{func(m *Model, _ *Plan) { m.MLA = &MLA{KVRank: 16} }, "multi-head latent attention"},
 		{func(m *Model, _ *Plan) { m.Family = GPT }, "experts replace a Llama block's SwiGLU"},

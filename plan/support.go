@@ -42,8 +42,8 @@ import "fmt"
 // capacity's bound, or dropless every token of the group to one rank's
 // experts) when ep divides the experts and dp (the ep group is ep
 // consecutive dp ranks, the expert-data-parallel group the dp ranks of
-// one ep index), with every ZeRO stage, pp and every precision the MoE
-// layer runs, and cp = 1.
+// one ep index, and every cp index with them), with every ZeRO stage, pp,
+// cp and every precision the MoE layer runs.
 //
 // Not run yet:
 //
@@ -53,7 +53,7 @@ import "fmt"
 //	model        multi-head latent attention; learned router or expert
 //	             biases (GPT-OSS's), a shared-expert gate, group-limited
 //	             routing
-//	ep           with cp > 1, or a pipeline stage without an MoE block
+//	ep           a pipeline stage without an MoE block
 //	etp          other than 1 without tp, or tp with it (Megatron's
 //	             etp < tp folds tensor-parallel ranks into ep groups)
 //	schedule     dualpipe (dualpipev runs)
@@ -118,9 +118,9 @@ func engineMoERefusals(m Model, p Plan) []string {
 
 // engineEPRefusals are EngineRefusals' lines for expert parallelism: the
 // engine carves ep groups of ep consecutive data-parallel ranks out of
-// the dp axis (etp = 1), so ep divides dp and the experts (its dispatch
-// buffers hold arch's ExpertRows bound, capacity or dropless); the cp
-// axis is not folded into the ep groups.
+// the dp axis at each tp and cp index (etp = tp), so ep divides dp and
+// the experts (its dispatch buffers hold arch's ExpertRows bound,
+// capacity or dropless); the expert-data-parallel group spans cp.
 func engineEPRefusals(m Model, p Plan) []string {
 	ep, etp := p.Experts()
 	var out []string
@@ -138,9 +138,6 @@ func engineEPRefusals(m Model, p Plan) []string {
 	}
 	if p.DP%ep != 0 {
 		out = append(out, fmt.Sprintf("ep=%d does not divide dp=%d: the engine's ep groups are ep consecutive data-parallel ranks", ep, p.DP))
-	}
-	if p.CP > 1 {
-		out = append(out, fmt.Sprintf("ep=%d with cp=%d: the engine carves ep groups out of the dp axis alone (expert parallelism over dp × cp is not implemented)", ep, p.CP))
 	}
 	return out
 }

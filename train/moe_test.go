@@ -428,8 +428,8 @@ func TestEPBitIdenticalAndResume(t *testing.T) {
 }
 
 // What expert parallelism does not run is refused before anything starts,
-// naming the keys: ep not dividing dp or the experts, experts under cp,
-// ep with cp, etp other than tp, tp with experts without sp.
+// naming the keys: ep not dividing dp or the experts,
+// etp other than tp, tp with experts without sp.
 func TestEPRefusedByName(t *testing.T) {
 	for _, c := range []struct {
 		plan     string
@@ -438,7 +438,6 @@ func TestEPRefusedByName(t *testing.T) {
 	}{
 		{"dp=2,ep=4", 0.75, "ep=4 does not divide dp=2"},
 		{"dp=3,ep=3", 0.75, "ep=3 does not divide moe.experts=4"},
-		{"dp=2,cp=2,ep=2", 0.75, "ep=2 with cp=2"},
 		{"dp=2,ep=1,etp=2", 0.75, "etp=2 with tp=1: the engine's expert tensor parallelism is the tensor-parallel group's"},
 		{"dp=2,tp=2,ep=2,sp=on", 0.75, "tp=2 with experts and etp=1"},
 		{"dp=2,tp=2,ep=2,etp=2", 0.75, "tp=2 with experts needs sp=on"},

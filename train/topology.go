@@ -30,9 +30,10 @@ import (
 //	       folding with etp = 1); rank q of it holds experts [q·E/ep, (q+1)·E/ep)
 //	       of every MoE block: the model's dispatch and combine, and the
 //	       expert gradient norm's sum
-//	edp    the expert-data-parallel group (ep > 1): the dp ranks with the
-//	       same ep index (d mod ep), dp/ep of them, which hold the same
-//	       experts: the expert tensors' reduction and ZeRO shards
+//	edp    the expert-data-parallel group (ep > 1): the ranks of the
+//	       reduction group (dp, × cp) with the same ep index (d mod ep),
+//	       dp/ep·cp of them, which hold the same experts: the expert
+//	       tensors' reduction and ZeRO shards
 //
 // A group of one rank is a real group of size one (no traffic), so the
 // strategies and the model need no special case for an axis of degree 1.
@@ -105,7 +106,7 @@ func newTopology(world comm.Group, m model.Config, p plan.Plan) (*topology, erro
 		}
 	}
 	if ep, _ := p.Experts(); ep > 1 {
-		if err := t.expertGroups(world, ep); err != nil {
+		if err := t.expertGroups(world, ep, reductionAxes(p)); err != nil {
 			return fail(err)
 		}
 	}
@@ -134,10 +135,11 @@ func newTopology(world comm.Group, m model.Config, p plan.Plan) (*topology, erro
 }
 
 // expertGroups carves the expert-parallel group (ep consecutive ranks of
-// the rank's dp group) and the expert-data-parallel one (the dp ranks of
-// the same ep index) out of the dp axis, and gives the model's part its
+// the rank's dp group, at its cp index) out of the dp axis and the
+// expert-data-parallel one (the ranks of its reduction group, dp × cp,
+// whose dp index has the same ep index), and gives the model's part its
 // experts. ep must divide dp (checkEP).
-func (t *topology) expertGroups(world comm.Group, ep int) error {
+func (t *topology) expertGroups(world comm.Group, ep int, axes []mesh.Axis) error {
 	dp, err := t.mesh.Group(world.Rank(), mesh.DP)
 	if err != nil {
 		return fmt.Errorf("train: %w", err)
@@ -148,9 +150,19 @@ func (t *topology) expertGroups(world comm.Group, ep int) error {
 	d := t.dp
 	lo := d / ep * ep
 	epRanks := append([]int(nil), dp[lo:lo+ep]...)
+	red, err := t.mesh.Group(world.Rank(), axes...) // dp, and cp with it
+	if err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
 	var edpRanks []int
-	for i := d % ep; i < len(dp); i += ep {
-		edpRanks = append(edpRanks, dp[i])
+	for _, id := range red {
+		c, err := t.mesh.Coords(id)
+		if err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
+		if c.Get(mesh.DP)%ep == d%ep {
+			edpRanks = append(edpRanks, id)
+		}
 	}
 	name := t.mesh.GroupName(mesh.DP)
 	if t.ep, err = world.NewGroup(fmt.Sprintf("ep.%s.%d-%d", name, epRanks[0], epRanks[ep-1]), epRanks); err != nil {
