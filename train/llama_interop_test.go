@@ -27,7 +27,25 @@ import (
 // has torch, the independent PyTorch Llama (scripts/torch_llama.py) loads
 // the export and gives Trellis's logits within 1e-5 relative.
 func TestLlamaHuggingFaceInterop(t *testing.T) {
-	j := llamaJob("pp=2,tp=2,dp=2,zero=1", 3)
+	_, back, dir, j := hfExport(t, llamaJob("pp=2,tp=2,dp=2,zero=1", 3), "pp=2,tp=2,sp=on,schedule=zb-h1")
+	bad := j
+	bad.Model.KVHeads = 3
+	if err := bad.Check(); err == nil || !strings.Contains(err.Error(), "kv_heads=2, the job's model.kv_heads=3") {
+		t.Fatalf("another shape: %v", err)
+	}
+
+	torchLogits(t, back, dir)
+}
+
+// hfExport is the common part of the Hugging Face interop tests: j
+// trains 6 steps into a checkpoint, whose export reads back as the same
+// weights and model; j started from the export (3 steps) on one device
+// and under plan gives the same losses within 1e-5, well below the random
+// start's; sampling the checkpoint and the export gives the same text. It
+// returns the checkpoint, the export read back, its directory and the job
+// that starts from it.
+func hfExport(t *testing.T, j Job, plan string) (ws Weights, back hf.Model, dir string, from Job) {
+	t.Helper()
 	j.Train.Steps = 6
 	ck := t.TempDir()
 	first := runJob(t, j, ck, "", 0)
@@ -35,37 +53,29 @@ func TestLlamaHuggingFaceInterop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(t.TempDir(), "hf")
+	dir = filepath.Join(t.TempDir(), "hf")
 	if err := hf.Write(dir, hf.Model{Config: ws.Model, W: ws.W, Meta: map[string]string{hf.MetaTokenizer: ws.Tokenizer}}, safetensors.F32); err != nil {
 		t.Fatal(err)
 	}
-	back, err := hf.Read(dir)
-	if err != nil {
+	if back, err = hf.Read(dir); err != nil {
 		t.Fatal(err)
 	}
 	if err := sameBits(back.W, ws.W); err != nil || sameShape(j.Model, back.Config, "export") != nil {
 		t.Fatalf("the export reads back differently: %v (%v)", err, back.Config)
 	}
-
 	j.Model.Init, j.Train.Steps = dir, 3
 	j.Parallel.Plan = "dp=1"
 	one := runJob(t, j, "", "", 0)
-	j.Parallel.Plan = "pp=2,tp=2,sp=on,schedule=zb-h1"
+	j.Parallel.Plan = plan
 	split := runJob(t, j, "", "", 0)
 	for i := range one.losses {
 		if d := math.Abs(one.losses[i]-split.losses[i]) / one.losses[i]; d > 1e-5 {
-			t.Fatalf("step %d: dp=1 loss %v, pp=2,tp=2 %v", i+1, one.losses[i], split.losses[i])
+			t.Fatalf("step %d: dp=1 loss %v, %s %v", i+1, one.losses[i], plan, split.losses[i])
 		}
 	}
 	if one.losses[0] > first.losses[0]-0.3 {
 		t.Fatalf("first loss from the exported weights %v, from random %v: the weights were not loaded", one.losses[0], first.losses[0])
 	}
-	bad := j
-	bad.Model.KVHeads = 3
-	if err := bad.Check(); err == nil || !strings.Contains(err.Error(), "kv_heads=2, the job's model.kv_heads=3") {
-		t.Fatalf("another shape: %v", err)
-	}
-
 	var texts []string
 	for _, path := range []string{ck, dir} {
 		txt, err := SampleCheckpoint(SampleOptions{Checkpoint: path, Prompt: "It is", Tokens: 20, Temperature: 0.8, TopK: 10, Seed: 3, Threads: 1})
@@ -77,7 +87,7 @@ func TestLlamaHuggingFaceInterop(t *testing.T) {
 	if texts[0] != texts[1] || texts[0] == "" {
 		t.Fatalf("sample of the checkpoint %q, of its export %q", texts[0], texts[1])
 	}
-	torchLogits(t, back, dir)
+	return ws, back, dir, j
 }
 
 // torchLogits runs scripts/torch_llama.py on the export in dir (skipped

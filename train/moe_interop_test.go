@@ -1,9 +1,7 @@
 package train
 
 import (
-	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,38 +22,7 @@ import (
 func TestMoEHuggingFaceInterop(t *testing.T) {
 	j := moeJob("dp=2,ep=2", 4, 0)
 	j.Model.DenseFirst, j.Model.MoEEvery = 1, 2
-	j.Train.Steps = 6
-	ck := t.TempDir()
-	first := runJob(t, j, ck, "", 0)
-	ws, err := LoadWeights(ck, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "hf")
-	if err := hf.Write(dir, hf.Model{Config: ws.Model, W: ws.W, Meta: map[string]string{hf.MetaTokenizer: ws.Tokenizer}}, safetensors.F32); err != nil {
-		t.Fatal(err)
-	}
-	back, err := hf.Read(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sameBits(back.W, ws.W); err != nil || sameShape(j.Model, back.Config, "export") != nil {
-		t.Fatalf("the export reads back differently: %v (%v)", err, back.Config)
-	}
-
-	j.Model.Init, j.Train.Steps = dir, 3
-	j.Parallel.Plan = "dp=1"
-	one := runJob(t, j, "", "", 0)
-	j.Parallel.Plan = "pp=2"
-	split := runJob(t, j, "", "", 0)
-	for i := range one.losses {
-		if d := math.Abs(one.losses[i]-split.losses[i]) / one.losses[i]; d > 1e-5 {
-			t.Fatalf("step %d: dp=1 loss %v, pp=2 %v", i+1, one.losses[i], split.losses[i])
-		}
-	}
-	if one.losses[0] > first.losses[0]-0.3 {
-		t.Fatalf("first loss from the exported weights %v, from random %v: the weights were not loaded", one.losses[0], first.losses[0])
-	}
+	ws, back, dir, j := hfExport(t, j, "pp=2")
 	for _, c := range []struct {
 		edit func(*Job)
 		want string
@@ -69,18 +36,6 @@ func TestMoEHuggingFaceInterop(t *testing.T) {
 		if err := bad.Check(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("another shape: %v, want %q", err, c.want)
 		}
-	}
-
-	var texts []string
-	for _, path := range []string{ck, dir} {
-		txt, err := SampleCheckpoint(SampleOptions{Checkpoint: path, Prompt: "It is", Tokens: 20, Temperature: 0.8, TopK: 10, Seed: 3, Threads: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		texts = append(texts, txt)
-	}
-	if texts[0] != texts[1] || texts[0] == "" {
-		t.Fatalf("sample of the checkpoint %q, of its export %q", texts[0], texts[1])
 	}
 
 	// scripts/py_qwen2moe.py (plain Python) runs the export: Trellis's
@@ -97,7 +52,7 @@ func TestMoEHuggingFaceInterop(t *testing.T) {
 
 	capped := ws.Model
 	capped.CapacityFactor = 1.5
-	err = hf.Write(t.TempDir(), hf.Model{Config: capped, W: ws.W}, safetensors.F32)
+	err := hf.Write(t.TempDir(), hf.Model{Config: capped, W: ws.W}, safetensors.F32)
 	if err == nil || !strings.Contains(err.Error(), "model.capacity_factor=1.5: Qwen2MoeForCausalLM is dropless") {
 		t.Fatalf("export with a capacity factor: %v", err)
 	}
