@@ -15,8 +15,8 @@ import (
 // a 2-core host (engine_stash set: the ranks run this engine).
 const hostProfile = "testdata/host-profile.toml"
 
-// contractJobs is the grid of TestPlannerTopPlansRunInEngine: GPT-2 and
-// Llama shapes, small enough to dry-run quickly.
+// contractJobs is the grid of TestPlannerTopPlansRunInEngine: GPT-2,
+// Llama and MoE Llama shapes, small enough to dry-run quickly.
 func contractJobs() []struct {
 	name string
 	job  Job
@@ -30,10 +30,14 @@ func contractJobs() []struct {
 	odd := DefaultJob() // a batch that few dp divide
 	odd.Model = model.Config{Arch: "llama", Layers: 3, Hidden: 96, Heads: 6, KVHeads: 3, FFN: 256, SeqLen: 64, Vocab: 259}
 	odd.Train.MicroBatch, odd.Train.GlobalBatch = 1, 12
+	moe := DefaultJob() // experts: ep, etp = tp and cp all open to the planner
+	moe.Model = model.Config{Arch: "llama", Layers: 4, Hidden: 128, Heads: 4, KVHeads: 2, FFN: 256, SeqLen: 128, Vocab: 256,
+		Experts: 8, TopK: 2, ExpertFFN: 64, SharedExperts: 1, DenseFirst: 1, CapacityFactor: 1.25, AuxLoss: 0.01}
+	moe.Train.MicroBatch, moe.Train.GlobalBatch = 1, 8
 	return []struct {
 		name string
 		job  Job
-	}{{"gpt-ref", gpt}, {"gpt2-124m", gpt2}, {"llama-small", llama}, {"llama-odd", odd}}
+	}{{"gpt-ref", gpt}, {"gpt2-124m", gpt2}, {"llama-small", llama}, {"llama-odd", odd}, {"llama-moe", moe}}
 }
 
 // The contract: on a cluster whose ranks run the engine (a profile's
