@@ -157,10 +157,15 @@ func TestEPOverlapSlowLinks(t *testing.T) {
 				return j
 			}
 			var ep, step [2][]float64 // [plain, overlap]
+			var pred [2]float64       // the planner's exposed ep time a step
 			for range runs {
 				for i, ov := range []bool{false, true} {
 					sum := runJob(t, job(ov), "", "", 0).sum
 					ep[i], step[i] = append(ep[i], sum.EPSeconds), append(step[i], sum.StepSeconds)
+					if sum.Prediction == nil || sum.Prediction.Err != nil {
+						t.Fatalf("no step-time prediction: %+v", sum.Prediction)
+					}
+					pred[i] = sum.Prediction.Time.EP
 				}
 			}
 			med := func(x []float64) float64 { y := slices.Clone(x); slices.Sort(y); return y[len(y)/2] }
@@ -168,6 +173,7 @@ func TestEPOverlapSlowLinks(t *testing.T) {
 			t.Logf("plain:   ep_wait %.4f s/step %v, step %.4f s %v", ep0, ep[0], st0, step[0])
 			t.Logf("overlap: ep_wait %.4f s/step %v, step %.4f s %v", ep1, ep[1], st1, step[1])
 			t.Logf("overlap/plain: exposed ep wait %.2f×, step %.2f×", ep1/ep0, st1/st0)
+			t.Logf("predicted exposed ep: plain %.4f s (%+.1f%%), overlap %.4f s (%+.1f%%)", pred[0], 100*(pred[0]/ep0-1), pred[1], 100*(pred[1]/ep1-1))
 			if ep1 >= ep0 || st1 >= st0 {
 				t.Errorf("ep_overlap=on: exposed ep wait %.4f s and step %.4f s, plain %.4f s and %.4f s: nothing hidden", ep1, st1, ep0, st0)
 			}
