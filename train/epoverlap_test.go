@@ -1,6 +1,8 @@
 package train
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -97,6 +99,29 @@ func TestEPOverlapSplitAddsUp(t *testing.T) {
 		if r.EPWait <= 0 || r.EPWait > r.CommWait || r.Compute <= 0 || r.CommWait > r.CommBusy {
 			t.Errorf("rank %d: ep wait %v, comm %v (busy %v), compute %v", r.Rank, r.EPWait, r.CommWait, r.CommBusy, r.Compute)
 		}
+	}
+}
+
+// Evaluation and the end-of-run sample run on the backward's runner
+// outside the step's pairs (the token free: its ep group alone), and
+// sample the plain run's text.
+func TestEPOverlapSample(t *testing.T) {
+	sample := func(p string) string {
+		j := epOverlapJob(p, 0.75)
+		j.Train.Steps, j.Train.SampleEvery, j.Train.EvalEvery = 2, 0, 1
+		var out bytes.Buffer
+		if _, err := Run(context.Background(), Options{Job: j, Out: &out}); err != nil {
+			t.Fatalf("plan %s: %v", p, err)
+		}
+		_, after, ok := strings.Cut(out.String(), "--- sample at step")
+		if !ok {
+			t.Fatalf("no sample in the output:\n%s", out.String())
+		}
+		body, _, _ := strings.Cut(after, "\n---\n")
+		return body
+	}
+	if plain, ov := sample("dp=2,ep=2"), sample("dp=2,ep=2,ep_overlap=on"); plain != ov {
+		t.Errorf("ep_overlap=on sampled %q, the plain run %q", ov, plain)
 	}
 }
 
