@@ -3,15 +3,19 @@ package train
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"trellis/config"
+	"trellis/launch"
 	"trellis/plan"
 )
 
@@ -203,5 +207,35 @@ func TestEPOverlapSlowLinks(t *testing.T) {
 				t.Errorf("ep_overlap=on: exposed ep wait %.4f s and step %.4f s, plain %.4f s and %.4f s: nothing hidden", ep1, st1, ep0, st0)
 			}
 		})
+	}
+}
+
+// ep_overlap=on as processes over comm/tcp (the two ep groups' messages
+// point to point, the pair pinned to its OS threads) gives the goroutine
+// ranks' losses bit for bit.
+func TestTCPEPOverlapMatchesLocal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts worker processes")
+	}
+	j := epOverlapJob("dp=2,ep=2,ep_overlap=on", 0.75)
+	want := runJob(t, j, "", "", 0).losses
+	j.Parallel.Backend = "tcp"
+	js, err := json.Marshal(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := filepath.Join(t.TempDir(), "metrics.jsonl")
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := launch.Run(ctx, launch.Config{
+		NProcPerNode: 2, Program: os.Args[0], Args: []string{"-test.run=^$"},
+		Env:    []string{envWorker + "=1", envJob + "=" + string(js), envMetrics + "=" + metrics},
+		Stdout: &out, Stderr: &out,
+	}); err != nil {
+		t.Fatalf("launch: %v\n%s", err, out.String())
+	}
+	if got := readLosses(t, metrics); !reflect.DeepEqual(got, want) {
+		t.Errorf("losses over tcp %v, over local %v\n%s", got, want, out.String())
 	}
 }
