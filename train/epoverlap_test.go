@@ -29,7 +29,8 @@ func epOverlapJob(p string, capacity float64) Job {
 
 // ep_overlap=on trains the plain run's model bit for bit: the same
 // per-step losses and gradient norms, the same routing, and the same
-// final weights and Adam moments, in fp32 and bf16, with capacity drops
+// final weights and Adam moments, in fp32, bf16 and fp16 (its loss
+// scale), with capacity drops
 // and dropless, with ZeRO-1/2 over edp replicas, full recomputation and
 // DeepSeek-V3's expert biases (the paired forward accumulates nothing;
 // the backwards keep their order; the two runners count into one set of
@@ -43,7 +44,7 @@ func TestEPOverlapBitIdentical(t *testing.T) {
 		{"dp=2,ep=2", 0.75, false}, {"dp=2,ep=2", 0, false},
 		{"dp=2,ep=2,precision=bf16", 0.75, false}, {"dp=2,ep=2,precision=bf16", 0, false},
 		{"dp=4,ep=2,zero=2", 0.75, false}, {"dp=2,ep=2,zero=1,recompute=full", 0, false},
-		{"dp=2,ep=2", 0, true},
+		{"dp=2,ep=2", 0, true}, {"dp=2,ep=2,precision=fp16", 0.75, false},
 	} {
 		t.Run(fmt.Sprintf("%s/capacity=%g/bias=%v", tc.plan, tc.capacity, tc.bias), func(t *testing.T) {
 			job := func(p string) Job {
