@@ -98,6 +98,16 @@ func (t *Token) Exposed() (exposed, waited time.Duration) {
 	return t.idle, t.waited
 }
 
+// doHeld is do, holding the token (StageConfig.Token) for a compute
+// action.
+func (s *Stage) doHeld(a Action, batch func(int) (model.Batch, error), dloss float32) (float64, error) {
+	if s.cfg.Token != nil && a.Op.Compute() {
+		s.cfg.Token.Acquire()
+		defer s.cfg.Token.Release()
+	}
+	return s.do(a, batch, dloss)
+}
+
 // pair runs the paired F (on StageConfig.Pair) and the B after it (on
 // StageConfig.GPT) as two goroutines sharing the token: F starts with
 // it, B takes it at F's first wait. Nothing they share is touched

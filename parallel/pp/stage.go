@@ -165,16 +165,6 @@ func (s *Stage) Step(batch func(mb int) (model.Batch, error), dloss float32) (fl
 	return sum, s.drain()
 }
 
-// doHeld is do, holding the token (StageConfig.Token) for a compute
-// action.
-func (s *Stage) doHeld(a Action, batch func(int) (model.Batch, error), dloss float32) (float64, error) {
-	if s.cfg.Token != nil && a.Op.Compute() {
-		s.cfg.Token.Acquire()
-		defer s.cfg.Token.Release()
-	}
-	return s.do(a, batch, dloss)
-}
-
 // do runs one action.
 func (s *Stage) do(a Action, batch func(int) (model.Batch, error), dloss float32) (float64, error) {
 	key := [2]int{a.MB, a.Chunk}
