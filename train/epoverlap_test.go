@@ -131,13 +131,15 @@ func TestEPOverlapSample(t *testing.T) {
 }
 
 // ep_overlap=on is refused by name where the pair could issue a
-// collective in a timing-dependent order, or has nothing to hide.
+// collective in a timing-dependent order, has nothing to hide (no ep) or
+// nothing to pair (one micro-batch a step).
 func TestEPOverlapRefused(t *testing.T) {
 	for _, tc := range []struct{ plan, want string }{
 		{"dp=2,ep_overlap=on", "needs ep > 1"},
 		{"dp=2,ep=2,pp=2,ep_overlap=on", "pp=2"},
 		{"dp=2,ep=2,zero=3,ep_overlap=on", "zero=3"},
 		{"dp=2,ep=2,tp=2,sp=on,etp=2,ep_overlap=on", "tp=2"},
+		{"dp=2,ep=2,ep_overlap=on", "nothing to pair"}, // one micro-batch a step
 	} {
 		p, err := plan.Parse(tc.plan)
 		if err != nil {
@@ -150,6 +152,9 @@ func TestEPOverlapRefused(t *testing.T) {
 			t.Errorf("%s: Parse(String()) = %v, %v", tc.plan, q, err)
 		}
 		j := epOverlapJob(tc.plan, 0.75)
+		if tc.want == "nothing to pair" {
+			j.Train.GlobalBatch = 4
+		}
 		if _, err := j.resolve(); err == nil || !strings.Contains(err.Error(), "ep_overlap=on") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want a refusal naming ep_overlap=on and %q", tc.plan, err, tc.want)
 		}
