@@ -192,7 +192,7 @@ func (s *kindSet) apply(j Job, p Plan) kinds {
 		for b := 0; b < 2; b++ {
 			if s.have[a][b] {
 				ks.kind[a][b] = s.part[a][b].apply(p, overlap, share)
-				if p.EPOverlap {
+				if p.EPOverlap && j.Engine != nil { // the engine's pair; elsewhere the cluster's moe_ep_overlap says
 					kc := &ks.kind[a][b]
 					kc.ep = enginePairExposed(kc.a2a, kc.compute.fwd+kc.compute.bwd+kc.compute.rc, j.MicroBatches(p))
 				}
