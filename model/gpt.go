@@ -132,7 +132,7 @@ type GPT struct {
 	// rerun: a block's forward is being recomputed inside its backward
 	// (its routing is not counted again).
 	rerun bool
-	stats expertCounter
+	stats *expertCounter // shared with a paired runner (ShareRouting)
 	// bias are the MoE blocks' expert biases (router_expert_bias; rows as
 	// stats' Layers, E each; bias.go), nil without.
 	bias [][]float32
@@ -205,6 +205,7 @@ func New(o Options) (*GPT, error) {
 	if m.tp == nil {
 		m.tp = soloTP{}
 	}
+	m.stats = newExpertCounter(c)
 	if err := m.allocScratch(); err != nil {
 		return nil, err
 	}
@@ -308,7 +309,6 @@ func (m *GPT) allocMoE(buf []float32, sz wsSizes) error {
 		w.perm, w.local = make([]int32, Rx), make([]int32, E/ep+1)
 	}
 	w.gemms = make([]ops.GEMM, 0, E)
-	m.stats = newExpertCounter(c)
 	if c.RouterExpertBias {
 		m.bias = make([][]float32, len(m.stats.s.Layers))
 		for i := range m.bias {

@@ -1,5 +1,7 @@
 package model
 
+import "fmt"
+
 // ExpertStats are an MoE model's routing counts over the training
 // micro-batches a runner's forward passes routed since the last
 // TakeExpertStats (a recomputed forward is not counted twice; evaluation
@@ -27,8 +29,8 @@ type expertCounter struct {
 	s     ExpertStats
 }
 
-func newExpertCounter(c Config) expertCounter {
-	ec := expertCounter{index: map[int]int{}}
+func newExpertCounter(c Config) *expertCounter {
+	ec := &expertCounter{index: map[int]int{}}
 	for l := 0; l < c.Layers; l++ {
 		if c.MoELayer(l) {
 			ec.index[l] = len(ec.s.Layers)
@@ -81,4 +83,18 @@ func (m *GPT) TakeExpertStats() ExpertStats {
 	}
 	m.stats.s.Aux = 0
 	return out
+}
+
+// ShareRouting makes m count its routing into with's statistics and
+// route by with's expert biases: a second runner of the same rank (train's
+// pair under ep_overlap=on), whose forwards then add to the one
+// ExpertStats in the order the rank runs them. m and with must be runners
+// of the same model and part; the two must not run passes at the same
+// time but in turn (parallel/pp's Token).
+func (m *GPT) ShareRouting(with *GPT) error {
+	if m.cfg != with.cfg || m.part != with.part {
+		return fmt.Errorf("model: ShareRouting between runners of different models or parts")
+	}
+	m.stats, m.bias = with.stats, with.bias
+	return nil
 }

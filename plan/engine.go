@@ -101,7 +101,9 @@ func (j Job) engineArch(p Plan) (arch.Config, arch.Dims) {
 // with c the micro-batches in flight over the rank's chunks — GPipe m,
 // 1F1B min(m, pp−k), interleaved min(2(pp−k−1) + (v−1)·pp + 1, v·m) (v·m
 // when m = pp), zb-h1 min(pp, m) — heads m (GPipe, and interleaved with m = pp) or 1 on the last stage,
-// and w = min(k+1, m) for zb-h1 (else 0). It returns act and c in stage
+// and w = min(k+1, m) for zb-h1 (else 0); pp = 1 keeps one micro-batch
+// in flight, two (and two heads) under ep_overlap=on, whose paired F(i+1)
+// holds its stash beside B(i)'s. It returns act and c in stage
 // units (c/v). heads is m also for interleaved with m = pp, which runs
 // every forward first.
 func (j Job) engineStageAct(p Plan, a actSizes, pt partition, k, layers int) (act, inFlight float64) {
@@ -125,6 +127,9 @@ func (j Job) engineStageAct(p Plan, a actSizes, pt partition, k, layers int) (ac
 	}
 	if pp == 1 {
 		c, w = 1, 0
+		if p.EPOverlap { // F(i+1) runs beside B(i): two stashes, two heads
+			c = min(2, m)
+		}
 	}
 	q, short := splitCounts(j.Model.Layers, pp*v)
 	largest := q
@@ -134,6 +139,9 @@ func (j Job) engineStageAct(p Plan, a actSizes, pt partition, k, layers int) (ac
 	heads := 0
 	if k == pp-1 {
 		heads = 1
+		if pp == 1 {
+			heads = c
+		}
 		// GPipe runs every forward first, and so does interleaved when
 		// m = pp (parallel/pp's build): the last stage holds every
 		// micro-batch's head until its backward.

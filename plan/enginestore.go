@@ -101,7 +101,7 @@ func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory
 	mem.ActPerMicroBatch = ceil(perMB + head)
 	act, inFlight := j.engineStageAct(p, a, sp.pt, stage, layers)
 	mem.Act, mem.InFlight = ceil(act), inFlight
-	mem.Workspace = ceil(j.engineWorkspace(p))
+	mem.Workspace = ceil(float64(engineRunners(p)) * j.engineWorkspace(p))
 	if j.Engine != nil && j.Engine.Buffers != nil {
 		mem.Buffers = ceil(j.Engine.Buffers(p, stage))
 	} else {
@@ -112,7 +112,17 @@ func (j Job) engineStageMemory(p Plan, sp shapeParams, stage, layers int) Memory
 	return mem
 }
 
-// engineWorkspace is the engine's backward scratch, in bytes: arch's
+// engineRunners is the model runners a rank keeps, each with its own
+// workspace: two under ep_overlap=on (the paired forward's and the
+// backward's: train's pair), else one.
+func engineRunners(p Plan) int {
+	if p.EPOverlap {
+		return 2
+	}
+	return 1
+}
+
+// engineWorkspace is one runner's backward scratch, in bytes: arch's
 // Workspace (the declarations the engine carves its scratch by, model's
 // dims.go), for a micro-batch of b sequences of s tokens on part (tp, sp)
 // with w = min(threads, b·kv/t) attention workers (kv the key/value heads:

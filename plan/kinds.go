@@ -192,6 +192,10 @@ func (s *kindSet) apply(j Job, p Plan) kinds {
 		for b := 0; b < 2; b++ {
 			if s.have[a][b] {
 				ks.kind[a][b] = s.part[a][b].apply(p, overlap, share)
+				if p.EPOverlap && j.Engine != nil { // the engine's pair; elsewhere the cluster's moe_ep_overlap says
+					kc := &ks.kind[a][b]
+					kc.ep = enginePairExposed(kc.a2a, kc.compute.fwd+kc.compute.bwd+kc.compute.rc, j.MicroBatches(p))
+				}
 			}
 		}
 	}
@@ -245,6 +249,26 @@ func (kp *kindPart) apply(p Plan, overlap bool, share float64) kindCost {
 		kc.ep = overlapExposed(a2aF, kc.compute.bwd+kc.compute.rc, share) + overlapExposed(a2aB, kc.compute.fwd, share)
 	}
 	return kc
+}
+
+// enginePairExposed is the engine's exposed all-to-all time of a layer
+// under ep_overlap=on, per micro-batch, for a seconds of all-to-alls (both
+// passes) and c of compute (forward and backward) a micro-batch, over m
+// micro-batches a step: of a step's m forwards and m backwards, the first
+// forward and the last backward run alone (all of their transfers
+// exposed, 1/m of the step's a), and the m−1 pairs F(i+1) + B(i) overlap
+// each pass's transfers with the other's compute. The two passes'
+// transfers share the rank's link to its peer, so a pair takes
+// max(a, c) and exposes max(0, a − c) (a compute-bound pair exposes
+// nothing):
+//
+//	exposed = a/m + (m−1)/m · max(0, a − c)
+func enginePairExposed(a, c float64, m int) float64 {
+	if m <= 1 {
+		return a
+	}
+	mf := float64(m)
+	return a/mf + (mf-1)/mf*math.Max(0, a-c)
 }
 
 // kindAct is one layer's activations for one micro-batch on a device

@@ -161,6 +161,8 @@ func (j Job) engineExperts(p Plan, k int) (experts, unit, unitExperts, units flo
 // weight dtype, w bytes, to param and its gradients in fp32 to grad):
 //
 //	Param = states(P − P_e, N) + states(P_e, N_e) + w·U
+//	        (ep_overlap=on: + w·min(U, ΣU − U), the paired forward's unit
+//	        held beside the backward's while it waits on its all-to-all)
 //	Grad  = … + 4U   (zb-h1: + 4·ΣU over the stage's MoE units, every
 //	                  one open from its input pass to its weight pass)
 //
@@ -188,7 +190,11 @@ func (j Job) engineEPStates(mem *Memory, P float64, p Plan, stage int) {
 	if p.PP > 1 && p.Schedule == ZBH1 {
 		open = all
 	}
-	mem.Param, mem.Grad, mem.Optim = d.Param+e.Param+ceil(w*U), d.Grad+e.Grad+ceil(4*open), d.Optim+e.Optim
+	held := U
+	if p.EPOverlap { // the paired forward's unit beside the backward's, when they differ
+		held += math.Min(U, all-U)
+	}
+	mem.Param, mem.Grad, mem.Optim = d.Param+e.Param+ceil(w*held), d.Grad+e.Grad+ceil(4*open), d.Optim+e.Optim
 	if j.engineBF16(p) && p.ZeRO == 3 {
 		mem.Param = ceil(2 * math.Max(j.engineUnit(p), U+math.Max(U-Ue, Ue)))
 	}

@@ -109,6 +109,15 @@ type Plan struct {
 	// memory and in text (which names ep and etp only when either is > 1);
 	// read them with Plan.Experts.
 	EP, ETP int
+
+	// EPOverlap (ep_overlap=on) runs a one-stage 1F1B step's forward of
+	// micro-batch i+1 beside the backward of micro-batch i, each pass's
+	// expert all-to-alls hidden behind the other's compute (Megatron-Core's
+	// EP-overlapped 1F1B; train's pair of runners, parallel/pp's paired
+	// actions). An execution option of the engine, not a search key: Keys
+	// omits it, String and Short name it only when on, so every other
+	// plan's text is unchanged; EngineRefusals says where it runs.
+	EPOverlap bool
 }
 
 // Experts returns the expert-parallel and expert-tensor-parallel degrees
@@ -151,6 +160,9 @@ func (p Plan) textKeys() []string {
 	if ep, etp := p.Experts(); ep == 1 && etp == 1 {
 		ks = ks[:len(ks)-2]
 	}
+	if p.EPOverlap {
+		ks = append(ks, "ep_overlap")
+	}
 	return ks
 }
 
@@ -177,6 +189,9 @@ func (p Plan) Short() string {
 		if v := p.Get(k); v != d.Get(k) || k == "dp" || k == "tp" || k == "pp" {
 			parts = append(parts, k+"="+v)
 		}
+	}
+	if p.EPOverlap {
+		parts = append(parts, "ep_overlap=on")
 	}
 	return strings.Join(parts, ",")
 }
@@ -214,6 +229,8 @@ func (p Plan) Get(key string) string {
 		return strconv.Itoa(max(1, p.EP))
 	case "etp":
 		return strconv.Itoa(max(1, p.ETP))
+	case "ep_overlap":
+		return onOff(p.EPOverlap)
 	}
 	return ""
 }
@@ -278,15 +295,18 @@ func (p *Plan) Set(key, val string) error {
 			n = storedDegree(n)
 		}
 		*p.intField(key) = n
-	case "sp", "flash":
+	case "sp", "flash", "ep_overlap":
 		b, err := parseOnOff(key, val)
 		if err != nil {
 			return err
 		}
-		if key == "sp" {
+		switch key {
+		case "sp":
 			p.SP = b
-		} else {
+		case "flash":
 			p.Flash = b
+		default:
+			p.EPOverlap = b
 		}
 	case "schedule":
 		return setEnum(&p.Schedule, key, val, Schedules()...)
@@ -300,7 +320,7 @@ func (p *Plan) Set(key, val string) error {
 		}
 		p.Order = val
 	default:
-		return fmt.Errorf("plan: unknown key %q (known: %s)", key, strings.Join(Keys(), ", "))
+		return fmt.Errorf("plan: unknown key %q (known: %s, ep_overlap)", key, strings.Join(Keys(), ", "))
 	}
 	return nil
 }

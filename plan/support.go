@@ -57,6 +57,7 @@ import "fmt"
 //	etp          other than 1 without tp, or tp with it (Megatron's
 //	             etp < tp folds tensor-parallel ranks into ep groups)
 //	schedule     dualpipe (dualpipev runs)
+//	ep_overlap   without ep > 1, or with pp, tp or cp > 1, or ZeRO-3
 func EngineRefusals(m Model, p Plan) []string {
 	var out []string
 	switch {
@@ -78,6 +79,7 @@ func EngineRefusals(m Model, p Plan) []string {
 		out = append(out, fmt.Sprintf("model %s, precision=fp8: the engine's fp8 recipes quantise the dense linears only, not the experts' grouped GEMMs", m.Name))
 	}
 	out = append(out, engineEPRefusals(m, p)...)
+	out = append(out, engineEPOverlapRefusals(p)...)
 	if p.Schedule == DualPipe {
 		out = append(out, "schedule=dualpipe: the engine does not run the bidirectional DualPipe (two copies of the parameters); it runs its V-shaped form, schedule=dualpipev")
 	}
@@ -138,6 +140,33 @@ func engineEPRefusals(m Model, p Plan) []string {
 	}
 	if p.DP%ep != 0 {
 		out = append(out, fmt.Sprintf("ep=%d does not divide dp=%d: the engine's ep groups are ep consecutive data-parallel ranks", ep, p.DP))
+	}
+	return out
+}
+
+// engineEPOverlapRefusals are EngineRefusals' lines for ep_overlap=on:
+// the pair's forward and backward may issue collectives only on their
+// own ep groups, but for the backward's gradient reductions (see
+// EngineRefusals).
+func engineEPOverlapRefusals(p Plan) []string {
+	if !p.EPOverlap {
+		return nil
+	}
+	var out []string
+	if ep, _ := p.Experts(); ep <= 1 {
+		out = append(out, "ep_overlap=on needs ep > 1: it hides expert parallelism's all-to-alls")
+	}
+	if p.PP > 1 {
+		out = append(out, fmt.Sprintf("ep_overlap=on with pp=%d: the engine pairs a one-stage 1F1B's forward and backward (pp=1); a pipeline's transfers would run inside the pair", p.PP))
+	}
+	if p.TP > 1 {
+		out = append(out, fmt.Sprintf("ep_overlap=on with tp=%d: both passes of the pair would issue the tensor-parallel group's collectives, in an order that depends on timing", p.TP))
+	}
+	if p.CP > 1 {
+		out = append(out, fmt.Sprintf("ep_overlap=on with cp=%d: both passes of the pair would run the ring attention on the cp group", p.CP))
+	}
+	if p.ZeRO >= 3 {
+		out = append(out, fmt.Sprintf("ep_overlap=on with zero=%d: the forward's weight gathers would meet the backward's reduce-scatters on the dp group in an order that depends on timing (zero ≤ 2)", p.ZeRO))
 	}
 	return out
 }

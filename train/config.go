@@ -278,6 +278,9 @@ func (j Job) resolve() (settings, error) {
 	if err := checkPipeline(j, p, s.accum); err != nil {
 		return s, err
 	}
+	if p.EPOverlap && s.accum < 2 {
+		return s, fmt.Errorf("parallel.plan: ep_overlap=on pairs each micro-batch's forward with the backward of the one before, but a step has 1 (train.global_batch / (dp × train.micro_batch) = %d / (%d × %d)): nothing to pair", j.Train.GlobalBatch, p.DP, j.Train.MicroBatch)
+	}
 	s.warmup = min(j.Train.Warmup, j.Train.Steps)
 	if s.budget, err = parseSize("parallel.device_memory", j.Parallel.DeviceMemory); err != nil {
 		return s, err

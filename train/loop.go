@@ -281,8 +281,8 @@ func (r *rank) commStats() (comm.Stats, CommBytes) {
 		cs.Wait += st.Wait
 		cb.CP = st.Bytes
 	}
-	if t.ep != nil { // the dispatch's and the combine's all-to-alls block the rank: exposed
-		st := t.ep.Stats()
+	if t.ep != nil { // the dispatch's and the combine's all-to-alls block the rank: exposed (under ep_overlap=on the part no compute hid)
+		st := t.epStats()
 		cs.Busy += st.Busy
 		cs.Wait += st.Wait
 		cb.EP = st.Bytes

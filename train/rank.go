@@ -39,6 +39,7 @@ type rank struct {
 	top    *topology
 	pol    precision.Policy
 	gpt    *model.GPT
+	pair   *model.GPT // ep_overlap=on: the paired forwards' runner (parallel/pp's Config.Pair), nil otherwise
 	st     parallel.Strategy
 	stage  *pp.Stage
 	sched  *pp.Schedule
@@ -124,7 +125,7 @@ func (r *rank) compose(hyper optim.Hyper) error {
 	if p.PP > 1 {
 		kind = pp.Kind(p.Schedule)
 	}
-	sched, err := pp.Build(pp.Config{Kind: kind, PP: p.PP, VPP: p.VPP, Micro: s.accum})
+	sched, err := pp.Build(pp.Config{Kind: kind, PP: p.PP, VPP: p.VPP, Micro: s.accum, Pair: p.EPOverlap})
 	if err != nil {
 		return err
 	}
@@ -151,10 +152,21 @@ func (r *rank) compose(hyper optim.Hyper) error {
 	}
 	// Goroutine peers: see model.Options.Unpinned.
 	unpinned := !s.processes && s.ranks > 1
-	if r.gpt, err = model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch,
-		Seed: j.Train.Seed, Part: t.part, TP: t.tpComm(), Flash: p.Flash, Recompute: engineRecompute(p.Recompute),
-		Precision: r.pol, Unpinned: unpinned, CP: t.cpComm(), EP: t.epComm()}); err != nil {
+	runner := func(paired bool) (*model.GPT, error) {
+		return model.New(model.Options{Model: j.Model, Kernels: r.k, Device: r.dev, MicroBatch: j.Train.MicroBatch,
+			Seed: j.Train.Seed, Part: t.part, TP: t.tpComm(), Flash: p.Flash, Recompute: engineRecompute(p.Recompute),
+			Precision: r.pol, Unpinned: unpinned, CP: t.cpComm(), EP: t.epComm(paired)})
+	}
+	if r.gpt, err = runner(false); err != nil {
 		return err
+	}
+	if p.EPOverlap { // the paired forwards' runner: its own scratch (tag workspace), the rank's Params, statistics and biases
+		if r.pair, err = runner(true); err != nil {
+			return err
+		}
+		if err := r.pair.ShareRouting(r.gpt); err != nil {
+			return err
+		}
 	}
 	var link pp.Link
 	if t.link != nil {
@@ -166,7 +178,7 @@ func (r *rank) compose(hyper optim.Hyper) error {
 	// reduce-scatter) and, under full recomputation, gathers weights.
 	ahead := p.TP == 1 && p.CP <= 1 && (p.ZeRO < 2 || p.DP == 1)
 	r.stage, err = pp.NewStage(pp.StageConfig{GPT: r.gpt, Params: r.units(), Schedule: sched, Layout: t.layout,
-		Link: link, Device: r.dev, Trace: r.tr, RunAhead: ahead})
+		Link: link, Device: r.dev, Trace: r.tr, RunAhead: ahead, Pair: r.pair, Token: t.tok})
 	return err
 }
 
@@ -209,6 +221,9 @@ func (r *rank) free() {
 	}
 	if r.gpt != nil {
 		r.gpt.Free()
+	}
+	if r.pair != nil {
+		r.pair.Free()
 	}
 	if r.st != nil {
 		r.st.Free()

@@ -171,7 +171,12 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	var link *local.LinkModel
 	if s.linkBW > 0 || s.linkLat > 0 {
 		l := local.Link{Bandwidth: s.linkBW, Latency: s.linkLat}
-		link = &local.LinkModel{Intra: l, Inter: l}
+		// Under expert parallelism a rank's messages to a peer share one
+		// link whatever their group: ep_overlap=on's two ep groups then
+		// contend for it as on one port (the plain run's single ep group
+		// sends one all-to-all at a time, so it is timed as before).
+		ep, _ := s.enginePlan.Experts()
+		link = &local.LinkModel{Intra: l, Inter: l, SharedPorts: ep > 1}
 	}
 	groups, err := local.New(local.Config{Size: s.ranks, Timeout: s.timeout, Link: link})
 	if err != nil {

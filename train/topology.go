@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"time"
 
 	"trellis/comm"
 	"trellis/mesh"
@@ -51,8 +52,15 @@ type topology struct {
 	cp            comm.Group // nil unless cp > 1
 	tied          comm.Group // nil unless this rank is the pipeline's first or last stage with pp > 1 and the head is tied
 	ep, edp       comm.Group // nil unless ep > 1
-	link          *pp.P2PLink
-	closers       []comm.Group
+	// epo and tok are ep_overlap=on's (nil otherwise): the paired
+	// forward's expert-parallel group (the same ranks as ep, made right
+	// after it by every rank, so each stream's collectives keep one order
+	// on their own group) and the pair's compute token (parallel/pp),
+	// whose idle time is the ep groups' exposed wait (epStats).
+	epo     comm.Group
+	tok     *pp.Token
+	link    *pp.P2PLink
+	closers []comm.Group
 }
 
 // newTopology makes the rank's groups. Every rank of the world calls it
@@ -106,7 +114,7 @@ func newTopology(world comm.Group, m model.Config, p plan.Plan) (*topology, erro
 		}
 	}
 	if ep, _ := p.Experts(); ep > 1 {
-		if err := t.expertGroups(world, ep, reductionAxes(p)); err != nil {
+		if err := t.expertGroups(world, ep, reductionAxes(p), p.EPOverlap); err != nil {
 			return fail(err)
 		}
 	}
@@ -138,8 +146,9 @@ func newTopology(world comm.Group, m model.Config, p plan.Plan) (*topology, erro
 // the rank's dp group, at its cp index) out of the dp axis and the
 // expert-data-parallel one (the ranks of its reduction group, dp × cp,
 // whose dp index has the same ep index), and gives the model's part its
-// experts. ep must divide dp (checkEP).
-func (t *topology) expertGroups(world comm.Group, ep int, axes []mesh.Axis) error {
+// experts. ep must divide dp (checkEP). With overlap (ep_overlap=on) a
+// second group of the same ranks carries the paired forwards' all-to-alls.
+func (t *topology) expertGroups(world comm.Group, ep int, axes []mesh.Axis, overlap bool) error {
 	dp, err := t.mesh.Group(world.Rank(), mesh.DP)
 	if err != nil {
 		return fmt.Errorf("train: %w", err)
@@ -169,6 +178,13 @@ func (t *topology) expertGroups(world comm.Group, ep int, axes []mesh.Axis) erro
 		return fmt.Errorf("train: %w", err)
 	}
 	t.closers = append(t.closers, t.ep)
+	if overlap {
+		if t.epo, err = world.NewGroup(fmt.Sprintf("epo.%s.%d-%d", name, epRanks[0], epRanks[ep-1]), epRanks); err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
+		t.closers = append(t.closers, t.epo)
+		t.tok = pp.NewToken()
+	}
 	if t.edp, err = world.NewGroup(fmt.Sprintf("edp.%s.%d-%d", name, edpRanks[0], edpRanks[len(edpRanks)-1]), edpRanks); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
@@ -177,20 +193,57 @@ func (t *topology) expertGroups(world comm.Group, ep int, axes []mesh.Axis) erro
 	return nil
 }
 
-// epComm is the expert-parallel group for the model (nil: ep = 1).
-func (t *topology) epComm() model.EPComm {
-	if t.ep == nil {
+// epComm is the expert-parallel group for the model (nil: ep = 1); under
+// ep_overlap=on the backward's runner's (paired false: ep) or the paired
+// forwards' (epo), each giving the pair's token up while it waits.
+func (t *topology) epComm(paired bool) model.EPComm {
+	switch {
+	case t.ep == nil:
 		return nil
+	case t.tok == nil:
+		return groupEP{t.ep}
+	case paired:
+		return tokenEP{groupEP{t.epo}, t.tok}
 	}
-	return groupEP{t.ep}
+	return tokenEP{groupEP{t.ep}, t.tok}
 }
 
-// epStats is the expert-parallel group's accounting (zero without one).
+// epStats is the expert-parallel groups' accounting (zero without one).
+// Under ep_overlap=on the two groups' waits overlap each other and the
+// other stream's compute: Wait is the exposed part, the token's idle time
+// (no stream computing while one waits), and Skew the groups' skew in
+// the proportion exposed/waited (the waits for peers cannot be told apart
+// from the transfers once hidden; an estimate).
 func (t *topology) epStats() comm.Stats {
 	if t.ep == nil {
 		return comm.Stats{}
 	}
-	return t.ep.Stats()
+	if t.epo == nil {
+		return t.ep.Stats()
+	}
+	st := t.ep.Stats().Add(t.epo.Stats())
+	exposed, waited := t.tok.Exposed()
+	skew := time.Duration(0)
+	if waited > 0 {
+		skew = time.Duration(float64(st.Skew) * min(1, float64(exposed)/float64(waited)))
+	}
+	st.Wait, st.Skew = exposed, min(skew, exposed)
+	return st
+}
+
+// tokenEP is an EPComm that gives the pair's compute token up while its
+// collective runs (pp.Token.Wait), so the other stream computes.
+type tokenEP struct {
+	g   groupEP
+	tok *pp.Token
+}
+
+func (e tokenEP) ExchangeCounts(dst, src []float32) error {
+	return e.tok.Wait(func() error { return e.g.ExchangeCounts(dst, src) })
+}
+
+func (e tokenEP) AllToAllV(dst, src tensor.Buf, send, recv []int) error {
+	return e.tok.Wait(func() error { return e.g.AllToAllV(dst, src, send, recv) })
 }
 
 // groupEP is model.EPComm over a comm.Group: the counts by an all-to-all,

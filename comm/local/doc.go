@@ -69,7 +69,11 @@
 // when the earlier messages to the same peer have (they share the link's
 // bandwidth), occupies the link for bytes/B and arrives L later, so the
 // latencies of messages in flight overlap; the Send and its Recv complete
-// when it arrives. Waits shorter than a Go timer's millisecond resolution
+// when it arrives. "The same peer" is the peer in the sending group: each
+// group has its own links, unless LinkModel.SharedPorts makes the
+// messages of every group from one world rank to another share one link
+// (two groups' transfers between the same ranks then queue behind each
+// other, as on one port of a real network). Waits shorter than a Go timer's millisecond resolution
 // sleep in nanosleep. Barrier costs one latency of the slowest class in the
 // group. Zero bandwidth means unlimited, zero latency none. The model charges
 // what this package's algorithms move (one phase talks to every peer at

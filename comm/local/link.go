@@ -18,6 +18,11 @@ type Link struct {
 type LinkModel struct {
 	RanksPerNode int // 0 means one node holds every rank
 	Intra, Inter Link
+	// SharedPorts makes the point-to-point messages of every group from
+	// world rank a to world rank b share one link (otherwise each group
+	// has its own): concurrent transfers on two groups of the same ranks
+	// (train's ep_overlap=on, its two ep groups) queue as on one port.
+	SharedPorts bool
 }
 
 // Validate checks that no field is negative.

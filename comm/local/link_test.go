@@ -83,3 +83,36 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// Point-to-point messages queue on their link: each group's own, or with
+// SharedPorts one link from a world rank to another, whatever the group.
+func TestSharedPorts(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		l := Link{Bandwidth: 1e6, Latency: time.Millisecond}
+		gs, err := New(Config{Size: 2, Link: &LinkModel{Intra: l, Inter: l, SharedPorts: shared}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := gs[0].NewGroup("a", []int{0, 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := gs[0].NewGroup("b", []int{0, 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		first := a.(*group).arrival(100_000, 1) // 100 ms on the link
+		second := b.(*group).arrival(100_000, 1)
+		if d := first.Sub(t0); d < 101*time.Millisecond || d > 150*time.Millisecond {
+			t.Errorf("shared %v: the first message arrives after %v, want 101 ms", shared, d)
+		}
+		gap := second.Sub(first)
+		if shared && gap < 99*time.Millisecond {
+			t.Errorf("shared ports: the other group's message arrives %v after the first, want 100 ms (it queues)", gap)
+		}
+		if !shared && gap > 50*time.Millisecond {
+			t.Errorf("a link per group: the other group's message arrives %v after the first, want at once", gap)
+		}
+	}
+}

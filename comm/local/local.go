@@ -56,7 +56,7 @@ func New(cfg Config) ([]comm.Group, error) {
 	if cfg.MaxBuffered == 0 {
 		cfg.MaxBuffered = comm.DefaultMaxBuffered
 	}
-	w := &world{cfg: cfg, teams: map[string]*team{}, made: map[string]int{}}
+	w := &world{cfg: cfg, teams: map[string]*team{}, made: map[string]int{}, ports: map[[2]int]time.Time{}}
 	ranks := make([]int, cfg.Size)
 	for i := range ranks {
 		ranks[i] = i
@@ -75,6 +75,9 @@ type world struct {
 	mu    sync.Mutex
 	teams map[string]*team // instance key → shared state of a group
 	made  map[string]int   // "worldRank key" → groups made with that key so far
+
+	portMu sync.Mutex
+	ports  map[[2]int]time.Time // LinkModel.SharedPorts: when the link from world rank a to b is free
 }
 
 // join returns the shared state of the group with this key and members

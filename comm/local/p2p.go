@@ -60,22 +60,29 @@ func (g *group) Send(buf comm.Buf, peer, tag int) comm.Work {
 //
 //	leave = max(now, free);  free = leave + n/B;  arrive = free + L
 //
-// so messages to one peer share its bandwidth and their latencies overlap.
+// so messages to one peer share its bandwidth and their latencies overlap
+// (with LinkModel.SharedPorts, messages to that world rank on every group).
 func (g *group) arrival(n int64, peer int) time.Time {
 	m := g.w.cfg.Link
 	if m == nil {
 		return time.Time{}
 	}
-	l := m.between(g.t.ranks[g.rank], g.t.ranks[peer])
+	from, to := g.t.ranks[g.rank], g.t.ranks[peer]
+	l := m.between(from, to)
 	now := time.Now()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	leave := g.linkFree[peer]
+	mu, get, set := &g.mu, func() time.Time { return g.linkFree[peer] }, func(t time.Time) { g.linkFree[peer] = t }
+	if m.SharedPorts { // every group's messages from this world rank to that one
+		key := [2]int{from, to}
+		mu, get, set = &g.w.portMu, func() time.Time { return g.w.ports[key] }, func(t time.Time) { g.w.ports[key] = t }
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	leave := get()
 	if leave.Before(now) {
 		leave = now
 	}
 	free := leave.Add(l.occupancy(n))
-	g.linkFree[peer] = free
+	set(free)
 	return free.Add(l.Latency)
 }
 

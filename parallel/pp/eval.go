@@ -67,7 +67,7 @@ func (s *Stage) evalChunk(c int, st, carry *model.Stash, b model.Batch) (float64
 			return 0, err
 		}
 	}
-	loss, err := s.runForward(c, st)
+	loss, err := s.runForward(s.cfg.GPT, c, st)
 	if err != nil || last || !next.Remote(l.Rank) {
 		return loss, err
 	}

@@ -117,6 +117,13 @@ type Action struct {
 	// among themselves). It is never run later, and what it frees is
 	// freed at its place in the list (Stage.Step, ahead.go).
 	Movable bool
+	// Paired (Config.Pair's F) marks a forward that runs beside the
+	// backward listed right after it, on a second runner, the two passes
+	// handing one compute token between them while each waits on its
+	// expert-parallel all-to-alls (Stage's pair.go). The results are the
+	// list's order's: the forward accumulates no gradient, and the
+	// backwards still run in micro-batch order.
+	Paired bool
 }
 
 // String is "F3.1" (op, micro-batch, chunk) or "recvA3.1<0" / "sendA3.1>2".
@@ -137,6 +144,10 @@ type Config struct {
 	PP    int // pipeline ranks
 	VPP   int // chunks per rank (>1 only for interleaved; dualpipev: 2 whatever it says; 0 means 1)
 	Micro int // micro-batches per step
+	// Pair (ep_overlap=on) lists a one-stage 1F1B as F0, then F(k+1)
+	// paired with B(k) for k < m−1 (Action.Paired), then B(m−1): two
+	// micro-batches in flight instead of one (PeakInFlight).
+	Pair bool
 }
 
 // Validate names the first rule the configuration breaks.
@@ -155,6 +166,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pp: schedule=dualpipev needs pp >= 2 (its V folds 2·pp stages over the ranks), got pp=%d", c.PP)
 	case c.Kind == DualPipeV && c.Micro < 2*c.PP:
 		return fmt.Errorf("pp: schedule=dualpipev needs micro-batches >= 2·pp = %d (its warm-up fills the V), got %d", 2*c.PP, c.Micro)
+	case c.Pair && (c.Kind != OneFOneB || c.PP != 1):
+		return fmt.Errorf("pp: pair (ep_overlap=on) needs schedule=1f1b with pp=1, got schedule=%s pp=%d", c.Kind, c.PP)
 	case v > 1 && c.Kind != Interleaved && c.Kind != DualPipeV:
 		return fmt.Errorf("pp: vpp=%d needs schedule=interleaved", v)
 	case c.Kind == Interleaved && c.Micro < c.PP:
@@ -198,6 +211,9 @@ func Build(c Config) (*Schedule, error) {
 		order = gpipe(c)
 	case OneFOneB:
 		order = oneFOneB(c)
+		if c.Pair {
+			order = [][]Action{paired(c.Micro)}
+		}
 	case Interleaved:
 		order = interleaved(c)
 	case ZBH1:
@@ -243,6 +259,18 @@ func oneFOneB(c Config) [][]Action {
 		}
 	}
 	return out
+}
+
+// paired is Config.Pair's one-stage 1F1B over m micro-batches: F0, then
+// F(k+1) beside B(k) for k = 0..m−2, then B(m−1). The backwards keep
+// their order (B(k) before B(k+1)), so the gradients accumulate as
+// 1F1B's do.
+func paired(m int) []Action {
+	out := []Action{{Op: Forward, MB: 0}}
+	for k := 0; k+1 < m; k++ {
+		out = append(out, Action{Op: Forward, MB: k + 1, Paired: true}, Action{Op: Backward, MB: k})
+	}
+	return append(out, Action{Op: Backward, MB: m - 1})
 }
 
 // interleaved is Megatron-LM's interleaved 1F1B. The k-th forward of a
@@ -318,7 +346,7 @@ func (s *Schedule) withComm(r int, acts []Action) []Action {
 func (s *Schedule) Format() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "schedule=%s pp=%d vpp=%d micro-batches=%d\n", s.Kind, s.PP, s.vpp(), s.Micro)
-	movable := false
+	movable, paired := false, false
 	for r, acts := range s.Ranks {
 		fmt.Fprintf(&b, "rank %d:", r)
 		for _, a := range acts {
@@ -328,12 +356,19 @@ func (s *Schedule) Format() string {
 					b.WriteByte('*')
 					movable = true
 				}
+				if a.Paired {
+					b.WriteByte('+')
+					paired = true
+				}
 			}
 		}
 		b.WriteByte('\n')
 	}
 	if movable {
 		b.WriteString("* may run earlier, in this order, where the rank waits on a receive longer than a W takes; frees its stashes here\n")
+	}
+	if paired {
+		b.WriteString("+ runs beside the backward after it, the two handing one compute token while each waits on its expert all-to-alls\n")
 	}
 	return b.String()
 }
@@ -342,7 +377,7 @@ func (s *Schedule) Format() string {
 // flight under c (Simulate measures the same, a test holds them together):
 //
 //	gpipe        m
-//	1f1b         min(p−r, m)
+//	1f1b         min(p−r, m); with Pair (p = 1) min(2, m)
 //	interleaved  min(2(p−r−1) + (v−1)·p + 1, v·m), or v·m when m = p (Narayanan et al. 2021)
 //	zb-h1        min(p, m) on every rank (from F to W)
 //	dualpipev    2p + 1 on every rank (m ≥ 2p; from F to W): 2p − r of chunk 0, r + 1 of chunk 1
@@ -354,6 +389,9 @@ func PeakInFlight(c Config, r int) int {
 	case GPipe:
 		return m
 	case OneFOneB:
+		if c.Pair {
+			return min(2, m)
+		}
 		return min(p-r, m)
 	case Interleaved:
 		if m == p {

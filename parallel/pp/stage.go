@@ -27,6 +27,13 @@ type StageConfig struct {
 	// gathers the input again, full recomputation reruns the forward's
 	// collectives) and when full recomputation under ZeRO-3 gathers weights.
 	RunAhead bool
+	// Pair and Token run a paired schedule's (Config.Pair) paired forwards
+	// on a second runner beside the backward after each (pair.go): Pair
+	// shares the rank's Params and has its own scratch; with Token every
+	// compute action runs holding it, and the runners' expert-parallel
+	// communication gives it up while it waits (Token.Wait).
+	Pair  *model.GPT
+	Token *Token
 }
 
 // Stage runs one pipeline rank's action list, in order but for movable
@@ -94,6 +101,9 @@ func NewStage(c StageConfig) (*Stage, error) {
 			blocks = b
 		}
 	}
+	if c.Schedule.Pair && (c.Pair == nil || c.Token == nil) {
+		return nil, errors.New("pp: a paired schedule (ep_overlap=on) needs StageConfig.Pair and Token")
+	}
 	var movable []Action
 	for _, a := range c.Schedule.Ranks[c.Layout.Rank] {
 		if a.Movable && c.RunAhead {
@@ -129,8 +139,20 @@ func (s *Stage) Step(batch func(mb int) (model.Batch, error), dloss float32) (fl
 	}
 	s.next = 0
 	clear(s.ahead)
-	for _, a := range s.cfg.Schedule.Ranks[s.cfg.Layout.Rank] {
-		loss, err := s.do(a, batch, dloss)
+	acts := s.cfg.Schedule.Ranks[s.cfg.Layout.Rank]
+	for i := 0; i < len(acts); i++ {
+		a := acts[i]
+		var loss float64
+		var err error
+		switch {
+		case a.Paired && (i+1 == len(acts) || acts[i+1].Op != Backward):
+			err = errors.New("a paired forward must be followed by a backward")
+		case a.Paired:
+			loss, err = s.pair(a, acts[i+1], batch, dloss)
+			i++
+		default:
+			loss, err = s.doHeld(a, batch, dloss)
+		}
 		if err == nil {
 			err = s.chargeBuffered()
 		}
@@ -159,7 +181,7 @@ func (s *Stage) do(a Action, batch func(int) (model.Batch, error), dloss float32
 		if err != nil {
 			return 0, err
 		}
-		return s.forward(a, key, b)
+		return s.forwardOn(s.cfg.GPT, a, key, b)
 	case SendAct:
 		b, _, _ := s.cfg.Layout.Chunk(a.Chunk)
 		s.sends[key] = pending{w: s.watch(s.cfg.Link.Send(s.live[key].Residual(b[1]), a.Peer, false), "send act", a)}
@@ -186,14 +208,14 @@ func (s *Stage) do(a Action, batch func(int) (model.Batch, error), dloss float32
 	return 0, nil
 }
 
-// forward runs F(mb, chunk): embedding (stage 0), the chunk's blocks, the
-// head (last stage, whose loss it returns).
-func (s *Stage) forward(a Action, key [2]int, b model.Batch) (float64, error) {
+// forwardOn runs F(mb, chunk) on runner g: embedding (stage 0), the
+// chunk's blocks, the head (last stage, whose loss it returns).
+func (s *Stage) forwardOn(g *model.GPT, a Action, key [2]int, b model.Batch) (float64, error) {
 	st, err := s.stash(key)
 	if err != nil {
 		return 0, err
 	}
-	if err := s.cfg.GPT.Load(st, b); err != nil {
+	if err := g.Load(st, b); err != nil {
 		return 0, err
 	}
 	if p, ok := s.recvs[key]; ok {
@@ -216,12 +238,12 @@ func (s *Stage) forward(a Action, key [2]int, b model.Batch) (float64, error) {
 	}
 	t0 := s.cfg.Trace.Now()
 	defer s.span(a, t0, false)
-	return s.runForward(a.Chunk, st)
+	return s.runForward(g, a.Chunk, st)
 }
 
-// runForward is the compute of a chunk's forward pass.
-func (s *Stage) runForward(c int, st *model.Stash) (float64, error) {
-	g, p := s.cfg.GPT, s.cfg.Params
+// runForward is the compute of a chunk's forward pass on runner g.
+func (s *Stage) runForward(g *model.GPT, c int, st *model.Stash) (float64, error) {
+	p := s.cfg.Params
 	bounds, first, last := s.cfg.Layout.Chunk(c)
 	if first {
 		if err := g.EmbedForward(p, st); err != nil {
