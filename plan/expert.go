@@ -104,8 +104,8 @@ func (j Job) expertStepRule(p Plan) violation {
 		return violation{}
 	}
 	switch {
-	case p.TP > 1 && !p.SP:
-		return broken(rejMoESP, "tp=%d with experts needs sp=on: each tensor rank routes its own tokens (Megatron-Core requires sequence parallelism with experts and tensor parallelism)", p.TP)
+	case p.TP > 1 && !p.SP && !j.Cluster.EngineStash: // the engine routes the replicated tokens on every tensor rank
+		return broken(rejMoESP, "tp=%d with experts needs sp=on: each tensor rank routes its own tokens (Megatron-Core requires sequence parallelism with experts and tensor parallelism; the Trellis engine, whose tensor ranks all route the micro-batch, does not)", p.TP)
 	case p.PP > 1 && !pipelineLast(p.Order):
 		return broken(rejMoEOrder, "order=%s: with experts and pp>1 the planner lays the expert mesh out pp-last (Megatron-Core's tp-cp-ep-dp-pp); other orders need edp = dp", p.Order)
 	}

@@ -128,11 +128,13 @@ func (j Job) shapeParams(p Plan) shapeParams {
 	return j.tpParams(p.TP, pt)
 }
 
-// tpParams are the counts for tp ranks and partition pt.
+// tpParams are the counts for tp ranks and partition pt. A rank's share
+// of the vocabulary is ⌈V/t⌉ rows (the engine's vocab-parallel padding;
+// Megatron-Core pads V further, to a multiple of 128·t).
 func (j Job) tpParams(tp int, pt partition) shapeParams {
 	m := j.Model
 	t := float64(tp)
-	sp := shapeParams{layer: m.layerParamsTP(t), vocab: float64(m.Vocab) * float64(m.Hidden) / t, pt: pt}
+	sp := shapeParams{layer: m.layerParamsTP(t), vocab: math.Ceil(float64(m.Vocab)/t) * float64(m.Hidden), pt: pt}
 	sp.embed = float64(m.EmbeddingParams()-int64(m.Vocab)*int64(m.Hidden)) + sp.vocab
 	sp.head = float64(m.normParams())
 	if !m.Tied || pt.pp > 1 {

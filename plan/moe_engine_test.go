@@ -35,6 +35,9 @@ func TestEngineRefusesMoEByName(t *testing.T) {
 	if got := EngineRefusals(ep, etp); len(got) != 0 {
 		t.Errorf("tp=2,sp=on,etp=2 with ep=2 over dp=2 is refused: %v", got)
 	}
+	if etp.SP = false; len(EngineRefusals(ep, etp)) != 0 {
+		t.Errorf("tp=2,etp=2 without sp with ep=2 over dp=2 is refused: %v", EngineRefusals(ep, etp))
+	}
 	sig := m
 	sig.MoE = &MoE{Experts: 8, TopK: 2, FFN: 32, Score: "sigmoid"}
 	if got := EngineRefusals(sig, p); len(got) != 0 {
@@ -55,7 +58,6 @@ func TestEngineRefusesMoEByName(t *testing.T) {
 		{func(m *Model, _ *Plan) { m.MoE.Groups, m.MoE.GroupTopK = 4, 2 }, "moe.groups=4, group_top_k=2"},
 		{func(m *Model, _ *Plan) { m.MoE.SharedFFN = 48 }, "moe.shared_ffn=48"},
 		{func(_ *Model, p *Plan) { p.TP, p.SP = 2, true }, "tp=2 with experts and etp=1"},
-		{func(_ *Model, p *Plan) { p.TP = 2; p.SetExperts(1, 2) }, "tp=2 with experts needs sp=on"},
 		{func(m *Model, p *Plan) { m.MoE.CapacityFactor, p.DP = 1, 4; p.SetExperts(2, 2) }, "etp=2 with tp=1: the engine's expert tensor parallelism is the tensor-parallel group's"},
 		{func(m *Model, p *Plan) { m.MoE.CapacityFactor, p.DP = 1, 2; p.SetExperts(4, 1) }, "ep=4 does not divide dp=2"},
 		{func(m *Model, p *Plan) { m.MoE.CapacityFactor, p.DP = 1, 3; p.SetExperts(3, 1) }, "ep=3 does not divide moe.experts=8"},

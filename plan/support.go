@@ -33,9 +33,10 @@ import "fmt"
 // u·sign(mean load − load_e) after each step on the step's exact loads
 // over every rank; model.router_expert_bias); no learned router or expert
 // biases (GPT-OSS's RouterBias, ExpertBias), no shared-expert gate, no
-// group-limited routing; under tp > 1 (with sp, as Megatron-Core
-// requires) every expert and the shared one is split as the dense
-// SwiGLU, etp = tp, the router replicated; under cp > 1 each rank routes
+// group-limited routing; under tp > 1 (with or without sp; Megatron-Core
+// requires sp, so the planner does on other clusters) every expert and
+// the shared one is split as the dense SwiGLU, etp = tp, the router
+// replicated and routing the whole micro-batch on every tensor rank; under cp > 1 each rank routes
 // its share of every sequence with the micro-batch's capacity and aux
 // loss, decided over the group (model's moecp.go). Expert parallelism (ep > 1, etp = tp) runs with capacity or
 // dropless routing (dispatch buffers sized by arch's ExpertRows: the
@@ -111,9 +112,6 @@ func engineMoERefusals(m Model, p Plan) []string {
 	}
 	if _, etp := p.Experts(); p.TP > 1 && etp != p.TP {
 		out = append(out, fmt.Sprintf("tp=%d with experts and etp=%d: the engine splits every expert as the dense SwiGLU over the tensor-parallel group (expert tensor parallelism with etp = tp); write etp=%d", p.TP, etp, p.TP))
-	}
-	if p.TP > 1 && !p.SP {
-		out = append(out, fmt.Sprintf("tp=%d with experts needs sp=on (as Megatron-Core requires, and the planner)", p.TP))
 	}
 	return out
 }
