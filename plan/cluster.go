@@ -31,6 +31,13 @@ type Accel struct {
 	// AttnEff is the fraction of Peak a fused (flash) attention kernel
 	// reaches in its forward pass; its backward runs at 80% of that.
 	AttnEff float64
+	// RingAttnEff is the fraction of Peak the attention core reaches under
+	// context parallelism, forward (the backward at 80% of that), where it
+	// runs as ring attention's per-block kernels: on the Trellis engine
+	// ops.AttentionTileForward/Backward, tiles of s/(2·cp) rows, which
+	// need not run at the flash kernel's rate. 0: AttnEff (GPU stacks run
+	// the ring's blocks with their flash kernels; see ringAttnEff).
+	RingAttnEff float64
 	// MemEff is the fraction of MemBW memory-bound kernels reach.
 	MemEff float64
 	// KernelGap is the idle time between two dependent kernels (launch
@@ -171,6 +178,9 @@ func (c Cluster) validRanges() error {
 		if !(r.v >= r.lo && r.v <= r.hi) {
 			return fmt.Errorf("plan: cluster %s: %s=%g: must be %s", c.Name, r.k, r.v, r.rule)
 		}
+	}
+	if v := a.RingAttnEff; v != 0 && !(v >= 1e-4 && v <= 1) {
+		return fmt.Errorf("plan: cluster %s: device.ring_attn_efficiency=%g: must be 0 (absent: attn_efficiency) or between 0.0001 and 1", c.Name, v)
 	}
 	return nil
 }
