@@ -195,7 +195,7 @@ func (r *recipe) core(window int) passTime {
 	}
 	flops := 4 * heads * pairs / cp * d
 	eff := k.peak * j.attnEff(r.p)
-	return passTime{fwd: flops/eff + k.a.KernelGap, bwd: 2.5*flops/(0.8*eff) + k.a.KernelGap}
+	return passTime{fwd: flops/eff + k.a.KernelGap, bwd: 2.5*flops/(0.8*eff) + k.a.KernelGap}.add(j.ringTileTime(r.p, heads))
 }
 
 // mlp is a layer's MLP block of width f (0: only the norm and residual of

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -68,5 +69,38 @@ func TestAttentionCoreRingEfficiency(t *testing.T) {
 	gpu.Cluster.EngineStash = false
 	if on, off := core(gpu, "cp=2,flash=on"), core(gpu, "cp=2,flash=off"); on == off {
 		t.Errorf("GPU cp=2: flash=off priced as the ring (%+v)", off)
+	}
+}
+
+// ring_tile_us: read in µs into Accel.RingTileGap (seconds), refused out
+// of range by name; attentionCore adds heads·(2·cp+1) tiles of it under
+// cp, split 2:5 between forward and backward, and nothing without cp.
+func TestRingTileCost(t *testing.T) {
+	base := "name = \"h\"\ndevices_per_node = 2\n[device]\nmemory_gib = 1\nmem_bw_gbps = 10\npeak_tflops = { fp32 = 0.2 }\n%s\n[intra]\nbw_gbps = 1\n[inter]\nbw_gbps = 1\n"
+	cl, err := ParseClusterFile([]byte(strings.Replace(base, "%s", "ring_tile_us = 5.5", 1)))
+	if err != nil || !near(cl.Accel.RingTileGap, 5.5*us) {
+		t.Fatalf("ring_tile_us = 5.5: %g s, err %v", cl.Accel.RingTileGap, err)
+	}
+	for _, bad := range []string{"ring_tile_us = -1", "ring_tile_us = 2e6", "ring_tile_us = nan"} {
+		_, err := ParseClusterFile([]byte(strings.Replace(base, "%s", bad, 1)))
+		if err == nil || !strings.Contains(err.Error(), "device.ring_tile_us=") || !strings.Contains(err.Error(), "between 0 and 1e6") {
+			t.Errorf("%q: got %v, want an error naming device.ring_tile_us and its rule", bad, err)
+		}
+	}
+	j := hostJob(t, 4, 0, 0)
+	g := j
+	g.Cluster.Accel.RingTileGap = 7e-6
+	core := func(j Job, plan string) passTime {
+		p := mustParse(t, plan)
+		return j.attentionCore(p, j.kernelsFor(p.Precision))
+	}
+	for _, c := range []struct {
+		plan  string
+		tiles float64 // heads·(2·cp+1); heads = mbs·a/t
+	}{{"cp=2,mbs=2,flash=on", 2 * 4 * 5}, {"cp=4,mbs=1,flash=on", 4 * 9}, {"cp=2,tp=2,mbs=1,flash=on", 2 * 5}, {"dp=2,mbs=2,flash=on", 0}} {
+		a, b := core(j, c.plan), core(g, c.plan)
+		if df, db := b.fwd-a.fwd, b.bwd-a.bwd; math.Abs(df-c.tiles*2e-6) > 1e-12 || math.Abs(db-c.tiles*5e-6) > 1e-12 {
+			t.Errorf("%s: ring_tile_us=7 adds fwd %g, bwd %g s; want %g tiles: %g, %g", c.plan, df, db, c.tiles, c.tiles*2e-6, c.tiles*5e-6)
+		}
 	}
 }

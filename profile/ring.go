@@ -9,42 +9,82 @@ import (
 	"trellis/ops"
 )
 
-// RingSample is one context-parallel rank's ring-attention tiles timed
+// RingTiming is one cp = 2 rank's ring-attention tiles timed
 // (ops.AttentionTileForward/Backward, what model/ring.go runs under cp)
-// at cp = 2 on the attention sample's (B, T, C, NH): the sequence in
-// 2·cp = 4 chunks of Tile = T/4 positions, the rank holding chunks 0 and
-// 3 (the balanced split) and meeting every key chunk once over the ring:
-// tiles (0,0) and (3,3) causal, (3,0), (3,1), (3,2) whole, per head.
+// on a (B, T, C, NH) attention: the sequence in 2·cp = 4 chunks of Tile =
+// T/4 positions, the rank holding chunks 0 and 3 (the balanced split) and
+// meeting every key chunk once over the ring: per head the tiles (0,0)
+// and (3,3) causal, (3,0), (3,1), (3,2) whole.
+type RingTiming struct {
+	B, T, C, NH  int
+	Tile         int     // rows of a tile: T/(2·cp)
+	Tiles        int     // the rank's tiles: B·NH·(2·cp+1)
+	Fwd, Bwd     float64 // seconds of the rank's tiles
+	FlopsForward float64 // the planner's count for the rank: 4·heads·(T/cp)·T·d·½
+}
+
+// RingSample is the ring tiles timed at the flash sample's shape and at
+// a small layer's, and the planner's two constants fitted to
+// them (fitRing).
 type RingSample struct {
-	B, T, C, NH   int
-	Tile          int     // rows of a tile: T/(2·cp)
-	Fwd, Bwd      float64 // seconds of the rank's tiles
-	FlopsForward  float64 // the planner's count for the rank: 4·heads·(T/cp)·T·d·½
-	PlannerEffOut float64 // the ring_attn_efficiency that makes the planner's time equal the measured one
+	Shapes        []RingTiming
+	PlannerEffOut float64 // ring_attn_efficiency
+	TileSeconds   float64 // ring_tile_us, in seconds
 }
 
 // measureRing times one cp = 2 rank's ring-attention tiles, forward and
-// backward, at the shape of a (the flash sample), and converts them to
-// the planner's efficiency as measureAttention does:
-// η = F·(1 + 2.5/0.8) / (peak·(t_fwd + t_bwd)).
+// backward, at the shape of a (the flash sample) and at a small layer's
+// (4 heads, h = 128, s = 128, B = 2: tiles of 32 rows of 32, where a
+// tile's fixed cost is most of its time), and
+// fits the planner's ring_attn_efficiency η and per-tile cost γ to both
+// (fitRing).
 func measureRing(ctx context.Context, c Config, k *ops.Kernels, peak float64, a AttnSample) (RingSample, error) {
-	s := RingSample{B: a.B, T: a.T, C: a.C, NH: a.NH, Tile: a.T / 4}
 	budget := 150 * time.Millisecond
 	if c.Quick {
 		budget = 40 * time.Millisecond
 	}
-	r := newRingRank(k, rand.New(rand.NewPCG(7, 8)), s)
-	var err error
-	if s.Fwd, err = timeIt(ctx, budget, r.forward); err != nil {
-		return s, err
+	var s RingSample
+	for i, sh := range []AttnSample{a, {B: 2, T: 128, C: 128, NH: 4}} {
+		g := RingTiming{B: sh.B, T: sh.T, C: sh.C, NH: sh.NH, Tile: sh.T / 4, Tiles: sh.B * sh.NH * 5}
+		r := newRingRank(k, rand.New(rand.NewPCG(7, uint64(8+i))), g)
+		var err error
+		if g.Fwd, err = timeIt(ctx, budget, r.forward); err != nil {
+			return s, err
+		}
+		r.forward()
+		if g.Bwd, err = timeIt(ctx, budget, r.backward); err != nil {
+			return s, err
+		}
+		g.FlopsForward = 4 * float64(g.B*g.NH) * float64(g.T/2) * float64(g.T) * float64(g.C/g.NH) * 0.5
+		s.Shapes = append(s.Shapes, g)
 	}
-	r.forward()
-	if s.Bwd, err = timeIt(ctx, budget, r.backward); err != nil {
-		return s, err
-	}
-	s.FlopsForward = 4 * float64(s.B*s.NH) * float64(s.T/2) * float64(s.T) * float64(s.C/s.NH) * 0.5
-	s.PlannerEffOut = s.FlopsForward * (1 + 2.5/0.8) / (peak * (s.Fwd + s.Bwd))
+	s.PlannerEffOut, s.TileSeconds = fitRing(s.Shapes, peak)
 	return s, nil
+}
+
+// fitRing solves the planner's ring-attention time (plan's attentionCore
+// and ringTileTime) for η and γ on two timings: a rank's tiles take
+//
+//	t_fwd + t_bwd = F·(1 + 2.5/0.8)/(η·peak) + n·γ
+//
+// for F its forward FLOPs and n its tiles, two linear equations in 1/η
+// and γ. Where the solution has γ < 0 or η outside (0, 1] (timing noise)
+// γ is 0 and η comes from the first (the larger) timing alone.
+func fitRing(g []RingTiming, peak float64) (eff, tile float64) {
+	w := func(t RingTiming) (f, n, sec float64) {
+		return t.FlopsForward * (1 + 2.5/0.8) / peak, float64(t.Tiles), t.Fwd + t.Bwd
+	}
+	f1, n1, t1 := w(g[0])
+	if len(g) > 1 {
+		f2, n2, t2 := w(g[1])
+		if det := f1*n2 - f2*n1; det != 0 {
+			inv, gam := (t1*n2-t2*n1)/det, (f1*t2-f2*t1)/det
+			if gam >= 0 && inv >= 1 {
+				return 1 / inv, gam
+			}
+		}
+	}
+	return f1 / t1, 0
 }
 
 // ringRank holds one rank's operands: qkv (B,T,3·C), dout (B,T,C), the
@@ -57,7 +97,7 @@ type ringRank struct {
 	S, S2              []float32
 }
 
-func newRingRank(k *ops.Kernels, r *rand.Rand, s RingSample) *ringRank {
+func newRingRank(k *ops.Kernels, r *rand.Rand, s RingTiming) *ringRank {
 	B, T, C, NH, c := s.B, s.T, s.C, s.NH, s.Tile
 	rows := B * NH * T
 	return &ringRank{k: k, B: B, T: T, C: C, NH: NH, HS: C / NH, c: c,
