@@ -375,15 +375,12 @@ func (m *GPT) ringBackward(dqkv, dout, qkv, out, lse []float32, B int) error {
 				return fail(err)
 			}
 		}
+		copy(o, dLoc)
 		if win != nil {
 			if err := win.Wait(); err != nil {
 				return fail(err)
 			}
-			for i := range o {
-				o[i] = dIn[i] + dLoc[i]
-			}
-		} else {
-			copy(o, dLoc)
+			m.k.AddInto(o, dIn, blk) // dLoc + dIn, the same bits as dIn + dLoc
 		}
 		sent[s%2] = m.cp.Send(comm.F32(o), next, tagRingDKV)
 		if wkv != nil {

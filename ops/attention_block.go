@@ -42,26 +42,60 @@ func (k *Kernels) tileScores(t AttnTile, S []float32) {
 //	o' = o·e^(m−m') + Σ_j e^(s_ij−m')·v_j          (s = Scale·q·kᵀ)
 //
 // with S (C, C) as scratch. A row never seen has m = −∞, l = 0, o = 0;
-// the caller ends with o/l and lse = m + ln l.
+// the caller ends with o/l and lse = m + ln l. On AVX-512 the step is
+// flash attention's tile kernel (tileOnlineAVX512).
 func (k *Kernels) AttentionTileForward(t AttnTile, O []float32, LDO int, m, l, S []float32) {
 	c := t.C
 	S = S[:c*c]
 	k.tileScores(t, S)
-	for i := 0; i < c; i++ {
-		nk := t.keys(i)
-		row := S[i*c : (i+1)*c]
-		mo := m[i]
-		mn := max(mo, t.Scale*rowMax(row[:nk]))
-		sum := rowExp(row[:nk], row[:nk], t.Scale, mn)
-		clear(row[nk:])
-		alpha := float32(math.Exp(float64(mo - mn)))
-		l[i] = l[i]*alpha + sum
-		m[i] = mn
-		if alpha != 1 {
-			rowScale(O[i*LDO:i*LDO+t.HS], alpha)
+	if k.simd() {
+		k.tileOnlineAVX512(t, O, LDO, m, l, S)
+	} else {
+		for i := 0; i < c; i++ {
+			nk := t.keys(i)
+			row := S[i*c : (i+1)*c]
+			mo := m[i]
+			mn := max(mo, t.Scale*rowMax(row[:nk]))
+			sum := rowExp(row[:nk], row[:nk], t.Scale, mn)
+			clear(row[nk:])
+			alpha := float32(math.Exp(float64(mo - mn)))
+			l[i] = l[i]*alpha + sum
+			m[i] = mn
+			if alpha != 1 {
+				rowScale(O[i*LDO:i*LDO+t.HS], alpha)
+			}
 		}
 	}
 	k.Gemm(GEMM{Layout: NN, M: c, N: t.HS, K: c, A: tensor.F32s(S), LDA: c, B: tensor.F32s(t.V), LDB: t.LDKV, C: O, LDC: LDO, Acc: true})
+}
+
+// tileStackRows is the most rows whose m, l and α tileOnlineAVX512
+// keeps on the stack (a longer chunk allocates them).
+const tileStackRows = 256
+
+// tileOnlineAVX512 is the forward's online-softmax step of a tile on
+// AVX-512: flash attention's tile kernel (flashExpTileAVX512: P in place
+// of S, m and l updated, α = e^(m−m') per row) on a copy of the rows' m
+// and l, then O's rows scaled by α (scaleRowsAVX512).
+func (k *Kernels) tileOnlineAVX512(t AttnTile, O []float32, LDO int, m, l, S []float32) {
+	c := t.C
+	n0 := c // every row sees the whole key chunk
+	if t.Diag {
+		n0 = 1
+	}
+	var stack [3 * tileStackRows]float32 // m, l, α of the rows
+	mla := stack[:]
+	if c > tileStackRows {
+		mla = make([]float32, 3*c)
+	}
+	copy(mla[:c], m[:c])
+	copy(mla[c:2*c], l[:c])
+	_ = S[c*c-1]
+	flashExpTileAVX512(&S[0], c, n0, c, c, t.Scale, &mla[0], c)
+	copy(m[:c], mla[:c])
+	copy(l[:c], mla[c:2*c])
+	_ = O[(c-1)*LDO+t.HS-1]
+	scaleRowsAVX512(&O[0], LDO, t.HS, c, &mla[2*c])
 }
 
 // AttentionTileBackward accumulates tile t's gradients given the output
@@ -71,25 +105,32 @@ func (k *Kernels) AttentionTileForward(t AttnTile, O []float32, LDO int, m, l, S
 //	dV += Pᵀ·dO    dS = P⊙(dO·Vᵀ − D)·Scale    dQ += dS·K    dK += dSᵀ·Q
 //
 // into dQ (row stride LDDQ) and dK, dV (row stride LDDKV), with P and dS
-// (C, C each) as scratch.
+// (C, C each) as scratch. On AVX-512 P and dS come from flash attention's
+// tile kernel (flashGradTileAVX512: dS = P⊙(Scale·dP − Scale·D)).
 func (k *Kernels) AttentionTileBackward(t AttnTile, dO []float32, LDO int, lse, D []float32, dQ []float32, LDDQ int, dK, dV []float32, LDDKV int, P, dS []float32) {
 	c := t.C
 	P, dS = P[:c*c], dS[:c*c]
 	k.tileScores(t, P)
-	for i := 0; i < c; i++ {
-		nk := t.keys(i)
-		row := P[i*c : (i+1)*c]
-		rowExp(row[:nk], row[:nk], t.Scale, lse[i])
-		clear(row[nk:])
-	}
-	k.Gemm(GEMM{Layout: TN, M: c, N: t.HS, K: c, A: tensor.F32s(P), LDA: c, B: tensor.F32s(dO), LDB: LDO, C: dV, LDC: LDDKV, Acc: true})
 	k.Gemm(GEMM{Layout: NT, M: c, N: c, K: t.HS, A: tensor.F32s(dO), LDA: LDO, B: tensor.F32s(t.V), LDB: t.LDKV, C: dS, LDC: c})
-	for i := 0; i < c; i++ {
-		p, ds := P[i*c:(i+1)*c], dS[i*c:(i+1)*c]
-		for j := range ds {
-			ds[j] = p[j] * (ds[j] - D[i]) * t.Scale
+	if k.simd() {
+		n0 := c // every row sees the whole key chunk
+		if t.Diag {
+			n0 = 1
+		}
+		_, _, _ = lse[c-1], D[c-1], P[c*c-1]
+		flashGradTileAVX512(&dS[0], &P[0], c, n0, c, c, c, t.Scale, &lse[0], &D[0])
+	} else {
+		for i := 0; i < c; i++ {
+			nk := t.keys(i)
+			p, ds := P[i*c:(i+1)*c], dS[i*c:(i+1)*c]
+			rowExp(p[:nk], p[:nk], t.Scale, lse[i])
+			clear(p[nk:])
+			for j := range ds {
+				ds[j] = p[j] * (ds[j] - D[i]) * t.Scale
+			}
 		}
 	}
+	k.Gemm(GEMM{Layout: TN, M: c, N: t.HS, K: c, A: tensor.F32s(P), LDA: c, B: tensor.F32s(dO), LDB: LDO, C: dV, LDC: LDDKV, Acc: true})
 	k.Gemm(GEMM{Layout: NN, M: c, N: t.HS, K: c, A: tensor.F32s(dS), LDA: c, B: tensor.F32s(t.K), LDB: t.LDKV, C: dQ, LDC: LDDQ, Acc: true})
 	k.Gemm(GEMM{Layout: TN, M: c, N: t.HS, K: c, A: tensor.F32s(dS), LDA: c, B: tensor.F32s(t.Q), LDB: t.LDQ, C: dK, LDC: LDDKV, Acc: true})
 }

@@ -9,13 +9,24 @@ import (
 // Tiles merged over every causal (query chunk, key chunk) pair of a head
 // give the materialising kernel's output (forward) and, with its
 // log-sum-exps, FlashAttentionBackward's gradients (backward): one head
-// of T = 3·c tokens in chunks of c.
+// of T = 3·c tokens in chunks of c, on the portable kernels and on this
+// CPU's (AVX-512's flash tile kernels).
 func TestAttentionTilesMatchWholeAttention(t *testing.T) {
-	k, err := New(Config{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
+	for _, isa := range []string{"generic", "auto"} {
+		t.Run(isa, func(t *testing.T) {
+			k, err := New(Config{Threads: 1, ISA: isa})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []int{8, 40} { // under a vector and across 16-lane ones
+				attentionTilesMatch(t, k, c)
+			}
+		})
 	}
-	const c, n, HS = 8, 3, 16
+}
+
+func attentionTilesMatch(t *testing.T, k *Kernels, c int) {
+	const n, HS = 3, 16
 	T, W := c*n, 3*HS
 	r := rand.New(rand.NewPCG(3, 4))
 	qkv, dout := make([]float32, T*W), make([]float32, T*HS)
@@ -47,7 +58,7 @@ func TestAttentionTilesMatchWholeAttention(t *testing.T) {
 		lse[i] = m[i] + float32(math.Log(float64(l[i])))
 	}
 	if e := maxRel(out, want); e > 1e-5 {
-		t.Fatalf("forward: relative error %.3g against AttentionForward", e)
+		t.Fatalf("c=%d forward: relative error %.3g against AttentionForward", c, e)
 	}
 	wantD := make([]float32, T*W)
 	flse := make([]float32, T)
@@ -68,7 +79,7 @@ func TestAttentionTilesMatchWholeAttention(t *testing.T) {
 		}
 	}
 	if e := maxRel(got, wantD); e > 1e-5 {
-		t.Fatalf("backward: relative error %.3g against FlashAttentionBackward", e)
+		t.Fatalf("c=%d backward: relative error %.3g against FlashAttentionBackward", c, e)
 	}
 }
 

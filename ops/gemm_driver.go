@@ -74,10 +74,15 @@ func (g *gemm) run() {
 	var local [8]*gemmScratch
 	scratch := local[:0]
 	for range t {
-		s := g.bufs.getScratch()
-		defer g.bufs.scratch.Put(s)
-		scratch = append(scratch, s)
+		scratch = append(scratch, g.bufs.getScratch())
 	}
+	// One deferred release, not one defer per thread: a defer in a loop
+	// is a heap allocation per GEMM call.
+	defer func() {
+		for _, s := range scratch {
+			g.bufs.scratch.Put(s)
+		}
+	}()
 	mp := (g.m + im.mr - 1) / im.mr
 	splitM := t > 1 && mp >= 2*t
 	step := im.mc // rows of C per pass of the ic loop

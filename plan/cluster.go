@@ -31,6 +31,18 @@ type Accel struct {
 	// AttnEff is the fraction of Peak a fused (flash) attention kernel
 	// reaches in its forward pass; its backward runs at 80% of that.
 	AttnEff float64
+	// RingAttnEff is the fraction of Peak the attention core reaches under
+	// context parallelism, forward (the backward at 80% of that), where it
+	// runs as ring attention's per-block kernels: on the Trellis engine
+	// ops.AttentionTileForward/Backward, tiles of s/(2·cp) rows, which
+	// need not run at the flash kernel's rate. 0: AttnEff (GPU stacks run
+	// the ring's blocks with their flash kernels; see ringAttnEff).
+	RingAttnEff float64
+	// RingTileGap is the fixed cost of one ring-attention tile, forward
+	// and backward together (seconds: the tile's seven small products'
+	// set-up and its row loops), paid per tile beside its FLOPs at
+	// RingAttnEff; 0: none (see attentionCore).
+	RingTileGap float64
 	// MemEff is the fraction of MemBW memory-bound kernels reach.
 	MemEff float64
 	// KernelGap is the idle time between two dependent kernels (launch
@@ -155,6 +167,7 @@ func (c Cluster) validRanges() error {
 		{"intra.latency_us", c.Intra.Latency / us, 0, 1e6, "at most 1e6 (one second)"},
 		{"inter.latency_us", c.Inter.Latency / us, 0, 1e6, "at most 1e6 (one second)"},
 		{"device.kernel_gap_us", a.KernelGap / us, 0, 1e6, "at most 1e6 (one second)"},
+		{"device.ring_tile_us", a.RingTileGap / us, 0, 1e6, "between 0 and 1e6 (one second)"},
 		{"device.gemm_knee", a.GEMMKnee, 0, 1e6, "at most 1e6"},
 		{"device.sms", float64(a.SMs), 0, 1e5, "between 0 (not given) and 100000"},
 		{"device.gemm_efficiency", a.GEMMEff, 1e-4, 1, "between 0.0001 and 1"},
@@ -171,6 +184,9 @@ func (c Cluster) validRanges() error {
 		if !(r.v >= r.lo && r.v <= r.hi) {
 			return fmt.Errorf("plan: cluster %s: %s=%g: must be %s", c.Name, r.k, r.v, r.rule)
 		}
+	}
+	if v := a.RingAttnEff; v != 0 && !(v >= 1e-4 && v <= 1) {
+		return fmt.Errorf("plan: cluster %s: device.ring_attn_efficiency=%g: must be 0 (absent: attn_efficiency) or between 0.0001 and 1", c.Name, v)
 	}
 	return nil
 }

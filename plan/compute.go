@@ -234,18 +234,22 @@ func (j Job) layerLinear(p Plan, k kernels, chunks float64) (passTime, [4]linear
 // streams the keys). Materialised: two batched GEMMs forward and four
 // backward over the full s×s scores (masked, not skipped), plus the fused
 // scale-mask-softmax and GPT's attention dropout streaming the scores
-// through memory. Flash: 4·b·(a/t)·s_q·s·d FLOPs halved by causal block
-// skipping, at Accel.AttnEff of peak forward and 80% of that backward,
-// whose five products are 2.5× the forward's FLOPs.
+// through memory. Flash (and the engine's ring attention under cp, which
+// runs blockwise whatever flash says: ringTiles): 4·b·(a/t)·s_q·s·d FLOPs
+// halved by causal block skipping, at η = attnEff of peak forward and 80%
+// of that backward, whose five products are 2.5× the forward's FLOPs,
+// plus under cp the ring's tiles' fixed cost (ringTileTime):
+//
+//	t_fwd = F/(η·peak)    t_bwd = 2.5·F/(0.8·η·peak)    F = 2·b·(a/t)·s_q·s·d
 func (j Job) attentionCore(p Plan, k kernels) passTime {
 	k = k.high()
 	m := j.Model
 	heads := float64(p.MBS) * float64(m.Heads) / float64(p.TP)
 	sq, sk, d := float64(j.Seq)/float64(p.CP), float64(j.Seq), float64(m.HD())
-	if p.Flash {
+	if p.Flash || j.ringTiles(p) {
 		flops := 4 * heads * sq * sk * d * 0.5
-		eff := k.peak * k.a.AttnEff
-		return passTime{fwd: flops/eff + k.a.KernelGap, bwd: 2.5*flops/(0.8*eff) + k.a.KernelGap}
+		eff := k.peak * j.attnEff(p)
+		return passTime{fwd: flops/eff + k.a.KernelGap, bwd: 2.5*flops/(0.8*eff) + k.a.KernelGap}.add(j.ringTileTime(p, heads))
 	}
 	scores := heads * sq * sk
 	fwdBytes, bwdBytes := 2*k.e, 3*k.e // softmax: read+write; backward: read P, dP, write dS
@@ -257,6 +261,38 @@ func (j Job) attentionCore(p Plan, k kernels) passTime {
 	bwd := k.gemm(heads, sk, d, sq) + k.gemm(heads, sq, sk, d) + k.gemm(heads, sq, d, sk) +
 		k.gemm(heads, sk, d, sq) + k.stream(scores*bwdBytes, 2)
 	return passTime{fwd: fwd, bwd: bwd}
+}
+
+// ringTiles: the attention core runs as the engine's ring attention
+// (model/ring.go), cp > 1 on a cluster of engine ranks, blockwise with
+// log-sum-exps whether or not flash is on.
+func (j Job) ringTiles(p Plan) bool { return p.CP > 1 && j.Cluster.EngineStash }
+
+// attnEff is the fraction of peak the blockwise attention core reaches
+// forward: Accel.RingAttnEff under cp when the cluster gives it (the ring's
+// per-block kernels, measured by `trellis profile`), Accel.AttnEff
+// otherwise (flash; a GPU stack's ring runs its flash kernels).
+func (j Job) attnEff(p Plan) float64 {
+	if a := j.Cluster.Accel; p.CP > 1 && a.RingAttnEff > 0 {
+		return a.RingAttnEff
+	}
+	return j.Cluster.Accel.AttnEff
+}
+
+// ringTileTime is the fixed cost of a rank's ring-attention tiles under
+// cp (Accel.RingTileGap γ per tile, forward and backward): the sequence
+// in 2·cp chunks, a rank's two query chunks meet 2·cp+1 key chunks on or
+// before them (the balanced split: chunks r and 2·cp−1−r), per head,
+// split as the tile's products are (two forward, five backward):
+//
+//	n = heads·(2·cp + 1)    t_fwd = n·γ·2/7    t_bwd = n·γ·5/7
+func (j Job) ringTileTime(p Plan, heads float64) passTime {
+	g := j.Cluster.Accel.RingTileGap
+	if p.CP <= 1 || g == 0 {
+		return passTime{}
+	}
+	n := heads * float64(2*p.CP+1)
+	return passTime{fwd: n * g * 2 / 7, bwd: n * g * 5 / 7}
 }
 
 // elementwise is the memory-bound work of one layer: two norms (read and

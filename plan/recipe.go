@@ -182,7 +182,7 @@ func (r *recipe) core(window int) passTime {
 	}
 	heads := float64(r.p.MBS) * float64(m.Heads) / r.t
 	s, cp := float64(j.Seq), float64(r.p.CP)
-	if !r.p.Flash { // materialised: the full s×s, masked not skipped (as attentionCore)
+	if !r.p.Flash && !j.ringTiles(r.p) { // materialised: the full s×s, masked not skipped (as attentionCore)
 		flops := 4 * heads * s / cp * s * d
 		g := k.gemmEfficiency(s/cp, s, d)
 		scores := heads * s / cp * s
@@ -194,8 +194,8 @@ func (r *recipe) core(window int) passTime {
 		pairs = s*w - w*w/2
 	}
 	flops := 4 * heads * pairs / cp * d
-	eff := k.peak * k.a.AttnEff
-	return passTime{fwd: flops/eff + k.a.KernelGap, bwd: 2.5*flops/(0.8*eff) + k.a.KernelGap}
+	eff := k.peak * j.attnEff(r.p)
+	return passTime{fwd: flops/eff + k.a.KernelGap, bwd: 2.5*flops/(0.8*eff) + k.a.KernelGap}.add(j.ringTileTime(r.p, heads))
 }
 
 // mlp is a layer's MLP block of width f (0: only the norm and residual of

@@ -3,6 +3,7 @@ package profile
 import (
 	"bytes"
 	"context"
+	"math"
 	"testing"
 
 	"trellis/plan"
@@ -29,6 +30,12 @@ func TestQuickProfileIsAClusterFile(t *testing.T) {
 	}
 	if c.DevicesPerNode < 1 || !(c.Accel.Peak[plan.FP32] > 0) || !(c.Intra.BW > 0) || c.Intra != c.Inter {
 		t.Fatalf("cluster %+v from\n%s", c, b.String())
+	}
+	if want := clamp01(r.Ring.PlannerEffOut); !(c.Accel.RingAttnEff > 0) || math.Abs(c.Accel.RingAttnEff-want) > 5e-5 || r.Ring.Shapes[0].Tile != r.Attention.T/4 {
+		t.Errorf("ring_attn_efficiency %g, want the ring sample's %g (tiles of %d rows at T=%d)", c.Accel.RingAttnEff, want, r.Ring.Shapes[0].Tile, r.Attention.T)
+	}
+	if math.Abs(c.Accel.RingTileGap-r.Ring.TileSeconds) > 1e-9 {
+		t.Errorf("ring_tile_us %g µs, want the fit's %g", c.Accel.RingTileGap*1e6, r.Ring.TileSeconds*1e6)
 	}
 	for _, g := range r.GEMM {
 		if e := g.Efficiency(r.PeakFLOPs); e > 1 {

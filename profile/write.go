@@ -49,6 +49,11 @@ func (r *Result) WriteTOML(w io.Writer) error {
 	p("gemm_knee = %.2f", r.GEMMKnee)
 	a := r.Attention
 	p("attn_efficiency = %.4f   # flash attention B=%d T=%d C=%d NH=%d: fwd %.3g s, bwd %.3g s", clamp01(a.PlannerEffOut), a.B, a.T, a.C, a.NH, a.Fwd, a.Bwd)
+	for _, g := range r.Ring.Shapes {
+		p("# ring-attention tiles (attention under cp), one cp=2 rank, B=%d T=%d C=%d NH=%d: %d tiles of %d rows, fwd %.3g s, bwd %.3g s", g.B, g.T, g.C, g.NH, g.Tiles, g.Tile, g.Fwd, g.Bwd)
+	}
+	p("ring_attn_efficiency = %.4f   # with ring_tile_us: F·4.125/(η·peak) + tiles·γ fitted to the timings above", clamp01(r.Ring.PlannerEffOut))
+	p("ring_tile_us = %.3f", r.Ring.TileSeconds*1e6)
 	p("mem_efficiency = %.4f    # LayerNorm/GELU forward at %.2f GB/s of the copy's %.2f", clamp01(r.Memory.KernelGBps/r.Memory.CopyGBps), r.Memory.KernelGBps, r.Memory.CopyGBps)
 	p("kernel_gap_us = %.3f", r.Memory.GapSeconds*1e6)
 	p("")
