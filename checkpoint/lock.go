@@ -71,15 +71,19 @@ func Acquire(root, run string) (*Lock, error) {
 	}
 	host, _ := os.Hostname()
 	l := &Lock{root: root, f: f, me: Holder{PID: os.Getpid(), Host: host, Run: run, Since: time.Now().UTC().Format(time.RFC3339)}}
+	err = lockOrHolder(f, path)
+	// The text the last holder left, read once the lock is ours (or there
+	// are no locks): empty after a release, a dead holder's name after a
+	// crash.
 	prevText, _ := readBounded(path, 4096)
 	prev := parseHolder(prevText)
 	l.prev = prevText
-	switch err := tryLock(f, true); {
+	switch {
 	case err == nil:
 		l.flock = true
-	case errors.Is(err, errWouldBlock):
+	case errors.Is(err, ErrLocked):
 		f.Close()
-		return nil, lockedBy(root, prev)
+		return nil, lockedError{fmt.Sprintf("checkpoint.dir=%s %s", root, err.(lockedError).msg)}
 	case errors.Is(err, errNoLocks):
 		// No OS locks here (some network filesystems): the lock file's
 		// pid decides, when it names a live process of this host.
@@ -101,13 +105,38 @@ func Acquire(root, run string) (*Lock, error) {
 	return l, nil
 }
 
-func lockedBy(root string, h Holder) error {
+// lockOrHolder takes f's lock without waiting, or says who holds it (a
+// lockedError naming the holder). A holder writes its name right after
+// taking the lock and empties the file right before giving it up, so a
+// held lock whose file is empty is about to be named or to be free: for
+// up to 50 ms the file is read again and the lock tried again.
+func lockOrHolder(f *os.File, path string) error {
+	var h Holder
+	for i := 0; ; i++ {
+		err := tryLock(f, true)
+		if !errors.Is(err, errWouldBlock) {
+			return err
+		}
+		text, _ := readBounded(path, 4096)
+		if h = parseHolder(text); h.PID != 0 || i == 50 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return holderError(h)
+}
+
+// holderError is the locked error's tail naming holder h.
+func holderError(h Holder) error {
 	who := "another process"
 	if h.PID != 0 {
 		who = h.String()
 	}
-	return lockedError{fmt.Sprintf("checkpoint.dir=%s is being written by %s: one directory has one writer; wait for that run to end, or give this one its own directory (--set checkpoint.dir=runs/NAME)",
-		root, who)}
+	return lockedError{fmt.Sprintf("is being written by %s: one directory has one writer; wait for that run to end, or give this one its own directory (--set checkpoint.dir=runs/NAME)", who)}
+}
+
+func lockedBy(root string, h Holder) error {
+	return lockedError{fmt.Sprintf("checkpoint.dir=%s %s", root, holderError(h).(lockedError).msg)}
 }
 
 // lockedError is an error that matches ErrLocked without repeating its text.
