@@ -99,13 +99,14 @@ func TestEPContextParallelMatchesSingleDevice(t *testing.T) {
 
 // The experts compose along every axis at once and with every schedule:
 // DualPipeV and interleaved pipelines under cp, DualPipeV under tp,
-// zero-bubble's split backward under cp, and dp × cp × ep × tp on eight
-// ranks, each equal to one device within 1e-5 (capacity 0.75: the same
+// zero-bubble's split backward under cp, dp × cp × ep × tp and ep = 4 ×
+// tp = 2 with ZeRO-3 on eight ranks, each equal to one device within 1e-5 (capacity 0.75: the same
 // assignments dropped).
 func TestMoEComposesMatchSingleDevice(t *testing.T) {
 	ref := runJob(t, moeJob("dp=1", 4, 0.75), t.TempDir(), "", 0)
 	for _, p := range []string{"pp=2,cp=2,schedule=dualpipev", "pp=2,vpp=2,cp=2,schedule=interleaved",
-		"pp=2,tp=2,sp=on,etp=2,schedule=dualpipev", "pp=2,cp=2,schedule=zb-h1", "dp=2,cp=2,ep=2,tp=2,sp=on,etp=2"} {
+		"pp=2,tp=2,sp=on,etp=2,schedule=dualpipev", "pp=2,cp=2,schedule=zb-h1", "dp=2,cp=2,ep=2,tp=2,sp=on,etp=2",
+		"dp=4,tp=2,etp=2,ep=4,zero=3"} {
 		t.Run(p, func(t *testing.T) {
 			compareRuns(t, runJob(t, moeJob(p, 4, 0.75), t.TempDir(), "", 0), ref)
 		})
