@@ -253,11 +253,36 @@ func (j *Job) Wait() error {
 			}
 		}
 		return &WorkerError{Rank: j.first.Rank, Status: j.first.Status, Code: j.first.Code, Tail: t, Stopped: stopped, AlsoFailed: also,
-			Blames: blamedRank(t), PerNode: j.cfg.NProcPerNode}
+			Blames: j.rootBlame(j.first.Rank, blamedRank(t)), PerNode: j.cfg.NProcPerNode}
 	case j.interrupted != nil:
 		return fmt.Errorf("%w (%v): stopped ranks %v", ErrInterrupted, j.interrupted, stopped)
 	}
 	return nil
+}
+
+// rootBlame follows a chain of blame through this node's workers: when
+// the first failed worker names (blame) another worker of this node,
+// whose own last lines name a third rank, the failure began there — a
+// worker that saw its node-mate close the group after the node-mate lost
+// a peer on another node names the node-mate, and the launcher should
+// name the peer. It stops at a rank of another node, at a worker that
+// names nobody, and at a rank seen before. Called with j.mu held.
+func (j *Job) rootBlame(first, blame int) int {
+	seen := map[int]bool{first: true}
+	for blame >= 0 && !seen[blame] {
+		seen[blame] = true
+		next := -1
+		for _, w := range j.workers {
+			if w.rank == blame {
+				next = blamedRank(w.tail.get())
+			}
+		}
+		if next < 0 || seen[next] {
+			return blame
+		}
+		blame = next
+	}
+	return blame
 }
 
 func (j *Job) firstRank() int {

@@ -61,6 +61,15 @@ func testWorker(mode string) int {
 		}
 		time.Sleep(time.Minute)
 		return 0
+	case "blame-chain": // rank 1 loses rank 5 (another node) and closes; rank 0 fails first, naming rank 1
+		if e.Rank == 1 {
+			fmt.Println("trellis: train: comm: barrier: rank 5 failed: connection closed without goodbye (process died?)")
+			time.Sleep(time.Minute)
+			return 1
+		}
+		time.Sleep(300 * time.Millisecond)
+		fmt.Println("trellis: step 8: tp: all-reduce: comm: close: rank 1 failed: comm: group closed: closed its group")
+		return 1
 	case "config":
 		if e.Rank == 0 {
 			fmt.Println("cannot run on this world")

@@ -82,3 +82,18 @@ func TestBlamedPeer(t *testing.T) {
 		t.Error("too slow")
 	}
 }
+
+// The first worker to fail names its node-mate, which had lost a rank of
+// another node first: the launcher names that rank, the root of the chain
+// (a launcher of a multi-node job otherwise reports the node-mate).
+func TestBlamedPeerChain(t *testing.T) {
+	cfg, _, _ := testConfig(t, "blame-chain", 2)
+	err := Run(context.Background(), cfg)
+	var we *WorkerError
+	if !errors.As(err, &we) || we.Rank != 0 || we.Blames != 5 {
+		t.Fatalf("got %v, want rank 0 failing, blaming rank 5 through rank 1", err)
+	}
+	if !strings.Contains(err.Error(), "rank 0 failed (exit status 1): it named rank 5 (node 2) as the peer that failed") {
+		t.Errorf("message: %v", err)
+	}
+}
