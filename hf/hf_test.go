@@ -82,10 +82,7 @@ func TestRoundTrip(t *testing.T) {
 func TestLayout(t *testing.T) {
 	cfg := tiny()
 	w := weights(t, cfg)
-	dir := t.TempDir()
-	if err := Write(dir, Model{Config: cfg, W: w}, safetensors.F32); err != nil {
-		t.Fatal(err)
-	}
+	dir := written(t, cfg, w)
 	f, err := safetensors.ReadFile(filepath.Join(dir, WeightsFile))
 	if err != nil {
 		t.Fatal(err)
@@ -172,10 +169,7 @@ var fixtureTokens = []int32{3, 66, 0, 17, 42, 5, 9, 60, 1, 33, 12, 50, 7, 28}
 func TestMatchesPyTorch(t *testing.T) {
 	cfg := tiny()
 	w := weights(t, cfg)
-	dir := t.TempDir()
-	if err := Write(dir, Model{Config: cfg, W: w}, safetensors.F32); err != nil {
-		t.Fatal(err)
-	}
+	dir := written(t, cfg, w)
 	want, f := torchLogits(t, dir, "torch_logits.safetensors", "TestMatchesPyTorch", fixtureTokens, "../scripts/hf_gpt2.py")
 	got := trellisLogits(t, cfg, w, fixtureTokens)
 	if len(got) != len(want) {
@@ -226,4 +220,15 @@ func torchLogits(t *testing.T, dir, name, test string, tokens []int32, script ..
 		t.Fatal(err)
 	}
 	return logits, f
+}
+
+// written is a temporary directory holding model cfg with weights w as
+// Write writes it in F32.
+func written(t *testing.T, cfg model.Config, w []float32) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := Write(dir, Model{Config: cfg, W: w}, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -154,10 +154,7 @@ var llamaTokens = []int32{3, 66, 0, 17, 42, 5, 9, 60, 1, 33, 12, 50, 7, 28, 64, 
 func TestLlamaExportMatchesPyTorch(t *testing.T) {
 	cfg := tinyLlama()
 	w := weights(t, cfg)
-	dir := t.TempDir()
-	if err := Write(dir, Model{Config: cfg, W: w}, safetensors.F32); err != nil {
-		t.Fatal(err)
-	}
+	dir := written(t, cfg, w)
 	want, f := torchLogits(t, dir, "llama_torch_logits.safetensors", "TestLlamaExportMatchesPyTorch", llamaTokens, "../scripts/torch_llama.py", "logits")
 	got := trellisLogits(t, cfg, w, llamaTokens)
 	if len(got) != len(want) {

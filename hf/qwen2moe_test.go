@@ -80,10 +80,7 @@ func TestMoERoundTrip(t *testing.T) {
 func TestMoELayout(t *testing.T) {
 	cfg := tinyMoE()
 	w := moeWeights(t, cfg)
-	dir := t.TempDir()
-	if err := Write(dir, Model{Config: cfg, W: w}, safetensors.F32); err != nil {
-		t.Fatal(err)
-	}
+	dir := written(t, cfg, w)
 	f, err := safetensors.ReadFile(filepath.Join(dir, WeightsFile))
 	if err != nil {
 		t.Fatal(err)
@@ -236,10 +233,7 @@ func TestQwenSparseLayers(t *testing.T) {
 func TestMoEExportMatchesReference(t *testing.T) {
 	cfg := tinyMoE()
 	w := moeWeights(t, cfg)
-	dir := t.TempDir()
-	if err := Write(dir, Model{Config: cfg, W: w}, safetensors.F32); err != nil {
-		t.Fatal(err)
-	}
+	dir := written(t, cfg, w)
 	want, f := torchLogits(t, dir, "qwen2moe_logits.safetensors", "TestMoEExportMatchesReference", llamaTokens, "../scripts/py_qwen2moe.py", "logits")
 	if m, err := strconv.ParseFloat(f.Metadata()["min_margin"], 64); err != nil || m < 1e-5 {
 		t.Fatalf("fixture's smallest routing margin %q: want ≥ 1e-5 (100 times fp32 probabilities' error), so that rounding cannot change the experts", f.Metadata()["min_margin"])
