@@ -309,10 +309,10 @@ func (c Config) moeSaved(d Dims) []Saved {
 //	             in expert order and the local experts' offsets; with
 //	             router_expert_bias E a MoE block of the model (fp32, 4
 //	             bytes as an int32), every block's expert bias
-//	cp > 1 F32 (cp+1)·n·k: the rank's choices and the context-parallel
-//	             group's gathered (for the micro-batch's capacity; then the
-//	             aux loss's summed scores); Route 2E more, the micro-batch's
-//	             loads and kept rows per expert
+//	cp > 1 F32 (cp+1)·n·k + E: the rank's choices and the context-parallel
+//	             group's gathered (for the micro-batch's capacity), the aux
+//	             loss's score sums summed over the group; Route 2E more,
+//	             the micro-batch's loads and kept rows per expert
 type MoEWorkspace struct{ F32, Half, Route float64 }
 
 // MoEScratch sizes an MoE layer's scratch on part d.Part (zero for a
@@ -335,7 +335,7 @@ func (c Config) MoEScratch(d Dims, half bool) MoEWorkspace {
 		w.Route += E * float64(c.MoELayers(0, c.Layers))
 	}
 	if cp := float64(d.CP); cp > 1 {
-		w.F32 += (cp + 1) * n * k
+		w.F32 += (cp+1)*n*k + E
 		w.Route += 2 * E
 	}
 	if half {

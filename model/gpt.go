@@ -283,7 +283,7 @@ func (m *GPT) allocMoE(buf []float32, sz wsSizes) error {
 		w.grp, w.exp, w.counts = next(Rx*C), next(Rx*C), next(2*E)
 	}
 	if cp > 1 {
-		w.cpSel = next((cp + 1) * n * K)
+		w.cpSel, w.cpP = next((cp+1)*n*K), next(E)
 	}
 	if m.d.half {
 		h, dt := w.half, m.pol.Compute

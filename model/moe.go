@@ -80,11 +80,12 @@ type moeScratch struct {
 	sendX, recvX     tensor.Buf
 	perm, local      []int32
 	// Context parallelism (moecp.go): the rank's choices then the group's
-	// gathered ((cp+1)·n·k), the micro-batch's kept rows per expert (E);
-	// the aux loss's score sums (E, float64).
-	cpSel  []float32
-	cpFill []int32
-	auxP   []float64
+	// gathered ((cp+1)·n·k), the aux loss's score sums on their way over
+	// the group (E), the micro-batch's kept rows per expert (E); the aux
+	// loss's score sums (E, float64).
+	cpSel, cpP []float32
+	cpFill     []int32
+	auxP       []float64
 }
 
 func newMoE(c Config, p Part) moeLayer {

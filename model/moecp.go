@@ -89,7 +89,7 @@ func (l moeLayer) aux(m *GPT, a moeActs, r routing, n int) (float64, error) {
 	P := m.w.moe.auxP
 	auxSums(P, a.probs, n, l.E, l.sigmoid)
 	if m.d.cp > 1 {
-		buf := m.w.moe.cpSel[:l.E] // cpRoute is done with it
+		buf := m.w.moe.cpP
 		for e, v := range P {
 			buf[e] = float32(v)
 		}

@@ -33,9 +33,10 @@ func (r *rank) expertStats(accum int) (*metrics.Experts, error) {
 	const lo = 1<<12 - 1
 	buf := make([]float32, 4*n*E+1) // load hi, load lo, dropped hi, dropped lo
 	recv := make([]float32, n)
+	tp0 := r.top.part.Rank == 0 // every rank of a tensor-parallel group routes the same tokens: count them once
 	for i, l := range st.Layers {
 		k := row[l]
-		if r.top.part.Rank == 0 { // every rank of a tensor-parallel group routes the same tokens: count them once
+		if tp0 {
 			for e := range E {
 				for j, v := range []int64{st.Load[i][e], st.Dropped[i][e]} {
 					buf[(2*j*n+k)*E+e], buf[((2*j+1)*n+k)*E+e] = float32(v>>12), float32(v&lo)
@@ -44,7 +45,7 @@ func (r *rank) expertStats(accum int) (*metrics.Experts, error) {
 		}
 		recv[k] = float32(st.RecvMax[i])
 	}
-	if r.top.part.Rank == 0 {
+	if tp0 {
 		buf[4*n*E] = float32(st.Aux)
 	}
 	if r.world.Size() > 1 {

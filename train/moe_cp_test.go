@@ -112,3 +112,19 @@ func TestMoEComposesMatchSingleDevice(t *testing.T) {
 		})
 	}
 }
+
+// More experts than a cp rank's gathered choices (32 experts, top-1, 4
+// tokens a rank): the aux loss's sums have their own E values (they once
+// borrowed the choices' buffer, too short here).
+func TestMoEContextParallelManyExperts(t *testing.T) {
+	job := func(p string) Job {
+		j := moeJob(p, 2, 0)
+		j.Model.Experts, j.Model.TopK, j.Model.SeqLen = 32, 1, 8
+		j.Train.MicroBatch, j.Train.GlobalBatch = 1, 4
+		return j
+	}
+	compareRuns(t, runJob(t, job("cp=2"), t.TempDir(), "", 0), runJob(t, job("dp=1"), t.TempDir(), "", 0))
+	j := job("cp=2")
+	j.Train.GlobalBatch = 8
+	holdPredicted(t, j)
+}
