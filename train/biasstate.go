@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"trellis/checkpoint"
-	"trellis/mesh"
 	"trellis/metrics"
 	"trellis/model"
 )
@@ -36,12 +35,12 @@ func biasName(l int) string { return fmt.Sprintf("moe.layers.%d.expert_bias", l)
 // blocks' on the rank at dp = cp = tp = 0, nothing elsewhere or without
 // router_expert_bias.
 func (r *rank) biasShards() []checkpoint.Shard {
-	cfg, c := r.job.Model, r.top.coords
-	if !cfg.RouterExpertBias || c.Get(mesh.DP) != 0 || c.Get(mesh.CP) != 0 || c.Get(mesh.TP) != 0 {
+	cfg := r.job.Model
+	if !cfg.RouterExpertBias || !r.savesStageState() {
 		return nil
 	}
 	var out []checkpoint.Shard
-	for _, l := range r.fp8Blocks() {
+	for _, l := range r.stageBlocks() {
 		if cfg.MoELayer(l) {
 			out = append(out, checkpoint.Whole(biasName(l), []int{cfg.Experts}, r.gpt.ExpertBias(l)))
 		}
@@ -69,11 +68,7 @@ func readExpertBias(c *checkpoint.Checkpoint, cfg model.Config) (map[int][]float
 		if !slices.Equal(e.Shape, []int{cfg.Experts}) {
 			return nil, fmt.Errorf("%s: tensor %q has shape %v, want [%d] (model.experts)", c.Dir(), name, e.Shape, cfg.Experts)
 		}
-		s, err := c.ReadTensor(name)
-		if err != nil {
-			return nil, err
-		}
-		b, err := s.Float32()
+		b, err := readFloat32(c, name)
 		if err != nil {
 			return nil, err
 		}

@@ -42,9 +42,10 @@ import (
 func fp8HistoryName(l int) string { return fmt.Sprintf("fp8.layers.%d.amax_history", l) }
 func fp8ScaleName(l int) string   { return fmt.Sprintf("fp8.layers.%d.amax_scale", l) }
 
-// fp8Blocks are the blocks this rank's stage runs (units 1…L of its
-// layout are blocks 0…L−1).
-func (r *rank) fp8Blocks() []int {
+// stageBlocks are the blocks this rank's stage runs (units 1…L of its
+// layout are blocks 0…L−1): the blocks of its per-block state in a
+// checkpoint (fp8 histories, expert biases).
+func (r *rank) stageBlocks() []int {
 	var ls []int
 	for _, u := range r.top.layout.Units {
 		if u >= 1 && u <= r.job.Model.Layers {
@@ -54,18 +55,34 @@ func (r *rank) fp8Blocks() []int {
 	return ls
 }
 
+// savesStageState says whether this rank writes its stage's per-block
+// state to a checkpoint: the rank at dp = cp = tp = 0 of the stage (the
+// stage's other ranks hold the same values).
+func (r *rank) savesStageState() bool {
+	c := r.top.coords
+	return c.Get(mesh.DP) == 0 && c.Get(mesh.CP) == 0 && c.Get(mesh.TP) == 0
+}
+
+// readFloat32 is tensor name of c in float32.
+func readFloat32(c *checkpoint.Checkpoint, name string) ([]float32, error) {
+	s, err := c.ReadTensor(name)
+	if err != nil {
+		return nil, err
+	}
+	return s.Float32()
+}
+
 // fp8Shards are the delayed-scaling state this rank saves: its stage's
 // blocks' histories on the rank at dp = cp = tp = 0, nothing elsewhere
 // (the other ranks of the stage hold the same values) or without
 // delayed scaling.
 func (r *rank) fp8Shards() ([]checkpoint.Shard, error) {
 	H := r.gpt.FP8HistoryLen()
-	c := r.top.coords
-	if H == 0 || c.Get(mesh.DP) != 0 || c.Get(mesh.CP) != 0 || c.Get(mesh.TP) != 0 {
+	if H == 0 || !r.savesStageState() {
 		return nil, nil
 	}
 	var out []checkpoint.Shard
-	for _, l := range r.fp8Blocks() {
+	for _, l := range r.stageBlocks() {
 		amax, scale := make([]float32, model.FP8Sites*H), make([]float32, model.FP8Sites)
 		if err := r.gpt.FP8History(l, amax, scale); err != nil {
 			return nil, err
@@ -89,7 +106,7 @@ func (r *rank) restoreFP8(c *checkpoint.Checkpoint, m Meta) error {
 	if err != nil {
 		return err
 	}
-	for _, l := range r.fp8Blocks() {
+	for _, l := range r.stageBlocks() {
 		he, ok := ix.Tensors[fp8HistoryName(l)]
 		se, ok2 := ix.Tensors[fp8ScaleName(l)]
 		if !ok || !ok2 {
@@ -100,11 +117,8 @@ func (r *rank) restoreFP8(c *checkpoint.Checkpoint, m Meta) error {
 		}
 		var v [2][]float32
 		for i, name := range []string{fp8HistoryName(l), fp8ScaleName(l)} {
-			s, err := c.ReadTensor(name)
-			if err != nil {
-				return fmt.Errorf("--resume: %w", err)
-			}
-			if v[i], err = s.Float32(); err != nil {
+			var err error
+			if v[i], err = readFloat32(c, name); err != nil {
 				return fmt.Errorf("--resume: %w", err)
 			}
 		}
