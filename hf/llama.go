@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 
-	"trellis/arch"
 	"trellis/model"
 )
 
@@ -48,27 +47,10 @@ func llamaName(trellis string) string {
 // decides the architecture. Fields Trellis cannot honour are refused by
 // ModelConfig rather than silently ignored.
 type LlamaConfig struct {
-	Architectures         []string        `json:"architectures"`
-	ModelType             string          `json:"model_type"`
-	HiddenSize            int             `json:"hidden_size"`
-	NumHiddenLayers       int             `json:"num_hidden_layers"`
-	NumAttentionHeads     int             `json:"num_attention_heads"`
-	NumKeyValueHeads      *int            `json:"num_key_value_heads,omitempty"`
-	HeadDim               *int            `json:"head_dim,omitempty"`
-	IntermediateSize      int             `json:"intermediate_size"`
-	VocabSize             int             `json:"vocab_size"`
-	MaxPositionEmbeddings int             `json:"max_position_embeddings"`
-	RMSNormEps            *float64        `json:"rms_norm_eps,omitempty"`
-	RopeTheta             *float64        `json:"rope_theta,omitempty"`
-	RopeScaling           json.RawMessage `json:"rope_scaling,omitempty"`
-	TieWordEmbeddings     *bool           `json:"tie_word_embeddings,omitempty"`
-	HiddenAct             string          `json:"hidden_act,omitempty"`
-	AttentionBias         bool            `json:"attention_bias"`
-	MLPBias               bool            `json:"mlp_bias"`
-	AttentionDropout      float64         `json:"attention_dropout"`
-	PretrainingTP         int             `json:"pretraining_tp,omitempty"`
-	InitializerRange      float64         `json:"initializer_range,omitempty"`
-	TorchDType            string          `json:"torch_dtype,omitempty"`
+	decoderConfig
+	AttentionBias bool `json:"attention_bias"`
+	MLPBias       bool `json:"mlp_bias"`
+	PretrainingTP int  `json:"pretraining_tp,omitempty"`
 }
 
 // Hugging Face LlamaConfig's defaults for the fields a config.json may omit.
@@ -83,15 +65,7 @@ const (
 // embedding) has no place in Hugging Face's Llama and is not written:
 // attention_dropout is 0, as Trellis drops no attention probabilities.
 func LlamaConfigOf(c model.Config, dtype string) LlamaConfig {
-	kv, hd := c.KV(), c.HeadSize()
-	eps, theta, tied := c.Eps(), c.Theta(), c.Tied()
-	return LlamaConfig{
-		Architectures: []string{"LlamaForCausalLM"}, ModelType: "llama",
-		HiddenSize: c.Hidden, NumHiddenLayers: c.Layers, NumAttentionHeads: c.Heads, NumKeyValueHeads: &kv, HeadDim: &hd,
-		IntermediateSize: c.FFNWidth(), VocabSize: c.Vocab, MaxPositionEmbeddings: c.SeqLen,
-		RMSNormEps: &eps, RopeTheta: &theta, TieWordEmbeddings: &tied, HiddenAct: "silu",
-		InitializerRange: model.InitStd, PretrainingTP: 1, TorchDType: dtype,
-	}
+	return LlamaConfig{decoderConfig: decoderOf(c, "LlamaForCausalLM", "llama", dtype), PretrainingTP: 1}
 }
 
 // ModelConfig maps a Hugging Face Llama config to Trellis's, refusing —
@@ -99,42 +73,9 @@ func LlamaConfigOf(c model.Config, dtype string) LlamaConfig {
 // compute. seq_len is max_position_embeddings (a job may train shorter
 // sequences).
 func (h LlamaConfig) ModelConfig() (model.Config, error) {
-	var errs []error
-	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("config.json: "+format, a...)) }
-	if act := h.HiddenAct; act != "" && act != "silu" {
-		bad("hidden_act=%q: Trellis's Llama computes SwiGLU with silu", act)
-	}
+	c, errs := h.llama(0, hfLlamaTheta, hfLlamaEps)
 	if h.AttentionBias || h.MLPBias {
-		bad("attention_bias=%v, mlp_bias=%v: Trellis's Llama has no biases", h.AttentionBias, h.MLPBias)
-	}
-	if s := bytes.TrimSpace(h.RopeScaling); len(s) > 0 && string(s) != "null" {
-		bad("rope_scaling=%s: Trellis computes the default RoPE only (no scaled or extended rotary positions)", s)
-	}
-	if h.HeadDim != nil && h.NumAttentionHeads > 0 && *h.HeadDim != h.HiddenSize/h.NumAttentionHeads {
-		bad("head_dim=%d: Trellis's heads are hidden_size/num_attention_heads=%d wide", *h.HeadDim, h.HiddenSize/h.NumAttentionHeads)
-	}
-	if h.AttentionDropout != 0 {
-		bad("attention_dropout=%g: Trellis drops no attention probabilities", h.AttentionDropout)
-	}
-	c := model.Config{Arch: arch.Llama, Layers: h.NumHiddenLayers, Hidden: h.HiddenSize, Heads: h.NumAttentionHeads,
-		FFN: h.IntermediateSize, SeqLen: h.MaxPositionEmbeddings, Vocab: h.VocabSize, RopeTheta: hfLlamaTheta, NormEps: hfLlamaEps}
-	if h.IntermediateSize <= 0 {
-		bad("intermediate_size=%d must be positive", h.IntermediateSize)
-	}
-	if h.NumKeyValueHeads != nil {
-		c.KVHeads = *h.NumKeyValueHeads
-		if c.KVHeads <= 0 {
-			bad("num_key_value_heads=%d must be positive", c.KVHeads)
-		}
-	}
-	if h.RMSNormEps != nil {
-		c.NormEps = *h.RMSNormEps
-	}
-	if h.RopeTheta != nil {
-		c.RopeTheta = *h.RopeTheta
-	}
-	if h.TieWordEmbeddings != nil {
-		c.TieEmbeddings = *h.TieWordEmbeddings
+		errs = append(errs, fmt.Errorf("config.json: attention_bias=%v, mlp_bias=%v: Trellis's Llama has no biases", h.AttentionBias, h.MLPBias))
 	}
 	if err := c.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("config.json: %w", err))

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"trellis/arch"
 	"trellis/model"
 )
 
@@ -51,23 +50,8 @@ import (
 // (config.json) that decides the architecture; pointers tell absent from
 // zero where transformers' default is not zero.
 type Qwen2MoeConfig struct {
-	Architectures                []string        `json:"architectures"`
-	ModelType                    string          `json:"model_type"`
-	HiddenSize                   int             `json:"hidden_size"`
-	NumHiddenLayers              int             `json:"num_hidden_layers"`
-	NumAttentionHeads            int             `json:"num_attention_heads"`
-	NumKeyValueHeads             *int            `json:"num_key_value_heads,omitempty"`
-	HeadDim                      *int            `json:"head_dim,omitempty"`
-	IntermediateSize             int             `json:"intermediate_size"`
-	VocabSize                    int             `json:"vocab_size"`
-	MaxPositionEmbeddings        int             `json:"max_position_embeddings"`
-	RMSNormEps                   *float64        `json:"rms_norm_eps,omitempty"`
-	RopeTheta                    *float64        `json:"rope_theta,omitempty"`
-	RopeScaling                  json.RawMessage `json:"rope_scaling,omitempty"`
+	decoderConfig
 	RopeParameters               json.RawMessage `json:"rope_parameters,omitempty"`
-	TieWordEmbeddings            *bool           `json:"tie_word_embeddings,omitempty"`
-	HiddenAct                    string          `json:"hidden_act,omitempty"`
-	AttentionDropout             float64         `json:"attention_dropout"`
 	UseSlidingWindow             bool            `json:"use_sliding_window"`
 	LayerTypes                   []string        `json:"layer_types,omitempty"`
 	QKVBias                      *bool           `json:"qkv_bias,omitempty"`
@@ -80,8 +64,6 @@ type Qwen2MoeConfig struct {
 	NormTopKProb                 bool            `json:"norm_topk_prob"`
 	OutputRouterLogits           bool            `json:"output_router_logits"`
 	RouterAuxLossCoef            *float64        `json:"router_aux_loss_coef,omitempty"`
-	InitializerRange             float64         `json:"initializer_range,omitempty"`
-	TorchDType                   string          `json:"torch_dtype,omitempty"`
 }
 
 // Transformers' Qwen2MoeConfig defaults for fields a config.json may omit
@@ -102,18 +84,11 @@ func Qwen2MoeConfigOf(c model.Config, dtype string) (Qwen2MoeConfig, error) {
 	if err := exportableMoE(c); err != nil {
 		return Qwen2MoeConfig{}, err
 	}
-	kv, hd := c.KV(), c.HeadSize()
-	eps, theta, tied := c.Eps(), c.Theta(), c.Tied()
 	E, K, Fe, zero, bias, aux := c.Experts, c.TopK, c.ExpertWidth(), 0, true, c.AuxLoss
 	step, dense := qwenLayers(c)
-	return Qwen2MoeConfig{
-		Architectures: []string{"Qwen2MoeForCausalLM"}, ModelType: "qwen2_moe",
-		HiddenSize: c.Hidden, NumHiddenLayers: c.Layers, NumAttentionHeads: c.Heads, NumKeyValueHeads: &kv, HeadDim: &hd,
-		IntermediateSize: c.FFNWidth(), VocabSize: c.Vocab, MaxPositionEmbeddings: c.SeqLen,
-		RMSNormEps: &eps, RopeTheta: &theta, TieWordEmbeddings: &tied, HiddenAct: "silu", QKVBias: &bias,
+	return Qwen2MoeConfig{decoderConfig: decoderOf(c, "Qwen2MoeForCausalLM", "qwen2_moe", dtype), QKVBias: &bias,
 		NumExperts: &E, NumExpertsPerTok: &K, MoEIntermediateSize: &Fe, SharedExpertIntermediateSize: &zero,
 		DecoderSparseStep: &step, MLPOnlyLayers: dense, OutputRouterLogits: aux > 0, RouterAuxLossCoef: &aux,
-		InitializerRange: model.InitStd, TorchDType: dtype,
 	}, nil
 }
 
@@ -147,20 +122,8 @@ func exportableMoE(c model.Config) error {
 // Llama, refusing — each with the field and the rule — what Trellis does
 // not compute. num_experts = 0, or no sparse layer, is a dense Llama.
 func (h Qwen2MoeConfig) ModelConfig() (model.Config, error) {
-	var errs []error
+	c, errs := h.llama(qwenKVHeads, qwenTheta, qwenEps)
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("config.json: "+format, a...)) }
-	if act := h.HiddenAct; act != "" && act != "silu" {
-		bad("hidden_act=%q: Trellis's Llama computes SwiGLU with silu", act)
-	}
-	if s := bytes.TrimSpace(h.RopeScaling); len(s) > 0 && string(s) != "null" {
-		bad("rope_scaling=%s: Trellis computes the default RoPE only (no scaled or extended rotary positions)", s)
-	}
-	if h.HeadDim != nil && h.NumAttentionHeads > 0 && *h.HeadDim != h.HiddenSize/h.NumAttentionHeads {
-		bad("head_dim=%d: Trellis's heads are hidden_size/num_attention_heads=%d wide", *h.HeadDim, h.HiddenSize/h.NumAttentionHeads)
-	}
-	if h.AttentionDropout != 0 {
-		bad("attention_dropout=%g: Trellis drops no attention probabilities", h.AttentionDropout)
-	}
 	if h.UseSlidingWindow {
 		bad("use_sliding_window=true: Trellis's attention is causal over the whole sequence")
 	}
@@ -170,30 +133,10 @@ func (h Qwen2MoeConfig) ModelConfig() (model.Config, error) {
 			break
 		}
 	}
-	c := model.Config{Arch: arch.Llama, Layers: h.NumHiddenLayers, Hidden: h.HiddenSize, Heads: h.NumAttentionHeads,
-		KVHeads: qwenKVHeads, FFN: h.IntermediateSize, SeqLen: h.MaxPositionEmbeddings, Vocab: h.VocabSize,
-		RopeTheta: qwenTheta, NormEps: qwenEps}
-	if h.IntermediateSize <= 0 {
-		bad("intermediate_size=%d must be positive", h.IntermediateSize)
-	}
-	if h.NumKeyValueHeads != nil {
-		if c.KVHeads = *h.NumKeyValueHeads; c.KVHeads <= 0 {
-			bad("num_key_value_heads=%d must be positive", c.KVHeads)
-		}
-	}
-	if h.RMSNormEps != nil {
-		c.NormEps = *h.RMSNormEps
-	}
-	if h.RopeTheta != nil {
-		c.RopeTheta = *h.RopeTheta
-	}
 	if theta, err := ropeParameters(h.RopeParameters); err != nil {
 		errs = append(errs, err)
 	} else if theta > 0 {
 		c.RopeTheta = theta
-	}
-	if h.TieWordEmbeddings != nil {
-		c.TieEmbeddings = *h.TieWordEmbeddings
 	}
 	errs = append(errs, h.experts(&c)...)
 	if err := c.Validate(); err != nil {
