@@ -90,3 +90,44 @@ func TestFitGEMMBounded(t *testing.T) {
 		t.Errorf("η=%.4g κ=%.4g: want 0.5 <= η <= 1", eff, knee)
 	}
 }
+
+// TestMemMixIsTheLayersTime: mem_efficiency prices a GPT layer's
+// memory-bound bytes (norms 4h, residual adds 6h, GELU 8h a token) at
+// the time the three kernels take for them, not at the slowest kernel's
+// rate (which priced the adds and norms at GELU's and every memory-bound
+// pass 1.5–2× slow).
+func TestMemMixIsTheLayersTime(t *testing.T) {
+	norm, add, act := 30.0, 36.0, 20.0
+	got := mixGBps(norm, add, act)
+	want := 18 / (4/norm + 6/add + 8/act)
+	if math.Abs(got/want-1) > 1e-12 {
+		t.Fatalf("mix at %g, %g, %g GB/s: got %g, want %g", norm, add, act, got, want)
+	}
+	if got <= min(norm, add, act) || got >= max(norm, add, act) {
+		t.Errorf("mix %g GB/s must lie between the slowest and the fastest kernel", got)
+	}
+	if g := mixGBps(25, 25, 25); math.Abs(g-25) > 1e-12 {
+		t.Errorf("equal rates 25 GB/s: mix %g", g)
+	}
+}
+
+// TestHandoffLatencyFloor: a hand-off measured at or below the
+// back-to-back cost (a quick profile once wrote latency_us = 0, and the
+// planner then priced every collective between computing ranks at
+// bandwidth alone) gives the back-to-back α; a real one its own α.
+func TestHandoffLatencyFloor(t *testing.T) {
+	l := Link{Backend: "local", Ranks: 2, LatencyS: 5e-6, BWBytes: 6e9}
+	h := Handoff{Ranks: 2, Bytes: 4096, Seconds: 0}
+	h.fitLatency(l)
+	if h.LatencyS != l.LatencyS {
+		t.Errorf("hand-off of 0 s: α %g, want the back-to-back %g", h.LatencyS, l.LatencyS)
+	}
+	h.Seconds = 60e-6
+	h.fitLatency(l)
+	if want := (60e-6 - 4096/6e9) / 2; math.Abs(h.LatencyS/want-1) > 1e-12 {
+		t.Errorf("hand-off of 60 µs: α %g, want %g", h.LatencyS, want)
+	}
+	if got, want := l.allReduceSeconds(2, 4096), 2*5e-6+4096/6e9; math.Abs(got/want-1) > 1e-12 {
+		t.Errorf("back-to-back all-reduce %g, want %g", got, want)
+	}
+}

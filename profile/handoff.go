@@ -26,8 +26,47 @@ type Handoff struct {
 	Bytes   int64
 	Seconds float64 // per all-reduce
 	// LatencyS is the α that makes the planner's all-reduce,
-	// 2(n−1)·α + 2(n−1)/n·S/β, equal Seconds at the fitted β (at least 0).
+	// 2(n−1)·α + 2(n−1)/n·S/β, equal Seconds at the fitted β, and at
+	// least the back-to-back fit's α: a collective between computing
+	// ranks costs no less than one between ranks that wait for nothing.
 	LatencyS float64
+	// Tries is how many measurements it took: one whose hand-off came out
+	// at or below the back-to-back cost (the loop without the collective
+	// slowed by another process, a quick profile once wrote latency_us =
+	// 0 and the planner then priced every collective at bandwidth alone)
+	// is taken again, up to handoffTries times.
+	Tries int
+}
+
+// handoffTries bounds the hand-off's measurements.
+const handoffTries = 3
+
+// measureHandoffOver measures the hand-off until it exceeds what the
+// all-reduce costs back to back on l (2(n−1)·α + 2(n−1)/n·S/β), up to
+// handoffTries times, and fits its α on l.
+func measureHandoffOver(ctx context.Context, c Config, n int, bytes int64, l Link) (Handoff, error) {
+	var h Handoff
+	for try := 1; try <= handoffTries; try++ {
+		var err error
+		if h, err = measureHandoff(ctx, c, n, bytes); err != nil {
+			return h, err
+		}
+		h.Tries = try
+		if h.Seconds > l.allReduceSeconds(n, bytes) {
+			break
+		}
+	}
+	h.fitLatency(l)
+	return h, nil
+}
+
+// allReduceSeconds is the fitted link's all-reduce of bytes on n ranks.
+func (l Link) allReduceSeconds(n int, bytes int64) float64 {
+	k := float64(n - 1)
+	if !(l.BWBytes > 0) {
+		return 2 * k * l.LatencyS
+	}
+	return 2*k*l.LatencyS + 2*k/float64(n)*float64(bytes)/l.BWBytes
 }
 
 // measureHandoff times the compute-then-all-reduce loop on n ranks, best
@@ -105,11 +144,12 @@ func measureHandoff(ctx context.Context, c Config, n int, bytes int64) (Handoff,
 	return Handoff{Ranks: n, Bytes: bytes, Seconds: max(with-without, 0) / float64(iters)}, nil
 }
 
-// fitLatency sets h.LatencyS for a link of bandwidth bw (bytes/s).
-func (h *Handoff) fitLatency(bw float64) {
+// fitLatency sets h.LatencyS on the fitted link l (its bandwidth, and
+// its back-to-back α as the floor).
+func (h *Handoff) fitLatency(l Link) {
 	n := float64(h.Ranks)
-	if n < 2 || !(bw > 0) {
+	if n < 2 || !(l.BWBytes > 0) {
 		return
 	}
-	h.LatencyS = max(0, (h.Seconds-2*(n-1)/n*float64(h.Bytes)/bw)/(2*(n-1)))
+	h.LatencyS = max(l.LatencyS, (h.Seconds-2*(n-1)/n*float64(h.Bytes)/l.BWBytes)/(2*(n-1)))
 }

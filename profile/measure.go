@@ -189,9 +189,31 @@ func measureAttention(ctx context.Context, c Config, k *ops.Kernels, peak float6
 // MemSample is memory bandwidth as a copy reaches it and as Trellis's
 // memory-bound kernels reach it, on buffers far larger than the caches.
 type MemSample struct {
-	CopyGBps   float64 // copy(): read + write bytes per second
-	KernelGBps float64 // LayerNorm and GELU forward: bytes read + written per second (the slower)
+	CopyGBps float64 // copy(): read + write bytes per second
+	// NormGBps, AddGBps and ActGBps are LayerNorm forward, a residual add
+	// (read two, write one) and GELU forward: bytes read + written per
+	// second, each the best of two interleaved rounds.
+	NormGBps, AddGBps, ActGBps float64
+	// KernelGBps is the rate of a GPT layer's memory-bound forward as the
+	// planner counts its bytes (plan.Job.elementwise): per token two norms
+	// move 4h, two residual adds 6h and GELU 2f = 8h, so
+	//
+	//	18/KernelGBps = 4/NormGBps + 6/AddGBps + 8/ActGBps
+	//
+	// (the time of the mix, not its slowest kernel's rate: GELU's tanh
+	// makes it the slowest by 1.5x on AVX-512, and pricing the adds and
+	// norms at its rate made every memory-bound pass 1.5-2x too slow).
+	KernelGBps float64
 	GapSeconds float64 // a tiny kernel's time: the fixed cost per kernel call
+}
+
+// A GPT layer's memory-bound bytes per token, in units of h: its norms',
+// residual adds' and activation's (MemSample.KernelGBps).
+const mixNorm, mixAdd, mixAct = 4.0, 6.0, 8.0
+
+// mixGBps is the rate of the mix at the three kernels' rates.
+func mixGBps(norm, add, act float64) float64 {
+	return (mixNorm + mixAdd + mixAct) / (mixNorm/norm + mixAdd/add + mixAct/act)
 }
 
 func measureMemory(ctx context.Context, c Config, k *ops.Kernels) (MemSample, error) {
@@ -202,7 +224,7 @@ func measureMemory(ctx context.Context, c Config, k *ops.Kernels) (MemSample, er
 		N, budget = 8192, 50*time.Millisecond
 	}
 	r := rand.New(rand.NewPCG(5, 6))
-	x, y := randSlice(r, N*C), make([]float32, N*C)
+	x, y, z := randSlice(r, N*C), make([]float32, N*C), randSlice(r, N*C)
 	w, b := randSlice(r, C), randSlice(r, C)
 	mean, rstd := make([]float32, N), make([]float32, N)
 	bytes := float64(2 * 4 * N * C)
@@ -211,15 +233,25 @@ func measureMemory(ctx context.Context, c Config, k *ops.Kernels) (MemSample, er
 		return s, err
 	}
 	s.CopyGBps = bytes / sec / 1e9
-	ln, err := timeIt(ctx, budget, func() { ops.LayerNormForward(k, y, mean, rstd, x, w, b, N, C) })
-	if err != nil {
-		return s, err
+	kernels := []struct {
+		f     func()
+		bytes float64
+		rate  *float64
+	}{
+		{func() { ops.LayerNormForward(k, y, mean, rstd, x, w, b, N, C) }, bytes, &s.NormGBps},
+		{func() { ops.ResidualForward(k, y, x, z, N*C) }, 1.5 * bytes, &s.AddGBps},
+		{func() { ops.GELUForward(k, y, x, N*C) }, bytes, &s.ActGBps},
 	}
-	gelu, err := timeIt(ctx, budget, func() { ops.GELUForward(k, y, x, N*C) })
-	if err != nil {
-		return s, err
+	for range 2 { // interleaved, so that a slow second slows one round of each, not all of one
+		for _, kn := range kernels {
+			sec, err := timeIt(ctx, budget/2, kn.f)
+			if err != nil {
+				return s, err
+			}
+			*kn.rate = max(*kn.rate, kn.bytes/sec/1e9)
+		}
 	}
-	s.KernelGBps = bytes / max(ln, gelu) / 1e9
+	s.KernelGBps = mixGBps(s.NormGBps, s.AddGBps, s.ActGBps)
 	s.GapSeconds, err = timeIt(ctx, budget/4, func() { ops.LayerNormForward(k, y[:64], mean[:1], rstd[:1], x[:64], w[:64], b[:64], 1, 64) })
 	return s, err
 }

@@ -119,11 +119,10 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		r.Links = append(r.Links, l)
 		if b == "local" {
 			prog("hand-off", 0, 1)
-			h, err := measureHandoff(ctx, c, c.ranks(), 4<<10)
+			h, err := measureHandoffOver(ctx, c, c.ranks(), 4<<10, l)
 			if err != nil {
 				return nil, err
 			}
-			h.fitLatency(l.BWBytes)
 			r.Handoff = &h
 		}
 	}
