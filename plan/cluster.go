@@ -45,6 +45,12 @@ type Accel struct {
 	RingTileGap float64
 	// MemEff is the fraction of MemBW memory-bound kernels reach.
 	MemEff float64
+	// ConvEff is the fraction of MemBW the Trellis engine's 16-bit
+	// conversion passes reach (rounding fp32 to bf16 and widening it
+	// back: a copy that narrows or widens, faster than the norms and
+	// activations MemEff prices); 0: MemEff. Only the engine's host
+	// model uses it (engineHalfCompute, engineHalfFetch).
+	ConvEff float64
 	// KernelGap is the idle time between two dependent kernels (launch
 	// latency not hidden by asynchronous launch).
 	KernelGap float64
@@ -173,6 +179,7 @@ func (c Cluster) validRanges() error {
 		{"device.gemm_efficiency", a.GEMMEff, 1e-4, 1, "between 0.0001 and 1"},
 		{"device.attn_efficiency", a.AttnEff, 1e-4, 1, "between 0.0001 and 1"},
 		{"device.mem_efficiency", a.MemEff, 1e-4, 1, "between 0.0001 and 1"},
+		{"device.convert_efficiency", a.ConvEff, 0, 1, "0 (mem_efficiency's) or at most 1"},
 		{"device.memory_gib", float64(a.Memory) / gib, 1.0 / 1024, 1 << 20, "between 1/1024 (1 MiB) and 1048576 (1 PiB)"},
 	}
 	for _, p := range []Precision{FP32, BF16, FP16, FP8} {

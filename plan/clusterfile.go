@@ -29,6 +29,7 @@ import (
 //	ring_attn_efficiency = 0.2 # attention under cp (ring attention's blocks; default attn_efficiency)
 //	ring_tile_us = 5           # fixed cost of one ring-attention tile, forward + backward (default 0)
 //	mem_efficiency = 0.8       # default 0.8
+//	convert_efficiency = 0.7   # the Trellis engine's fp32 ⇄ bf16 conversion passes (default 0: mem_efficiency)
 //	kernel_gap_us = 2          # default 0
 //	sms = 132                  # streaming multiprocessors (default 0: not given; presets: A100 108, H100/H200 132)
 //	tp_comm_overlap = true     # TP collectives pipelined with GEMMs under sp (default false; Hopper presets true)
@@ -98,6 +99,7 @@ type deviceFile struct {
 	RingEff    *float64           `toml:"ring_attn_efficiency" json:"ring_attn_efficiency"`
 	RingTileUS *float64           `toml:"ring_tile_us" json:"ring_tile_us"`
 	MemEff     *float64           `toml:"mem_efficiency" json:"mem_efficiency"`
+	ConvEff    *float64           `toml:"convert_efficiency" json:"convert_efficiency"`
 	KernelGap  *float64           `toml:"kernel_gap_us" json:"kernel_gap_us"`
 	SMs        *int               `toml:"sms" json:"sms"`
 }
@@ -251,6 +253,7 @@ func (d *deviceFile) apply(a *Accel, haveBase bool) error {
 	setF(&a.GEMMEff, d.GEMMEff, 1)
 	setF(&a.GEMMKnee, d.GEMMKnee, 1)
 	setF(&a.MemEff, d.MemEff, 1)
+	setF(&a.ConvEff, d.ConvEff, 1)
 	setF(&a.RingAttnEff, d.RingEff, 1)
 	setF(&a.RingTileGap, d.RingTileUS, us)
 	setF(&a.KernelGap, d.KernelGap, us)

@@ -30,6 +30,7 @@ package plan
 // every fetch, in the forward and again in the backward of every
 // micro-batch: 6 bytes per parameter each time (engineHalfFetch).
 func (j Job) engineHalfCompute(p Plan, fp32 kernels) passTime {
+	fp32 = fp32.converting()
 	h, t := float64(j.Model.Hidden), float64(p.TP)
 	r := 1.0
 	if p.SP {
@@ -57,5 +58,15 @@ func (j Job) engineHalfFetch(p Plan, fp32 kernels, P float64) passTime {
 	if p.ZeRO != 3 {
 		return passTime{}
 	}
+	fp32 = fp32.converting()
 	return passTime{fwd: fp32.stream(6*P, 1), bwd: fp32.stream(6*P, 1)}
+}
+
+// converting is k with its memory-bound passes at the conversion passes'
+// rate, MemBW·ConvEff (Accel.ConvEff; unchanged where it is 0).
+func (k kernels) converting() kernels {
+	if c := k.a.ConvEff; c > 0 {
+		k.mem = k.a.MemBW * c
+	}
+	return k
 }

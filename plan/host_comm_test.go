@@ -2,6 +2,7 @@ package plan
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -62,5 +63,34 @@ func TestEngineHalfPlansPayTheirFP32Rest(t *testing.T) {
 	j.Cluster.EngineStash = false // a GPU-style cluster: no engine terms
 	if gpu := hostStep(t, j, "dp=1,mbs=2,precision=bf16,flash=off"); !(gpu.Compute < b16.Compute) {
 		t.Errorf("without the engine, bf16 compute %g s; with it %g: want the engine's slower", gpu.Compute, b16.Compute)
+	}
+}
+
+// The engine's conversion passes run at their own measured rate
+// (convert_efficiency) where the cluster file gives one, and at
+// mem_efficiency's where it does not: bytes / (mem_bw · rate) each.
+func TestEngineConversionsAtTheirRate(t *testing.T) {
+	j := hostJob(t, 1, 2, 2)
+	j.Cluster.EngineStash = true
+	p, _ := Parse("dp=1,mbs=2,precision=bf16,flash=off")
+	at := func(conv float64) passTime {
+		j.Cluster.Accel.ConvEff = conv
+		return j.engineHalfCompute(p, newKernels(j.Cluster.Accel, FP32))
+	}
+	base, same, fast := at(0), at(j.Cluster.Accel.MemEff), at(2*j.Cluster.Accel.MemEff)
+	if math.Abs(same.fwd/base.fwd-1) > 1e-12 || math.Abs(same.bwd/base.bwd-1) > 1e-12 {
+		t.Errorf("convert_efficiency = mem_efficiency: %+v, want the default's %+v", same, base)
+	}
+	gap := 15 * j.Cluster.Accel.KernelGap // the 8 + 7 kernels' gaps do not scale
+	if got, want := fast.fwd+fast.bwd-gap, (base.fwd+base.bwd-gap)/2; math.Abs(got/want-1) > 1e-9 {
+		t.Errorf("at twice the rate the conversions' streaming takes %g s, want %g", got, want)
+	}
+	data := []byte("name = \"h\"\ndevices_per_node = 1\n[device]\nmemory_gib = 1\nmem_bw_gbps = 20\npeak_tflops = { fp32 = 0.1 }\nconvert_efficiency = 0.75\n[intra]\nbw_gbps = 1\n[inter]\nbw_gbps = 1\n")
+	c, err := ParseClusterFile(data)
+	if err != nil || c.Accel.ConvEff != 0.75 {
+		t.Fatalf("convert_efficiency = 0.75: %v, %g", err, c.Accel.ConvEff)
+	}
+	if _, err := ParseClusterFile([]byte(strings.Replace(string(data), "0.75", "1.5", 1))); err == nil || !strings.Contains(err.Error(), "device.convert_efficiency") {
+		t.Errorf("convert_efficiency = 1.5: want an error naming the key, got %v", err)
 	}
 }

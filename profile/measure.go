@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"trellis/ops"
+	"trellis/tensor"
 )
 
 // Config selects what Run measures and for how long.
@@ -192,7 +193,7 @@ type MemSample struct {
 	CopyGBps float64 // copy(): read + write bytes per second
 	// NormGBps, AddGBps and ActGBps are LayerNorm forward, a residual add
 	// (read two, write one) and GELU forward: bytes read + written per
-	// second, each the best of two interleaved rounds.
+	// second, each the best of memRounds interleaved rounds.
 	NormGBps, AddGBps, ActGBps float64
 	// KernelGBps is the rate of a GPT layer's memory-bound forward as the
 	// planner counts its bytes (plan.Job.elementwise): per token two norms
@@ -204,8 +205,18 @@ type MemSample struct {
 	// makes it the slowest by 1.5x on AVX-512, and pricing the adds and
 	// norms at its rate made every memory-bound pass 1.5-2x too slow).
 	KernelGBps float64
-	GapSeconds float64 // a tiny kernel's time: the fixed cost per kernel call
+	// ConvertGBps is the engine's 16-bit conversion passes: rounding fp32
+	// to bf16 (read 4, write 2 bytes an element) and widening it back
+	// (read 2, write 4), 12 bytes over the two passes' time.
+	ConvertGBps float64
+	GapSeconds  float64 // a tiny kernel's time: the fixed cost per kernel call
 }
+
+// memRounds is how many interleaved rounds time each memory-bound kernel
+// (the best counts: a quick profile whose two rounds both met a slow
+// stretch of the shared host's memory once priced LayerNorm and the adds
+// at half their rate).
+const memRounds = 4
 
 // A GPT layer's memory-bound bytes per token, in units of h: its norms',
 // residual adds' and activation's (MemSample.KernelGBps).
@@ -242,7 +253,7 @@ func measureMemory(ctx context.Context, c Config, k *ops.Kernels) (MemSample, er
 		{func() { ops.ResidualForward(k, y, x, z, N*C) }, 1.5 * bytes, &s.AddGBps},
 		{func() { ops.GELUForward(k, y, x, N*C) }, bytes, &s.ActGBps},
 	}
-	for range 2 { // interleaved, so that a slow second slows one round of each, not all of one
+	for range memRounds { // interleaved, so that a slow second slows one round of each, not all of one
 		for _, kn := range kernels {
 			sec, err := timeIt(ctx, budget/2, kn.f)
 			if err != nil {
@@ -252,6 +263,25 @@ func measureMemory(ctx context.Context, c Config, k *ops.Kernels) (MemSample, er
 		}
 	}
 	s.KernelGBps = mixGBps(s.NormGBps, s.AddGBps, s.ActGBps)
+	h := make([]tensor.BF16Bits, N*C)
+	var enc, dec float64
+	for i := range memRounds {
+		e, err := timeIt(ctx, budget/2, func() { ops.EncodeBF16(k, h, x) })
+		if err != nil {
+			return s, err
+		}
+		d, err := timeIt(ctx, budget/2, func() { ops.DecodeBF16(k, y, h) })
+		if err != nil {
+			return s, err
+		}
+		if i == 0 || e < enc {
+			enc = e
+		}
+		if i == 0 || d < dec {
+			dec = d
+		}
+	}
+	s.ConvertGBps = 12 * float64(N*C) / (enc + dec) / 1e9
 	s.GapSeconds, err = timeIt(ctx, budget/4, func() { ops.LayerNormForward(k, y[:64], mean[:1], rstd[:1], x[:64], w[:64], b[:64], 1, 64) })
 	return s, err
 }

@@ -56,6 +56,9 @@ func (r *Result) WriteTOML(w io.Writer) error {
 	p("ring_tile_us = %.3f", r.Ring.TileSeconds*1e6)
 	p("mem_efficiency = %.4f    # a GPT layer's memory-bound forward (LayerNorm 4h : adds 6h : GELU 8h bytes a token) at %.2f GB/s of the copy's %.2f: LayerNorm %.2f, add %.2f, GELU %.2f GB/s",
 		clamp01(r.Memory.KernelGBps/r.Memory.CopyGBps), r.Memory.KernelGBps, r.Memory.CopyGBps, r.Memory.NormGBps, r.Memory.AddGBps, r.Memory.ActGBps)
+	if r.Memory.ConvertGBps > 0 {
+		p("convert_efficiency = %.4f # the engine's fp32 -> bf16 -> fp32 conversion passes (16-bit plans) at %.2f GB/s", clamp01(r.Memory.ConvertGBps/r.Memory.CopyGBps), r.Memory.ConvertGBps)
+	}
 	p("kernel_gap_us = %.3f", r.Memory.GapSeconds*1e6)
 	p("")
 	p("# GEMM samples (m n k: GFLOP/s, fraction of peak):")
