@@ -19,6 +19,10 @@ func tiledAttn(k *Kernels, hs int) bool {
 	return k.simd() && k.impl.masked && k.impl.nr == 32 && hs%32 == 0
 }
 
+// FlashTiled says whether flash attention runs head size hs on the tiled
+// path on these kernels (the planner's plan.FlashHeadTiled on AVX-512).
+func (k *Kernels) FlashTiled(hs int) bool { return tiledAttn(k, hs) }
+
 // attnCheck panics when a buffer is too short for (B, T, C, NH, KV): the
 // tiled path writes through raw pointers.
 func attnCheck(qkv, out, att []float32, B, T, C, NH, KV int) {

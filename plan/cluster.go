@@ -31,6 +31,12 @@ type Accel struct {
 	// AttnEff is the fraction of Peak a fused (flash) attention kernel
 	// reaches in its forward pass; its backward runs at 80% of that.
 	AttnEff float64
+	// AttnNarrowEff is AttnEff for the Trellis engine's flash kernels at a
+	// head size they cannot tile (FlashHeadTiled false: AVX-512's tiled
+	// path reads its operands in whole 32-column tiles; other head sizes
+	// take the blocked path, measured at 0.2–0.45 of peak against the
+	// tiled 0.8–0.9 at head size 64); 0: AttnEff. Engine clusters only.
+	AttnNarrowEff float64
 	// RingAttnEff is the fraction of Peak the attention core reaches under
 	// context parallelism, forward (the backward at 80% of that), where it
 	// runs as ring attention's per-block kernels: on the Trellis engine
@@ -180,6 +186,7 @@ func (c Cluster) validRanges() error {
 		{"device.attn_efficiency", a.AttnEff, 1e-4, 1, "between 0.0001 and 1"},
 		{"device.mem_efficiency", a.MemEff, 1e-4, 1, "between 0.0001 and 1"},
 		{"device.convert_efficiency", a.ConvEff, 0, 1, "0 (mem_efficiency's) or at most 1"},
+		{"device.attn_narrow_efficiency", a.AttnNarrowEff, 0, 1, "0 (attn_efficiency's) or at most 1"},
 		{"device.memory_gib", float64(a.Memory) / gib, 1.0 / 1024, 1 << 20, "between 1/1024 (1 MiB) and 1048576 (1 PiB)"},
 	}
 	for _, p := range []Precision{FP32, BF16, FP16, FP8} {

@@ -26,6 +26,7 @@ import (
 //	gemm_efficiency = 0.72     # default 0.7
 //	gemm_knee = 128            # default 64
 //	attn_efficiency = 0.5      # default 0.7 × gemm_efficiency
+//	attn_narrow_efficiency = 0.3 # the Trellis engine's flash at head sizes not a multiple of 32 (default attn_efficiency)
 //	ring_attn_efficiency = 0.2 # attention under cp (ring attention's blocks; default attn_efficiency)
 //	ring_tile_us = 5           # fixed cost of one ring-attention tile, forward + backward (default 0)
 //	mem_efficiency = 0.8       # default 0.8
@@ -96,6 +97,7 @@ type deviceFile struct {
 	GEMMEff    *float64           `toml:"gemm_efficiency" json:"gemm_efficiency"`
 	GEMMKnee   *float64           `toml:"gemm_knee" json:"gemm_knee"`
 	AttnEff    *float64           `toml:"attn_efficiency" json:"attn_efficiency"`
+	AttnNarrow *float64           `toml:"attn_narrow_efficiency" json:"attn_narrow_efficiency"`
 	RingEff    *float64           `toml:"ring_attn_efficiency" json:"ring_attn_efficiency"`
 	RingTileUS *float64           `toml:"ring_tile_us" json:"ring_tile_us"`
 	MemEff     *float64           `toml:"mem_efficiency" json:"mem_efficiency"`
@@ -254,6 +256,7 @@ func (d *deviceFile) apply(a *Accel, haveBase bool) error {
 	setF(&a.GEMMKnee, d.GEMMKnee, 1)
 	setF(&a.MemEff, d.MemEff, 1)
 	setF(&a.ConvEff, d.ConvEff, 1)
+	setF(&a.AttnNarrowEff, d.AttnNarrow, 1)
 	setF(&a.RingAttnEff, d.RingEff, 1)
 	setF(&a.RingTileGap, d.RingTileUS, us)
 	setF(&a.KernelGap, d.KernelGap, us)

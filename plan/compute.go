@@ -270,14 +270,26 @@ func (j Job) ringTiles(p Plan) bool { return p.CP > 1 && j.Cluster.EngineStash }
 
 // attnEff is the fraction of peak the blockwise attention core reaches
 // forward: Accel.RingAttnEff under cp when the cluster gives it (the ring's
-// per-block kernels, measured by `trellis profile`), Accel.AttnEff
-// otherwise (flash; a GPU stack's ring runs its flash kernels).
+// per-block kernels, measured by `trellis profile`), Accel.AttnNarrowEff
+// on an engine cluster that gives it for a head size the engine's flash
+// cannot tile, Accel.AttnEff otherwise (flash; a GPU stack's ring runs
+// its flash kernels).
 func (j Job) attnEff(p Plan) float64 {
-	if a := j.Cluster.Accel; p.CP > 1 && a.RingAttnEff > 0 {
+	a := j.Cluster.Accel
+	if p.CP > 1 && a.RingAttnEff > 0 {
 		return a.RingAttnEff
 	}
-	return j.Cluster.Accel.AttnEff
+	if j.Cluster.EngineStash && a.AttnNarrowEff > 0 && !FlashHeadTiled(j.Model.HD()) {
+		return a.AttnNarrowEff
+	}
+	return a.AttnEff
 }
+
+// FlashHeadTiled says whether the Trellis engine's flash kernels run
+// head size hd on their tiled path (ops.Kernels.FlashTiled on AVX-512:
+// whole 32-column tiles); other head sizes run the blocked path, at
+// Accel.AttnNarrowEff.
+func FlashHeadTiled(hd int) bool { return hd%32 == 0 }
 
 // ringTileTime is the fixed cost of a rank's ring-attention tiles under
 // cp (Accel.RingTileGap γ per tile, forward and backward): the sequence

@@ -94,3 +94,30 @@ func TestEngineConversionsAtTheirRate(t *testing.T) {
 		t.Errorf("convert_efficiency = 1.5: want an error naming the key, got %v", err)
 	}
 }
+
+// On an engine cluster that gives attn_narrow_efficiency, a head size
+// the engine's flash cannot tile (16) is priced at it, a tiled one (32)
+// at attn_efficiency; without the key, or off the engine, both at
+// attn_efficiency.
+func TestNarrowHeadsAtTheirFlashRate(t *testing.T) {
+	j := hostJob(t, 1, 2, 2)
+	p, _ := Parse("dp=1,mbs=2,precision=fp32,flash=on")
+	j.Cluster.EngineStash = true
+	a := &j.Cluster.Accel
+	a.AttnNarrowEff = a.AttnEff / 4
+	for _, c := range []struct {
+		heads  int
+		engine bool
+		want   float64
+	}{{8, true, a.AttnNarrowEff}, {4, true, a.AttnEff}, {8, false, a.AttnEff}} {
+		j.Model.Heads, j.Model.KVHeads, j.Cluster.EngineStash = c.heads, c.heads, c.engine
+		if got := j.attnEff(p); got != c.want {
+			t.Errorf("head size %d, engine %v: efficiency %g, want %g", j.Model.HD(), c.engine, got, c.want)
+		}
+	}
+	a.AttnNarrowEff = 0
+	j.Model.Heads, j.Model.KVHeads, j.Cluster.EngineStash = 8, 8, true
+	if got := j.attnEff(p); got != a.AttnEff {
+		t.Errorf("no attn_narrow_efficiency: %g, want attn_efficiency %g", got, a.AttnEff)
+	}
+}

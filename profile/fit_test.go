@@ -3,6 +3,9 @@ package profile
 import (
 	"math"
 	"testing"
+
+	"trellis/ops"
+	"trellis/plan"
 )
 
 // TestFitGEMMRecovers: timings made from the planner's own model with
@@ -129,5 +132,23 @@ func TestHandoffLatencyFloor(t *testing.T) {
 	}
 	if got, want := l.allReduceSeconds(2, 4096), 2*5e-6+4096/6e9; math.Abs(got/want-1) > 1e-12 {
 		t.Errorf("back-to-back all-reduce %g, want %g", got, want)
+	}
+}
+
+// TestFlashTiledRuleIsThePlanners: the head sizes the planner prices at
+// attn_narrow_efficiency (plan.FlashHeadTiled false) are those the
+// kernels run on the blocked path, where they have a tiled one.
+func TestFlashTiledRuleIsThePlanners(t *testing.T) {
+	k, err := ops.New(ops.Config{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !k.FlashTiled(64) {
+		t.Skipf("kernels %s have no tiled flash path: every head size runs one path", k.ISA())
+	}
+	for hs := 8; hs <= 256; hs += 8 {
+		if k.FlashTiled(hs) != plan.FlashHeadTiled(hs) {
+			t.Errorf("head size %d: kernels tiled=%v, planner %v", hs, k.FlashTiled(hs), plan.FlashHeadTiled(hs))
+		}
 	}
 }

@@ -171,6 +171,28 @@ func measureAttention(ctx context.Context, c Config, k *ops.Kernels, peak float6
 	if c.Quick {
 		s.T, budget = 256, 60*time.Millisecond
 	}
+	return timeAttention(ctx, k, s, budget, peak)
+}
+
+// measureNarrowAttention is measureAttention at head size 16 (C 64 over 4
+// heads), where the kernels have a tiled path that head size 16 cannot
+// take (ops.Kernels.FlashTiled): the blocked path's efficiency, which
+// the planner uses for such head sizes (attn_narrow_efficiency). nil
+// where every head size runs the same path.
+func measureNarrowAttention(ctx context.Context, c Config, k *ops.Kernels, peak float64, wide AttnSample) (*AttnSample, error) {
+	if !k.FlashTiled(wide.C/wide.NH) || k.FlashTiled(16) {
+		return nil, nil
+	}
+	budget := 300 * time.Millisecond
+	if c.Quick {
+		budget = 60 * time.Millisecond
+	}
+	s, err := timeAttention(ctx, k, AttnSample{B: wide.B, T: wide.T, C: 64, NH: 4}, budget, peak)
+	return &s, err
+}
+
+// timeAttention times the flash kernels at s's shape.
+func timeAttention(ctx context.Context, k *ops.Kernels, s AttnSample, budget time.Duration, peak float64) (AttnSample, error) {
 	r := rand.New(rand.NewPCG(3, 4))
 	B, T, C, NH := s.B, s.T, s.C, s.NH
 	qkv, out, dout := randSlice(r, B*T*3*C), make([]float32, B*T*C), randSlice(r, B*T*C)

@@ -41,6 +41,7 @@ type Result struct {
 	GEMMKnee       float64
 	GEMMFitRMS     float64
 	Attention      AttnSample
+	AttnNarrow     *AttnSample  // head size 16 where the kernels tile only wider heads (nil: one path)
 	Ring           RingSample   // one cp=2 rank's ring-attention tiles at Attention's shape
 	Half           HalfSample   // 16-bit GEMMs against fp32's
 	CoreRates      []CoreSample // concurrent single-thread GEMM rates, 1..Cores+1 ranks
@@ -100,6 +101,9 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	}
 	prog("attention", 0, 1)
 	if r.Attention, err = measureAttention(ctx, c, k, r.PeakFLOPs); err != nil {
+		return nil, err
+	}
+	if r.AttnNarrow, err = measureNarrowAttention(ctx, c, k, r.PeakFLOPs, r.Attention); err != nil {
 		return nil, err
 	}
 	prog("ring attention", 0, 1)

@@ -49,6 +49,9 @@ func (r *Result) WriteTOML(w io.Writer) error {
 	p("gemm_knee = %.2f", r.GEMMKnee)
 	a := r.Attention
 	p("attn_efficiency = %.4f   # flash attention B=%d T=%d C=%d NH=%d: fwd %.3g s, bwd %.3g s", clamp01(a.PlannerEffOut), a.B, a.T, a.C, a.NH, a.Fwd, a.Bwd)
+	if n := r.AttnNarrow; n != nil {
+		p("attn_narrow_efficiency = %.4f   # the same at head size %d (C=%d NH=%d): fwd %.3g s, bwd %.3g s; head sizes not a multiple of 32 run the kernels' blocked path", clamp01(n.PlannerEffOut), n.C/n.NH, n.C, n.NH, n.Fwd, n.Bwd)
+	}
 	for _, g := range r.Ring.Shapes {
 		p("# ring-attention tiles (attention under cp), one cp=2 rank, B=%d T=%d C=%d NH=%d: %d tiles of %d rows, fwd %.3g s, bwd %.3g s", g.B, g.T, g.C, g.NH, g.Tiles, g.Tile, g.Fwd, g.Bwd)
 	}
