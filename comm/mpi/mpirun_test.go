@@ -31,9 +31,26 @@ func mpirun(t *testing.T, np int, run string, args ...string) string {
 	cmd := exec.Command(bin, append(cmdArgs, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("mpirun -np %d: %v\n%s", np, err, tail(string(out), 6000))
+		t.Fatalf("mpirun -np %d: %v\nits first signs of trouble:\n%s\nthe end of its output:\n%s", np, err, trouble(string(out), 40), tail(string(out), 6000))
 	}
 	return string(out)
+}
+
+// trouble is the first n lines of out that name a failure, a panic, a
+// fatal error, a signal or Open MPI's notice of a dead process: the
+// cause, which a goroutine dump at the end of the output buries.
+func trouble(out string, n int) string {
+	var keep []string
+	for _, line := range strings.Split(out, "\n") {
+		l := strings.ToLower(line)
+		if strings.Contains(l, "fail") || strings.Contains(l, "panic") || strings.Contains(l, "fatal") ||
+			strings.Contains(l, "signal") || strings.Contains(l, "error") || strings.Contains(l, "exited on") || strings.Contains(l, "timed out") {
+			if keep = append(keep, line); len(keep) == n {
+				break
+			}
+		}
+	}
+	return strings.Join(keep, "\n")
 }
 
 // mpirunFlags are Open MPI's flags for a test on one machine: ranks may
