@@ -60,13 +60,11 @@ func measureHandoffOver(ctx context.Context, c Config, n int, bytes int64, l Lin
 	return h, nil
 }
 
-// allReduceSeconds is the fitted link's all-reduce of bytes on n ranks.
+// allReduceSeconds is the fitted link's all-reduce of bytes on n ranks,
+// in the planner's terms (CommSample.terms).
 func (l Link) allReduceSeconds(n int, bytes int64) float64 {
-	k := float64(n - 1)
-	if !(l.BWBytes > 0) {
-		return 2 * k * l.LatencyS
-	}
-	return 2*k*l.LatencyS + 2*k/float64(n)*float64(bytes)/l.BWBytes
+	a, b, _ := CommSample{Op: "allreduce", Ranks: n, Bytes: bytes}.terms()
+	return a*l.LatencyS + b/l.BWBytes
 }
 
 // measureHandoff times the compute-then-all-reduce loop on n ranks, best
@@ -147,9 +145,9 @@ func measureHandoff(ctx context.Context, c Config, n int, bytes int64) (Handoff,
 // fitLatency sets h.LatencyS on the fitted link l (its bandwidth, and
 // its back-to-back α as the floor).
 func (h *Handoff) fitLatency(l Link) {
-	n := float64(h.Ranks)
-	if n < 2 || !(l.BWBytes > 0) {
+	if h.Ranks < 2 || !(l.BWBytes > 0) {
 		return
 	}
-	h.LatencyS = max(l.LatencyS, (h.Seconds-2*(n-1)/n*float64(h.Bytes)/l.BWBytes)/(2*(n-1)))
+	a, b, _ := CommSample{Op: "allreduce", Ranks: h.Ranks, Bytes: h.Bytes}.terms()
+	h.LatencyS = max(l.LatencyS, (h.Seconds-b/l.BWBytes)/a)
 }
