@@ -169,6 +169,35 @@ func TestTrackerSkew(t *testing.T) {
 	}
 }
 
+// A watched operation's time is the tracker's alone: the watcher
+// goroutine is not a caller of the group's Wait, so the group's Stats
+// count only who blocks on it directly. (The gradient norm's all-reduce
+// on the tensor-parallel group was counted in both, its 40 ms twice, and
+// the step's parts added to more than the step.)
+func TestWatchedIsNotTheGroupsWait(t *testing.T) {
+	q := comm.NewQueue()
+	defer q.Close()
+	var tr Tracker
+	w := q.Submit(0, func() error { time.Sleep(40 * time.Millisecond); return nil })
+	op := tr.Watch(w, nil)
+	if err := op.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if s := q.Stats(); s.Wait != 0 || s.Busy < 35*time.Millisecond {
+		t.Errorf("the queue's Wait %v (want 0: no caller blocked on it), Busy %v (want about 40ms)", s.Wait, s.Busy)
+	}
+	if e := tr.Exposed(); e < 35*time.Millisecond {
+		t.Errorf("exposed %v, want about the 40ms blocked", e)
+	}
+	// A direct caller is still the queue's.
+	if err := q.Submit(0, func() error { time.Sleep(20 * time.Millisecond); return nil }).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if s := q.Stats(); s.Wait < 15*time.Millisecond {
+		t.Errorf("the queue's Wait %v after a direct 20ms wait", s.Wait)
+	}
+}
+
 func TestShardsRoundTrip(t *testing.T) {
 	ts := []Tensor{
 		{Name: "a", Offset: 0, Size: 6, Shape: []int{2, 3}},

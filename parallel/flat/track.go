@@ -9,9 +9,13 @@ import (
 
 // Tracker watches a rank's asynchronous collectives and accounts the time
 // the rank's compute goroutine spends blocked on them: its exposed
-// communication. (A group's own Stats count the time any caller spends in
-// Work.Wait, including the watcher goroutines Tracker starts; use
-// Exposed instead.)
+// communication. A group's own Stats count the time its callers spend in
+// Work.Wait; the watcher goroutines Tracker starts are not callers: they
+// wait on the Work's completion channel where it has one (comm.Queue's
+// Works do), so that an operation watched on a group the rank also waits
+// on directly (the gradient norm's all-reduce on the tensor-parallel
+// group) is counted once, in the tracker, and not again, overlapping the
+// compute it ran beside, in the group's Wait and Skew.
 type Tracker struct {
 	mu         sync.Mutex
 	wait, skew time.Duration
@@ -29,6 +33,7 @@ type Op struct {
 // finishedAt and arrivedAt are implemented by the Works of comm.Queue.
 type finishedAt interface{ FinishedAt() time.Time }
 type arrivedAt interface{ ArrivedAt() time.Time }
+type doneChan interface{ Done() <-chan struct{} }
 
 // Watch starts following w. When w completes, then (if not nil) runs on the
 // watcher goroutine — for releasing memory the operation read, never for
@@ -36,6 +41,9 @@ type arrivedAt interface{ ArrivedAt() time.Time }
 func (t *Tracker) Watch(w comm.Work, then func()) *Op {
 	o := &Op{t: t, done: make(chan struct{})}
 	go func() {
+		if d, ok := w.(doneChan); ok {
+			<-d.Done() // then Wait returns at once, and is not accounted
+		}
 		o.err = w.Wait()
 		o.end = time.Now()
 		if f, ok := w.(finishedAt); ok && !f.FinishedAt().IsZero() {
