@@ -184,6 +184,11 @@ type Stats struct {
 	// tell when the last member arrived report 0 (all of Wait is then the
 	// transfer's).
 	Skew time.Duration
+	// Crowded is the part of Wait after Skew that the rank's share of
+	// the cores ran other ranks' work, where ranks outnumber the cores
+	// they share (see Crowding; 0 otherwise): waiting for cores, not for
+	// the transfer.
+	Crowded time.Duration
 	// Buffered is the memory, in bytes, that messages sent to this rank on
 	// this group occupy now because they arrived before their Recv was
 	// posted (a gauge, not a total: charge it to the `comm` memory tag).
@@ -194,7 +199,7 @@ type Stats struct {
 // Add returns s + o (Buffered gauges add too: the sum over groups).
 func (s Stats) Add(o Stats) Stats {
 	return Stats{Ops: s.Ops + o.Ops, Bytes: s.Bytes + o.Bytes, Busy: s.Busy + o.Busy, Wait: s.Wait + o.Wait,
-		Skew: s.Skew + o.Skew, Buffered: s.Buffered + o.Buffered}
+		Skew: s.Skew + o.Skew, Crowded: s.Crowded + o.Crowded, Buffered: s.Buffered + o.Buffered}
 }
 
 // Errors. Match with errors.Is.

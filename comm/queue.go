@@ -34,6 +34,8 @@ type Queue struct {
 	// count was last above zero.
 	inflight  int
 	busySince time.Time
+
+	crowd *Crowding // set before use (SetCrowding); nil: not measured
 }
 
 // NewQueue starts a queue's goroutine; Close stops it.
@@ -59,6 +61,16 @@ type work struct {
 // Work made by Done). Valid once Wait has returned.
 func (w *work) FinishedAt() time.Time { return w.finished }
 
+// Crowding is the measure of the queue the Work came from (nil: none),
+// for waiters that account their own blocked time (parallel/flat's
+// Tracker, a pipeline stage).
+func (w *work) Crowding() *Crowding {
+	if w.q == nil {
+		return nil
+	}
+	return w.q.crowd
+}
+
 // ArrivedAt is when the last member of the group arrived at the operation
 // (zero when the backend does not say). Valid once Wait has returned.
 func (w *work) ArrivedAt() time.Time { return w.arrived }
@@ -75,6 +87,10 @@ func (w *work) Wait() error {
 	default:
 	}
 	start := time.Now()
+	var mark Mark
+	if w.q != nil {
+		mark = w.q.crowd.Mark()
+	}
 	if w.q != nil && w.q.claim(w) {
 		w.q.run(w, nil)
 	}
@@ -93,9 +109,13 @@ func (w *work) Wait() error {
 		if !w.arrived.IsZero() {
 			skew = min(max(w.arrived.Sub(start), 0), blocked)
 		}
+		// The rest, past the arrivals, is the transfer's, or the cores'
+		// when ranks outnumber them (Crowding).
+		crowded := w.q.crowd.Crowded(mark, blocked-skew)
 		w.q.mu.Lock()
 		w.q.stats.Wait += blocked
 		w.q.stats.Skew += skew
+		w.q.stats.Crowded += crowded
 		w.q.mu.Unlock()
 	}
 	return w.err
@@ -201,6 +221,11 @@ func (q *Queue) run(w *work, err error) {
 	w.err, w.finished = err, end
 	close(w.done)
 }
+
+// SetCrowding makes the queue measure how much of its waits went to the
+// other ranks of the process (Stats.Crowded); call it before the first
+// operation.
+func (q *Queue) SetCrowding(c *Crowding) { q.crowd = c }
 
 // Arrived records, from inside the running operation's function, when
 // the last member of the group arrived at it, so that Stats can tell the

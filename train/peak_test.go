@@ -124,8 +124,10 @@ func TestRunMFUStatedPeak(t *testing.T) {
 }
 
 // The slow-link example's emulated links (parallel.link_*) enter the
-// prediction: its exposed communication, measured at 0.434 s a step on
-// the 2-vCPU machine (issue 28; 0.87 s on a loaded one), is predicted
+// prediction: its exposed communication, measured at 0.358 and 0.369 s
+// a step on the 2-vCPU Zen 4 (0.434 s before the waits whose share of
+// the cores ran the peers' work were booked as compute, comm.Crowding;
+// 0.87 s on a loaded machine), is predicted
 // within 30% (it was 0.5 ms: the links were not in the model), and the
 // dry run names the links and the term the model does not cover.
 func TestSlowLinksPredicted(t *testing.T) {
@@ -147,7 +149,7 @@ func TestSlowLinksPredicted(t *testing.T) {
 	if err != nil || pr.Err != nil {
 		t.Fatal(err, pr.Err)
 	}
-	const measured = 0.434
+	const measured = 0.364
 	if got := pr.Time.CommExposed; math.Abs(got/measured-1) > 0.30 {
 		t.Errorf("exposed comm predicted %.4g s, measured %.4g s: %+.0f%%", got, measured, 100*(got/measured-1))
 	}

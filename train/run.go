@@ -106,7 +106,9 @@ type RankStats struct {
 	Steps                 time.Duration // the rank's step times, summed
 	// PeerWait is the part of Compute spent in collectives before their
 	// groups' last members arrived (comm.Stats.Skew; 0 where the backend
-	// cannot tell).
+	// cannot tell), and in waits whose share of the cores ran the other
+	// ranks' work where the process's ranks outnumber its cores
+	// (comm.Stats.Crowded).
 	PeerWait time.Duration
 	// EPWait is the part of CommWait spent in expert parallelism's
 	// all-to-alls (the count exchanges and the rows' all-to-all-v's) once

@@ -17,13 +17,18 @@ import "time"
 //	         member arrived (comm.Stats.Skew: waiting for peers still
 //	         computing, which on shared cores is waiting for the cores
 //	         they hold — the planner's compute term, which charges the
-//	         sharing, counts it there too)
+//	         sharing, counts it there too); and where the process's ranks
+//	         outnumber its cores, the part of every wait, the pipeline's
+//	         included, that the rank's share of the cores ran the other
+//	         ranks' work (comm.Stats.Crowded: waiting for a core, which the
+//	         planner's compute term counts too)
 //	comm     exposed waits on collectives (data-, tensor-parallel, ZeRO)
-//	         once every member has arrived, the ring attention's transfers
+//	         once every member has arrived and not crowded, the ring attention's transfers
 //	         (cp), expert parallelism's all-to-alls (ep: reported apart
 //	         too, epWait) and the blocking loss mean
 //	bubble   a pipeline stage's waits on its point-to-point receives and
-//	         sends: the fill and drain, and the transfers themselves
+//	         sends, not crowded: the fill and drain, and the transfers
+//	         themselves
 //	misc     the rest of the step: data loading, the optimizer step with
 //	         its gradient norm, the strategies' bookkeeping
 //
@@ -37,7 +42,7 @@ import "time"
 type stepClock struct {
 	compute, comm, bubble, misc time.Duration // cumulative over steps
 	meanBusy                    time.Duration // cumulative: the loss all-reduces (blocking: all exposed)
-	peer                        time.Duration // cumulative: the part of compute that waited for peers (skew)
+	peer                        time.Duration // cumulative: the part of compute that waited for peers (skew) or the cores they held (crowd)
 	ring                        time.Duration // cumulative: the ring attention's waits (cp), a part of comm
 	steps                       time.Duration // cumulative: the steps' wall time on this rank
 	ep                          time.Duration // cumulative: expert parallelism's all-to-alls (epWait), a part of comm
@@ -62,24 +67,30 @@ type stepClock struct {
 //	skew   the part of the strategy's, tp's and ep's waits before their
 //	       groups' last members arrived (comm.Stats.Skew)
 //	world  the world group's skew (the loss mean's)
-//	ring   cp's waits (the ring attention's transfers)
-//	ep     ep's waits once its members had arrived (Wait − Skew: the
+//	crowd  the part of all's waits past their skew that the rank's share
+//	       of shared cores ran other ranks' work (comm.Stats.Crowded;
+//	       0 unless in-process ranks outnumber the cores)
+//	pipeCrowd  the part of crowd that is the pipeline's transfers'
+//	ring   cp's waits (the ring attention's transfers), not crowded
+//	ep     ep's waits once its members had arrived, not crowded (Wait − Skew − Crowded: the
 //	       count exchanges' and the all-to-all-v's transfers; the
 //	       all-to-all-v's point-to-point messages report no skew, so a
 //	       peer's lateness there stays in it)
-type waitCounts struct{ all, pipe, skew, world, ring, ep time.Duration }
+type waitCounts struct{ all, pipe, skew, crowd, pipeCrowd, world, ring, ep time.Duration }
 
 // waitCounts reads the rank's counters, each group's Stats once.
 func (r *rank) waitCounts() waitCounts {
 	st, tp, cp, ep := r.st.CommStats(), r.top.tpStats(), r.top.cpStats(), r.top.epStats()
-	pipe := r.stage.CommStats().Wait
+	pipe := r.stage.CommStats()
 	return waitCounts{
-		all:   st.Wait + pipe + tp.Wait + cp.Wait + ep.Wait,
-		pipe:  pipe,
-		skew:  st.Skew + tp.Skew + ep.Skew,
-		world: r.world.Stats().Skew,
-		ring:  cp.Wait,
-		ep:    ep.Wait - ep.Skew,
+		all:       st.Wait + pipe.Wait + tp.Wait + cp.Wait + ep.Wait,
+		pipe:      pipe.Wait,
+		skew:      st.Skew + tp.Skew + ep.Skew,
+		crowd:     st.Crowded + pipe.Crowded + tp.Crowded + cp.Crowded + ep.Crowded,
+		pipeCrowd: pipe.Crowded,
+		world:     r.world.Stats().Skew,
+		ring:      cp.Wait - cp.Crowded,
+		ep:        ep.Wait - ep.Skew - ep.Crowded,
 	}
 }
 
@@ -113,10 +124,11 @@ func (r *rank) endStep(dt time.Duration) {
 	// at different times: compute skew without a pipeline, the drain's
 	// bubble with one.
 	skew, meanSkew := at.skew-c.at0.skew, min(at.world-c.at0.world, c.lossMean)
-	c.compute += c.fb - c.fbWait - c.get + skew
-	c.bubble += pipe
-	c.comm += wait - pipe - skew + c.lossMean - meanSkew
-	c.peer += skew
+	crowd, pipeCrowd := at.crowd-c.at0.crowd, at.pipeCrowd-c.at0.pipeCrowd
+	c.compute += c.fb - c.fbWait - c.get + skew + crowd
+	c.bubble += pipe - pipeCrowd
+	c.comm += wait - pipe - skew - (crowd - pipeCrowd) + c.lossMean - meanSkew
+	c.peer += skew + crowd
 	if r.set.enginePlan.PP > 1 {
 		c.bubble += meanSkew
 	} else {

@@ -16,7 +16,7 @@ import (
 // communication never exceeds the total (tensor parallelism included);
 // and the end-of-run table lists each part.
 func TestMeasuredSplitAddsUp(t *testing.T) {
-	for _, p := range []string{"dp=1", "dp=2,zero=3", "tp=2", "pp=2", "pp=2,dp=2,zero=1"} {
+	for _, p := range []string{"dp=1", "dp=2,zero=3", "tp=2", "pp=2", "pp=2,dp=2,zero=1", "dp=4,zero=3", "pp=4"} {
 		t.Run(p, func(t *testing.T) {
 			j := tinyJob(p)
 			j.Model.Layers = 4

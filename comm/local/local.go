@@ -2,6 +2,7 @@ package local
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -56,7 +57,8 @@ func New(cfg Config) ([]comm.Group, error) {
 	if cfg.MaxBuffered == 0 {
 		cfg.MaxBuffered = comm.DefaultMaxBuffered
 	}
-	w := &world{cfg: cfg, teams: map[string]*team{}, made: map[string]int{}, ports: map[[2]int]time.Time{}}
+	w := &world{cfg: cfg, teams: map[string]*team{}, made: map[string]int{}, ports: map[[2]int]time.Time{},
+		crowd: comm.NewCrowding(cfg.Size, min(runtime.GOMAXPROCS(0), runtime.NumCPU()))}
 	ranks := make([]int, cfg.Size)
 	for i := range ranks {
 		ranks[i] = i
@@ -78,6 +80,8 @@ type world struct {
 
 	portMu sync.Mutex
 	ports  map[[2]int]time.Time // LinkModel.SharedPorts: when the link from world rank a to b is free
+
+	crowd *comm.Crowding // every rank is in this process: nil unless they outnumber its cores
 }
 
 // join returns the shared state of the group with this key and members

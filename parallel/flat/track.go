@@ -17,8 +17,8 @@ import (
 // group) is counted once, in the tracker, and not again, overlapping the
 // compute it ran beside, in the group's Wait and Skew.
 type Tracker struct {
-	mu         sync.Mutex
-	wait, skew time.Duration
+	mu                  sync.Mutex
+	wait, skew, crowded time.Duration
 }
 
 // Op is one watched operation.
@@ -28,18 +28,24 @@ type Op struct {
 	err  error
 	end  time.Time // when the operation completed on its queue
 	last time.Time // when the group's last member arrived at it (zero: not known)
+
+	crowd *comm.Crowding // the work's queue's measure (nil: none)
 }
 
 // finishedAt and arrivedAt are implemented by the Works of comm.Queue.
 type finishedAt interface{ FinishedAt() time.Time }
 type arrivedAt interface{ ArrivedAt() time.Time }
 type doneChan interface{ Done() <-chan struct{} }
+type crowding interface{ Crowding() *comm.Crowding }
 
 // Watch starts following w. When w completes, then (if not nil) runs on the
 // watcher goroutine — for releasing memory the operation read, never for
 // arithmetic whose order matters — and the Op becomes Done.
 func (t *Tracker) Watch(w comm.Work, then func()) *Op {
 	o := &Op{t: t, done: make(chan struct{})}
+	if c, ok := w.(crowding); ok {
+		o.crowd = c.Crowding()
+	}
 	go func() {
 		if d, ok := w.(doneChan); ok {
 			<-d.Done() // then Wait returns at once, and is not accounted
@@ -75,12 +81,14 @@ func (o *Op) Done() bool {
 // communication (what follows — the watcher's release of memory, the wait
 // for a core — is not communication, and is not in the queue's Busy time).
 // The part of it before the group's last member arrived is Skew: the
-// wait for peers, not for the transfer.
+// wait for peers, not for the transfer; of the rest, the part the rank's
+// share of shared cores ran its peers' work is Crowded (comm.Crowding).
 func (o *Op) Wait() error {
 	if o.Done() {
 		return o.err
 	}
 	start := time.Now()
+	mark := o.crowd.Mark()
 	<-o.done
 	blocked := time.Since(start)
 	if d := o.end.Sub(start); d < blocked {
@@ -90,9 +98,11 @@ func (o *Op) Wait() error {
 	if !o.last.IsZero() {
 		skew = min(max(o.last.Sub(start), 0), blocked)
 	}
+	crowded := o.crowd.Crowded(mark, blocked-skew)
 	o.t.mu.Lock()
 	o.t.wait += blocked
 	o.t.skew += skew
+	o.t.crowded += crowded
 	o.t.mu.Unlock()
 	return o.err
 }
@@ -104,8 +114,8 @@ func (t *Tracker) Exposed() time.Duration {
 	return t.wait
 }
 
-// Stats sums the groups' accounting (each group once) and replaces its Wait
-// and Skew with the tracker's: Busy is the total time the rank's
+// Stats sums the groups' accounting (each group once) and replaces its Wait,
+// Skew and Crowded with the tracker's: Busy is the total time the rank's
 // collectives ran, Wait the part of it the rank did not hide, Skew the
 // part of Wait before the last peer arrived.
 func (t *Tracker) Stats(groups ...comm.Group) comm.Stats {
@@ -119,7 +129,7 @@ func (t *Tracker) Stats(groups ...comm.Group) comm.Stats {
 		s = s.Add(g.Stats())
 	}
 	t.mu.Lock()
-	s.Wait, s.Skew = t.wait, t.skew
+	s.Wait, s.Skew, s.Crowded = t.wait, t.skew, t.crowded
 	t.mu.Unlock()
 	return s
 }

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"trellis/comm"
 	"trellis/trace"
 )
 
@@ -43,7 +44,7 @@ import (
 func (s *Stage) fill(p pending, a Action) error {
 	ch := p.w.ch
 	for s.runnable() && s.lastW > 0 {
-		if s.waitUpTo(ch, a, s.lastW) {
+		if s.waitUpTo(ch, p.w.crowding(), a, s.lastW) {
 			return nil
 		}
 		if err := s.runAhead(); err != nil {
@@ -55,13 +56,14 @@ func (s *Stage) fill(p pending, a Action) error {
 
 // waitUpTo blocks until ch is closed or d has passed (the wait lane of
 // the trace) and says whether ch is closed.
-func (s *Stage) waitUpTo(ch <-chan struct{}, a Action, d time.Duration) bool {
+func (s *Stage) waitUpTo(ch <-chan struct{}, c *comm.Crowding, a Action, d time.Duration) bool {
 	select {
 	case <-ch:
 		return true
 	default:
 	}
 	t0 := time.Now()
+	mark := c.Mark()
 	timer := time.NewTimer(d)
 	closed := false
 	select {
@@ -72,6 +74,7 @@ func (s *Stage) waitUpTo(ch <-chan struct{}, a Action, d time.Duration) bool {
 	timer.Stop()
 	end := time.Now()
 	s.waited += end.Sub(t0)
+	s.crowd += c.Crowded(mark, end.Sub(t0))
 	if s.cfg.Trace != nil {
 		s.cfg.Trace.SpanTo(trace.Wait, "wait "+a.String(), t0, end)
 	}

@@ -69,6 +69,7 @@ type Stage struct {
 	bufs   []*device.Buffer              // boundary buffers: free
 	n      int                           // B·T·C (B·T·C/t with sequence parallelism)
 	waited time.Duration                 // time blocked on transfers: exposed communication
+	crowd  time.Duration                 // the part of waited the rank's share of shared cores ran other ranks' work (comm.Crowding)
 	held   int64                         // bytes of early messages charged to the device's comm tag
 
 	movable []Action        // the rank's movable actions (zb-h1's W), in list order
@@ -405,9 +406,12 @@ func (s *Stage) wait(p pending, a Action) error {
 		return p.w.result()
 	}
 	t0 := time.Now()
+	c := p.w.crowding()
+	mark := c.Mark()
 	err := p.w.Wait()
 	end := time.Now()
 	s.waited += end.Sub(t0)
+	s.crowd += c.Crowded(mark, end.Sub(t0))
 	if s.cfg.Trace != nil {
 		s.cfg.Trace.SpanTo(trace.Wait, "wait "+a.String(), t0, end)
 	}
@@ -421,7 +425,7 @@ func (s *Stage) CommStats() comm.Stats {
 		return comm.Stats{}
 	}
 	st := s.cfg.Link.Stats()
-	st.Wait = s.waited
+	st.Wait, st.Crowded = s.waited, s.crowd
 	return st
 }
 

@@ -36,6 +36,14 @@ type completion interface {
 	FinishedAt() time.Time
 }
 
+// crowding is the measure of the transfer's queue (nil: none).
+func (w *watched) crowding() *comm.Crowding {
+	if c, ok := w.w.(interface{ Crowding() *comm.Crowding }); ok {
+		return c.Crowding()
+	}
+	return nil
+}
+
 // Wait blocks until the transfer completes.
 func (w *watched) Wait() error {
 	err := w.w.Wait()
