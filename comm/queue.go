@@ -222,6 +222,15 @@ func (q *Queue) run(w *work, err error) {
 	close(w.done)
 }
 
+// Issued is when the running operation was submitted: when its caller
+// issued it. Only the goroutine running the operation may call it.
+func (q *Queue) Issued() time.Time {
+	if q.current != nil {
+		return q.current.submitted
+	}
+	return time.Time{}
+}
+
 // SetCrowding makes the queue measure how much of its waits went to the
 // other ranks of the process (Stats.Crowded); call it before the first
 // operation.

@@ -32,12 +32,25 @@ func copyBuf(dst, src comm.Buf) {
 
 // begin publishes this member's arguments, waits for every member, and
 // checks that they all issued the same operation. It tells the queue when
-// the last member arrived (the caller's wait before then is Stats.Skew).
+// the last member arrived: when the last caller issued the operation (the
+// caller's wait before then, Stats.Skew, is waiting for peers still
+// computing; what follows — the members' queues reaching the operation,
+// the hand-offs to their goroutines, the barrier — is the collective's).
 func (g *group) begin(a args) error {
+	a.issued = g.q.Issued()
 	if err := g.t.arrive(g.rank, &a, g.w.cfg.Timeout, a.op); err != nil {
 		return err
 	}
-	g.q.Arrived(g.t.completed)
+	last := a.issued
+	for q := range g.t.ranks {
+		if is := g.peerArgs(q).issued; is.After(last) {
+			last = is
+		}
+	}
+	if last.IsZero() {
+		last = g.t.completed
+	}
+	g.q.Arrived(last)
 	return g.t.check(g.rank)
 }
 

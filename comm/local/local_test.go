@@ -308,3 +308,24 @@ func TestSkewIsTheWaitForPeers(t *testing.T) {
 		t.Errorf("member 1 (last to arrive): skew %v of wait %v, want about 0", s1.Skew, s1.Wait)
 	}
 }
+
+// A member's queue still busy with an earlier collective is not a peer
+// still computing: both members issue a slow all-reduce (emulated links,
+// 25 ms a phase) and then a second one at once, and wait on the second.
+// Its last member issued it at the start, so no part of the wait is Skew
+// (the barrier, reached once the first had run, said about 50 ms).
+func TestQueuedIsNotSkew(t *testing.T) {
+	gs := newWorld(t, local.Config{Size: 2, Link: &local.LinkModel{Intra: local.Link{Latency: 25 * time.Millisecond}}})
+	run(t, gs, func(r int, g comm.Group) error {
+		first := g.AllReduce(comm.F32(make([]float32, 1024)), comm.Sum)
+		if err := g.AllReduce(comm.F32(make([]float32, 1024)), comm.Sum).Wait(); err != nil {
+			return err
+		}
+		return first.Wait()
+	})
+	for r, g := range gs {
+		if s := g.Stats(); s.Wait < 40*time.Millisecond || s.Skew > 10*time.Millisecond {
+			t.Errorf("member %d: wait %v, skew %v: want about 50ms and no skew", r, s.Wait, s.Skew)
+		}
+	}
+}

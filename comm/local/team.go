@@ -53,8 +53,9 @@ type args struct {
 	op     string
 	redop  comm.ReduceOp
 	root   int
-	a, b   comm.Buf // the operation's buffers (buf, or dst and src)
-	length int      // the length every member must agree on
+	a, b   comm.Buf  // the operation's buffers (buf, or dst and src)
+	length int       // the length every member must agree on
+	issued time.Time // when the member's caller issued the operation (comm.Queue.Issued)
 }
 
 func newTeam(key string, ranks []int) *team {
