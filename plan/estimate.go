@@ -136,7 +136,7 @@ func (j Job) stepTime(p Plan, pl placement, lc layerCost, sp shapeParams) Time {
 	t.Optimizer = j.optimizerTime(p, sp, lc.k)
 	t.Misc = t.Optimizer
 	t.Step = t.Compute + t.CommExposed + t.Bubble + t.Misc
-	return j.hostTime(t)
+	return j.hostTime(t, j.pipeHost(p, t.MicroBatches, slow.compute))
 }
 
 // Why explains, in numbers, why a plan does not fit: which category

@@ -64,7 +64,7 @@ func (j Job) generalStepTime(p Plan, pl placement, g *generalCosts) (Time, []ran
 	t.Optimizer = j.generalOptimizer(p, g.ks.k, ranks)
 	t.Misc = t.Optimizer
 	t.Step = t.Compute + t.CommExposed + t.Bubble + t.Misc
-	return j.hostTime(t), ranks
+	return j.hostTime(t, j.pipeHost(p, t.MicroBatches, slow.compute)), ranks
 }
 
 // generalStepComm is the data-parallel traffic done once per step and

@@ -33,7 +33,10 @@ func hostStep(t *testing.T, j Job, plan string) Time {
 // half of dp=1's compute and dp=4 no less than dp=2 (four ranks, two
 // cores); on cores reaching 1× (SMT siblings, a loaded host) dp=2 takes
 // as long as dp=1. A pipeline's bubble is paid while the cores are not
-// oversubscribed and filled by other stages' work when they are. The
+// oversubscribed; when they are, other stages' work fills it where
+// enough stages are ready: pp=4's four micro-batches on 2 cores leave
+// less of the step idle than on 4 cores of their own, but not nothing
+// (the engine measured 12 ms of a 44 ms step). The
 // parts still add up to the step, and a cluster without cores (GPUs) is
 // as before.
 func TestHostCoresAreShared(t *testing.T) {
@@ -57,8 +60,9 @@ func TestHostCoresAreShared(t *testing.T) {
 	if !(pp2.Bubble > 0) {
 		t.Errorf("pp=2 on 2 cores: bubble %g, want the fill and drain", pp2.Bubble)
 	}
-	if pp4.Bubble > 1e-12 {
-		t.Errorf("pp=4 on 2 cores: bubble %g, want 0 (other stages fill it)", pp4.Bubble)
+	own := hostStep(t, hostJob(t, 4, 4, 4), "pp=4,mbs=2,precision=fp32,flash=off")
+	if !(pp4.Bubble > 0) || pp4.Bubble/pp4.Step >= own.Bubble/own.Step {
+		t.Errorf("pp=4 on 2 cores: bubble %g of %g, want some but a smaller share than on 4 cores (%g of %g)", pp4.Bubble, pp4.Step, own.Bubble, own.Step)
 	}
 	for _, tm := range []Time{one, two, four, smt, pp2, pp4} {
 		if s := tm.Compute + tm.CommExposed + tm.Bubble + tm.Misc; !near(s, tm.Step, 1e-9) {
@@ -66,8 +70,8 @@ func TestHostCoresAreShared(t *testing.T) {
 		}
 	}
 	gpu := hostJob(t, 2, 0, 0)
-	if tm := hostStep(t, gpu, "dp=2,mbs=2,precision=fp32,flash=off"); gpu.hostTime(tm) != tm {
-		t.Errorf("without cores the time changed: %+v to %+v", tm, gpu.hostTime(tm))
+	if tm := hostStep(t, gpu, "dp=2,mbs=2,precision=fp32,flash=off"); gpu.hostTime(tm, nil) != tm {
+		t.Errorf("without cores the time changed: %+v to %+v", tm, gpu.hostTime(tm, nil))
 	}
 }
 
@@ -93,5 +97,42 @@ func TestHostBusyExposesZeRO(t *testing.T) {
 	spare := hostStep(t, hostJob(t, 2, 4, 4), "dp=2,zero=3,mbs=2,precision=fp32,flash=off")
 	if !(busy.DP > 2*spare.DP) {
 		t.Errorf("ZeRO-3 exposed %g on busy cores, %g with cores to spare: want the busy one far larger", busy.DP, spare.DP)
+	}
+}
+
+// The shared-core pipeline's list schedule: on a core per lane it is the
+// dedicated pipeline, (m + pp − 1)·(f + b), GPipe's as 1F1B's; on one core
+// it is all the work, none idle; on 2 cores for 4 stages of 4
+// micro-batches it lies between the bounds the cores and the chain set;
+// two replicas of a 2-stage pipeline on 2 cores keep both busy
+// throughout (two first stages are ready at the start, two last ones at
+// the end): the work over the cores.
+func TestHostPipeMakespan(t *testing.T) {
+	p := func(pp, m, lanes int, gpipe bool) hostPipe {
+		return hostPipe{pp: pp, m: m, gpipe: gpipe, f: 1, b: 2, lanes: lanes, threads: 1}
+	}
+	for _, tc := range []struct {
+		name  string
+		h     hostPipe
+		slots int
+		want  float64
+	}{
+		{"1f1b, a core each", p(4, 8, 4, false), 4, 33},
+		{"gpipe, a core each", p(4, 8, 4, true), 4, 33},
+		{"1f1b, one core", p(4, 8, 4, false), 1, 96},
+		{"gpipe, one core", p(4, 4, 4, true), 1, 48},
+		{"two replicas of pp=2 on 2 cores", p(2, 4, 4, false), 2, 24},
+	} {
+		if got := tc.h.makespan(tc.slots, 1); got != tc.want {
+			t.Errorf("%s: makespan %g, want %g", tc.name, got, tc.want)
+		}
+	}
+	h := p(4, 4, 4, false)
+	got := h.makespan(2, 1)
+	if work, chain := 4.0*4*3/2, (4.0+3)*3; got <= work || got <= chain || got > work+chain {
+		t.Errorf("pp=4, 4 micro-batches on 2 cores: %g, want above both the work over the cores (%g) and the chain (%g)", got, work, chain)
+	}
+	if s := h.makespan(2, 1.5); math.Abs(s-1.5*got) > 1e-9 {
+		t.Errorf("stretched by 1.5: %g, want %g", s, 1.5*got)
 	}
 }

@@ -378,8 +378,12 @@ func (j Job) hostRanks() (ranks, threads int) {
 // plus the exposed communication. Compute and misc are reported stretched
 // by g = D/S(D') (the rate a rank keeps while all compute), the bubble is
 // what remains of the bound: oversubscribed cores fill a pipeline's
-// bubble with other stages' work.
-func (j Job) hostTime(t Time) Time {
+// bubble with other stages' work, but only where enough stages are ready
+// to fill them. For a 1F1B or GPipe pipeline whose ranks outnumber the
+// cores (pipe not nil) a third bound is its simulated step, the lanes
+// taking the cores as they come free (hostPipe.makespan, each action
+// stretched by D'/S(D')), plus misc at g.
+func (j Job) hostTime(t Time, pipe *hostPipe) Time {
 	c := j.Cluster
 	if c.Cores <= 0 {
 		return t
@@ -399,6 +403,9 @@ func (j Job) hostTime(t Time) Time {
 	dep := float64(busy) / S(busy) * alone
 	work := t.Compute + t.Misc
 	cpu := math.Max(g*work, dep*(work+t.Bubble))
+	if slots := c.Cores / threads; pipe != nil && d > c.Cores && slots >= 1 {
+		cpu = math.Max(cpu, pipe.makespan(slots, dep)+g*t.Misc)
+	}
 	t.Compute *= g
 	t.Misc *= g
 	t.Optimizer *= g

@@ -408,7 +408,7 @@ func (s *Stage) wait(p pending, a Action) error {
 	t0 := time.Now()
 	c := p.w.crowding()
 	mark := c.Mark()
-	err := p.w.Wait()
+	err := p.w.settle()
 	end := time.Now()
 	s.waited += end.Sub(t0)
 	s.crowd += c.Crowded(mark, end.Sub(t0))

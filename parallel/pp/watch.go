@@ -44,6 +44,17 @@ func (w *watched) crowding() *comm.Crowding {
 	return nil
 }
 
+// settle blocks until the transfer completes without entering its Wait
+// (the stage accounts the wait, its crowded part included, itself: a
+// second Mark of one rank's wait would count it twice among the ranks
+// blocked) and returns its error.
+func (w *watched) settle() error {
+	if !w.own && w.ch != nil {
+		<-w.ch
+	}
+	return w.Wait() // done: returns at once
+}
+
 // Wait blocks until the transfer completes.
 func (w *watched) Wait() error {
 	err := w.w.Wait()
