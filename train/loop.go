@@ -111,7 +111,9 @@ func (r *rank) runStep(ctx context.Context, st, end int, pos *data.Position, rep
 	}
 	*pos = pos.Advance(j.Train.GlobalBatch)
 	done := st + 1
+	w0 := r.world.Stats()
 	stats, stop, err := r.gatherStats(ctx)
+	r.clock.gathered(w0, r.world.Stats())
 	if err != nil {
 		return false, err
 	}

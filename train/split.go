@@ -1,6 +1,10 @@
 package train
 
-import "time"
+import (
+	"time"
+
+	"trellis/comm"
+)
 
 // stepClock splits a rank's step time into the four parts of the
 // planner's
@@ -30,7 +34,10 @@ import "time"
 //	         sends, not crowded: the fill and drain, and the transfers
 //	         themselves
 //	misc     the rest of the step: data loading, the optimizer step with
-//	         its gradient norm, the strategies' bookkeeping
+//	         its gradient norm, the strategies' bookkeeping; the
+//	         statistics' all-gather that opens the step's period is split
+//	         as a collective is (its wait for peers, for cores, for the
+//	         transfer), not left in misc
 //
 // The four add up to the step's wall time on the rank by construction
 // (misc is the remainder). Backends that cannot tell when a group's last
@@ -56,6 +63,14 @@ type stepClock struct {
 	fbStart         time.Time
 	fbWait0         time.Duration
 	lossMean        time.Duration // the loss all-reduce
+	gather          comm.Stats    // the statistics' all-gather after the last step: the world group's Wait, Skew and Crowded in it
+}
+
+// gathered notes the world group's accounting across the statistics'
+// all-gather that follows a step (before, after): the next step's period
+// holds it.
+func (c *stepClock) gathered(before, after comm.Stats) {
+	c.gather = comm.Stats{Wait: after.Wait - before.Wait, Skew: after.Skew - before.Skew, Crowded: after.Crowded - before.Crowded}
 }
 
 // waitCounts are a rank's cumulative wait counters, read together at a
@@ -138,6 +153,22 @@ func (r *rank) endStep(dt time.Duration) {
 	c.ring += at.ring - c.at0.ring
 	c.meanBusy += c.lossMean
 	c.ep += at.ep - c.at0.ep
+	// The statistics' all-gather at the period's start: the wait for
+	// peers as the loss mean's, the wait for cores as compute, the rest
+	// as comm.
+	g := c.gather
+	c.gather = comm.Stats{}
+	gSkew := min(g.Skew, g.Wait)
+	gCrowd := min(g.Crowded, g.Wait-gSkew)
+	c.compute += gCrowd
+	c.peer += gCrowd
+	if r.set.enginePlan.PP > 1 {
+		c.bubble += gSkew
+	} else {
+		c.compute += gSkew
+		c.peer += gSkew
+	}
+	c.comm += g.Wait - gSkew - gCrowd
 	c.steps += dt
-	c.misc += dt - c.fb - (wait - c.fbWait) - c.lossMean + c.get
+	c.misc += dt - c.fb - (wait - c.fbWait) - c.lossMean + c.get - g.Wait
 }
