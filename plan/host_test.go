@@ -101,7 +101,8 @@ func TestHostBusyExposesZeRO(t *testing.T) {
 }
 
 // The shared-core pipeline's list schedule: on a core per lane it is the
-// dedicated pipeline, (m + pp − 1)·(f + b), GPipe's as 1F1B's; on one core
+// dedicated pipeline, (m + pp − 1)·(f + b), GPipe's as 1F1B's, and
+// interleaved's (m + (pp − 1)/vpp)·(f + b); on one core
 // it is all the work, none idle; on 2 cores for 4 stages of 4
 // micro-batches it lies between the bounds the cores and the chain set;
 // two replicas of a 2-stage pipeline on 2 cores keep both busy
@@ -122,6 +123,10 @@ func TestHostPipeMakespan(t *testing.T) {
 		{"1f1b, one core", p(4, 8, 4, false), 1, 96},
 		{"gpipe, one core", p(4, 4, 4, true), 1, 48},
 		{"two replicas of pp=2 on 2 cores", p(2, 4, 4, false), 2, 24},
+		// Interleaved on a core each: (m + (pp − 1)/vpp)·(f + b).
+		{"interleaved pp=2 vpp=2, a core each", hostPipe{pp: 2, m: 4, vpp: 2, f: 1, b: 2, lanes: 2, threads: 1}, 2, 13.5},
+		{"interleaved pp=4 vpp=2 m=8, a core each", hostPipe{pp: 4, m: 8, vpp: 2, f: 1, b: 2, lanes: 4, threads: 1}, 4, 28.5},
+		{"interleaved, two replicas on 2 cores", hostPipe{pp: 2, m: 4, vpp: 2, f: 1, b: 2, lanes: 4, threads: 1}, 2, 24},
 	} {
 		if got := tc.h.makespan(tc.slots, 1); got != tc.want {
 			t.Errorf("%s: makespan %g, want %g", tc.name, got, tc.want)

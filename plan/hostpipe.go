@@ -4,10 +4,12 @@ import "math"
 
 // hostPipe describes a pipeline's step for the host's core sharing
 // (hostTime): pp stages of m micro-batches under a one-forward-one-
-// backward or GPipe schedule, a micro-batch's forward f and backward b
-// (its recomputation included) on the slowest stage, on a device alone.
+// backward, GPipe or interleaved schedule (vpp model chunks a rank), a
+// micro-batch's forward f and backward b (its recomputation included)
+// on the slowest stage, on a device alone (a chunk takes 1/vpp of them).
 type hostPipe struct {
 	pp, m   int
+	vpp     int // model chunks per rank (1 but for interleaved)
 	gpipe   bool
 	f, b    float64
 	lanes   int // ranks the host runs: replicas × pp (tp and cp ranks each a lane)
@@ -15,93 +17,150 @@ type hostPipe struct {
 }
 
 // pipeHost is p's pipeline for hostTime, or nil where the shared-core
-// simulation does not apply: no pipeline, a schedule other than 1F1B and
-// GPipe (their bounds stand), or a cluster that is not a CPU host.
+// simulation does not apply: no pipeline, a schedule other than 1F1B,
+// GPipe and interleaved (the bounds stand for zero-bubble and DualPipe),
+// or a cluster that is not a CPU host.
 func (j Job) pipeHost(p Plan, m int, slow passTime) *hostPipe {
-	if p.PP < 2 || j.Cluster.Cores <= 0 || (p.Schedule != OneFOneB && p.Schedule != GPipe) || p.VPP > 1 {
+	if p.PP < 2 || j.Cluster.Cores <= 0 || (p.Schedule != OneFOneB && p.Schedule != GPipe && p.Schedule != Interleaved) {
 		return nil
 	}
 	ranks, threads := j.hostRanks()
 	if ranks < p.PP || ranks%p.PP != 0 {
 		return nil
 	}
-	return &hostPipe{pp: p.PP, m: m, gpipe: p.Schedule == GPipe, f: slow.fwd, b: slow.bwd + slow.rc, lanes: ranks, threads: threads}
+	return &hostPipe{pp: p.PP, m: m, vpp: max(1, p.VPP), gpipe: p.Schedule == GPipe, f: slow.fwd, b: slow.bwd + slow.rc, lanes: ranks, threads: threads}
+}
+
+// pipeAct is one pass of a lane's list: a forward or a backward of
+// micro-batch mb through the lane's model chunk ch.
+type pipeAct struct {
+	fwd    bool
+	mb, ch int
+}
+
+// order is stage s's list, the engine's (parallel/pp's schedules):
+//
+//	1f1b         min(pp − s − 1, m) forwards, then a forward and a
+//	             backward in turn, then the remaining backwards
+//	gpipe        every forward, then every backward
+//	interleaved  Megatron-LM's: the k-th forward runs chunk (k/pp) mod vpp
+//	             of micro-batch (k/(pp·vpp))·pp + k mod pp, the k-th
+//	             backward that micro-batch's chunk vpp−1−(k/pp) mod vpp;
+//	             min(2(pp−s−1) + (vpp−1)·pp, vpp·m) forwards first (all
+//	             of them when m = pp)
+func (h hostPipe) order(s int) []pipeAct {
+	pp, v, m := h.pp, max(h.vpp, 1), h.m
+	total := v * m
+	at := func(k int, fwd bool) pipeAct {
+		if v == 1 {
+			return pipeAct{fwd: fwd, mb: k}
+		}
+		ch := (k / pp) % v
+		if !fwd {
+			ch = v - 1 - ch
+		}
+		return pipeAct{fwd: fwd, mb: (k/(pp*v))*pp + k%pp, ch: ch}
+	}
+	warm := total
+	switch {
+	case h.gpipe:
+	case v == 1:
+		warm = min(pp-s-1, m)
+	case m != pp:
+		warm = min(2*(pp-s-1)+(v-1)*pp, total)
+	}
+	var out []pipeAct
+	for k := 0; k < warm; k++ {
+		out = append(out, at(k, true))
+	}
+	for k := 0; k < total-warm; k++ {
+		out = append(out, at(warm+k, true), at(k, false))
+	}
+	for k := total - warm; k < total; k++ {
+		out = append(out, at(k, false))
+	}
+	return out
 }
 
 // makespan is the pipeline's step when its lanes share slots ranks'
-// worth of cores, each action taking its time stretched by stretch (a
+// worth of cores, each pass taking its time stretched by stretch (a
 // core's rate while the host is busy): a list schedule in which a core
 // that comes free takes the lane that has been ready longest, as the
 // engine's goroutine ranks take the cores. Lane l runs stage l mod pp of
-// replica l div pp; a forward of micro-batch i waits for the previous
-// stage's, a backward for the next stage's, and each lane runs its
-// schedule's order:
-//
-//	1f1b   min(pp − s − 1, m) forwards, then a forward and a backward in
-//	       turn, then the remaining backwards
-//	gpipe  every forward, then every backward
+// replica l div pp in its schedule's order (order); chunk c of stage s is
+// virtual stage c·pp + s, whose forward of a micro-batch waits for the
+// virtual stage before it and whose backward for the one after it.
 //
 // On cores enough for every lane it is the dedicated pipeline, (m + pp −
 // 1)·(f + b) for equal stages; with fewer, the fill and the drain leave
 // cores idle only where too few lanes are ready, which the throughput
 // bound (every core busy) cannot see.
 func (h hostPipe) makespan(slots int, stretch float64) float64 {
-	type act struct {
-		fwd bool
-		mb  int
-	}
-	pp, m := h.pp, h.m
-	lists := make([][]act, h.lanes)
+	pp, v, m := h.pp, max(h.vpp, 1), h.m
+	lists := make([][]pipeAct, h.lanes)
 	for l := range lists {
-		s := l % pp
-		warm := m
-		if !h.gpipe {
-			warm = min(pp-s-1, m)
-		}
-		for i := 0; i < warm; i++ {
-			lists[l] = append(lists[l], act{true, i})
-		}
-		for i := 0; i < m-warm; i++ {
-			lists[l] = append(lists[l], act{true, warm + i}, act{false, i})
-		}
-		for i := m - warm; i < m; i++ {
-			lists[l] = append(lists[l], act{false, i})
+		lists[l] = h.order(l % pp)
+	}
+	// done[l][fwd][ch][mb]: when that pass ended (−1: not yet).
+	done := make([][2][][]float64, h.lanes)
+	for l := range done {
+		for d := range 2 {
+			done[l][d] = make([][]float64, v)
+			for c := range v {
+				done[l][d][c] = make([]float64, m)
+				for i := range m {
+					done[l][d][c][i] = -1
+				}
+			}
 		}
 	}
-	doneF := make([][]float64, h.lanes) // when each micro-batch's forward ended (−1: not yet)
-	doneB := make([][]float64, h.lanes)
-	for l := range doneF {
-		doneF[l], doneB[l] = make([]float64, m), make([]float64, m)
-		for i := range m {
-			doneF[l][i], doneB[l][i] = -1, -1
+	fwdIdx := func(fwd bool) int {
+		if fwd {
+			return 1
 		}
+		return 0
+	}
+	// dep is the pass lane l's action a waits for (ok false: none).
+	dep := func(l int, a pipeAct) (lane, ch int, ok bool) {
+		base, s := l-l%pp, l%pp
+		if a.fwd {
+			switch {
+			case s > 0:
+				return l - 1, a.ch, true
+			case a.ch > 0:
+				return base + pp - 1, a.ch - 1, true
+			}
+			return 0, 0, false
+		}
+		switch {
+		case s < pp-1:
+			return l + 1, a.ch, true
+		case a.ch < v-1:
+			return base, a.ch + 1, true
+		}
+		return 0, 0, false
 	}
 	pc := make([]int, h.lanes)
-	free := make([]float64, h.lanes) // when the lane's last action ended
-	end := make([]float64, h.lanes)  // when its running action ends (−1: none)
+	free := make([]float64, h.lanes) // when the lane's last pass ended
+	end := make([]float64, h.lanes)  // when its running pass ends (−1: none)
 	for l := range end {
 		end[l] = -1
 	}
-	// ready is when lane l's next action may start (ok false: it waits on
-	// an action not yet done).
+	// ready is when lane l's next pass may start (ok false: it waits on
+	// a pass not yet done).
 	ready := func(l int) (float64, bool) {
 		a := lists[l][pc[l]]
-		s := l % pp
 		t := free[l]
-		switch {
-		case a.fwd && s > 0:
-			if doneF[l-1][a.mb] < 0 {
+		if dl, dc, ok := dep(l, a); ok {
+			d := done[dl][fwdIdx(a.fwd)][dc][a.mb]
+			if d < 0 {
 				return 0, false
 			}
-			t = max(t, doneF[l-1][a.mb])
-		case !a.fwd && s < pp-1:
-			if doneB[l+1][a.mb] < 0 {
-				return 0, false
-			}
-			t = max(t, doneB[l+1][a.mb])
+			t = max(t, d)
 		}
 		return t, true
 	}
+	f, b := h.f/float64(v)*stretch, h.b/float64(v)*stretch
 	now, busy, left := 0.0, 0, 0
 	for l := range lists {
 		left += len(lists[l])
@@ -121,15 +180,14 @@ func (h hostPipe) makespan(slots int, stretch float64) float64 {
 			if best < 0 {
 				break
 			}
-			a := lists[best][pc[best]]
-			d := h.b
-			if a.fwd {
-				d = h.f
+			d := b
+			if lists[best][pc[best]].fwd {
+				d = f
 			}
-			end[best] = now + d*stretch
+			end[best] = now + d
 			busy++
 		}
-		// Advance to the next end (or the next readiness, none running).
+		// Advance to the next end.
 		next := math.Inf(1)
 		for l := range lists {
 			if end[l] >= 0 {
@@ -145,11 +203,7 @@ func (h hostPipe) makespan(slots int, stretch float64) float64 {
 				continue
 			}
 			a := lists[l][pc[l]]
-			if a.fwd {
-				doneF[l][a.mb] = now
-			} else {
-				doneB[l][a.mb] = now
-			}
+			done[l][fwdIdx(a.fwd)][a.ch][a.mb] = now
 			free[l], end[l] = now, -1
 			pc[l]++
 			busy--

@@ -380,7 +380,7 @@ func (j Job) hostRanks() (ranks, threads int) {
 // what remains of the bound: oversubscribed cores fill a pipeline's
 // bubble with other stages' work, but only where enough stages are ready
 // to fill them. For a 1F1B or GPipe pipeline whose ranks outnumber the
-// cores (pipe not nil) a third bound is its simulated step, the lanes
+// cores (pipe not nil: 1F1B, GPipe, interleaved) a third bound is its simulated step, the lanes
 // taking the cores as they come free (hostPipe.makespan, each action
 // stretched by D'/S(D')), plus misc at g.
 func (j Job) hostTime(t Time, pipe *hostPipe) Time {
