@@ -214,7 +214,7 @@ func (r *rank) gatherStats(ctx context.Context) ([]RankStats, bool, error) {
 	// collectives, without a pipeline's transfers (its bubble) or what
 	// evaluation waited.
 	c := r.clock
-	vals := append(ds.Peak[:], ds.PeakTotal, int64(cs.Busy+c.meanBusy), int64(c.comm), cb.TP, cb.DP, cb.PP, cancelled,
+	vals := append(ds.Peak[:], ds.PeakTotal, int64(cs.Busy+c.meanBusy+c.gatherBusy), int64(c.comm), cb.TP, cb.DP, cb.PP, cancelled,
 		int64(c.compute), int64(c.bubble), int64(c.misc), int64(c.steps), cb.CP, cb.EP, int64(c.peer), int64(c.ring), int64(c.ep))
 	const per = 22
 	mine := make([]float32, 3*per)

@@ -63,14 +63,15 @@ type stepClock struct {
 	fbStart         time.Time
 	fbWait0         time.Duration
 	lossMean        time.Duration // the loss all-reduce
-	gather          comm.Stats    // the statistics' all-gather after the last step: the world group's Wait, Skew and Crowded in it
+	gather          comm.Stats    // the statistics' all-gather after the last step: the world group's Busy, Wait, Skew and Crowded in it
+	gatherBusy      time.Duration // cumulative: the statistics' all-gathers in the steps' periods (their Busy), a part of the comm total
 }
 
 // gathered notes the world group's accounting across the statistics'
 // all-gather that follows a step (before, after): the next step's period
 // holds it.
 func (c *stepClock) gathered(before, after comm.Stats) {
-	c.gather = comm.Stats{Wait: after.Wait - before.Wait, Skew: after.Skew - before.Skew, Crowded: after.Crowded - before.Crowded}
+	c.gather = comm.Stats{Busy: after.Busy - before.Busy, Wait: after.Wait - before.Wait, Skew: after.Skew - before.Skew, Crowded: after.Crowded - before.Crowded}
 }
 
 // waitCounts are a rank's cumulative wait counters, read together at a
@@ -169,6 +170,7 @@ func (r *rank) endStep(dt time.Duration) {
 		c.peer += gSkew
 	}
 	c.comm += g.Wait - gSkew - gCrowd
+	c.gatherBusy += g.Busy
 	c.steps += dt
 	c.misc += dt - c.fb - (wait - c.fbWait) - c.lossMean + c.get - g.Wait
 }
