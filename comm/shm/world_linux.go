@@ -150,19 +150,31 @@ func (w *world) rendezvous(l layout) (*segment, error) {
 var errStale = errors.New("shm: stale world segment")
 
 // awaitAttached waits until every rank has claimed its slot of seg; a
-// rank other than 0 also watches for rank 0 replacing a stale file.
+// rank other than 0 also watches for rank 0 replacing a stale file. Rank
+// 0 unlinks the file once every slot is claimed, so a file gone while the
+// last ranks attached is a complete world, not a stale one: the slots are
+// read again before leaving it (a rank that left it then, its slot
+// claimed, waited out the rendezvous timeout for a file that never came
+// back while the others ran its collectives: a CI run's 5 minutes).
 func (w *world) awaitAttached(seg *segment, deadline time.Time) error {
-	for i := 0; ; i++ {
-		var missing []int
+	absent := func() []int {
+		var out []int
 		for r := 0; r < seg.l.p; r++ {
 			if seg.m.u32(seg.l.member(r)+mPid).Load() == 0 {
-				missing = append(missing, w.cfg.WorldRanks[r])
+				out = append(out, w.cfg.WorldRanks[r])
 			}
 		}
+		return out
+	}
+	for i := 0; ; i++ {
+		missing := absent()
 		if len(missing) == 0 {
 			return nil
 		}
 		if w.me != 0 && i%16 == 0 && seg.replaced() {
+			if len(absent()) == 0 {
+				return nil
+			}
 			return errStale
 		}
 		if time.Now().After(deadline) {
