@@ -109,9 +109,11 @@ func (c *Crowding) crowded(m, now Mark, blocked time.Duration) time.Duration {
 	return time.Duration(f * float64(blocked))
 }
 
-// CrowdingOf is g's measure (nil when its backend has none).
-func CrowdingOf(g Group) *Crowding {
-	if c, ok := g.(interface{ Crowding() *Crowding }); ok {
+// CrowdingOf is the measure of the queue w came from (nil for a Work
+// that is not comm.Queue's, or a queue without one), for waiters that
+// account their own blocked time.
+func CrowdingOf(w Work) *Crowding {
+	if c, ok := w.(interface{ Crowding() *Crowding }); ok {
 		return c.Crowding()
 	}
 	return nil

@@ -47,9 +47,6 @@ func (g *group) begin(a args) error {
 			last = is
 		}
 	}
-	if last.IsZero() {
-		last = g.t.completed
-	}
 	g.q.Arrived(last)
 	return g.t.check(g.rank)
 }

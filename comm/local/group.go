@@ -30,10 +30,6 @@ func newGroup(w *world, t *team, rank int) *group {
 	return &group{w: w, t: t, rank: rank, q: q, linkFree: map[int]time.Time{}}
 }
 
-// Crowding is the world's measure of waits that went to the other ranks
-// of the process (nil: no more ranks than cores).
-func (g *group) Crowding() *comm.Crowding { return g.w.crowd }
-
 func (g *group) Rank() int { return g.rank }
 func (g *group) Size() int { return len(g.t.ranks) }
 

@@ -28,13 +28,9 @@ type team struct {
 	count   int           // members arrived at the current barrier
 	here    []bool        // which members arrived at the current barrier
 	release chan struct{} // closed when the current barrier completes
-	// completed is when the last barrier completed (its last member
-	// arrived); written before release is closed, read by members between
-	// that barrier and their next.
-	completed time.Time
-	args      []args        // each member's arguments of the current operation
-	err       error         // what broke the group; nil while healthy
-	broken    chan struct{} // closed when err is set
+	args    []args        // each member's arguments of the current operation
+	err     error         // what broke the group; nil while healthy
+	broken  chan struct{} // closed when err is set
 	// inPhase marks members that passed a barrier and may be touching
 	// peers' buffers; quiet is signalled when one stops.
 	inPhase []bool
@@ -100,7 +96,6 @@ func (t *team) arrive(me int, a *args, timeout time.Duration, op string) error {
 		for q := range t.inPhase {
 			t.inPhase[q] = true
 		}
-		t.completed = time.Now()
 		close(rel)
 		t.release = make(chan struct{})
 		t.mu.Unlock()

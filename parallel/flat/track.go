@@ -36,16 +36,12 @@ type Op struct {
 type finishedAt interface{ FinishedAt() time.Time }
 type arrivedAt interface{ ArrivedAt() time.Time }
 type doneChan interface{ Done() <-chan struct{} }
-type crowding interface{ Crowding() *comm.Crowding }
 
 // Watch starts following w. When w completes, then (if not nil) runs on the
 // watcher goroutine — for releasing memory the operation read, never for
 // arithmetic whose order matters — and the Op becomes Done.
 func (t *Tracker) Watch(w comm.Work, then func()) *Op {
-	o := &Op{t: t, done: make(chan struct{})}
-	if c, ok := w.(crowding); ok {
-		o.crowd = c.Crowding()
-	}
+	o := &Op{t: t, done: make(chan struct{}), crowd: comm.CrowdingOf(w)}
 	go func() {
 		if d, ok := w.(doneChan); ok {
 			<-d.Done() // then Wait returns at once, and is not accounted

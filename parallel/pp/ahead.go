@@ -44,7 +44,7 @@ import (
 func (s *Stage) fill(p pending, a Action) error {
 	ch := p.w.ch
 	for s.runnable() && s.lastW > 0 {
-		if s.waitUpTo(ch, p.w.crowding(), a, s.lastW) {
+		if s.waitUpTo(ch, comm.CrowdingOf(p.w.w), a, s.lastW) {
 			return nil
 		}
 		if err := s.runAhead(); err != nil {

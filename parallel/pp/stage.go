@@ -406,7 +406,7 @@ func (s *Stage) wait(p pending, a Action) error {
 		return p.w.result()
 	}
 	t0 := time.Now()
-	c := p.w.crowding()
+	c := comm.CrowdingOf(p.w.w)
 	mark := c.Mark()
 	err := p.w.settle()
 	end := time.Now()

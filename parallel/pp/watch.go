@@ -36,14 +36,6 @@ type completion interface {
 	FinishedAt() time.Time
 }
 
-// crowding is the measure of the transfer's queue (nil: none).
-func (w *watched) crowding() *comm.Crowding {
-	if c, ok := w.w.(interface{ Crowding() *comm.Crowding }); ok {
-		return c.Crowding()
-	}
-	return nil
-}
-
 // settle blocks until the transfer completes without entering its Wait
 // (the stage accounts the wait, its crowded part included, itself: a
 // second Mark of one rank's wait would count it twice among the ranks
