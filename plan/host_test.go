@@ -110,7 +110,7 @@ func TestHostBusyExposesZeRO(t *testing.T) {
 // the end): the work over the cores.
 func TestHostPipeMakespan(t *testing.T) {
 	p := func(pp, m, lanes int, gpipe bool) hostPipe {
-		return hostPipe{pp: pp, m: m, gpipe: gpipe, f: 1, b: 2, lanes: lanes, threads: 1}
+		return hostPipe{pp: pp, m: m, gpipe: gpipe, f: 1, b: 2, lanes: lanes}
 	}
 	for _, tc := range []struct {
 		name  string
@@ -124,9 +124,9 @@ func TestHostPipeMakespan(t *testing.T) {
 		{"gpipe, one core", p(4, 4, 4, true), 1, 48},
 		{"two replicas of pp=2 on 2 cores", p(2, 4, 4, false), 2, 24},
 		// Interleaved on a core each: (m + (pp − 1)/vpp)·(f + b).
-		{"interleaved pp=2 vpp=2, a core each", hostPipe{pp: 2, m: 4, vpp: 2, f: 1, b: 2, lanes: 2, threads: 1}, 2, 13.5},
-		{"interleaved pp=4 vpp=2 m=8, a core each", hostPipe{pp: 4, m: 8, vpp: 2, f: 1, b: 2, lanes: 4, threads: 1}, 4, 28.5},
-		{"interleaved, two replicas on 2 cores", hostPipe{pp: 2, m: 4, vpp: 2, f: 1, b: 2, lanes: 4, threads: 1}, 2, 24},
+		{"interleaved pp=2 vpp=2, a core each", hostPipe{pp: 2, m: 4, vpp: 2, f: 1, b: 2, lanes: 2}, 2, 13.5},
+		{"interleaved pp=4 vpp=2 m=8, a core each", hostPipe{pp: 4, m: 8, vpp: 2, f: 1, b: 2, lanes: 4}, 4, 28.5},
+		{"interleaved, two replicas on 2 cores", hostPipe{pp: 2, m: 4, vpp: 2, f: 1, b: 2, lanes: 4}, 2, 24},
 	} {
 		if got := tc.h.makespan(tc.slots, 1); got != tc.want {
 			t.Errorf("%s: makespan %g, want %g", tc.name, got, tc.want)

@@ -8,12 +8,11 @@ import "math"
 // micro-batch's forward f and backward b (its recomputation included)
 // on the slowest stage, on a device alone (a chunk takes 1/vpp of them).
 type hostPipe struct {
-	pp, m   int
-	vpp     int // model chunks per rank (1 but for interleaved)
-	gpipe   bool
-	f, b    float64
-	lanes   int // ranks the host runs: replicas × pp (tp and cp ranks each a lane)
-	threads int // kernel threads per rank
+	pp, m int
+	vpp   int // model chunks per rank (1 but for interleaved)
+	gpipe bool
+	f, b  float64
+	lanes int // ranks the host runs: replicas × pp (tp and cp ranks each a lane)
 }
 
 // pipeHost is p's pipeline for hostTime, or nil where the shared-core
@@ -24,11 +23,11 @@ func (j Job) pipeHost(p Plan, m int, slow passTime) *hostPipe {
 	if p.PP < 2 || j.Cluster.Cores <= 0 || (p.Schedule != OneFOneB && p.Schedule != GPipe && p.Schedule != Interleaved) {
 		return nil
 	}
-	ranks, threads := j.hostRanks()
+	ranks, _ := j.hostRanks()
 	if ranks < p.PP || ranks%p.PP != 0 {
 		return nil
 	}
-	return &hostPipe{pp: p.PP, m: m, vpp: max(1, p.VPP), gpipe: p.Schedule == GPipe, f: slow.fwd, b: slow.bwd + slow.rc, lanes: ranks, threads: threads}
+	return &hostPipe{pp: p.PP, m: m, vpp: max(1, p.VPP), gpipe: p.Schedule == GPipe, f: slow.fwd, b: slow.bwd + slow.rc, lanes: ranks}
 }
 
 // pipeAct is one pass of a lane's list: a forward or a backward of

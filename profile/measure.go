@@ -167,11 +167,18 @@ type AttnSample struct {
 // η = F·(1 + 2.5/0.8) / (peak·(t_fwd + t_bwd)).
 func measureAttention(ctx context.Context, c Config, k *ops.Kernels, peak float64) (AttnSample, error) {
 	s := AttnSample{B: 1, T: 1024, C: 256, NH: 4}
-	budget := 300 * time.Millisecond
 	if c.Quick {
-		s.T, budget = 256, 60*time.Millisecond
+		s.T = 256
 	}
-	return timeAttention(ctx, k, s, budget, peak)
+	return timeAttention(ctx, k, s, attnBudget(c), peak)
+}
+
+// attnBudget is the time each attention shape is timed for.
+func attnBudget(c Config) time.Duration {
+	if c.Quick {
+		return 60 * time.Millisecond
+	}
+	return 300 * time.Millisecond
 }
 
 // measureNarrowAttention is measureAttention at head size 16 (C 64 over 4
@@ -183,11 +190,7 @@ func measureNarrowAttention(ctx context.Context, c Config, k *ops.Kernels, peak 
 	if !k.FlashTiled(wide.C/wide.NH) || k.FlashTiled(16) {
 		return nil, nil
 	}
-	budget := 300 * time.Millisecond
-	if c.Quick {
-		budget = 60 * time.Millisecond
-	}
-	s, err := timeAttention(ctx, k, AttnSample{B: wide.B, T: wide.T, C: 64, NH: 4}, budget, peak)
+	s, err := timeAttention(ctx, k, AttnSample{B: wide.B, T: wide.T, C: 64, NH: 4}, attnBudget(c), peak)
 	return &s, err
 }
 
