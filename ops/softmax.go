@@ -58,6 +58,22 @@ func softmaxRowStats(v bool, out, in []float32, scale float32) (m, s float32) {
 	return m, s
 }
 
+// expRow sets out = exp(x − shift) for one row (out may alias in) and
+// returns Σ out: each exponential with the bits softmaxRow's has for the
+// same argument on the same path.
+func expRow(v bool, out, in []float32, shift float32) float32 {
+	if len(out) == 0 {
+		return 0
+	}
+	in = in[:len(out)]
+	if v {
+		var s float32
+		expRowAVX512(&out[0], &in[0], len(out), shift, &s)
+		return s
+	}
+	return rowExp(out, in, 1, shift)
+}
+
 // softmaxGradRow sets d = scale·p⊙(d − Σ p⊙d) for one non-empty row: d
 // holds dL/dp for p = softmax(scale·x) and receives dL/dx.
 func softmaxGradRow(v bool, d, p []float32, scale float32) {

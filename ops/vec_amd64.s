@@ -528,6 +528,152 @@ GLOBL vc27<>(SB), RODATA|NOPTR, $4
 DATA vc28<>+0(SB)/4, $0xff800000
 GLOBL vc28<>(SB), RODATA|NOPTR, $4
 
+// func expRowAVX512(out *float32, in *float32, n int, shift float32, res *float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·expRowAVX512(SB), NOSPLIT, $0-40
+	MOVQ         out+0(FP), AX
+	MOVQ         in+8(FP), CX
+	MOVQ         n+16(FP), DX
+	VBROADCASTSS shift+24(FP), Z0
+	VBROADCASTSS vc18<>+0(SB), Z1
+	VBROADCASTSS vc19<>+0(SB), Z2
+	VBROADCASTSS vc20<>+0(SB), Z3
+	VBROADCASTSS vc21<>+0(SB), Z4
+	VBROADCASTSS vc22<>+0(SB), Z5
+	VBROADCASTSS vc16<>+0(SB), Z6
+	VBROADCASTSS vc23<>+0(SB), Z7
+	VBROADCASTSS vc24<>+0(SB), Z8
+	VBROADCASTSS vc25<>+0(SB), Z9
+	VBROADCASTSS vc26<>+0(SB), Z10
+	VBROADCASTSS vc27<>+0(SB), Z11
+	VBROADCASTSS vc15<>+0(SB), Z12
+	MOVQ         DX, BX
+	ANDQ         $0x0000000f, BX
+	MOVQ         $0x00000001, SI
+	SHLXQ        BX, SI, SI
+	DECQ         SI
+	KMOVW        SI, K1
+	ANDQ         $-16, DX
+	VPXORD       Z13, Z13, Z13
+	MOVQ         DX, BX
+	TESTQ        BX, BX
+	JE           er_tail
+
+er_loop:
+	VMOVUPS      (CX), Z14
+	VSUBPS       Z0, Z14, Z14
+	VMAXPS       Z1, Z14, Z14
+	VMINPS       Z2, Z14, Z14
+	VMULPS       Z3, Z14, Z15
+	VRNDSCALEPS  $0x00, Z15, Z15
+	VFNMADD231PS Z4, Z15, Z14
+	VFNMADD231PS Z5, Z15, Z14
+	VMOVAPS      Z7, Z16
+	VFMADD213PS  Z8, Z14, Z16
+	VFMADD213PS  Z9, Z14, Z16
+	VFMADD213PS  Z10, Z14, Z16
+	VFMADD213PS  Z11, Z14, Z16
+	VFMADD213PS  Z12, Z14, Z16
+	VMULPS       Z14, Z14, Z17
+	VFMADD213PS  Z14, Z17, Z16
+	VADDPS       Z6, Z16, Z16
+	VSCALEFPS    Z15, Z16, Z14
+	VMOVUPS      Z14, (AX)
+	VADDPS       Z14, Z13, Z13
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	SUBQ         $0x00000010, BX
+	JNE          er_loop
+
+er_tail:
+	KORTESTW     K1, K1
+	JE           er_end
+	VMOVUPS.Z    (CX), K1, Z14
+	VSUBPS       Z0, Z14, Z14
+	VMAXPS       Z1, Z14, Z14
+	VMINPS       Z2, Z14, Z14
+	VMULPS       Z3, Z14, Z0
+	VRNDSCALEPS  $0x00, Z0, Z0
+	VFNMADD231PS Z4, Z0, Z14
+	VFNMADD231PS Z5, Z0, Z14
+	VMOVAPS      Z7, Z1
+	VFMADD213PS  Z8, Z14, Z1
+	VFMADD213PS  Z9, Z14, Z1
+	VFMADD213PS  Z10, Z14, Z1
+	VFMADD213PS  Z11, Z14, Z1
+	VFMADD213PS  Z12, Z14, Z1
+	VMULPS       Z14, Z14, Z2
+	VFMADD213PS  Z14, Z2, Z1
+	VADDPS       Z6, Z1, Z1
+	VSCALEFPS    Z0, Z1, Z0
+	VMOVUPS      Z0, K1, (AX)
+	VADDPS       Z0, Z13, K1, Z13
+
+er_end:
+	SHLQ       $0x02, DX
+	SUBQ       DX, AX
+	SUBQ       DX, CX
+	VSHUFF32X4 $0x4e, Z13, Z13, Z0
+	VADDPS     Z0, Z13, Z13
+	VSHUFF32X4 $0xb1, Z13, Z13, Z0
+	VADDPS     Z0, Z13, Z13
+	VPERMILPS  $0x4e, Z13, Z0
+	VADDPS     Z0, Z13, Z13
+	VPERMILPS  $0xb1, Z13, Z0
+	VADDPS     Z0, Z13, Z13
+	MOVQ       res+32(FP), AX
+	MOVL       $0x00000001, CX
+	KMOVW      CX, K1
+	VMOVUPS    Z13, K1, (AX)
+	VZEROUPPER
+	RET
+
+// func rowMaxAVX512(in *float32, n int, res *float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·rowMaxAVX512(SB), NOSPLIT, $0-24
+	MOVQ         in+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVQ         CX, DX
+	ANDQ         $0x0000000f, DX
+	MOVQ         $0x00000001, BX
+	SHLXQ        DX, BX, BX
+	DECQ         BX
+	KMOVW        BX, K1
+	ANDQ         $-16, CX
+	VBROADCASTSS vc28<>+0(SB), Z0
+	MOVQ         CX, DX
+	TESTQ        DX, DX
+	JE           rm_tail
+
+rm_loop:
+	VMAXPS (AX), Z0, Z0
+	ADDQ   $0x00000040, AX
+	SUBQ   $0x00000010, DX
+	JNE    rm_loop
+
+rm_tail:
+	KORTESTW K1, K1
+	JE       rm_end
+	VMAXPS   (AX), Z0, K1, Z0
+
+rm_end:
+	SHLQ       $0x02, CX
+	SUBQ       CX, AX
+	VSHUFF32X4 $0x4e, Z0, Z0, Z1
+	VMAXPS     Z1, Z0, Z0
+	VSHUFF32X4 $0xb1, Z0, Z0, Z1
+	VMAXPS     Z1, Z0, Z0
+	VPERMILPS  $0x4e, Z0, Z1
+	VMAXPS     Z1, Z0, Z0
+	VPERMILPS  $0xb1, Z0, Z1
+	VMAXPS     Z1, Z0, Z0
+	MOVQ       res+16(FP), AX
+	MOVL       $0x00000001, CX
+	KMOVW      CX, K1
+	VMOVUPS    Z0, K1, (AX)
+	VZEROUPPER
+	RET
+
 // func softmaxGradRowAVX512(d *float32, p *float32, n int, scale float32)
 // Requires: AVX, AVX512F, BMI2
 TEXT ·softmaxGradRowAVX512(SB), NOSPLIT, $0-28

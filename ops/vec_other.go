@@ -12,6 +12,8 @@ func axpyAVX512(y, x *float32, n int, a float32)                            { pa
 func adamwAVX512(params, grads, mom, vel *float32, n int, c *float32)       { panic("ops: no AVX-512") }
 func softmaxRowAVX512(out, in *float32, n int, scale float32, res *float32) { panic("ops: no AVX-512") }
 func softmaxGradRowAVX512(d, p *float32, n int, scale float32)              { panic("ops: no AVX-512") }
+func rowMaxAVX512(in *float32, n int, res *float32)                         { panic("ops: no AVX-512") }
+func expRowAVX512(out, in *float32, n int, shift float32, res *float32)     { panic("ops: no AVX-512") }
 func lnFwdRowsAVX512(out, x, w, b, mean, rstd *float32, n, rows int)        { panic("ops: no AVX-512") }
 func lnBwdRowsAVX512(dx, dy, x, w, mean, rstd, dw, db *float32, n, rows int) {
 	panic("ops: no AVX-512")

@@ -34,6 +34,16 @@ func adamwAVX512(params *float32, grads *float32, mom *float32, vel *float32, n 
 //go:noescape
 func softmaxRowAVX512(out *float32, in *float32, n int, scale float32, res *float32)
 
+// expRowAVX512 sets out[i] = exp(in[i] − shift) for i < n (n >= 1, out may be in) and res[0] = Σ out.
+//
+//go:noescape
+func expRowAVX512(out *float32, in *float32, n int, shift float32, res *float32)
+
+// rowMaxAVX512 sets res[0] = max(in[:n]) (n >= 1).
+//
+//go:noescape
+func rowMaxAVX512(in *float32, n int, res *float32)
+
 // softmaxGradRowAVX512 sets d[i] = (scale·p[i])·(d[i] − s) for i < n (n >= 1), s = Σ p[i]·d[i].
 //
 //go:noescape

@@ -17,10 +17,16 @@ import "math"
 //
 //	mx (N)   logits (N,V)
 func (k *Kernels) VocabRowMax(mx, logits []float32, N, V, valid int) {
+	v := k.simd() && valid > 0
 	k.Parallel(N, func(a, b int) {
 		for i := a; i < b; i++ {
+			row := logits[i*V : i*V+valid]
+			if v {
+				rowMaxAVX512(&row[0], valid, &mx[i])
+				continue
+			}
 			mv := float32(-math.MaxFloat32)
-			for _, z := range logits[i*V : i*V+valid] {
+			for _, z := range row {
 				mv = max(mv, z)
 			}
 			mx[i] = mv
@@ -34,6 +40,7 @@ func (k *Kernels) VocabRowMax(mx, logits []float32, N, V, valid int) {
 //
 //	sum, tgt, mx (N)   logits (N,V)   targets (N)
 func (k *Kernels) VocabExpSum(sum, tgt, logits, mx []float32, targets []int32, lo, N, V, valid int) {
+	v := k.simd()
 	k.Parallel(N, func(a, b int) {
 		for i := a; i < b; i++ {
 			row := logits[i*V : (i+1)*V]
@@ -41,14 +48,8 @@ func (k *Kernels) VocabExpSum(sum, tgt, logits, mx []float32, targets []int32, l
 			if j := int(targets[i]) - lo; j >= 0 && j < valid {
 				tgt[i] = row[j] - mx[i]
 			}
-			var se float32
-			for j := range row[:valid] {
-				e := float32(math.Exp(float64(row[j] - mx[i])))
-				row[j] = e
-				se += e
-			}
+			sum[i] = expRow(v, row[:valid], row[:valid], mx[i])
 			clear(row[valid:])
-			sum[i] = se
 		}
 	})
 }
@@ -59,14 +60,17 @@ func (k *Kernels) VocabExpSum(sum, tgt, logits, mx []float32, targets []int32, l
 //
 //	losses, sum, tgt (N)   logits (N,V)
 func (k *Kernels) VocabNormalize(losses, logits, sum, tgt []float32, N, V, valid int) float64 {
+	v := k.simd() && valid > 0
 	k.Parallel(N, func(a, b int) {
 		for i := a; i < b; i++ {
 			losses[i] = float32(math.Log(float64(sum[i]))) - tgt[i]
 			inv := 1 / sum[i]
 			row := logits[i*V : i*V+valid]
-			for j := range row {
-				row[j] *= inv
+			if v {
+				scaleRowsAVX512(&row[0], V, valid, 1, &inv)
+				continue
 			}
+			rowScale(row, inv)
 		}
 	})
 	var total float64

@@ -114,24 +114,29 @@ func TestMemMixIsTheLayersTime(t *testing.T) {
 	}
 }
 
-// TestHandoffLatencyFloor: a hand-off measured at or below the
-// back-to-back cost (a quick profile once wrote latency_us = 0, and the
-// planner then priced every collective between computing ranks at
-// bandwidth alone) gives the back-to-back α; a real one its own α.
-func TestHandoffLatencyFloor(t *testing.T) {
-	l := Link{Backend: "local", Ranks: 2, LatencyS: 5e-6, BWBytes: 6e9}
-	h := Handoff{Ranks: 2, Bytes: 4096, Seconds: 0}
-	h.fitLatency(l)
-	if h.LatencyS != l.LatencyS {
-		t.Errorf("hand-off of 0 s: α %g, want the back-to-back %g", h.LatencyS, l.LatencyS)
+// TestHandoffIsBoundedByBackToBack: the hand-off's fit recovers the α
+// and β of its samples where they are slower than the back-to-back link,
+// and never prices a collective between computing ranks cheaper than one
+// between ranks that wait for nothing (a quick profile once wrote
+// latency_us = 0, and the planner then priced every collective at
+// bandwidth alone).
+func TestHandoffIsBoundedByBackToBack(t *testing.T) {
+	l := Link{Backend: "local", Ranks: 2, LatencyS: 5e-6, BWBytes: 8e9}
+	at := func(alpha, bw float64) Handoff {
+		var h Handoff
+		for _, b := range handoffSizes {
+			h.Samples = append(h.Samples, CommSample{Op: "allreduce", Ranks: 2, Bytes: b, Seconds: 2*alpha + float64(b)/bw})
+		}
+		if err := h.fit(l); err != nil {
+			t.Fatal(err)
+		}
+		return h
 	}
-	h.Seconds = 60e-6
-	h.fitLatency(l)
-	if want := (60e-6 - 4096/6e9) / 2; math.Abs(h.LatencyS/want-1) > 1e-12 {
-		t.Errorf("hand-off of 60 µs: α %g, want %g", h.LatencyS, want)
+	if h := at(18e-6, 6e9); math.Abs(h.LatencyS/18e-6-1) > 1e-9 || math.Abs(h.BWBytes/6e9-1) > 1e-9 || h.RMS > 1e-9 {
+		t.Errorf("hand-off of α 18 µs, β 6 GB/s: fit %g s, %g B/s, RMS %g", h.LatencyS, h.BWBytes, h.RMS)
 	}
-	if got, want := l.allReduceSeconds(2, 4096), 2*5e-6+4096/6e9; math.Abs(got/want-1) > 1e-12 {
-		t.Errorf("back-to-back all-reduce %g, want %g", got, want)
+	if h := at(1e-6, 20e9); h.LatencyS != l.LatencyS || h.BWBytes != l.BWBytes {
+		t.Errorf("hand-off faster than back to back: fit %g s, %g B/s, want the back-to-back %g s, %g B/s", h.LatencyS, h.BWBytes, l.LatencyS, l.BWBytes)
 	}
 }
 

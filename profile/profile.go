@@ -48,7 +48,7 @@ type Result struct {
 	CoreSpeedup    float64      // Speedup(Cores): what Cores concurrent ranks compute over one
 	Memory         MemSample
 	Links          []Link
-	Handoff        *Handoff // small all-reduces between computing goroutine ranks (local backend)
+	Handoff        *Handoff // all-reduces between computing goroutine ranks (local backend): the link the engine meets
 	Quick          bool
 	Took           time.Duration
 	MeasuredAtUnix int64
@@ -123,7 +123,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		r.Links = append(r.Links, l)
 		if b == "local" {
 			prog("hand-off", 0, 1)
-			h, err := measureHandoffOver(ctx, c, c.ranks(), 4<<10, l)
+			h, err := measureHandoffOver(ctx, c, c.ranks(), l)
 			if err != nil {
 				return nil, err
 			}

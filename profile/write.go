@@ -91,17 +91,16 @@ func (r *Result) WriteTOML(w io.Writer) error {
 			}
 			p("\n# [%s] not measured: copied from the %s backend", sec.name, l.Backend)
 		}
-		p("\n[%s]   # %s, %d ranks; α–β fit to %d collectives, RMS error %.1f%%", sec.name, what[l.Backend], l.Ranks, len(l.Samples), 100*l.RMS)
-		p("bw_gbps = %.3f", l.BWBytes/1e9)
 		if h := r.Handoff; h != nil && l.Backend == "local" {
 			// The engine's collectives come between computations: the
-			// α that matters is the hand-off's, not the hot loop's.
-			note := ""
-			if h.Tries > 1 {
-				note = fmt.Sprintf(" (measured %d times: a hand-off at or below the back-to-back cost is taken again)", h.Tries)
-			}
-			p("latency_us = %.3f   # a %d-byte all-reduce on %d ranks arriving from a GEMM: %.1f µs (hand-offs between parked goroutines)%s; the back-to-back fit's α: %.3f µs, the floor", h.LatencyS*1e6, h.Bytes, h.Ranks, h.Seconds*1e6, note, l.LatencyS*1e6)
+			// link that matters is the one they meet, not the hot
+			// loop's.
+			p("\n[%s]   # %s, %d ranks; α–β fit to %d all-reduces arriving from a GEMM (hand-offs between parked goroutines, buffers the GEMM evicted), RMS error %.1f%%: %s", sec.name, what[l.Backend], l.Ranks, len(h.Samples), 100*h.RMS, handoffList(h.Samples))
+			p("bw_gbps = %.3f      # back to back (%d collectives, RMS error %.1f%%): %.3f, the ceiling", h.BWBytes/1e9, len(l.Samples), 100*l.RMS, l.BWBytes/1e9)
+			p("latency_us = %.3f   # back to back: %.3f, the floor", h.LatencyS*1e6, l.LatencyS*1e6)
 		} else {
+			p("\n[%s]   # %s, %d ranks; α–β fit to %d collectives, RMS error %.1f%%", sec.name, what[l.Backend], l.Ranks, len(l.Samples), 100*l.RMS)
+			p("bw_gbps = %.3f", l.BWBytes/1e9)
 			p("latency_us = %.3f", l.LatencyS*1e6)
 		}
 		if l.StreamGBs > 0 && l.Backend == "tcp" {
@@ -115,6 +114,15 @@ func (r *Result) WriteTOML(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// handoffList is the hand-off's samples as "4 KiB 35.1 µs, …".
+func handoffList(ss []CommSample) string {
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = fmt.Sprintf("%d KiB %.1f µs", s.Bytes>>10, s.Seconds*1e6)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (r *Result) link(backend string) (Link, bool) {

@@ -25,6 +25,8 @@ func main() {
 	axpy()
 	adamw()
 	softmaxRowK()
+	expRowK()
+	rowMaxK()
 	softmaxGradRowK()
 	softmaxCausalK()
 	softmaxGradCausalK()

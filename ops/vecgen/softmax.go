@@ -90,6 +90,67 @@ func softmaxRowK() {
 	RET()
 }
 
+// rowMaxK emits
+//
+//	rowMaxAVX512(in *float32, n int, res *float32)
+//
+// res[0] = max of in's n >= 1 elements: a vocabulary shard's row maximum
+// (ops.VocabRowMax).
+func rowMaxK() {
+	text("rowMaxAVX512", "func(in *float32, n int, res *float32)")
+	Doc("rowMaxAVX512 sets res[0] = max(in[:n]) (n >= 1).")
+	pi := ptr("in")
+	n := Load(Param("n"), GP64()).(reg.GPVirtual)
+	k, full := tailMask(n)
+	mx := bcast(float32(math.Inf(-1)))
+	rowLoop("rm", full, k, []reg.GPVirtual{pi}, func() {
+		VMAXPS(mem(pi), mx, mx)
+	}, func() {
+		VMAXPS(mem(pi), mx, k, mx) // merge: masked lanes keep −∞
+	})
+	reduce(mx, VMAXPS)
+	storeLane0(mx, Mem{Base: ptr("res")})
+	VZEROUPPER()
+	RET()
+}
+
+// expRowK emits
+//
+//	expRowAVX512(out, in *float32, n int, shift float32, res *float32)
+//
+// out = exp(in − shift) over n >= 1 elements (out may be in), res[0] =
+// Σ out: the exponentials of a vocabulary-parallel cross-entropy, whose
+// shift is the row's maximum over the whole group (ops.VocabExpSum). Each
+// exponential has the bits softmaxRowAVX512's has for the same argument.
+func expRowK() {
+	text("expRowAVX512", "func(out, in *float32, n int, shift float32, res *float32)")
+	Doc("expRowAVX512 sets out[i] = exp(in[i] − shift) for i < n (n >= 1, out may be in) and res[0] = Σ out.")
+	po, pi := ptr("out"), ptr("in")
+	n := Load(Param("n"), GP64()).(reg.GPVirtual)
+	shift := param("shift")
+	hoist(expConsts()...)
+	k, full := tailMask(n)
+	sum := zeroZ()
+	rowLoop("er", full, k, []reg.GPVirtual{po, pi}, func() {
+		t := load(pi)
+		VSUBPS(shift, t, t)
+		e := exp(t)
+		VMOVUPS(e, mem(po))
+		VADDPS(e, sum, sum)
+	}, func() {
+		t := ZMM()
+		VMOVUPS_Z(mem(pi), k, t)
+		VSUBPS(shift, t, t)
+		e := exp(t)
+		VMOVUPS(e, k, mem(po))
+		VADDPS(e, sum, k, sum)
+	})
+	reduce(sum, VADDPS)
+	storeLane0(sum, Mem{Base: ptr("res")})
+	VZEROUPPER()
+	RET()
+}
+
 // softmaxCausalK emits
 //
 //	softmaxCausalAVX512(a *float32, ld, n0, rows int, scale float32)
