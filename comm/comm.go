@@ -202,6 +202,13 @@ func (s Stats) Add(o Stats) Stats {
 		Skew: s.Skew + o.Skew, Crowded: s.Crowded + o.Crowded, Buffered: s.Buffered + o.Buffered}
 }
 
+// PeerClosedText is how a transport describes a peer that closed its end
+// in good order while an operation still needed it: the peer is alive and
+// gave up on its own (it failed on another peer, or was stopped), so it is
+// not where a failure began; a launcher looking for the rank that failed
+// first looks past it (launch.blamedRank).
+const PeerClosedText = "closed its connection (the rank called Close)"
+
 // Errors. Match with errors.Is.
 var (
 	// ErrTimeout: an operation passed its deadline.

@@ -253,11 +253,41 @@ func (j *Job) Wait() error {
 			}
 		}
 		return &WorkerError{Rank: j.first.Rank, Status: j.first.Status, Code: j.first.Code, Tail: t, Stopped: stopped, AlsoFailed: also,
-			Blames: j.rootBlame(j.first.Rank, blamedRank(t)), PerNode: j.cfg.NProcPerNode}
+			Blames: j.blame(t), PerNode: j.cfg.NProcPerNode}
 	case j.interrupted != nil:
 		return fmt.Errorf("%w (%v): stopped ranks %v", ErrInterrupted, j.interrupted, stopped)
 	}
 	return nil
+}
+
+// blame is the rank the first failed worker's last lines (t) lead to
+// (rootBlame). Where they name a peer that closed its connection in good
+// order — alive, it gave up on its own, most often because it lost a
+// peer itself — another worker of this node that names a peer lost
+// otherwise (a death, a timeout) names the rank where the failure began,
+// and that rank is taken: two workers of a node in collectives with two
+// ranks of another node, one of which died and whose node-mate then
+// closed, race to fail first, and the launcher names the dead rank
+// whichever wins. Called with j.mu held.
+func (j *Job) blame(t []string) int {
+	b, closed := blamedRank(t)
+	if !closed {
+		return j.rootBlame(j.first.Rank, b)
+	}
+	for _, e := range j.results {
+		if e.Rank == j.first.Rank {
+			continue
+		}
+		for _, w := range j.workers {
+			if w.rank != e.Rank {
+				continue
+			}
+			if o, oc := blamedRank(w.tail.get()); o >= 0 && !oc {
+				return j.rootBlame(w.rank, o)
+			}
+		}
+	}
+	return j.rootBlame(j.first.Rank, b)
 }
 
 // rootBlame follows a chain of blame through this node's workers: when
@@ -274,7 +304,7 @@ func (j *Job) rootBlame(first, blame int) int {
 		next := -1
 		for _, w := range j.workers {
 			if w.rank == blame {
-				next = blamedRank(w.tail.get())
+				next, _ = blamedRank(w.tail.get())
 			}
 		}
 		if next < 0 || seen[next] {

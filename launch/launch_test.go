@@ -70,6 +70,21 @@ func testWorker(mode string) int {
 		time.Sleep(300 * time.Millisecond)
 		fmt.Println("trellis: step 8: tp: all-reduce: comm: close: rank 1 failed: comm: group closed: closed its group")
 		return 1
+	case "blame-closed": // rank 0 sees rank 4 close in good order and fails first; rank 1 names rank 5, which died
+		if e.Rank == 0 {
+			fmt.Println("trellis: step 7: zero: comm: allreduce: rank 4 failed: closed its connection (the rank called Close)")
+			return 1
+		}
+		fmt.Println("trellis: step 7: zero: comm: allreduce: rank 5 failed: connection reset (process died?)")
+		time.Sleep(time.Minute) // stopped by the launcher: its last lines still count
+		return 1
+	case "blame-closed-only": // the only blame is a peer that closed in good order: it stays
+		if e.Rank == 0 {
+			fmt.Println("trellis: step 7: zero: comm: allreduce: rank 4 failed: closed its connection (the rank called Close)")
+			return 1
+		}
+		time.Sleep(time.Minute)
+		return 0
 	case "config":
 		if e.Rank == 0 {
 			fmt.Println("cannot run on this world")

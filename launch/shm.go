@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"trellis/comm"
 	"trellis/comm/shm"
 )
 
@@ -77,15 +78,17 @@ func (j *Job) SegmentsRemoved() int {
 // blamedRank finds the peer a worker's last lines say failed, as comm's
 // *PeerError prints it ("comm: allreduce: rank 3 failed: ..."): the rank
 // another node's launcher cannot see die, named by the workers here that
-// noticed. -1 when the lines name none.
-func blamedRank(tail []string) int {
+// noticed. -1 when the lines name none. closed reports that the line says
+// the peer closed its connection in good order (comm.PeerClosedText): a
+// peer that gave up on its own, not where the failure began.
+func blamedRank(tail []string) (rank int, closed bool) {
 	re := regexp.MustCompile(`\brank (\d+) failed\b`)
 	for i := len(tail) - 1; i >= 0; i-- {
 		if m := re.FindStringSubmatch(tail[i]); m != nil {
 			if r, err := strconv.Atoi(m[1]); err == nil {
-				return r
+				return r, strings.Contains(tail[i], comm.PeerClosedText)
 			}
 		}
 	}
-	return -1
+	return -1, false
 }

@@ -97,3 +97,24 @@ func TestBlamedPeerChain(t *testing.T) {
 		t.Errorf("message: %v", err)
 	}
 }
+
+// The first worker to fail names a peer of another node that closed its
+// connection in good order (it gave up on its own); a node-mate that
+// failed after it names a rank that died: the launcher names the dead
+// rank, whichever of the two failed first (TestNetnsKillRestart's race:
+// node 1's launcher named rank 0, whose launcher stopped it after its
+// node-mate rank 1 was killed, in 1 of 40 runs). With no other blame the
+// closed peer is named.
+func TestBlamedPeerPastAClosedOne(t *testing.T) {
+	cfg, _, _ := testConfig(t, "blame-closed", 2)
+	err := Run(context.Background(), cfg)
+	var we *WorkerError
+	if !errors.As(err, &we) || we.Rank != 0 || we.Blames != 5 {
+		t.Fatalf("got %v, want rank 0 failing, blaming rank 5 (named by rank 1), not rank 4 (closed in good order)", err)
+	}
+	cfg, _, _ = testConfig(t, "blame-closed-only", 2)
+	err = Run(context.Background(), cfg)
+	if !errors.As(err, &we) || we.Rank != 0 || we.Blames != 4 {
+		t.Fatalf("got %v, want rank 0 failing, blaming rank 4", err)
+	}
+}

@@ -182,9 +182,14 @@ func (g *group) closeSubs() {
 }
 
 // abort breaks this group's intra-host groups with err, so that members
-// of this host waiting there for this one fail with the same error.
+// of this host waiting there for this one fail with the same error, and
+// the inter-host world, so that the ranks of other hosts learn which rank
+// failed: without it a rank that lost a node-mate fails, closes its
+// worlds in good order, and the other hosts name it, alive, instead of
+// the node-mate that died (TestNetnsKillRestart, 1 run in 40). A
+// transport without Abort is left to fail on its own.
 func (g *group) abort(err error) {
-	for _, sg := range []comm.Group{g.hostG, g.runG} {
+	for _, sg := range []comm.Group{g.hostG, g.runG, g.n.inter} {
 		if a, ok := sg.(interface{ Abort(error) }); ok {
 			a.Abort(err)
 		}

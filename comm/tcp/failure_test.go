@@ -3,6 +3,7 @@ package tcp
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -100,6 +101,35 @@ func TestDeadPeerSparesOthers(t *testing.T) {
 	for r, err := range errs {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// TestAbortNamesTheRankItIsGiven: a rank that learned of a failure on
+// another transport (comm/hier's intra-host world) aborts this world with
+// the rank that failed; its peers here, waiting on it in a barrier, fail
+// naming that rank, reported by the aborting one — not the aborting rank
+// closing its connection in good order, which is what they saw before
+// Abort existed (and then, after Close, still do not).
+func TestAbortNamesTheRankItIsGiven(t *testing.T) {
+	gs := startWorld(t, 3, 5*time.Second, nil)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := 1; r < 3; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = comm.Barrier(gs[r])
+		}()
+	}
+	time.Sleep(20 * time.Millisecond) // both wait on rank 0
+	gs[0].(interface{ Abort(error) }).Abort(&comm.PeerError{Rank: 1, Op: "barrier", Err: errors.New("connection closed without goodbye (process died?)")})
+	gs[0].Close()
+	wg.Wait()
+	for r := 1; r < 3; r++ {
+		var pe *comm.PeerError
+		if !errors.As(errs[r], &pe) || pe.Rank != 1 || !strings.Contains(errs[r].Error(), "reported by rank 0") {
+			t.Errorf("rank %d: got %v, want a *comm.PeerError naming rank 1, reported by rank 0", r, errs[r])
 		}
 	}
 }

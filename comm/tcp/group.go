@@ -113,6 +113,25 @@ func (g *group) Close() error {
 	return nil
 }
 
+// Abort breaks the world with err as if this rank had found it: a group
+// built on this one (comm/hier) calls it when another transport failed,
+// so that the ranks of other hosts waiting on this one learn which rank
+// failed (the abort frames name it) instead of seeing this rank close in
+// good order. A *comm.PeerError in err names a world rank and keeps it;
+// any other error names this rank.
+func (g *group) Abort(err error) {
+	if err == nil {
+		return
+	}
+	pe := &comm.PeerError{Rank: g.w.rank, Op: "abort", Err: err}
+	var named *comm.PeerError
+	if errors.As(err, &named) && named.Rank >= 0 && named.Rank < g.w.size {
+		pe = &comm.PeerError{Rank: named.Rank, Op: named.Op, Err: named.Err}
+	}
+	g.w.fail(pe)
+	g.w.awaitAborts()
+}
+
 // shutdown cancels the group's posted receives and stops its queue.
 func (g *group) shutdown() {
 	g.mu.Lock()

@@ -19,7 +19,7 @@ import (
 const scratchBytes = 256 << 10
 
 // errPeerClosed is the cause when a peer closed its world in good order.
-var errPeerClosed = errors.New("closed its connection (the rank called Close)")
+var errPeerClosed = errors.New(comm.PeerClosedText)
 
 // peer is the persistent connection to one other rank: a reader goroutine
 // that always drains the socket into the mailbox, and a writer goroutine

@@ -86,6 +86,7 @@ type world struct {
 	firstLost *comm.PeerError // the first peer whose connection broke
 	closing   bool
 	flushed   chan struct{} // closed once fail's abort frames are written (or given up on)
+	lingered  chan struct{} // closed once fail's connections have ended (lingerClose)
 	shut      chan struct{} // closed once the connections are closed
 	once      sync.Once
 }
@@ -106,7 +107,7 @@ func New(cfg Config) (comm.Group, error) {
 	cfg = cfg.withDefaults()
 	w := &world{cfg: cfg, token: []byte(cfg.Token), rank: cfg.Rank, size: cfg.Size,
 		peers: make([]*peer, cfg.Size), claimed: make([]bool, cfg.Size), log: cfg.Logger,
-		groups: map[uint64]*group{}, flushed: make(chan struct{}), shut: make(chan struct{})}
+		groups: map[uint64]*group{}, flushed: make(chan struct{}), lingered: make(chan struct{}), shut: make(chan struct{})}
 	w.self = newMailbox(cfg.Rank, &w.pool, cfg.MaxBuffered)
 	g := w.newGroup(0, "world", identity(cfg.Size))
 	if cfg.Size == 1 {
@@ -200,6 +201,7 @@ func (w *world) fail(pe *comm.PeerError) {
 		waitAll(aborts, time.Second)
 		close(w.flushed)
 		w.lingerClose(time.Second)
+		close(w.lingered)
 	}()
 }
 
@@ -326,6 +328,12 @@ func (w *world) close(goodbye bool) {
 		groups = append(groups, g)
 	}
 	w.mu.Unlock()
+	if goodbye && failed {
+		// The failure's abort frames are on their way (fail): closing the
+		// connections now would reset them unread (lingerClose), and the
+		// peers would name this rank instead of the one that failed.
+		<-w.lingered
+	}
 	if goodbye && !failed {
 		var byes []*req
 		for _, p := range w.peers {
