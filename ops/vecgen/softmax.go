@@ -130,22 +130,7 @@ func expRowK() {
 	shift := param("shift")
 	hoist(expConsts()...)
 	k, full := tailMask(n)
-	sum := zeroZ()
-	rowLoop("er", full, k, []reg.GPVirtual{po, pi}, func() {
-		t := load(pi)
-		VSUBPS(shift, t, t)
-		e := exp(t)
-		VMOVUPS(e, mem(po))
-		VADDPS(e, sum, sum)
-	}, func() {
-		t := ZMM()
-		VMOVUPS_Z(mem(pi), k, t)
-		VSUBPS(shift, t, t)
-		e := exp(t)
-		VMOVUPS(e, k, mem(po))
-		VADDPS(e, sum, k, sum)
-	})
-	reduce(sum, VADDPS)
+	sum := expSum("er", po, pi, full, k, func(t reg.VecVirtual) { VSUBPS(shift, t, t) })
 	storeLane0(sum, Mem{Base: ptr("res")})
 	VZEROUPPER()
 	RET()
@@ -198,26 +183,9 @@ func softmaxBody(name string, po, pi, n reg.GPVirtual, scale reg.VecVirtual) (sh
 	shift = ZMM()
 	VMULPS(scale, mx, shift)
 
-	sum = zeroZ()
-	expOf := func(load func() reg.VecVirtual) reg.VecVirtual {
-		t := load()
+	sum = expSum(name+"Exp", po, pi, full, k, func(t reg.VecVirtual) {
 		VFMSUB213PS(shift, scale, t) // t = scale·t − shift
-		return exp(t)
-	}
-	rowLoop(name+"Exp", full, k, []reg.GPVirtual{po, pi}, func() {
-		e := expOf(func() reg.VecVirtual { return load(pi) })
-		VMOVUPS(e, mem(po))
-		VADDPS(e, sum, sum)
-	}, func() {
-		e := expOf(func() reg.VecVirtual {
-			t := ZMM()
-			VMOVUPS_Z(mem(pi), k, t)
-			return t
-		})
-		VMOVUPS(e, k, mem(po))
-		VADDPS(e, sum, k, sum)
 	})
-	reduce(sum, VADDPS)
 	inv := copyZ(bcast(1))
 	VDIVPS(sum, inv, inv) // 1/s
 	rowLoop(name+"Scale", full, k, []reg.GPVirtual{po}, func() {
@@ -231,6 +199,30 @@ func softmaxBody(name string, po, pi, n reg.GPVirtual, scale reg.VecVirtual) (sh
 		VMOVUPS(v, k, mem(po))
 	})
 	return shift, sum
+}
+
+// expSum emits out[i] = exp(arg(in[i])) over the row (full vectors, then
+// the tail under k; out may be in) and returns Σ out in every lane: arg
+// turns a loaded vector into the exponent in place. Labels start with
+// name.
+func expSum(name string, po, pi, full reg.GPVirtual, k reg.OpmaskVirtual, arg func(t reg.VecVirtual)) reg.VecVirtual {
+	sum := zeroZ()
+	rowLoop(name, full, k, []reg.GPVirtual{po, pi}, func() {
+		t := load(pi)
+		arg(t)
+		e := exp(t)
+		VMOVUPS(e, mem(po))
+		VADDPS(e, sum, sum)
+	}, func() {
+		t := ZMM()
+		VMOVUPS_Z(mem(pi), k, t)
+		arg(t)
+		e := exp(t)
+		VMOVUPS(e, k, mem(po))
+		VADDPS(e, sum, k, sum)
+	})
+	reduce(sum, VADDPS)
+	return sum
 }
 
 // storeLane0 writes lane 0 of z to m.
