@@ -102,14 +102,7 @@ func rowMaxK() {
 	pi := ptr("in")
 	n := Load(Param("n"), GP64()).(reg.GPVirtual)
 	k, full := tailMask(n)
-	mx := bcast(float32(math.Inf(-1)))
-	rowLoop("rm", full, k, []reg.GPVirtual{pi}, func() {
-		VMAXPS(mem(pi), mx, mx)
-	}, func() {
-		VMAXPS(mem(pi), mx, k, mx) // merge: masked lanes keep −∞
-	})
-	reduce(mx, VMAXPS)
-	storeLane0(mx, Mem{Base: ptr("res")})
+	storeLane0(rowMax("rm", pi, full, k), Mem{Base: ptr("res")})
 	VZEROUPPER()
 	RET()
 }
@@ -173,13 +166,7 @@ func softmaxCausalK() {
 // s = Σ exp(scale·in − m), each in every lane. Labels start with name.
 func softmaxBody(name string, po, pi, n reg.GPVirtual, scale reg.VecVirtual) (shift, sum reg.VecVirtual) {
 	k, full := tailMask(n)
-	mx := bcast(float32(math.Inf(-1)))
-	rowLoop(name+"Max", full, k, []reg.GPVirtual{pi}, func() {
-		VMAXPS(mem(pi), mx, mx)
-	}, func() {
-		VMAXPS(mem(pi), mx, k, mx) // merge: masked lanes keep −∞
-	})
-	reduce(mx, VMAXPS)
+	mx := rowMax(name+"Max", pi, full, k)
 	shift = ZMM()
 	VMULPS(scale, mx, shift)
 
@@ -199,6 +186,19 @@ func softmaxBody(name string, po, pi, n reg.GPVirtual, scale reg.VecVirtual) (sh
 		VMOVUPS(v, k, mem(po))
 	})
 	return shift, sum
+}
+
+// rowMax emits the maximum of the row at pi (full vectors, then the tail
+// under k) and returns it in every lane. Labels start with name.
+func rowMax(name string, pi, full reg.GPVirtual, k reg.OpmaskVirtual) reg.VecVirtual {
+	mx := bcast(float32(math.Inf(-1)))
+	rowLoop(name, full, k, []reg.GPVirtual{pi}, func() {
+		VMAXPS(mem(pi), mx, mx)
+	}, func() {
+		VMAXPS(mem(pi), mx, k, mx) // merge: masked lanes keep −∞
+	})
+	reduce(mx, VMAXPS)
+	return mx
 }
 
 // expSum emits out[i] = exp(arg(in[i])) over the row (full vectors, then
