@@ -151,9 +151,15 @@ func reduceF32(dsts, srcs [][]float32, isMax bool, scale float32) {
 }
 
 // sum4F32 sets d[i] = ((x0[i] + x1[i]) + x2[i]) + x3[i]; d may alias any x.
+// With AVX-512 sixteen lanes at a time (reduce_amd64.s), each in this order:
+// the same bits.
 func sum4F32(d, x0, x1, x2, x3 []float32) {
 	n := len(d)
 	x0, x1, x2, x3 = x0[:n], x1[:n], x2[:n], x3[:n]
+	if haveAVX512 && n > 0 {
+		sum4F32AVX512(&d[0], &x0[0], &x1[0], &x2[0], &x3[0], n)
+		return
+	}
 	for i := range d {
 		d[i] = x0[i] + x1[i] + x2[i] + x3[i]
 	}
@@ -163,6 +169,10 @@ func sum4F32(d, x0, x1, x2, x3 []float32) {
 func add4F32(a, x0, x1, x2, x3 []float32) {
 	n := len(a)
 	x0, x1, x2, x3 = x0[:n], x1[:n], x2[:n], x3[:n]
+	if haveAVX512 && n > 0 {
+		add4F32AVX512(&a[0], &x0[0], &x1[0], &x2[0], &x3[0], n)
+		return
+	}
 	for i := range a {
 		a[i] = a[i] + x0[i] + x1[i] + x2[i] + x3[i]
 	}

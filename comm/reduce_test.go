@@ -174,3 +174,73 @@ func TestReducePanicsOnMixedDtypes(t *testing.T) {
 	}()
 	Reduce(F32(make([]float32, 2)), []Buf{BF16(make([]tensor.BF16Bits, 2))}, Sum, 0)
 }
+
+// TestSumKernelsAreTheScalarLoops: the AVX-512 sums give the scalar
+// loops' bits on every length around the vector width (the masked tail),
+// on values that include −0, ±Inf, NaN, subnormals and cancellations,
+// with the destination aliasing a source.
+func TestSumKernelsAreTheScalarLoops(t *testing.T) {
+	if !haveAVX512 {
+		t.Skip("no AVX-512 on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	special := []float32{float32(math.Copysign(0, -1)), 0, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
+		math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32 * 3, 1e38, -1e38, 1, -1}
+	val := func() float32 {
+		if rng.IntN(8) == 0 {
+			return special[rng.IntN(len(special))]
+		}
+		return float32(rng.NormFloat64()) * float32(math.Pow(10, float64(rng.IntN(9)-4)))
+	}
+	same := func(a, b []float32) bool {
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) && !(a[i] != a[i] && b[i] != b[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, n := range []int{1, 2, 15, 16, 17, 31, 32, 33, 100, 2048} {
+		xs := make([][]float32, 5)
+		for i := range xs {
+			xs[i] = make([]float32, n)
+			for j := range xs[i] {
+				xs[i][j] = val()
+			}
+		}
+		want := make([]float32, n)
+		for i := range want {
+			want[i] = xs[0][i] + xs[1][i] + xs[2][i] + xs[3][i]
+		}
+		got := make([]float32, n)
+		sum4F32AVX512(&got[0], &xs[0][0], &xs[1][0], &xs[2][0], &xs[3][0], n)
+		if !same(got, want) {
+			t.Errorf("n=%d: sum4F32AVX512 differs from the scalar loop", n)
+		}
+		alias := append([]float32(nil), xs[2]...)
+		sum4F32AVX512(&alias[0], &xs[0][0], &xs[1][0], &alias[0], &xs[3][0], n)
+		if !same(alias, want) {
+			t.Errorf("n=%d: sum4F32AVX512 into its third source differs", n)
+		}
+		acc := append([]float32(nil), xs[4]...)
+		for i := range want {
+			want[i] = xs[4][i] + xs[0][i] + xs[1][i] + xs[2][i] + xs[3][i]
+		}
+		add4F32AVX512(&acc[0], &xs[0][0], &xs[1][0], &xs[2][0], &xs[3][0], n)
+		if !same(acc, want) {
+			t.Errorf("n=%d: add4F32AVX512 differs from the scalar loop", n)
+		}
+		if n > 1 { // the tail mask: nothing past n is written
+			buf := make([]float32, n+16)
+			for i := range buf {
+				buf[i] = 7
+			}
+			sum4F32AVX512(&buf[0], &xs[0][0], &xs[1][0], &xs[2][0], &xs[3][0], n-1)
+			for i := n - 1; i < len(buf); i++ {
+				if buf[i] != 7 {
+					t.Fatalf("n=%d: element %d past the end written", n-1, i)
+				}
+			}
+		}
+	}
+}

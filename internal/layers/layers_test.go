@@ -27,6 +27,7 @@ var layer = map[string]int{
 	"device":                1,
 	"safetensors":           1,
 	"comm":                  1,
+	"comm/reducegen":        1, // code generator of comm's sum kernels (build-time only)
 	"ops":                   2,
 	"ops/asmgen":            2, // code generator (build-time only)
 	"ops/internal/gelucoef": 0, // GELU's and tanh's constants, shared by the kernel generators
