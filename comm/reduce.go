@@ -195,6 +195,10 @@ func scaleCopyF32(d, x []float32, s float32) {
 		return
 	}
 	x = x[:len(d)]
+	if haveAVX512 && len(d) > 0 {
+		scaleF32AVX512(&d[0], &x[0], len(d), s)
+		return
+	}
 	for i := range d {
 		d[i] = x[i] * s
 	}

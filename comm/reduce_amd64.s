@@ -111,3 +111,39 @@ add4F32AVX512_tail:
 add4F32AVX512_done:
 	VZEROUPPER
 	RET
+
+// func scaleF32AVX512(d *float32, x *float32, n int, s float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·scaleF32AVX512(SB), NOSPLIT, $0-28
+	MOVQ         d+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         n+16(FP), DX
+	VBROADCASTSS s+24(FP), Z0
+	MOVQ         DX, BX
+	ANDQ         $0x0000000f, BX
+	MOVQ         $0x00000001, SI
+	SHLXQ        BX, SI, SI
+	DECQ         SI
+	KMOVW        SI, K1
+	ANDQ         $-16, DX
+	TESTQ        DX, DX
+	JE           scaleF32AVX512_tail
+
+scaleF32AVX512_loop:
+	VMULPS  (CX), Z0, Z1
+	VMOVUPS Z1, (AX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, CX
+	SUBQ    $0x00000010, DX
+	JNE     scaleF32AVX512_loop
+
+scaleF32AVX512_tail:
+	TESTQ     BX, BX
+	JE        scaleF32AVX512_done
+	VMOVUPS.Z (CX), K1, Z1
+	VMULPS    Z0, Z1, Z1
+	VMOVUPS   Z1, K1, (AX)
+
+scaleF32AVX512_done:
+	VZEROUPPER
+	RET

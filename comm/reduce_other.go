@@ -7,3 +7,4 @@ const haveAVX512 = false
 
 func sum4F32AVX512(d, x0, x1, x2, x3 *float32, n int) { panic("comm: no AVX-512") }
 func add4F32AVX512(d, x0, x1, x2, x3 *float32, n int) { panic("comm: no AVX-512") }
+func scaleF32AVX512(d, x *float32, n int, s float32)  { panic("comm: no AVX-512") }

@@ -13,3 +13,8 @@ func sum4F32AVX512(d *float32, x0 *float32, x1 *float32, x2 *float32, x3 *float3
 //
 //go:noescape
 func add4F32AVX512(d *float32, x0 *float32, x1 *float32, x2 *float32, x3 *float32, n int)
+
+// scaleF32AVX512 sets d[i] = s·x[i] for i < n (d may be x).
+//
+//go:noescape
+func scaleF32AVX512(d *float32, x *float32, n int, s float32)

@@ -230,14 +230,24 @@ func TestSumKernelsAreTheScalarLoops(t *testing.T) {
 		if !same(acc, want) {
 			t.Errorf("n=%d: add4F32AVX512 differs from the scalar loop", n)
 		}
+		sc := make([]float32, n)
+		scaleF32AVX512(&sc[0], &xs[0][0], n, AvgScale(3))
+		for i := range want {
+			want[i] = xs[0][i] * AvgScale(3)
+		}
+		if !same(sc, want) {
+			t.Errorf("n=%d: scaleF32AVX512 differs from the scalar loop", n)
+		}
 		if n > 1 { // the tail mask: nothing past n is written
 			buf := make([]float32, n+16)
 			for i := range buf {
 				buf[i] = 7
 			}
 			sum4F32AVX512(&buf[0], &xs[0][0], &xs[1][0], &xs[2][0], &xs[3][0], n-1)
+			sb := append([]float32(nil), buf...)
+			scaleF32AVX512(&sb[0], &xs[0][0], n-1, 2)
 			for i := n - 1; i < len(buf); i++ {
-				if buf[i] != 7 {
+				if buf[i] != 7 || sb[i] != 7 {
 					t.Fatalf("n=%d: element %d past the end written", n-1, i)
 				}
 			}

@@ -1,7 +1,7 @@
 // Command reducegen generates the AVX-512 assembly of package comm's fp32
-// sum kernels with avo: d = ((x0 + x1) + x2) + x3 and a = (((a + x0) + x1)
-// + x2) + x3 over n >= 0 elements, sixteen lanes at a time and the tail
-// under a mask. Each lane adds in the scalar loop's order, so the results
+// sum kernels with avo: d = ((x0 + x1) + x2) + x3, a = (((a + x0) + x1) +
+// x2) + x3 and Avg's d = s·x over n >= 0 elements, sixteen lanes at a time
+// and the tail under a mask. Each lane adds in the scalar loop's order, so the results
 // are the scalar kernels' bit for bit. Run it through `go generate ./comm`.
 package main
 
@@ -15,6 +15,7 @@ func main() {
 	ConstraintExpr("amd64")
 	sum4("sum4F32AVX512", false)
 	sum4("add4F32AVX512", true)
+	scale()
 	Generate()
 }
 
@@ -35,18 +36,7 @@ func sum4(name string, acc bool) {
 	}
 	n := Load(Param("n"), GP64()).(reg.GPVirtual)
 
-	// The tail mask: the n%16 lowest lanes.
-	rem, bits := GP64(), GP64()
-	MOVQ(n, rem)
-	ANDQ(U32(15), rem)
-	MOVQ(U32(1), bits)
-	SHLXQ(rem, bits, bits)
-	DECQ(bits)
-	k := K()
-	KMOVW(bits.As32(), k)
-	full := GP64()
-	MOVQ(n, full)
-	ANDQ(I32(-16), full)
+	k, rem, full := tailMask(n)
 
 	fold := func(masked bool) {
 		s := ZMM()
@@ -75,11 +65,65 @@ func sum4(name string, acc bool) {
 			VMOVUPS(s, Mem{Base: d})
 		}
 	}
+	rows(name, full, rem, append([]reg.GPVirtual{d}, xs...), func() { fold(false) }, func() { fold(true) })
+	VZEROUPPER()
+	RET()
+}
+
+// scale emits scaleF32AVX512(d, x *float32, n int, s float32): d[i] =
+// s·x[i] (Avg's last step; d may be x).
+func scale() {
+	TEXT("scaleF32AVX512", NOSPLIT, "func(d, x *float32, n int, s float32)")
+	Pragma("noescape")
+	Doc("scaleF32AVX512 sets d[i] = s·x[i] for i < n (d may be x).")
+	d := Load(Param("d"), GP64()).(reg.GPVirtual)
+	x := Load(Param("x"), GP64()).(reg.GPVirtual)
+	n := Load(Param("n"), GP64()).(reg.GPVirtual)
+	sv := ZMM()
+	b, err := Param("s").Resolve()
+	if err != nil {
+		panic(err)
+	}
+	VBROADCASTSS(b.Addr, sv)
+	k, rem, full := tailMask(n)
+	rows("scaleF32AVX512", full, rem, []reg.GPVirtual{d, x}, func() {
+		t := ZMM()
+		VMULPS(Mem{Base: x}, sv, t)
+		VMOVUPS(t, Mem{Base: d})
+	}, func() {
+		t := ZMM()
+		VMOVUPS_Z(Mem{Base: x}, k, t)
+		VMULPS(sv, t, t)
+		VMOVUPS(t, k, Mem{Base: d})
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// tailMask returns the mask of the n%16 lowest lanes, n%16 and n &^ 15.
+func tailMask(n reg.GPVirtual) (k reg.OpmaskVirtual, rem, full reg.GPVirtual) {
+	rem, bits := GP64(), GP64()
+	MOVQ(n, rem)
+	ANDQ(U32(15), rem)
+	MOVQ(U32(1), bits)
+	SHLXQ(rem, bits, bits)
+	DECQ(bits)
+	k = K()
+	KMOVW(bits.As32(), k)
+	full = GP64()
+	MOVQ(n, full)
+	ANDQ(I32(-16), full)
+	return k, rem, full
+}
+
+// rows emits `for ; full > 0; full -= 16 { body(); ptrs += 64 }`, then
+// tail() when rem > 0. Labels start with name.
+func rows(name string, full, rem reg.GPVirtual, ptrs []reg.GPVirtual, body, tail func()) {
 	TESTQ(full, full)
 	JE(LabelRef(name + "_tail"))
 	Label(name + "_loop")
-	fold(false)
-	for _, p := range append([]reg.GPVirtual{d}, xs...) {
+	body()
+	for _, p := range ptrs {
 		ADDQ(U32(64), p)
 	}
 	SUBQ(U32(16), full)
@@ -87,8 +131,6 @@ func sum4(name string, acc bool) {
 	Label(name + "_tail")
 	TESTQ(rem, rem)
 	JE(LabelRef(name + "_done"))
-	fold(true)
+	tail()
 	Label(name + "_done")
-	VZEROUPPER()
-	RET()
 }
