@@ -118,9 +118,10 @@ func (g *group) Close() error {
 // so that the ranks of other hosts waiting on this one learn which rank
 // failed (the abort frames name it) instead of seeing this rank close in
 // good order. A *comm.PeerError in err names a world rank and keeps it;
-// any other error names this rank.
+// any other error names this rank. A group closed here (comm.ErrClosed)
+// is no failure: the world's Close says goodbye.
 func (g *group) Abort(err error) {
-	if err == nil {
+	if err == nil || errors.Is(err, comm.ErrClosed) {
 		return
 	}
 	pe := &comm.PeerError{Rank: g.w.rank, Op: "abort", Err: err}
