@@ -9,6 +9,8 @@ import (
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
+
+	"trellis/internal/avxrow"
 )
 
 func main() {
@@ -36,7 +38,7 @@ func sum4(name string, acc bool) {
 	}
 	n := Load(Param("n"), GP64()).(reg.GPVirtual)
 
-	k, rem, full := tailMask(n)
+	k, full := avxrow.TailMask(n)
 
 	fold := func(masked bool) {
 		s := ZMM()
@@ -65,7 +67,7 @@ func sum4(name string, acc bool) {
 			VMOVUPS(s, Mem{Base: d})
 		}
 	}
-	rows(name, full, rem, append([]reg.GPVirtual{d}, xs...), func() { fold(false) }, func() { fold(true) })
+	avxrow.Loop(name, full, k, append([]reg.GPVirtual{d}, xs...), func() { fold(false) }, func() { fold(true) })
 	VZEROUPPER()
 	RET()
 }
@@ -85,8 +87,8 @@ func scale() {
 		panic(err)
 	}
 	VBROADCASTSS(b.Addr, sv)
-	k, rem, full := tailMask(n)
-	rows("scaleF32AVX512", full, rem, []reg.GPVirtual{d, x}, func() {
+	k, full := avxrow.TailMask(n)
+	avxrow.Loop("scaleF32AVX512", full, k, []reg.GPVirtual{d, x}, func() {
 		t := ZMM()
 		VMULPS(Mem{Base: x}, sv, t)
 		VMOVUPS(t, Mem{Base: d})
@@ -98,39 +100,4 @@ func scale() {
 	})
 	VZEROUPPER()
 	RET()
-}
-
-// tailMask returns the mask of the n%16 lowest lanes, n%16 and n &^ 15.
-func tailMask(n reg.GPVirtual) (k reg.OpmaskVirtual, rem, full reg.GPVirtual) {
-	rem, bits := GP64(), GP64()
-	MOVQ(n, rem)
-	ANDQ(U32(15), rem)
-	MOVQ(U32(1), bits)
-	SHLXQ(rem, bits, bits)
-	DECQ(bits)
-	k = K()
-	KMOVW(bits.As32(), k)
-	full = GP64()
-	MOVQ(n, full)
-	ANDQ(I32(-16), full)
-	return k, rem, full
-}
-
-// rows emits `for ; full > 0; full -= 16 { body(); ptrs += 64 }`, then
-// tail() when rem > 0. Labels start with name.
-func rows(name string, full, rem reg.GPVirtual, ptrs []reg.GPVirtual, body, tail func()) {
-	TESTQ(full, full)
-	JE(LabelRef(name + "_tail"))
-	Label(name + "_loop")
-	body()
-	for _, p := range ptrs {
-		ADDQ(U32(64), p)
-	}
-	SUBQ(U32(16), full)
-	JNE(LabelRef(name + "_loop"))
-	Label(name + "_tail")
-	TESTQ(rem, rem)
-	JE(LabelRef(name + "_done"))
-	tail()
-	Label(name + "_done")
 }

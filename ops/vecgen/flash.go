@@ -6,6 +6,8 @@ import (
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
+
+	"trellis/internal/avxrow"
 )
 
 // The tile kernels of FlashAttention (ops/attention_flash.go): the online
@@ -29,12 +31,12 @@ func rowDotsK() {
 	SHLQ(U8(2), ldy)
 	n := Load(Param("n"), GP64()).(reg.GPVirtual)
 	rows := Load(Param("rows"), GP64()).(reg.GPVirtual)
-	k, full := tailMask(n)
+	k, full := avxrow.TailMask(n)
 	TESTQ(rows, rows)
 	JE(LabelRef("rd_done"))
 	Label("rd_row")
 	s := zeroZ()
-	rowLoop("rd", full, k, []reg.GPVirtual{px, py}, func() {
+	avxrow.Loop("rd", full, k, []reg.GPVirtual{px, py}, func() {
 		v := load(px)
 		VFMADD231PS(mem(py), v, s)
 	}, func() {
@@ -69,13 +71,13 @@ func scaleRowsK() {
 	SHLQ(U8(2), ld)
 	n := Load(Param("n"), GP64()).(reg.GPVirtual)
 	rows := Load(Param("rows"), GP64()).(reg.GPVirtual)
-	k, full := tailMask(n)
+	k, full := avxrow.TailMask(n)
 	TESTQ(rows, rows)
 	JE(LabelRef("sr_done"))
 	Label("sr_row")
 	s := ZMM()
 	VBROADCASTSS(mem(pa), s)
-	rowLoop("sr", full, k, []reg.GPVirtual{px}, func() {
+	avxrow.Loop("sr", full, k, []reg.GPVirtual{px}, func() {
 		v := load(px)
 		VMULPS(s, v, v)
 		VMOVUPS(v, mem(px))
@@ -97,9 +99,9 @@ func scaleRowsK() {
 // zeroRange emits the zeroing of n >= 0 floats from p (p and n are left
 // as they were). Labels start with name.
 func zeroRange(name string, p, n reg.GPVirtual) {
-	k, full := tailMask(n)
+	k, full := avxrow.TailMask(n)
 	z := zeroZ()
-	rowLoop(name, full, k, []reg.GPVirtual{p}, func() {
+	avxrow.Loop(name, full, k, []reg.GPVirtual{p}, func() {
 		VMOVUPS(z, mem(p))
 	}, func() {
 		VMOVUPS(z, k, mem(p))
@@ -141,9 +143,9 @@ func flashExpTileK() {
 		MOVQ(n0, nvN)
 		CMPQ(nvN, w)
 		CMOVQGT(w, nvN) // nvN = min(n0, w)
-		k, full := tailMask(nvN)
+		k, full := avxrow.TailMask(nvN)
 		mx := bcast(float32(math.Inf(-1)))
-		rowLoop(name, full, k, []reg.GPVirtual{p}, func() {
+		avxrow.Loop(name, full, k, []reg.GPVirtual{p}, func() {
 			VMAXPS(mem(p), mx, mx)
 		}, func() {
 			VMAXPS(mem(p), mx, k, mx)
@@ -169,9 +171,9 @@ func flashExpTileK() {
 	}
 	Label("fet_exp")
 	{
-		k, full := tailMask(nv)
+		k, full := avxrow.TailMask(nv)
 		sum := zeroZ()
-		rowLoop("fetExp", full, k, []reg.GPVirtual{ps}, func() {
+		avxrow.Loop("fetExp", full, k, []reg.GPVirtual{ps}, func() {
 			t := load(ps)
 			VFMSUB213PS(shift, scale, t) // t = scale·s − m'
 			e := expFlash(t)
@@ -254,10 +256,10 @@ func flashGradTileK(name string, dot bool) {
 		plse, pdd := ptr("lse"), ptr("d")
 		lse, sd := ZMM(), ZMM()
 		VBROADCASTSS(Mem{Base: plse}, lse)
-		k, full := tailMask(nv)
+		k, full := avxrow.TailMask(nv)
 		if dot { // P and D = Σ P⊙dP first, then dS
 			acc := zeroZ()
-			rowLoop(lb("p"), full, k, []reg.GPVirtual{pd, ps}, func() {
+			avxrow.Loop(lb("p"), full, k, []reg.GPVirtual{pd, ps}, func() {
 				t := load(ps)
 				VFMSUB213PS(lse, scale, t)
 				e := expFlash(t)
@@ -275,7 +277,7 @@ func flashGradTileK(name string, dot bool) {
 			reduce(acc, VADDPS)
 			storeLane0(acc, mem(pdd))
 			VMULPS(scale, acc, sd) // scale·D
-			rowLoop(lb("ds"), full, k, []reg.GPVirtual{pd, ps}, func() {
+			avxrow.Loop(lb("ds"), full, k, []reg.GPVirtual{pd, ps}, func() {
 				dp := load(pd)
 				VFMSUB213PS(sd, scale, dp) // scale·dP − scale·D
 				VMULPS(mem(ps), dp, dp)
@@ -299,7 +301,7 @@ func flashGradTileK(name string, dot bool) {
 			VMULPS(e, dp, dp)
 			return e
 		}
-		rowLoop(lb("g"), full, k, []reg.GPVirtual{pd, ps}, func() {
+		avxrow.Loop(lb("g"), full, k, []reg.GPVirtual{pd, ps}, func() {
 			t, dp := load(ps), load(pd)
 			e := grad(t, dp)
 			VMOVUPS(e, mem(ps))
@@ -405,7 +407,7 @@ func flashFinishK() {
 	Doc("flashFinishAVX512 sets inv[r] = 1/l[r] and lse[r] = m[r] + ln l[r] for r < rows (l[r] >= 1).")
 	pm, pl, plse, pinv := ptr("m"), ptr("l"), ptr("lse"), ptr("inv")
 	rows := Load(Param("rows"), GP64()).(reg.GPVirtual)
-	k, full := tailMask(rows)
+	k, full := avxrow.TailMask(rows)
 	finish := func(ld func(p reg.GPVirtual) reg.VecVirtual, st func(z reg.VecVirtual, p reg.GPVirtual)) {
 		x := ld(pl)
 		inv := copyZ(bcast(1))
@@ -436,7 +438,7 @@ func flashFinishK() {
 		VADDPS(m, y, y)
 		st(y, plse)
 	}
-	rowLoop("ff", full, k, []reg.GPVirtual{pm, pl, plse, pinv}, func() {
+	avxrow.Loop("ff", full, k, []reg.GPVirtual{pm, pl, plse, pinv}, func() {
 		finish(load, func(z reg.VecVirtual, p reg.GPVirtual) { VMOVUPS(z, mem(p)) })
 	}, func() {
 		finish(func(p reg.GPVirtual) reg.VecVirtual {

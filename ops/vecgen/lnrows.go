@@ -6,6 +6,8 @@ import (
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
+
+	"trellis/internal/avxrow"
 )
 
 // LayerNorm over whole blocks of rows, one call for many rows of n
@@ -63,7 +65,7 @@ func lnFwdRows() {
 	po, px, pw, pb, pm, ps := ptr("out"), ptr("x"), ptr("w"), ptr("b"), ptr("mean"), ptr("rstd")
 	n := Load(Param("n"), GP64()).(reg.GPVirtual)
 	rows := Load(Param("rows"), GP64()).(reg.GPVirtual)
-	k, full := tailMask(n)
+	k, full := avxrow.TailMask(n)
 	stride := GP64()
 	MOVQ(n, stride)
 	SHLQ(U8(2), stride)
@@ -79,7 +81,7 @@ func lnFwdRows() {
 	KMOVW(one, lane0)
 	rowsLoop("lnFwdRows", rows, []reg.GPVirtual{po, px}, stride, func() {
 		sum := zeroZ()
-		rowLoop("lnFwdSum", full, k, []reg.GPVirtual{px}, func() {
+		avxrow.Loop("lnFwdSum", full, k, []reg.GPVirtual{px}, func() {
 			VADDPS(mem(px), sum, sum)
 		}, func() {
 			v := ZMM()
@@ -90,7 +92,7 @@ func lnFwdRows() {
 		m := ZMM()
 		VDIVPS(nf, sum, m)
 		sq := zeroZ()
-		rowLoop("lnFwdSq", full, k, []reg.GPVirtual{px}, func() {
+		avxrow.Loop("lnFwdSq", full, k, []reg.GPVirtual{px}, func() {
 			d := load(px)
 			VSUBPS(m, d, d)
 			VFMADD231PS(d, d, sq)
@@ -118,7 +120,7 @@ func lnFwdRows() {
 			}
 			return bb
 		}
-		rowLoop("lnFwdOut", full, k, []reg.GPVirtual{po, px, pw, pb}, func() {
+		avxrow.Loop("lnFwdOut", full, k, []reg.GPVirtual{po, px, pw, pb}, func() {
 			VMOVUPS(out(load(px), mem(pw), mem(pb), false), mem(po))
 		}, func() {
 			v := ZMM()
@@ -141,7 +143,7 @@ func lnBwdRows() {
 	pdw, pdb := ptr("dw"), ptr("db")
 	n := Load(Param("n"), GP64()).(reg.GPVirtual)
 	rows := Load(Param("rows"), GP64()).(reg.GPVirtual)
-	k, full := tailMask(n)
+	k, full := avxrow.TailMask(n)
 	stride := GP64()
 	MOVQ(n, stride)
 	SHLQ(U8(2), stride)
@@ -162,7 +164,7 @@ func lnBwdRows() {
 			VMULPS(s, xh, xh)
 			VFMADD231PS(xh, g, agx)
 		}
-		rowLoop("lnBwdSums", full, k, []reg.GPVirtual{pdy, px, pw}, func() {
+		avxrow.Loop("lnBwdSums", full, k, []reg.GPVirtual{pdy, px, pw}, func() {
 			g := load(pdy)
 			VMULPS(mem(pw), g, g)
 			sums(g, load(px))
@@ -190,7 +192,7 @@ func lnBwdRows() {
 			VFNMADD231PS(agx, xh, dy)
 			VFMADD231PS(s, dy, d)
 		}
-		rowLoop("lnBwdDx", full, k, []reg.GPVirtual{pdx, pdy, px, pw}, func() {
+		avxrow.Loop("lnBwdDx", full, k, []reg.GPVirtual{pdx, pdy, px, pw}, func() {
 			d, dy, xh, ww := load(pdx), load(pdy), load(px), load(pw)
 			dxOf(d, dy, xh, ww)
 			VMOVUPS(d, mem(pdx))
@@ -221,7 +223,7 @@ func lnBwdParamCols() {
 	pdw, pdb, pdy, px, pm, ps := ptr("dw"), ptr("db"), ptr("dy"), ptr("x"), ptr("mean"), ptr("rstd")
 	n := Load(Param("n"), GP64()).(reg.GPVirtual)
 	rows := Load(Param("rows"), GP64()).(reg.GPVirtual)
-	k, full := tailMask(n)
+	k, full := avxrow.TailMask(n)
 	stride := Load(Param("ld"), GP64()).(reg.GPVirtual)
 	SHLQ(U8(2), stride)
 	rowsLoop("lnBwdCols", rows, []reg.GPVirtual{pdy, px}, stride, func() {
@@ -246,7 +248,7 @@ func paramRow(name string, full reg.GPVirtual, k reg.OpmaskVirtual, pdw, pdb, pd
 		VMULPS(s, xh, xh)
 		VFMADD231PS(xh, dy, ww)
 	}
-	rowLoop(name, full, k, []reg.GPVirtual{pdw, pdb, pdy, px}, func() {
+	avxrow.Loop(name, full, k, []reg.GPVirtual{pdw, pdb, pdy, px}, func() {
 		dy, bb, xh, ww := load(pdy), load(pdb), load(px), load(pdw)
 		params(dy, xh, bb, ww)
 		VMOVUPS(bb, mem(pdb))

@@ -6,54 +6,11 @@ import (
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
+
+	"trellis/internal/avxrow"
 )
 
 // Whole-row kernels with masked tails: any n >= 1, one call a row.
-
-// tailMask returns a mask of the n%16 lowest lanes (all zero when 16
-// divides n) and the count of elements before the tail, n &^ 15.
-func tailMask(n reg.GPVirtual) (reg.OpmaskVirtual, reg.GPVirtual) {
-	rem, bits := GP64(), GP64()
-	MOVQ(n, rem)
-	ANDQ(U32(15), rem)
-	MOVQ(U32(1), bits)
-	SHLXQ(rem, bits, bits)
-	DECQ(bits)
-	k := K()
-	KMOVW(bits.As32(), k)
-	full := GP64()
-	MOVQ(n, full)
-	ANDQ(I32(-16), full)
-	return k, full
-}
-
-// rowLoop emits `for c := full; c > 0; c -= 16 { body(); ptrs += 64 }`
-// followed, when the tail mask is not empty, by tail() at the pointers'
-// final position; the pointers are moved back to their start afterwards.
-func rowLoop(name string, full reg.GPVirtual, k reg.OpmaskVirtual, ptrs []reg.GPVirtual, body, tail func()) {
-	c := GP64()
-	MOVQ(full, c)
-	TESTQ(c, c)
-	JE(LabelRef(name + "_tail"))
-	Label(name + "_loop")
-	body()
-	for _, p := range ptrs {
-		ADDQ(U32(64), p)
-	}
-	SUBQ(U32(16), c)
-	JNE(LabelRef(name + "_loop"))
-	Label(name + "_tail")
-	KORTESTW(k, k)
-	JE(LabelRef(name + "_end"))
-	tail()
-	Label(name + "_end")
-	back := GP64()
-	MOVQ(full, back)
-	SHLQ(U8(2), back)
-	for _, p := range ptrs {
-		SUBQ(back, p)
-	}
-}
 
 // reduce combines the 16 lanes of z with op (VADDPS or VMAXPS) as a
 // balanced tree — lane i with i+8, then i+4, i+2, i+1, the order of
@@ -101,7 +58,7 @@ func rowMaxK() {
 	Doc("rowMaxAVX512 sets res[0] = max(in[:n]) (n >= 1).")
 	pi := ptr("in")
 	n := Load(Param("n"), GP64()).(reg.GPVirtual)
-	k, full := tailMask(n)
+	k, full := avxrow.TailMask(n)
 	storeLane0(rowMax("rm", pi, full, k), Mem{Base: ptr("res")})
 	VZEROUPPER()
 	RET()
@@ -122,7 +79,7 @@ func expRowK() {
 	n := Load(Param("n"), GP64()).(reg.GPVirtual)
 	shift := param("shift")
 	hoist(expConsts()...)
-	k, full := tailMask(n)
+	k, full := avxrow.TailMask(n)
 	sum := expSum("er", po, pi, full, k, func(t reg.VecVirtual) { VSUBPS(shift, t, t) })
 	storeLane0(sum, Mem{Base: ptr("res")})
 	VZEROUPPER()
@@ -148,7 +105,7 @@ func softmaxCausalK() {
 	hoist(expConsts()...)
 	TESTQ(rows, rows)
 	JE(LabelRef("sc_done"))
-	pi := GP64() // the same rows as pa: rowLoop moves each pointer it is given
+	pi := GP64() // the same rows as pa: avxrow.Loop moves each pointer it is given
 	Label("sc_row")
 	MOVQ(pa, pi)
 	softmaxBody("sc", pa, pi, n, scale)
@@ -165,7 +122,7 @@ func softmaxCausalK() {
 // exp constants hoisted by the caller) and returns m = scale·max(in) and
 // s = Σ exp(scale·in − m), each in every lane. Labels start with name.
 func softmaxBody(name string, po, pi, n reg.GPVirtual, scale reg.VecVirtual) (shift, sum reg.VecVirtual) {
-	k, full := tailMask(n)
+	k, full := avxrow.TailMask(n)
 	mx := rowMax(name+"Max", pi, full, k)
 	shift = ZMM()
 	VMULPS(scale, mx, shift)
@@ -175,7 +132,7 @@ func softmaxBody(name string, po, pi, n reg.GPVirtual, scale reg.VecVirtual) (sh
 	})
 	inv := copyZ(bcast(1))
 	VDIVPS(sum, inv, inv) // 1/s
-	rowLoop(name+"Scale", full, k, []reg.GPVirtual{po}, func() {
+	avxrow.Loop(name+"Scale", full, k, []reg.GPVirtual{po}, func() {
 		v := ZMM()
 		VMULPS(mem(po), inv, v)
 		VMOVUPS(v, mem(po))
@@ -192,7 +149,7 @@ func softmaxBody(name string, po, pi, n reg.GPVirtual, scale reg.VecVirtual) (sh
 // under k) and returns it in every lane. Labels start with name.
 func rowMax(name string, pi, full reg.GPVirtual, k reg.OpmaskVirtual) reg.VecVirtual {
 	mx := bcast(float32(math.Inf(-1)))
-	rowLoop(name, full, k, []reg.GPVirtual{pi}, func() {
+	avxrow.Loop(name, full, k, []reg.GPVirtual{pi}, func() {
 		VMAXPS(mem(pi), mx, mx)
 	}, func() {
 		VMAXPS(mem(pi), mx, k, mx) // merge: masked lanes keep −∞
@@ -207,7 +164,7 @@ func rowMax(name string, pi, full reg.GPVirtual, k reg.OpmaskVirtual) reg.VecVir
 // name.
 func expSum(name string, po, pi, full reg.GPVirtual, k reg.OpmaskVirtual, arg func(t reg.VecVirtual)) reg.VecVirtual {
 	sum := zeroZ()
-	rowLoop(name, full, k, []reg.GPVirtual{po, pi}, func() {
+	avxrow.Loop(name, full, k, []reg.GPVirtual{po, pi}, func() {
 		t := load(pi)
 		arg(t)
 		e := exp(t)
@@ -284,9 +241,9 @@ func softmaxGradCausalK() {
 // softmaxGradBody emits d = scale·p⊙(d − Σ p⊙d) over n >= 1 elements.
 // Labels start with name.
 func softmaxGradBody(name string, pd, pp, n reg.GPVirtual, scale reg.VecVirtual) {
-	k, full := tailMask(n)
+	k, full := avxrow.TailMask(n)
 	s := zeroZ()
-	rowLoop(name+"Dot", full, k, []reg.GPVirtual{pd, pp}, func() {
+	avxrow.Loop(name+"Dot", full, k, []reg.GPVirtual{pd, pp}, func() {
 		v := load(pp)
 		VFMADD231PS(mem(pd), v, s)
 	}, func() {
@@ -301,7 +258,7 @@ func softmaxGradBody(name string, pd, pp, n reg.GPVirtual, scale reg.VecVirtual)
 		VMULPS(scale, p, p)
 		VMULPS(p, d, d)
 	}
-	rowLoop(name+"Grad", full, k, []reg.GPVirtual{pd, pp}, func() {
+	avxrow.Loop(name+"Grad", full, k, []reg.GPVirtual{pd, pp}, func() {
 		d, p := load(pd), load(pp)
 		grad(d, p)
 		VMOVUPS(d, mem(pd))
