@@ -246,12 +246,7 @@ func (j *Job) Wait() error {
 	sort.Ints(stopped)
 	switch {
 	case j.first != nil:
-		var t []string
-		for _, w := range j.workers {
-			if w.rank == j.first.Rank {
-				t = w.tail.get()
-			}
-		}
+		t := j.tailOf(j.first.Rank)
 		return &WorkerError{Rank: j.first.Rank, Status: j.first.Status, Code: j.first.Code, Tail: t, Stopped: stopped, AlsoFailed: also,
 			Blames: j.blame(t), PerNode: j.cfg.NProcPerNode}
 	case j.interrupted != nil:
@@ -278,13 +273,8 @@ func (j *Job) blame(t []string) int {
 		if e.Rank == j.first.Rank {
 			continue
 		}
-		for _, w := range j.workers {
-			if w.rank != e.Rank {
-				continue
-			}
-			if o, oc := blamedRank(w.tail.get()); o >= 0 && !oc {
-				return j.rootBlame(w.rank, o)
-			}
+		if o, oc := blamedRank(j.tailOf(e.Rank)); o >= 0 && !oc {
+			return j.rootBlame(e.Rank, o)
 		}
 	}
 	return j.rootBlame(j.first.Rank, b)
@@ -301,18 +291,24 @@ func (j *Job) rootBlame(first, blame int) int {
 	seen := map[int]bool{first: true}
 	for blame >= 0 && !seen[blame] {
 		seen[blame] = true
-		next := -1
-		for _, w := range j.workers {
-			if w.rank == blame {
-				next, _ = blamedRank(w.tail.get())
-			}
-		}
+		next, _ := blamedRank(j.tailOf(blame))
 		if next < 0 || seen[next] {
 			return blame
 		}
 		blame = next
 	}
 	return blame
+}
+
+// tailOf is the last lines of this node's worker of the given rank (none
+// for a rank of another node).
+func (j *Job) tailOf(rank int) []string {
+	for _, w := range j.workers {
+		if w.rank == rank {
+			return w.tail.get()
+		}
+	}
+	return nil
 }
 
 func (j *Job) firstRank() int {

@@ -30,7 +30,7 @@ import (
 type Handoff struct {
 	Samples []CommSample // one per size: the median over the rounds
 	// LatencyS and BWBytes are the α–β fit to Samples, bounded by the
-	// back-to-back fit (fitLink): a collective between computing ranks
+	// back-to-back fit (Handoff.fit): a collective between computing ranks
 	// costs no less than one between ranks that wait for nothing, and
 	// moves its bytes no faster.
 	LatencyS, BWBytes float64
@@ -52,10 +52,7 @@ func measureHandoffOver(ctx context.Context, c Config, n int, l Link) (Handoff, 
 		}
 		h.Samples = append(h.Samples, s)
 	}
-	if err := h.fit(l); err != nil {
-		return h, err
-	}
-	return h, nil
+	return h, h.fit(l)
 }
 
 // measureHandoff runs the compute-then-all-reduce loop on n ranks,
