@@ -3,41 +3,52 @@ package comm
 import (
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Crowding tells how much of a rank's blocked time went to the other
 // ranks of its process when more ranks than cores share the process's
-// cores. R ranks on C < R cores each own a share s = C/R of them. Over a
-// rank's blocked interval the process runs on r cores (its CPU time over
-// the wall time, every goroutine's) while W ranks are blocked on average
-// (this one included: the time-weighted count of the waits the measure
-// follows); the R − W running ranks are entitled to (R − W)·s, and what
-// they run beyond that came out of the blocked ranks' shares, equally:
+// cores: R ranks on C < R cores. Where no core lies idle, a blocked rank
+// is waiting for the cores its peers hold, not for a transfer or a
+// neighbour: the planner's compute term on shared cores (the work times
+// R/C) counts it, and the engine books it there (train's step clock).
+// What the ranks' waits cost the step is the cores' idle time: a step of
+// T on C cores is (the ranks' work + the idle core time)/C, so the
+// exposed waits, averaged over the R ranks, are the idle core time over
+// C, and summed over them idle·R/C. The measure keeps that sum exactly,
+// as an integral over the intervals between the waits' starts and ends,
+// in each of which the count W of blocked ranks is constant: the R − W
+// running ranks hold a core each, so max(C − (R − W), 0) cores lie idle,
+// shared equally among the blocked ranks:
 //
-//	crowded = clamp((r − (R − W)·s) / (W·s), 0, 1) · blocked
+//	I += dt · max(C − R + W, 0) · R/(C·W)   while W ≥ 1
 //
-// That part of a wait is the rank waiting for the cores its peers hold,
-// not for a transfer or a neighbour: the planner's compute term on shared
-// cores (the work times R/C) counts it, and the engine books it there
-// (train's step clock). The rest is idle cores, shared by the blocked
-// ranks: W ranks blocked while one core of C lies idle book one core's
-// worth of the wait between them, not W. The others' work includes what
-// the collective itself runs on the cores (an in-process reduction), which
-// a transport with engines of its own would not take from compute.
+// (at most dt: the share reaches 1 only when all R are blocked). A wait
+// from a to b exposes I(b) − I(a) of its b − a; the rest of it is
+// crowded. Four ranks on two cores: one or two blocked expose nothing
+// (the others fill the cores), three expose two thirds each, four all.
+//
+// The count is of ranks, not of what the cores run: a running rank is
+// taken to keep one core busy (the engine's in-process ranks run one
+// kernel thread each when they outnumber the cores), and the
+// collective's own copies, which run while their ranks are blocked, are
+// part of the exposed wait (the transfer). The process's CPU clock cannot
+// tell this instead: Linux advances the other threads' part of
+// CLOCK_PROCESS_CPUTIME_ID only at scheduler ticks, so that over the
+// 0.05–1 ms of a wait it reads about one core where two are busy (and
+// the measure built on it booked dp=4,zero=3's exposed comm at twice the
+// cores' idle time).
 //
 // Every Mark must be followed by one Crowded (the count of blocked ranks
 // is the Marks not yet closed). A nil *Crowding (ranks that do not
 // outnumber the cores, a backend whose ranks live in processes of their
 // own) measures nothing.
 type Crowding struct {
-	ranks, share float64 // R and s (cores)
+	ranks, cores float64 // R and C
 
 	mu      sync.Mutex
-	waiting int           // Marks not yet closed by Crowded
+	waiting int           // Marks not yet closed by Crowded: W
 	since   time.Time     // when waiting last changed
-	area    time.Duration // ∫ waiting dt since the start
+	idle    time.Duration // I: ∫ a blocked rank's share of the idle cores
 }
 
 // NewCrowding is the measure for ranks in-process ranks sharing cores
@@ -46,67 +57,63 @@ func NewCrowding(ranks, cores int) *Crowding {
 	if cores < 1 || ranks <= cores {
 		return nil
 	}
-	return &Crowding{ranks: float64(ranks), share: float64(cores) / float64(ranks)}
+	return &Crowding{ranks: float64(ranks), cores: float64(cores)}
 }
 
-// Mark is where a blocked interval began: the wall clock, the process's
-// CPU time and the integral of the blocked ranks' count.
+// Mark is where a blocked interval began: the wall clock and the idle
+// share's integral I.
 type Mark struct {
 	wall time.Time
-	cpu  time.Duration
 	area time.Duration
 }
 
-// step moves the integral to now and the count by d (c.mu held).
-func (c *Crowding) step(now time.Time, d int) time.Duration {
-	if !c.since.IsZero() {
-		c.area += time.Duration(c.waiting) * now.Sub(c.since)
+// at moves the integral to now and the count by d (c.mu held) and
+// returns it.
+func (c *Crowding) at(now time.Time, d int) time.Duration {
+	if !c.since.IsZero() && c.waiting > 0 {
+		w := float64(c.waiting)
+		share := min(max(c.cores-c.ranks+w, 0)*c.ranks/(c.cores*w), 1)
+		c.idle += time.Duration(share * float64(now.Sub(c.since)))
 	}
 	c.since = now
 	c.waiting += d
-	return c.area
+	return c.idle
 }
 
-// Mark reads the clocks at the start of a wait (the zero Mark for nil).
+// Mark reads the clock at the start of a wait (the zero Mark for nil).
 func (c *Crowding) Mark() Mark {
 	if c == nil {
 		return Mark{}
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	now := time.Now()
-	area := c.step(now, 1)
-	c.mu.Unlock()
-	return Mark{wall: now, cpu: processCPU(), area: area}
+	return Mark{wall: now, area: c.at(now, 1)}
 }
 
-// Crowded closes the wait that began at m: the part of blocked (a span of
-// it) that the rank's share of the cores ran the others' work, by the
-// process's rate and the blocked ranks' mean count from m until now.
-func (c *Crowding) Crowded(m Mark, blocked time.Duration) time.Duration {
+// Crowded closes the wait that began at m and returns the part of span
+// (the part of the wait past its skew) that the rank's share of the cores
+// ran the others' work: span × (1 − exposed/wall), the wait's exposed
+// share I(now) − I(m) spread evenly over it.
+func (c *Crowding) Crowded(m Mark, span time.Duration) time.Duration {
 	if c == nil || m.wall.IsZero() {
 		return 0
 	}
-	cpu := processCPU()
 	c.mu.Lock()
 	now := time.Now()
-	area := c.step(now, -1)
+	area := c.at(now, -1)
 	c.mu.Unlock()
-	if blocked <= 0 {
-		return 0
-	}
-	return c.crowded(m, Mark{wall: now, cpu: cpu, area: area}, blocked)
+	return crowdedPart(now.Sub(m.wall), area-m.area, span)
 }
 
-// crowded is Crowded with the interval's end read at now.
-func (c *Crowding) crowded(m, now Mark, blocked time.Duration) time.Duration {
-	wall := now.wall.Sub(m.wall)
-	if wall <= 0 {
+// crowdedPart is the crowded part of span, a part of a wait of wall that
+// exposed exposed of it.
+func crowdedPart(wall, exposed, span time.Duration) time.Duration {
+	if wall <= 0 || span <= 0 {
 		return 0
 	}
-	r := float64(now.cpu-m.cpu) / float64(wall)
-	w := min(max(float64(now.area-m.area)/float64(wall), 1), c.ranks)
-	f := min(max((r-(c.ranks-w)*c.share)/(w*c.share), 0), 1)
-	return time.Duration(f * float64(blocked))
+	f := 1 - min(float64(exposed)/float64(wall), 1)
+	return min(time.Duration(f*float64(span)), span)
 }
 
 // CrowdingOf is the measure of the queue w came from (nil for a Work
@@ -117,13 +124,4 @@ func CrowdingOf(w Work) *Crowding {
 		return c.Crowding()
 	}
 	return nil
-}
-
-// processCPU is the CPU time the process has used, every thread's.
-func processCPU() time.Duration {
-	var ts unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts) != nil {
-		return 0
-	}
-	return time.Duration(ts.Nano())
 }
