@@ -7,7 +7,14 @@ import (
 
 // group describes where the members of a communication group sit: n ranks,
 // k of them on each node they span (so n/k nodes).
-type group struct{ n, k int }
+type group struct {
+	n, k int
+	// hidden is the part of a collective's latency that the other ranks'
+	// work hides on a CPU host whose ranks outnumber its cores (1 −
+	// Job.hostFill of the group: the cores its blocked members leave to
+	// them stay busy); 0 elsewhere.
+	hidden float64
+}
 
 func (g group) nodes() int { return (g.n + g.k - 1) / g.k }
 
@@ -117,7 +124,8 @@ func (c Cluster) reduceScatter(S float64, g group) float64 {
 		// rendezvous and one barrier), which the profile measures on an
 		// all-reduce and writes as the α of 2(n−1) steps: a
 		// reduce-scatter or all-gather pays the same, not half.
-		return ring(S, g.n, c.Intra) + float64(g.n-1)*c.Intra.Latency
+		l := c.intra(g)
+		return ring(S, g.n, l) + float64(g.n-1)*l.Latency
 	case g.nodes() == 1:
 		return ring(S, g.n, c.Intra)
 	case g.k == 1:
@@ -135,7 +143,7 @@ func (c Cluster) allReduce(S float64, g group) float64 {
 	case g.n <= 1:
 		return 0
 	case g.nodes() == 1:
-		return flatAllReduce(S, g.n, c.Intra)
+		return flatAllReduce(S, g.n, c.intra(g))
 	case g.k == 1:
 		return flatAllReduce(S, g.n, c.Inter)
 	case c.Software.FlatRings:
@@ -148,9 +156,17 @@ func (c Cluster) allReduce(S float64, g group) float64 {
 // at worst: intra-node only when the whole group fits in one node.
 func (c Cluster) link(g group) Link {
 	if g.nodes() <= 1 {
-		return c.Intra
+		return c.intra(g)
 	}
 	return c.Inter
+}
+
+// intra is the intra-node link as group g's collectives meet it: its
+// latency less the part other ranks' work hides (group.hidden).
+func (c Cluster) intra(g group) Link {
+	l := c.Intra
+	l.Latency *= 1 - g.hidden
+	return l
 }
 
 // p2p is one point-to-point transfer of S bytes: α + S/β.

@@ -54,8 +54,8 @@ func (g *genSearch) blocks(j Job, p Plan, have [2][2]bool) *lbBlocks {
 	b := &lbBlocks{}
 	g.lb[k] = b
 	g.lbLast[b2i(p.Flash)] = lbHit{k, b}
-	r := j.newRecipe(p, placement{tp: group{n: p.TP, k: 1}, cp: group{1, 1}, dp: group{1, 1}, pp: group{1, 1}})
-	inNode := placement{tp: group{n: p.TP, k: min(p.TP, max(1, j.Cluster.DevicesPerNode))}, cp: group{1, 1}, dp: group{1, 1}, pp: group{1, 1}}
+	r := j.newRecipe(p, placement{tp: group{n: p.TP, k: 1}, cp: group{n: 1, k: 1}, dp: group{n: 1, k: 1}, pp: group{n: 1, k: 1}})
+	inNode := placement{tp: group{n: p.TP, k: min(p.TP, max(1, j.Cluster.DevicesPerNode))}, cp: group{n: 1, k: 1}, dp: group{n: 1, k: 1}, pp: group{n: 1, k: 1}}
 	ro := j.newRecipe(p, inNode) // pipelined when the stack and sp allow
 	m := j.Model
 	for w := 0; w < 2; w++ {
@@ -110,7 +110,7 @@ func (s *searcher) lowerKinds(p Plan, lay *layout, lg *lazyGeneral, overlap bool
 	}
 	b := s.gen.blocks(j, p, lay.have)
 	if j.Model.moe() && !s.gen.routedOK {
-		r := j.newRecipe(p, placement{tp: group{n: p.TP, k: 1}, cp: group{1, 1}, dp: group{1, 1}, pp: group{1, 1}})
+		r := j.newRecipe(p, placement{tp: group{n: p.TP, k: 1}, cp: group{n: 1, k: 1}, dp: group{n: 1, k: 1}, pp: group{n: 1, k: 1}})
 		s.gen.routed, s.gen.routedOK = r.routed(placeExperts(p, j.Cluster.DevicesPerNode)), true
 	}
 	routed := s.gen.routed

@@ -9,7 +9,7 @@ import (
 // the dense and expert parts, the step by term with the all-to-all, the
 // experts' mesh and the pipeline's layout.
 func (j Job) explainGeneral(b *strings.Builder, p Plan, best *Estimate) {
-	pl := place(p, j.Cluster.DevicesPerNode)
+	pl := j.onHost(p, place(p, j.Cluster.DevicesPerNode))
 	lay := j.newLayout(p)
 	g := j.newGeneralCosts(p, pl, lay)
 	mem := j.generalMemory(p, lay)

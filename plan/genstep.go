@@ -76,13 +76,21 @@ func (j Job) generalStepTime(p Plan, pl placement, g *generalCosts) (Time, []ran
 // bucket (as stepComm); a tied embedding's gradient between the two end
 // ranks.
 func (j Job) generalStepComm(p Plan, pl placement, g *generalCosts, ranks []rankCost) float64 {
-	c := j.Cluster
-	if j.hostBusy() { // nothing to hide behind: see hostBusy
-		ranks = append([]rankCost(nil), ranks...)
-		for i := range ranks {
-			ranks[i].compute = passTime{}
-		}
+	if j.hostBusy() { // see hostBusy and busyHost
+		return j.busyHost(func(k Job, w float64) float64 {
+			hidden := append([]rankCost(nil), ranks...)
+			for i := range hidden {
+				hidden[i].compute = ranks[i].compute.scale(w)
+			}
+			return k.generalStepExposed(p, pl, g, hidden)
+		})
 	}
+	return j.generalStepExposed(p, pl, g, ranks)
+}
+
+// generalStepExposed is generalStepComm behind the ranks' windows given.
+func (j Job) generalStepExposed(p Plan, pl placement, g *generalCosts, ranks []rankCost) float64 {
+	c := j.Cluster
 	w, gb := weightBytes(p.Precision), gradBytes(p.Precision)
 	dp, edp := j.dpGroups(p, pl, g.ex)
 	reduce := func(S float64, grp group) float64 {

@@ -141,3 +141,79 @@ func TestHostPipeMakespan(t *testing.T) {
 		t.Errorf("stretched by 1.5: %g, want %g", s, 1.5*got)
 	}
 }
+
+// A tensor-parallel group's waits on a host whose ranks outnumber its
+// cores cost only the cores they leave idle: tp=2 among four ranks on two
+// cores is filled by the other replica's work (its collectives' latency
+// is hidden, what they move is not: tp costs what it would on a link of
+// no latency), tp=4 (the whole host) pays its collectives whole, and with
+// a core per rank tp=2 pays them whole too. hostFill is comm.Crowding's
+// share of the idle cores.
+func TestHostFillsSmallGroupsWaits(t *testing.T) {
+	for _, tc := range []struct {
+		devices, cores, n int
+		want              float64
+	}{
+		{4, 2, 2, 0}, {4, 2, 4, 1}, {4, 2, 3, 2.0 / 3}, {3, 2, 2, 0.75}, {8, 2, 7, 4.0 / 7}, {4, 4, 2, 1}, {2, 2, 2, 1}, {8, 2, 2, 0},
+	} {
+		if got := hostJob(t, tc.devices, tc.cores, 2).hostFill(tc.n); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("%d ranks on %d cores, a group of %d: fill %g, want %g", tc.devices, tc.cores, tc.n, got, tc.want)
+		}
+	}
+	if got := hostJob(t, 4, 0, 0).hostFill(2); got != 1 {
+		t.Errorf("a cluster without cores: fill %g, want 1", got)
+	}
+	shared := hostStep(t, hostJob(t, 4, 2, 2), "dp=2,tp=2,mbs=2,precision=fp32,flash=off")
+	own := hostStep(t, hostJob(t, 4, 4, 4), "dp=2,tp=2,mbs=2,precision=fp32,flash=off")
+	whole := hostStep(t, hostJob(t, 4, 2, 2), "tp=4,mbs=2,precision=fp32,flash=off")
+	free := hostJob(t, 4, 4, 4)
+	free.Cluster.Intra.Latency = 0
+	bw := hostStep(t, free, "dp=2,tp=2,mbs=2,precision=fp32,flash=off")
+	if math.Abs(shared.TP-bw.TP) > 1e-12 || !(shared.TP > 0) || !(own.TP > shared.TP) {
+		t.Errorf("exposed tp for tp=2 × dp=2: %g on 2 cores, want %g (its bandwidth part, > 0), and less than %g on 4 cores", shared.TP, bw.TP, own.TP)
+	}
+	wholeOwn := hostStep(t, hostJob(t, 4, 4, 4), "tp=4,mbs=2,precision=fp32,flash=off")
+	if math.Abs(whole.TP-wholeOwn.TP) > 1e-12 {
+		t.Errorf("tp=4 on 2 cores exposes %g, want all of it (%g, as on 4 cores)", whole.TP, wholeOwn.TP)
+	}
+	for _, tm := range []Time{shared, own, whole} {
+		if s := tm.Compute + tm.CommExposed + tm.Bubble + tm.Misc; math.Abs(s-tm.Step) > 1e-9*tm.Step {
+			t.Errorf("parts %g do not add up to the step %g", s, tm.Step)
+		}
+		if c := tm.TP + tm.CP + tm.PP + tm.DP + tm.EP; math.Abs(c-tm.CommExposed) > 1e-12 {
+			t.Errorf("the axes' comm %g is not the exposed comm %g", c, tm.CommExposed)
+		}
+	}
+}
+
+// On a host whose ranks keep every core busy, ZeRO's traffic over
+// emulated links (EngineStore.OwnLinks: the wire time a sleep that needs
+// no core) hides its wire time behind the ranks' compute, but not the
+// hand-off on the host's own links: it is exposed more than on the own
+// links alone and less than with every emulated second exposed; where the
+// compute is long enough to cover the wire, only the own links' part and
+// the first gather's wire remain.
+func TestHostHidesEmulatedWire(t *testing.T) {
+	base := hostJob(t, 4, 2, 2)
+	emulated := func(j Job, own bool) Job {
+		if own {
+			j.Engine = &EngineStore{Threads: 1, OwnLinks: &[2]Link{j.Cluster.Intra, j.Cluster.Inter}}
+		}
+		j.Cluster.Intra = Link{BW: 200e6, Latency: 100e-6}
+		j.Cluster.Inter = j.Cluster.Intra
+		return j
+	}
+	plan := "dp=4,zero=3,mbs=2,precision=fp32,flash=off"
+	own := hostStep(t, base, plan).DP
+	hid := hostStep(t, emulated(base, true), plan).DP
+	all := hostStep(t, emulated(base, false), plan).DP
+	if !(own < hid && hid < all) {
+		t.Errorf("ZeRO-3 exposed: %g on the own links, %g over emulated ones with their wire hidden, %g with none hidden: want them increasing", own, hid, all)
+	}
+	slow := base
+	slow.Cluster.Accel.Peak = map[Precision]float64{FP32: 1e6, BF16: 1e6, FP16: 1e6, FP8: 1e6}
+	covered := hostStep(t, emulated(slow, true), plan).DP
+	if lim := own + (all-own)/4; !(covered < lim) {
+		t.Errorf("ZeRO-3 over emulated links behind compute far longer than the wire: exposed %g, want under %g (the own links' %g and little of the rest)", covered, lim, own)
+	}
+}

@@ -13,14 +13,14 @@ func TestCollectiveFormulas(t *testing.T) {
 	c := Cluster{Intra: intra, Inter: inter, DevicesPerNode: 8}
 	S := 1e9
 	within(t, "ring RS 8 ranks", ring(S, 8, intra), 7*2e-6+7.0/8*S/100e9, 1e-12)
-	within(t, "intra all-reduce", c.allReduce(S, group{8, 8}), 2*(7*2e-6+7.0/8*S/100e9), 1e-12)
-	within(t, "flat inter all-reduce", c.allReduce(S, group{4, 1}), 2*(3*10e-6+3.0/4*S/10e9), 1e-12)
+	within(t, "intra all-reduce", c.allReduce(S, group{n: 8, k: 8}), 2*(7*2e-6+7.0/8*S/100e9), 1e-12)
+	within(t, "flat inter all-reduce", c.allReduce(S, group{n: 4, k: 1}), 2*(3*10e-6+3.0/4*S/10e9), 1e-12)
 	hier := 2*(7*2e-6+7.0/8*S/100e9) + 2*(3*10e-6+3.0/4*(S/8)/10e9)
-	within(t, "hierarchical all-reduce", c.allReduce(S, group{32, 8}), hier, 1e-12)
-	within(t, "hierarchical reduce-scatter", c.reduceScatter(S, group{32, 8}), hier/2, 1e-12)
+	within(t, "hierarchical all-reduce", c.allReduce(S, group{n: 32, k: 8}), hier, 1e-12)
+	within(t, "hierarchical reduce-scatter", c.reduceScatter(S, group{n: 32, k: 8}), hier/2, 1e-12)
 	// Small messages at scale take the tree: 2·⌈log2 n⌉·α + 2S/β.
-	within(t, "tree all-reduce", c.allReduce(1e3, group{1024, 1}), 2*10*10e-6+2*1e3/10e9, 1e-12)
-	if c.allReduce(S, group{1, 1}) != 0 || ring(0, 8, intra) != 0 {
+	within(t, "tree all-reduce", c.allReduce(1e3, group{n: 1024, k: 1}), 2*10*10e-6+2*1e3/10e9, 1e-12)
+	if c.allReduce(S, group{n: 1, k: 1}) != 0 || ring(0, 8, intra) != 0 {
 		t.Error("a group of one, or an empty buffer, costs nothing")
 	}
 	if p2p(S, inter) != 10e-6+S/10e9 {

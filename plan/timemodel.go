@@ -218,10 +218,39 @@ func (j Job) pipeComm(p Plan, pl placement, layer passTime, pt partition) float6
 // whether the backward's gather is issued only after the previous layer's
 // backward, so that it is exposed whole (Software.ZeRO3BackwardPost).
 func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCost, sp shapeParams, s, n int) float64 {
-	c := j.Cluster
-	if j.hostBusy() { // nothing to hide behind: see hostBusy
-		layer, sc.compute, sc.tp = passTime{}, passTime{}, 0
+	if j.hostBusy() { // see hostBusy and busyHost
+		return j.busyHost(func(k Job, w float64) float64 {
+			hidden := sc
+			hidden.compute, hidden.tp = sc.compute.scale(w), sc.tp*w
+			return k.zeroExposed(p, pl, layer.scale(w), hidden, sp, s, n)
+		})
 	}
+	return j.zeroExposed(p, pl, layer, sc, sp, s, n)
+}
+
+// busyHost is the exposed part of data-parallel or ZeRO traffic on a CPU
+// host whose ranks keep every core busy, given exposed(k, w): the traffic
+// exposed on job k's links behind the compute windows scaled by w. What
+// needs a core — the collectives on the host's own links, the hand-off
+// and the copies — hides behind nothing (w = 0); where the ranks emulate
+// slower links (EngineStore.OwnLinks), the rest is wire time, a sleep,
+// and hides behind the windows as a device's transfers do, the ranks'
+// compute stretched by the sharing (w = g, hostTime's D/S(D')):
+//
+//	exposed = E_own(0) + max(E_emulated(g) − E_own(g), 0)
+func (j Job) busyHost(exposed func(k Job, w float64) float64) float64 {
+	own := j
+	if j.Engine == nil || j.Engine.OwnLinks == nil {
+		return exposed(own, 0)
+	}
+	own.Cluster.Intra, own.Cluster.Inter = j.Engine.OwnLinks[0], j.Engine.OwnLinks[1]
+	g := j.hostStretch()
+	return exposed(own, 0) + math.Max(exposed(j, g)-exposed(own, g), 0)
+}
+
+// zeroExposed is zeroPerMicroBatch behind the windows given.
+func (j Job) zeroExposed(p Plan, pl placement, layer passTime, sc stageCost, sp shapeParams, s, n int) float64 {
+	c := j.Cluster
 	w, g := weightBytes(p.Precision), gradBytes(p.Precision)
 	switch p.ZeRO {
 	case 2:
@@ -270,10 +299,19 @@ func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCos
 // behind the next step's first forward except the first bucket. A tied
 // embedding's gradient is all-reduced between the first and last stages.
 func (j Job) stepComm(p Plan, pl placement, sp shapeParams, first, last stageCost) float64 {
-	c := j.Cluster
-	if j.hostBusy() { // nothing to hide behind: see hostBusy
-		first.compute, last.compute = passTime{}, passTime{}
+	if j.hostBusy() { // see hostBusy and busyHost
+		return j.busyHost(func(k Job, w float64) float64 {
+			f, l := first, last
+			f.compute, l.compute = first.compute.scale(w), last.compute.scale(w)
+			return k.stepExposed(p, pl, sp, f, l)
+		})
 	}
+	return j.stepExposed(p, pl, sp, first, last)
+}
+
+// stepExposed is stepComm behind the windows given.
+func (j Job) stepExposed(p Plan, pl placement, sp shapeParams, first, last stageCost) float64 {
+	c := j.Cluster
 	w, g := weightBytes(p.Precision), gradBytes(p.Precision)
 	exposed := 0.0
 	for _, s := range []int{0, p.PP - 1} {
@@ -388,19 +426,8 @@ func (j Job) hostTime(t Time, pipe *hostPipe) Time {
 	if c.Cores <= 0 {
 		return t
 	}
-	ranks, threads := j.hostRanks()
-	S := func(n int) float64 {
-		n = min(max(n, 1), c.Cores)
-		if c.Cores == 1 {
-			return 1
-		}
-		return 1 + float64(n-1)*(c.CoreSpeedup-1)/float64(c.Cores-1)
-	}
-	d := ranks * threads
-	busy := min(d, c.Cores)
-	alone := S(threads) / float64(threads)
-	g := float64(d) / S(busy) * alone
-	dep := float64(busy) / S(busy) * alone
+	_, threads := j.hostRanks()
+	d, g, dep := j.hostRates()
 	work := t.Compute + t.Misc
 	cpu := math.Max(g*work, dep*(work+t.Bubble))
 	if slots := c.Cores / threads; pipe != nil && d > c.Cores && slots >= 1 {
@@ -412,4 +439,69 @@ func (j Job) hostTime(t Time, pipe *hostPipe) Time {
 	t.Bubble = cpu - g*work
 	t.Step = cpu + t.CommExposed
 	return t
+}
+
+// hostRates are hostTime's D (the host's rank threads), g = D/S(D') and
+// D'/S(D') (relative to a device of t threads alone, S(min(t, C))/t).
+func (j Job) hostRates() (d int, g, dep float64) {
+	c := j.Cluster
+	ranks, threads := j.hostRanks()
+	S := func(n int) float64 {
+		n = min(max(n, 1), c.Cores)
+		if c.Cores <= 1 {
+			return 1
+		}
+		return 1 + float64(n-1)*(c.CoreSpeedup-1)/float64(c.Cores-1)
+	}
+	d = ranks * threads
+	busy := min(d, max(c.Cores, 1))
+	alone := S(threads) / float64(threads)
+	return d, float64(d) / S(busy) * alone, float64(busy) / S(busy) * alone
+}
+
+// hostStretch is g: how much longer a rank's compute takes while the
+// host's ranks share its cores.
+func (j Job) hostStretch() float64 {
+	_, g, _ := j.hostRates()
+	return g
+}
+
+// onHost marks the tensor- and context-parallel groups of pl with the
+// part of their collectives' latency that other ranks' work hides on a
+// CPU host whose ranks outnumber its cores (group.hidden = 1 −
+// hostFill). A wait there costs the step only the cores it leaves idle:
+// those collectives sit inside the forward and backward and block their
+// group's n ranks while the others compute (a tp=2 group among four
+// ranks on two cores leaves none idle). What they move still takes the
+// cores (the in-process copies and sums), so the bandwidth part is paid
+// whole. The data-parallel and ZeRO traffic keeps its latency: every
+// replica reaches it together, no rank is left computing. Expert
+// parallelism's all-to-alls are not marked (not measured on shared cores).
+func (j Job) onHost(p Plan, pl placement) placement {
+	if j.Cluster.Cores <= 0 {
+		return pl
+	}
+	pl.tp.hidden = 1 - j.hostFill(p.TP)
+	pl.cp.hidden = 1 - j.hostFill(p.CP)
+	return pl
+}
+
+// hostFill is the part of a wait on a group of n of the host's R ranks
+// that leaves its cores idle, the rest being filled by the other ranks'
+// work: with C/t rank slots (C cores, t threads a rank), the R − n
+// running ranks hold one each, and the n blocked ranks share the idle
+// max(C/t − R + n, 0), each exposing
+//
+//	min(max(C/t − R + n, 0) · R/(C/t · n), 1)
+//
+// of its wait — comm.Crowding's share, by which the engine books its
+// waits. 1 where the ranks do not outnumber the slots or the group is the
+// whole host.
+func (j Job) hostFill(n int) float64 {
+	ranks, threads := j.hostRanks()
+	if j.Cluster.Cores <= 0 || n >= ranks {
+		return 1
+	}
+	slots, r, g := float64(j.Cluster.Cores)/float64(threads), float64(ranks), float64(max(n, 1))
+	return min(max(slots-r+g, 0)*r/(slots*g), 1)
 }

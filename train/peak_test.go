@@ -124,12 +124,14 @@ func TestRunMFUStatedPeak(t *testing.T) {
 }
 
 // The slow-link example's emulated links (parallel.link_*) enter the
-// prediction: its exposed communication, measured at 0.358 and 0.369 s
-// a step on the 2-vCPU Zen 4 (0.434 s before the waits whose share of
-// the cores ran the peers' work were booked as compute, comm.Crowding;
-// 0.87 s on a loaded machine), is predicted
-// within 30% (it was 0.5 ms: the links were not in the model), and the
-// dry run names the links and the term the model does not cover.
+// prediction: its exposed communication, measured at 0.1065 s a step on
+// the 2-vCPU Zen 4 (the cores' idle time over the same steps, from
+// /proc/stat: 0.106 s a core), is predicted within 30% (it was 0.5 ms:
+// the links were not in the model), and the dry run names the links.
+// Before 2026-12-03 the emulated wire time began only when a member's
+// goroutine got a core to run the collective, and the measure booked
+// idle cores that were not there: 0.358–0.369 s measured, 0.55 s steps
+// against 0.39 now.
 func TestSlowLinksPredicted(t *testing.T) {
 	if runtime.NumCPU() != 2 {
 		t.Skipf("the measurement is of 4 ranks on 2 cores; this machine has %d", runtime.NumCPU())
@@ -149,7 +151,7 @@ func TestSlowLinksPredicted(t *testing.T) {
 	if err != nil || pr.Err != nil {
 		t.Fatal(err, pr.Err)
 	}
-	const measured = 0.364
+	const measured = 0.1065
 	if got := pr.Time.CommExposed; math.Abs(got/measured-1) > 0.30 {
 		t.Errorf("exposed comm predicted %.4g s, measured %.4g s: %+.0f%%", got, measured, 100*(got/measured-1))
 	}
@@ -157,9 +159,10 @@ func TestSlowLinksPredicted(t *testing.T) {
 	if err := j.DryRun(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"with the emulated links (parallel.link_*: 200 MB/s, 100µs)", "* exposed comm: not modelled as measured: 4 rank threads share 2 cores"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("dry run lacks %q:\n%s", want, b.String())
-		}
+	if want := "with the emulated links (parallel.link_*: 200 MB/s, 100µs)"; !strings.Contains(b.String(), want) {
+		t.Errorf("dry run lacks %q:\n%s", want, b.String())
+	}
+	if bad := "not modelled"; strings.Contains(b.String(), bad) {
+		t.Errorf("dry run says the model does not cover a term (%q); the engine books waits on shared cores as the planner predicts them:\n%s", bad, b.String())
 	}
 }

@@ -165,6 +165,13 @@ func (j Job) planJob(s settings, c plan.Cluster, dpRank, tpRank int) plan.Job {
 	// comm/local's emulated links carry point-to-point messages on a link
 	// per pair of ranks (expert parallelism's all-to-all-v's).
 	store.PairLinks = !s.processes && (s.linkBW > 0 || s.linkLat > 0)
+	if store.PairLinks {
+		// The emulated wire time is a sleep: it needs no core, and hides
+		// behind the ranks' compute where the host's own links do not.
+		if own, _, err := j.fileCluster(s); err == nil {
+			store.OwnLinks = &[2]plan.Link{own.Intra, own.Inter}
+		}
+	}
 	store.Buffers = func(p plan.Plan, stage int) float64 { return j.engineBuffers(s, p, stage, dpRank, tpRank) }
 	store.Buckets = func(p plan.Plan, stage int) float64 { return j.engineBuckets(s, p, stage) }
 	return plan.Job{Model: planModel(j.Model), Cluster: c, Devices: s.ranks, Seq: j.Model.SeqLen,

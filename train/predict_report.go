@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"runtime"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -28,17 +27,13 @@ type Prediction struct {
 	Uncovered map[string]string
 }
 
-// uncovered is what the model does not cover for a run of s: where ranks
-// outnumber the cores, the split's clocks book the part of a wait that
-// the rank's share of the cores ran its peers' work as compute, as the
-// model does (comm.Crowding), and with it the in-process collectives'
-// own work on those cores, which the model prices as communication;
-// links a launched world does not emulate.
+// uncovered is what the model does not cover for a run of s: links a
+// launched world does not emulate. (Where ranks outnumber the cores, the
+// split's clocks book a wait that other ranks fill as compute and the
+// cores' idle time as communication, comm.Crowding, as the model
+// predicts them: plan.Job.onHost.)
 func (j Job) uncovered(s settings) map[string]string {
 	out := map[string]string{}
-	if d, c := s.ranks*s.threads, runtime.NumCPU(); d > c && !s.processes {
-		out["exposed comm"] = fmt.Sprintf("not modelled as measured: %d rank threads share %d cores; the time a rank's share of them ran its peers' work is booked as compute, as predicted, and so is the in-process collectives' own work on those cores, which is predicted as communication", d, c)
-	}
 	if s.processes && (s.linkBW > 0 || s.linkLat > 0) {
 		out["exposed comm"] = "not modelled: parallel.link_* are emulated only between goroutine ranks (comm/local), not between processes"
 	}

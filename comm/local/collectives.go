@@ -48,6 +48,7 @@ func (g *group) begin(a args) error {
 		}
 	}
 	g.q.Arrived(last)
+	g.posted = last
 	return g.t.check(g.rank)
 }
 

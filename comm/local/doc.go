@@ -62,7 +62,12 @@
 //	T = max over classes c used in the phase of ( L_c + max(S_c, R_c) / B_c )
 //
 // and the rank sleeps until T has passed since the phase began, so the real
-// copy is hidden inside the modelled time when the link is the slower.
+// copy is hidden inside the modelled time when the link is the slower. An
+// operation's first phase begins when its last member posted it (called
+// AllReduce, …), or when the rank's link is free of its group's operation
+// before, whichever is later: the network moves the bytes while the ranks
+// compute, as a NIC's engines do, even where the goroutine that runs the
+// operation gets a core only later (ranks outnumbering the cores).
 // Transfers over different classes proceed in parallel; transfers over one
 // class share its bandwidth. Point-to-point messages are not phases: a Send
 // copies its payload at once and never blocks its sender; the message leaves

@@ -20,6 +20,12 @@ type group struct {
 	closed   bool
 	children []*group          // groups made from this one, closed with it
 	linkFree map[int]time.Time // link emulation: when the link to each peer is free (arrival)
+
+	// Collectives' link emulation, touched only by the goroutine running
+	// the member's queue: when the group's last member posted the
+	// operation under way (zero once its first phase has been emulated),
+	// and when this member's collective link is next free.
+	posted, wire time.Time
 }
 
 var _ comm.Group = (*group)(nil)

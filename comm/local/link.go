@@ -99,12 +99,26 @@ func (m *LinkModel) Cost(me int, peers []int, xfer func(i int) (send, recv int64
 }
 
 // emulate sleeps until the modelled time of a phase that began at start has
-// passed; xfer describes this member's transfers with member q.
+// passed; xfer describes this member's transfers with member q. The
+// operation's first phase begins when its last member posted it, or when
+// this member's link is free of the operation before, whichever is later —
+// not when the member's goroutine got a core to run it: the emulated
+// network moves the bytes as a NIC does, while the ranks compute, and on
+// cores the ranks keep busy the goroutine may run much later (the wait
+// then is only the hand-off and the copies). Later phases begin at start.
 func (g *group) emulate(start time.Time, xfer func(q int) (send, recv int64, ok bool)) {
 	m := g.w.cfg.Link
 	if m == nil {
 		return
 	}
-	d := m.Cost(g.t.ranks[g.rank], g.t.ranks, xfer)
-	g.t.waitOrBreak(start.Add(d))
+	if !g.posted.IsZero() {
+		start = g.posted
+		g.posted = time.Time{}
+	}
+	if g.wire.After(start) {
+		start = g.wire
+	}
+	end := start.Add(m.Cost(g.t.ranks[g.rank], g.t.ranks, xfer))
+	g.wire = end
+	g.t.waitOrBreak(end)
 }

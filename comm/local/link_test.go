@@ -116,3 +116,40 @@ func TestSharedPorts(t *testing.T) {
 		}
 	}
 }
+
+// A collective's emulated wire time runs from when its last member posted
+// it, not from when the member's goroutine ran it (on cores the ranks
+// keep busy, much later): posted 50 ms ago, a 20 ms phase sleeps no more;
+// and it runs after the member's previous operation's wire time, not
+// beside it.
+func TestWireStartsWhenPosted(t *testing.T) {
+	gs, err := New(Config{Size: 2, Link: &LinkModel{Intra: Link{Latency: 20 * time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, g := range gs {
+			g.Close()
+		}
+	}()
+	g := gs[0].(*group)
+	none := func(int) (int64, int64, bool) { return 0, 0, true }
+	g.posted = time.Now().Add(-50 * time.Millisecond)
+	t0 := time.Now()
+	g.emulate(t0, none)
+	if d := time.Since(t0); d > 10*time.Millisecond {
+		t.Errorf("a phase posted 50 ms ago with 20 ms of wire time slept %v", d)
+	}
+	if !g.posted.IsZero() {
+		t.Error("the posting time was not consumed by the first phase")
+	}
+	// The link is busy until 30 ms from now: the next phase ends 20 ms
+	// after that, even though it was posted before.
+	g.wire = time.Now().Add(30 * time.Millisecond)
+	g.posted = time.Now().Add(-50 * time.Millisecond)
+	t0 = time.Now()
+	g.emulate(t0, none)
+	if d := time.Since(t0); d < 48*time.Millisecond {
+		t.Errorf("a phase behind 30 ms of the link's earlier work ended after %v, want at least 50 ms", d)
+	}
+}
