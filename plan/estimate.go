@@ -114,7 +114,7 @@ func (j Job) stepTime(p Plan, pl placement, lc layerCost, sp shapeParams) Time {
 	var t Time
 	t.MicroBatches = j.MicroBatches(p)
 	t.StageTime, t.SlowStage = slow.total(), slowStage
-	mean := slow.total()
+	mean, meanCompute := slow.total(), slow.compute.total()
 	if p.PP > 1 {
 		// The middle stages hold L − first − last layers in all; each
 		// costs mid's time less the layers it lacks.
@@ -122,6 +122,8 @@ func (j Job) stepTime(p Plan, pl placement, lc layerCost, sp shapeParams) Time {
 		lacking := float64((p.PP-2)*pt.mid - (j.Model.Layers - pt.first - pt.last))
 		middle := float64(p.PP-2)*mid.total() - lacking*perLayer
 		mean = (first.total() + last.total() + middle) / float64(p.PP)
+		middleCompute := float64(p.PP-2)*mid.compute.total() - lacking*lc.compute.total()
+		meanCompute = (first.compute.total() + last.compute.total() + middleCompute) / float64(p.PP)
 	}
 	t.Compute = m * slow.compute.total()
 	t.TP, t.CP, t.PP = m*slow.tp, m*slow.cp, m*slow.pp
@@ -137,7 +139,15 @@ func (j Job) stepTime(p Plan, pl placement, lc layerCost, sp shapeParams) Time {
 	t.Optimizer = j.optimizerTime(p, sp, lc.k)
 	t.Misc = t.Optimizer
 	t.Step = t.Compute + t.CommExposed + t.Bubble + t.Misc
-	return j.hostTime(t, j.pipeHost(p, t.MicroBatches, slow.compute))
+	pipe := j.pipeHost(p, t.MicroBatches, slow.compute)
+	if pipe != nil { // each lane at its own stage's pace
+		pipe.fs, pipe.bs = make([]float64, p.PP), make([]float64, p.PP)
+		for s := range p.PP {
+			c := j.stage(p, pl, lc, sp, s).compute
+			pipe.fs[s], pipe.bs[s] = c.fwd, c.bwd+c.rc
+		}
+	}
+	return j.hostTime(t, m*meanCompute, pipe)
 }
 
 // Why explains, in numbers, why a plan does not fit: which category

@@ -27,18 +27,19 @@ func (j Job) generalStepTime(p Plan, pl placement, g *generalCosts) (Time, []ran
 		ranks[i].zero = j.generalZeRO(p, pl, g, lay.ranks[lay.genTime[i].rank], ranks[i])
 	}
 	slow := ranks[0]
-	var mean, meanB, meanW, n float64
+	var mean, meanB, meanW, meanC, n float64
 	for i, rc := range ranks {
 		if rc.total() > slow.total() {
 			slow = rc
 		}
 		w := lay.genTime[i].mult
 		mean += w * rc.total()
+		meanC += w * rc.compute.total()
 		meanB += w * (rc.compute.bwd + rc.compute.rc)
 		meanW += w * rc.compute.wgt
 		n += w
 	}
-	mean, meanB, meanW = mean/n, meanB/n, meanW/n
+	mean, meanB, meanW, meanC = mean/n, meanB/n, meanW/n, meanC/n
 	m := float64(j.MicroBatches(p))
 	var t Time
 	t.MicroBatches = j.MicroBatches(p)
@@ -64,7 +65,7 @@ func (j Job) generalStepTime(p Plan, pl placement, g *generalCosts) (Time, []ran
 	t.Optimizer = j.generalOptimizer(p, g.ks.k, ranks)
 	t.Misc = t.Optimizer
 	t.Step = t.Compute + t.CommExposed + t.Bubble + t.Misc
-	return j.hostTime(t, j.pipeHost(p, t.MicroBatches, slow.compute)), ranks
+	return j.hostTime(t, m*meanC, j.pipeHost(p, t.MicroBatches, slow.compute)), ranks
 }
 
 // generalStepComm is the data-parallel traffic done once per step and

@@ -70,8 +70,8 @@ func TestHostCoresAreShared(t *testing.T) {
 		}
 	}
 	gpu := hostJob(t, 2, 0, 0)
-	if tm := hostStep(t, gpu, "dp=2,mbs=2,precision=fp32,flash=off"); gpu.hostTime(tm, nil) != tm {
-		t.Errorf("without cores the time changed: %+v to %+v", tm, gpu.hostTime(tm, nil))
+	if tm := hostStep(t, gpu, "dp=2,mbs=2,precision=fp32,flash=off"); gpu.hostTime(tm, tm.Compute, nil) != tm {
+		t.Errorf("without cores the time changed: %+v to %+v", tm, gpu.hostTime(tm, tm.Compute, nil))
 	}
 }
 
@@ -215,5 +215,43 @@ func TestHostHidesEmulatedWire(t *testing.T) {
 	covered := hostStep(t, emulated(slow, true), plan).DP
 	if lim := own + (all-own)/4; !(covered < lim) {
 		t.Errorf("ZeRO-3 over emulated links behind compute far longer than the wire: exposed %g, want under %g (the own links' %g and little of the rest)", covered, lim, own)
+	}
+}
+
+// A pipeline's stages differ (the last holds the output layer and the
+// loss): on a CPU host the throughput bound and the reported compute are
+// the ranks' mean, not the slowest stage's times every rank, and the
+// shared-core schedule runs each lane at its own stage's pace; the
+// slowest stage's chain still bounds the step, and what the faster stages
+// wait for it is bubble. pp=4 on 2 cores: the last stage 16% over the
+// others.
+func TestHostPipelineChargesEachStageItsOwn(t *testing.T) {
+	j := hostJob(t, 4, 2, 2)
+	p, err := Parse("pp=4,mbs=2,precision=fp32,flash=off")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := place(p, j.Cluster.DevicesPerNode)
+	sp, lc := j.shapeParams(p), j.layerCost(p, pl)
+	var sum, slow float64
+	for s := range p.PP {
+		c := j.stage(p, pl, lc, sp, s).compute.total()
+		sum += c
+		slow = max(slow, c)
+	}
+	m := float64(j.MicroBatches(p))
+	g := j.hostStretch()
+	tm := hostStep(t, j, "pp=4,mbs=2,precision=fp32,flash=off")
+	if want := g * m * sum / float64(p.PP); math.Abs(tm.Compute-want) > 1e-9*want {
+		t.Errorf("pp=4 on 2 cores: compute %g, want the stages' mean stretched, %g (the slowest stage's would be %g)", tm.Compute, want, g*m*slow)
+	}
+	if !(tm.Bubble > 0) || math.Abs(tm.Compute+tm.CommExposed+tm.Bubble+tm.Misc-tm.Step) > 1e-9*tm.Step {
+		t.Errorf("pp=4 on 2 cores: bubble %g, parts %g against the step %g", tm.Bubble, tm.Compute+tm.CommExposed+tm.Bubble+tm.Misc, tm.Step)
+	}
+	h := hostPipe{pp: 2, m: 4, f: 1, b: 2, lanes: 2}
+	uneven := h
+	uneven.fs, uneven.bs = []float64{0.5, 1}, []float64{1, 2}
+	if a, b := h.makespan(2, 1), uneven.makespan(2, 1); !(b < a) || b < 4*3 {
+		t.Errorf("2 stages on a core each: makespan %g with both at the slow pace, %g with the first at half: want less, and no less than the slow stage's 4 micro-batches (12)", a, b)
 	}
 }

@@ -6,13 +6,23 @@ import "math"
 // (hostTime): pp stages of m micro-batches under a one-forward-one-
 // backward, GPipe or interleaved schedule (vpp model chunks a rank), a
 // micro-batch's forward f and backward b (its recomputation included)
-// on the slowest stage, on a device alone (a chunk takes 1/vpp of them).
+// on the slowest stage or on each (fs, bs), on a device alone (a chunk
+// takes 1/vpp of them).
 type hostPipe struct {
-	pp, m int
-	vpp   int // model chunks per rank (1 but for interleaved)
-	gpipe bool
-	f, b  float64
-	lanes int // ranks the host runs: replicas × pp (tp and cp ranks each a lane)
+	pp, m  int
+	vpp    int // model chunks per rank (1 but for interleaved)
+	gpipe  bool
+	f, b   float64
+	fs, bs []float64 // per stage, where known (nil: f and b on every stage)
+	lanes  int       // ranks the host runs: replicas × pp (tp and cp ranks each a lane)
+}
+
+// pass is stage s's forward and backward of one micro-batch.
+func (h hostPipe) pass(s int) (f, b float64) {
+	if s < len(h.fs) && s < len(h.bs) {
+		return h.fs[s], h.bs[s]
+	}
+	return h.f, h.b
 }
 
 // pipeHost is p's pipeline for hostTime, or nil where the shared-core
@@ -159,7 +169,6 @@ func (h hostPipe) makespan(slots int, stretch float64) float64 {
 		}
 		return t, true
 	}
-	f, b := h.f/float64(v)*stretch, h.b/float64(v)*stretch
 	now, busy, left := 0.0, 0, 0
 	for l := range lists {
 		left += len(lists[l])
@@ -179,9 +188,10 @@ func (h hostPipe) makespan(slots int, stretch float64) float64 {
 			if best < 0 {
 				break
 			}
-			d := b
+			f, b := h.pass(best % pp)
+			d := b / float64(v) * stretch
 			if lists[best][pc[best]].fwd {
-				d = f
+				d = f / float64(v) * stretch
 			}
 			end[best] = now + d
 			busy++

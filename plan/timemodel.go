@@ -407,36 +407,41 @@ func (j Job) hostRanks() (ranks, threads int) {
 // min(D, C) two bounds hold on the CPU part of the step:
 //
 //	throughput  every rank's compute and misc share the cores:
-//	            D·(compute + misc) / S(D')
-//	dependency  a rank's own chain (compute, bubble, misc) at the rate
-//	            one of D' busy cores keeps: (compute + bubble + misc)·D'/S(D')
+//	            D·(mean compute + misc) / S(D'), the ranks' mean
+//	            (meanCompute: a pipeline's stages differ)
+//	dependency  the slowest rank's chain (compute, bubble, misc) at the
+//	            rate one of D' busy cores keeps: (compute + bubble +
+//	            misc)·D'/S(D')
 //
 // (both relative to a device of t threads alone, which the profile's
 // peak already credits with S(min(t, C))). The step is the larger bound
-// plus the exposed communication. Compute and misc are reported stretched
-// by g = D/S(D') (the rate a rank keeps while all compute), the bubble is
-// what remains of the bound: oversubscribed cores fill a pipeline's
+// plus the exposed communication. The ranks' mean compute and misc are
+// reported stretched by g = D/S(D') (the rate a rank keeps while all
+// compute; the mean, as the engine's split reports the ranks' mean), the
+// bubble is what remains of the bound — a faster stage's wait for a
+// slower one included: oversubscribed cores fill a pipeline's
 // bubble with other stages' work, but only where enough stages are ready
 // to fill them. For a 1F1B or GPipe pipeline whose ranks outnumber the
 // cores (pipe not nil: 1F1B, GPipe, interleaved) a third bound is its simulated step, the lanes
-// taking the cores as they come free (hostPipe.makespan, each action
-// stretched by D'/S(D')), plus misc at g.
-func (j Job) hostTime(t Time, pipe *hostPipe) Time {
+// taking the cores as they come free (hostPipe.makespan, each lane's
+// passes its own stage's, stretched by D'/S(D')), plus misc at g.
+func (j Job) hostTime(t Time, meanCompute float64, pipe *hostPipe) Time {
 	c := j.Cluster
 	if c.Cores <= 0 {
 		return t
 	}
 	_, threads := j.hostRanks()
 	d, g, dep := j.hostRates()
-	work := t.Compute + t.Misc
-	cpu := math.Max(g*work, dep*(work+t.Bubble))
+	work := t.Compute + t.Misc // the slowest rank's chain
+	shared := meanCompute + t.Misc
+	cpu := math.Max(g*shared, dep*(work+t.Bubble))
 	if slots := c.Cores / threads; pipe != nil && d > c.Cores && slots >= 1 {
 		cpu = math.Max(cpu, pipe.makespan(slots, dep)+g*t.Misc)
 	}
-	t.Compute *= g
+	t.Compute = g * meanCompute
 	t.Misc *= g
 	t.Optimizer *= g
-	t.Bubble = cpu - g*work
+	t.Bubble = cpu - g*shared
 	t.Step = cpu + t.CommExposed
 	return t
 }
