@@ -100,6 +100,12 @@ type Cluster struct {
 	// cores, less on SMT siblings or a loaded host). See hostTime.
 	Cores       int
 	CoreSpeedup float64
+	// OwnLinks are a CPU host's own intra- and inter-node links where its
+	// ranks emulate Intra and Inter over them (comm/local's link
+	// emulation, train's parallel.link_*): the emulated wire time is a
+	// sleep that needs no core, the own links' cost (the hand-off) needs
+	// one (busyHost). nil: no emulation.
+	OwnLinks *[2]Link
 }
 
 // Validate names the first field that breaks a rule.

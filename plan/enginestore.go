@@ -37,12 +37,6 @@ type EngineStore struct {
 	// once), not one port per rank: expert parallelism's all-to-all-v's
 	// then take one peer's message time, not ep−1 of them (engineA2A).
 	PairLinks bool
-	// OwnLinks are the host's own intra- and inter-node links where the
-	// engine's ranks emulate slower ones (comm/local's parallel.link_*,
-	// then the cluster's links): the emulated wire time is a sleep that
-	// needs no core, the own links' cost (the hand-off) needs one (nil:
-	// no emulation).
-	OwnLinks *[2]Link
 }
 
 // dpBuckets is how a data-parallel reduction of the P parameters of

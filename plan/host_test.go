@@ -187,7 +187,7 @@ func TestHostFillsSmallGroupsWaits(t *testing.T) {
 }
 
 // On a host whose ranks keep every core busy, ZeRO's traffic over
-// emulated links (EngineStore.OwnLinks: the wire time a sleep that needs
+// emulated links (Cluster.OwnLinks: the wire time a sleep that needs
 // no core) hides its wire time behind the ranks' compute, but not the
 // hand-off on the host's own links: it is exposed more than on the own
 // links alone and less than with every emulated second exposed; where the
@@ -197,7 +197,7 @@ func TestHostHidesEmulatedWire(t *testing.T) {
 	base := hostJob(t, 4, 2, 2)
 	emulated := func(j Job, own bool) Job {
 		if own {
-			j.Engine = &EngineStore{Threads: 1, OwnLinks: &[2]Link{j.Cluster.Intra, j.Cluster.Inter}}
+			j.Cluster.OwnLinks = &[2]Link{j.Cluster.Intra, j.Cluster.Inter}
 		}
 		j.Cluster.Intra = Link{BW: 200e6, Latency: 100e-6}
 		j.Cluster.Inter = j.Cluster.Intra

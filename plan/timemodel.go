@@ -233,17 +233,17 @@ func (j Job) zeroPerMicroBatch(p Plan, pl placement, layer passTime, sc stageCos
 // exposed on job k's links behind the compute windows scaled by w. What
 // needs a core — the collectives on the host's own links, the hand-off
 // and the copies — hides behind nothing (w = 0); where the ranks emulate
-// slower links (EngineStore.OwnLinks), the rest is wire time, a sleep,
+// slower links (Cluster.OwnLinks), the rest is wire time, a sleep,
 // and hides behind the windows as a device's transfers do, the ranks'
 // compute stretched by the sharing (w = g, hostTime's D/S(D')):
 //
 //	exposed = E_own(0) + max(E_emulated(g) − E_own(g), 0)
 func (j Job) busyHost(exposed func(k Job, w float64) float64) float64 {
 	own := j
-	if j.Engine == nil || j.Engine.OwnLinks == nil {
+	if j.Cluster.OwnLinks == nil {
 		return exposed(own, 0)
 	}
-	own.Cluster.Intra, own.Cluster.Inter = j.Engine.OwnLinks[0], j.Engine.OwnLinks[1]
+	own.Cluster.Intra, own.Cluster.Inter = j.Cluster.OwnLinks[0], j.Cluster.OwnLinks[1]
 	g := j.hostStretch()
 	return exposed(own, 0) + math.Max(exposed(j, g)-exposed(own, g), 0)
 }

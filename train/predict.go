@@ -97,12 +97,15 @@ func (j Job) jobCluster(s settings) (plan.Cluster, string, error) {
 // withLinks is c with the job's emulated links (parallel.link_bandwidth,
 // parallel.link_latency: comm/local slows every collective phase to
 // latency + bytes/bandwidth) as both of its link classes, where they are
-// slower than c's: the prediction of the network the run emulates. A
-// launched world's ranks (processes) do not emulate links.
+// slower than c's: the prediction of the network the run emulates. c's
+// own links are kept as its OwnLinks (the emulated wire time is a sleep
+// that needs no core; the own links' hand-off needs one). A launched
+// world's ranks (processes) do not emulate links.
 func withLinks(c plan.Cluster, s settings) plan.Cluster {
-	if s.processes {
+	if s.processes || (s.linkBW == 0 && s.linkLat == 0) {
 		return c
 	}
+	c.OwnLinks = &[2]plan.Link{c.Intra, c.Inter}
 	for _, l := range []*plan.Link{&c.Intra, &c.Inter} {
 		if s.linkBW > 0 && s.linkBW < l.BW {
 			l.BW = s.linkBW
@@ -165,13 +168,6 @@ func (j Job) planJob(s settings, c plan.Cluster, dpRank, tpRank int) plan.Job {
 	// comm/local's emulated links carry point-to-point messages on a link
 	// per pair of ranks (expert parallelism's all-to-all-v's).
 	store.PairLinks = !s.processes && (s.linkBW > 0 || s.linkLat > 0)
-	if store.PairLinks {
-		// The emulated wire time is a sleep: it needs no core, and hides
-		// behind the ranks' compute where the host's own links do not.
-		if own, _, err := j.fileCluster(s); err == nil {
-			store.OwnLinks = &[2]plan.Link{own.Intra, own.Inter}
-		}
-	}
 	store.Buffers = func(p plan.Plan, stage int) float64 { return j.engineBuffers(s, p, stage, dpRank, tpRank) }
 	store.Buckets = func(p plan.Plan, stage int) float64 { return j.engineBuckets(s, p, stage) }
 	return plan.Job{Model: planModel(j.Model), Cluster: c, Devices: s.ranks, Seq: j.Model.SeqLen,
