@@ -1,7 +1,8 @@
-// Package avxrow is what the avo generators of whole-row AVX-512 kernels
-// (ops/vecgen, comm/reducegen) share: the tail mask of a row of any
-// length and the loop over its full vectors then its masked tail. It runs
-// at build time only (go generate).
+// Package avxrow is what the avo generators of the vector kernels
+// (ops/vecgen, ops/avx2gen, comm/reducegen) share: the tail mask of an
+// AVX-512 row of any length, the loop over its full vectors then its
+// masked tail, and the loop over a length that is a multiple of the
+// vector. It runs at build time only (go generate).
 package avxrow
 
 import (
@@ -54,4 +55,21 @@ func Loop(name string, full reg.GPVirtual, k reg.OpmaskVirtual, ptrs []reg.GPVir
 	for _, p := range ptrs {
 		SUBQ(back, p)
 	}
+}
+
+// Counted emits `for ; n > 0; n -= lanes { body(); ptrs += 4·lanes }` with
+// n the argument "n" (a multiple of lanes, the fp32 lanes of the vector:
+// 16 for AVX-512, 8 for AVX2). Labels start with name.
+func Counted(name string, lanes int, ptrs []reg.GPVirtual, body func()) {
+	n := Load(Param("n"), GP64())
+	TESTQ(n, n)
+	JE(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	body()
+	for _, p := range ptrs {
+		ADDQ(U32(4*lanes), p)
+	}
+	SUBQ(U32(lanes), n)
+	JNE(LabelRef(name + "_loop"))
+	Label(name + "_done")
 }

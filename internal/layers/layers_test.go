@@ -60,7 +60,7 @@ var layer = map[string]int{
 	"internal/sysmem":   0, // the machine's physical memory
 	"internal/proctime": 0, // the process's CPU time (benchmarks)
 	"internal/bounded":  0, // size-bounded reads of outside files
-	"internal/avxrow":   0, // the AVX-512 row loop the kernel generators share (build-time only)
+	"internal/avxrow":   0, // the vector loops the kernel generators share (build-time only)
 	"internal/outfile":  1, // outputs that refuse to replace inputs, devices, FIFOs
 	"internal/netns":    0, // network namespaces standing for hosts (tests, benchmarks)
 	"metrics":           0, // the --metrics line schema (train writes it, viz reads it)

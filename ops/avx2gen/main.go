@@ -15,6 +15,7 @@ import (
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
 
+	"trellis/internal/avxrow"
 	"trellis/ops/internal/gelucoef"
 )
 
@@ -61,19 +62,7 @@ func load(p reg.GPVirtual) reg.VecVirtual {
 
 // loop emits `for ; n > 0; n -= 8 { body(); ptrs += 32 }` with n the
 // argument "n".
-func loop(name string, ptrs []reg.GPVirtual, body func()) {
-	n := Load(Param("n"), GP64())
-	TESTQ(n, n)
-	JE(LabelRef(name + "_done"))
-	Label(name + "_loop")
-	body()
-	for _, p := range ptrs {
-		ADDQ(U32(32), p)
-	}
-	SUBQ(U32(8), n)
-	JNE(LabelRef(name + "_loop"))
-	Label(name + "_done")
-}
+func loop(name string, ptrs []reg.GPVirtual, body func()) { avxrow.Counted(name, 8, ptrs, body) }
 
 // expPoly are the coefficients of Cephes expf's polynomial, highest
 // first (ops.exp32's).

@@ -13,6 +13,7 @@ import (
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
 
+	"trellis/internal/avxrow"
 	"trellis/ops/internal/gelucoef"
 )
 
@@ -103,19 +104,7 @@ func ptr(name string) reg.GPVirtual { return Load(Param(name), GP64()).(reg.GPVi
 
 // loop emits `for ; n > 0; n -= 16 { body(); ptrs += 64 }` with n the
 // argument "n".
-func loop(name string, ptrs []reg.GPVirtual, body func()) {
-	n := Load(Param("n"), GP64())
-	TESTQ(n, n)
-	JE(LabelRef(name + "_done"))
-	Label(name + "_loop")
-	body()
-	for _, p := range ptrs {
-		ADDQ(U32(64), p)
-	}
-	SUBQ(U32(16), n)
-	JNE(LabelRef(name + "_loop"))
-	Label(name + "_done")
-}
+func loop(name string, ptrs []reg.GPVirtual, body func()) { avxrow.Counted(name, 16, ptrs, body) }
 
 func mem(p reg.GPVirtual) Mem { return Mem{Base: p} }
 
