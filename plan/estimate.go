@@ -143,8 +143,14 @@ func (j Job) stepTime(p Plan, pl placement, lc layerCost, sp shapeParams) Time {
 	if pipe != nil { // each lane at its own stage's pace
 		pipe.fs, pipe.bs = make([]float64, p.PP), make([]float64, p.PP)
 		for s := range p.PP {
-			c := j.stage(p, pl, lc, sp, s).compute
-			pipe.fs[s], pipe.bs[s] = c.fwd, c.bwd+c.rc
+			sc := first
+			switch {
+			case s == p.PP-1:
+				sc = last
+			case s > 0:
+				sc = j.stage(p, pl, lc, sp, s)
+			}
+			pipe.fs[s], pipe.bs[s] = sc.compute.fwd, sc.compute.bwd+sc.compute.rc
 		}
 	}
 	return j.hostTime(t, m*meanCompute, pipe)
