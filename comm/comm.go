@@ -179,15 +179,15 @@ type Stats struct {
 	Busy  time.Duration // time collectives were in flight on the queue (from when each could start to its end), plus time with point-to-point operations in flight: total communication time
 	Wait  time.Duration // time callers spent blocked in Work.Wait (exposed communication)
 	// Skew is the part of Wait spent before the last member had arrived at
-	// the operation: waiting for peers still computing (on shared cores,
-	// for the cores they hold), not for the transfer. Backends that cannot
-	// tell when the last member arrived report 0 (all of Wait is then the
-	// transfer's).
+	// the operation, less its Crowded part: waiting for peers still
+	// computing, not for the transfer. Backends that cannot tell when the
+	// last member arrived report 0 (all of Wait is then the transfer's,
+	// or the cores').
 	Skew time.Duration
-	// Crowded is the part of Wait after Skew that the rank's share of
-	// the cores ran other ranks' work, where ranks outnumber the cores
-	// they share (see Crowding; 0 otherwise): waiting for cores, not for
-	// the transfer.
+	// Crowded is the part of Wait that the rank's share of the cores ran
+	// other ranks' work, where ranks outnumber the cores they share (see
+	// Crowding; 0 otherwise): waiting for cores, not for peers or the
+	// transfer. Skew and Crowded are disjoint (Crowding.Parts).
 	Crowded time.Duration
 	// Buffered is the memory, in bytes, that messages sent to this rank on
 	// this group occupy now because they arrived before their Recv was

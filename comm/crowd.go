@@ -92,7 +92,7 @@ func (c *Crowding) Mark() Mark {
 }
 
 // Crowded closes the wait that began at m and returns the part of span
-// (the part of the wait past its skew) that the rank's share of the cores
+// (a part of the wait, or all of it) that the rank's share of the cores
 // ran the others' work: span × (1 − exposed/wall), the wait's exposed
 // share I(now) − I(m) spread evenly over it.
 func (c *Crowding) Crowded(m Mark, span time.Duration) time.Duration {
@@ -104,6 +104,24 @@ func (c *Crowding) Crowded(m Mark, span time.Duration) time.Duration {
 	area := c.at(now, -1)
 	c.mu.Unlock()
 	return crowdedPart(now.Sub(m.wall), area-m.area, span)
+}
+
+// Parts closes the wait that began at m, blocked long, whose first skew
+// waited for the group's last member, and splits it: crowded is the part
+// of the whole wait that the rank's share of the cores ran the other
+// ranks' work (Crowded over blocked), idleSkew the wait for peers less
+// its crowded part — what of it left the cores idle (the exposed share is
+// spread evenly over the wait, so the skew's crowded part is its
+// skew/blocked of crowded). The two are disjoint parts of blocked, and
+// add up to skew + the crowded part of blocked − skew: a wait for a peer
+// on cores that other ranks keep busy is a wait for the cores, whoever
+// is late. A nil *Crowding returns skew and 0.
+func (c *Crowding) Parts(m Mark, blocked, skew time.Duration) (idleSkew, crowded time.Duration) {
+	crowded = c.Crowded(m, blocked)
+	if blocked <= 0 {
+		return skew, crowded
+	}
+	return skew - min(time.Duration(float64(crowded)*float64(skew)/float64(blocked)), skew), crowded
 }
 
 // crowdedPart is the crowded part of span, a part of a wait of wall that

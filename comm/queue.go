@@ -109,9 +109,11 @@ func (w *work) Wait() error {
 		if !w.arrived.IsZero() {
 			skew = min(max(w.arrived.Sub(start), 0), blocked)
 		}
-		// The rest, past the arrivals, is the transfer's, or the cores'
-		// when ranks outnumber them (Crowding).
-		crowded := w.q.crowd.Crowded(mark, blocked-skew)
+		// Where ranks outnumber the cores, the part of it the rank's
+		// share of them ran the others' work is the cores' (Crowding),
+		// the wait for peers' included; the rest past the arrivals is
+		// the transfer's.
+		skew, crowded := w.q.crowd.Parts(mark, blocked, skew)
 		w.q.mu.Lock()
 		w.q.stats.Wait += blocked
 		w.q.stats.Skew += skew

@@ -2,6 +2,7 @@ package flat
 
 import (
 	"errors"
+	"math"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -166,6 +167,41 @@ func TestTrackerSkew(t *testing.T) {
 	s := tr.Stats()
 	if s.Wait < 50*time.Millisecond || s.Skew < 35*time.Millisecond || s.Skew > 41*time.Millisecond || s.Skew > s.Wait {
 		t.Errorf("wait %v, skew %v: want about 60ms of which 40ms skew", s.Wait, s.Skew)
+	}
+}
+
+// crowdedWork is an arrivedWork on a queue whose ranks share cores.
+type crowdedWork struct {
+	arrivedWork
+	crowd *comm.Crowding
+}
+
+func (w *crowdedWork) Crowding() *comm.Crowding { return w.crowd }
+
+// On shared cores the crowded part of a wait is the whole wait's, the
+// wait for peers' included, and Skew is what of the wait for peers left
+// the cores idle: 3 ranks on 2 cores, a second rank blocked throughout,
+// so that a quarter of every wait ran the third rank's work (the
+// measure's share 3/4 exposed); blocked 60 ms, of which the first 40
+// waited for a peer: Crowded a quarter of the 60, Skew three quarters of
+// the 40 (it was all 40, and Crowded a quarter of the other 20: a
+// pipeline's drain, which waits for peers, was booked whole).
+func TestTrackerSkewLeavesTheCores(t *testing.T) {
+	var tr Tracker
+	crowd := comm.NewCrowding(3, 2)
+	other := crowd.Mark()
+	w := &crowdedWork{arrivedWork{chanWork: chanWork{c: make(chan struct{})}}, crowd}
+	op := tr.Watch(w, nil)
+	w.last = time.Now().Add(40 * time.Millisecond)
+	go func() { time.Sleep(60 * time.Millisecond); close(w.c) }()
+	if err := op.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	crowd.Crowded(other, 0)
+	s := tr.Stats()
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	if math.Abs(ms(s.Skew)-30) > 4 || math.Abs(ms(s.Crowded)-ms(s.Wait)/4) > 2 {
+		t.Errorf("wait %.1f ms, skew %.1f, crowded %.1f; want skew 30, crowded a quarter of the wait", ms(s.Wait), ms(s.Skew), ms(s.Crowded))
 	}
 }
 

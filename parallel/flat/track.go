@@ -76,9 +76,10 @@ func (o *Op) Done() bool {
 // time blocked until the operation completed on its queue is exposed
 // communication (what follows — the watcher's release of memory, the wait
 // for a core — is not communication, and is not in the queue's Busy time).
-// The part of it before the group's last member arrived is Skew: the
-// wait for peers, not for the transfer; of the rest, the part the rank's
-// share of shared cores ran its peers' work is Crowded (comm.Crowding).
+// Of it, the part the rank's share of shared cores ran its peers' work
+// is Crowded (comm.Crowding), and the part before the group's last
+// member arrived that left the cores idle is Skew: the wait for peers,
+// not for the transfer (comm.Crowding.Parts).
 func (o *Op) Wait() error {
 	if o.Done() {
 		return o.err
@@ -94,7 +95,7 @@ func (o *Op) Wait() error {
 	if !o.last.IsZero() {
 		skew = min(max(o.last.Sub(start), 0), blocked)
 	}
-	crowded := o.crowd.Crowded(mark, blocked-skew)
+	skew, crowded := o.crowd.Parts(mark, blocked, skew)
 	o.t.mu.Lock()
 	o.t.wait += blocked
 	o.t.skew += skew
