@@ -47,6 +47,12 @@ type Strategy interface {
 	// CommStats is the rank's communication: Busy the total time its
 	// collectives ran, Wait the part the rank was blocked on.
 	CommStats() comm.Stats
+	// StageStats is the part of CommStats's waits that the sums over a
+	// pipeline's stages after the schedule blocked (a tied embedding's
+	// gradient between the first and last stages, the gradient norm's
+	// partial; zero without a pipeline): their Skew, the wait for other
+	// stages that left the cores idle, is the pipeline's drain.
+	StageStats() comm.Stats
 	// Free returns the memory to the device.
 	Free()
 }

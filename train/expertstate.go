@@ -366,6 +366,14 @@ func (s *epState) CommStats() comm.Stats {
 	return s.dense.CommStats().Add(s.expert.CommStats())
 }
 
+// StageStats is both instances'.
+func (s *epState) StageStats() comm.Stats {
+	if s.expert == nil {
+		return s.dense.StageStats()
+	}
+	return s.dense.StageStats().Add(s.expert.StageStats())
+}
+
 // Free returns both instances' memory and the units' buffers.
 func (s *epState) Free() {
 	for _, eu := range s.split {

@@ -133,7 +133,7 @@ func (r *rank) compose(hyper optim.Hyper) error {
 	sh := stateShape(j, s, p, t.part, t.layout)
 	train, eval := pp.WeightOrder(sched, t.layout, p.Recompute == plan.RecomputeFull)
 	zc := zero.Config{Model: j.Model, Layout: sh.Layout, Copy: r.copies, Stage: p.ZeRO, Grads: t.grads, Params: t.params,
-		NormGroups: t.normGroups(), Precision: r.pol, Device: r.dev, Kernels: r.k, Hyper: hyper,
+		NormGroups: t.normGroups(), Stages: t.pipe, Precision: r.pol, Device: r.dev, Kernels: r.k, Hyper: hyper,
 		BucketElems: sh.BucketElems, Breaks: sh.Breaks, Overlap: sh.Overlap, Prefetch: j.Parallel.Prefetch,
 		Order: zero.Order{Train: train, Eval: eval}}
 	if len(sh.TiedUnits) > 0 {

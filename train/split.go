@@ -32,7 +32,11 @@ import (
 //	         too, epWait) and the blocking loss mean
 //	bubble   a pipeline stage's waits on its point-to-point receives and
 //	         sends, not crowded: the fill and drain, and the transfers
-//	         themselves
+//	         themselves; and the waits for other stages in the sums over
+//	         them that follow the schedule (the tied embedding's
+//	         gradient, the gradient norm), not crowded: the drain (the
+//	         last stage ends its backwards a micro-batch's backward before
+//	         the first)
 //	misc     the rest of the step: data loading, the optimizer step with
 //	         its gradient norm, the strategies' bookkeeping; the
 //	         statistics' all-gather that opens the step's period is split
@@ -82,7 +86,7 @@ func (c *stepClock) gathered(before, after comm.Stats) {
 //	pipe   the part of all that is the pipeline's transfers
 //	skew   the part of the strategy's, tp's and ep's waits before their
 //	       groups' last members arrived (comm.Stats.Skew)
-//	world  the world group's skew (the loss mean's)
+//	world, worldCrowd  the world group's skew and crowded (the loss mean's)
 //	crowd  the part of all's waits past their skew that the rank's share
 //	       of shared cores ran other ranks' work (comm.Stats.Crowded;
 //	       0 unless in-process ranks outnumber the cores)
@@ -92,21 +96,27 @@ func (c *stepClock) gathered(before, after comm.Stats) {
 //	       count exchanges' and the all-to-all-v's transfers; the
 //	       all-to-all-v's point-to-point messages report no skew, so a
 //	       peer's lateness there stays in it)
-type waitCounts struct{ all, pipe, skew, crowd, pipeCrowd, world, ring, ep time.Duration }
+//	stages the part of skew that the sums over a pipeline's stages after
+//	       its schedule waited (parallel.Strategy.StageStats: the tied
+//	       embedding's gradient, the gradient norm's partial; the wait
+//	       for other stages that left cores idle, the drain's bubble)
+type waitCounts struct{ all, pipe, skew, crowd, pipeCrowd, world, worldCrowd, ring, ep, stages time.Duration }
 
 // waitCounts reads the rank's counters, each group's Stats once.
 func (r *rank) waitCounts() waitCounts {
 	st, tp, cp, ep := r.st.CommStats(), r.top.tpStats(), r.top.cpStats(), r.top.epStats()
-	pipe := r.stage.CommStats()
+	pipe, ws := r.stage.CommStats(), r.world.Stats()
 	return waitCounts{
-		all:       st.Wait + pipe.Wait + tp.Wait + cp.Wait + ep.Wait,
-		pipe:      pipe.Wait,
-		skew:      st.Skew + tp.Skew + ep.Skew,
-		crowd:     st.Crowded + pipe.Crowded + tp.Crowded + cp.Crowded + ep.Crowded,
-		pipeCrowd: pipe.Crowded,
-		world:     r.world.Stats().Skew,
-		ring:      cp.Wait - cp.Crowded,
-		ep:        ep.Wait - ep.Skew - ep.Crowded,
+		all:        st.Wait + pipe.Wait + tp.Wait + cp.Wait + ep.Wait,
+		pipe:       pipe.Wait,
+		skew:       st.Skew + tp.Skew + ep.Skew,
+		crowd:      st.Crowded + pipe.Crowded + tp.Crowded + cp.Crowded + ep.Crowded,
+		pipeCrowd:  pipe.Crowded,
+		world:      ws.Skew,
+		worldCrowd: ws.Crowded,
+		ring:       cp.Wait - cp.Crowded,
+		ep:         ep.Wait - ep.Skew - ep.Crowded,
+		stages:     r.st.StageStats().Skew,
 	}
 }
 
@@ -138,13 +148,18 @@ func (r *rank) endStep(dt time.Duration) {
 	wait, pipe := at.all-c.at0.all, at.pipe-c.at0.pipe
 	// The loss mean's wait for peers is the ranks finishing their steps
 	// at different times: compute skew without a pipeline, the drain's
-	// bubble with one.
+	// bubble with one; its wait for the cores others hold is compute.
 	skew, meanSkew := at.skew-c.at0.skew, min(at.world-c.at0.world, c.lossMean)
+	meanCrowd := min(at.worldCrowd-c.at0.worldCrowd, c.lossMean-meanSkew)
 	crowd, pipeCrowd := at.crowd-c.at0.crowd, at.pipeCrowd-c.at0.pipeCrowd
-	c.compute += c.fb - c.fbWait - c.get + skew + crowd
-	c.bubble += pipe - pipeCrowd
-	c.comm += wait - pipe - skew - (crowd - pipeCrowd) + c.lossMean - meanSkew
-	c.peer += skew + crowd
+	// The wait for other stages in the sums over them is the drain's: a
+	// last stage done with its backwards waits there for the first.
+	drain := at.stages - c.at0.stages
+	skew -= drain
+	c.compute += c.fb - c.fbWait - c.get + skew + crowd + meanCrowd
+	c.bubble += pipe - pipeCrowd + drain
+	c.comm += wait - pipe - drain - skew - (crowd - pipeCrowd) + c.lossMean - meanSkew - meanCrowd
+	c.peer += skew + crowd + meanCrowd
 	if r.set.enginePlan.PP > 1 {
 		c.bubble += meanSkew
 	} else {

@@ -260,7 +260,7 @@ func (s *Strategy) sumTied() error {
 			pos, n := s.bl.InBucket(lu)
 			x = b.gfull[pos : pos+n]
 		}
-		op := s.track.Watch(s.cfg.Tied.AllReduce(comm.F32(x), comm.Sum), nil)
+		op := s.stages.Watch(s.cfg.Tied.AllReduce(comm.F32(x), comm.Sum), nil)
 		if err := op.Wait(); err != nil {
 			return fmt.Errorf("zero: tied gradient of unit %d: %w", u, err)
 		}

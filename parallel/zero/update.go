@@ -150,7 +150,11 @@ func (s *Strategy) globalSquares() (float64, error) {
 		}
 		hi := float32(sq)
 		buf := []float32{hi, float32(sq - float64(hi))}
-		op := s.track.Watch(g.AllReduce(comm.F32(buf), comm.Sum), nil)
+		track := &s.track
+		if g == s.cfg.Stages {
+			track = &s.stages
+		}
+		op := track.Watch(g.AllReduce(comm.F32(buf), comm.Sum), nil)
 		if err := op.Wait(); err != nil {
 			return 0, fmt.Errorf("zero: gradient norm: %w", err)
 		}

@@ -112,10 +112,14 @@ type Config struct {
 	// norm is summed after the reduction group (a pipeline's, then the
 	// tensor-parallel one), in order.
 	NormGroups []comm.Group
-	Precision  precision.Policy
-	Device     *device.Device // every allocation is charged here
-	Kernels    ops.Backend    // the optimizer's and the roundings' threads
-	Hyper      optim.Hyper
+	// Stages is the one of NormGroups that holds a pipeline's stages (nil:
+	// none): the waits of the norm's sum over it, as of the tied sum, are
+	// StageStats's.
+	Stages    comm.Group
+	Precision precision.Policy
+	Device    *device.Device // every allocation is charged here
+	Kernels   ops.Backend    // the optimizer's and the roundings' threads
+	Hyper     optim.Hyper
 	// BucketElems caps a bucket, in elements; 0: one unit per bucket, -1:
 	// every unit in one bucket. Breaks are units (global numbers) that
 	// start a bucket whatever the cap (a pipeline rank's chunks).
@@ -192,6 +196,7 @@ type Strategy struct {
 	wh       *device.Buffer // Param-dtype weights of stages 0-2 (nil in fp32)
 	whole    bool           // the rank holds the whole model: norm partials per chunk, not per tensor
 	track    flat.Tracker
+	stages   flat.Tracker // the waits of the sums over a pipeline's stages (its drain waits there: StageStats)
 	accum    int
 	inflight []pending // reduce-scatters of stages 2, 3 in issue order
 	ops      []*flat.Op
@@ -361,7 +366,18 @@ func (s *Strategy) OptimizerSteps() int { return s.runs[0].opt.Steps() }
 // Wait the exposed part, Bytes the reduction group's (DP) and the tied
 // and norm groups' (Other).
 func (s *Strategy) CommStats() comm.Stats {
-	return s.track.Stats(s.cfg.Grads, s.cfg.Params)
+	st, t := s.track.Stats(s.cfg.Grads, s.cfg.Params), s.stages.Stats()
+	st.Wait, st.Skew, st.Crowded = st.Wait+t.Wait, st.Skew+t.Skew, st.Crowded+t.Crowded
+	return st
+}
+
+// StageStats is the part of CommStats's Wait, Skew and Crowded that the
+// sums over a pipeline's stages blocked: the tied units' over Config.Tied
+// and the gradient norm's over Config.Stages (zero without either). The
+// stages meet there first after the schedule, so that their Skew (the
+// wait for other stages that left the cores idle) is the drain's bubble.
+func (s *Strategy) StageStats() comm.Stats {
+	return s.stages.Stats()
 }
 
 // Free waits for the collectives still in flight and returns the memory.
