@@ -100,7 +100,7 @@ func TestHostBusyExposesZeRO(t *testing.T) {
 	}
 }
 
-// The shared-core pipeline's list schedule: on a core per lane it is the
+// The shared-core pipeline's schedule: on a core per lane it is the
 // dedicated pipeline, (m + pp − 1)·(f + b), GPipe's as 1F1B's, and
 // interleaved's (m + (pp − 1)/vpp)·(f + b); on one core
 // it is all the work, none idle; on 2 cores for 4 stages of 4
@@ -127,6 +127,15 @@ func TestHostPipeMakespan(t *testing.T) {
 		{"interleaved pp=2 vpp=2, a core each", hostPipe{pp: 2, m: 4, vpp: 2, f: 1, b: 2, lanes: 2}, 2, 13.5},
 		{"interleaved pp=4 vpp=2 m=8, a core each", hostPipe{pp: 4, m: 8, vpp: 2, f: 1, b: 2, lanes: 4}, 4, 28.5},
 		{"interleaved, two replicas on 2 cores", hostPipe{pp: 2, m: 4, vpp: 2, f: 1, b: 2, lanes: 4}, 2, 24},
+		// As Go runs the goroutine ranks: a lane runs on while its next
+		// pass is ready, the lanes its pass wakes wait on its core, and a
+		// free core takes its own woken lane first. At t = 8 the middle
+		// stage's first backward wakes the first stage (its B1) and runs
+		// on into its third forward; the first stage gets a core at 9
+		// (stolen from the middle stage's queue), and the drain's chain
+		// ends at 18 — where a free core taking the lane ready longest
+		// runs the first stage at 8 and ends at 17.
+		{"1f1b pp=3, 3 micro-batches on 2 cores", p(3, 3, 3, false), 2, 18},
 	} {
 		if got := tc.h.makespan(tc.slots, 1); got != tc.want {
 			t.Errorf("%s: makespan %g, want %g", tc.name, got, tc.want)
