@@ -177,10 +177,14 @@ func (j Job) planJob(s settings, c plan.Cluster, dpRank, tpRank int) plan.Job {
 // engineBuffers is what the engine charges to tag comm under p on
 // pipeline stage stage: ZeRO-2 and -3's buckets as parallel/zero accounts
 // them for the stage's units (an upper bound), and a pipeline's boundary
-// buffers (at most four (B,s,h) activations: a send and a receive each
-// way, also an upper bound; eight under DualPipeV, whose two chunks per
-// rank each send and receive both ways, rank pp−1's turn of the V passing
-// its gradient through one of them), and under cp the ring's messages that
+// buffers (at most four (B,s,h) activations a model chunk: a send and a
+// receive each way, also an upper bound; 4·vpp under the interleaved
+// schedule, whose chunks each send and receive both ways — four had
+// been the bound for every chunk of a rank, and a loaded machine found a
+// fifth message buffered, 1 run in 60 of pp=2,vpp=2 — eight under
+// DualPipeV, whose two chunks per rank each send and receive both ways,
+// rank pp−1's turn of the V passing its gradient through one of them),
+// and under cp the ring's messages that
 // arrive before their receives are posted (model's chargeRing): a rank's
 // predecessor on the ring is at most one ring pass ahead, so at most
 // 2cp−3 key/value blocks (the compute dtype) and 2cp−2 fp32 sums of
@@ -191,8 +195,11 @@ func (j Job) engineBuffers(s settings, p plan.Plan, stage, dpRank, tpRank int) f
 	var b float64
 	if p.PP > 1 {
 		n := 4.0
-		if p.Schedule == plan.DualPipeV {
+		switch p.Schedule {
+		case plan.DualPipeV:
 			n = 8
+		case plan.Interleaved:
+			n = 4 * float64(max(1, p.VPP))
 		}
 		b = n * 4 * float64(p.MBS) * float64(j.Model.SeqLen/max(1, p.CP)) * float64(j.Model.Hidden)
 	}
