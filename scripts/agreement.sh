@@ -2,9 +2,10 @@
 # The planner's predictions against the engine's measurements
 # (train.TestAgreementTable): peak memory per rank and step time, split
 # into compute, exposed comm, bubble and misc, on a grid of 25 plans of a
-# 4-layer h=128 GPT (three passes, each plan's fastest run; the cores'
-# speedup re-measured before every run and noted beside it, a plan that
-# never had the profiled cores run again after waiting for them); then
+# 4-layer h=128 GPT (three passes, each plan's quietest run: the lowest
+# median step; the cores' speedup re-measured before every run and noted
+# beside it, a plan that never had the profiled cores run again after
+# waiting for them); then
 # --parallel auto's choice against every plan that fits, on four jobs.
 #
 #   scripts/agreement.sh [CLUSTER.toml] [OUT.md]

@@ -132,13 +132,17 @@ func agreementGrid(t *testing.T, b *strings.Builder) {
 	type result struct {
 		sum   *Summary
 		steps []float64
-		best  float64
+		best  float64 // the run's median step
 		cores float64 // the cores' speedup measured just before the run
 	}
 	// Three passes over the grid, so that a plan that ran while another
 	// process took a core has other chances (on the 2-vCPU machine the
 	// second vCPU comes and goes within seconds); each plan's row is its
-	// fastest run's. Before each run the cores' speedup is measured again
+	// quietest run's, the one of lowest median step: the split is a
+	// median over the run's steps, and a run whose fastest step was quick
+	// but which lost a vCPU for half of its steps (tp=2,sp=on: fastest
+	// 39.9 ms, median 50.0) put its compute a third over the prediction
+	// where the quiet runs agree. Before each run the cores' speedup is measured again
 	// (in about 0.1 s) and noted beside it: the prediction keeps the
 	// profile's, the note says what the run had.
 	rows := agreementRows()
@@ -150,7 +154,7 @@ func agreementGrid(t *testing.T, b *strings.Builder) {
 				t.Fatal(err)
 			}
 			sum, steps := runAgreement(t, p)
-			if best := slices.Min(steps); res[i].sum == nil || best < res[i].best {
+			if best := median(slices.Clone(steps)); res[i].sum == nil || best < res[i].best {
 				res[i] = result{sum, steps, best, cores}
 			}
 		}
@@ -167,7 +171,7 @@ func agreementGrid(t *testing.T, b *strings.Builder) {
 			cores := waitForCores(t, want)
 			sum, steps := runAgreement(t, p)
 			retried++
-			if best := slices.Min(steps); best < res[i].best {
+			if best := median(slices.Clone(steps)); best < res[i].best {
 				res[i] = result{sum, steps, best, cores}
 			}
 		}
@@ -202,7 +206,7 @@ func agreementGrid(t *testing.T, b *strings.Builder) {
 			p, len(sum.Ranks), pPeak/(1<<20), mPeak/(1<<20), 100*worst, 1e3*pt.Step, 1e3*step, 100*te, 1e3*med, 100*tm, res[i].cores,
 			1e3*pt.Compute, 1e3*sum.ComputeSeconds, 1e3*pt.CommExposed, 1e3*sum.ExposedSeconds, 1e3*pt.Bubble, 1e3*sum.BubbleSeconds, 1e3*pt.Misc, 1e3*sum.MiscSeconds)
 	}
-	fmt.Fprintf(b, "\n%d plans on the %s (core_speedup %.2f; %d runs again for the cores), load average %s before and %s after: peak memory error max %.2f%%; step time error (fastest step of the fastest of three runs) median %.0f%%, max %.0f%%; against that run's median step median %.0f%%, max %.0f%%. Split columns in ms: the ranks' mean, median over steps.\n",
+	fmt.Fprintf(b, "\n%d plans on the %s (core_speedup %.2f; %d runs again for the cores), load average %s before and %s after: peak memory error max %.2f%%; step time error (fastest step of the quietest of three runs) median %.0f%%, max %.0f%%; against that run's median step median %.0f%%, max %.0f%%. Split columns in ms: the ranks' mean, median over steps.\n",
 		len(rows), src, want, retried, load0, loadAverage(), 100*slices.Max(memErr), 100*median(slices.Clone(timeErr)), 100*slices.Max(timeErr),
 		100*median(slices.Clone(medErr)), 100*slices.Max(medErr))
 	if len(llamaTime) > 0 {
