@@ -104,10 +104,9 @@ func (h hostPipe) order(s int) []pipeAct {
 // ready later: 4 stages of 4 micro-batches on 2 cores take 4–7% longer
 // than where a free core takes the lane ready longest, which put the grid
 // job's pp=4 bubble a quarter under the measured (5.1 ms against 6.6–7.3
-// in a step of 42; now 6.5).
-//
-// Passes are not cut into Go's 10 ms preemption slices (a pass longer
-// than that would share its core with the lanes queued on it). Lane l runs stage l mod pp of
+// in a step of 42; now 6.5). Passes are not cut into Go's 10 ms
+// preemption slices (a pass longer than that would share its core with
+// the lanes queued on it). Lane l runs stage l mod pp of
 // replica l div pp in its schedule's order (order); chunk c of stage s is
 // virtual stage c·pp + s, whose forward of a micro-batch waits for the
 // virtual stage before it and whose backward for the one after it.
@@ -181,17 +180,7 @@ func (h hostPipe) makespan(slots int, stretch float64) float64 {
 		}
 		return t, true
 	}
-	// The cores as Go's scheduler runs the goroutine ranks: each runs one
-	// lane (−1: idle) and holds the lanes it woke, the latest in next and
-	// the ones it displaced queued in order.
-	type core struct {
-		run, next int
-		queue     []int
-	}
-	cores := make([]core, slots)
-	for c := range cores {
-		cores[c] = core{run: -1, next: -1}
-	}
+	cores := newGoCores(slots)
 	waiting := make([]bool, h.lanes) // blocked on a pass not done yet
 	now := 0.0
 	start := func(c, l int) {
@@ -215,41 +204,11 @@ func (h hostPipe) makespan(slots int, stretch float64) float64 {
 		}
 	}
 	for i, l := range runnable {
-		if c := &cores[i%slots]; c.run < 0 {
-			start(i%slots, l)
+		if c := i % slots; cores[c].run < 0 {
+			start(c, l)
 		} else {
-			c.queue = append(c.queue, l)
+			cores[c].queue = append(cores[c].queue, l)
 		}
-	}
-	// take is the lane core c runs next: its own woken one, its queue's
-	// head, or, stolen, another core's oldest queued or woken one (−1:
-	// none).
-	take := func(c int) int {
-		k := &cores[c]
-		if l := k.next; l >= 0 {
-			k.next = -1
-			return l
-		}
-		if len(k.queue) > 0 {
-			l := k.queue[0]
-			k.queue = k.queue[1:]
-			return l
-		}
-		for o := range cores {
-			if v := &cores[o]; o != c && len(v.queue) > 0 {
-				l := v.queue[0]
-				v.queue = v.queue[1:]
-				return l
-			}
-		}
-		for o := range cores {
-			if v := &cores[o]; o != c && v.next >= 0 {
-				l := v.next
-				v.next = -1
-				return l
-			}
-		}
-		return -1
 	}
 	for left > 0 {
 		// Advance to the next end.
@@ -285,10 +244,7 @@ func (h hostPipe) makespan(slots int, stretch float64) float64 {
 				}
 				if _, ok := ready(k); ok {
 					waiting[k] = false
-					if cores[c].next >= 0 {
-						cores[c].queue = append(cores[c].queue, cores[c].next)
-					}
-					cores[c].next = k
+					cores.wake(c, k)
 				}
 			}
 			cores[c].run = -1
@@ -302,7 +258,7 @@ func (h hostPipe) makespan(slots int, stretch float64) float64 {
 		}
 		for c := range cores {
 			if cores[c].run < 0 {
-				if l := take(c); l >= 0 {
+				if l := cores.take(c); l >= 0 {
 					start(c, l)
 				}
 			}
