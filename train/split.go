@@ -85,11 +85,13 @@ func (c *stepClock) gathered(before, after comm.Stats) {
 //	       transfers, the strategy's, tp's, cp's and ep's groups)
 //	pipe   the part of all that is the pipeline's transfers
 //	skew   the part of the strategy's, tp's and ep's waits before their
-//	       groups' last members arrived (comm.Stats.Skew)
+//	       groups' last members arrived that left the cores idle
+//	       (comm.Stats.Skew)
 //	world, worldCrowd  the world group's skew and crowded (the loss mean's)
-//	crowd  the part of all's waits past their skew that the rank's share
-//	       of shared cores ran other ranks' work (comm.Stats.Crowded;
-//	       0 unless in-process ranks outnumber the cores)
+//	crowd  the part of all's waits (the waits for peers included) that
+//	       the rank's share of shared cores ran other ranks' work
+//	       (comm.Stats.Crowded; 0 unless in-process ranks outnumber the
+//	       cores)
 //	pipeCrowd  the part of crowd that is the pipeline's transfers'
 //	ring   cp's waits (the ring attention's transfers), not crowded
 //	ep     ep's waits once its members had arrived, not crowded (Wait − Skew − Crowded: the
