@@ -10,6 +10,7 @@ import (
 	"trellis/device"
 	"trellis/model"
 	"trellis/parallel"
+	"trellis/parallel/flat"
 	"trellis/parallel/zero"
 	"trellis/precision"
 	"trellis/tensor"
@@ -57,8 +58,13 @@ type epState struct {
 	split         map[int]*epUnit
 	scale         float32      // 1/ep
 	norm          []comm.Group // the norm's sums after dp and ep: the pipeline's, the tensor-parallel one
-	dev           *device.Device
-	pol           precision.Policy
+	stages        comm.Group   // the one of norm over a pipeline's stages (nil: none)
+	// track and onStages account the norm's sums' waits: over stages on
+	// onStages (StageStats: the pipeline's drain waits there), the rest
+	// on track (both part of CommStats).
+	track, onStages flat.Tracker
+	dev             *device.Device
+	pol             precision.Policy
 }
 
 // epUnit is one MoE block unit: its tensors' places in the unit and in
@@ -112,7 +118,7 @@ func splitExperts(lay arch.Layout) (dense, expert arch.Layout, split map[int]*ep
 func newEPState(zc zero.Config, t *topology) (*epState, error) {
 	dl, el, split := splitExperts(zc.Layout)
 	s := &epState{split: split, scale: 1 / float32(t.part.EP), dev: zc.Device, pol: zc.Precision,
-		norm: zc.NormGroups}
+		norm: zc.NormGroups, stages: zc.Stages}
 	dc, ec := zc, zc
 	dc.Layout, dc.NormGroups = dl, nil
 	ec.Layout, ec.Grads, ec.Params, ec.Copy = el, t.edp, t.edp, nil
@@ -301,7 +307,11 @@ func (s *epState) Update(u parallel.Update) (parallel.Updated, error) {
 		sq += e
 	}
 	for _, g := range s.norm {
-		if sq, err = sumFloat64(g, sq); err != nil {
+		track := &s.track
+		if g == s.stages {
+			track = &s.onStages
+		}
+		if sq, err = sumFloat64(track, g, sq); err != nil {
 			return parallel.Updated{}, fmt.Errorf("train: gradient norm: %w", err)
 		}
 	}
@@ -317,14 +327,15 @@ func (s *epState) Update(u parallel.Update) (parallel.Updated, error) {
 }
 
 // sumFloat64 is x summed over g, x travelling as two float32s (hi =
-// fl32(x), lo = fl32(x − hi)) as parallel/zero sums its norm's partials.
-func sumFloat64(g comm.Group, x float64) (float64, error) {
+// fl32(x), lo = fl32(x − hi)) as parallel/zero sums its norm's partials,
+// its wait accounted on track.
+func sumFloat64(track *flat.Tracker, g comm.Group, x float64) (float64, error) {
 	if g == nil || g.Size() == 1 {
 		return x, nil
 	}
 	hi := float32(x)
 	buf := []float32{hi, float32(x - float64(hi))}
-	if err := comm.AllReduce(g, comm.F32(buf), comm.Sum); err != nil {
+	if err := track.Watch(g.AllReduce(comm.F32(buf), comm.Sum), nil).Wait(); err != nil {
 		return 0, err
 	}
 	return float64(buf[0]) + float64(buf[1]), nil
@@ -358,20 +369,23 @@ func (s *epState) Restore(c *checkpoint.Checkpoint, optSteps int) error {
 // OptimizerSteps is the updates applied (both instances step together).
 func (s *epState) OptimizerSteps() int { return s.dense.OptimizerSteps() }
 
-// CommStats is both instances' communication.
+// CommStats is both instances' communication and the norm's sums'
+// waits.
 func (s *epState) CommStats() comm.Stats {
+	st := s.dense.CommStats().Add(s.track.Stats()).Add(s.onStages.Stats())
 	if s.expert == nil {
-		return s.dense.CommStats()
+		return st
 	}
-	return s.dense.CommStats().Add(s.expert.CommStats())
+	return st.Add(s.expert.CommStats())
 }
 
-// StageStats is both instances'.
+// StageStats is both instances' and the norm's sum's over the stages.
 func (s *epState) StageStats() comm.Stats {
+	st := s.dense.StageStats().Add(s.onStages.Stats())
 	if s.expert == nil {
-		return s.dense.StageStats()
+		return st
 	}
-	return s.dense.StageStats().Add(s.expert.StageStats())
+	return st.Add(s.expert.StageStats())
 }
 
 // Free returns both instances' memory and the units' buffers.
