@@ -366,9 +366,7 @@ func (s *Strategy) OptimizerSteps() int { return s.runs[0].opt.Steps() }
 // Wait the exposed part, Bytes the reduction group's (DP) and the tied
 // and norm groups' (Other).
 func (s *Strategy) CommStats() comm.Stats {
-	st, t := s.track.Stats(s.cfg.Grads, s.cfg.Params), s.stages.Stats()
-	st.Wait, st.Skew, st.Crowded = st.Wait+t.Wait, st.Skew+t.Skew, st.Crowded+t.Crowded
-	return st
+	return s.track.Stats(s.cfg.Grads, s.cfg.Params).Add(s.stages.Stats())
 }
 
 // StageStats is the part of CommStats's Wait, Skew and Crowded that the
