@@ -161,24 +161,16 @@ func (h hostPipe) makespan(slots int, stretch float64) float64 {
 		return 0, 0, false
 	}
 	pc := make([]int, h.lanes)
-	free := make([]float64, h.lanes) // when the lane's last pass ended
-	end := make([]float64, h.lanes)  // when its running pass ends (−1: none)
+	end := make([]float64, h.lanes) // when its running pass ends (−1: none)
 	for l := range end {
 		end[l] = -1
 	}
-	// ready is when lane l's next pass may start (ok false: it waits on
-	// a pass not yet done).
-	ready := func(l int) (float64, bool) {
+	// ready says whether lane l's next pass may start (false: it waits
+	// on a pass not yet done).
+	ready := func(l int) bool {
 		a := lists[l][pc[l]]
-		t := free[l]
-		if dl, dc, ok := dep(l, a); ok {
-			d := done[dl][fwdIdx(a.fwd)][dc][a.mb]
-			if d < 0 {
-				return 0, false
-			}
-			t = max(t, d)
-		}
-		return t, true
+		dl, dc, ok := dep(l, a)
+		return !ok || done[dl][fwdIdx(a.fwd)][dc][a.mb] >= 0
 	}
 	cores := newGoCores(slots)
 	waiting := make([]bool, h.lanes) // blocked on a pass not done yet
@@ -197,7 +189,7 @@ func (h hostPipe) makespan(slots int, stretch float64) float64 {
 	var runnable []int
 	for l := range lists {
 		left += len(lists[l])
-		if _, ok := ready(l); ok {
+		if ready(l) {
 			runnable = append(runnable, l)
 		} else {
 			waiting[l] = true
@@ -229,7 +221,7 @@ func (h hostPipe) makespan(slots int, stretch float64) float64 {
 			}
 			a := lists[l][pc[l]]
 			done[l][fwdIdx(a.fwd)][a.ch][a.mb] = now
-			free[l], end[l] = now, -1
+			end[l] = -1
 			pc[l]++
 			left--
 			// The lanes this pass unblocks wake on this core (the newest in
@@ -242,14 +234,14 @@ func (h hostPipe) makespan(slots int, stretch float64) float64 {
 				if dl, _, ok := dep(k, lists[k][pc[k]]); !ok || dl != l {
 					continue
 				}
-				if _, ok := ready(k); ok {
+				if ready(k) {
 					waiting[k] = false
 					cores.wake(c, k)
 				}
 			}
 			cores[c].run = -1
 			if pc[l] < len(lists[l]) {
-				if _, ok := ready(l); ok {
+				if ready(l) {
 					start(c, l)
 				} else {
 					waiting[l] = true
