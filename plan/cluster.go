@@ -49,6 +49,13 @@ type Accel struct {
 	// set-up and its row loops), paid per tile beside its FLOPs at
 	// RingAttnEff; 0: none (see attentionCore).
 	RingTileGap float64
+	// Attn is the Trellis engine's attention cores measured over sequence
+	// lengths and head sizes (`trellis profile`: [device.attention]); on
+	// an engine cluster it prices the attention core at head sizes that
+	// are multiples of 32, without cp, in place of AttnEff and the
+	// materialising core's GEMMs and memory passes (attentionCore). nil:
+	// the efficiency model.
+	Attn *AttnTable
 	// MemEff is the fraction of MemBW memory-bound kernels reach.
 	MemEff float64
 	// ConvEff is the fraction of MemBW the Trellis engine's 16-bit
@@ -203,6 +210,11 @@ func (c Cluster) validRanges() error {
 	for _, r := range rs {
 		if !(r.v >= r.lo && r.v <= r.hi) {
 			return fmt.Errorf("plan: cluster %s: %s=%g: must be %s", c.Name, r.k, r.v, r.rule)
+		}
+	}
+	if a.Attn != nil {
+		if err := a.Attn.Validate("device.attention"); err != nil {
+			return fmt.Errorf("plan: cluster %s: %w", c.Name, err)
 		}
 	}
 	if v := a.RingAttnEff; v != 0 && !(v >= 1e-4 && v <= 1) {

@@ -33,6 +33,11 @@ import (
 //	convert_efficiency = 0.7   # the Trellis engine's fp32 ⇄ bf16 conversion passes (default 0: mem_efficiency)
 //	kernel_gap_us = 2          # default 0
 //	sms = 132                  # streaming multiprocessors (default 0: not given; presets: A100 108, H100/H200 132)
+//	[device.attention]         # the Trellis engine's attention cores, measured (`trellis profile`; engine clusters; default: the efficiency model)
+//	seq = [128, 1024]          # sequence lengths (ascending)
+//	head = [32, 64]            # head sizes (ascending)
+//	flash_fwd = [[1.2, 2.0], [0.9, 1.5]]   # ns per causal score T·(T+1)/2 of one head: a row per seq, a value per head
+//	flash_bwd = [[2.6, 4.3], [2.0, 3.6]]   # and so dense_fwd, dense_bwd (the materialising core); all four required
 //	tp_comm_overlap = true     # TP collectives pipelined with GEMMs under sp (default false; Hopper presets true)
 //	engine_stash = true        # ranks run the Trellis engine: its activation formula (default false)
 //	tp_grad_overlap = true     # TP input-gradient collectives behind the dW GEMMs (Megatron ≥ 2022; default false; Hopper presets true)
@@ -104,6 +109,32 @@ type deviceFile struct {
 	ConvEff    *float64           `toml:"convert_efficiency" json:"convert_efficiency"`
 	KernelGap  *float64           `toml:"kernel_gap_us" json:"kernel_gap_us"`
 	SMs        *int               `toml:"sms" json:"sms"`
+	Attention  *attnTableFile     `toml:"attention" json:"attention"`
+}
+
+// attnTableFile is [device.attention]: an AttnTable in ns per score.
+type attnTableFile struct {
+	Seq      []int       `toml:"seq" json:"seq"`
+	Head     []int       `toml:"head" json:"head"`
+	FlashFwd [][]float64 `toml:"flash_fwd" json:"flash_fwd"`
+	FlashBwd [][]float64 `toml:"flash_bwd" json:"flash_bwd"`
+	DenseFwd [][]float64 `toml:"dense_fwd" json:"dense_fwd"`
+	DenseBwd [][]float64 `toml:"dense_bwd" json:"dense_bwd"`
+}
+
+// table converts the file's nanoseconds to an AttnTable's seconds.
+func (f *attnTableFile) table() *AttnTable {
+	t := &AttnTable{Seq: f.Seq, Head: f.Head}
+	for k, c := range [AttnKinds][][]float64{f.FlashFwd, f.FlashBwd, f.DenseFwd, f.DenseBwd} {
+		t.Cost[k] = make([][]float64, len(c))
+		for i, row := range c {
+			t.Cost[k][i] = make([]float64, len(row))
+			for j, v := range row {
+				t.Cost[k][i][j] = v * 1e-9
+			}
+		}
+	}
+	return t
 }
 
 type linkFile struct {
@@ -262,6 +293,9 @@ func (d *deviceFile) apply(a *Accel, haveBase bool) error {
 	setF(&a.KernelGap, d.KernelGap, us)
 	if d.SMs != nil {
 		a.SMs = *d.SMs
+	}
+	if d.Attention != nil {
+		a.Attn = d.Attention.table()
 	}
 	if d.AttnEff != nil {
 		a.AttnEff = *d.AttnEff

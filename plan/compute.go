@@ -241,11 +241,18 @@ func (j Job) layerLinear(p Plan, k kernels, chunks float64) (passTime, [4]linear
 // plus under cp the ring's tiles' fixed cost (ringTileTime):
 //
 //	t_fwd = F/(η·peak)    t_bwd = 2.5·F/(0.8·η·peak)    F = 2·b·(a/t)·s_q·s·d
+//
+// On an engine cluster with a measured table (attnTable) both cores are
+// the table's instead: b·(a/t)·s·(s+1)/2 causal scores at its cost per
+// score for the sequence length and head size (AttnTable.Core).
 func (j Job) attentionCore(p Plan, k kernels) passTime {
 	k = k.high()
 	m := j.Model
 	heads := float64(p.MBS) * float64(m.Heads) / float64(p.TP)
 	sq, sk, d := float64(j.Seq)/float64(p.CP), float64(j.Seq), float64(m.HD())
+	if t := j.attnTable(p); t != nil {
+		return t.Core(p.Flash, heads, j.Seq, m.HD())
+	}
 	if p.Flash || j.ringTiles(p) {
 		flops := 4 * heads * sq * sk * d * 0.5
 		eff := k.peak * j.attnEff(p)
@@ -261,6 +268,18 @@ func (j Job) attentionCore(p Plan, k kernels) passTime {
 	bwd := k.gemm(heads, sk, d, sq) + k.gemm(heads, sq, sk, d) + k.gemm(heads, sq, d, sk) +
 		k.gemm(heads, sk, d, sq) + k.stream(scores*bwdBytes, 2)
 	return passTime{fwd: fwd, bwd: bwd}
+}
+
+// attnTable is the cluster's measured attention cores where they price
+// p's: an engine cluster's table (Accel.Attn) at a head size of whole
+// 32-column tiles (on every ISA such head sizes take the path the table
+// measured at 32, 64 and 128), without cp (ring attention's tiles have
+// their own fit). nil: the efficiency model.
+func (j Job) attnTable(p Plan) *AttnTable {
+	if a := j.Cluster.Accel.Attn; a != nil && j.Cluster.EngineStash && p.CP == 1 && FlashHeadTiled(j.Model.HD()) {
+		return a
+	}
+	return nil
 }
 
 // ringTiles: the attention core runs as the engine's ring attention

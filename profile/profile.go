@@ -41,8 +41,9 @@ type Result struct {
 	GEMMKnee       float64
 	GEMMFitRMS     float64
 	Attention      AttnSample
-	AttnNarrow     *AttnSample  // head size 16 where the kernels tile only wider heads (nil: one path)
-	Ring           RingSample   // one cp=2 rank's ring-attention tiles at Attention's shape
+	AttnNarrow     *AttnSample // head size 16 where the kernels tile only wider heads (nil: one path)
+	Ring           RingSample  // one cp=2 rank's ring-attention tiles at Attention's shape
+	AttnTable      AttnTableSample
 	Half           HalfSample   // 16-bit GEMMs against fp32's
 	CoreRates      []CoreSample // concurrent single-thread GEMM rates, 1..Cores+1 ranks
 	CoreSpeedup    float64      // Speedup(Cores): what Cores concurrent ranks compute over one
@@ -104,6 +105,10 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		return nil, err
 	}
 	if r.AttnNarrow, err = measureNarrowAttention(ctx, c, k, r.PeakFLOPs, r.Attention); err != nil {
+		return nil, err
+	}
+	prog("attention table", 0, 1)
+	if r.AttnTable, err = measureAttnTable(ctx, c, k); err != nil {
 		return nil, err
 	}
 	prog("ring attention", 0, 1)

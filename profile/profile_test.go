@@ -37,9 +37,30 @@ func TestQuickProfileIsAClusterFile(t *testing.T) {
 	if math.Abs(c.Accel.RingTileGap-r.Ring.TileSeconds) > 1e-9 {
 		t.Errorf("ring_tile_us %g µs, want the fit's %g", c.Accel.RingTileGap*1e6, r.Ring.TileSeconds*1e6)
 	}
+	checkAttnTable(t, c.Accel.Attn, r.AttnTable)
 	for _, g := range r.GEMM {
 		if e := g.Efficiency(r.PeakFLOPs); e > 1 {
 			t.Errorf("GEMM %dx%dx%d at %.2f of the peak: the peak must bound every product", g.M, g.N, g.K, e)
+		}
+	}
+}
+
+// checkAttnTable: the cluster file's [device.attention] is the measured
+// table (to its written 0.001 ns), and at every timed shape the planner's
+// core time is the timing the profile took there.
+func checkAttnTable(t *testing.T, got *plan.AttnTable, want AttnTableSample) {
+	t.Helper()
+	if got == nil || len(got.Seq) != len(want.Seq) || len(got.Head) != len(want.Head) {
+		t.Fatalf("device.attention %+v, want the measured grid %v × %v", got, want.Seq, want.Head)
+	}
+	for k := range want.Cost {
+		for i, T := range want.Seq {
+			for j, d := range want.Head {
+				w := want.Cost[k][i][j]
+				if g := got.Score(k, T, d); math.Abs(g-w) > 0.6e-12 || !(w > 0) {
+					t.Errorf("%s at T %d d %d: %g ns per score, want the timing's %g", plan.AttnTableKey(k), T, d, g*1e9, w*1e9)
+				}
+			}
 		}
 	}
 }

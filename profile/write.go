@@ -63,6 +63,7 @@ func (r *Result) WriteTOML(w io.Writer) error {
 		p("convert_efficiency = %.4f # the engine's fp32 -> bf16 -> fp32 conversion passes (16-bit plans) at %.2f GB/s", clamp01(r.Memory.ConvertGBps/r.Memory.CopyGBps), r.Memory.ConvertGBps)
 	}
 	p("kernel_gap_us = %.3f", r.Memory.GapSeconds*1e6)
+	r.writeAttnTable(p)
 	p("")
 	p("# GEMM samples (m n k: GFLOP/s, fraction of peak):")
 	for _, s := range r.GEMM {
@@ -149,3 +150,35 @@ func quickNote(q bool) string {
 }
 
 func clamp01(x float64) float64 { return min(max(x, 0.001), 1) }
+
+// writeAttnTable writes [device.attention]: the engine's attention cores
+// in ns per causal score of one head (plan.AttnTable), rows by seq,
+// columns by head size.
+func (r *Result) writeAttnTable(p func(string, ...any)) {
+	t := r.AttnTable
+	if len(t.Seq) == 0 {
+		return
+	}
+	ints := func(v []int) string {
+		s := make([]string, len(v))
+		for i, x := range v {
+			s[i] = fmt.Sprint(x)
+		}
+		return "[" + strings.Join(s, ", ") + "]"
+	}
+	p("")
+	p("[device.attention]   # the engine's attention cores, %d heads of one thread: ns per causal score T·(T+1)/2 of a head; rows seq, columns head", attnHeads)
+	p("seq = %s", ints(t.Seq))
+	p("head = %s", ints(t.Head))
+	for k, key := range []string{"flash_fwd", "flash_bwd", "dense_fwd", "dense_bwd"} {
+		rows := make([]string, len(t.Cost[k]))
+		for i, row := range t.Cost[k] {
+			v := make([]string, len(row))
+			for j, x := range row {
+				v[j] = fmt.Sprintf("%.3f", x*1e9)
+			}
+			rows[i] = "[" + strings.Join(v, ", ") + "]"
+		}
+		p("%s = [%s]", key, strings.Join(rows, ", "))
+	}
+}
