@@ -306,6 +306,23 @@ func (q *Queue) Start(bytes int) (Work, func(error), error) {
 	return w, func(err error) { q.finish(w, err) }, nil
 }
 
+// StartFrom is Start for an operation that learns when its peer arrived
+// at it (a receive: when the matching send delivered its message): its
+// finish takes that time too (zero: not known), and Wait counts the part
+// of its wait before it as Skew, the wait for a peer still computing, as
+// a collective's wait for its last member is.
+func (q *Queue) StartFrom(bytes int) (Work, func(err error, arrived time.Time), error) {
+	w, _, err := q.Start(bytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	ww := w.(*work)
+	return w, func(err error, arrived time.Time) {
+		ww.arrived = arrived
+		q.finish(ww, err)
+	}, nil
+}
+
 // finish ends a started operation.
 func (q *Queue) finish(w *work, err error) {
 	end := time.Now()

@@ -28,7 +28,7 @@ import (
 //	         planner's compute term counts too)
 //	comm     exposed waits on collectives (data-, tensor-parallel, ZeRO)
 //	         once every member has arrived and not crowded, the ring attention's transfers
-//	         (cp), expert parallelism's all-to-alls (ep: reported apart
+//	         (cp: once the peer has sent, on the in-process backend), expert parallelism's all-to-alls (ep: reported apart
 //	         too, epWait) and the blocking loss mean
 //	bubble   a pipeline stage's waits on its point-to-point receives and
 //	         sends, not crowded: the fill and drain, and the transfers
@@ -84,20 +84,22 @@ func (c *stepClock) gathered(before, after comm.Stats) {
 //	all    exposed waits on every group it computes with (the pipeline's
 //	       transfers, the strategy's, tp's, cp's and ep's groups)
 //	pipe   the part of all that is the pipeline's transfers
-//	skew   the part of the strategy's, tp's and ep's waits before their
-//	       groups' last members arrived that left the cores idle
-//	       (comm.Stats.Skew)
+//	skew   the part of the strategy's, tp's, cp's and ep's waits before
+//	       their groups' last members arrived (for a receive, before its
+//	       sender delivered) that left the cores idle (comm.Stats.Skew)
 //	world, worldCrowd  the world group's skew and crowded (the loss mean's)
 //	crowd  the part of all's waits (the waits for peers included) that
 //	       the rank's share of shared cores ran other ranks' work
 //	       (comm.Stats.Crowded; 0 unless in-process ranks outnumber the
 //	       cores)
 //	pipeCrowd  the part of crowd that is the pipeline's transfers'
-//	ring   cp's waits (the ring attention's transfers), not crowded
+//	ring   cp's waits once the peer had sent (the ring attention's
+//	       transfers), not crowded
 //	ep     ep's waits once its members had arrived, not crowded (Wait − Skew − Crowded: the
 //	       count exchanges' and the all-to-all-v's transfers; the
-//	       all-to-all-v's point-to-point messages report no skew, so a
-//	       peer's lateness there stays in it)
+//	       all-to-all-v's point-to-point messages report their senders'
+//	       lateness as skew on the in-process backend, not on shm or
+//	       tcp, where a peer's lateness stays in it)
 //	stages the part of skew that the sums over a pipeline's stages after
 //	       its schedule waited (parallel.Strategy.StageStats: the tied
 //	       embedding's gradient, the gradient norm's partial; the wait
@@ -111,12 +113,12 @@ func (r *rank) waitCounts() waitCounts {
 	return waitCounts{
 		all:        st.Wait + pipe.Wait + tp.Wait + cp.Wait + ep.Wait,
 		pipe:       pipe.Wait,
-		skew:       st.Skew + tp.Skew + ep.Skew,
+		skew:       st.Skew + tp.Skew + cp.Skew + ep.Skew,
 		crowd:      st.Crowded + pipe.Crowded + tp.Crowded + cp.Crowded + ep.Crowded,
 		pipeCrowd:  pipe.Crowded,
 		world:      ws.Skew,
 		worldCrowd: ws.Crowded,
-		ring:       cp.Wait - cp.Crowded,
+		ring:       cp.Wait - cp.Skew - cp.Crowded,
 		ep:         ep.Wait - ep.Skew - ep.Crowded,
 		stages:     r.st.StageStats().Skew,
 	}

@@ -25,11 +25,13 @@
 //	AllToAll       rank r copies chunk r of every rank's src into its dst.
 //	Send/Recv      outside the queue, matched when issued: if the matching
 //	               Recv is already posted, Send copies straight into its
-//	               buffer; otherwise Send copies the payload into the
-//	               receiver's mailbox (at most Config.MaxBuffered bytes per
-//	               receiver and group) and completes (it never waits for the
-//	               receiver). Messages with the same (sender, tag) are
-//	               received in the order sent.
+//	               buffer (the Recv's Stats count the wait before that
+//	               as Skew); otherwise Send copies
+//	               the payload into the receiver's mailbox (at most
+//	               Config.MaxBuffered bytes per receiver and group) and
+//	               completes (it never waits for the receiver). Messages
+//	               with the same (sender, tag) are received in the order
+//	               sent.
 //
 // In an all-reduce each rank reads n elements and writes n, whatever p (of
 // which (p−1)/p·n from and to its peers), and folds n/p of them p ways: the

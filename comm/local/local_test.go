@@ -329,3 +329,38 @@ func TestQueuedIsNotSkew(t *testing.T) {
 		}
 	}
 }
+
+// A posted Recv reports its sender's lateness as Skew and the rest of its
+// wait as the transfer's: member 0 sends 60 ms after member 1 posted, so
+// about 60 ms of member 1's wait is Skew; under a 30 ms emulated link with
+// the sender on time, the 30 ms are the link's, not Skew.
+func TestRecvSkewIsTheSendersLateness(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		late, lat time.Duration
+	}{{"late sender", 60 * time.Millisecond, 0}, {"slow link", 0, 30 * time.Millisecond}} {
+		cfg := local.Config{Size: 2}
+		if c.lat > 0 {
+			cfg.Link = &local.LinkModel{Intra: local.Link{Latency: c.lat}, Inter: local.Link{Latency: c.lat}}
+		}
+		gs := newWorld(t, cfg)
+		posted := make(chan struct{})
+		run(t, gs, func(r int, g comm.Group) error {
+			if r == 0 {
+				<-posted
+				time.Sleep(c.late)
+				return comm.Send(g, comm.F32([]float32{3}), 1, 1)
+			}
+			w := g.Recv(comm.F32([]float32{0}), 0, 1)
+			close(posted)
+			return w.Wait()
+		})
+		s := gs[1].Stats()
+		if c.late > 0 && (s.Skew < c.late*2/3 || s.Skew > s.Wait || s.Wait-s.Skew > c.late/3) {
+			t.Errorf("%s: skew %v of wait %v, want about %v of skew and little else", c.name, s.Skew, s.Wait, c.late)
+		}
+		if c.lat > 0 && (s.Wait < c.lat || s.Skew > c.lat/3) {
+			t.Errorf("%s: skew %v of wait %v, want a wait of at least %v and little skew", c.name, s.Skew, s.Wait, c.lat)
+		}
+	}
+}

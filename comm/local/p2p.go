@@ -14,7 +14,10 @@ import (
 // otherwise it copies the payload into the receiver's mailbox, within the
 // bound Config.MaxBuffered on the bytes a member holds, and completes. A
 // Recv takes the oldest mailbox message of its (peer, tag) or posts itself;
-// posted Recvs of one (peer, tag) are served first in, first out.
+// posted Recvs of one (peer, tag) are served first in, first out. A posted
+// Recv reports when its sender delivered (comm.Queue.StartFrom), so that
+// its Wait tells the wait for a peer still computing (Stats.Skew) from
+// the transfer's.
 
 // mailKey identifies a message stream: messages from src to dst with tag
 // arrive in the order sent.
@@ -26,6 +29,7 @@ type recvReq struct {
 	done    chan error // receives the outcome once a sender has copied
 	claimed bool       // a sender took the request (guarded by team.mu)
 	due     time.Time  // link emulation: when the message arrives (set before done)
+	sent    time.Time  // when the sender delivered (set before done): the peer's arrival
 }
 
 // message is a mailbox entry: a copy of the payload and when it arrives
@@ -116,7 +120,7 @@ func (g *group) deliver(buf comm.Buf, peer, tag int, due time.Time) error {
 		req := q[0]
 		t.popPosted(k)
 		req.claimed = true
-		req.due = due
+		req.due, req.sent = due, time.Now()
 		t.mu.Unlock()
 		return fill(req, buf)
 	}
@@ -206,10 +210,11 @@ func (g *group) Recv(buf comm.Buf, peer, tag int) comm.Work {
 	if err := comm.CheckP2P("recv", peer, tag, g.Size()); err != nil {
 		return comm.Done(err)
 	}
-	w, finish, err := g.q.Start(buf.Bytes())
+	w, finishFrom, err := g.q.StartFrom(buf.Bytes())
 	if err != nil {
 		return comm.Done(err)
 	}
+	finish := func(err error) { finishFrom(err, time.Time{}) }
 	t := g.t
 	k := mailKey{peer, g.rank, tag}
 	t.mu.Lock()
@@ -245,7 +250,10 @@ func (g *group) Recv(buf comm.Buf, peer, tag int) comm.Work {
 		if err == nil {
 			sleepUntil(req.due, t.broken)
 		}
-		finish(g.p2pErr(err))
+		// The wait before the sender delivered was for the peer (Skew);
+		// the rest, the link's delay and this goroutine's wake-up, the
+		// transfer's.
+		finishFrom(g.p2pErr(err), req.sent)
 	}()
 	return w
 }
