@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"trellis/plan"
 )
 
 // WriteTOML writes the result as a cluster file in the planner's format
@@ -170,7 +172,8 @@ func (r *Result) writeAttnTable(p func(string, ...any)) {
 	p("[device.attention]   # the engine's attention cores, %d heads of one thread: ns per causal score T·(T+1)/2 of a head; rows seq, columns head", attnHeads)
 	p("seq = %s", ints(t.Seq))
 	p("head = %s", ints(t.Head))
-	for k, key := range []string{"flash_fwd", "flash_bwd", "dense_fwd", "dense_bwd"} {
+	for k := range t.Cost {
+		key := plan.AttnTableKey(k)
 		rows := make([]string, len(t.Cost[k]))
 		for i, row := range t.Cost[k] {
 			v := make([]string, len(row))
