@@ -6,18 +6,8 @@ import (
 	"time"
 
 	"trellis/ops"
+	"trellis/plan"
 )
-
-// AttnTableSample is the engine's two attention cores timed over a grid
-// of sequence lengths and head sizes (plan.AttnTable): Cost[k][i][j] is
-// seconds per causal score of one head, T·(T+1)/2 scores a head, for
-// kernel and pass k (flash forward, flash backward, materialising
-// forward, materialising backward) at Seq[i], Head[j], with attnHeads
-// heads of one sequence.
-type AttnTableSample struct {
-	Seq, Head []int
-	Cost      [4][][]float64
-}
 
 // attnTableSeq and attnTableHead are the grid the profile times: the
 // lengths a CPU run trains at, in octaves (the cost per score is not
@@ -30,10 +20,12 @@ func attnTableHead() []int { return []int{32, 64, 128} }
 // attnHeads is the heads of the timed shapes (B = 1).
 const attnHeads = 4
 
-// measureAttnTable times ops.FlashAttentionForward/Backward and
-// ops.AttentionForward/Backward at every (T, d) of the grid.
-func measureAttnTable(ctx context.Context, c Config, k *ops.Kernels) (AttnTableSample, error) {
-	s := AttnTableSample{Seq: attnTableSeq(), Head: attnTableHead()}
+// measureAttnTable times the engine's two attention cores
+// (ops.FlashAttentionForward/Backward and ops.AttentionForward/Backward)
+// at every (T, d) of the grid, attnHeads heads of one sequence, as
+// plan.AttnTable's seconds per causal score of one head.
+func measureAttnTable(ctx context.Context, c Config, k *ops.Kernels) (plan.AttnTable, error) {
+	s := plan.AttnTable{Seq: attnTableSeq(), Head: attnTableHead()}
 	budget := 80 * time.Millisecond
 	if c.Quick {
 		budget = 20 * time.Millisecond
@@ -61,15 +53,15 @@ func measureAttnTable(ctx context.Context, c Config, k *ops.Kernels) (AttnTableS
 
 // timeAttnCores times the four passes at one shape: flash forward and
 // backward, materialising forward and backward.
-func timeAttnCores(ctx context.Context, k *ops.Kernels, T, d int, budget time.Duration) ([4]float64, error) {
-	var sec [4]float64
+func timeAttnCores(ctx context.Context, k *ops.Kernels, T, d int, budget time.Duration) ([plan.AttnKinds]float64, error) {
+	var sec [plan.AttnKinds]float64
 	r := rand.New(rand.NewPCG(5, 6))
 	const B, NH = 1, attnHeads
 	C := NH * d
 	qkv, out, dout := randSlice(r, B*T*3*C), make([]float32, B*T*C), randSlice(r, B*T*C)
 	lse, dqkv := make([]float32, B*NH*T), make([]float32, B*T*3*C)
 	att, scratch := make([]float32, B*NH*T*T), make([]float32, ops.AttentionScratchSize(k, B, T, NH))
-	passes := [4]func(){
+	passes := [plan.AttnKinds]func(){
 		func() { ops.FlashAttentionForward(k, out, lse, qkv, B, T, C, NH, NH) },
 		func() { ops.FlashAttentionBackward(k, dqkv, dout, qkv, out, lse, B, T, C, NH, NH) },
 		func() { ops.AttentionForward(k, out, att, qkv, B, T, C, NH, NH) },

@@ -11,6 +11,7 @@ import (
 
 	"trellis/comm/commbench"
 	"trellis/ops"
+	"trellis/plan"
 )
 
 // CommConfig is a collective benchmark's configuration.
@@ -41,12 +42,12 @@ type Result struct {
 	GEMMKnee       float64
 	GEMMFitRMS     float64
 	Attention      AttnSample
-	AttnNarrow     *AttnSample // head size 16 where the kernels tile only wider heads (nil: one path)
-	Ring           RingSample  // one cp=2 rank's ring-attention tiles at Attention's shape
-	AttnTable      AttnTableSample
-	Half           HalfSample   // 16-bit GEMMs against fp32's
-	CoreRates      []CoreSample // concurrent single-thread GEMM rates, 1..Cores+1 ranks
-	CoreSpeedup    float64      // Speedup(Cores): what Cores concurrent ranks compute over one
+	AttnNarrow     *AttnSample    // head size 16 where the kernels tile only wider heads (nil: one path)
+	Ring           RingSample     // one cp=2 rank's ring-attention tiles at Attention's shape
+	AttnTable      plan.AttnTable // the engine's attention cores (measureAttnTable)
+	Half           HalfSample     // 16-bit GEMMs against fp32's
+	CoreRates      []CoreSample   // concurrent single-thread GEMM rates, 1..Cores+1 ranks
+	CoreSpeedup    float64        // Speedup(Cores): what Cores concurrent ranks compute over one
 	Memory         MemSample
 	Links          []Link
 	Handoff        *Handoff // all-reduces between computing goroutine ranks (local backend): the link the engine meets

@@ -46,9 +46,9 @@ func TestQuickProfileIsAClusterFile(t *testing.T) {
 }
 
 // checkAttnTable: the cluster file's [device.attention] is the measured
-// table (to its written 0.001 ns), and at every timed shape the planner's
-// core time is the timing the profile took there.
-func checkAttnTable(t *testing.T, got *plan.AttnTable, want AttnTableSample) {
+// table (to its written 0.001 ns): at every timed shape the planner's
+// cost per score is the timing the profile took there.
+func checkAttnTable(t *testing.T, got *plan.AttnTable, want plan.AttnTable) {
 	t.Helper()
 	if got == nil || len(got.Seq) != len(want.Seq) || len(got.Head) != len(want.Head) {
 		t.Fatalf("device.attention %+v, want the measured grid %v × %v", got, want.Seq, want.Head)
