@@ -21,7 +21,9 @@ import (
 // precision, when no cluster file states one: two FMA pipes of 16
 // (avx512) or 8 (avx2) fp32 lanes, 2 FLOPs per lane, at 3.7 GHz — 236.8
 // and 118.4 GFLOP/s, above every CPU measured here (docs/BENCHMARKS.md:
-// 100–210 with AVX-512), so MFU stays below 100%; generic Go kernels: 4
+// 100–210 with AVX-512) but an Intel Xeon's FMA loop at 246.7
+// (2026-12-04), whose training steps reach 0.67 of the figure and its
+// lone GEMMs 0.96, so MFU stays below 100%; generic Go kernels: 4
 // lanes. bf16 GEMMs on AVX-512 (vdpbf16ps) do twice the fp32 FLOPs per
 // instruction; fp16 is widened to fp32.
 func builtinCorePeak(isa string, p plan.Precision) float64 {
