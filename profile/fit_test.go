@@ -124,7 +124,7 @@ func TestHandoffIsBoundedByBackToBack(t *testing.T) {
 	l := Link{Backend: "local", Ranks: 2, LatencyS: 5e-6, BWBytes: 8e9}
 	at := func(alpha, bw float64) Handoff {
 		var h Handoff
-		for _, b := range handoffSizes {
+		for _, b := range handoffSizes() {
 			h.Samples = append(h.Samples, CommSample{Op: "allreduce", Ranks: 2, Bytes: b, Seconds: 2*alpha + float64(b)/bw})
 		}
 		if err := h.fit(l); err != nil {

@@ -39,13 +39,13 @@ type Handoff struct {
 
 // handoffSizes are the all-reduces the hand-off is measured at: from a
 // loss or a norm (4 KiB) to a layer's activations or gradient bucket.
-var handoffSizes = []int64{4 << 10, 64 << 10, 512 << 10, 2 << 20}
+func handoffSizes() []int64 { return []int64{4 << 10, 64 << 10, 512 << 10, 2 << 20} }
 
 // measureHandoffOver measures the hand-off on n ranks at handoffSizes and
 // fits it, bounded by the back-to-back link l.
 func measureHandoffOver(ctx context.Context, c Config, n int, l Link) (Handoff, error) {
 	var h Handoff
-	for _, bytes := range handoffSizes {
+	for _, bytes := range handoffSizes() {
 		s, err := measureHandoff(ctx, c, n, bytes)
 		if err != nil {
 			return h, err
