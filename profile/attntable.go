@@ -42,39 +42,38 @@ func measureAttnTable(ctx context.Context, c Config, k *ops.Kernels) (plan.AttnT
 			if err != nil {
 				return s, err
 			}
-			scores := float64(attnHeads) * float64(T) * float64(T+1) / 2
 			for kind := range s.Cost {
-				s.Cost[kind][i][j] = sec[kind] / scores
+				s.Cost[kind][i][j] = sec[kind] / causalScores(T)
 			}
 		}
 	}
 	return s, nil
 }
 
+// causalScores is the causal scores of the timed shapes: attnHeads
+// heads of T·(T+1)/2.
+func causalScores(T int) float64 { return float64(attnHeads) * float64(T) * float64(T+1) / 2 }
+
 // timeAttnCores times the four passes at one shape: flash forward and
-// backward, materialising forward and backward.
+// backward (timeAttention), materialising forward and backward.
 func timeAttnCores(ctx context.Context, k *ops.Kernels, T, d int, budget time.Duration) ([plan.AttnKinds]float64, error) {
 	var sec [plan.AttnKinds]float64
-	r := rand.New(rand.NewPCG(5, 6))
 	const B, NH = 1, attnHeads
 	C := NH * d
+	f, err := timeAttention(ctx, k, AttnSample{B: B, T: T, C: C, NH: NH}, budget, 1)
+	if err != nil {
+		return sec, err
+	}
+	sec[plan.AttnFlashFwd], sec[plan.AttnFlashBwd] = f.Fwd, f.Bwd
+	r := rand.New(rand.NewPCG(5, 6))
 	qkv, out, dout := randSlice(r, B*T*3*C), make([]float32, B*T*C), randSlice(r, B*T*C)
-	lse, dqkv := make([]float32, B*NH*T), make([]float32, B*T*3*C)
+	dqkv := make([]float32, B*T*3*C)
 	att, scratch := make([]float32, B*NH*T*T), make([]float32, ops.AttentionScratchSize(k, B, T, NH))
-	passes := [plan.AttnKinds]func(){
-		func() { ops.FlashAttentionForward(k, out, lse, qkv, B, T, C, NH, NH) },
-		func() { ops.FlashAttentionBackward(k, dqkv, dout, qkv, out, lse, B, T, C, NH, NH) },
-		func() { ops.AttentionForward(k, out, att, qkv, B, T, C, NH, NH) },
-		func() { ops.AttentionBackward(k, dqkv, scratch, dout, qkv, att, B, T, C, NH, NH) },
+	fwd := func() { ops.AttentionForward(k, out, att, qkv, B, T, C, NH, NH) }
+	if sec[plan.AttnDenseFwd], err = timeIt(ctx, budget, fwd); err != nil {
+		return sec, err
 	}
-	for kind, f := range passes {
-		if kind == 1 || kind == 3 { // the backward reads its forward's output
-			passes[kind-1]()
-		}
-		var err error
-		if sec[kind], err = timeIt(ctx, budget, f); err != nil {
-			return sec, err
-		}
-	}
-	return sec, nil
+	fwd() // the backward reads the forward's probabilities
+	sec[plan.AttnDenseBwd], err = timeIt(ctx, budget, func() { ops.AttentionBackward(k, dqkv, scratch, dout, qkv, att, B, T, C, NH, NH) })
+	return sec, err
 }

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"time"
 
 	"trellis/ops"
+	"trellis/plan"
 	"trellis/tensor"
 )
 
@@ -159,18 +161,24 @@ type AttnSample struct {
 	PlannerEffOut float64 // the attn_efficiency that makes the planner's time equal the measured one
 }
 
-// measureAttention times ops.FlashAttentionForward/Backward (the kernels
-// of flash=on; the materialising attention the planner costs as GEMMs and
-// memory-bound passes) and converts them to the planner's attention
-// efficiency: the planner costs the forward at F/(η·peak) and the backward
-// at 2.5·F/(0.8·η·peak) (plan/compute.go), so
+// measureAttention is the flash kernels' timing at the profile's shape
+// (4 heads of 64, T 1,024; quick: 256) — a point of the attention table,
+// which timed it (measureAttnTable) — converted to the planner's
+// attention efficiency: the planner costs the forward at F/(η·peak) and
+// the backward at 2.5·F/(0.8·η·peak) (plan/compute.go), so
 // η = F·(1 + 2.5/0.8) / (peak·(t_fwd + t_bwd)).
-func measureAttention(ctx context.Context, c Config, k *ops.Kernels, peak float64) (AttnSample, error) {
-	s := AttnSample{B: 1, T: 1024, C: 256, NH: 4}
+func measureAttention(c Config, t plan.AttnTable, peak float64) (AttnSample, error) {
+	s := AttnSample{B: 1, T: 1024, C: 64 * attnHeads, NH: attnHeads}
 	if c.Quick {
 		s.T = 256
 	}
-	return timeAttention(ctx, k, s, attnBudget(c), peak)
+	i, j := slices.Index(t.Seq, s.T), slices.Index(t.Head, s.C/s.NH)
+	if i < 0 || j < 0 {
+		return s, fmt.Errorf("profile: the attention table (seq %v, head %v) lacks T=%d, head size %d", t.Seq, t.Head, s.T, s.C/s.NH)
+	}
+	n := causalScores(s.T)
+	s.Fwd, s.Bwd = t.Cost[plan.AttnFlashFwd][i][j]*n, t.Cost[plan.AttnFlashBwd][i][j]*n
+	return s.withEfficiency(peak), nil
 }
 
 // attnBudget is the time each attention shape is timed for.
@@ -181,7 +189,7 @@ func attnBudget(c Config) time.Duration {
 	return 300 * time.Millisecond
 }
 
-// measureNarrowAttention is measureAttention at head size 16 (C 64 over 4
+// measureNarrowAttention times measureAttention's shape at head size 16 (C 64 over 4
 // heads), where the kernels have a tiled path that head size 16 cannot
 // take (ops.Kernels.FlashTiled): the blocked path's efficiency, which
 // the planner uses for such head sizes (attn_narrow_efficiency). nil
@@ -207,9 +215,15 @@ func timeAttention(ctx context.Context, k *ops.Kernels, s AttnSample, budget tim
 	if s.Bwd, err = timeIt(ctx, budget, func() { ops.FlashAttentionBackward(k, dqkv, dout, qkv, out, lse, B, T, C, NH, NH) }); err != nil {
 		return s, err
 	}
-	s.FlopsForward = 4 * float64(B*NH) * float64(T) * float64(T) * float64(C/NH) * 0.5
+	return s.withEfficiency(peak), nil
+}
+
+// withEfficiency is s with its planner FLOP count and the efficiency its
+// timings give (measureAttention's η).
+func (s AttnSample) withEfficiency(peak float64) AttnSample {
+	s.FlopsForward = 4 * float64(s.B*s.NH) * float64(s.T) * float64(s.T) * float64(s.C/s.NH) * 0.5
 	s.PlannerEffOut = s.FlopsForward * (1 + 2.5/0.8) / (peak * (s.Fwd + s.Bwd))
-	return s, nil
+	return s
 }
 
 // MemSample is memory bandwidth as a copy reaches it and as Trellis's

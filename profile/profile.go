@@ -102,14 +102,13 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		return nil, err
 	}
 	prog("attention", 0, 1)
-	if r.Attention, err = measureAttention(ctx, c, k, r.PeakFLOPs); err != nil {
+	if r.AttnTable, err = measureAttnTable(ctx, c, k); err != nil {
+		return nil, err
+	}
+	if r.Attention, err = measureAttention(c, r.AttnTable, r.PeakFLOPs); err != nil {
 		return nil, err
 	}
 	if r.AttnNarrow, err = measureNarrowAttention(ctx, c, k, r.PeakFLOPs, r.Attention); err != nil {
-		return nil, err
-	}
-	prog("attention table", 0, 1)
-	if r.AttnTable, err = measureAttnTable(ctx, c, k); err != nil {
 		return nil, err
 	}
 	prog("ring attention", 0, 1)

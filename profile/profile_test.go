@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"slices"
+	"strings"
 	"testing"
 
 	"trellis/plan"
@@ -70,5 +72,31 @@ func TestConfigRefuses(t *testing.T) {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%+v: want an error", c)
 		}
+	}
+}
+
+// The attention sample is the table's point at its shape (quick: T 256,
+// full: T 1,024, head size 64), both of which the table times; a table
+// without it is an error, not a zero efficiency.
+func TestAttentionSampleIsTheTables(t *testing.T) {
+	for _, quick := range []bool{true, false} {
+		s := AttnSample{T: 1024}
+		if quick {
+			s.T = 256
+		}
+		if !slices.Contains(attnTableSeq(), s.T) || !slices.Contains(attnTableHead(), 64) {
+			t.Errorf("quick=%v: the table's grid %v × %v lacks T=%d, head size 64", quick, attnTableSeq(), attnTableHead(), s.T)
+		}
+	}
+	tab := plan.AttnTable{Seq: []int{256}, Head: []int{64}}
+	for k := range tab.Cost {
+		tab.Cost[k] = [][]float64{{float64(k+1) * 1e-9}}
+	}
+	s, err := measureAttention(Config{Quick: true}, tab, 1e11)
+	if n := causalScores(256); err != nil || !(math.Abs(s.Fwd-1e-9*n) < 1e-15) || !(math.Abs(s.Bwd-2e-9*n) < 1e-15) || !(s.PlannerEffOut > 0) {
+		t.Errorf("from the table: %+v, %v; want fwd %g s, bwd %g s", s, err, 1e-9*n, 2e-9*n)
+	}
+	if _, err := measureAttention(Config{}, tab, 1e11); err == nil || !strings.Contains(err.Error(), "lacks T=1024") {
+		t.Errorf("a table without T=1024: %v, want an error naming it", err)
 	}
 }
