@@ -2,6 +2,7 @@ package comm
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -35,7 +36,8 @@ type Queue struct {
 	inflight  int
 	busySince time.Time
 
-	crowd *Crowding // set before use (SetCrowding); nil: not measured
+	crowd *Crowding     // set before use (SetCrowding); nil: not measured
+	poll  time.Duration // how long a Wait on a started operation polls before blocking (SetPoll)
 }
 
 // NewQueue starts a queue's goroutine; Close stops it.
@@ -55,6 +57,7 @@ type work struct {
 	submitted time.Time
 	finished  time.Time // set before done is closed
 	arrived   time.Time // when the last member arrived (Arrived; zero: not known)
+	poll      time.Duration
 }
 
 // FinishedAt is when the operation completed on its queue (zero for a
@@ -94,6 +97,7 @@ func (w *work) Wait() error {
 	if w.q != nil && w.q.claim(w) {
 		w.q.run(w, nil)
 	}
+	w.spin(start)
 	<-w.done
 	if w.q != nil {
 		// Exposed is the time blocked until the operation ended, not until
@@ -121,6 +125,22 @@ func (w *work) Wait() error {
 		w.q.mu.Unlock()
 	}
 	return w.err
+}
+
+// spin polls for the operation's end up to w.poll after start, yielding
+// the core to the rank's other goroutines between looks.
+func (w *work) spin(start time.Time) {
+	if w.poll <= 0 {
+		return
+	}
+	for time.Since(start) < w.poll {
+		select {
+		case <-w.done:
+			return
+		default:
+			runtime.Gosched()
+		}
+	}
 }
 
 // Done returns a Work that has already finished with err (nil for success),
@@ -238,6 +258,16 @@ func (q *Queue) Issued() time.Time {
 // operation.
 func (q *Queue) SetCrowding(c *Crowding) { q.crowd = c }
 
+// SetPoll makes a Wait on an operation Start began (a Send or Recv) poll
+// for its end up to d before it blocks (0: block at once). A blocked
+// goroutine is woken by its peer's goroutine, which readies it on its own
+// core and computes on; the waiter's idle core, asleep, takes longer to
+// wake than a short compute step lasts (100–150 µs on a KVM vCPU, see
+// docs/BENCHMARKS.md): a ring of receives between two ranks then runs the
+// ranks in turn on one core. Polling keeps the waiter's core awake, so
+// set it only where every rank has a core of its own. Set before use.
+func (q *Queue) SetPoll(d time.Duration) { q.poll = d }
+
 // Arrived records, from inside the running operation's function, when
 // the last member of the group arrived at it, so that Stats can tell the
 // wait for peers (Skew) from the wait for the transfer. Only the goroutine
@@ -302,7 +332,7 @@ func (q *Queue) Start(bytes int) (Work, func(error), error) {
 		q.busySince = time.Now()
 	}
 	q.inflight++
-	w := &work{q: q, bytes: int64(bytes), done: make(chan struct{})}
+	w := &work{q: q, bytes: int64(bytes), done: make(chan struct{}), poll: q.poll}
 	return w, func(err error) { q.finish(w, err) }, nil
 }
 

@@ -33,6 +33,7 @@ var _ comm.Group = (*group)(nil)
 func newGroup(w *world, t *team, rank int) *group {
 	q := comm.NewQueue()
 	q.SetCrowding(w.crowd)
+	q.SetPoll(w.cfg.Poll)
 	return &group{w: w, t: t, rank: rank, q: q, linkFree: map[int]time.Time{}}
 }
 

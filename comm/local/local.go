@@ -24,6 +24,10 @@ type Config struct {
 	// for Recvs it has not posted yet; a Send beyond it breaks the group
 	// with comm.ErrBufferFull. 0 means comm.DefaultMaxBuffered.
 	MaxBuffered int64
+	// Poll is how long a Wait on a Send or Recv polls for its end before
+	// blocking (comm.Queue.SetPoll); 0: it blocks at once. Worth it only
+	// where every rank's goroutines have cores of their own.
+	Poll time.Duration
 }
 
 // Validate checks the size, the timeout and the link model.
@@ -33,6 +37,9 @@ func (c Config) Validate() error {
 	}
 	if c.Timeout < 0 {
 		return fmt.Errorf("local: Timeout=%v must not be negative", c.Timeout)
+	}
+	if c.Poll < 0 {
+		return fmt.Errorf("local: Poll=%v must not be negative", c.Poll)
 	}
 	if c.MaxBuffered < 0 {
 		return fmt.Errorf("local: MaxBuffered=%d must not be negative", c.MaxBuffered)

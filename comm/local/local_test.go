@@ -21,6 +21,53 @@ func factory(t *testing.T, n int, opts commtest.Options) commtest.World {
 
 func TestConformance(t *testing.T) { commtest.Run(t, factory) }
 
+// TestConformancePolled: the suite again with receivers that poll
+// (Config.Poll), whose posted Recvs complete on their senders.
+func TestConformancePolled(t *testing.T) {
+	commtest.Run(t, func(t *testing.T, n int, opts commtest.Options) commtest.World {
+		gs, err := local.New(local.Config{Size: n, Timeout: opts.Timeout, MaxBuffered: opts.MaxBuffered, Poll: 50 * time.Microsecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return commtest.World{Groups: gs}
+	})
+}
+
+// TestPolledRecvCompletesOnTheSender: with Poll set, a posted Recv is
+// done when its Send returns — no goroutine has to run first — and a
+// Wait that polls returns when the operation ends, not when the poll
+// would have run out.
+func TestPolledRecvCompletesOnTheSender(t *testing.T) {
+	gs := newWorld(t, local.Config{Size: 2, Poll: time.Second})
+	w := gs[1].Recv(comm.F32([]float32{0}), 0, 1)
+	if err := comm.Send(gs[0], comm.F32([]float32{3}), 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.(interface{ Done() <-chan struct{} }).Done():
+	default:
+		t.Fatal("the posted Recv was not done when its Send returned")
+	}
+	if err := w.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	w = gs[1].Recv(comm.F32([]float32{0}), 0, 2)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		comm.Send(gs[0], comm.F32([]float32{4}), 1, 2)
+	}()
+	start := time.Now()
+	if err := w.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("a Wait polling for up to 1 s took %v for an operation that ended after 20 ms", d)
+	}
+	if _, err := local.New(local.Config{Size: 2, Poll: -time.Microsecond}); err == nil || !strings.Contains(err.Error(), "Poll") {
+		t.Errorf("a negative Poll: %v, want an error naming Poll", err)
+	}
+}
+
 func newWorld(t *testing.T, cfg local.Config) []comm.Group {
 	t.Helper()
 	gs, err := local.New(cfg)
@@ -153,7 +200,13 @@ func TestCloseCascadesAndNamesAreReusable(t *testing.T) {
 // TestPointToPointPaths covers a Recv posted before its Send (the handover
 // path), a Send to self, and a message delivered before its sender closed.
 func TestPointToPointPaths(t *testing.T) {
-	gs := newWorld(t, local.Config{Size: 2})
+	for _, poll := range []time.Duration{0, 50 * time.Microsecond} {
+		testPointToPointPaths(t, poll)
+	}
+}
+
+func testPointToPointPaths(t *testing.T, poll time.Duration) {
+	gs := newWorld(t, local.Config{Size: 2, Poll: poll})
 	run(t, gs, func(r int, g comm.Group) error {
 		buf := []float32{0, 0}
 		if r == 0 {
@@ -338,8 +391,10 @@ func TestRecvSkewIsTheSendersLateness(t *testing.T) {
 	for _, c := range []struct {
 		name      string
 		late, lat time.Duration
-	}{{"late sender", 60 * time.Millisecond, 0}, {"slow link", 0, 30 * time.Millisecond}} {
-		cfg := local.Config{Size: 2}
+		poll      time.Duration
+	}{{"late sender", 60 * time.Millisecond, 0, 0}, {"slow link", 0, 30 * time.Millisecond, 0},
+		{"late sender, polled", 60 * time.Millisecond, 0, 50 * time.Microsecond}, {"slow link, polled", 0, 30 * time.Millisecond, 50 * time.Microsecond}} {
+		cfg := local.Config{Size: 2, Poll: c.poll}
 		if c.lat > 0 {
 			cfg.Link = &local.LinkModel{Intra: local.Link{Latency: c.lat}, Inter: local.Link{Latency: c.lat}}
 		}

@@ -23,13 +23,18 @@ import (
 // arrive in the order sent.
 type mailKey struct{ src, dst, tag int }
 
-// recvReq is a posted Recv waiting for its message.
+// recvReq is a posted Recv waiting for its message. Whoever settles it —
+// the sender that claims it, its timeout, or the group breaking — sets
+// claimed under team.mu and then calls finish, once. Where receivers poll
+// (Config.Poll > 0) the Recv's Work completes on the settling goroutine,
+// so a polling receiver sees it at once and waits for no goroutine to be
+// scheduled (that hand-off cost the ring attention 30–40 µs a receive on
+// two busy cores); elsewhere on a goroutine of its own (parked).
 type recvReq struct {
 	buf     comm.Buf
-	done    chan error // receives the outcome once a sender has copied
-	claimed bool       // a sender took the request (guarded by team.mu)
-	due     time.Time  // link emulation: when the message arrives (set before done)
-	sent    time.Time  // when the sender delivered (set before done): the peer's arrival
+	finish  func(err error, sent time.Time) // completes the Recv's Work
+	claimed bool                            // settled (guarded by team.mu)
+	timer   *time.Timer                     // the Recv's timeout
 }
 
 // message is a mailbox entry: a copy of the payload and when it arrives
@@ -120,9 +125,8 @@ func (g *group) deliver(buf comm.Buf, peer, tag int, due time.Time) error {
 		req := q[0]
 		t.popPosted(k)
 		req.claimed = true
-		req.due, req.sent = due, time.Now()
 		t.mu.Unlock()
-		return fill(req, buf)
+		return g.fill(req, buf, due, time.Now())
 	}
 	n := int64(buf.Bytes())
 	if limit := g.w.cfg.MaxBuffered; t.held[peer]+n > limit {
@@ -182,14 +186,16 @@ func (t *team) popPosted(k mailKey) {
 	}
 }
 
-// fill copies buf into a claimed request and completes it; a mismatch of
-// dtype or length fails both sides.
-func fill(req *recvReq, buf comm.Buf) error {
+// fill copies buf into a request the sender claimed and completes it at
+// due (link emulation; at once without), reporting sent as the peer's
+// arrival; a mismatch of dtype or length fails both sides.
+func (g *group) fill(req *recvReq, buf comm.Buf, due, sent time.Time) error {
+	req.timer.Stop()
 	err := comm.CheckMatch(req.buf, buf.DType(), buf.Len())
 	if err == nil {
 		copyBuf(req.buf, buf)
 	}
-	req.done <- err
+	g.finishAt(due, func(err error) { req.finish(err, sent) }, err)
 	return err
 }
 
@@ -202,8 +208,8 @@ func newBuf(b comm.Buf) comm.Buf {
 }
 
 // Recv issues a receive: the oldest buffered message from peer with tag, or
-// a posted request that a goroutine waits on until the timeout or the group
-// breaks. A message sent before the group broke is still delivered. Under
+// a posted request that its sender completes (recvReq), failed at the
+// timeout or when the group breaks. A message sent before the group broke is still delivered. Under
 // link emulation the Recv completes once its message has arrived (its due
 // time).
 func (g *group) Recv(buf comm.Buf, peer, tag int) comm.Work {
@@ -242,48 +248,77 @@ func (g *group) Recv(buf comm.Buf, peer, tag int) comm.Work {
 		finish(g.p2pErr(err))
 		return w
 	}
-	req := &recvReq{buf: buf, done: make(chan error, 1)}
+	req := &recvReq{buf: buf, finish: func(err error, sent time.Time) { finishFrom(g.p2pErr(err), sent) }}
+	if g.w.cfg.Poll == 0 {
+		req.finish = parked(req.finish)
+	}
+	req.timer = time.AfterFunc(g.w.cfg.Timeout, func() { g.expire(req, k) })
 	t.posted[k] = append(t.posted[k], req)
 	t.mu.Unlock()
-	go func() {
-		err := g.await(req, k)
-		if err == nil {
-			sleepUntil(req.due, t.broken)
-		}
-		// The wait before the sender delivered was for the peer (Skew);
-		// the rest, the link's delay and this goroutine's wake-up, the
-		// transfer's.
-		finishFrom(g.p2pErr(err), req.sent)
-	}()
 	return w
 }
 
-// await waits for a posted Recv. Past the timeout it withdraws the request
-// and breaks the group naming the silent sender.
-func (g *group) await(req *recvReq, k mailKey) error {
+// parked returns finish run on a goroutine started now and parked until
+// the returned function is called. Where the receivers do not poll
+// (Config.Poll = 0: ranks outnumber the cores) a posted Recv completes
+// this way, not on its settling goroutine: a pipeline of 4 ranks on 2
+// cores measured its bubble 3.7 ms a step this way against 4.45 ms
+// completing on the sender (docs/BENCHMARKS.md, "A receive's wake-up";
+// Go starts a goroutine on its creator's core and may wake an idle core
+// to take work, which a plain wake-up from the sender does not).
+func parked(finish func(err error, sent time.Time)) func(err error, sent time.Time) {
+	type outcome struct {
+		err  error
+		sent time.Time
+	}
+	ch := make(chan outcome, 1)
+	go func() {
+		o := <-ch
+		finish(o.err, o.sent)
+	}()
+	return func(err error, sent time.Time) { ch <- outcome{err, sent} }
+}
+
+// expire settles a posted Recv whose timeout passed without a message:
+// it withdraws the request and breaks the group naming the silent sender.
+func (g *group) expire(req *recvReq, k mailKey) {
 	t := g.t
-	timeout := g.w.cfg.Timeout
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case err := <-req.done:
-		return err
-	case <-t.broken:
-	case <-timer.C:
-	}
 	t.mu.Lock()
-	if req.claimed { // a sender is copying: its outcome decides
+	if req.claimed { // a sender took it first
 		t.mu.Unlock()
-		return <-req.done
+		return
 	}
+	req.claimed = true
 	t.withdraw(k, req)
 	if t.err == nil {
 		t.breakLocked(&comm.PeerError{Rank: t.ranks[k.src], Op: "recv",
-			Err: fmt.Errorf("%w: waited %v for a message with tag %d", comm.ErrTimeout, timeout, k.tag)})
+			Err: fmt.Errorf("%w: waited %v for a message with tag %d", comm.ErrTimeout, g.w.cfg.Timeout, k.tag)})
 	}
 	err := t.err
 	t.mu.Unlock()
-	return err
+	req.finish(err, time.Time{})
+}
+
+// failPosted settles every posted Recv no sender has claimed with the
+// error that broke the group (called once, after it broke).
+func (t *team) failPosted() {
+	t.mu.Lock()
+	var reqs []*recvReq
+	for k, q := range t.posted {
+		for _, r := range q {
+			if !r.claimed {
+				r.claimed = true
+				r.timer.Stop()
+				reqs = append(reqs, r)
+			}
+		}
+		delete(t.posted, k)
+	}
+	err := t.err
+	t.mu.Unlock()
+	for _, r := range reqs {
+		r.finish(err, time.Time{})
+	}
 }
 
 // withdraw removes a posted request. Called with t.mu held.

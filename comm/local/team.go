@@ -169,6 +169,7 @@ func (t *team) fail(err error) {
 func (t *team) breakLocked(err error) {
 	t.err = err
 	close(t.broken)
+	go t.failPosted() // it takes t.mu, which the caller holds
 }
 
 // check verifies that every member published the same operation with
