@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -65,7 +66,7 @@ func measureHandoff(ctx context.Context, c Config, n int, bytes int64) (CommSamp
 	}
 	s := coreShape
 	loop := func() (float64, error) {
-		gs, err := local.New(local.Config{Size: n})
+		gs, err := local.New(local.Config{Size: n, Poll: local.PollFor(n, runtime.GOMAXPROCS(0))})
 		if err != nil {
 			return 0, fmt.Errorf("profile: %w", err)
 		}

@@ -181,7 +181,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		ep, _ := s.enginePlan.Experts()
 		link = &local.LinkModel{Intra: l, Inter: l, SharedPorts: ep > 1}
 	}
-	groups, err := local.New(local.Config{Size: s.ranks, Timeout: s.timeout, Link: link, Poll: p2pPoll(s.ranks, s.threads, runtime.GOMAXPROCS(0))})
+	groups, err := local.New(local.Config{Size: s.ranks, Timeout: s.timeout, Link: link, Poll: local.PollFor(s.ranks*s.threads, runtime.GOMAXPROCS(0))})
 	if err != nil {
 		return nil, err
 	}
@@ -350,18 +350,4 @@ func median(xs []float64) float64 {
 	}
 	slices.Sort(xs)
 	return xs[len(xs)/2]
-}
-
-// p2pPoll is how long an in-process rank's Send and Recv waits poll before
-// blocking (local.Config.Poll): 50 µs where the ranks' kernel threads
-// (ranks·threads) do not outnumber the cores, none where they do (a poller
-// would take a core another rank needs). Without it a receive that follows
-// a compute step shorter than a sleeping core's wake-up waits for its
-// sender's core to come free: context parallelism's ring on two ranks lost
-// 1.5–2 ms a step to it (docs/BENCHMARKS.md, "A receive's wake-up").
-func p2pPoll(ranks, threads, cores int) time.Duration {
-	if ranks*max(threads, 1) > cores {
-		return 0
-	}
-	return 50 * time.Microsecond
 }

@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 
@@ -143,7 +144,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 }
 
 func runLocal(cfg Config) ([]Row, error) {
-	groups, err := local.New(local.Config{Size: cfg.Ranks})
+	groups, err := local.New(local.Config{Size: cfg.Ranks, Poll: local.PollFor(cfg.Ranks, runtime.GOMAXPROCS(0))})
 	if err != nil {
 		return nil, err
 	}

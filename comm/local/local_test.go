@@ -2,6 +2,7 @@ package local_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -33,11 +34,11 @@ func TestConformancePolled(t *testing.T) {
 	})
 }
 
-// TestPolledRecvCompletesOnTheSender: with Poll set, a posted Recv is
+// TestPolledWaitsEndWithTheirOperations: with Poll set, a posted Recv is
 // done when its Send returns — no goroutine has to run first — and a
-// Wait that polls returns when the operation ends, not when the poll
-// would have run out.
-func TestPolledRecvCompletesOnTheSender(t *testing.T) {
+// Wait or a barrier that polls returns when the operation ends, not when
+// the poll would have run out.
+func TestPolledWaitsEndWithTheirOperations(t *testing.T) {
 	gs := newWorld(t, local.Config{Size: 2, Poll: time.Second})
 	w := gs[1].Recv(comm.F32([]float32{0}), 0, 1)
 	if err := comm.Send(gs[0], comm.F32([]float32{3}), 1, 1); err != nil {
@@ -63,6 +64,21 @@ func TestPolledRecvCompletesOnTheSender(t *testing.T) {
 	if d := time.Since(start); d > 500*time.Millisecond {
 		t.Errorf("a Wait polling for up to 1 s took %v for an operation that ended after 20 ms", d)
 	}
+	// A member polling at a collective's barrier leaves it when its peer
+	// arrives, not when the poll runs out.
+	run(t, gs, func(r int, g comm.Group) error {
+		if r == 1 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		start := time.Now()
+		if err := comm.AllReduce(g, comm.F32([]float32{1}), comm.Sum); err != nil {
+			return err
+		}
+		if d := time.Since(start); d > 500*time.Millisecond {
+			return fmt.Errorf("rank %d: an all-reduce polling for up to 1 s took %v with a peer 20 ms late", r, d)
+		}
+		return nil
+	})
 	if _, err := local.New(local.Config{Size: 2, Poll: -time.Microsecond}); err == nil || !strings.Contains(err.Error(), "Poll") {
 		t.Errorf("a negative Poll: %v, want an error naming Poll", err)
 	}
@@ -416,6 +432,19 @@ func TestRecvSkewIsTheSendersLateness(t *testing.T) {
 		}
 		if c.lat > 0 && (s.Wait < c.lat || s.Skew > c.lat/3) {
 			t.Errorf("%s: skew %v of wait %v, want a wait of at least %v and little skew", c.name, s.Skew, s.Wait, c.lat)
+		}
+	}
+}
+
+// TestPollForOnlyWithCoresToSpare: ranks poll their waits only where
+// their kernel threads do not outnumber the cores.
+func TestPollForOnlyWithCoresToSpare(t *testing.T) {
+	for _, c := range []struct {
+		threads, cores int
+		want           time.Duration
+	}{{2, 2, 50 * time.Microsecond}, {1, 2, 50 * time.Microsecond}, {4, 8, 50 * time.Microsecond}, {4, 2, 0}, {3, 2, 0}} {
+		if got := local.PollFor(c.threads, c.cores); got != c.want {
+			t.Errorf("PollFor(threads %d, cores %d) = %v, want %v", c.threads, c.cores, got, c.want)
 		}
 	}
 }

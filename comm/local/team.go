@@ -2,6 +2,7 @@ package local
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -21,8 +22,9 @@ import (
 // depends on.
 type team struct {
 	key   string
-	ranks []int // world rank of each member
-	left  int   // members that have closed (guarded by world.mu)
+	ranks []int         // world rank of each member
+	left  int           // members that have closed (guarded by world.mu)
+	poll  time.Duration // how long arrive polls before blocking (Config.Poll)
 
 	mu      sync.Mutex
 	count   int           // members arrived at the current barrier
@@ -103,6 +105,9 @@ func (t *team) arrive(me int, a *args, timeout time.Duration, op string) error {
 	}
 	t.mu.Unlock()
 
+	if t.polled(rel) {
+		return nil
+	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
@@ -122,6 +127,24 @@ func (t *team) arrive(me int, a *args, timeout time.Duration, op string) error {
 		t.breakLocked(t.timeoutError(op, timeout))
 	}
 	return t.err
+}
+
+// polled polls the barrier's release up to t.poll, yielding the core to
+// the member's other goroutines between looks, and reports whether it
+// came.
+func (t *team) polled(rel chan struct{}) bool {
+	if t.poll <= 0 {
+		return false
+	}
+	for start := time.Now(); time.Since(start) < t.poll; {
+		select {
+		case <-rel:
+			return true
+		default:
+			runtime.Gosched()
+		}
+	}
+	return false
 }
 
 // timeoutError names the members absent from the current barrier.
