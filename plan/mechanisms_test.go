@@ -138,3 +138,21 @@ func TestClusterFileTPOverlapKey(t *testing.T) {
 		}
 	}
 }
+
+// Under sequence parallelism without an overlapping stack, a layer's
+// exposed tensor-parallel communication is its four forward collectives
+// (all-gather into QKV and the MLP's up projection, reduce-scatter out of
+// the attention's and the MLP's output projections), their four
+// backwards, and the two all-gathers that the column layers' weight
+// gradients gather their inputs with again (model/linear.go backwardCol).
+func TestSPGathersAgainForWeightGrads(t *testing.T) {
+	j := job(t, "gpt2", "dgx-a100", 8, 1024, 8)
+	j.Cluster.TPCommOverlap = false
+	j.Cluster.Software.TPGradOverlap = false
+	p := mustParse(t, "dp=4,tp=2,sp=on")
+	pl := place(p, 8)
+	S := j.tokens(p) * float64(j.Model.Hidden) * actBytes(p.Precision)
+	ag, rs := j.Cluster.allGather(S, pl.tp), j.Cluster.reduceScatter(S, pl.tp)
+	got, _ := j.layerComm(p, pl, j.computeParts(p))
+	within(t, "sp=on layer tp comm", got, 2*(ag+rs)+2*(ag+rs)+2*ag, 1e-12)
+}

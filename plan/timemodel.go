@@ -105,6 +105,12 @@ func (j Job) layerComm(p Plan, pl placement, parts computeParts) (tp, cp float64
 			per = c.allGather(S, pl.tp) + c.reduceScatter(S, pl.tp)
 		}
 		fwd, bwd := 2*per, 2*per
+		if p.SP {
+			// The column layers gather their inputs again for their
+			// weight gradients (model/linear.go, backwardCol), as
+			// Megatron does rather than keep the gathered copy.
+			bwd += 2 * c.allGather(S, pl.tp)
+		}
 		if c.Software.TPGradOverlap && p.TP > 1 {
 			bwd = j.tpGradOverlapped(p, pl, parts, S)
 		}
