@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -95,6 +96,15 @@ func (t *AttnTable) Validate(name string) error {
 	}
 	return nil
 }
+
+// Covers says whether the table prices head size d: a head size it
+// measured, or a multiple of 32 (FlashHeadTiled), which every ISA's
+// kernels run on the tiled path the table's columns of 32, 64 and 128
+// measured, interpolated between them. Other head sizes run the kernels'
+// blocked path, which the tiled columns do not price: at head size 16
+// the materialising core's grid-job timing was 2.4 ms a step under the
+// efficiency model's (docs/BENCHMARKS.md).
+func (t *AttnTable) Covers(d int) bool { return slices.Contains(t.Head, d) || FlashHeadTiled(d) }
 
 // Score is the cost of one causal score of kernel and pass k at sequence
 // length T and head size d (seconds): bilinear in (1/T, d) over the

@@ -9,8 +9,11 @@ import (
 // a = d/64 ns and b = 40 ns, per kernel scaled by k+1: Score must give
 // the formula at the grid points, between them (linear in 1/T, linear
 // in d) and below the shortest length; above the longest it holds.
-func testAttnTable() *AttnTable {
-	t := &AttnTable{Seq: []int{128, 512}, Head: []int{32, 64}}
+func testAttnTable() *AttnTable { return testAttnTableOf(32, 64) }
+
+// testAttnTableOf is testAttnTable at the head sizes given.
+func testAttnTableOf(heads ...int) *AttnTable {
+	t := &AttnTable{Seq: []int{128, 512}, Head: heads}
 	for k := range t.Cost {
 		t.Cost[k] = make([][]float64, len(t.Seq))
 		for i, T := range t.Seq {
@@ -122,6 +125,20 @@ func TestAttentionCoreFromTable(t *testing.T) {
 	narrow.Model.Heads = j.Model.Hidden / 16
 	if got, want := core(narrow, "dp=2,flash=on"), core(without(narrow), "dp=2,flash=on"); got != want {
 		t.Errorf("head size 16: core %+v, want the efficiency model's %+v", got, want)
+	}
+	// A table that measured head size 16 prices it; 48, neither measured
+	// nor whole tiles, stays the efficiency model's.
+	narrow.Cluster.Accel.Attn = testAttnTableOf(16, 32, 64)
+	for _, plan := range []string{"dp=2,flash=on", "dp=2,flash=off"} {
+		p := mustParse(t, plan)
+		if got, want := core(narrow, plan), narrow.Cluster.Accel.Attn.Core(p.Flash, float64(p.MBS)*float64(narrow.Model.Heads)/float64(p.TP), j.Seq, 16); got != want {
+			t.Errorf("head size 16 in the table, %s: core %+v, want the table's %+v", plan, got, want)
+		}
+	}
+	odd := narrow
+	odd.Model.Heads, odd.Model.Hidden = 4, 192
+	if got, want := core(odd, "dp=2,flash=off"), core(without(odd), "dp=2,flash=off"); got != want {
+		t.Errorf("head size 48: core %+v, want the efficiency model's %+v", got, want)
 	}
 }
 

@@ -271,12 +271,12 @@ func (j Job) attentionCore(p Plan, k kernels) passTime {
 }
 
 // attnTable is the cluster's measured attention cores where they price
-// p's: an engine cluster's table (Accel.Attn) at a head size of whole
-// 32-column tiles (on every ISA such head sizes take the path the table
-// measured at 32, 64 and 128), without cp (ring attention's tiles have
-// their own fit). nil: the efficiency model.
+// p's: an engine cluster's table (Accel.Attn) at a head size it covers
+// (AttnTable.Covers: one it measured, or whole 32-column tiles), without
+// cp (ring attention's tiles have their own fit). nil: the efficiency
+// model.
 func (j Job) attnTable(p Plan) *AttnTable {
-	if a := j.Cluster.Accel.Attn; a != nil && j.Cluster.EngineStash && p.CP == 1 && FlashHeadTiled(j.Model.HD()) {
+	if a := j.Cluster.Accel.Attn; a != nil && j.Cluster.EngineStash && p.CP == 1 && a.Covers(j.Model.HD()) {
 		return a
 	}
 	return nil

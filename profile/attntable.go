@@ -13,9 +13,11 @@ import (
 // lengths a CPU run trains at, in octaves (the cost per score is not
 // linear in 1/T between 128 and 1,024 for the materialising backward,
 // whose (T, T) probabilities leave the caches), and the head sizes of
-// GPT-2 small's 64 and Llama's 128 with 32 below them.
+// GPT-2 small's 64 and Llama's 128 with 32 below them, and 16, the
+// narrow heads of the small models a CPU host trains (the kernels'
+// blocked path, priced at that size only: plan.AttnTable.Covers).
 func attnTableSeq() []int  { return []int{64, 128, 256, 512, 1024} }
-func attnTableHead() []int { return []int{32, 64, 128} }
+func attnTableHead() []int { return []int{16, 32, 64, 128} }
 
 // attnHeads is the heads of the timed shapes (B = 1).
 const attnHeads = 4
