@@ -56,18 +56,22 @@ func (c Config) Validate() error {
 }
 
 // PollFor is Config.Poll for a world whose ranks run threads kernel
-// threads in all on cores cores: 50 µs where the threads do not
+// threads in all on cores cores: 100 µs where the threads do not
 // outnumber the cores, none where they do (a poller would take a core
-// another rank needs). Polled on two vCPUs (docs/BENCHMARKS.md, "Waits
-// that poll"): tensor parallelism's step 13% faster (its all-reduces'
-// exposed part 3.7 → 1.45 ms a step), with sequence parallelism 24%, and
-// context parallelism's ring no longer runs its two ranks in turn on one
-// core.
+// another rank needs). Against blocking at once, on two vCPUs
+// (docs/BENCHMARKS.md, "Waits that poll"): tensor parallelism's step 13%
+// faster (its all-reduces' exposed part 3.7 → 1.45 ms a step), with
+// sequence parallelism 24%, and context parallelism's ring no longer
+// runs its two ranks in turn on one core. 100 µs outlasts a sleeping
+// vCPU's wake-up (100–150 µs), so few polls run out: against 50 µs the
+// tp, sp and cp steps were 4–5% faster again; 1 ms made ZeRO-3's step
+// 10% slower (its prefetching queue's polls take the core its rank
+// computes on).
 func PollFor(threads, cores int) time.Duration {
 	if threads > cores {
 		return 0
 	}
-	return 50 * time.Microsecond
+	return 100 * time.Microsecond
 }
 
 // New starts a world of cfg.Size ranks and returns each rank's world group:

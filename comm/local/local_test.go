@@ -442,7 +442,7 @@ func TestPollForOnlyWithCoresToSpare(t *testing.T) {
 	for _, c := range []struct {
 		threads, cores int
 		want           time.Duration
-	}{{2, 2, 50 * time.Microsecond}, {1, 2, 50 * time.Microsecond}, {4, 8, 50 * time.Microsecond}, {4, 2, 0}, {3, 2, 0}} {
+	}{{2, 2, 100 * time.Microsecond}, {1, 2, 100 * time.Microsecond}, {4, 8, 100 * time.Microsecond}, {4, 2, 0}, {3, 2, 0}} {
 		if got := local.PollFor(c.threads, c.cores); got != c.want {
 			t.Errorf("PollFor(threads %d, cores %d) = %v, want %v", c.threads, c.cores, got, c.want)
 		}
