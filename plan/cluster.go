@@ -113,6 +113,13 @@ type Cluster struct {
 	// sleep that needs no core, the own links' cost (the hand-off) needs
 	// one (busyHost). nil: no emulation.
 	OwnLinks *[2]Link
+	// PolledIntra is the intra-node link (or, under emulation, the own
+	// one) where a CPU host's ranks poll their waits: the engine's
+	// comm/local does where the ranks' threads do not outnumber the
+	// cores (local.PollFor), and no sleeping core is woken per
+	// collective (the profile's hand-off measured polled, `[intra]
+	// polled_*`). nil: Intra for every job. Job.polledHost applies it.
+	PolledIntra *Link
 }
 
 // Validate names the first field that breaks a rule.
@@ -201,6 +208,10 @@ func (c Cluster) validRanges() error {
 		{"device.convert_efficiency", a.ConvEff, 0, 1, "0 (mem_efficiency's) or at most 1"},
 		{"device.attn_narrow_efficiency", a.AttnNarrowEff, 0, 1, "0 (attn_efficiency's) or at most 1"},
 		{"device.memory_gib", float64(a.Memory) / gib, 1.0 / 1024, 1 << 20, "between 1/1024 (1 MiB) and 1048576 (1 PiB)"},
+	}
+	if l := c.PolledIntra; l != nil {
+		rs = append(rs, bound{"intra.polled_bw_gbps", l.BW / giga, 1e-3, 1e6, "between 0.001 (1 MB/s) and 1e6"},
+			bound{"intra.polled_latency_us", l.Latency / us, 0, 1e6, "at most 1e6 (one second)"})
 	}
 	for _, p := range []Precision{FP32, BF16, FP16, FP8} {
 		if v := a.Peak[p]; v != 0 {

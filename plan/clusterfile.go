@@ -61,6 +61,8 @@ import (
 //	[intra]                    # required without base
 //	bw_gbps = 360
 //	latency_us = 4
+//	polled_bw_gbps = 18        # a CPU host's ranks whose waits poll (threads ≤ cores; default: bw_gbps, latency_us)
+//	polled_latency_us = 3
 //	[inter]                    # required without base
 //	bw_gbps = 45
 //	latency_us = 8
@@ -140,6 +142,10 @@ func (f *attnTableFile) table() *AttnTable {
 type linkFile struct {
 	BWGBps    *float64 `toml:"bw_gbps" json:"bw_gbps"`
 	LatencyUS *float64 `toml:"latency_us" json:"latency_us"`
+	// [intra] only: the link where a CPU host's ranks poll their waits
+	// (Cluster.PolledIntra); both or neither.
+	PolledBWGBps    *float64 `toml:"polled_bw_gbps" json:"polled_bw_gbps"`
+	PolledLatencyUS *float64 `toml:"polled_latency_us" json:"polled_latency_us"`
 }
 
 // ParseClusterFile reads a cluster description in TOML, or in JSON when the
@@ -229,8 +235,27 @@ func (f clusterFile) build() (Cluster, error) {
 		if err := l.f.apply(l.name, l.dst, haveBase); err != nil {
 			return c, err
 		}
+		if err := l.f.applyPolled(l.name, &c); err != nil {
+			return c, err
+		}
 	}
 	return c, nil
+}
+
+// applyPolled sets Cluster.PolledIntra from [intra]'s polled_ keys,
+// which come together and only there.
+func (l *linkFile) applyPolled(name string, c *Cluster) error {
+	bw, lat := l.PolledBWGBps, l.PolledLatencyUS
+	switch {
+	case bw == nil && lat == nil:
+		return nil
+	case name != "intra":
+		return fmt.Errorf("plan: cluster file: %s.polled_bw_gbps, polled_latency_us: only [intra] has them (a CPU host's ranks that poll)", name)
+	case bw == nil || lat == nil:
+		return fmt.Errorf("plan: cluster file: intra.polled_bw_gbps and intra.polled_latency_us: give both or neither")
+	}
+	c.PolledIntra = &Link{BW: *bw * giga, Latency: *lat * us}
+	return nil
 }
 
 func pick(vals ...string) string {

@@ -70,6 +70,7 @@ func (j Job) Evaluate(p Plan) (Estimate, error) {
 
 // estimate assumes p passed Check.
 func (j Job) estimate(p Plan, pl placement) Estimate {
+	j = j.polledHost()
 	pl = j.onHost(p, pl)
 	if j.useGeneral(p) {
 		return j.generalEstimate(p, pl)

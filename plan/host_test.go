@@ -264,3 +264,48 @@ func TestHostPipelineChargesEachStageItsOwn(t *testing.T) {
 		t.Errorf("2 stages on a core each: makespan %g with both at the slow pace, %g with the first at half: want less, and no less than the slow stage's 4 micro-batches (12)", a, b)
 	}
 }
+
+// A CPU host's ranks that do not outnumber its cores poll their waits
+// (the engine's comm/local.PollFor) and meet the cluster's polled link;
+// ranks that outnumber them meet Intra. Under emulation the polled link
+// is the own intra link. The cluster file's polled_ keys come together,
+// in [intra] only.
+func TestPolledIntraForHostsThatPoll(t *testing.T) {
+	polled := Link{BW: 18e9, Latency: 3e-6}
+	two, four := hostJob(t, 2, 2, 2), hostJob(t, 4, 2, 2)
+	for _, j := range []*Job{&two, &four} {
+		j.Cluster.PolledIntra = &polled
+	}
+	if got := two.polledHost(); got.Cluster.Intra != polled || got.Cluster.PolledIntra != nil {
+		t.Errorf("2 ranks on 2 cores: intra %+v, want the polled %+v", got.Cluster.Intra, polled)
+	}
+	if got := four.polledHost(); got.Cluster.Intra != four.Cluster.Intra {
+		t.Errorf("4 ranks on 2 cores: intra %+v, want Intra %+v", got.Cluster.Intra, four.Cluster.Intra)
+	}
+	emu := two
+	emu.Cluster.OwnLinks = &[2]Link{two.Cluster.Intra, two.Cluster.Inter}
+	if got := emu.polledHost(); got.Cluster.OwnLinks[0] != polled || got.Cluster.Intra != two.Cluster.Intra || emu.Cluster.OwnLinks[0] == polled {
+		t.Errorf("emulated links: own %+v, intra %+v; want the polled own link, the emulated intra and the caller's links untouched", got.Cluster.OwnLinks[0], got.Cluster.Intra)
+	}
+	// The prediction follows: tp=2's exposed comm on the polled link is
+	// the one with that link as Intra.
+	plain := two
+	plain.Cluster.PolledIntra, plain.Cluster.Intra = nil, polled
+	if a, b := hostStep(t, two, "tp=2").CommExposed, hostStep(t, plain, "tp=2").CommExposed; a != b {
+		t.Errorf("tp=2 on 2 cores: exposed comm %g, want %g (the polled link's)", a, b)
+	}
+	base := "name = \"h\"\ndevices_per_node = 2\ncores = 2\ncore_speedup = 2\n[device]\nmemory_gib = 8\nmem_bw_gbps = 30\npeak_tflops = { fp32 = 0.2 }\n"
+	for _, c := range []struct{ links, want string }{
+		{"[intra]\nbw_gbps = 10\nlatency_us = 20\npolled_bw_gbps = 18\n[inter]\nbw_gbps = 1\nlatency_us = 30\n", "give both or neither"},
+		{"[intra]\nbw_gbps = 10\nlatency_us = 20\n[inter]\nbw_gbps = 1\nlatency_us = 30\npolled_bw_gbps = 18\npolled_latency_us = 3\n", "only [intra]"},
+		{"[intra]\nbw_gbps = 10\nlatency_us = 20\npolled_bw_gbps = 0\npolled_latency_us = 3\n[inter]\nbw_gbps = 1\nlatency_us = 30\n", "intra.polled_bw_gbps"},
+	} {
+		if _, err := ParseClusterFile([]byte(base+c.links)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want one naming %q", c.links, err, c.want)
+		}
+	}
+	c, err := ParseClusterFile([]byte(base+"[intra]\nbw_gbps = 10\nlatency_us = 20\npolled_bw_gbps = 18\npolled_latency_us = 3\n[inter]\nbw_gbps = 1\nlatency_us = 30\n"))
+	if err != nil || c.PolledIntra == nil || math.Abs(c.PolledIntra.Latency-3e-6) > 1e-15 || math.Abs(c.PolledIntra.BW-18e9) > 1e-3 {
+		t.Errorf("polled keys: %+v, %v; want 18 GB/s, 3 µs", c.PolledIntra, err)
+	}
+}

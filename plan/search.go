@@ -38,6 +38,7 @@ func (j Job) search(o Options, unbounded bool) (Result, error) {
 	if o.Top < 0 {
 		return Result{}, fmt.Errorf("plan: top=%d: want at least 1 (0 means the default, 10)", o.Top)
 	}
+	j = j.polledHost()
 	s := searcher{job: j, fix: o.Fix, top: o.top(), res: Result{Rejected: map[string]int{}}, unbounded: unbounded}
 	if j.Model.general() && !unbounded {
 		s.seed(o)

@@ -393,6 +393,32 @@ func (j Job) hostBusy() bool {
 	return j.Cluster.Cores > 0 && ranks*threads >= j.Cluster.Cores
 }
 
+// polledHost is j on the intra-node link its ranks meet: where the
+// cluster gives a polled one (Cluster.PolledIntra) and the job's ranks on
+// a CPU host do not outnumber its cores (ranks × threads ≤ cores, the
+// engine's comm/local.PollFor), that link, in place of Intra (or of the
+// own intra link under emulation, Cluster.OwnLinks); j as it is
+// elsewhere. Idempotent: the result has no PolledIntra.
+func (j Job) polledHost() Job {
+	c := j.Cluster
+	pl := c.PolledIntra
+	if pl == nil {
+		return j
+	}
+	c.PolledIntra = nil
+	if ranks, threads := j.hostRanks(); c.Cores > 0 && ranks*threads <= c.Cores {
+		if c.OwnLinks != nil {
+			own := *c.OwnLinks
+			own[0] = *pl
+			c.OwnLinks = &own
+		} else {
+			c.Intra = *pl
+		}
+	}
+	j.Cluster = c
+	return j
+}
+
 // hostRanks is the ranks one CPU host runs (the job's devices, at most
 // the node's) and the kernel threads each rank runs (Engine.Threads, at
 // least 1).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -23,6 +22,12 @@ import (
 // its peers and is woken (a goroutine hand-off, a core to find), and finds
 // its buffer evicted by the GEMM: a 4 KiB all-reduce cost 35 µs this way
 // against 13 µs back to back on a Zen 4, a 2 MiB one 390 µs against 250.
+//
+// The engine's waits poll where its ranks have cores of their own
+// (local.PollFor) and block at once where they outnumber the cores, and
+// the two meet different hand-offs (polled, no sleeping core to wake: a
+// 4 KiB all-reduce 4–6 µs against 35 on an Intel Xeon), so the profile
+// measures both: Result.Handoff blocking, Result.PolledHandoff polled.
 //
 // Each sample is the exposed part of the waits, Stats.Wait − Skew −
 // Crowded per all-reduce averaged over the ranks: what the engine books as
@@ -43,11 +48,13 @@ type Handoff struct {
 func handoffSizes() []int64 { return []int64{4 << 10, 64 << 10, 512 << 10, 2 << 20} }
 
 // measureHandoffOver measures the hand-off on n ranks at handoffSizes and
-// fits it, bounded by the back-to-back link l.
-func measureHandoffOver(ctx context.Context, c Config, n int, l Link) (Handoff, error) {
+// fits it, bounded by the back-to-back link l, with the ranks' waits
+// polling for poll before they block (local.Config.Poll: 0 blocks at
+// once, as where ranks outnumber the cores).
+func measureHandoffOver(ctx context.Context, c Config, n int, poll time.Duration, l Link) (Handoff, error) {
 	var h Handoff
 	for _, bytes := range handoffSizes() {
-		s, err := measureHandoff(ctx, c, n, bytes)
+		s, err := measureHandoff(ctx, c, n, poll, bytes)
 		if err != nil {
 			return h, err
 		}
@@ -59,14 +66,14 @@ func measureHandoffOver(ctx context.Context, c Config, n int, l Link) (Handoff, 
 // measureHandoff runs the compute-then-all-reduce loop on n ranks,
 // `rounds` times on a fresh world each, and returns the median over the
 // rounds of the mean exposed wait per all-reduce.
-func measureHandoff(ctx context.Context, c Config, n int, bytes int64) (CommSample, error) {
+func measureHandoff(ctx context.Context, c Config, n int, poll time.Duration, bytes int64) (CommSample, error) {
 	iters, rounds := 200, 7
 	if c.Quick {
 		iters, rounds = 100, 5
 	}
 	s := coreShape
 	loop := func() (float64, error) {
-		gs, err := local.New(local.Config{Size: n, Poll: local.PollFor(n, runtime.GOMAXPROCS(0))})
+		gs, err := local.New(local.Config{Size: n, Poll: poll})
 		if err != nil {
 			return 0, fmt.Errorf("profile: %w", err)
 		}

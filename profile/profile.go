@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"trellis/comm/commbench"
+	"trellis/comm/local"
 	"trellis/ops"
 	"trellis/plan"
 )
@@ -50,7 +51,8 @@ type Result struct {
 	CoreSpeedup    float64        // Speedup(Cores): what Cores concurrent ranks compute over one
 	Memory         MemSample
 	Links          []Link
-	Handoff        *Handoff // all-reduces between computing goroutine ranks (local backend): the link the engine meets
+	Handoff        *Handoff // all-reduces between computing goroutine ranks (local backend) whose waits block: the link the engine meets where its ranks outnumber the cores
+	PolledHandoff  *Handoff // the same with the waits polling (local.PollFor): where they do not; nil where PollFor gives the profile's ranks none
 	Quick          bool
 	Took           time.Duration
 	MeasuredAtUnix int64
@@ -128,11 +130,19 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		r.Links = append(r.Links, l)
 		if b == "local" {
 			prog("hand-off", 0, 1)
-			h, err := measureHandoffOver(ctx, c, c.ranks(), l)
+			n := c.ranks()
+			h, err := measureHandoffOver(ctx, c, n, 0, l)
 			if err != nil {
 				return nil, err
 			}
 			r.Handoff = &h
+			if poll := local.PollFor(n, runtime.GOMAXPROCS(0)); poll > 0 {
+				ph, err := measureHandoffOver(ctx, c, n, poll, l)
+				if err != nil {
+					return nil, err
+				}
+				r.PolledHandoff = &ph
+			}
 		}
 	}
 	// The cores' speedup again, at the end: on a shared host another

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
+	"trellis/comm/local"
 	"trellis/plan"
 )
 
@@ -40,6 +42,20 @@ func TestQuickProfileIsAClusterFile(t *testing.T) {
 		t.Errorf("ring_tile_us %g µs, want the fit's %g", c.Accel.RingTileGap*1e6, r.Ring.TileSeconds*1e6)
 	}
 	checkAttnTable(t, c.Accel.Attn, r.AttnTable)
+	// Two ranks poll their waits where the process has two cores: the
+	// file's intra link is then the blocking hand-off and its polled_
+	// keys the polled one's fit.
+	if h := r.Handoff; h == nil || math.Abs(c.Intra.Latency-h.LatencyS) > 1e-9 {
+		t.Errorf("intra.latency_us %g, want the blocking hand-off's %+v", c.Intra.Latency*1e6, h)
+	}
+	switch ph := r.PolledHandoff; {
+	case (local.PollFor(2, runtime.GOMAXPROCS(0)) > 0) != (ph != nil):
+		t.Errorf("polled hand-off %+v with GOMAXPROCS %d", ph, runtime.GOMAXPROCS(0))
+	case ph == nil && c.PolledIntra != nil:
+		t.Errorf("intra.polled_* %+v without a polled hand-off", c.PolledIntra)
+	case ph != nil && (c.PolledIntra == nil || math.Abs(c.PolledIntra.Latency-ph.LatencyS) > 1e-9 || math.Abs(c.PolledIntra.BW-ph.BWBytes)/ph.BWBytes > 1e-3):
+		t.Errorf("intra.polled_* %+v, want the polled hand-off's α %g, β %g", c.PolledIntra, ph.LatencyS, ph.BWBytes)
+	}
 	for _, g := range r.GEMM {
 		if e := g.Efficiency(r.PeakFLOPs); e > 1 {
 			t.Errorf("GEMM %dx%dx%d at %.2f of the peak: the peak must bound every product", g.M, g.N, g.K, e)

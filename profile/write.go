@@ -101,6 +101,11 @@ func (r *Result) WriteTOML(w io.Writer) error {
 			p("\n[%s]   # %s, %d ranks; α–β fit to %d all-reduces arriving from a GEMM (hand-offs between parked goroutines, buffers the GEMM evicted), RMS error %.1f%%: %s", sec.name, what[l.Backend], l.Ranks, len(h.Samples), 100*h.RMS, handoffList(h.Samples))
 			p("bw_gbps = %.3f      # back to back (%d collectives, RMS error %.1f%%): %.3f, the ceiling", h.BWBytes/1e9, len(l.Samples), 100*l.RMS, l.BWBytes/1e9)
 			p("latency_us = %.3f   # back to back: %.3f, the floor", h.LatencyS*1e6, l.LatencyS*1e6)
+			if ph := r.PolledHandoff; ph != nil && sec.name == "intra" {
+				p("# where the ranks' threads do not outnumber the cores their waits poll (comm/local PollFor): the same all-reduces polled, RMS error %.1f%%: %s", 100*ph.RMS, handoffList(ph.Samples))
+				p("polled_bw_gbps = %.3f", ph.BWBytes/1e9)
+				p("polled_latency_us = %.3f", ph.LatencyS*1e6)
+			}
 		} else {
 			p("\n[%s]   # %s, %d ranks; α–β fit to %d collectives, RMS error %.1f%%", sec.name, what[l.Backend], l.Ranks, len(l.Samples), 100*l.RMS)
 			p("bw_gbps = %.3f", l.BWBytes/1e9)
