@@ -300,11 +300,11 @@ func TestPolledIntraForHostsThatPoll(t *testing.T) {
 		{"[intra]\nbw_gbps = 10\nlatency_us = 20\n[inter]\nbw_gbps = 1\nlatency_us = 30\npolled_bw_gbps = 18\npolled_latency_us = 3\n", "only [intra]"},
 		{"[intra]\nbw_gbps = 10\nlatency_us = 20\npolled_bw_gbps = 0\npolled_latency_us = 3\n[inter]\nbw_gbps = 1\nlatency_us = 30\n", "intra.polled_bw_gbps"},
 	} {
-		if _, err := ParseClusterFile([]byte(base+c.links)); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := ParseClusterFile([]byte(base + c.links)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want one naming %q", c.links, err, c.want)
 		}
 	}
-	c, err := ParseClusterFile([]byte(base+"[intra]\nbw_gbps = 10\nlatency_us = 20\npolled_bw_gbps = 18\npolled_latency_us = 3\n[inter]\nbw_gbps = 1\nlatency_us = 30\n"))
+	c, err := ParseClusterFile([]byte(base + "[intra]\nbw_gbps = 10\nlatency_us = 20\npolled_bw_gbps = 18\npolled_latency_us = 3\n[inter]\nbw_gbps = 1\nlatency_us = 30\n"))
 	if err != nil || c.PolledIntra == nil || math.Abs(c.PolledIntra.Latency-3e-6) > 1e-15 || math.Abs(c.PolledIntra.BW-18e9) > 1e-3 {
 		t.Errorf("polled keys: %+v, %v; want 18 GB/s, 3 µs", c.PolledIntra, err)
 	}
