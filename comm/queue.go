@@ -97,7 +97,7 @@ func (w *work) Wait() error {
 	if w.q != nil && w.q.claim(w) {
 		w.q.run(w, nil)
 	}
-	w.spin(start)
+	Poll(w.done, w.poll)
 	<-w.done
 	if w.q != nil {
 		// Exposed is the time blocked until the operation ended, not until
@@ -127,18 +127,19 @@ func (w *work) Wait() error {
 	return w.err
 }
 
-// spin polls for the operation's end up to w.poll after start, yielding
-// the core to the rank's other goroutines between looks.
-func (w *work) spin(start time.Time) {
-	if w.poll <= 0 {
-		return
-	}
-	for time.Since(start) < w.poll {
+// Poll waits up to d for done to be closed, yielding the core to the
+// caller's other goroutines between looks (runtime.Gosched), and reports
+// whether it was: a waiter that keeps its core awake before it blocks
+// (Queue.SetPoll, comm/local's Config.Poll). d ≤ 0 looks once.
+func Poll(done <-chan struct{}, d time.Duration) bool {
+	for start := time.Now(); ; runtime.Gosched() {
 		select {
-		case <-w.done:
-			return
+		case <-done:
+			return true
 		default:
-			runtime.Gosched()
+		}
+		if time.Since(start) >= d {
+			return false
 		}
 	}
 }

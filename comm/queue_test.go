@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestQueueOrderAndStickyError(t *testing.T) {
@@ -182,5 +183,29 @@ func TestQueueWaiterKeepsIssueOrder(t *testing.T) {
 		if err := q.Submit(0, func() error { ran = true; return nil }).Wait(); err != nil || !ran {
 			t.Fatalf("synchronous operation %d: ran %v, err %v", i, ran, err)
 		}
+	}
+}
+
+// TestPoll: Poll reports a closed channel at once, gives up on an open
+// one after its duration (not before), looks once at d ≤ 0, and sees a
+// channel closed while it polls.
+func TestPoll(t *testing.T) {
+	closed := make(chan struct{})
+	close(closed)
+	if !Poll(closed, time.Hour) || !Poll(closed, 0) {
+		t.Error("a closed channel: want true")
+	}
+	open := make(chan struct{})
+	start := time.Now()
+	if Poll(open, 5*time.Millisecond) || time.Since(start) < 5*time.Millisecond {
+		t.Errorf("an open channel: want false after at least 5 ms, took %v", time.Since(start))
+	}
+	if Poll(open, 0) {
+		t.Error("an open channel at d = 0: want false")
+	}
+	later := make(chan struct{})
+	time.AfterFunc(2*time.Millisecond, func() { close(later) })
+	if !Poll(later, time.Second) {
+		t.Error("a channel closed during the poll: want true")
 	}
 }

@@ -62,11 +62,11 @@ func (c Config) Validate() error {
 // (docs/BENCHMARKS.md, "Waits that poll"): tensor parallelism's step 13%
 // faster (its all-reduces' exposed part 3.7 → 1.45 ms a step), with
 // sequence parallelism 24%, and context parallelism's ring no longer
-// runs its two ranks in turn on one core. 100 µs outlasts a sleeping
-// vCPU's wake-up (100–150 µs), so few polls run out: against 50 µs the
-// tp, sp and cp steps were 4–5% faster again; 1 ms made ZeRO-3's step
-// 10% slower (its prefetching queue's polls take the core its rank
-// computes on).
+// runs its two ranks in turn on one core. 100 µs is about a sleeping
+// vCPU's wake-up (100–150 µs there), so fewer polls run out than at
+// 50 µs: the tp, sp and cp steps were 4–5% faster again, as fast as at
+// 200 µs; 1 ms made ZeRO-3's step 10% slower (its prefetching queue's
+// polls take the core its rank computes on).
 func PollFor(threads, cores int) time.Duration {
 	if threads > cores {
 		return 0

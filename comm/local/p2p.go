@@ -207,11 +207,11 @@ func newBuf(b comm.Buf) comm.Buf {
 	return comm.F32(make([]float32, b.Len()))
 }
 
-// Recv issues a receive: the oldest buffered message from peer with tag, or
-// a posted request that its sender completes (recvReq), failed at the
-// timeout or when the group breaks. A message sent before the group broke is still delivered. Under
-// link emulation the Recv completes once its message has arrived (its due
-// time).
+// Recv issues a receive: the oldest buffered message from peer with tag,
+// or a posted request that its sender completes (recvReq), failed at the
+// timeout or when the group breaks. A message sent before the group broke
+// is still delivered. Under link emulation the Recv completes once its
+// message has arrived (its due time).
 func (g *group) Recv(buf comm.Buf, peer, tag int) comm.Work {
 	if err := comm.CheckP2P("recv", peer, tag, g.Size()); err != nil {
 		return comm.Done(err)
@@ -263,7 +263,7 @@ func (g *group) Recv(buf comm.Buf, peer, tag int) comm.Work {
 // (Config.Poll = 0: ranks outnumber the cores) a posted Recv completes
 // this way, not on its settling goroutine: a pipeline of 4 ranks on 2
 // cores measured its bubble 3.7 ms a step this way against 4.45 ms
-// completing on the sender (docs/BENCHMARKS.md, "A receive's wake-up";
+// completing on the sender (docs/BENCHMARKS.md, "Waits that poll";
 // Go starts a goroutine on its creator's core and may wake an idle core
 // to take work, which a plain wake-up from the sender does not).
 func parked(finish func(err error, sent time.Time)) func(err error, sent time.Time) {

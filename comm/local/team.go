@@ -2,7 +2,6 @@ package local
 
 import (
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -105,7 +104,7 @@ func (t *team) arrive(me int, a *args, timeout time.Duration, op string) error {
 	}
 	t.mu.Unlock()
 
-	if t.polled(rel) {
+	if t.poll > 0 && comm.Poll(rel, t.poll) {
 		return nil
 	}
 	timer := time.NewTimer(timeout)
@@ -127,24 +126,6 @@ func (t *team) arrive(me int, a *args, timeout time.Duration, op string) error {
 		t.breakLocked(t.timeoutError(op, timeout))
 	}
 	return t.err
-}
-
-// polled polls the barrier's release up to t.poll, yielding the core to
-// the member's other goroutines between looks, and reports whether it
-// came.
-func (t *team) polled(rel chan struct{}) bool {
-	if t.poll <= 0 {
-		return false
-	}
-	for start := time.Now(); time.Since(start) < t.poll; {
-		select {
-		case <-rel:
-			return true
-		default:
-			runtime.Gosched()
-		}
-	}
-	return false
 }
 
 // timeoutError names the members absent from the current barrier.
