@@ -21,7 +21,7 @@ type CoreSample struct {
 
 // coreShape is the product timed: one of a small model's layer GEMMs
 // (256 tokens, h = 128, the MLP's 4h), cache-resident on every core.
-var coreShape = GEMMSample{M: 256, N: 512, K: 128}
+func coreShape() GEMMSample { return GEMMSample{M: 256, N: 512, K: 128} }
 
 // measureCores times 1, 2, ..., cores+1 concurrent single-thread GEMM loops
 // (one past the cores shows that oversubscribing them adds nothing): the
@@ -50,7 +50,7 @@ func SpeedupNow(ctx context.Context, cores int, round time.Duration) (float64, e
 // coreRates times 1..upTo concurrent single-thread GEMM loops, the best
 // of rounds rounds of round each.
 func coreRates(ctx context.Context, c Config, upTo int, round time.Duration, rounds int, progress func(int, int)) ([]CoreSample, error) {
-	s := coreShape
+	s := coreShape()
 	var out []CoreSample
 	for n := 1; n <= upTo; n++ {
 		progress(n-1, upTo)

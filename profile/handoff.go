@@ -71,7 +71,7 @@ func measureHandoff(ctx context.Context, c Config, n int, poll time.Duration, by
 	if c.Quick {
 		iters, rounds = 100, 5
 	}
-	s := coreShape
+	s := coreShape()
 	loop := func() (float64, error) {
 		gs, err := local.New(local.Config{Size: n, Poll: poll})
 		if err != nil {

@@ -37,7 +37,7 @@ func (r *Result) WriteTOML(w io.Writer) error {
 	for i, c := range r.CoreRates {
 		rates[i] = fmt.Sprintf("%d: %.1f", c.Ranks, c.GFLOPs)
 	}
-	p("core_speedup = %.3f   # GEMM %dx%dx%d on 1..%d concurrent one-thread ranks, GFLOP/s in all: %s", max(r.CoreSpeedup, 1), coreShape.M, coreShape.N, coreShape.K, r.Cores+1, strings.Join(rates, ", "))
+	p("core_speedup = %.3f   # GEMM %dx%dx%d on 1..%d concurrent one-thread ranks, GFLOP/s in all: %s", max(r.CoreSpeedup, 1), coreShape().M, coreShape().N, coreShape().K, r.Cores+1, strings.Join(rates, ", "))
 	p("")
 	p("[device]")
 	p("name = %q", fmt.Sprintf("%s, %d thread(s)", r.CPU, r.Threads))
