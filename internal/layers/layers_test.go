@@ -15,41 +15,41 @@ import (
 // A new package must be added here, which is the point: its place in the
 // architecture is decided, not discovered.
 var layer = map[string]int{
-	"tensor":                0,
-	"mesh":                  0,
-	"config":                0,
-	"rng":                   0,
-	"internal/layers":       0,
-	"arch":                  1, // the architectures' declarations: pure (TestPlanIsPure)
-	"precision":             1, // the mixed-precision policy
-	"fp8":                   1, // fp8 formats, scales, tiles and amax histories (emulated exactly)
-	"plan":                  2, // pure: see TestPlanIsPure
-	"device":                1,
-	"safetensors":           1,
-	"comm":                  1,
-	"comm/reducegen":        1, // code generator of comm's sum kernels (build-time only)
-	"ops":                   2,
-	"ops/asmgen":            2, // code generator (build-time only)
-	"ops/internal/gelucoef": 0, // GELU's and tanh's constants, shared by the kernel generators
-	"comm/local":            2,
-	"comm/tcp":              2,
-	"comm/mpi":              2, // build tag mpi: cgo against Open MPI
-	"comm/shm":              2, // ranks of one host over shared memory (Linux)
-	"comm/hier":             2, // groups across hosts: intra-host and inter-host phases over two Groups
-	"data":                  2,
-	"checkpoint":            2,
-	"hf":                    4, // Hugging Face GPT-2 layout: model + safetensors
-	"profile":               5, // measures this machine for the planner (ops, commbench, plan)
-	"model":                 3,
-	"optim":                 3,
-	"comm/commtest":         3,
-	"launch":                3,
-	"comm/world":            3, // backends opened by name (cmd never names a transport)
-	"comm/commbench":        4, // starts tcp workers through launch
-	"parallel":              4, // the Strategy interface
-	"parallel/flat":         4,
-	"parallel/dptest":       5, // the test harness of parallel/zero
-	"parallel/zero":         5, // the state strategy: dp and ZeRO 0-3 over a reduction group
+	"tensor":            0,
+	"mesh":              0,
+	"config":            0,
+	"rng":               0,
+	"internal/layers":   0,
+	"arch":              1, // the architectures' declarations: pure (TestPlanIsPure)
+	"precision":         1, // the mixed-precision policy
+	"fp8":               1, // fp8 formats, scales, tiles and amax histories (emulated exactly)
+	"plan":              2, // pure: see TestPlanIsPure
+	"device":            1,
+	"safetensors":       1,
+	"comm":              1,
+	"comm/reducegen":    1, // code generator of comm's sum kernels (build-time only)
+	"ops":               2,
+	"ops/asmgen":        2, // code generator (build-time only)
+	"ops/internal/coef": 0, // GELU's, tanh's and exp's constants, shared by the kernel generators
+	"comm/local":        2,
+	"comm/tcp":          2,
+	"comm/mpi":          2, // build tag mpi: cgo against Open MPI
+	"comm/shm":          2, // ranks of one host over shared memory (Linux)
+	"comm/hier":         2, // groups across hosts: intra-host and inter-host phases over two Groups
+	"data":              2,
+	"checkpoint":        2,
+	"hf":                4, // Hugging Face GPT-2 layout: model + safetensors
+	"profile":           5, // measures this machine for the planner (ops, commbench, plan)
+	"model":             3,
+	"optim":             3,
+	"comm/commtest":     3,
+	"launch":            3,
+	"comm/world":        3, // backends opened by name (cmd never names a transport)
+	"comm/commbench":    4, // starts tcp workers through launch
+	"parallel":          4, // the Strategy interface
+	"parallel/flat":     4,
+	"parallel/dptest":   5, // the test harness of parallel/zero
+	"parallel/zero":     5, // the state strategy: dp and ZeRO 0-3 over a reduction group
 
 	"parallel/tp":       5,
 	"parallel/pp":       5,

@@ -16,7 +16,7 @@ import (
 	"github.com/mmcloughlin/avo/reg"
 
 	"trellis/internal/avxrow"
-	"trellis/ops/internal/gelucoef"
+	"trellis/ops/internal/coef"
 )
 
 func main() {
@@ -64,10 +64,6 @@ func load(p reg.GPVirtual) reg.VecVirtual {
 // argument "n".
 func loop(name string, ptrs []reg.GPVirtual, body func()) { avxrow.Counted(name, 8, ptrs, body) }
 
-// expPoly are the coefficients of Cephes expf's polynomial, highest
-// first (ops.exp32's).
-var expPoly = []float32{1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1}
-
 // exp emits e^t as ops.exp32 computes it — n = ⌊t·log₂e + ½⌋, r = t −
 // n·ln2 (|r| ≤ ln2/2), a degree-7 polynomial for e^r, times 2ⁿ added to
 // its exponent bits — for t clamped to [−87.3, 88] (so that 2ⁿ·e^r stays
@@ -82,8 +78,9 @@ func exp(t reg.VecVirtual) reg.VecVirtual {
 	VFNMADD231PS(c(0.693359375), n, t)    // r = t − n·c1
 	VFNMADD231PS(c(-2.12194440e-4), n, t) // r −= n·c2
 	p := YMM()
-	VMOVUPS(c(expPoly[0]), p)
-	for _, k := range expPoly[1:] {
+	poly := coef.ExpPoly() // Cephes expf's, ops.exp32's
+	VMOVUPS(c(poly[0]), p)
+	for _, k := range poly[1:] {
 		VFMADD213PS(c(k), t, p) // p = r·p + k
 	}
 	r2 := YMM()
@@ -280,12 +277,10 @@ func reg32(v float32) reg.VecVirtual {
 
 // GELU's and tanh's constants, shared with ops/vecgen.
 const (
-	geluS     = gelucoef.S
-	geluK     = gelucoef.K
-	tanhClamp = gelucoef.Clamp
+	geluS     = coef.S
+	geluK     = coef.K
+	tanhClamp = coef.Clamp
 )
-
-var tanhP, tanhQ = gelucoef.P, gelucoef.Q
 
 // tanh emits x·P(x²)/Q(x²) for x = u clamped to ±7.905: the operations of
 // ops/vecgen's AVX-512 tanh in the same order, so each lane's bits are
@@ -296,6 +291,7 @@ func tanh(u reg.VecVirtual) reg.VecVirtual {
 	VMAXPS(c(-tanhClamp), x, x)
 	x2 := YMM()
 	VMULPS(x, x, x2)
+	tanhP, tanhQ := coef.P(), coef.Q()
 	p := reg32(tanhP[0])
 	for _, k := range tanhP[1:] {
 		VFMADD213PS(c(k), x2, p) // p = x²·p + k

@@ -8,6 +8,7 @@ import (
 	"github.com/mmcloughlin/avo/reg"
 
 	"trellis/internal/avxrow"
+	"trellis/ops/internal/coef"
 )
 
 // The tile kernels of FlashAttention (ops/attention_flash.go): the online
@@ -378,8 +379,9 @@ func expFlash(t reg.VecVirtual) reg.VecVirtual {
 	n := ZMM()
 	VSUBPS(bcast(expMagic), j, n)                 // n = round(t·log₂e)
 	VFNMADD231PS(bcast(0.6931471805599453), n, t) // r = t − n·ln2
-	p := copyZ(bcast(expPoly[0]))
-	for _, c := range append(expPoly[1:], 1, 1) {
+	poly := coef.ExpPoly()
+	p := copyZ(bcast(poly[0]))
+	for _, c := range append(poly[1:], 1, 1) {
 		VFMADD213PS(bcast(c), t, p) // p = r·p + c
 	}
 	VPSLLD(U8(23), j, j) // 2ⁿ
@@ -389,7 +391,7 @@ func expFlash(t reg.VecVirtual) reg.VecVirtual {
 
 // expFlashConsts are the constants of expFlash.
 func expFlashConsts() []float32 {
-	return append([]float32{-87.3, expMagic, 1.44269504088896341, 0.6931471805599453, 1}, expPoly...)
+	return append([]float32{-87.3, expMagic, 1.44269504088896341, 0.6931471805599453, 1}, coef.ExpPoly()...)
 }
 
 // flashFinishK emits

@@ -14,7 +14,7 @@ import (
 	"github.com/mmcloughlin/avo/reg"
 
 	"trellis/internal/avxrow"
-	"trellis/ops/internal/gelucoef"
+	"trellis/ops/internal/coef"
 )
 
 func main() {
@@ -126,11 +126,11 @@ func zeroZ() reg.VecVirtual {
 	return z
 }
 
-// GELU's constants (package gelucoef, shared with ops/avx2gen): s = √(2/π),
+// GELU's constants (package coef, shared with ops/avx2gen): s = √(2/π),
 // k = 0.044715.
 const (
-	geluS = gelucoef.S
-	geluK = gelucoef.K
+	geluS = coef.S
+	geluK = coef.K
 )
 
 // geluParts returns, for x in a register, x² and th = tanh(s·(x + k·x³)).
@@ -143,17 +143,15 @@ func geluParts(x reg.VecVirtual) (x2, th reg.VecVirtual) {
 	return x2, tanh(t)
 }
 
-// tanhP and tanhQ are the numerator and denominator coefficients of
-// Eigen's rational tanh, highest degree first (package gelucoef).
-var tanhP, tanhQ = gelucoef.P, gelucoef.Q
+const tanhClamp = coef.Clamp
 
-const tanhClamp = gelucoef.Clamp
-
-// geluConsts are the constants of geluParts and tanh.
+// geluConsts are the constants of geluParts and tanh: Eigen's rational
+// tanh's numerator and denominator coefficients (package coef) after
+// GELU's.
 func geluConsts() []float32 {
 	c := []float32{geluS, geluS * geluK, tanhClamp, -tanhClamp}
-	c = append(c, tanhP...)
-	return append(c, tanhQ...)
+	c = append(c, coef.P()...)
+	return append(c, coef.Q()...)
 }
 
 // tanh emits Eigen's rational tanh approximation of u (clamped to ±7.905):
@@ -164,6 +162,7 @@ func tanh(u reg.VecVirtual) reg.VecVirtual {
 	VMAXPS(bcast(-tanhClamp), x, x)
 	x2 := ZMM()
 	VMULPS(x, x, x2)
+	tanhP, tanhQ := coef.P(), coef.Q()
 	p := copyZ(bcast(tanhP[0]))
 	for _, c := range tanhP[1:] {
 		VFMADD213PS(bcast(c), x2, p) // p = x²·p + c
@@ -230,12 +229,9 @@ func geluBackward(name string, accumulate bool) {
 	RET()
 }
 
-// expPoly are the coefficients of Cephes expf's polynomial, highest first.
-var expPoly = []float32{1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1}
-
-// expConsts are the constants of exp.
+// expConsts are the constants of exp (Cephes expf's polynomial last).
 func expConsts() []float32 {
-	return append([]float32{-87.3, 88.7, 1.44269504088896341, 0.693359375, -2.12194440e-4, 1}, expPoly...)
+	return append([]float32{-87.3, 88.7, 1.44269504088896341, 0.693359375, -2.12194440e-4, 1}, coef.ExpPoly()...)
 }
 
 // exp emits e^t (Cephes expf: t = n·ln2 + r, |r| <= ln2/2, a degree-7
@@ -249,8 +245,9 @@ func exp(t reg.VecVirtual) reg.VecVirtual {
 	VRNDSCALEPS(U8(0), n, n)                  // n = round(t·log₂e)
 	VFNMADD231PS(bcast(0.693359375), n, t)    // r = t − n·c1
 	VFNMADD231PS(bcast(-2.12194440e-4), n, t) // r −= n·c2
-	p := copyZ(bcast(expPoly[0]))
-	for _, c := range expPoly[1:] {
+	poly := coef.ExpPoly()
+	p := copyZ(bcast(poly[0]))
+	for _, c := range poly[1:] {
 		VFMADD213PS(bcast(c), t, p) // p = r·p + c
 	}
 	r2 := ZMM()
