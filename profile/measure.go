@@ -172,6 +172,13 @@ func measureAttention(c Config, t plan.AttnTable, peak float64) (AttnSample, err
 	if c.Quick {
 		s.T = 256
 	}
+	return tableSample(t, s, peak)
+}
+
+// tableSample is the flash kernels' timing at s's shape (B 1, attnHeads
+// heads) read from the attention table, which timed it, with its
+// efficiency; an error where the table lacks the shape.
+func tableSample(t plan.AttnTable, s AttnSample, peak float64) (AttnSample, error) {
 	i, j := slices.Index(t.Seq, s.T), slices.Index(t.Head, s.C/s.NH)
 	if i < 0 || j < 0 {
 		return s, fmt.Errorf("profile: the attention table (seq %v, head %v) lacks T=%d, head size %d", t.Seq, t.Head, s.T, s.C/s.NH)
@@ -181,24 +188,17 @@ func measureAttention(c Config, t plan.AttnTable, peak float64) (AttnSample, err
 	return s.withEfficiency(peak), nil
 }
 
-// attnBudget is the time each attention shape is timed for.
-func attnBudget(c Config) time.Duration {
-	if c.Quick {
-		return 60 * time.Millisecond
-	}
-	return 300 * time.Millisecond
-}
-
-// measureNarrowAttention times measureAttention's shape at head size 16 (C 64 over 4
-// heads), where the kernels have a tiled path that head size 16 cannot
-// take (ops.Kernels.FlashTiled): the blocked path's efficiency, which
-// the planner uses for such head sizes (attn_narrow_efficiency). nil
-// where every head size runs the same path.
-func measureNarrowAttention(ctx context.Context, c Config, k *ops.Kernels, peak float64, wide AttnSample) (*AttnSample, error) {
+// measureNarrowAttention is measureAttention's shape at head size 16
+// (C 64 over 4 heads), where the kernels have a tiled path that head size
+// 16 cannot take (ops.Kernels.FlashTiled): the blocked path's efficiency,
+// which the planner uses for such head sizes (attn_narrow_efficiency),
+// from the attention table's point there. nil where every head size runs
+// the same path.
+func measureNarrowAttention(k *ops.Kernels, t plan.AttnTable, peak float64, wide AttnSample) (*AttnSample, error) {
 	if !k.FlashTiled(wide.C/wide.NH) || k.FlashTiled(16) {
 		return nil, nil
 	}
-	s, err := timeAttention(ctx, k, AttnSample{B: wide.B, T: wide.T, C: 64, NH: 4}, attnBudget(c), peak)
+	s, err := tableSample(t, AttnSample{B: wide.B, T: wide.T, C: 16 * attnHeads, NH: attnHeads}, peak)
 	return &s, err
 }
 

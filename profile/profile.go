@@ -110,7 +110,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	if r.Attention, err = measureAttention(c, r.AttnTable, r.PeakFLOPs); err != nil {
 		return nil, err
 	}
-	if r.AttnNarrow, err = measureNarrowAttention(ctx, c, k, r.PeakFLOPs, r.Attention); err != nil {
+	if r.AttnNarrow, err = measureNarrowAttention(k, r.AttnTable, r.PeakFLOPs, r.Attention); err != nil {
 		return nil, err
 	}
 	prog("ring attention", 0, 1)

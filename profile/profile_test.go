@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"trellis/comm/local"
+	"trellis/ops"
 	"trellis/plan"
 )
 
@@ -114,5 +115,27 @@ func TestAttentionSampleIsTheTables(t *testing.T) {
 	}
 	if _, err := measureAttention(Config{}, tab, 1e11); err == nil || !strings.Contains(err.Error(), "lacks T=1024") {
 		t.Errorf("a table without T=1024: %v, want an error naming it", err)
+	}
+	// The narrow heads' sample is the table's head-size-16 point too,
+	// where the kernels tile 64 but not 16.
+	k, err := ops.New(ops.Config{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(attnTableHead(), 16) {
+		t.Errorf("the table's head sizes %v lack 16", attnTableHead())
+	}
+	tab = plan.AttnTable{Seq: []int{256}, Head: []int{16, 64}}
+	for k := range tab.Cost {
+		tab.Cost[k] = [][]float64{{float64(k+3) * 1e-9, float64(k+1) * 1e-9}}
+	}
+	ns, err := measureNarrowAttention(k, tab, 1e11, s)
+	switch n := causalScores(256); {
+	case err != nil:
+		t.Errorf("narrow: %v", err)
+	case k.FlashTiled(64) && !k.FlashTiled(16) && (ns == nil || math.Abs(ns.Fwd-3e-9*n) > 1e-15 || math.Abs(ns.Bwd-4e-9*n) > 1e-15 || ns.C/ns.NH != 16):
+		t.Errorf("narrow from the table: %+v; want head size 16, fwd %g s, bwd %g s", ns, 3e-9*n, 4e-9*n)
+	case (!k.FlashTiled(64) || k.FlashTiled(16)) && ns != nil:
+		t.Errorf("narrow %+v where every head size runs one path", ns)
 	}
 }
