@@ -28,7 +28,7 @@ import (
 // longest's cost (the memory effects of long rows are not extrapolated).
 // In the head size it is linear (the FLOPs per score are 4·d),
 // extrapolated past the ends. `trellis profile` measures T = 64 … 1,024
-// in octaves and head sizes 32, 64 and 128; on an Intel Xeon (AVX-512,
+// in octaves and head sizes 16, 32, 64 and 128; on an Intel Xeon (AVX-512,
 // one thread) the table then gave the timings between its points within
 // 2% (T 96 … 384, head size 96), the materialising backward within 8% at
 // T = 384 and 14% at 768 (its (T, T) probabilities leave the caches), and
@@ -101,9 +101,10 @@ func (t *AttnTable) Validate(name string) error {
 // measured, or a multiple of 32 (FlashHeadTiled), which every ISA's
 // kernels run on the tiled path the table's columns of 32, 64 and 128
 // measured, interpolated between them. Other head sizes run the kernels'
-// blocked path, which the tiled columns do not price: at head size 16
-// the materialising core's grid-job timing was 2.4 ms a step under the
-// efficiency model's (docs/BENCHMARKS.md).
+// blocked path, which the tiled columns do not price: before head size
+// 16 was measured, the efficiency model priced an 8-layer h = 64 job of
+// that head size (dp=2,pp=2,zero=1) at 19.9 ms a step against 14.8
+// measured (docs/BENCHMARKS.md, "Waits that poll").
 func (t *AttnTable) Covers(d int) bool { return slices.Contains(t.Head, d) || FlashHeadTiled(d) }
 
 // Score is the cost of one causal score of kernel and pass k at sequence

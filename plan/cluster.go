@@ -51,8 +51,8 @@ type Accel struct {
 	RingTileGap float64
 	// Attn is the Trellis engine's attention cores measured over sequence
 	// lengths and head sizes (`trellis profile`: [device.attention]); on
-	// an engine cluster it prices the attention core at head sizes that
-	// are multiples of 32, without cp, in place of AttnEff and the
+	// an engine cluster it prices the attention core at the head sizes it
+	// covers (AttnTable.Covers), without cp, in place of AttnEff and the
 	// materialising core's GEMMs and memory passes (attentionCore). nil:
 	// the efficiency model.
 	Attn *AttnTable
