@@ -97,7 +97,9 @@ func (w *work) Wait() error {
 	if w.q != nil && w.q.claim(w) {
 		w.q.run(w, nil)
 	}
-	Poll(w.done, w.poll)
+	if w.poll > 0 {
+		Poll(w.done, w.poll)
+	}
 	<-w.done
 	if w.q != nil {
 		// Exposed is the time blocked until the operation ended, not until
